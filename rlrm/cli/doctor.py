@@ -1,0 +1,43 @@
+"""`rlrm doctor`: what this machine offers rlrm (python, torch device, optional backends)."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import shutil
+
+from rlrm.cli.common import console, friendly_errors
+
+_OPTIONAL = {
+    "transformers": "models and the hf backend",
+    "fastapi": "embedded reward/policy server (extra: serve)",
+    "ray": "Ray executor (extra: ray)",
+    "sglang_router": "SGLang router (extra: router)",
+    "vllm": "vLLM backend (extra: vllm)",
+    "sglang": "SGLang backend (extra: sglang)",
+    "matplotlib": "rlrm report (extra: report)",
+}
+
+
+@friendly_errors
+def doctor() -> None:
+    """Print python, torch and device facts, and which optional backends are installed."""
+    from rich.table import Table
+
+    table = Table("check", "status")
+    table.add_row("python", platform.python_version())
+    table.add_row("platform", platform.platform())
+    try:
+        import torch
+
+        table.add_row("torch", torch.__version__)
+        cuda = torch.cuda.is_available()
+        table.add_row("device", f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu")
+        table.add_row("cpu threads", str(torch.get_num_threads()))
+    except ImportError:
+        table.add_row("torch", "[red]missing[/red] (run scripts/setup.sh)")
+    for module, what in _OPTIONAL.items():
+        found = importlib.util.find_spec(module) is not None
+        table.add_row(module, ("[green]present[/green]" if found else "absent") + f"  {what}")
+    table.add_row("nvidia-smi", "present" if shutil.which("nvidia-smi") else "absent")
+    console().print(table)

@@ -1,0 +1,26 @@
+"""The `rlrm` command: wires the command groups together, nothing else.
+
+    rlrm --help
+"""
+
+from __future__ import annotations
+
+import typer
+
+from rlrm.cli import doctor, models, profiles, train
+
+app = typer.Typer(
+    name="rlrm",
+    help="Launch, benchmark and validate reward setups for LLM reinforcement learning.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("train")(train.train)
+app.command("doctor")(doctor.doctor)
+app.add_typer(profiles.app, name="profiles")
+app.add_typer(models.app, name="models")
+
+
+def main() -> None:
+    app()

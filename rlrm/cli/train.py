@@ -1,0 +1,67 @@
+"""`rlrm train`: run GRPO with a profile, or resume a stopped run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlrm.cli.common import friendly_errors
+from rlrm.errors import ConfigError
+
+
+@friendly_errors
+def train(
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile name or YAML path.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. --set actor.lr=2e-4 (repeatable).")] = [],
+    steps: Annotated[Optional[int], typer.Option(help="Total steps (trainer.total_steps).", min=1)] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Run folder (default: runs/<profile>-<time>).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed (trainer.seed).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved profile and stop.")] = False,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what --out holds.")] = False,
+    console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
+) -> None:
+    """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder."""
+    from rlrm.config.loader import dump_profile, load_profile
+    from rlrm.engine.trainer import load_run_profile, start_run
+    from rlrm.engine.trainer import train as run_training
+
+    if resume is not None:
+        if profile or set_ or seed is not None or out:
+            raise ConfigError("--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--out")
+        resolved = load_run_profile(resume, total_steps=steps)
+        run_dir = resume
+        if dry_run:
+            typer.echo(dump_profile(resolved), nl=False)
+            return
+    else:
+        if profile is None:
+            raise ConfigError("pass --profile NAME (see `rlrm profiles list`) or --resume RUN_DIR")
+        overrides = list(set_)
+        if steps is not None:
+            overrides.append(f"trainer.total_steps={steps}")
+        if seed is not None:
+            overrides.append(f"trainer.seed={seed}")
+        resolved = load_profile(profile, overrides)
+        name = Path(profile).stem
+        run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or _timestamped(name))
+        if dry_run:
+            typer.echo(f"# run folder: {run_dir}")
+            typer.echo(dump_profile(resolved), nl=False)
+            return
+        start_run(resolved, run_dir, overwrite=overwrite)
+    result = run_training(run_dir, console=console)
+    if result.interrupted:
+        typer.echo(f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}")
+        raise typer.Exit(130)
+    acc = result.metrics.get("val/accuracy")
+    tail = f", val/accuracy {acc:.3f}" if acc is not None else ""
+    typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
+
+
+def _timestamped(name: str) -> str:
+    import time
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -1,0 +1,198 @@
+"""Load profiles: YAML files with `extends:`, `--set a.b=c` overrides, friendly validation errors.
+
+    profile = load_profile("tiny-rule", overrides=["actor.lr=2e-4", "trainer.total_steps=5"])
+
+A profile name resolves to `profiles/<name>.yaml` of this repository (or `$RLRM_PROFILES_DIR`);
+a path to a `.yaml` file works too. Every error is a `ConfigError` with the key path and, for an
+unknown key, the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlrm.config.schema import Profile
+from rlrm.errors import ConfigError
+
+_MAX_EXTENDS_DEPTH = 16
+
+
+def profiles_dir() -> Path:
+    """The folder that holds the built-in profiles (override with RLRM_PROFILES_DIR)."""
+    env = os.environ.get("RLRM_PROFILES_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "profiles"
+
+
+def list_profiles() -> dict[str, str]:
+    """Profile name -> the one-line description it declares."""
+    out = {}
+    for path in sorted(profiles_dir().glob("*.yaml")):
+        raw = _read_yaml(path)
+        out[path.stem] = str(raw.get("description", "")).strip()
+    return out
+
+
+def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
+    """Resolve `extends:`, apply `key=value` overrides, and validate.
+
+    Args:
+        name_or_path: a profile name from `profiles/` or a path to a YAML file.
+        overrides: `a.b=c` strings; values are parsed as YAML (so `1e-4`, `true`, `[1,2]` work).
+
+    Returns:
+        The validated Profile.
+
+    Raises:
+        ConfigError: unknown profile, unknown key, bad value or failed validation.
+    """
+    raw = _resolve(name_or_path, chain=())
+    raw.pop("extends", None)
+    for item in overrides:
+        key, value = _parse_override(item)
+        _check_key_path(key)
+        _set_path(raw, key, value)
+    return validate_profile(raw, source=name_or_path)
+
+
+def validate_profile(raw: dict, source: str = "profile") -> Profile:
+    """Validate a raw mapping, turning pydantic's report into one clear line."""
+    _check_unknown_keys(raw, Profile, prefix="")
+    try:
+        return Profile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(profile)"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        raise ConfigError(f"{source}: {loc}: {err['msg']}{shown}") from None
+
+
+def dump_profile(profile: Profile) -> str:
+    """The resolved profile as YAML, exactly what a run uses."""
+    return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+
+
+def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict:
+    path = _find(name_or_path)
+    if str(path) in chain:
+        raise ConfigError(f"profile {path.stem}: `extends` forms a cycle: {' -> '.join(chain + (str(path),))}")
+    if len(chain) > _MAX_EXTENDS_DEPTH:
+        raise ConfigError(f"profile {path.stem}: `extends` is nested more than {_MAX_EXTENDS_DEPTH} deep")
+    raw = _read_yaml(path)
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    base = _resolve(str(parent), chain + (str(path),))
+    return _deep_merge(base, raw)
+
+
+def _find(name_or_path: str) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"profile file {path} does not exist")
+        return path
+    candidate = profiles_dir() / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+    near = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ConfigError(f"unknown profile {name_or_path!r}{hint}; available: {', '.join(names) or 'none'}")
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a profile must be a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} must look like section.key=value (e.g. actor.lr=2e-4)")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    # YAML reads `1e-4` as a string (no dot); a number is what anyone typing it means.
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value.lower() for c in ".e") else int(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def _check_key_path(key: str) -> None:
+    model: type[BaseModel] | None = Profile
+    walked = []
+    for part in key.split("."):
+        if model is None:
+            raise ConfigError(f"override key {key!r}: {'.'.join(walked)} has no sub-keys")
+        fields = model.model_fields
+        if part not in fields:
+            raise ConfigError(_unknown_key_message(".".join(walked + [part]), part, list(fields)))
+        walked.append(part)
+        model = _submodel(fields[part].annotation)
+
+
+def _set_path(raw: dict, key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def _check_unknown_keys(raw: Any, model: type[BaseModel], prefix: str) -> None:
+    if not isinstance(raw, dict):
+        return
+    fields = model.model_fields
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            raise ConfigError(_unknown_key_message(path, str(key), list(fields)))
+        sub = _submodel(fields[key].annotation)
+        if sub is not None:
+            _check_unknown_keys(value, sub, prefix=f"{path}.")
+
+
+def _unknown_key_message(path: str, key: str, valid: list[str]) -> str:
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    parent = path.rpartition(".")[0]
+    hint = f"; did you mean {(parent + '.' if parent else '') + near[0]!r}?" if near else ""
+    return f"unknown key {path!r}{hint} (valid here: {', '.join(valid)})"
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None

@@ -1,0 +1,175 @@
+"""The profile schema: one pydantic model per concern, composed into `Profile`.
+
+A profile is plain data. YAML files in `profiles/` are validated against these models
+(unknown keys are errors), and the resolved profile is saved with every run as `config.yaml`.
+This module imports nothing heavy so that `rlrm --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SyntheticConfig(_Section):
+    """Knobs of the synthetic arithmetic word-problem generator."""
+
+    num_train: int = Field(4096, gt=0, description="Problems in the train split.")
+    num_test: int = Field(256, gt=0, description="Problems in the test split (disjoint from train).")
+    min_value: int = Field(1, ge=0, description="Smallest operand.")
+    max_value: int = Field(20, gt=0, description="Largest operand.")
+    num_operands: int = Field(2, ge=2, le=4, description="Numbers combined per problem.")
+    ops: list[Literal["+", "-", "*"]] = Field(["+", "-"], min_length=1, description="Operators used.")
+    allow_negative: bool = Field(False, description="Allow answers below zero.")
+    seed: int = Field(1234, description="Seed of the generator (independent of the trainer's seed).")
+
+    @model_validator(mode="after")
+    def _check_range(self) -> "SyntheticConfig":
+        if self.min_value > self.max_value:
+            raise ValueError(f"min_value ({self.min_value}) must be <= max_value ({self.max_value})")
+        return self
+
+
+class DataConfig(_Section):
+    """Where prompts come from and how they become token ids."""
+
+    source: Literal["synthetic", "gsm8k"] = Field("synthetic", description="Dataset kind.")
+    path: str = Field("openai/gsm8k", description="gsm8k: hub id or local .jsonl/.json/.parquet file or folder.")
+    train_split: str = Field("train", description="Split (hub) or file used for training.")
+    test_split: str = Field("test", description="Split (hub) or file used for validation.")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    prompt_suffix: str = Field(PROMPT_SUFFIX, description="Instruction appended to each question.")
+    train_batch_size: int = Field(32, gt=0, description="Prompts per step (each sampled rollout.n times).")
+    val_size: int = Field(128, ge=0, description="Test prompts scored at each validation (0: all).")
+    max_prompt_length: int = Field(256, gt=0, description="Longest prompt in tokens.")
+    prompt_too_long: Literal["error", "truncate-left", "drop"] = Field(
+        "error", description="What to do with a longer prompt: stop, keep its last tokens, or skip it (counted)."
+    )
+    skip_bad_rows: bool = Field(False, description="Skip rows without a question or ground truth (counted).")
+    shuffle: bool = Field(True, description="Reshuffle the train split each epoch (seeded).")
+
+
+class ModelConfig(_Section):
+    """The policy checkpoint. `tiny:NAME` names a model that `rlrm models prepare` builds."""
+
+    path: str = Field("tiny:policy", description="HF folder, hub id, or tiny:NAME.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype.")
+    ref_path: str | None = Field(None, description="Reference model (default: same as path).")
+
+
+class RolloutConfig(_Section):
+    """Generation: backend, sampling and batching."""
+
+    backend: Literal["hf"] = Field("hf", description="Rollout engine (hf: embedded transformers, CPU or GPU).")
+    n: int = Field(8, gt=0, description="Samples per prompt (the GRPO group size).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(-1, ge=-1, description="Top-k sampling (-1: off).")
+    max_new_tokens: int = Field(20, gt=0, description="Longest response in tokens.")
+    val_temperature: float = Field(0.0, ge=0.0, description="Temperature at validation (0: greedy).")
+    max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")
+    batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
+
+
+class ActorConfig(_Section):
+    """Policy optimisation: PPO-clip loss, optimizer, batching."""
+
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps of the learning rate.")
+    grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")
+    ppo_epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
+    mini_batch_size: int = Field(32, gt=0, description="Prompts per optimizer step (times rollout.n samples).")
+    micro_batch_size: int = Field(64, gt=0, description="Samples per forward/backward (gradient accumulation).")
+    clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip range below 1.")
+    clip_ratio_high: float = Field(0.2, ge=0.0, description="PPO clip range above 1.")
+    clip_ratio_c: float = Field(3.0, gt=1.0, description="Dual-clip bound for negative advantages.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        Field("token-mean", description="How token losses become one number.")
+    )
+    use_kl_loss: bool = Field(False, description="Add a KL penalty to a frozen reference model.")
+    kl_loss_coef: float = Field(0.001, ge=0.0, description="Weight of the KL loss.")
+    kl_loss_type: str = Field("low_var_kl", description="k1|kl, abs, k2|mse, k3|low_var_kl; '+' suffix: k2 gradient.")
+    entropy_coeff: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
+    recompute_old_log_prob: bool = Field(
+        True, description="Recompute old log-probs with the actor (else use the rollout engine's)."
+    )
+    max_nonfinite_steps: int = Field(3, gt=0, description="Stop after this many non-finite losses in a row.")
+
+    @model_validator(mode="after")
+    def _check_kl_type(self) -> "ActorConfig":
+        kinds = {"k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"}
+        if self.kl_loss_type.removesuffix("+") not in kinds:
+            raise ValueError(f"kl_loss_type {self.kl_loss_type!r} is not one of {sorted(kinds)} (optionally with '+')")
+        return self
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimation."""
+
+    adv_estimator: Literal["grpo"] = Field("grpo", description="Advantage estimator.")
+    norm_adv_by_std: bool = Field(True, description="Divide by the group std (False: Dr.GRPO).")
+    adv_eps: float = Field(1e-6, gt=0.0, description="Added to the std before dividing.")
+
+
+class RewardConfig(_Section):
+    """Where scores come from. Later kinds (disrm, genrm, composite) add their own sections."""
+
+    kind: Literal["rule"] = Field("rule", description="Reward kind.")
+    method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction.")
+    format_score: float = Field(0.0, description="Score of a well-formed but wrong answer.")
+    score: float = Field(1.0, description="Score of a correct answer.")
+
+
+class TrainerConfig(_Section):
+    """The training loop."""
+
+    mode: Literal["sync"] = Field("sync", description="Scheduling mode (sync: generate, then score, then train).")
+    total_steps: int = Field(30, gt=0, description="GRPO steps to run.")
+    seed: int = Field(0, description="Seed of sampling, shuffling and initialisation.")
+    val_every: int = Field(10, ge=0, description="Validate every k steps (0: never).")
+    val_before_train: bool = Field(True, description="Validate once before the first step.")
+    save_every: int = Field(10, ge=0, description="Checkpoint every k steps (0: only at the end).")
+    keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
+    out_dir: str = Field("runs", description="Parent folder of run folders.")
+    run_name: str | None = Field(None, description="Run folder name (default: profile name + time).")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the policy runs.")
+    num_threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default).")
+
+
+class LoggingConfig(_Section):
+    """What a run prints and writes."""
+
+    console: Literal["rich", "plain", "none"] = Field("rich", description="Live display style.")
+    save_samples: bool = Field(False, description="Write prompts, responses and scores to samples.jsonl.")
+
+
+class Profile(_Section):
+    """A complete training setup."""
+
+    description: str = Field("", description="One line saying what this profile is for.")
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _check_batches(self) -> "Profile":
+        if self.data.train_batch_size % self.actor.mini_batch_size:
+            raise ValueError(
+                f"data.train_batch_size ({self.data.train_batch_size}) must be a multiple of "
+                f"actor.mini_batch_size ({self.actor.mini_batch_size})"
+            )
+        return self

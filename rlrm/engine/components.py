@@ -1,0 +1,129 @@
+"""Build the parts a profile names: tokenizer, policy, reference, rollout engine, actor, data, reward.
+
+Kept apart from the training loop so that benchmarks and the parity tool build the same parts
+the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from rlrm.config.schema import Profile
+from rlrm.errors import ModelError
+
+
+@dataclass
+class Components:
+    profile: Profile
+    tokenizer: Any
+    policy: Any  # the actor's model (trained)
+    engine: Any  # RolloutEngine holding its own copy of the policy weights
+    actor: Any
+    train_examples: list
+    test_examples: list
+    reward_fn: Any
+    device: str
+    data_info: dict
+
+
+def pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelError("trainer.device=cuda but no CUDA device is visible; use --set trainer.device=cpu")
+    return name
+
+
+def load_tokenizer(path: str):
+    """AutoTokenizer for a folder or hub id, with a pad token guaranteed."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the tokenizer of {path!r}: {_first_line(exc)}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        raise ModelError(f"the tokenizer of {path!r} has no chat template; pick an instruct/chat checkpoint")
+    return tok
+
+
+def load_causal_lm(path: str, dtype: str, device: str):
+    """A causal LM in eval mode on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the model {path!r}: {_first_line(exc)}") from None
+    return model.to(device).eval()
+
+
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(gen_eos)
+    return sorted(i for i in ids if i is not None)
+
+
+def build_components(profile: Profile, policy_path: str | None = None) -> Components:
+    """Build every part of a training run.
+
+    Args:
+        profile: the resolved profile.
+        policy_path: load the policy from here instead of `model.path` (resume).
+    """
+    import torch
+
+    from rlrm.engine.actor.actor import Actor
+    from rlrm.engine.data.dataset import load_splits
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.engine.rewards.rule import make_reward
+    from rlrm.engine.rollout.hf import HFRolloutEngine
+
+    if profile.trainer.num_threads:
+        torch.set_num_threads(profile.trainer.num_threads)
+    torch.manual_seed(profile.trainer.seed)
+    device = pick_device(profile.trainer.device)
+    base_path = resolve_model_path(profile.model.path)
+    path = policy_path or base_path
+    tokenizer = load_tokenizer(path)
+    policy = load_causal_lm(path, profile.model.dtype, device)
+    ref = None
+    if profile.actor.use_kl_loss:
+        ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
+        ref = load_causal_lm(ref_path, profile.model.dtype, device)
+        ref.requires_grad_(False)
+    engine = HFRolloutEngine(
+        copy.deepcopy(policy).eval(),
+        eos_token_ids=eos_token_ids(tokenizer, policy),
+        pad_token_id=tokenizer.pad_token_id,
+        max_batch_size=profile.rollout.max_batch_size,
+        batch_wait_ms=profile.rollout.batch_wait_ms,
+    )
+    actor = Actor(
+        policy,
+        ref,
+        profile.actor,
+        temperature=profile.rollout.temperature,
+        total_steps=profile.trainer.total_steps,
+        n=profile.rollout.n,
+    )
+    train, test, info = load_splits(profile.data)
+    return Components(profile, tokenizer, policy, engine, actor, train, test, make_reward(profile.reward), device, info)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+

@@ -1,0 +1,57 @@
+"""The live view of a training run: step, reward, tokens/s and ETA (rich), or plain lines."""
+
+from __future__ import annotations
+
+import sys
+
+
+class StepDisplay:
+    """`with StepDisplay(total, start, style) as d: d.update(step, row)`."""
+
+    def __init__(self, total_steps: int, start_step: int, style: str = "rich"):
+        self.total, self.start, self.style = total_steps, start_step, style
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> "StepDisplay":
+        if self.style == "rich" and not sys.stdout.isatty():
+            self.style = "plain"  # a progress bar in a log file is noise
+        if self.style == "rich":
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]step"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("train", total=self.total, completed=self.start, info="")
+        return self
+
+    def update(self, step: int, row: dict) -> None:
+        info = _summary(row)
+        if self.style == "rich":
+            self._progress.update(self._task, completed=step, info=info)
+        elif self.style == "plain":
+            print(f"step {step}/{self.total}  {info}", flush=True)
+
+    def message(self, text: str) -> None:
+        if self.style == "rich":
+            self._progress.console.print(text)
+        elif self.style == "plain":
+            print(text, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _summary(row: dict) -> str:
+    parts = [f"reward {row.get('critic/score/mean', float('nan')):.3f}"]
+    if "val/accuracy" in row:
+        parts.append(f"val acc {row['val/accuracy']:.3f}")
+    parts.append(f"{row.get('perf/throughput', 0.0):,.0f} tok/s")
+    return "  ".join(parts)

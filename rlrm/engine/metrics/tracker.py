@@ -1,0 +1,55 @@
+"""The run's metrics file: one JSON object per step in `<run>/metrics.jsonl`, flushed every step.
+
+A resumed run first cuts the file back to the rows its checkpoint covers, so the file always
+reads as one run with no duplicate steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsWriter:
+    """Appends step rows to a JSONL file; non-finite floats are written as null."""
+
+    def __init__(self, path: Path, keep_through_step: int | None = None):
+        self.path = Path(path)
+        if keep_through_step is not None and self.path.exists():
+            self._truncate(keep_through_step)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, row: dict) -> None:
+        """Write one row and flush it to disk."""
+        clean = {k: _jsonable(v) for k, v in row.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _truncate(self, step: int) -> None:
+        kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The complete rows of a metrics file (a truncated last line is ignored)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):  # 0-d tensors and numpy scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

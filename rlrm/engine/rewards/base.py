@@ -1,0 +1,35 @@
+"""The per-sample reward contract shared by every reward kind.
+
+A reward function is `async (RewardSample) -> RewardResult`. Rule functions, DisRM and GenRM
+clients and user functions all meet here, so scheduling code never needs to know which kind
+it is calling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+
+@dataclass(frozen=True)
+class RewardSample:
+    """What a reward function sees of one finished rollout."""
+
+    uid: str  # prompt id; the n samples of one prompt share it (the GRPO group)
+    index: int  # position in the step's batch
+    data_source: str
+    prompt: list[dict]  # chat messages
+    solution_str: str  # decoded response, special tokens removed
+    ground_truth: str
+    extra_info: dict = field(default_factory=dict)
+
+
+@dataclass
+class RewardResult:
+    """A score and whatever else the function reports (kept as `reward_extra_info`)."""
+
+    score: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+RewardFn = Callable[[RewardSample], Awaitable[RewardResult]]

@@ -1,0 +1,71 @@
+"""Pieces every scheduling mode shares: seeded requests, scoring, advantages, the update.
+
+The maths of a step lives here once; modes only decide *when* each piece runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+
+_SEED_MOD = 2**63 - 1
+
+
+def request_seed(seed: int, step: int, prompt_index: int, sample_index: int) -> int:
+    """A per-request sampling seed: the same request draws the same tokens in every mode."""
+    value = seed
+    for part in (step, prompt_index, sample_index):
+        value = (value * 1_000_003 + part + 1) % _SEED_MOD
+    return value
+
+
+@dataclass
+class GroupedRollouts:
+    """The samples of one step: n completions per prompt, prompt-major order."""
+
+    examples: list  # Example per prompt
+    completions: list  # Completion, len = len(examples) * n
+    n: int
+    results: list[RewardResult] = field(default_factory=list)
+
+    def group_ids(self) -> list[int]:
+        return [i // self.n for i in range(len(self.completions))]
+
+
+async def generate_groups(engine, prompt_ids: list[list[int]], sampling, n: int, seed: int, step: int) -> list:
+    """Send n seeded requests per prompt and wait for all of them (prompt-major order)."""
+    from dataclasses import replace
+
+    requests = [
+        engine.generate(ids, replace(sampling, seed=request_seed(seed, step, i, j)))
+        for i, ids in enumerate(prompt_ids)
+        for j in range(n)
+    ]
+    return list(await asyncio.gather(*requests))
+
+
+def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:
+    """What the reward functions see: decoded responses with their prompt's metadata."""
+    texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
+    samples = []
+    for index, (text, comp) in enumerate(zip(texts, completions)):
+        ex = examples[index // n]
+        samples.append(
+            RewardSample(
+                uid=ex.uid,
+                index=index,
+                data_source=ex.data_source,
+                prompt=ex.prompt,
+                solution_str=text,
+                ground_truth=ex.ground_truth,
+                extra_info=ex.extra_info,
+            )
+        )
+    return samples
+
+
+async def score_all(reward_fn: RewardFn, samples: list[RewardSample]) -> list[RewardResult]:
+    """Score every sample concurrently; results keep the samples' order."""
+    return list(await asyncio.gather(*(reward_fn(s) for s in samples)))

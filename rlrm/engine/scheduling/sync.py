@@ -1,0 +1,31 @@
+"""Sync mode: generate every sample, then score every sample, then train. Nothing overlaps."""
+
+from __future__ import annotations
+
+from rlrm.engine.metrics.timing import StepTimer
+from rlrm.engine.rollout.base import SamplingParams
+from rlrm.engine.scheduling.common import generate_groups, reward_samples, score_all
+
+
+def sampling_params(profile, validation: bool = False) -> SamplingParams:
+    """The profile's sampling settings (greedy-by-default ones at validation)."""
+    r = profile.rollout
+    if validation:
+        return SamplingParams(temperature=r.val_temperature, top_p=1.0, top_k=-1, max_new_tokens=r.max_new_tokens)
+    return SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+
+
+async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: int, timer: StepTimer) -> dict:
+    """One GRPO step in sync mode; returns the step's metrics."""
+    from rlrm.engine.update import update_policy
+
+    profile = parts.profile
+    n = profile.rollout.n
+    with timer("gen", lane="rollout"):
+        completions = await generate_groups(
+            parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step
+        )
+    samples = reward_samples(parts.tokenizer, examples, completions, n)
+    with timer("reward", lane="reward"):
+        results = await score_all(parts.reward_fn, samples)
+    return update_policy(parts, completions, results, step, timer)

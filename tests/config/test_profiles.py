@@ -1,0 +1,99 @@
+"""Profiles: every built-in profile loads; extends, overrides and errors behave."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrm.config.loader import list_profiles, load_profile, profiles_dir
+from rlrm.config.schema import Profile
+from rlrm.errors import ConfigError
+
+PROFILE_NAMES = sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+
+
+def test_there_are_profiles():
+    assert {"tiny-rule", "gsm8k-rule"} <= set(PROFILE_NAMES)
+
+
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+def test_every_profile_loads_and_describes_itself(name):
+    profile = load_profile(name)
+    assert isinstance(profile, Profile)
+    assert profile.description, f"{name} has no description"
+    first_line = (profiles_dir() / f"{name}.yaml").read_text().splitlines()[0]
+    assert first_line.startswith("#"), f"{name} must start with a comment saying what it is for"
+    assert list_profiles()[name] == profile.description
+
+
+def test_overrides_are_typed():
+    p = load_profile("tiny-rule", ["actor.lr=2e-4", "rollout.n=4", "trainer.val_before_train=false"])
+    assert p.actor.lr == pytest.approx(2e-4)
+    assert p.rollout.n == 4
+    assert p.trainer.val_before_train is False
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("actor.lrr=1e-4", "did you mean 'actor.lr'"),
+        ("actr.lr=1e-4", "did you mean 'actor'"),
+        ("actor.lr=abc", "actor.lr"),
+        ("rollout.n=0", "rollout.n"),
+        ("trainer.mode=turbo", "trainer.mode"),
+        ("actor.lr.x=1", "has no sub-keys"),
+        ("actor.lr", "section.key=value"),
+        ("actor.kl_loss_type=k9", "kl_loss_type"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+        load_profile("tiny-rule", [override])
+
+
+def test_unknown_profile_lists_available():
+    with pytest.raises(ConfigError, match="available: .*tiny-rule"):
+        load_profile("tiny-rul")
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_extends_merges_deeply(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLRM_PROFILES_DIR", str(tmp_path))
+    _write(tmp_path / "base.yaml", "description: base\nactor:\n  lr: 0.001\n  grad_clip: 0.5\nrollout:\n  n: 4\n")
+    _write(tmp_path / "child.yaml", "extends: base\ndescription: child\nactor:\n  lr: 0.002\n")
+    p = load_profile("child")
+    assert p.actor.lr == pytest.approx(0.002)
+    assert p.actor.grad_clip == pytest.approx(0.5)  # inherited
+    assert p.rollout.n == 4
+    assert p.description == "child"
+
+
+def test_extends_cycle_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLRM_PROFILES_DIR", str(tmp_path))
+    _write(tmp_path / "a.yaml", "extends: b\n")
+    _write(tmp_path / "b.yaml", "extends: a\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_profile("a")
+
+
+def test_unknown_key_in_file_names_path(tmp_path):
+    path = _write(tmp_path / "p.yaml", "rollout:\n  temprature: 0.5\n")
+    with pytest.raises(ConfigError, match=r"'rollout.temprature'; did you mean 'rollout.temperature'"):
+        load_profile(str(path))
+
+
+def test_invalid_yaml_and_non_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_profile(str(_write(tmp_path / "bad.yaml", "actor: [1,\n")))
+    with pytest.raises(ConfigError, match="mapping"):
+        load_profile(str(_write(tmp_path / "list.yaml", "- 1\n- 2\n")))
+
+
+def test_cross_field_validation():
+    with pytest.raises(ConfigError, match="multiple of"):
+        load_profile("tiny-rule", ["actor.mini_batch_size=5"])
+    with pytest.raises(ConfigError, match="min_value"):
+        load_profile("tiny-rule", ["data.synthetic.min_value=50", "data.synthetic.max_value=10"])
