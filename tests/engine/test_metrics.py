@@ -1,0 +1,71 @@
+"""Metrics plumbing: idle ratios from busy intervals, the JSONL writer, the Chrome trace."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rlrm.engine.metrics.intervals import idle_ratio, union_length
+from rlrm.engine.metrics.timing import Span, StepTimer
+from rlrm.engine.metrics.trace import chrome_trace_events, write_chrome_trace
+from rlrm.engine.metrics.tracker import MetricsWriter, read_metrics
+
+
+def test_union_merges_overlaps():
+    # [0,2] U [1,3] = [0,3] (3); [5,6] adds 1 -> 4
+    assert union_length([(0, 2), (1, 3), (5, 6)]) == pytest.approx(4.0)
+    # nested interval counts once
+    assert union_length([(0, 10), (2, 3)]) == pytest.approx(10.0)
+    assert union_length([]) == 0.0
+
+
+def test_union_clips_to_window():
+    # window [1, 5]: [0,2]->[1,2] (1), [4,9]->[4,5] (1)
+    assert union_length([(0, 2), (4, 9)], window=(1, 5)) == pytest.approx(2.0)
+
+
+def test_idle_ratio():
+    # busy 3 of 10 seconds -> idle 0.7, overlapping spans are not double counted
+    assert idle_ratio([(0, 2), (1, 3)], (0, 10)) == pytest.approx(0.7)
+    assert idle_ratio([(0, 10)], (0, 10)) == pytest.approx(0.0)
+    assert idle_ratio([], (0, 0)) == 0.0
+
+
+def test_step_timer_accumulates_and_keeps_spans():
+    timer = StepTimer()
+    with timer("gen", lane="rollout"):
+        pass
+    with timer("gen", lane="rollout"):
+        pass
+    metrics = timer.metrics()
+    assert set(metrics) == {"timing_s/gen"}
+    assert len(timer.spans) == 2 and all(s.lane == "rollout" for s in timer.spans)
+    assert metrics["timing_s/gen"] == pytest.approx(sum(s.end_s - s.start_s for s in timer.spans))
+
+
+def test_metrics_writer_flushes_and_truncates_on_resume(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(path)
+    for step in (1, 2, 3):
+        writer.log({"step": step, "loss": float(step), "bad": math.nan})
+        assert len(read_metrics(path)) == step  # flushed every step
+    writer.close()
+    assert read_metrics(path)[0]["bad"] is None  # NaN is written as null, the file stays valid JSON
+    with path.open("a") as f:
+        f.write('{"step": 4, "lo')  # a crash mid-line
+    assert [r["step"] for r in read_metrics(path)] == [1, 2, 3]
+    MetricsWriter(path, keep_through_step=2).close()
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]
+
+
+def test_chrome_trace(tmp_path):
+    spans = [Span("rollout", "gen", 10.0, 10.5), Span("trainer", "update", 10.5, 11.0)]
+    events = chrome_trace_events(spans, origin_s=10.0)
+    xs = [e for e in events if e["ph"] == "X"]
+    assert xs[0]["ts"] == pytest.approx(0.0) and xs[0]["dur"] == pytest.approx(5e5)
+    assert xs[1]["ts"] == pytest.approx(5e5)
+    assert {e["args"]["name"] for e in events if e["ph"] == "M"} >= {"rollout", "trainer"}
+    write_chrome_trace(tmp_path / "trace.json", spans, origin_s=10.0)
+    assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) == len(events)
