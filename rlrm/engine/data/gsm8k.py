@@ -1,0 +1,134 @@
+"""GSM8K rows -> Examples, from the hub (`openai/gsm8k`) or a local file in either of two shapes.
+
+Raw GSM8K: `question`, `answer` ending in `#### N` (ground truth: N, commas removed); the prompt
+is the question plus the instruction suffix, as verl's gsm8k preprocessing writes it.
+verl parquet: `prompt` (chat messages), `reward_model.ground_truth`, `data_source`, `extra_info`;
+the messages are used as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlrm.engine.data.example import Example
+from rlrm.errors import DataError
+
+_EXTS = (".jsonl", ".json", ".parquet")
+
+
+def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -> tuple[list[Example], int]:
+    """Examples of one split and how many bad rows were skipped.
+
+    Args:
+        path: hub id, a local file, or a folder holding `<split>.jsonl|.json|.parquet`.
+        split: split name (hub or folder), or a file path.
+        prompt_suffix: appended to raw questions.
+        skip_bad_rows: skip (and count) rows without a question or ground truth instead of failing.
+    """
+    source, rows = _read_rows(path, split)
+    examples, skipped = [], 0
+    for i, row in enumerate(rows):
+        try:
+            examples.append(_to_example(row, i, split, prompt_suffix))
+        except ValueError as exc:
+            if not skip_bad_rows:
+                raise DataError(f"{source} row {i}: {exc} (set data.skip_bad_rows=true to skip such rows)") from None
+            skipped += 1
+    if not examples:
+        raise DataError(f"{source} has no usable rows")
+    return examples, skipped
+
+
+def _read_rows(path: str, split: str) -> tuple[str, list[dict]]:
+    local = _local_file(path, split)
+    if local is not None:
+        return str(local), _read_file(local)
+    if Path(path).expanduser().exists() or path.startswith((".", "/", "~")):
+        raise DataError(f"no {split!r} data at {path}: expected a file or a folder with {split}.jsonl/.json/.parquet")
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(path, "main", split=split)
+    except Exception as exc:  # hub errors come in many types; all mean "cannot get it"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot load dataset {path!r} split {split!r}: {first}") from None
+    return f"{path}[{split}]", [dict(r) for r in ds]
+
+
+def _local_file(path: str, split: str) -> Path | None:
+    for candidate in (Path(split).expanduser(), Path(path).expanduser()):
+        if candidate.is_file():
+            return candidate
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        for ext in _EXTS:
+            if (folder / f"{split}{ext}").is_file():
+                return folder / f"{split}{ext}"
+    return None
+
+
+def _read_file(path: Path) -> list[dict]:
+    if path.suffix not in _EXTS:
+        raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl, .json or .parquet")
+    try:
+        if path.suffix == ".parquet":
+            import pandas as pd
+
+            return pd.read_parquet(path).to_dict("records")
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            data = json.loads(text)
+            return data if isinstance(data, list) else data.get("data", [])
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
+        return rows
+    except DataError:
+        raise
+    except Exception as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+
+
+def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:
+    if not isinstance(row, dict):
+        raise ValueError(f"expected an object, got {type(row).__name__}")
+    if row.get("prompt") is not None and not isinstance(row.get("prompt"), str):
+        return _verl_row(row, index, split)
+    question, answer = row.get("question"), row.get("answer")
+    if not question or not isinstance(question, str):
+        raise ValueError("no 'question' (nor verl's 'prompt' messages)")
+    if not answer or "####" not in str(answer):
+        raise ValueError("no ground truth: 'answer' must end with '#### N'")
+    truth = str(answer).split("####")[-1].strip().replace(",", "")
+    if not truth:
+        raise ValueError("empty ground truth after '####'")
+    return Example(
+        uid=f"gsm8k/{split}/{index}",
+        prompt=[{"role": "user", "content": f"{question} {suffix}".strip()}],
+        ground_truth=truth,
+        data_source="openai/gsm8k",
+        extra_info={"split": split, "index": index, "question": question, "answer": str(answer)},
+    )
+
+
+def _verl_row(row: dict, index: int, split: str) -> Example:
+    messages = [dict(m) for m in list(row["prompt"])]
+    if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+        raise ValueError("'prompt' must be a list of {role, content} messages")
+    reward_model = row.get("reward_model") or {}
+    truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    if truth is None or str(truth).strip() == "":
+        raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
+    extra = dict(row.get("extra_info") or {})
+    return Example(
+        uid=f"{row.get('data_source', 'gsm8k')}/{split}/{extra.get('index', index)}",
+        prompt=messages,
+        ground_truth=str(truth),
+        data_source=str(row.get("data_source", "openai/gsm8k")),
+        extra_info=extra,
+    )

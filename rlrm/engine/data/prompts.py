@@ -1,0 +1,35 @@
+"""Chat messages -> prompt token ids, with the profile's policy for prompts that are too long."""
+
+from __future__ import annotations
+
+from rlrm.engine.data.example import Example
+from rlrm.errors import DataError
+
+
+def encode_prompts(
+    examples: list[Example], tokenizer, max_prompt_length: int, policy: str
+) -> tuple[list[list[int]], list[Example], int]:
+    """Token ids of each prompt (chat template with the generation prompt).
+
+    Args:
+        policy: `error` (stop), `truncate-left` (keep the last tokens) or `drop` (skip, counted).
+
+    Returns:
+        (ids, kept examples, number dropped).
+    """
+    ids_out, kept, dropped = [], [], 0
+    for ex in examples:
+        ids = list(tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+        if len(ids) > max_prompt_length:
+            if policy == "error":
+                raise DataError(
+                    f"prompt {ex.uid} has {len(ids)} tokens, more than data.max_prompt_length={max_prompt_length}; "
+                    f"raise it (--set data.max_prompt_length={len(ids)}) or set data.prompt_too_long to truncate-left or drop"
+                )
+            if policy == "drop":
+                dropped += 1
+                continue
+            ids = ids[-max_prompt_length:]
+        ids_out.append(ids)
+        kept.append(ex)
+    return ids_out, kept, dropped

@@ -1,0 +1,125 @@
+"""Tiny offline models: built locally, cached, and loaded like any hub checkpoint.
+
+    rlrm models prepare                      # builds tiny:policy into ~/.cache/rlrm/models
+    resolve_model_path("tiny:policy")        # -> that folder (built on first use)
+
+No hub can be reached where rlrm is built and tested, and nobody wants a 1 GB download for a
+smoke run. A tiny model here is a BPE tokenizer trained on the synthetic task (with Qwen2's
+pre-tokenizer, so `AutoTokenizer` loads it as a Qwen2 tokenizer) and a 0.6 M-parameter Qwen2
+causal LM warm-started by a short supervised run, so it *means* something: some accuracy, and
+clear headroom for RL. Builds are deterministic for a seed and safe under concurrent callers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from rlrm.errors import ModelError
+
+RECIPE_VERSION = 1  # bump when the recipe changes, so cached builds are rebuilt
+TINY_MODELS = ("policy",)
+
+
+def default_cache_dir() -> Path:
+    """$RLRM_MODELS_DIR, else ~/.cache/rlrm/models."""
+    env = os.environ.get("RLRM_MODELS_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "rlrm" / "models"
+
+
+def model_dir(name: str, cache_dir: Path | None = None, seed: int = 0) -> Path:
+    return Path(cache_dir or default_cache_dir()) / f"{name}-v{RECIPE_VERSION}-seed{seed}"
+
+
+def prepare_tiny(
+    names=("policy",),
+    cache_dir: Path | None = None,
+    seed: int = 0,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict[str, Path]:
+    """Build (or reuse) tiny models.
+
+    Args:
+        names: which tiny models (see TINY_MODELS).
+        cache_dir: where they live (default: `default_cache_dir()`).
+        seed: build seed; the same seed gives the same weights.
+        force: rebuild even when a complete build exists.
+        log: receives progress lines.
+
+    Returns:
+        name -> folder loadable with `from_pretrained`.
+    """
+    from filelock import FileLock
+
+    unknown = [n for n in names if n not in TINY_MODELS]
+    if unknown:
+        raise ModelError(f"unknown tiny model {unknown[0]!r}; available: {', '.join(TINY_MODELS)}")
+    root = Path(cache_dir or default_cache_dir())
+    root.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name in names:
+        final = model_dir(name, root, seed)
+        # One builder at a time; later callers wait, then find the finished folder.
+        with FileLock(str(root / f".{name}.lock")):
+            if force and final.exists():
+                shutil.rmtree(final)
+            if not (final / "meta.json").is_file():
+                tmp = root / f".{final.name}.tmp-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                log(f"building tiny {name} (seed {seed}) into {final}")
+                _BUILDERS[name](tmp, seed, log)
+                shutil.rmtree(final, ignore_errors=True)
+                tmp.rename(final)
+            else:
+                log(f"tiny {name} is ready at {final}")
+        out[name] = final
+    return out
+
+
+def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
+    """`tiny:NAME` -> the built folder (built on first use); local paths are checked; hub ids pass."""
+    if path.startswith("tiny:"):
+        name = path.removeprefix("tiny:")
+        return str(prepare_tiny((name,), cache_dir=cache_dir, log=lambda _: None)[name])
+    local = Path(path).expanduser()
+    if local.exists():
+        return str(local)
+    if path.startswith((".", "/", "~")):
+        raise ModelError(f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name) or tiny:policy")
+    return path
+
+
+def _build_policy(dest: Path, seed: int, log: Callable[[str], None]) -> None:
+    import torch
+
+    from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
+
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # fixed, so the build's float reductions and thus weights are reproducible
+    try:
+        tokenizer = build_tokenizer(seed)
+        model = new_policy(tokenizer, seed)
+        accuracy = warm_start(model, tokenizer, seed, log)
+    finally:
+        torch.set_num_threads(threads)
+    dest.mkdir(parents=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    meta = {
+        "recipe_version": RECIPE_VERSION,
+        "seed": seed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "warm_start_accuracy": accuracy,
+        "build_s": round(time.perf_counter() - start, 1),
+    }
+    (dest / "meta.json").write_text(json.dumps(meta, indent=2))
+    log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")
+
+
+_BUILDERS = {"policy": _build_policy}

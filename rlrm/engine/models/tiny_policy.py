@@ -1,0 +1,167 @@
+"""The recipe of the tiny policy: tokenizer, architecture, and the supervised warm start.
+
+Used by `rlrm.engine.models.tiny`; kept apart so the recipe reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+
+# Qwen2's pre-tokenizer split: digits one by one, words with their leading space.
+QWEN2_SPLIT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+VOCAB_SIZE = 512
+SFT_STEPS = 200
+SFT_BATCH = 32
+SFT_LR = 2e-3
+# The warm start uses its own problems (a different seed from any profile's data), so a
+# profile's train and test splits are equally unseen.
+SFT_DATA = SyntheticConfig(num_train=6400, num_test=128, seed=987)
+
+
+def _corpus(seed: int) -> list[str]:
+    from rlrm.engine.data.synthetic import synthetic_splits
+
+    train, _ = synthetic_splits(SyntheticConfig(num_train=3000, num_test=1, seed=seed + 11), PROMPT_SUFFIX)
+    texts = []
+    for ex in train:
+        texts.append(ex.prompt[0]["content"])
+        texts.append(ex.extra_info["solution"])
+    texts += ["system\nuser\nassistant\nYou are a helpful assistant. Score: 10 Score: 0 correct wrong"] * 20
+    return texts
+
+
+def build_tokenizer(seed: int):
+    """A byte-level BPE tokenizer trained on synthetic problems, as a transformers fast tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(seed), trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=512,
+        padding_side="left",
+    )
+
+
+def new_policy(tokenizer, seed: int):
+    """A freshly initialised tiny Qwen2 causal LM (about 0.6 M parameters)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _sft_pairs(tokenizer) -> tuple[list[tuple[list[int], list[int]]], list]:
+    from rlrm.engine.data.synthetic import synthetic_splits
+
+    train, test = synthetic_splits(SFT_DATA, PROMPT_SUFFIX)
+    pairs = []
+    for ex in train:
+        prompt = tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        answer = tokenizer(ex.extra_info["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        pairs.append((list(prompt), answer))
+    return pairs, test
+
+
+def warm_start(model, tokenizer, seed: int, log: Callable[[str], None]) -> float:
+    """Supervised steps on worked solutions (loss on the answer only); returns held-out accuracy."""
+    import torch
+
+    pairs, test = _sft_pairs(tokenizer)
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
+    model.train()
+    for step in range(SFT_STEPS):
+        batch = rng.sample(pairs, SFT_BATCH)
+        input_ids, labels, mask = _pad_batch(batch, tokenizer.pad_token_id)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for group in optimizer.param_groups:  # linear decay to 10%: a stable end point
+            group["lr"] = SFT_LR * (1.0 - 0.9 * step / SFT_STEPS)
+        optimizer.step()
+        if (step + 1) % 50 == 0:
+            log(f"  warm start step {step + 1}/{SFT_STEPS}  loss {loss.item():.3f}")
+    model.eval()
+    return greedy_accuracy(model, tokenizer, test)
+
+
+def _pad_batch(batch, pad_id: int):
+    import torch
+
+    width = max(len(p) + len(a) for p, a in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (prompt, answer) in enumerate(batch):
+        seq = prompt + answer
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(prompt) : len(seq)] = torch.tensor(answer)
+        mask[i, : len(seq)] = 1
+    return input_ids, labels, mask
+
+
+def greedy_accuracy(model, tokenizer, examples: list, max_new_tokens: int = 20) -> float:
+    """Share of examples whose greedy answer scores 1 under the strict GSM8K rule."""
+    import torch
+
+    from rlrm.engine.rewards.gsm8k import compute_score
+
+    prompts = [
+        tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        for ex in examples
+    ]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    return sum(compute_score(t, ex.ground_truth) for t, ex in zip(texts, examples)) / len(examples)
