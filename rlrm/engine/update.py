@@ -44,6 +44,12 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
             batch.old_log_prob = actor.compute_old_log_prob(batch)
         else:
             batch.old_log_prob = batch.rollout_log_prob
+    # How far the rollout engine's log-probs are from the actor's (0 up to float noise when in sync).
+    gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask
+    rollout_gap = {
+        "rollout/log_prob_diff_mean": (gap.sum() / batch.response_mask.sum().clamp(min=1)).item(),
+        "rollout/log_prob_diff_max": gap.max().item(),
+    }
     if actor.ref_model is not None:
         with timer("ref"):
             batch.ref_log_prob = actor.compute_ref_log_prob(batch)
@@ -51,6 +57,7 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
         metrics = actor.update(batch)
     with timer("update_weights"):
         parts.engine.update_weights(actor.policy_state_dict(), version=step)
+    metrics.update(rollout_gap)
     metrics.update(batch_metrics(completions, scores, advantages))
     return metrics
 

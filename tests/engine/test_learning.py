@@ -10,7 +10,7 @@ from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.tracker import read_metrics
 from rlrm.engine.trainer import start_run, train
 
-LEARNING_STEPS = 24
+LEARNING_STEPS = 20
 
 
 def test_tiny_rule_learns(tmp_path, tiny_policy_path):

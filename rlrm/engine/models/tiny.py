@@ -21,7 +21,7 @@ from typing import Callable
 
 from rlrm.errors import ModelError
 
-RECIPE_VERSION = 1  # bump when the recipe changes, so cached builds are rebuilt
+RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
 TINY_MODELS = ("policy",)
 
 

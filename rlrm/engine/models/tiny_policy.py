@@ -22,7 +22,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 VOCAB_SIZE = 512
-SFT_STEPS = 200
+SFT_STEPS = 300
 SFT_BATCH = 32
 SFT_LR = 2e-3
 # The warm start uses its own problems (a different seed from any profile's data), so a

@@ -1,0 +1,138 @@
+"""Datasets: synthetic splits, GSM8K files in both shapes, bad rows, the resumable loader, prompt lengths."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from rlrm.config.schema import PROMPT_SUFFIX, DataConfig, SyntheticConfig
+from rlrm.engine.data.dataset import load_splits
+from rlrm.engine.data.example import Example
+from rlrm.engine.data.gsm8k import load_gsm8k
+from rlrm.engine.data.loader import PromptLoader
+from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.data.synthetic import synthetic_splits
+from rlrm.engine.rewards.gsm8k import compute_score
+from rlrm.errors import DataError
+
+
+def test_synthetic_splits_are_seeded_disjoint_and_correct():
+    cfg = SyntheticConfig(num_train=300, num_test=50, seed=3)
+    train, test = synthetic_splits(cfg, PROMPT_SUFFIX)
+    again, _ = synthetic_splits(cfg, PROMPT_SUFFIX)
+    assert [e.prompt for e in train] == [e.prompt for e in again]
+    assert len(train) == 300 and len(test) == 50
+    assert not {e.extra_info["question"] for e in train} & {e.extra_info["question"] for e in test}
+    for ex in train + test:
+        assert ex.prompt[0]["content"].endswith(PROMPT_SUFFIX)
+        # the worked solution is right by the reward's own rule, and its equation holds
+        assert compute_score(ex.extra_info["solution"], ex.ground_truth) == 1.0
+        lhs, rhs = ex.extra_info["solution"].split("\n")[0].split(" = ")
+        assert eval(lhs) == int(rhs) >= 0  # noqa: S307 - our own generated arithmetic
+
+
+def test_synthetic_difficulty_knobs():
+    cfg = SyntheticConfig(num_train=100, num_test=10, num_operands=3, ops=["*"], min_value=2, max_value=4)
+    train, _ = synthetic_splits(cfg, "")
+    assert all(ex.extra_info["solution"].count("*") == 2 for ex in train)
+    other, _ = synthetic_splits(SyntheticConfig(num_train=100, num_test=10, seed=99), "")
+    assert [e.prompt for e in other] != [e.prompt for e in synthetic_splits(SyntheticConfig(num_train=100, num_test=10), "")[0]]
+
+
+def test_synthetic_too_few_distinct_problems_is_an_error():
+    with pytest.raises(ValueError, match="distinct"):
+        synthetic_splits(SyntheticConfig(num_train=5000, num_test=10, min_value=1, max_value=2, ops=["+"]), "")
+
+
+RAW = [
+    {"question": "Ann has 2 cats and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"},
+    {"question": "Big numbers?", "answer": "so\n#### 1,200"},
+]
+
+
+def _verl_rows():
+    return [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": "Q1 " + PROMPT_SUFFIX}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": "72"},
+            "extra_info": {"split": "train", "index": 0},
+        }
+    ]
+
+
+def test_raw_jsonl_shape(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in RAW))
+    examples, skipped = load_gsm8k(str(path), "train", PROMPT_SUFFIX, skip_bad_rows=False)
+    assert skipped == 0
+    assert examples[0].prompt == [{"role": "user", "content": f"{RAW[0]['question']} {PROMPT_SUFFIX}"}]
+    assert [e.ground_truth for e in examples] == ["5", "1200"]
+
+
+def test_verl_parquet_shape_in_a_folder(tmp_path):
+    pd.DataFrame(_verl_rows()).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame(RAW).to_parquet(tmp_path / "test.parquet")
+    cfg = DataConfig(source="gsm8k", path=str(tmp_path))
+    train, test, info = load_splits(cfg)
+    assert train[0].ground_truth == "72" and train[0].prompt[0]["content"].startswith("Q1")
+    assert train[0].data_source == "openai/gsm8k"
+    assert test[1].ground_truth == "1200"
+    assert info == {"skipped_train": 0, "skipped_test": 0}
+
+
+def test_bad_rows_error_or_skip(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = RAW + [{"question": "no answer"}, {"answer": "#### 3"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(DataError, match=r"d\.jsonl row 2: .*skip_bad_rows"):
+        load_gsm8k(str(path), "train", "", skip_bad_rows=False)
+    examples, skipped = load_gsm8k(str(path), "train", "", skip_bad_rows=True)
+    assert len(examples) == 2 and skipped == 2
+
+
+def test_missing_file_and_bad_json(tmp_path):
+    with pytest.raises(DataError, match="no 'train' data"):
+        load_gsm8k(str(tmp_path / "absent"), "train", "", False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "#### 1"}\n{oops\n')
+    with pytest.raises(DataError, match="line 2: not valid JSON"):
+        load_gsm8k(str(bad), "train", "", False)
+
+
+def _examples(n):
+    return [Example(uid=str(i), prompt=[{"role": "user", "content": str(i)}], ground_truth="0", data_source="t") for i in range(n)]
+
+
+def test_loader_resume_gives_identical_batches():
+    full = PromptLoader(_examples(10), batch_size=4, seed=1)
+    expected = [[e.uid for e in full.next_batch()] for _ in range(6)]  # crosses epoch boundaries
+    first = PromptLoader(_examples(10), batch_size=4, seed=1)
+    got = [[e.uid for e in first.next_batch()] for _ in range(2)]
+    resumed = PromptLoader(_examples(10), batch_size=4, seed=1)
+    resumed.load_state_dict(first.state_dict())
+    got += [[e.uid for e in resumed.next_batch()] for _ in range(4)]
+    assert got == expected
+    assert sorted(sum(expected[:2], []) + expected[2][:2]) == sorted(str(i) for i in range(10))  # an epoch sees all
+    assert expected[:3] != [[e.uid for e in PromptLoader(_examples(10), 4, seed=2).next_batch()] for _ in range(3)]
+
+
+class _CharTokenizer:
+    """A stand-in with the one method encode_prompts uses: one token per character."""
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):
+        return [ord(c) for c in messages[0]["content"]]
+
+
+def test_prompt_length_policies():
+    exs = [Example("a", [{"role": "user", "content": "abc"}], "0", "t"), Example("b", [{"role": "user", "content": "abcdefgh"}], "0", "t")]
+    tok = _CharTokenizer()
+    with pytest.raises(DataError, match=r"prompt b has 8 tokens.*max_prompt_length=5"):
+        encode_prompts(exs, tok, 5, "error")
+    ids, kept, dropped = encode_prompts(exs, tok, 5, "drop")
+    assert [e.uid for e in kept] == ["a"] and dropped == 1
+    ids, kept, dropped = encode_prompts(exs, tok, 5, "truncate-left")
+    assert ids[1] == [ord(c) for c in "defgh"] and dropped == 0
