@@ -98,3 +98,25 @@ def test_debug_variable_shows_traceback(monkeypatch):
     result = invoke("train", "--profile", "nope")
     assert result.exit_code != 0
     assert type(result.exception).__name__ == "ConfigError"
+
+
+def test_models_prepare_reuses_the_cache(tiny_policy_path):
+    result = invoke("models", "prepare")
+    assert result.exit_code == 0, result.output
+    assert f"policy: {tiny_policy_path}" in result.output and "ready" in result.output
+
+
+def test_train_end_to_end(tmp_path, tiny_policy_path):
+    run = tmp_path / "run"
+    args = ["train", "--profile", "tiny-rule", "--steps", "1", "--out", str(run), "--console", "plain",
+            "--set", "data.train_batch_size=4", "--set", "actor.mini_batch_size=4", "--set", "rollout.n=2",
+            "--set", "data.val_size=4", "--set", "trainer.num_threads=1"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert f"done: 1 steps in {run}" in result.output
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "step_1").is_dir()
+    again = invoke(*args)  # the folder now holds a run: refused, untouched
+    assert again.exit_code == 1 and "--overwrite" in again.output
+    resumed = invoke("train", "--resume", str(run), "--steps", "2", "--console", "none")
+    assert resumed.exit_code == 0, resumed.output
+    assert "done: 2 steps" in resumed.output
