@@ -57,7 +57,9 @@ def load_causal_lm(path: str, dtype: str, device: str):
     """A causal LM in eval mode on `device`."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own display
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as exc:

@@ -139,9 +139,31 @@ def test_bad_requests_fail_at_once(model):
 def test_decode_errors_reach_every_caller(model):
     engine = make_engine(model)
 
-    def broken(batch):
+    async def broken(batch):
         raise RuntimeError("device lost")
 
     engine._decode = broken
     with pytest.raises(RuntimeError, match="device lost"):
         run(_generate(engine, PROMPTS[:2], [SamplingParams(seed=1), SamplingParams(seed=2)]))
+
+
+def test_weights_sent_mid_batch_apply_after_it(model):
+    import copy
+
+    engine = make_engine(copy.deepcopy(model), eos=())
+    new_state = {k: v + 0.5 if v.is_floating_point() else v for k, v in engine.model.state_dict().items()}
+
+    async def scenario():
+        first = asyncio.ensure_future(engine.generate(PROMPTS[1], SamplingParams(temperature=0, max_new_tokens=30)))
+        while not engine._decoding:  # wait until the batch is being decoded
+            await asyncio.sleep(0.001)
+        engine.update_weights(new_state, version=3)
+        done = await first
+        second = await engine.generate(PROMPTS[1], SamplingParams(temperature=0, max_new_tokens=30))
+        await engine.close()
+        return done, second
+
+    done, second = run(scenario())
+    alone = run(_generate(make_engine(model, eos=()), [PROMPTS[1]], [SamplingParams(temperature=0, max_new_tokens=30)]))[0]
+    assert done.policy_version == 0 and done.token_ids == alone.token_ids  # untouched by the update
+    assert second.policy_version == 3

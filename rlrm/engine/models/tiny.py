@@ -96,8 +96,11 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
 
 def _build_policy(dest: Path, seed: int, log: Callable[[str], None]) -> None:
     import torch
+    from transformers.utils import logging as hf_logging
 
     from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
+
+    hf_logging.disable_progress_bar()
 
     start = time.perf_counter()
     threads = torch.get_num_threads()
