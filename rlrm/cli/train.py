@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from rlrm.cli.common import friendly_errors
-from rlrm.errors import ConfigError
+from rlrm.errors import ConfigError, RlrmError
 
 
 @friendly_errors
@@ -25,7 +26,8 @@ def train(
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder."""
     from rlrm.config.loader import dump_profile, load_profile
-    from rlrm.engine.trainer import load_run_profile, start_run
+    from rlrm.engine.checkpoint import list_checkpoints
+    from rlrm.engine.trainer import check_inputs, load_run_profile, start_run
     from rlrm.engine.trainer import train as run_training
 
     if resume is not None:
@@ -51,8 +53,14 @@ def train(
             typer.echo(f"# run folder: {run_dir}")
             typer.echo(dump_profile(resolved), nl=False)
             return
+        check_inputs(resolved)
         start_run(resolved, run_dir, overwrite=overwrite)
-    result = run_training(run_dir, console=console)
+    try:
+        result = run_training(run_dir, console=console)
+    except RlrmError:
+        if resume is None and not list_checkpoints(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: leave no half-made run behind
+        raise
     if result.interrupted:
         typer.echo(f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}")
         raise typer.Exit(130)

@@ -52,6 +52,20 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
     return run_dir
 
 
+def check_inputs(profile: Profile) -> None:
+    """Fail before a run folder exists: a missing local model, or an unreadable local dataset."""
+    from rlrm.engine.models.tiny import resolve_model_path
+
+    for path in (profile.model.path, profile.model.ref_path):
+        if path and not path.startswith("tiny:"):
+            resolve_model_path(path)
+    data = profile.data
+    if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
+        from rlrm.engine.data.dataset import load_splits
+
+        load_splits(data)
+
+
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     """The profile a run folder was started with (optionally with a new step budget)."""
     path = Path(run_dir) / "config.yaml"
@@ -150,6 +164,7 @@ class _TrainLoop:
         self.result.last_step = step
         step_s = time.perf_counter() - start
         row = {"step": step, **metrics, **timer.metrics(), "data/dropped_prompts": dropped}
+        row["data/skipped_rows"] = parts.data_info["skipped_train"] + parts.data_info["skipped_test"]
         row.update(self._perf(row, step_s))
         self.spans.extend(timer.spans)
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:

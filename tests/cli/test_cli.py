@@ -120,3 +120,29 @@ def test_train_end_to_end(tmp_path, tiny_policy_path):
     resumed = invoke("train", "--resume", str(run), "--steps", "2", "--console", "none")
     assert resumed.exit_code == 0, resumed.output
     assert "done: 2 steps" in resumed.output
+
+
+def test_missing_model_path_leaves_no_run_folder(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", "--profile", "tiny-rule", "--out", str(run), "--set", f"model.path={tmp_path}/nope")
+    assert result.exit_code == 1
+    assert "does not exist" in result.output and "nope" in result.output
+    assert not run.exists()
+
+
+def test_missing_dataset_file_leaves_no_run_folder(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", "--profile", "gsm8k-rule", "--out", str(run), "--set", "model.path=tiny:policy",
+                    "--set", f"data.path={tmp_path}/absent.jsonl")
+    assert result.exit_code == 1
+    assert "absent.jsonl" in result.output
+    assert not run.exists()
+
+
+def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
+    data = tmp_path / "gsm.jsonl"
+    data.write_text('{"question": "q1", "answer": "#### 1"}\n{"question": "q2"}\n')
+    result = invoke("train", "--profile", "gsm8k-rule", "--out", str(tmp_path / "run"), "--set", "model.path=tiny:policy",
+                    "--set", f"data.path={data}")
+    assert result.exit_code == 1
+    assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output

@@ -14,26 +14,69 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 1.0  # 0: greedy
+    """How one request samples; invalid values raise ValueError when the object is made.
+
+    Attributes:
+        temperature: logits are divided by it before sampling; 0 means greedy.
+        top_p: nucleus mass; keep the fewest best tokens whose probability reaches it (1.0: off).
+        top_k: keep the k best tokens (-1 or 0: off); applied before top_p, as vLLM and HF do.
+        max_new_tokens: the most response tokens, EOS included.
+        seed: per-request seed: the same request draws the same tokens in any batch (None: the
+            engine picks one).
+        stop_token_ids: extra token ids that end the response (kept in it), besides the engine's EOS.
+    """
+
+    temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1  # -1: off
+    top_k: int = -1
     max_new_tokens: int = 20
-    seed: int | None = None  # per-request seed: the same request draws the same tokens in any batch
+    seed: int | None = None
+    stop_token_ids: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0.0:  # also rejects NaN
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or a positive count, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
 @dataclass
 class Completion:
+    """One finished request.
+
+    Attributes:
+        prompt_ids: the prompt as sent.
+        token_ids: the response, with the EOS (or stop) token when it stopped on one.
+        log_probs: float32 log-prob of each response token: log_softmax(logits / temperature) before
+            top-k/top-p filtering (plain log_softmax when greedy), as the actor computes it.
+        finish_reason: "stop" (EOS or a stop token) or "length" (max_new_tokens reached).
+        policy_version: the weight version that produced it (see `update_weights`).
+        meta: backend extras (the hf engine records the seed it sampled with).
+    """
+
     prompt_ids: list[int]
-    token_ids: list[int]  # the response, with the EOS token when it stopped on one
-    log_probs: list[float]  # log-prob of each response token under the sampling temperature
-    finish_reason: str  # "stop" (EOS) or "length" (max_new_tokens)
-    policy_version: int = 0  # the weight version that produced it
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+    policy_version: int = 0
     meta: dict = field(default_factory=dict)
 
 
 class RolloutEngine(Protocol):
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion: ...
+    """What every generation backend offers the scheduling modes."""
 
-    def update_weights(self, state_dict: dict, version: int) -> None: ...
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Generate one response to `prompt_ids`."""
+        ...
 
-    async def close(self) -> None: ...
+    def update_weights(self, state_dict: dict, version: int) -> None:
+        """Load new policy weights; completions started after this carry `version`."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving; requests still waiting fail."""
+        ...
