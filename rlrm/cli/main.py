@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from rlrm.cli import doctor, models, profiles, train
+from rlrm.cli import doctor, launch, models, profiles, train
 
 app = typer.Typer(
     name="rlrm",
@@ -20,6 +20,7 @@ app.command("train")(train.train)
 app.command("doctor")(doctor.doctor)
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(models.app, name="models")
+app.add_typer(launch.app, name="launch")
 
 
 def main() -> None:

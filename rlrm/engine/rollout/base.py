@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+class EngineClosedError(RuntimeError):
+    """The engine was closed while a request was still queued or being generated."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples; invalid values raise ValueError when the object is made.

@@ -1,0 +1,98 @@
+"""What the embedded server runs: a causal LM (policy, genrm) or a sequence classifier (disrm).
+
+The generative side reuses the rollout engine (dynamic batching, seeded sampling, log-probs);
+the classifier side is a right-padded batched forward that returns the logit at each sequence's
+last real token, in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlrm.errors import ModelError
+
+GENERATIVE_ROLES = ("policy", "genrm")
+ROLES = GENERATIVE_ROLES + ("disrm",)
+
+
+@dataclass
+class ServerConfig:
+    model_path: str
+    role: str = "genrm"  # policy | genrm | disrm
+    dtype: str = "float32"
+    max_batch: int = 64
+    max_queue: int = 1024
+    api_key: str | None = None
+    served_model_name: str | None = None
+    device: str = "auto"
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path
+
+
+class CausalLMBackend:
+    """Generation for /v1/completions, /v1/chat/completions and /generate."""
+
+    def __init__(self, cfg: ServerConfig):
+        from rlrm.engine.components import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+        from rlrm.engine.rollout.hf import HFRolloutEngine
+
+        device = pick_device(cfg.device)
+        self.tokenizer = load_tokenizer(cfg.model_path)
+        model = load_causal_lm(cfg.model_path, cfg.dtype, device)
+        self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.engine = HFRolloutEngine(
+            model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch
+        )
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
+class ClassifierBackend:
+    """Scores for /classify: one float32 logit per input (num_labels must be 1)."""
+
+    def __init__(self, cfg: ServerConfig):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from rlrm.engine.components import pick_device
+        from rlrm.launch.batcher import DynamicBatcher
+
+        self.device = pick_device(cfg.device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+            model = AutoModelForSequenceClassification.from_pretrained(cfg.model_path, dtype=getattr(torch, cfg.dtype))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load the reward model {cfg.model_path!r}: {str(exc).splitlines()[0]}") from None
+        if model.config.num_labels != 1:
+            raise ModelError(
+                f"{cfg.model_path} has num_labels={model.config.num_labels}; a DisRM must output one score (num_labels=1)"
+            )
+        self.model = model.to(self.device).eval()
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.micro_batch = cfg.max_batch
+        self.batcher = DynamicBatcher(self._forward, max_batch=cfg.max_batch, max_queue=cfg.max_queue)
+
+    def _forward(self, sequences: list[list[int]]) -> list[float]:
+        import torch
+
+        scores: list[float] = []
+        with torch.inference_mode():
+            for start in range(0, len(sequences), self.micro_batch):
+                chunk = sequences[start : start + self.micro_batch]
+                width = max(len(s) for s in chunk)
+                ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for i, seq in enumerate(chunk):
+                    ids[i, : len(seq)] = torch.tensor(seq)
+                    mask[i, : len(seq)] = 1
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                # [b, 1] logits are pooled at the last real token; read them as float32
+                scores.extend(logits[:, 0].float().cpu().tolist())
+        return scores
+
+    async def close(self) -> None:
+        await self.batcher.close()

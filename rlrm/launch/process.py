@@ -1,0 +1,108 @@
+"""Owned server processes: started from an argv list in their own process group, waited for with
+a total timeout, stopped by their own pid (never by name).
+
+    with ServerProcess(embedded_server_argv("tiny:policy", "genrm", port)) as server:
+        httpx.get(server.url + "/health")
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rlrm.errors import RlrmError
+
+
+class ServerStartError(RlrmError):
+    """A server did not become healthy in time, or exited while starting."""
+
+
+def embedded_server_argv(model: str, role: str, port: int, host: str = "127.0.0.1", extra: list[str] | None = None) -> list[str]:
+    """The command line of an embedded server."""
+    return [sys.executable, "-m", "rlrm.launch.server", "--model", model, "--role", role, "--host", host, "--port", str(port), *(extra or [])]
+
+
+class ServerProcess:
+    """A server subprocess with readiness polling and teardown in `finally`."""
+
+    def __init__(self, argv: list[str], host: str = "127.0.0.1", port: int | None = None, health_path: str = "/health",
+                 start_timeout_s: float = 120.0, env: dict | None = None):
+        self.argv = list(argv)
+        self.port = port if port is not None else int(argv[argv.index("--port") + 1])
+        self.url = f"http://{host}:{self.port}"
+        self.health_path, self.start_timeout_s = health_path, start_timeout_s
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> "ServerProcess":
+        self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
+            env={**os.environ, **(self.env or {})},
+        )
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}")
+            try:
+                if httpx.get(self.url + self.health_path, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise ServerStartError(
+            f"server at {self.url} not healthy after {self.start_timeout_s:.0f} s; its log ends: {self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 5) -> str:
+        if self._log is None:
+            return ""
+        text = Path(self._log.name).read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:]) or "(empty log)"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kill the whole process group at once (a crash, for fault tests)."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after `grace_s`."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+        if self._log is not None:
+            self._log.close()
+            Path(self._log.name).unlink(missing_ok=True)
+            self._log = None
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

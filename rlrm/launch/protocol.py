@@ -1,0 +1,95 @@
+"""Request bodies of the embedded server, in the vLLM / SGLang / OpenAI shapes.
+
+One client speaks to every backend, so these follow the public schemas: OpenAI's
+`/v1/completions` and `/v1/chat/completions`, SGLang's native `/generate`, vLLM's `/classify`.
+Unknown fields are rejected (a typo must not be silently ignored), except where the public API
+itself tolerates extras.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RequestError(Exception):
+    """A client mistake (or an overload): answered with `status` and the message."""
+
+    def __init__(self, message: str, status: int = 400, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI messages may carry name, tool fields, ...
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str
+
+
+class _Sampling(_Body):
+    model: str | None = None
+    max_tokens: int | None = Field(None, gt=0)
+    max_completion_tokens: int | None = Field(None, gt=0)
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)
+    n: int = Field(1, ge=1, le=64)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool | int | None = None
+    stream: bool = False
+    # accepted for compatibility, not used by the embedded server
+    user: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, list[int]]
+    echo: bool = False
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    top_logprobs: int | None = None
+    chat_template_kwargs: dict | None = None
+
+
+class GenerateSamplingParams(BaseModel):
+    model_config = ConfigDict(extra="allow")  # SGLang has many knobs; unknown ones are ignored
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)
+    max_new_tokens: int = Field(128, gt=0)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, alias="sampling_seed")
+
+
+class GenerateRequest(_Body):
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
+    return_logprob: bool = False
+    stream: bool = False
+    rid: str | list[str] | None = None
+
+
+class ClassifyRequest(_Body):
+    model: str | None = None
+    input: Union[str, list[str], list[int], list[list[int]]]
+    use_activation: bool | None = None
+    activation: bool | None = None  # older vLLM name of use_activation
+    truncate_prompt_tokens: int | None = None
+    user: str | None = None

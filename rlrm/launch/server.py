@@ -1,0 +1,145 @@
+"""The embedded inference server: FastAPI + transformers, CPU or GPU, in vLLM / SGLang / OpenAI shapes.
+
+    rlrm launch server --model tiny:policy --role genrm --port 8000
+    python -m rlrm.launch.server --model PATH --role disrm --port 8001      # the same, without the CLI
+
+Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+POST /generate (SGLang native), POST /classify (vLLM). Bad requests get 400 with an OpenAI-style
+error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
+endpoint but /health needs `Authorization: Bearer KEY`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rlrm.launch.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.protocol import RequestError
+
+
+def create_app(cfg: ServerConfig):
+    """The FastAPI application for one model in one role."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+
+    from rlrm.launch import routes
+
+    if cfg.role not in ROLES:
+        raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
+    backend = ClassifierBackend(cfg) if cfg.role == "disrm" else CausalLMBackend(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        await backend.close()
+
+    app = FastAPI(title="rlrm embedded server", lifespan=lifespan)
+    app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
+
+    @app.middleware("http")
+    async def check_api_key(request: Request, call_next):
+        if cfg.api_key and request.url.path != "/health":
+            if request.headers.get("authorization", "") != f"Bearer {cfg.api_key}":
+                return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error")
+        return await call_next(request)
+
+    @app.exception_handler(RequestError)
+    async def on_request_error(request, exc: RequestError):
+        kind = "overloaded" if exc.status == 503 else "invalid_request_error"
+        return _error(exc.status, str(exc), kind, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request, exc: RequestValidationError):
+        return _error(400, _validation_message(exc), "invalid_request_error")
+
+    @app.get("/health")
+    async def health():
+        return PlainTextResponse("ok")
+
+    @app.get("/v1/models")
+    async def models():
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": cfg.model_name,
+                    "object": "model",
+                    "created": app.state.started,
+                    "owned_by": "rlrm",
+                    "max_model_len": backend.max_len,
+                    "role": cfg.role,
+                }
+            ],
+        }
+
+    routes.add_routes(app, cfg, backend)
+
+    def _error(status: int, message: str, kind: str, headers: dict | None = None):
+        body = {"error": {"message": message, "type": kind, "code": status}}
+        return JSONResponse(body, status_code=status, headers=headers)
+
+    return app
+
+
+def _validation_message(exc) -> str:
+    err = exc.errors()[0]
+    if err.get("type") == "json_invalid":
+        return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
+    loc = ".".join(str(p) for p in err["loc"] if p != "body") or "body"
+    return f"{loc}: {err['msg']}"
+
+
+def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
+    """Run the server in the foreground until interrupted."""
+    import uvicorn
+
+    from rlrm.launch.ports import ensure_port_free
+
+    ensure_port_free(host, port)
+    app = create_app(cfg)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rlrm.launch.server`: the same options as `rlrm launch server`."""
+    import argparse
+    import os
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m rlrm.launch.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--role", choices=ROLES, default="genrm")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-queue", type=int, default=1024)
+    parser.add_argument("--api-key", default=os.environ.get("RLRM_API_KEY"))
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.errors import RlrmError
+
+    try:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        cfg = ServerConfig(
+            model_path=resolve_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
+            max_queue=args.max_queue, api_key=args.api_key, served_model_name=args.served_model_name or args.model,
+            device=args.device,
+        )
+        serve(cfg, args.host, args.port)
+    except RlrmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The embedded server, as a real subprocess on a free port, through real HTTP clients (httpx, openai)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import httpx
+import pytest
+import torch
+
+from rlrm.launch.ports import free_port
+from rlrm.launch.process import ServerProcess, embedded_server_argv
+
+API_KEY = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def disrm_path(tmp_path_factory, tiny_policy_path):
+    """A randomly initialised Qwen2 sequence classifier (num_labels=1) with the tiny tokenizer."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tok.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("disrm")
+    Qwen2ForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def genrm(tiny_policy_path):
+    port = free_port()
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", port, extra=["--threads", "1"])) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def disrm(disrm_path):
+    port = free_port()
+    extra = ["--api-key", API_KEY, "--max-queue", "8", "--max-batch", "4", "--threads", "1"]
+    with ServerProcess(embedded_server_argv(str(disrm_path), "disrm", port, extra=extra)) as server:
+        yield server
+
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+QUESTION = "Tom has 3 coins. He finds 4 more coins. How many coins does Tom have now?"
+
+
+def test_health_and_models(genrm):
+    assert httpx.get(genrm.url + "/health").text == "ok"
+    models = httpx.get(genrm.url + "/v1/models").json()
+    assert models["data"][0]["role"] == "genrm" and models["data"][0]["max_model_len"] == 512
+
+
+def test_openai_client_chat_and_completions(genrm):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=genrm.url + "/v1", api_key="unused")
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=12, temperature=0, seed=1
+    )
+    assert isinstance(chat.choices[0].message.content, str) and chat.choices[0].message.content
+    assert chat.choices[0].finish_reason in ("stop", "length")
+    assert chat.usage.completion_tokens <= 12 and chat.usage.prompt_tokens > 10
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    again = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=12, temperature=0
+    )
+    assert again.choices[0].message.content == chat.choices[0].message.content  # greedy is deterministic
+    many = client.completions.create(model="tiny", prompt="Mia has 5 pens.", max_tokens=6, n=3, seed=7)
+    assert len(many.choices) == 3 and many.usage.completion_tokens <= 18
+    assert [c.index for c in many.choices] == [0, 1, 2]
+
+
+def test_generate_native_with_logprobs(genrm):
+    out = httpx.post(genrm.url + "/generate", json={
+        "text": "Mia has 5 pens.", "sampling_params": {"max_new_tokens": 5, "temperature": 0}, "return_logprob": True,
+    }).json()
+    meta = out["meta_info"]
+    assert meta["completion_tokens"] == len(out["output_ids"]) == len(meta["output_token_logprobs"])
+    assert all(lp <= 0 for lp, _, _ in meta["output_token_logprobs"])
+    batch = httpx.post(genrm.url + "/generate", json={"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": {"max_new_tokens": 3}}).json()
+    assert isinstance(batch, list) and len(batch) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "needle"),
+    [
+        ("/v1/chat/completions", b"{not json", "not valid JSON"),
+        ("/v1/chat/completions", {"model": "x"}, "messages: Field required"),
+        ("/v1/chat/completions", {"messages": []}, "at least 1 item"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "temprature": 1}, "temprature"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream": True}, "stream"),
+        ("/v1/completions", {"prompt": ""}, "empty prompt"),
+        ("/v1/completions", {"prompt": "hi " * 600, "max_tokens": 5}, "context"),
+        ("/generate", {"sampling_params": {}}, "exactly one of"),
+        ("/classify", {"input": "x"}, "role 'genrm'"),
+    ],
+)
+def test_bad_requests_get_4xx_with_a_message(genrm, path, body, needle):
+    if isinstance(body, bytes):
+        resp = httpx.post(genrm.url + path, content=body, headers={"content-type": "application/json"})
+    else:
+        resp = httpx.post(genrm.url + path, json=body)
+    assert 400 <= resp.status_code < 500
+    assert needle in resp.json()["error"]["message"]
+
+
+def test_classify_returns_the_models_float32_logit(disrm, disrm_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    texts = ["<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n#### 4<|im_end|>\n", "a longer input with more tokens in it"]
+    resp = httpx.post(disrm.url + "/classify", json={"model": "m", "input": texts, "use_activation": False}, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    served = [d["probs"][0] for d in resp.json()["data"]]
+    tok = AutoTokenizer.from_pretrained(disrm_path)
+    model = AutoModelForSequenceClassification.from_pretrained(disrm_path).eval()
+    with torch.no_grad():
+        direct = [model(**tok(t, return_tensors="pt")).logits[0, 0].item() for t in texts]
+    assert served == pytest.approx(direct, abs=1e-5)  # padding in the batch changes nothing
+    sig = httpx.post(disrm.url + "/classify", json={"input": texts[0]}, headers=AUTH).json()["data"][0]["probs"][0]
+    assert sig == pytest.approx(1 / (1 + math.exp(-direct[0])), abs=1e-5)  # default: activation on
+    ids = tok(texts[1])["input_ids"]
+    by_ids = httpx.post(disrm.url + "/classify", json={"input": ids, "use_activation": False}, headers=AUTH).json()
+    assert by_ids["data"][0]["probs"][0] == pytest.approx(direct[1], abs=1e-5)
+    assert by_ids["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_classify_faults(disrm):
+    post = lambda body, **kw: httpx.post(disrm.url + "/classify", json=body, **kw)  # noqa: E731
+    assert post({"input": "x"}).status_code == 401  # no key
+    assert httpx.get(disrm.url + "/health").status_code == 200  # health needs none
+    assert post({"input": []}, headers=AUTH).status_code == 400
+    long = post({"input": "word " * 200}, headers=AUTH)
+    assert long.status_code == 400 and "more than the model's 64" in long.json()["error"]["message"]
+    assert post({"input": "word " * 200, "truncate_prompt_tokens": 10}, headers=AUTH).status_code == 200
+    over = post({"input": ["x"] * 9}, headers=AUTH)  # 9 items > max-queue 8
+    assert over.status_code == 503 and over.headers["retry-after"] == "1"
+    assert post({"messages": []}, headers=AUTH).status_code == 400
+    chat = httpx.post(disrm.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=AUTH)
+    assert chat.status_code == 404 and "role 'disrm'" in chat.json()["error"]["message"]
+
+
+def test_port_in_use_and_missing_model(tiny_policy_path, genrm):
+    taken = subprocess.run(embedded_server_argv(str(tiny_policy_path), "genrm", genrm.port), capture_output=True, text=True, timeout=120)
+    assert taken.returncode == 1 and f"port {genrm.port} on 127.0.0.1 is in use" in taken.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "rlrm.launch.server", "--model", "./no/such/model", "--port", str(free_port())],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
