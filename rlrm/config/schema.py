@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlrm.config.reward import RewardConfig
+
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
 
 
@@ -118,15 +120,6 @@ class AlgorithmConfig(_Section):
     adv_estimator: Literal["grpo"] = Field("grpo", description="Advantage estimator.")
     norm_adv_by_std: bool = Field(True, description="Divide by the group std (False: Dr.GRPO).")
     adv_eps: float = Field(1e-6, gt=0.0, description="Added to the std before dividing.")
-
-
-class RewardConfig(_Section):
-    """Where scores come from. Later kinds (disrm, genrm, composite) add their own sections."""
-
-    kind: Literal["rule"] = Field("rule", description="Reward kind.")
-    method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction.")
-    format_score: float = Field(0.0, description="Score of a well-formed but wrong answer.")
-    score: float = Field(1.0, description="Score of a correct answer.")
 
 
 class TrainerConfig(_Section):

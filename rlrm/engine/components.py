@@ -23,7 +23,7 @@ class Components:
     actor: Any
     train_examples: list
     test_examples: list
-    reward_fn: Any
+    reward: Any  # RewardService, started by the trainer
     device: str
     data_info: dict
 
@@ -90,7 +90,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.data.dataset import load_splits
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.rewards.rule import make_reward
+    from rlrm.engine.rewards.service import RewardService
     from rlrm.engine.rollout.hf import HFRolloutEngine
 
     if profile.trainer.num_threads:
@@ -122,7 +122,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         n=profile.rollout.n,
     )
     train, test, info = load_splits(profile.data)
-    return Components(profile, tokenizer, policy, engine, actor, train, test, make_reward(profile.reward), device, info)
+    return Components(profile, tokenizer, policy, engine, actor, train, test, RewardService(profile.reward, profile.trainer.seed), device, info)
 
 
 def _first_line(exc: BaseException) -> str:

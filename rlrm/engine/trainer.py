@@ -104,16 +104,27 @@ class _TrainLoop:
         self.pending_row: dict | None = None
 
     async def run(self) -> None:
-        from rlrm.engine.checkpoint import list_checkpoints, load_state
+        from rlrm.engine.checkpoint import list_checkpoints
         from rlrm.engine.components import build_components
-        from rlrm.engine.data.loader import PromptLoader
-        from rlrm.engine.metrics.display import StepDisplay
-        from rlrm.engine.metrics.tracker import MetricsWriter
 
         p = self.profile
         ckpts = list_checkpoints(self.run_dir)
         parts = build_components(p, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         self.parts = parts
+        try:
+            await parts.reward.start()
+            await self._loop(ckpts)
+        finally:
+            await parts.reward.close()
+            await parts.engine.close()
+
+    async def _loop(self, ckpts: list) -> None:
+        from rlrm.engine.checkpoint import load_state
+        from rlrm.engine.data.loader import PromptLoader
+        from rlrm.engine.metrics.display import StepDisplay
+        from rlrm.engine.metrics.tracker import MetricsWriter
+
+        p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
         step = 0
         if ckpts:
@@ -142,7 +153,6 @@ class _TrainLoop:
             writer.close()
             self._save(force=True)
             self._write_trace()
-            await parts.engine.close()
 
     async def _step(self, step: int, val_examples: list, val_ids: list) -> dict:
         from rlrm.engine.data.prompts import encode_prompts
@@ -183,8 +193,8 @@ class _TrainLoop:
         return row
 
     def _perf(self, row: dict, step_s: float) -> dict:
-        tokens = row["perf/total_num_tokens"]
-        n_samples = row["batch/num_samples"]
+        tokens = row.get("perf/total_num_tokens", 0)
+        n_samples = row.get("batch/num_samples", 0)
         peak_gb = _peak_memory_gb()
         return {
             "perf/throughput": tokens / step_s,

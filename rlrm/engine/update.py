@@ -30,6 +30,10 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
     profile = parts.profile
     n = profile.rollout.n
     actor = parts.actor
+    completions, results, dropped_groups = drop_failed_groups(completions, results, n)
+    reward_metrics = parts.reward.loop.take_metrics(dropped_groups)
+    if not completions:
+        return {**reward_metrics, "batch/num_samples": 0}  # every group dropped: nothing to learn from
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)  # [B]
     group_ids = torch.arange(len(completions)) // n  # [B]
     with timer("adv"):
@@ -58,8 +62,18 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
     with timer("update_weights"):
         parts.engine.update_weights(actor.policy_state_dict(), version=step)
     metrics.update(rollout_gap)
+    metrics.update(reward_metrics)
     metrics.update(batch_metrics(completions, scores, advantages))
     return metrics
+
+
+def drop_failed_groups(completions: list, results: list, n: int) -> tuple[list, list, int]:
+    """Remove every group (n consecutive samples) holding a failed sample (result None)."""
+    failed = {i // n for i, r in enumerate(results) if r is None}
+    if not failed:
+        return completions, results, 0
+    keep = [i for i in range(len(completions)) if i // n not in failed]
+    return [completions[i] for i in keep], [results[i] for i in keep], len(failed)
 
 
 def batch_metrics(completions: list, scores, advantages) -> dict[str, float]:

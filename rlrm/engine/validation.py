@@ -1,27 +1,29 @@
-"""Validation: one greedy (by default) answer per test prompt, scored by the run's reward."""
+"""Validation: one greedy (by default) answer per test prompt, checked against the ground truth.
+
+Accuracy is the GSM8K rule's exact match whatever reward the run trains with, so runs with a
+judge, a DisRM or a rule are compared on the same footing (and no judge time is spent here).
+"""
 
 from __future__ import annotations
 
-from rlrm.engine.scheduling.common import generate_groups, reward_samples, score_all
+from rlrm.engine.rewards.rule import make_rule_reward
+from rlrm.engine.scheduling.common import generate_groups, reward_samples
 from rlrm.engine.scheduling.sync import sampling_params
 
 
 async def validate(parts, examples: list, prompt_ids: list[list[int]]) -> dict[str, float]:
-    """Accuracy and mean score on the test prompts.
-
-    `val/accuracy` is the fraction of exactly right answers (the reward's `acc` extra when it
-    reports one, else a score at the reward's full `score`).
-    """
+    """`val/accuracy` (exact answers), `val/format_rate` (answers found at all), mean response length."""
     if not examples:
         return {}
     profile = parts.profile
     completions = await generate_groups(
         parts.engine, prompt_ids, sampling_params(profile, validation=True), 1, profile.trainer.seed, step=-1
     )
-    results = await score_all(parts.reward_fn, reward_samples(parts.tokenizer, examples, completions, 1))
-    correct = [float(r.extra.get("acc", r.score >= profile.reward.score)) for r in results]
+    rule = make_rule_reward(profile.reward)
+    results = [await rule(s) for s in reward_samples(parts.tokenizer, examples, completions, 1)]
+    correct = [r.extra["acc"] for r in results]
     return {
         "val/accuracy": sum(correct) / len(correct),
-        "val/score_mean": sum(r.score for r in results) / len(results),
+        "val/format_rate": sum(r.extra["has_answer"] for r in results) / len(results),
         "val/response_length": sum(len(c.token_ids) for c in completions) / len(completions),
     }

@@ -41,17 +41,28 @@ class ServerProcess:
         self._log = None
 
     def start(self) -> "ServerProcess":
-        self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
-            env={**os.environ, **(self.env or {})},
-        )
+        """Launch and wait until healthy (stopping it again if it never gets there)."""
+        self.launch()
         try:
             self.wait_ready()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it."""
+        if self._log is None:
+            self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
+            env={**os.environ, **(self.env or {})},
+        )
+
+    def restart(self) -> None:
+        """Start a dead server again on the same port and wait for it."""
+        self.launch()
+        self.wait_ready()
 
     def wait_ready(self) -> None:
         import httpx

@@ -17,23 +17,6 @@ API_KEY = "s3cret"
 
 
 @pytest.fixture(scope="module")
-def disrm_path(tmp_path_factory, tiny_policy_path):
-    """A randomly initialised Qwen2 sequence classifier (num_labels=1) with the tiny tokenizer."""
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
-
-    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tok.pad_token_id,
-    )
-    path = tmp_path_factory.mktemp("disrm")
-    Qwen2ForSequenceClassification(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def genrm(tiny_policy_path):
     port = free_port()
     with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", port, extra=["--threads", "1"])) as server:
@@ -41,10 +24,10 @@ def genrm(tiny_policy_path):
 
 
 @pytest.fixture(scope="module")
-def disrm(disrm_path):
+def disrm(random_disrm_path):
     port = free_port()
     extra = ["--api-key", API_KEY, "--max-queue", "8", "--max-batch", "4", "--threads", "1"]
-    with ServerProcess(embedded_server_argv(str(disrm_path), "disrm", port, extra=extra)) as server:
+    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", port, extra=extra)) as server:
         yield server
 
 
@@ -113,15 +96,15 @@ def test_bad_requests_get_4xx_with_a_message(genrm, path, body, needle):
     assert needle in resp.json()["error"]["message"]
 
 
-def test_classify_returns_the_models_float32_logit(disrm, disrm_path):
+def test_classify_returns_the_models_float32_logit(disrm, random_disrm_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     texts = ["<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n#### 4<|im_end|>\n", "a longer input with more tokens in it"]
     resp = httpx.post(disrm.url + "/classify", json={"model": "m", "input": texts, "use_activation": False}, headers=AUTH)
     assert resp.status_code == 200, resp.text
     served = [d["probs"][0] for d in resp.json()["data"]]
-    tok = AutoTokenizer.from_pretrained(disrm_path)
-    model = AutoModelForSequenceClassification.from_pretrained(disrm_path).eval()
+    tok = AutoTokenizer.from_pretrained(random_disrm_path)
+    model = AutoModelForSequenceClassification.from_pretrained(random_disrm_path).eval()
     with torch.no_grad():
         direct = [model(**tok(t, return_tensors="pt")).logits[0, 0].item() for t in texts]
     assert served == pytest.approx(direct, abs=1e-5)  # padding in the batch changes nothing

@@ -19,8 +19,3 @@ def make_rule_reward(cfg: RewardConfig) -> RewardFn:
 
     return rule_reward
 
-
-def make_reward(cfg: RewardConfig) -> RewardFn:
-    """The reward function a profile names (later issues add model-based kinds here)."""
-    makers = {"rule": make_rule_reward}
-    return makers[cfg.kind](cfg)

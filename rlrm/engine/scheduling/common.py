@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import RewardResult, RewardSample
 
 _SEED_MOD = 2**63 - 1
 
@@ -65,7 +65,3 @@ def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list
         )
     return samples
 
-
-async def score_all(reward_fn: RewardFn, samples: list[RewardSample]) -> list[RewardResult]:
-    """Score every sample concurrently; results keep the samples' order."""
-    return list(await asyncio.gather(*(reward_fn(s) for s in samples)))

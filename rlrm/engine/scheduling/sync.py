@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rollout.base import SamplingParams
-from rlrm.engine.scheduling.common import generate_groups, reward_samples, score_all
+from rlrm.engine.scheduling.common import generate_groups, reward_samples
 
 
 def sampling_params(profile, validation: bool = False) -> SamplingParams:
@@ -27,5 +27,5 @@ async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: in
         )
     samples = reward_samples(parts.tokenizer, examples, completions, n)
     with timer("reward", lane="reward"):
-        results = await score_all(parts.reward_fn, samples)
+        results = await parts.reward.loop.score_all(samples)
     return update_policy(parts, completions, results, step, timer)

@@ -1,0 +1,88 @@
+"""The `reward` section of a profile: which reward, served how, and what happens when it fails."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "Is the answer to this problem correct?\n"
+    "Problem: {question}\n"
+    "Answer: {response}\n"
+    "Work it out, then end with 'Score: 10' if the answer is correct or 'Score: 0' if it is not."
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RewardServerConfig(_Section):
+    """The reward-model servers: launched by rlrm, or already running at `address`."""
+
+    model: str = Field("tiny:judge", description="Reward model: HF folder, hub id or tiny:NAME.")
+    replicas: int = Field(1, ge=1, le=16, description="Server processes behind the balancer.")
+    backend: Literal["embedded"] = Field("embedded", description="Server implementation.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Reward model dtype.")
+    max_batch: int = Field(64, gt=0, description="Most requests per batched forward on a server.")
+    threads: int = Field(1, ge=0, description="torch CPU threads per server (0: torch's default).")
+    addresses: list[str] = Field(default_factory=list, description="Use these running servers (http://host:port) instead.")
+    api_key: str | None = Field(None, description="Bearer key the servers require.")
+    start_timeout_s: float = Field(180.0, gt=0, description="Total time allowed for servers to become healthy.")
+
+
+class DisRMConfig(_Section):
+    max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")
+    too_long: Literal["truncate", "error"] = Field("truncate", description="Keep the last max_length tokens, or fail the sample.")
+
+
+class GenRMConfig(_Section):
+    template: str = Field(DEFAULT_JUDGE_TEMPLATE, description="Judge prompt with {question}, {response} and optionally {reference}.")
+    verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
+    max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
+    max_tokens: int = Field(48, gt=0, description="Judge response budget.")
+    temperature: float = Field(0.0, ge=0.0, description="Judge sampling temperature.")
+
+
+class CompositeConfig(_Section):
+    mode: Literal["weighted", "gate"] = Field("weighted", description="Weighted sum of rule and model, or the rule gating the model.")
+    rule_weight: float = Field(0.5, description="Weight of the rule score (weighted mode).")
+    model_weight: float = Field(0.5, description="Weight of the model score (weighted mode).")
+    model_kind: Literal["disrm", "genrm"] = Field("genrm", description="Which model kind the composite calls.")
+
+
+class RewardConfig(_Section):
+    """Where scores come from and how failures are handled."""
+
+    kind: Literal["rule", "disrm", "genrm", "composite"] = Field("rule", description="Reward kind.")
+    method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction (rule).")
+    format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
+    score: float = Field(1.0, description="Rule score of a correct answer.")
+    num_workers: int = Field(4, ge=1, description="Reward-loop workers.")
+    max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")
+    backoff_s: float = Field(0.1, ge=0, description="First retry delay; doubles each retry, with jitter.")
+    backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay.")
+    on_failure: Literal["default", "drop-group", "fail"] = Field(
+        "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
+    )
+    default_score: float = Field(0.0, description="Score used by on_failure=default.")
+    server: RewardServerConfig = Field(default_factory=RewardServerConfig)
+    disrm: DisRMConfig = Field(default_factory=DisRMConfig)
+    genrm: GenRMConfig = Field(default_factory=GenRMConfig)
+    composite: CompositeConfig = Field(default_factory=CompositeConfig)
+
+    @model_validator(mode="after")
+    def _check_template(self) -> "RewardConfig":
+        if "{response}" not in self.genrm.template:
+            raise ValueError("genrm.template must contain {response}")
+        return self
+
+    @property
+    def model_kind(self) -> str | None:
+        """The served model this reward calls, if any."""
+        if self.kind in ("disrm", "genrm"):
+            return self.kind
+        return self.composite.model_kind if self.kind == "composite" else None

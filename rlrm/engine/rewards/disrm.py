@@ -1,0 +1,43 @@
+"""DisRM client: the conversation re-rendered with the reward model's chat template, scored over `/classify`.
+
+The policy's chat template does not matter here: the reward model was trained on its own format,
+so the prompt messages plus the response (decoded without EOS) are rendered again with the reward
+model's template, tokenized without adding special tokens (a BOS the template already wrote is
+kept once, never twice), and sent as token ids. The raw logit comes back as a float32 score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.errors import BadRequest, NonFiniteScore
+
+
+def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:
+    """Token ids of prompt + response in the reward model's own chat format."""
+    messages = list(prompt) + [{"role": "assistant", "content": response}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
+    """A reward function that scores with a served sequence classifier."""
+    limit = cfg.disrm.max_length
+
+    async def disrm_reward(sample: RewardSample) -> RewardResult:
+        ids = render_conversation(tokenizer, sample.prompt, sample.solution_str)
+        truncated = len(ids) > limit
+        if truncated:
+            if cfg.disrm.too_long == "error":
+                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
+            ids = ids[-limit:]  # keep the end: the response is what is being judged
+        body = await balancer.post("/classify", {"model": cfg.server.model, "input": ids, "use_activation": False}, cfg.timeout_s)
+        value = body["data"][-1]["probs"][-1]
+        score = np.float32(value if value is not None else np.nan)
+        if not np.isfinite(score):
+            raise NonFiniteScore(f"DisRM returned {value} for sample {sample.uid}")
+        return RewardResult(float(score), {"disrm_score": float(score), "disrm_truncated": truncated})
+
+    return disrm_reward

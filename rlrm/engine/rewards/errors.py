@@ -1,0 +1,36 @@
+"""How a reward call can fail, so the reward loop knows what to retry and what to count."""
+
+from __future__ import annotations
+
+
+class RewardCallError(Exception):
+    """A reward could not be computed for one sample."""
+
+    retryable = False
+    kind = "failure"  # the counter it lands in (besides reward/failures)
+
+
+class TransientError(RewardCallError):
+    """5xx, connection error or a server going away: worth another try."""
+
+    retryable = True
+
+
+class RequestTimeout(TransientError):
+    kind = "timeout"
+
+
+class BadRequest(RewardCallError):
+    """4xx: the request itself is wrong; retrying cannot help."""
+
+
+class UnparsedVerdict(RewardCallError):
+    """The judge answered without a verdict the parser recognises."""
+
+    kind = "unparsed"
+
+
+class NonFiniteScore(RewardCallError):
+    """The reward model returned NaN or inf."""
+
+    kind = "nonfinite"

@@ -1,0 +1,57 @@
+"""GenRM client: a judge model asked through `/v1/chat/completions`, its verdict parsed and normalised."""
+
+from __future__ import annotations
+
+import re
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.errors import UnparsedVerdict
+
+_PATTERNS = {
+    "score": re.compile(r"Score:\s*(-?\d+(?:\.\d+)?)"),
+    "boxed": re.compile(r"\\boxed\{\s*(-?\d+(?:\.\d+)?)\s*\}"),
+}
+
+
+def parse_verdict(text: str, style: str = "score", max_score: float = 10.0) -> float | None:
+    """The last verdict in `text` divided by `max_score` and clipped to [0, 1]; None when there is none."""
+    matches = _PATTERNS[style].findall(text)
+    if not matches:
+        return None
+    return min(1.0, max(0.0, float(matches[-1]) / max_score))
+
+
+def judge_prompt(template: str, sample: RewardSample) -> str:
+    """The judge's question for one sample: {question}, {response}, {reference} filled in."""
+    question = sample.extra_info.get("question") or sample.prompt[-1]["content"]
+    return template.format(question=question, response=sample.solution_str, reference=sample.ground_truth)
+
+
+def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
+    """A reward function that asks a served judge."""
+    g = cfg.genrm
+
+    async def genrm_reward(sample: RewardSample) -> RewardResult:
+        body = {
+            "model": cfg.server.model,
+            "messages": [{"role": "user", "content": judge_prompt(g.template, sample)}],
+            "max_tokens": g.max_tokens,
+            "temperature": g.temperature,
+        }
+        out = await balancer.post("/v1/chat/completions", body, cfg.timeout_s)
+        text = out["choices"][0]["message"]["content"] or ""
+        usage = out.get("usage") or {}
+        score = parse_verdict(text, g.verdict, g.max_score)
+        if score is None:
+            raise UnparsedVerdict(f"judge gave no verdict for sample {sample.uid}: {text[-80:]!r}")
+        return RewardResult(
+            score,
+            {
+                "judge_verdict": text[-200:],
+                "judge_prompt_tokens": usage.get("prompt_tokens", 0),
+                "judge_completion_tokens": usage.get("completion_tokens", 0),
+            },
+        )
+
+    return genrm_reward

@@ -1,0 +1,164 @@
+"""The reward loop: per-sample scoring by `num_workers` async workers, with timeouts, retries and a
+failure policy, and counters for everything that went wrong.
+
+    loop = RewardLoop(reward_fn, profile.reward)
+    result = await loop.score(sample)      # RewardResult, or None when the sample's group must be dropped
+    loop.take_metrics()                    # reward/latency_p50, reward/failures, ... since the last call
+
+Nothing is ever silently zeroed: a sample that still fails after its retries is given
+`reward.default_score` (counted in `reward/defaulted`), dropped with its whole group (counted in
+`reward/dropped_groups`), or stops the run with a RewardError, as `reward.on_failure` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.errors import RequestTimeout, RewardCallError
+from rlrm.errors import RlrmError
+
+
+class RewardError(RlrmError):
+    """A reward failed and `reward.on_failure` is `fail`."""
+
+
+@dataclass
+class RewardStats:
+    latencies_s: list[float] = field(default_factory=list)
+    failures: int = 0  # samples that failed after every retry
+    retries: int = 0
+    timeouts: int = 0
+    unparsed: int = 0
+    nonfinite: int = 0
+    defaulted: int = 0
+    dropped_samples: int = 0
+    judge_prompt_tokens: int = 0
+    judge_completion_tokens: int = 0
+
+    def metrics(self, dropped_groups: int = 0) -> dict[str, float]:
+        lat = sorted(self.latencies_s)
+        return {
+            "reward/latency_p50": _quantile(lat, 0.5),
+            "reward/latency_p99": _quantile(lat, 0.99),
+            "reward/failures": self.failures,
+            "reward/retries": self.retries,
+            "reward/timeouts": self.timeouts,
+            "reward/unparsed": self.unparsed,
+            "reward/nonfinite": self.nonfinite,
+            "reward/defaulted": self.defaulted,
+            "reward/dropped_groups": dropped_groups,
+            "reward/judge_prompt_tokens": self.judge_prompt_tokens,
+            "reward/judge_completion_tokens": self.judge_completion_tokens,
+        }
+
+
+class RewardLoop:
+    """Scores samples through `fn` under the profile's timeout, retry and failure policy."""
+
+    def __init__(self, fn: RewardFn, cfg: RewardConfig, seed: int = 0):
+        self.fn, self.cfg = fn, cfg
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+        # One concurrency budget per worker; samples are spread over workers by index.
+        self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
+        self._jitter = random.Random(seed)
+        self.stats = RewardStats()
+
+    async def score(self, sample: RewardSample) -> RewardResult | None:
+        """The sample's reward, or None when it failed and its group is to be dropped."""
+        async with self._workers[sample.index % len(self._workers)]:
+            start = time.perf_counter()
+            outcome = await self._attempts(sample)
+            if isinstance(outcome, RewardResult):
+                self.stats.latencies_s.append(time.perf_counter() - start)
+                return outcome
+            return self._on_failure(sample, outcome)
+
+    async def score_all(self, samples: list[RewardSample]) -> list[RewardResult | None]:
+        """Score samples concurrently; results keep their order."""
+        return list(await asyncio.gather(*(self.score(s) for s in samples)))
+
+    def take_metrics(self, dropped_groups: int = 0) -> dict[str, float]:
+        """Counters since the last call (then reset)."""
+        metrics = self.stats.metrics(dropped_groups)
+        self.stats = RewardStats()
+        return metrics
+
+    async def _attempts(self, sample: RewardSample) -> RewardResult | RewardCallError:
+        cfg = self.cfg
+        for attempt in range(cfg.max_retries + 1):
+            try:
+                raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
+                result = self._check(raw, sample)
+                self.stats.judge_prompt_tokens += int(result.extra.get("judge_prompt_tokens", 0))
+                self.stats.judge_completion_tokens += int(result.extra.get("judge_completion_tokens", 0))
+                return result
+            except asyncio.TimeoutError:
+                error: RewardCallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
+            except RewardCallError as exc:
+                error = exc
+            except Exception as exc:  # a user's function that raised: not retried, named in the message
+                error = RewardCallError(f"reward function {self.name} raised {type(exc).__name__}: {exc}")
+            self._count(error)
+            if not error.retryable or attempt == cfg.max_retries:
+                return error
+            self.stats.retries += 1
+            delay = min(cfg.backoff_max_s, cfg.backoff_s * 2**attempt)
+            await asyncio.sleep(delay * (0.5 + self._jitter.random()))  # jitter spreads retries out
+        raise AssertionError("unreachable")
+
+    def _check(self, raw, sample: RewardSample) -> RewardResult:
+        if isinstance(raw, RewardResult):
+            result = raw
+        elif isinstance(raw, dict) and "score" in raw:
+            result = RewardResult(score=raw["score"], extra={k: v for k, v in raw.items() if k != "score"})
+        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            result = RewardResult(score=float(raw))
+        else:
+            raise RewardCallError(
+                f"reward function {self.name} returned {type(raw).__name__} for sample {sample.uid}; "
+                "return a float or a dict with 'score'"
+            )
+        try:
+            result.score = float(result.score)
+        except (TypeError, ValueError):
+            raise RewardCallError(f"reward function {self.name} gave a non-numeric score {result.score!r} for sample {sample.uid}") from None
+        if not math.isfinite(result.score):
+            from rlrm.engine.rewards.errors import NonFiniteScore
+
+            raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
+        return result
+
+    def _count(self, error: RewardCallError) -> None:
+        if error.kind == "timeout":
+            self.stats.timeouts += 1
+        elif error.kind == "unparsed":
+            self.stats.unparsed += 1
+        elif error.kind == "nonfinite":
+            self.stats.nonfinite += 1
+
+    def _on_failure(self, sample: RewardSample, error: RewardCallError) -> RewardResult | None:
+        self.stats.failures += 1
+        policy = self.cfg.on_failure
+        if policy == "fail":
+            raise RewardError(
+                f"reward for sample {sample.uid} failed after {self.cfg.max_retries} retries: {error}; "
+                "set reward.on_failure=default or drop-group to go on"
+            )
+        if policy == "default":
+            self.stats.defaulted += 1
+            return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
+        self.stats.dropped_samples += 1
+        return None
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[index]

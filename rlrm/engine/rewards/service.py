@@ -1,0 +1,97 @@
+"""The reward side of a run: the reward function a profile names, the reward loop around it, and
+the servers it calls (launched, supervised and stopped here), behind one balancer.
+
+    service = RewardService(profile.reward, seed=0)
+    await service.start()           # servers healthy, balancer ready
+    results = await service.loop.score_all(samples)
+    await service.close()           # in `finally`
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.rewards.rule import make_rule_reward
+
+
+class RewardService:
+    def __init__(self, cfg: RewardConfig, seed: int = 0):
+        self.cfg, self.seed = cfg, seed
+        self.pool = None
+        self.balancer = None
+        self.loop: RewardLoop | None = None
+        self._supervisor: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Launch (or reach) the reward servers, then build the reward function and loop."""
+        kind = self.cfg.model_kind
+        if kind is not None:
+            await self._start_servers(kind)
+        self.loop = RewardLoop(self._make_fn(kind), self.cfg, seed=self.seed)
+
+    async def _start_servers(self, kind: str) -> None:
+        from rlrm.engine.models.tiny import resolve_model_path
+        from rlrm.launch.balancer import ReplicaBalancer
+        from rlrm.launch.pool import ServerPool
+
+        server = self.cfg.server
+        self.model_path = resolve_model_path(server.model)
+        urls = list(server.addresses)
+        if not urls:
+            self.pool = ServerPool(
+                self.model_path, role=kind, replicas=server.replicas, threads=server.threads, dtype=server.dtype,
+                max_batch=server.max_batch, api_key=server.api_key,
+            )
+            await asyncio.to_thread(self.pool.start, server.start_timeout_s)
+            self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
+            urls = self.pool.urls
+        self.balancer = ReplicaBalancer(urls, api_key=server.api_key)
+        await self.balancer.wait_healthy(server.start_timeout_s)
+
+    def _make_fn(self, kind: str | None) -> RewardFn:
+        cfg = self.cfg
+        if kind is None:
+            return make_rule_reward(cfg)
+        model_fn = self._model_fn(kind)
+        if cfg.kind != "composite":
+            return model_fn
+        return make_composite_reward(cfg, make_rule_reward(cfg), model_fn)
+
+    def _model_fn(self, kind: str) -> RewardFn:
+        if kind == "disrm":
+            from transformers import AutoTokenizer
+
+            from rlrm.engine.rewards.disrm import make_disrm_reward
+
+            return make_disrm_reward(self.cfg, self.balancer, AutoTokenizer.from_pretrained(self.model_path))
+        from rlrm.engine.rewards.genrm import make_genrm_reward
+
+        return make_genrm_reward(self.cfg, self.balancer)
+
+    async def close(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+        if self.balancer is not None:
+            await self.balancer.close()
+        if self.pool is not None:
+            await asyncio.to_thread(self.pool.stop)
+
+
+def make_composite_reward(cfg: RewardConfig, rule_fn: RewardFn, model_fn: RewardFn) -> RewardFn:
+    """Rule and model together: a weighted sum, or the rule as a gate (the model only sees right answers)."""
+    comp = cfg.composite
+
+    async def composite_reward(sample: RewardSample) -> RewardResult:
+        rule = await rule_fn(sample)
+        if comp.mode == "gate" and rule.score < cfg.score:
+            return RewardResult(rule.score, {**rule.extra, "gated": True})
+        model = await model_fn(sample)
+        if comp.mode == "gate":
+            return RewardResult(model.score, {**rule.extra, **model.extra, "gated": False})
+        score = comp.rule_weight * rule.score + comp.model_weight * model.score
+        return RewardResult(score, {**rule.extra, **model.extra, "rule_score": rule.score, "model_score": model.score})
+
+    return composite_reward

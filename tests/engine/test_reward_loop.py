@@ -1,0 +1,136 @@
+"""The reward loop's fault policy, with plain async functions standing in for reward calls."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.errors import BadRequest, TransientError, UnparsedVerdict
+from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
+from rlrm.engine.rewards.loop import RewardError, RewardLoop
+from rlrm.engine.update import drop_failed_groups
+
+
+def sample(i=0, uid="p0"):
+    return RewardSample(uid=uid, index=i, data_source="t", prompt=[{"role": "user", "content": "Q?"}],
+                        solution_str="#### 3", ground_truth="3", extra_info={"question": "What is 1+2?"})
+
+
+def cfg(**kw):
+    base = {"timeout_s": 0.2, "max_retries": 2, "backoff_s": 0.0, "num_workers": 2}
+    return RewardConfig(**{**base, **kw})
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_transient_errors_are_retried_then_succeed():
+    calls = []
+
+    async def flaky(s):
+        calls.append(1)
+        if len(calls) < 3:
+            raise TransientError("503")
+        return 0.75
+
+    loop = RewardLoop(flaky, cfg())
+    assert run(loop.score(sample())).score == 0.75
+    m = loop.take_metrics()
+    assert len(calls) == 3 and m["reward/retries"] == 2 and m["reward/failures"] == 0
+
+
+def test_bad_requests_are_not_retried_and_default_is_counted():
+    calls = []
+
+    async def bad(s):
+        calls.append(1)
+        raise BadRequest("400: input too long")
+
+    loop = RewardLoop(bad, cfg(on_failure="default", default_score=-1.0))
+    result = run(loop.score(sample()))
+    assert result.score == -1.0 and result.extra["reward_failed"] is True
+    m = loop.take_metrics()
+    assert len(calls) == 1 and m["reward/retries"] == 0 and m["reward/failures"] == 1 and m["reward/defaulted"] == 1
+
+
+def test_timeouts_are_counted_and_retried():
+    async def hang(s):
+        await asyncio.sleep(10)
+
+    loop = RewardLoop(hang, cfg(timeout_s=0.05, max_retries=1, on_failure="drop-group"))
+    assert run(loop.score(sample())) is None
+    m = loop.take_metrics()
+    assert m["reward/timeouts"] == 2 and m["reward/retries"] == 1 and m["reward/failures"] == 1
+
+
+def test_fail_policy_stops_with_the_sample_named():
+    async def unparsed(s):
+        raise UnparsedVerdict("no verdict")
+
+    loop = RewardLoop(unparsed, cfg(on_failure="fail"))
+    with pytest.raises(RewardError, match="sample p7 failed.*on_failure=default or drop-group"):
+        run(loop.score(sample(uid="p7")))
+    assert loop.stats.unparsed == 1  # not retried: the judge said what it said
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("high", "returned str for sample p0"), ({"no_score": 1}, "returned dict"), ({"score": "x"}, "non-numeric")],
+)
+def test_wrong_return_types_name_function_and_sample(value, needle):
+    async def my_compute_score(s):
+        return value
+
+    loop = RewardLoop(my_compute_score, cfg(on_failure="fail"))
+    with pytest.raises(RewardError, match="my_compute_score"):
+        run(loop.score(sample()))
+    with pytest.raises(RewardError, match=needle):
+        run(RewardLoop(my_compute_score, cfg(on_failure="fail")).score(sample()))
+
+
+def test_raising_function_and_nan_are_failures_not_zeros():
+    async def boom(s):
+        raise KeyError("ground_truth")
+
+    async def nan(s):
+        return math.nan
+
+    loop = RewardLoop(boom, cfg())
+    result = run(loop.score(sample()))
+    assert "boom raised KeyError" in result.extra["reward_error"]
+    loop = RewardLoop(nan, cfg())
+    run(loop.score(sample()))
+    assert loop.take_metrics()["reward/nonfinite"] == 1
+
+
+def test_dict_results_keep_extra_info_and_order():
+    async def fn(s):
+        return {"score": s.index / 10, "why": f"sample {s.index}"}
+
+    loop = RewardLoop(fn, cfg())
+    results = run(loop.score_all([sample(i) for i in range(6)]))
+    assert [r.score for r in results] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    assert results[3].extra == {"why": "sample 3"}
+    assert loop.take_metrics()["reward/latency_p99"] >= 0.0
+
+
+def test_drop_failed_groups():
+    ok = RewardResult(1.0)
+    comps = list("abcdef")
+    kept, results, dropped = drop_failed_groups(comps, [ok, ok, None, ok, ok, None], n=2)
+    assert kept == ["a", "b"] and dropped == 2 and len(results) == 2
+
+
+def test_parse_verdict():
+    assert parse_verdict("3 + 4 = 7\nScore: 10") == 1.0
+    assert parse_verdict("Score: 10 ... on reflection Score: 0") == 0.0  # the last verdict counts
+    assert parse_verdict("Score: 7") == pytest.approx(0.7)
+    assert parse_verdict("Score: 42") == 1.0  # clipped to [0, 1]
+    assert parse_verdict("no verdict here") is None
+    assert parse_verdict(r"so \boxed{8}", style="boxed") == pytest.approx(0.8)
+    assert judge_prompt("Q: {question} A: {response} R: {reference}", sample()) == "Q: What is 1+2? A: #### 3 R: 3"

@@ -1,0 +1,67 @@
+"""Model rewards end to end: real reward servers behind the balancer, a replica killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.rewards.service import RewardService
+
+
+def samples(n):
+    return [
+        RewardSample(uid=f"p{i // 2}", index=i, data_source="t", prompt=[{"role": "user", "content": f"What is {i} + 1?"}],
+                     solution_str=f"{i} + 1 = {i + 1}\n#### {i + 1}", ground_truth=str(i + 1), extra_info={})
+        for i in range(n)
+    ]
+
+
+def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path), "replicas": 2}, timeout_s=10, backoff_s=0.05)
+    tok = AutoTokenizer.from_pretrained(random_disrm_path)
+    model = AutoModelForSequenceClassification.from_pretrained(random_disrm_path).eval()
+    batch = samples(8)
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            first = await service.loop.score_all(batch)
+            service.pool.servers[0].kill()  # a replica dies mid-run
+            second = await service.loop.score_all(batch)
+            return first, second, service.loop.take_metrics(), service.pool.restarts
+        finally:
+            await service.close()
+            assert not any(s.alive() for s in service.pool.servers)  # torn down by pid
+
+    first, second, metrics, _ = asyncio.run(scenario())
+    with torch.no_grad():
+        direct = [model(input_ids=torch.tensor([render_conversation(tok, s.prompt, s.solution_str)])).logits[0, 0].item() for s in batch]
+    assert [r.score for r in first] == pytest.approx(direct, abs=1e-5)
+    assert [r.score for r in second] == pytest.approx(direct, abs=1e-5)  # every sample scored after the kill
+    assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
+
+
+def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
+    # the tiny policy is no judge: it answers arithmetic, never "Score: N"
+    cfg = RewardConfig(kind="genrm", server={"model": str(tiny_policy_path)}, genrm={"max_tokens": 8},
+                       on_failure="default", default_score=0.5, timeout_s=20)
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            return await service.loop.score_all(samples(4)), service.loop.take_metrics()
+        finally:
+            await service.close()
+
+    results, metrics = asyncio.run(scenario())
+    assert all(r.score == 0.5 and r.extra["reward_failed"] for r in results)
+    assert metrics["reward/unparsed"] == 4 and metrics["reward/defaulted"] == 4
