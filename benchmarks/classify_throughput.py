@@ -1,0 +1,119 @@
+"""Embedded `/classify` throughput: 256 concurrent clients vs one batched forward vs one at a time.
+
+    .venv/bin/python benchmarks/classify_throughput.py [--model PATH] [--requests 256] [--threads 2]
+
+Starts an embedded DisRM server (its own process, `--threads` torch threads) and measures, on the
+same inputs, in samples/s: (a) one batched forward in this process (the ceiling), (b) `--requests`
+concurrent HTTP clients, one input each, (c) the same requests sent one at a time. Prints the
+ratios (b)/(a) and (b)/(c) and the p50/p99 request latency of (b). Default model: a randomly
+initialised Qwen2 sequence classifier of the tiny policy's size (the speed does not depend on
+what it learned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    import httpx
+    import torch
+
+    from rlrm.launch.ports import free_port
+    from rlrm.launch.process import ServerProcess, embedded_server_argv
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-batch", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(args.model) if args.model else _random_disrm(Path(tmp))
+        model, inputs = _inputs(path, args.requests)
+        for _ in range(2):
+            start = time.perf_counter()
+            _batched_forward(model, inputs)
+            batched_s = time.perf_counter() - start
+        argv = embedded_server_argv(str(path), "disrm", free_port(),
+                                    extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)])
+        with ServerProcess(argv) as server:
+            url = server.url + "/classify"
+            concurrent_s, latencies = asyncio.run(_concurrent(url, inputs))
+            concurrent_s, latencies = asyncio.run(_concurrent(url, inputs))  # second run: warm
+            with httpx.Client() as client:
+                start = time.perf_counter()
+                for ids in inputs:
+                    client.post(url, json={"input": ids, "use_activation": False}).raise_for_status()
+                sequential_s = time.perf_counter() - start
+    n = len(inputs)
+    print(f"{n} inputs, {args.threads} threads (server and in-process forward)")
+    print(f"one batched forward (in process)   {n / batched_s:10,.0f} samples/s")
+    print(f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, .5)} ms  p99 {_ms(latencies, .99)} ms")
+    print(f"one request at a time over HTTP    {n / sequential_s:10,.0f} samples/s")
+    print(f"concurrent / batched forward       {batched_s / concurrent_s:10.2f}")
+    print(f"concurrent / one at a time         {sequential_s / concurrent_s:10.2f}")
+
+
+async def _concurrent(url: str, inputs: list[list[int]]):
+    import httpx
+
+    latencies = []
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1024), timeout=120) as client:
+        async def one(ids):
+            t = time.perf_counter()
+            (await client.post(url, json={"input": ids, "use_activation": False})).raise_for_status()
+            latencies.append(time.perf_counter() - t)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(ids) for ids in inputs))
+        return time.perf_counter() - start, latencies
+
+
+def _batched_forward(model, inputs):
+    import torch
+
+    width = max(len(s) for s in inputs)
+    ids = torch.zeros((len(inputs), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(inputs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    with torch.inference_mode():
+        return model(input_ids=ids, attention_mask=mask).logits
+
+
+def _inputs(path: Path, count: int):
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    rng = random.Random(0)
+    vocab = model.config.vocab_size
+    return model, [[rng.randrange(3, vocab) for _ in range(rng.randint(50, 80))] for _ in range(count)]
+
+
+def _random_disrm(folder: Path) -> Path:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=512, num_labels=1, pad_token_id=0)
+    Qwen2ForSequenceClassification(config).save_pretrained(folder / "disrm")
+    return folder / "disrm"
+
+
+def _ms(values, q):
+    values = sorted(values)
+    return f"{1000 * values[min(len(values) - 1, int(q * len(values)))]:.0f}"
+
+
+if __name__ == "__main__":
+    main()
