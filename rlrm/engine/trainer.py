@@ -53,10 +53,11 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a missing local model, or an unreadable local dataset."""
+    """Fail before a run folder exists: a missing local model (policy, reference, reward), or an unreadable local dataset."""
     from rlrm.engine.models.tiny import resolve_model_path
 
-    for path in (profile.model.path, profile.model.ref_path):
+    reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
+    for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
             resolve_model_path(path)
     data = profile.data

@@ -101,7 +101,7 @@ def test_debug_variable_shows_traceback(monkeypatch):
 
 
 def test_models_prepare_reuses_the_cache(tiny_policy_path):
-    result = invoke("models", "prepare")
+    result = invoke("models", "prepare", "--name", "policy")
     assert result.exit_code == 0, result.output
     assert f"policy: {tiny_policy_path}" in result.output and "ready" in result.output
 
