@@ -94,3 +94,16 @@ def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypa
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2]
     monkeypatch.setattr(sync_mod, "sync_step", real_step)
     assert train(run_dir).last_step == 5
+
+
+def test_training_with_a_served_disrm(tmp_path, random_disrm_path):
+    run_dir, result = _run(tmp_path, "disrm", steps=2, extra=[
+        "reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.server.replicas=2",
+        "reward.disrm.max_length=64",
+    ])
+    assert result.last_step == 2
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert rows[1]["reward/failures"] == 0 and rows[1]["reward/latency_p50"] > 0
+    # a random DisRM gives real-valued logits, not the rule's 0/1
+    assert rows[1]["critic/score/min"] != rows[1]["critic/score/max"]
+    assert not {0.0, 1.0} >= {rows[1]["critic/score/min"], rows[1]["critic/score/max"]}
