@@ -29,6 +29,9 @@ class RewardServerConfig(_Section):
     threads: int = Field(1, ge=0, description="torch CPU threads per server (0: torch's default).")
     addresses: list[str] = Field(default_factory=list, description="Use these running servers (http://host:port) instead.")
     api_key: str | None = Field(None, description="Bearer key the servers require.")
+    router: Literal["auto", "sglang", "client"] = Field(
+        "auto", description="sglang: SGLang router (genrm only: it does not route /classify); client: rlrm's balancer; auto: sglang when installed and it can route."
+    )
     start_timeout_s: float = Field(180.0, gt=0, description="Total time allowed for servers to become healthy.")
 
 

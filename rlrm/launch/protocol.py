@@ -53,6 +53,11 @@ class _Sampling(_Body):
     user: str | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    # fields SGLang's router adds to every request it forwards (measured with sglang-router 0.3.2)
+    no_stop_trim: bool = False
+    ignore_eos: Literal[False] = False
+    skip_special_tokens: Literal[True] = True
+    return_hidden_states: Literal[False] = False
 
 
 class CompletionRequest(_Sampling):
@@ -64,6 +69,9 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     top_logprobs: int | None = None
     chat_template_kwargs: dict | None = None
+    continue_final_message: Literal[False] = False
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
 
 
 class GenerateSamplingParams(BaseModel):
@@ -84,6 +92,15 @@ class GenerateRequest(_Body):
     return_logprob: bool = False
     stream: bool = False
     rid: str | list[str] | None = None
+    # fields SGLang's router adds (sglang-router 0.3.2); accepted, no effect here
+    model: str | None = None
+    return_text_in_logprobs: bool = False
+    log_metrics: bool = True
+    return_hidden_states: Literal[False] = False
+    background: Literal[False] = False
+    no_logs: bool = False
+    return_bytes: bool = False
+    return_entropy: Literal[False] = False
 
 
 class ClassifyRequest(_Body):

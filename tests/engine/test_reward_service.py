@@ -65,3 +65,36 @@ def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
     results, metrics = asyncio.run(scenario())
     assert all(r.score == 0.5 and r.extra["reward_failed"] for r in results)
     assert metrics["reward/unparsed"] == 4 and metrics["reward/defaulted"] == 4
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"), reason="sglang-router not installed")
+def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_policy_path):
+    cfg = RewardConfig(kind="genrm", server={"model": str(tiny_policy_path), "replicas": 2, "router": "sglang"},
+                       genrm={"max_tokens": 4}, timeout_s=20)
+    body = {"model": "judge", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 4}
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            assert service.balancer.urls == [service.router.url]  # one address: the router's
+            before = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(4)))
+            service.pool.servers[0].kill()
+            after = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(8)))
+            return before, after
+        finally:
+            await service.close()
+            assert not service.router.alive()
+
+    before, after = asyncio.run(scenario())
+    assert all(r["choices"][0]["message"]["content"] is not None for r in before + after)
+
+
+def test_sglang_router_cannot_serve_a_disrm(random_disrm_path):
+    from rlrm.errors import ConfigError
+
+    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path), "router": "sglang"})
+    service = RewardService(cfg)
+    with pytest.raises(ConfigError, match="does not route /classify"):
+        asyncio.run(service.start())
+    asyncio.run(service.close())

@@ -21,6 +21,7 @@ class RewardService:
     def __init__(self, cfg: RewardConfig, seed: int = 0):
         self.cfg, self.seed = cfg, seed
         self.pool = None
+        self.router = None
         self.balancer = None
         self.loop: RewardLoop | None = None
         self._supervisor: asyncio.Task | None = None
@@ -28,9 +29,13 @@ class RewardService:
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
         kind = self.cfg.model_kind
-        if kind is not None:
-            await self._start_servers(kind)
-        self.loop = RewardLoop(self._make_fn(kind), self.cfg, seed=self.seed)
+        try:
+            if kind is not None:
+                await self._start_servers(kind)
+            self.loop = RewardLoop(self._make_fn(kind), self.cfg, seed=self.seed)
+        except BaseException:
+            await self.close()  # whatever was started is stopped again
+            raise
 
     async def _start_servers(self, kind: str) -> None:
         from rlrm.engine.models.tiny import resolve_model_path
@@ -48,8 +53,29 @@ class RewardService:
             await asyncio.to_thread(self.pool.start, server.start_timeout_s)
             self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
             urls = self.pool.urls
+        if self._use_sglang_router(kind):
+            from rlrm.launch.router import sglang_router
+
+            self.router = sglang_router(urls)
+            await asyncio.to_thread(self.router.start)
+            urls = [self.router.url]
         self.balancer = ReplicaBalancer(urls, api_key=server.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
+
+    def _use_sglang_router(self, kind: str) -> bool:
+        from rlrm.errors import ConfigError
+        from rlrm.launch.router import sglang_router_available
+
+        choice = self.cfg.server.router
+        if choice == "client":
+            return False
+        if choice == "sglang":
+            if kind == "disrm":
+                raise ConfigError("sglang-router does not route /classify; use reward.server.router=client for a DisRM")
+            if not sglang_router_available():
+                raise ConfigError("reward.server.router=sglang needs sglang-router: pip install 'rlrm[router]'")
+            return True
+        return kind == "genrm" and sglang_router_available()
 
     def _make_fn(self, kind: str | None) -> RewardFn:
         cfg = self.cfg
@@ -76,6 +102,8 @@ class RewardService:
             self._supervisor.cancel()
         if self.balancer is not None:
             await self.balancer.close()
+        if self.router is not None:
+            await asyncio.to_thread(self.router.stop)
         if self.pool is not None:
             await asyncio.to_thread(self.pool.stop)
 
