@@ -63,8 +63,8 @@ def test_concurrent_prepare_builds_once(tmp_path, tiny_policy_path, monkeypatch)
 
 
 def test_resolve_model_path(tmp_path):
-    with pytest.raises(ModelError, match="unknown tiny model 'judge'"):
-        resolve_model_path("tiny:judge", cache_dir=tmp_path)
+    with pytest.raises(ModelError, match="unknown tiny model 'nope'"):
+        resolve_model_path("tiny:nope", cache_dir=tmp_path)
     with pytest.raises(ModelError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"

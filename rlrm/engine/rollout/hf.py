@@ -46,8 +46,8 @@ class HFRolloutEngine:
         pad_token_id: id fed for padding; its embeddings are masked out.
         max_batch_size: most requests decoded together.
         batch_wait_ms: how long to wait for more requests once the first is queued.
-        seed: seeds the seeds given to requests that bring none (default: drawn from torch's
-            global generator now, so a run seeded with `torch.manual_seed` repeats itself).
+        seed: seeds the seeds given to requests that bring none (default: `torch.initial_seed()`,
+            so a run seeded with `torch.manual_seed` repeats itself).
     """
 
     def __init__(
@@ -73,9 +73,7 @@ class HFRolloutEngine:
         self._max_len = getattr(model.config, "max_position_embeddings", None)
         self._vocab = model.get_input_embeddings().num_embeddings
         self._keep_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)))
-        self._seeds = random.Random(seed)
+        self._seeds = random.Random(torch.initial_seed() if seed is None else seed)
         self._lock = threading.Lock()  # held by a decode loop for a whole batch, and by update_weights
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,16 +126,16 @@ class HFRolloutEngine:
     async def close(self) -> None:
         """Stop the background task; requests still queued or decoding fail with EngineClosedError."""
         worker, self._worker = self._worker, None
-        if worker is not None:
+        if self._stop is not None:
             self._stop.set()  # the decode loop checks it every token
+        if worker is not None and worker.get_loop() is asyncio.get_running_loop():
             worker.cancel()
             await asyncio.wait([worker])
             if not worker.cancelled():
                 worker.exception()  # a crash already failed every caller; do not warn again
         if self._executor is not None:
             executor, self._executor = self._executor, None
-            if worker is not None and not self._loop.is_closed():
-                await asyncio.wrap_future(executor.submit(lambda: None))  # the aborted batch has left the thread
+            await asyncio.wrap_future(executor.submit(lambda: None))  # the aborted batch has left the thread
             executor.shutdown(wait=False)
 
     def _request(self, prompt_ids, sampling: SamplingParams) -> _Request:
@@ -215,6 +213,7 @@ class HFRolloutEngine:
 
         with self._lock, torch.inference_mode():
             self.batches_run += 1
+            version = self.version  # read under the lock: these weights made the batch
             stops = [self.eos_token_ids + list(r.sampling.stop_token_ids or ()) for r in batch]
             rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
         return [
@@ -223,7 +222,7 @@ class HFRolloutEngine:
                 token_ids=tokens,
                 log_probs=log_probs,
                 finish_reason="stop" if stopped else "length",
-                policy_version=self.version,
+                policy_version=version,
                 meta={"seed": req.seed},
             )
             for req, (tokens, log_probs, stopped) in zip(batch, rows)
@@ -270,6 +269,7 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
     past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [B, V]
     next_pos = positions[:, -1] + 1  # [B]
+    compactable = _can_drop_rows(past)
     for t in range(steps):
         if stop_flag.is_set():
             raise EngineClosedError("rollout engine closed before the request finished")
@@ -285,7 +285,7 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
         if live == 0:
             break
         current = active.shape[0]
-        if live <= current // 2 and hasattr(past, "batch_select_indices"):
+        if live <= current // 2 and compactable:
             keep = active.nonzero().squeeze(-1)
             _collect(row, ~active, results)
             row = {k: v[keep] for k, v in row.items()}
@@ -295,11 +295,24 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
             active = row["active"]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         feed = torch.where(active, token, torch.full_like(token, pad_id))
-        out = model(input_ids=feed[:, None], attention_mask=mask, position_ids=next_pos[:, None], past_key_values=past, use_cache=True)
+        out = model(
+            input_ids=feed[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+            past_key_values=past, use_cache=True,
+        )
         past, logits = out.past_key_values, out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     _collect(row, torch.ones_like(row["active"]), results)
     return results
+
+
+def _can_drop_rows(past) -> bool:
+    """Only plain dynamic KV caches are known to drop batch rows safely (linear-attention state may not)."""
+    from transformers import cache_utils
+
+    names = ("DynamicLayer", "DynamicSlidingWindowLayer")
+    plain = tuple(getattr(cache_utils, name) for name in names if hasattr(cache_utils, name))
+    layers = getattr(past, "layers", None)
+    return bool(layers) and hasattr(past, "batch_select_indices") and all(type(layer) in plain for layer in layers)
 
 
 def _collect(row: dict, which, results: list) -> None:
