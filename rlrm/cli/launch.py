@@ -23,13 +23,18 @@ def server(
     max_queue: Annotated[int, typer.Option(help="Queued requests beyond which the server answers 503.", min=1)] = 1024,
     api_key: Annotated[Optional[str], typer.Option(envvar="RLRM_API_KEY", help="Require 'Authorization: Bearer KEY'.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Name reported by /v1/models.")] = None,
+    backend: Annotated[str, typer.Option(help="embedded (transformers), vllm or sglang.")] = "embedded",
+    start_timeout: Annotated[float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")] = 600.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the vllm/sglang command and stop.")] = False,
 ) -> None:
-    """Run the embedded server in the foreground (Ctrl-C stops it)."""
+    """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import ConfigError
-    from rlrm.launch.backends import ServerConfig
-    from rlrm.launch.server import ROLES, serve
+    from rlrm.launch.backends import ROLES, ServerConfig
+    from rlrm.launch.server import serve
 
+    if backend != "embedded":
+        return _external(backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run)
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
@@ -40,3 +45,32 @@ def server(
     )
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
     serve(cfg, host, port)
+
+
+def _external(backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run) -> None:
+    """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C."""
+    import shlex
+    import time
+
+    from rlrm.launch.engines import engine_argv, require_backend
+    from rlrm.launch.ports import ensure_port_free
+    from rlrm.launch.process import ServerProcess
+
+    argv = engine_argv(backend, model, role, port, host, dtype, max_batch, api_key, served_model_name)
+    if dry_run:
+        typer.echo(shlex.join(argv))
+        return
+    require_backend(backend)
+    ensure_port_free(host, port)
+    server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout)
+    try:
+        server.start()
+        typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")
+        while server.alive():
+            time.sleep(1.0)
+        typer.echo(f"{backend} exited with code {server.proc.returncode}: {server.log_tail()}")
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
