@@ -63,13 +63,15 @@ def main() -> None:
 
 
 async def _concurrent(url: str, inputs: list[list[int]]):
-    import httpx
+    import aiohttp  # httpx's async pool is the bottleneck at this concurrency (see rlrm/launch/balancer.py)
 
     latencies = []
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1024), timeout=120) as client:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
         async def one(ids):
             t = time.perf_counter()
-            (await client.post(url, json={"input": ids, "use_activation": False})).raise_for_status()
+            async with client.post(url, json={"input": ids, "use_activation": False}) as resp:
+                resp.raise_for_status()
+                await resp.read()
             latencies.append(time.perf_counter() - t)
 
         start = time.perf_counter()

@@ -6,11 +6,16 @@
 A replica that refuses connections or answers 5xx is taken out of rotation and probed on
 `/health` until it answers again, then rejoins. Errors come back classified (transient: retry
 elsewhere; bad request: do not retry) for the reward loop's fault policy.
+
+The client is aiohttp: with 256 requests in flight, httpx's async pool took 2.1 s for 256 trivial
+`/health` calls against 0.2-0.4 s for aiohttp (measured here, same server), and reward traffic is
+exactly that shape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from rlrm.engine.rewards.errors import BadRequest, RequestTimeout, TransientError
@@ -40,33 +45,44 @@ class ReplicaBalancer:
 
     async def post(self, path: str, body: dict, timeout_s: float) -> dict:
         """POST to one replica; raises TransientError, RequestTimeout or BadRequest."""
-        import httpx
+        import aiohttp
 
-        client = self._http()
+        session = self._http()
         url = self.pick()
         self.outstanding[url] += 1
         try:
-            resp = await client.post(url + path, json=body, headers=self.headers, timeout=timeout_s)
-        except httpx.TimeoutException:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with session.post(url + path, json=body, headers=self.headers, timeout=timeout) as resp:
+                status, text = resp.status, await resp.text()
+        except asyncio.TimeoutError:
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             self._mark_down(url)
             raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
         finally:
             self.outstanding[url] -= 1
-        if resp.status_code >= 500:
-            if resp.status_code != 503:  # 503 is load shedding: the replica is alive
+        if status >= 500:
+            if status != 503:  # 503 is load shedding: the replica is alive
                 self._mark_down(url)
-            raise TransientError(f"{url}{path} answered {resp.status_code}: {_message(resp)}")
-        if resp.status_code >= 400:
-            raise BadRequest(f"{url}{path} answered {resp.status_code}: {_message(resp)}")
-        return resp.json()
+            raise TransientError(f"{url}{path} answered {status}: {_message(text)}")
+        if status >= 400:
+            raise BadRequest(f"{url}{path} answered {status}: {_message(text)}")
+        return json.loads(text)
+
+    async def _get_ok(self, url: str) -> bool:
+        import aiohttp
+
+        try:
+            async with self._http().get(url + "/health", timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
 
     def _http(self):
-        import httpx
+        import aiohttp
 
         if self._client is None:
-            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=512, max_keepalive_connections=512))
+            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))  # no cap: the loop bounds concurrency
         return self._client
 
     def _mark_down(self, url: str) -> None:
@@ -76,31 +92,16 @@ class ReplicaBalancer:
 
     async def _probe(self) -> None:
         """Bring replicas back once /health answers 200."""
-        import httpx
-
-        client = self._http()
         while not all(self.healthy.values()):
             for url in [u for u in self.urls if not self.healthy[u]]:
-                try:
-                    resp = await client.get(url + "/health", timeout=2.0)
-                    self.healthy[url] = resp.status_code == 200
-                except httpx.HTTPError:
-                    pass
+                self.healthy[url] = await self._get_ok(url)
             await asyncio.sleep(self.probe_interval_s)
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Return when every replica answers /health (readiness), else raise TransientError."""
-        import httpx
-
-        client = self._http()
         deadline = time.monotonic() + timeout_s
         while True:
-            states = []
-            for url in self.urls:
-                try:
-                    states.append((await client.get(url + "/health", timeout=2.0)).status_code == 200)
-                except httpx.HTTPError:
-                    states.append(False)
+            states = [await self._get_ok(url) for url in self.urls]
             if all(states):
                 return
             if time.monotonic() > deadline:
@@ -112,12 +113,12 @@ class ReplicaBalancer:
         if self._prober is not None:
             self._prober.cancel()
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
 
 
-def _message(resp) -> str:
+def _message(text: str) -> str:
     try:
-        return resp.json()["error"]["message"]
+        return json.loads(text)["error"]["message"]
     except Exception:
-        return resp.text[:200]
+        return text[:200]
