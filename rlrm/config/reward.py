@@ -21,7 +21,7 @@ class _Section(BaseModel):
 class RewardServerConfig(_Section):
     """The reward-model servers: launched by rlrm, or already running at `address`."""
 
-    model: str = Field("tiny:judge", description="Reward model: HF folder, hub id or tiny:NAME.")
+    model: str | None = Field(None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite).")
     replicas: int = Field(1, ge=1, le=16, description="Server processes behind the balancer.")
     backend: Literal["embedded"] = Field("embedded", description="Server implementation.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Reward model dtype.")
@@ -78,9 +78,11 @@ class RewardConfig(_Section):
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
 
     @model_validator(mode="after")
-    def _check_template(self) -> "RewardConfig":
+    def _check(self) -> "RewardConfig":
         if "{response}" not in self.genrm.template:
             raise ValueError("genrm.template must contain {response}")
+        if self.model_kind and not self.server.model:
+            raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
         return self
 
     @property

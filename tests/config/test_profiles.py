@@ -97,3 +97,10 @@ def test_cross_field_validation():
         load_profile("tiny-rule", ["actor.mini_batch_size=5"])
     with pytest.raises(ConfigError, match="min_value"):
         load_profile("tiny-rule", ["data.synthetic.min_value=50", "data.synthetic.max_value=10"])
+
+
+def test_model_rewards_need_a_model():
+    with pytest.raises(ConfigError, match="needs reward.server.model"):
+        load_profile("tiny-rule", ["reward.kind=genrm"])
+    p = load_profile("tiny-rule", ["reward.kind=disrm", "reward.server.model=/some/rm", "reward.on_failure=drop-group"])
+    assert p.reward.model_kind == "disrm" and p.reward.on_failure == "drop-group"

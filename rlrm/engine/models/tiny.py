@@ -22,7 +22,7 @@ from typing import Callable
 from rlrm.errors import ModelError
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
-TINY_MODELS = ("policy", "judge", "disrm")
+TINY_MODELS = ("policy",)
 
 
 def default_cache_dir() -> Path:
@@ -125,30 +125,4 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None]) -> None:
     log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")
 
 
-def _build_reward_model(kind: str):
-    """A builder for the judge or the DisRM: both start from the prepared policy of the same seed."""
-
-    def build(dest: Path, seed: int, log: Callable[[str], None]) -> None:
-        import torch
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        policy_dir = prepare_tiny(("policy",), cache_dir=dest.parent, seed=seed, log=log)["policy"]
-        if kind == "judge":
-            from rlrm.engine.models.tiny_judge import build_judge as recipe
-        else:
-            from rlrm.engine.models.tiny_disrm import build_disrm as recipe
-        threads = torch.get_num_threads()
-        torch.set_num_threads(2)  # fixed, for reproducible weights
-        try:
-            report = recipe(dest, seed, log, policy_dir)
-        finally:
-            torch.set_num_threads(threads)
-        meta = {"recipe_version": RECIPE_VERSION, "seed": seed, **report}
-        (dest / "meta.json").write_text(json.dumps(meta, indent=2))
-        log(f"tiny {kind}: held-out ROC AUC {report.get('auc', float('nan')):.3f}, {report.get('build_s', 0):.0f} s")
-
-    return build
-
-
-_BUILDERS = {"policy": _build_policy, "judge": _build_reward_model("judge"), "disrm": _build_reward_model("disrm")}
+_BUILDERS = {"policy": _build_policy}
