@@ -63,6 +63,8 @@ class RewardConfig(_Section):
     format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
     score: float = Field(1.0, description="Rule score of a correct answer.")
     num_workers: int = Field(4, ge=1, description="Reward-loop workers.")
+    executor: Literal["local", "ray"] = Field("local", description="Workers as in-process async tasks, or Ray actors spread over the cluster's nodes.")
+    ray_address: str | None = Field(None, description="Ray cluster to join (None: the one already initialised, or a new local one).")
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")
     timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")

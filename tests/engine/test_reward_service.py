@@ -98,3 +98,22 @@ def test_sglang_router_cannot_serve_a_disrm(random_disrm_path):
     with pytest.raises(ConfigError, match="does not route /classify"):
         asyncio.run(service.start())
     asyncio.run(service.close())
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="ray not installed")
+def test_service_with_ray_executor_starts_and_stops_its_own_ray():
+    import ray
+
+    cfg = RewardConfig(executor="ray", num_workers=2)
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            return await service.loop.score_all(samples(6))
+        finally:
+            await service.close()
+
+    results = asyncio.run(scenario())
+    assert [r.score for r in results] == [1.0] * 6
+    assert not ray.is_initialized()  # the service shut down the Ray it started

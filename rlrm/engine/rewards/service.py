@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import RewardFn
+from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.engine.rewards.rule import make_rule_reward
 
 
 class RewardService:
@@ -24,6 +24,7 @@ class RewardService:
         self.router = None
         self.balancer = None
         self.loop: RewardLoop | None = None
+        self.workers = None  # Ray reward workers, with executor: ray
         self._supervisor: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -32,7 +33,7 @@ class RewardService:
         try:
             if kind is not None:
                 await self._start_servers(kind)
-            self.loop = RewardLoop(self._make_fn(kind), self.cfg, seed=self.seed)
+            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed)
         except BaseException:
             await self.close()  # whatever was started is stopped again
             raise
@@ -77,27 +78,20 @@ class RewardService:
             return True
         return kind == "genrm" and sglang_router_available()
 
-    def _make_fn(self, kind: str | None) -> RewardFn:
-        cfg = self.cfg
-        if kind is None:
-            return make_rule_reward(cfg)
-        model_fn = self._model_fn(kind)
-        if cfg.kind != "composite":
-            return model_fn
-        return make_composite_reward(cfg, make_rule_reward(cfg), model_fn)
+    def _reward_fn(self) -> RewardFn:
+        urls = self.balancer.urls if self.balancer is not None else []
+        model_path = getattr(self, "model_path", None)
+        if self.cfg.executor == "ray":
+            from rlrm.engine.executor.ray_workers import RayRewardWorkers
 
-    def _model_fn(self, kind: str) -> RewardFn:
-        if kind == "disrm":
-            from transformers import AutoTokenizer
-
-            from rlrm.engine.rewards.disrm import make_disrm_reward
-
-            return make_disrm_reward(self.cfg, self.balancer, AutoTokenizer.from_pretrained(self.model_path))
-        from rlrm.engine.rewards.genrm import make_genrm_reward
-
-        return make_genrm_reward(self.cfg, self.balancer)
+            self.workers = RayRewardWorkers(self.cfg, urls, model_path)
+            self.workers.start()
+            return self.workers.score
+        return build_reward_fn(self.cfg, self.balancer, model_path)
 
     async def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
         if self._supervisor is not None:
             self._supervisor.cancel()
         if self.balancer is not None:
@@ -107,19 +101,3 @@ class RewardService:
         if self.pool is not None:
             await asyncio.to_thread(self.pool.stop)
 
-
-def make_composite_reward(cfg: RewardConfig, rule_fn: RewardFn, model_fn: RewardFn) -> RewardFn:
-    """Rule and model together: a weighted sum, or the rule as a gate (the model only sees right answers)."""
-    comp = cfg.composite
-
-    async def composite_reward(sample: RewardSample) -> RewardResult:
-        rule = await rule_fn(sample)
-        if comp.mode == "gate" and rule.score < cfg.score:
-            return RewardResult(rule.score, {**rule.extra, "gated": True})
-        model = await model_fn(sample)
-        if comp.mode == "gate":
-            return RewardResult(model.score, {**rule.extra, **model.extra, "gated": False})
-        score = comp.rule_weight * rule.score + comp.model_weight * model.score
-        return RewardResult(score, {**rule.extra, **model.extra, "rule_score": rule.score, "model_score": model.score})
-
-    return composite_reward

@@ -1,0 +1,101 @@
+"""Reward-loop workers as Ray actors, spread over the cluster's nodes (soft node affinity).
+
+    workers = RayRewardWorkers(profile.reward, urls=balancer.urls, model_path=path)
+    workers.start()                       # joins reward.ray_address, or starts a local Ray
+    loop = RewardLoop(workers.score, profile.reward)
+    ...
+    workers.close()
+
+Each actor builds its own reward function (and balancer over the same servers) and scores the
+samples sent to it on its own event loop. Failures come back as data and are raised again here
+with their original kind, so the reward loop's retry and failure policy treats them exactly as it
+treats local ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards import errors as reward_errors
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+
+_ERRORS = {cls.__name__: cls for cls in (
+    reward_errors.RewardCallError, reward_errors.TransientError, reward_errors.RequestTimeout,
+    reward_errors.BadRequest, reward_errors.UnparsedVerdict, reward_errors.NonFiniteScore,
+)}
+
+
+class RewardWorker:
+    """The body of one Ray actor (plain class: `ray.remote` is applied at start time)."""
+
+    def __init__(self, cfg: dict, urls: list[str], model_path: str | None):
+        self.cfg, self.urls, self.model_path = RewardConfig.model_validate(cfg), urls, model_path
+        self.fn = None
+
+    async def score(self, sample: RewardSample):
+        if self.fn is None:  # built lazily, inside the actor's own event loop
+            from rlrm.engine.rewards.factory import build_reward_fn
+            from rlrm.launch.balancer import ReplicaBalancer
+
+            balancer = ReplicaBalancer(self.urls, api_key=self.cfg.server.api_key) if self.urls else None
+            self.fn = build_reward_fn(self.cfg, balancer, self.model_path)
+        try:
+            return "ok", await self.fn(sample)
+        except reward_errors.RewardCallError as exc:
+            return "error", type(exc).__name__, str(exc)
+        except Exception as exc:  # noqa: BLE001 - a user function's own error, reported by name
+            return "raised", type(exc).__name__, str(exc)
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class RayRewardWorkers:
+    def __init__(self, cfg: RewardConfig, urls: list[str], model_path: str | None):
+        self.cfg, self.urls, self.model_path = cfg, list(urls), model_path
+        self.actors: list = []
+        self._started_ray = False
+
+    def start(self) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
+            ray.init(address=self.cfg.ray_address, include_dashboard=False, log_to_driver=False)
+            self._started_ray = True
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)
+        cfg = self.cfg.model_dump(mode="json")
+        for i in range(self.cfg.num_workers):
+            # round-robin over nodes; soft, so a busy or lost node does not block placement
+            strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=True)
+            self.actors.append(actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path))
+
+    async def score(self, sample: RewardSample) -> RewardResult:
+        """Score on the actor that owns this sample's index; failures raised here with their kind."""
+        outcome = await self.actors[sample.index % len(self.actors)].score.remote(sample)
+        if outcome[0] == "ok":
+            return outcome[1]
+        _, name, message = outcome
+        if outcome[0] == "error":
+            raise _ERRORS.get(name, reward_errors.RewardCallError)(message)
+        raise RuntimeError(f"{name}: {message}")
+
+    def node_ids(self) -> list[str]:
+        import ray
+
+        return ray.get([a.node_id.remote() for a in self.actors])
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False

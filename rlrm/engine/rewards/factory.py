@@ -1,0 +1,44 @@
+"""The reward function a `reward` section names, built from its parts (used in-process and in Ray workers)."""
+
+from __future__ import annotations
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.rule import make_rule_reward
+
+
+def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None) -> RewardFn:
+    """Rule, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
+    kind = cfg.model_kind
+    if kind is None:
+        return make_rule_reward(cfg)
+    if kind == "disrm":
+        from transformers import AutoTokenizer
+
+        from rlrm.engine.rewards.disrm import make_disrm_reward
+
+        model_fn = make_disrm_reward(cfg, balancer, AutoTokenizer.from_pretrained(model_path))
+    else:
+        from rlrm.engine.rewards.genrm import make_genrm_reward
+
+        model_fn = make_genrm_reward(cfg, balancer)
+    if cfg.kind != "composite":
+        return model_fn
+    return make_composite_reward(cfg, make_rule_reward(cfg), model_fn)
+
+
+def make_composite_reward(cfg: RewardConfig, rule_fn: RewardFn, model_fn: RewardFn) -> RewardFn:
+    """Rule and model together: a weighted sum, or the rule as a gate (the model only sees right answers)."""
+    comp = cfg.composite
+
+    async def composite_reward(sample: RewardSample) -> RewardResult:
+        rule = await rule_fn(sample)
+        if comp.mode == "gate" and rule.score < cfg.score:
+            return RewardResult(rule.score, {**rule.extra, "gated": True})
+        model = await model_fn(sample)
+        if comp.mode == "gate":
+            return RewardResult(model.score, {**rule.extra, **model.extra, "gated": False})
+        score = comp.rule_weight * rule.score + comp.model_weight * model.score
+        return RewardResult(score, {**rule.extra, **model.extra, "rule_score": rule.score, "model_score": model.score})
+
+    return composite_reward
