@@ -1,0 +1,88 @@
+"""GenRM through `/v1/chat/completions` under concurrent clients vs one batched `generate`, in tokens/s.
+
+    .venv/bin/python benchmarks/genrm_throughput.py [--model PATH] [--clients 64] [--max-tokens 32] [--threads 2]
+
+Starts an embedded judge server (its own process) and sends `--clients` concurrent chat requests
+(greedy, `--max-tokens` each), counting completion tokens from `usage`; then runs one batched HF
+`generate` in this process on the same rendered prompts with the same greedy settings. Default
+model: the tiny policy (`tiny:policy`), which stands in for a judge of its size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+
+def main() -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlrm.engine.data.synthetic import synthetic_splits
+    from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.ports import free_port
+    from rlrm.launch.process import ServerProcess, embedded_server_argv
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny:policy")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    path = resolve_model_path(args.model)
+    _, test = synthetic_splits(SyntheticConfig(num_train=1, num_test=args.clients, seed=7), PROMPT_SUFFIX)
+    messages = [ex.prompt for ex in test]
+    argv = embedded_server_argv(path, "genrm", free_port(), extra=["--threads", str(args.threads), "--max-batch", str(args.clients)])
+    with ServerProcess(argv) as server:
+        asyncio.run(_clients(server.url, messages, args.max_tokens))  # warm-up
+        served_s, served_tokens = asyncio.run(_clients(server.url, messages, args.max_tokens))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    prompts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
+    mask = (ids != tok.pad_token_id).long()
+    for i, p in enumerate(prompts):
+        mask[i, width - len(p):] = 1
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        batched_s = time.perf_counter() - start
+    new = out[:, width:]
+    batched_tokens = int(sum(_length(row.tolist(), tok.eos_token_id, tok.pad_token_id) for row in new))
+    print(f"{args.clients} judge requests, greedy, max {args.max_tokens} tokens, {args.threads} threads")
+    print(f"one batched generate (in process)   {batched_tokens / batched_s:10,.0f} tokens/s ({batched_tokens} tokens)")
+    print(f"{args.clients} concurrent chat clients      {served_tokens / served_s:10,.0f} tokens/s ({served_tokens} tokens)")
+    print(f"served / batched                    {(served_tokens / served_s) / (batched_tokens / batched_s):10.2f}")
+
+
+def _length(row: list[int], eos: int, pad: int) -> int:
+    """Generated tokens up to and including EOS (generate pads finished rows afterwards)."""
+    return row.index(eos) + 1 if eos in row else len(row)
+
+
+async def _clients(url: str, messages: list, max_tokens: int):
+    import aiohttp
+
+    tokens = 0
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+        async def one(m):
+            nonlocal tokens
+            body = {"model": "judge", "messages": m, "max_tokens": max_tokens, "temperature": 0}
+            async with client.post(url + "/v1/chat/completions", json=body) as resp:
+                resp.raise_for_status()
+                done = (await resp.json())["usage"]["completion_tokens"]  # read first: `+=` across an await loses updates
+            tokens += done
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(m) for m in messages))
+        return time.perf_counter() - start, tokens
+
+
+if __name__ == "__main__":
+    main()
