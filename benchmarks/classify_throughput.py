@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path

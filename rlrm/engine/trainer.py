@@ -12,7 +12,6 @@ checkpoint when there is one, so `rlrm train --resume DIR` and a fresh start sha
 from __future__ import annotations
 
 import asyncio
-import json
 import resource
 import shutil
 import sys

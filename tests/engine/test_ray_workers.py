@@ -24,7 +24,20 @@ def two_node_cluster():
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()  # both nodes registered before any actor is placed
     ray.init(address=cluster.address, log_to_driver=False)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+
+    @ray.remote(num_cpus=0)
+    def where():
+        return ray.get_runtime_context().get_node_id()
+
+    # a task pinned (hard) to each node: both raylets serve before soft placement is tested
+    pinned = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+    assert ray.get(pinned) == nodes
     try:
         yield cluster
     finally:
@@ -68,5 +81,22 @@ def test_remote_failures_keep_their_kind(two_node_cluster):
         metrics = loop.take_metrics()
         assert result.extra["reward_failed"] and metrics["reward/retries"] == 1 and metrics["reward/defaulted"] == 1
         assert "TransientError" not in result.extra["reward_error"] and "127.0.0.1:9" in result.extra["reward_error"]
+    finally:
+        workers.close()
+
+
+def test_a_lost_worker_hands_its_samples_to_the_next(two_node_cluster):
+    import ray
+
+    from rlrm.engine.executor.ray_workers import RayRewardWorkers
+
+    cfg = RewardConfig(executor="ray", num_workers=2)
+    workers = RayRewardWorkers(cfg, urls=[], model_path=None)
+    workers.start()
+    try:
+        ray.kill(workers.actors[0])
+        loop = RewardLoop(workers.score, cfg)
+        results = asyncio.run(loop.score_all(samples(6)))
+        assert all(r is not None and "reward_failed" not in r.extra for r in results)
     finally:
         workers.close()

@@ -1,4 +1,4 @@
-"""Reward-loop workers as Ray actors, spread over the cluster's nodes (soft node affinity).
+"""Reward-loop workers as Ray actors, spread round-robin over the cluster's nodes.
 
     workers = RayRewardWorkers(profile.reward, urls=balancer.urls, model_path=path)
     workers.start()                       # joins reward.ray_address, or starts a local Ray
@@ -6,8 +6,10 @@
     ...
     workers.close()
 
-Each actor builds its own reward function (and balancer over the same servers) and scores the
-samples sent to it on its own event loop. Failures come back as data and are raised again here
+Each actor is pinned to a node that is alive at start (hard node affinity: soft affinity left both
+actors of a fresh two-node cluster on one node in 2 runs of 5 here). A sample whose worker is gone
+moves to the next worker. Each actor builds its own reward function (and balancer over the same
+servers) and scores the samples sent to it on its own event loop. Failures come back as data and are raised again here
 with their original kind, so the reward loop's retry and failure policy treats them exactly as it
 treats local ones.
 """
@@ -71,13 +73,21 @@ class RayRewardWorkers:
         actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)
         cfg = self.cfg.model_dump(mode="json")
         for i in range(self.cfg.num_workers):
-            # round-robin over nodes; soft, so a busy or lost node does not block placement
-            strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=True)
+            strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
             self.actors.append(actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path))
 
     async def score(self, sample: RewardSample) -> RewardResult:
-        """Score on the actor that owns this sample's index; failures raised here with their kind."""
-        outcome = await self.actors[sample.index % len(self.actors)].score.remote(sample)
+        """Score on the actor that owns this sample's index (the next one if it died); failures raised with their kind."""
+        from ray.exceptions import RayActorError
+
+        for shift in range(len(self.actors)):
+            try:
+                outcome = await self.actors[(sample.index + shift) % len(self.actors)].score.remote(sample)
+                break
+            except RayActorError:
+                continue
+        else:
+            raise reward_errors.TransientError("every Ray reward worker is gone")
         if outcome[0] == "ok":
             return outcome[1]
         _, name, message = outcome

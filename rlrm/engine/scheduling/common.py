@@ -1,14 +1,14 @@
-"""Pieces every scheduling mode shares: seeded requests, scoring, advantages, the update.
+"""Pieces every scheduling mode shares: seeded generation requests and the samples rewards see.
 
-The maths of a step lives here once; modes only decide *when* each piece runs.
+The maths of a step lives once (here and in `rlrm.engine.update`); modes only decide *when*
+each piece runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
-from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.base import RewardSample
 
 _SEED_MOD = 2**63 - 1
 
@@ -19,19 +19,6 @@ def request_seed(seed: int, step: int, prompt_index: int, sample_index: int) -> 
     for part in (step, prompt_index, sample_index):
         value = (value * 1_000_003 + part + 1) % _SEED_MOD
     return value
-
-
-@dataclass
-class GroupedRollouts:
-    """The samples of one step: n completions per prompt, prompt-major order."""
-
-    examples: list  # Example per prompt
-    completions: list  # Completion, len = len(examples) * n
-    n: int
-    results: list[RewardResult] = field(default_factory=list)
-
-    def group_ids(self) -> list[int]:
-        return [i // self.n for i in range(len(self.completions))]
 
 
 async def generate_groups(engine, prompt_ids: list[list[int]], sampling, n: int, seed: int, step: int) -> list:
