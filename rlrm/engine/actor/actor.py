@@ -3,15 +3,19 @@
     actor = Actor(model, ref_model=None, cfg=profile.actor, temperature=1.0, total_steps=100, n=8)
     batch.old_log_prob = actor.compute_old_log_prob(batch)
     metrics = actor.update(batch)          # ppo_epochs x mini-batches, each one optimizer step
+    engine.update_weights(actor.policy_state_dict(), version=step)
 
-A mini-batch is `cfg.mini_batch_size` prompts (times n samples, groups kept whole); it is split
-into micro-batches of `cfg.micro_batch_size` samples whose losses are weighted so the accumulated
-gradient equals the gradient of the whole mini-batch's loss, whatever the split.
+A mini-batch is `cfg.mini_batch_size` prompts (their n samples each, groups kept whole, in batch
+order); it is split into micro-batches of `cfg.micro_batch_size` samples whose losses are weighted
+so the accumulated gradient equals the gradient of the whole mini-batch's loss, whatever the split.
+A non-finite loss or gradient norm skips the optimizer step (counted); `cfg.max_nonfinite_steps`
+skipped steps in a row stop training with a TrainingError.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -21,14 +25,31 @@ from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
 from rlrm.errors import TrainingError
 
+# Metrics that are means over valid tokens: micro-batches are combined by token share.
+_TOKEN_MEANS = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
+
 
 class Actor:
+    """Policy (trained), optional frozen reference, AdamW with linear warmup, PPO-clip updates.
+
+    Args:
+        model: the policy, a causal LM (its parameters are optimised in place).
+        ref_model: the frozen reference for the KL loss, or None.
+        cfg: the profile's `actor` section.
+        temperature: the rollout sampling temperature (log-probs are taken at it).
+        total_steps: training steps of the run (kept for schedules; the lr is constant after warmup).
+        n: samples per prompt (the GRPO group size).
+    """
+
     def __init__(self, model, ref_model, cfg: ActorConfig, temperature: float, total_steps: int, n: int):
         self.model, self.ref_model, self.cfg = model, ref_model, cfg
         self.temperature, self.total_steps, self.n = temperature, total_steps, n
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
         )
+        # Linear warmup that starts at lr/warmup, not 0 (a first step at lr 0 would be wasted),
+        # reaches lr after `warmup` updates and stays there.
         warmup = cfg.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
@@ -44,70 +65,112 @@ class Actor:
     @torch.no_grad()
     def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] under the frozen reference model."""
+        if self.ref_model is None:
+            raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
+        self.ref_model.eval()
         return response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
 
     def update(self, batch: RolloutBatch) -> dict[str, float]:
-        """PPO epochs over mini-batches (in order); one scheduler step per call.
+        """PPO epochs over mini-batches, one optimizer step each; one scheduler step per call.
+
+        Args:
+            batch: samples with `advantages` set; `old_log_prob` (else the rollout's log-probs
+                are used) and, when `use_kl_loss`, `ref_log_prob`.
+
+        Returns:
+            actor/* metrics averaged over the mini-batches (non-finite ones left out), plus
+            actor/lr (the rate this update used) and actor/nonfinite_skipped (steps skipped).
 
         Raises:
-            TrainingError: after `cfg.max_nonfinite_steps` non-finite updates in a row.
+            TrainingError: after `cfg.max_nonfinite_steps` non-finite steps in a row.
         """
+        if batch.advantages is None:
+            raise ValueError("the batch has no advantages; set batch.advantages before actor.update")
+        if self.cfg.use_kl_loss and batch.ref_log_prob is None:
+            raise ValueError("actor.use_kl_loss is on but the batch has no ref_log_prob (compute_ref_log_prob)")
         self.model.train()
-        mini = self.cfg.mini_batch_size * self.n
         history: list[dict[str, float]] = []
         skipped = 0
-        for _ in range(self.cfg.ppo_epochs):
-            for start in range(0, len(batch), mini):
-                rows = torch.arange(start, min(start + mini, len(batch)))
-                stats = self._mini_batch_step(batch.select(rows))
-                skipped += int(stats.pop("skipped"))
-                history.append(stats)
+        try:
+            for _ in range(self.cfg.ppo_epochs):
+                for rows in self.mini_batch_indices(batch):
+                    stats = self._mini_batch_step(batch.select(rows))
+                    skipped += int(stats.pop("skipped"))
+                    history.append(stats)
+        finally:
+            self.model.eval()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.scheduler.step()
-        self.model.eval()
+        with warnings.catch_warnings():
+            # Expected when every step so far was skipped as non-finite: the schedule still advances.
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+            self.scheduler.step()
         metrics = {f"actor/{k}": _nanmean([h[k] for h in history]) for k in history[0]}
         metrics["actor/lr"] = lr
         metrics["actor/nonfinite_skipped"] = skipped
         return metrics
 
+    def mini_batch_indices(self, batch: RolloutBatch) -> list[torch.Tensor]:
+        """Row indices of each mini-batch: `cfg.mini_batch_size` whole groups, in batch order.
+
+        Groups come from `batch.group_ids` (so a batch with dropped groups still splits on group
+        boundaries); without them, consecutive runs of `mini_batch_size * n` samples.
+        """
+        size = self.cfg.mini_batch_size
+        if batch.group_ids is None:
+            rows = size * self.n
+            return [torch.arange(s, min(s + rows, len(batch))) for s in range(0, len(batch), rows)]
+        members: dict[int, list[int]] = {}
+        for i, g in enumerate(batch.group_ids.tolist()):
+            members.setdefault(g, []).append(i)
+        groups = list(members.values())
+        return [
+            torch.tensor([i for group in groups[s : s + size] for i in group], dtype=torch.long)
+            for s in range(0, len(groups), size)
+        ]
+
     def _mini_batch_step(self, mb: RolloutBatch) -> dict[str, float]:
+        """Accumulate the mini-batch gradient over micro-batches, clip, step (or skip if non-finite)."""
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {"pg_loss": 0.0, "pg_clipfrac": 0.0, "ppo_kl": 0.0, "entropy": 0.0}
-        if cfg.use_kl_loss:
-            totals["kl_loss"] = 0.0
+        totals: dict[str, float] = {}
         loss_sum = 0.0
+        mini_tokens = max(mb.response_mask.sum().item(), 1.0)
         for start in range(0, len(mb), cfg.micro_batch_size):
             micro = mb.select(torch.arange(start, min(start + cfg.micro_batch_size, len(mb))))
             weight = _micro_weight(cfg.loss_agg_mode, micro.response_mask, mb.response_mask)
+            token_share = micro.response_mask.sum().item() / mini_tokens
             loss, parts = self._micro_loss(micro)
             (loss * weight).backward()
             loss_sum += loss.item() * weight
             for key, value in parts.items():
-                totals[key] += value * weight
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip).item()
-        if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.nonfinite_in_row += 1
-            if self.nonfinite_in_row >= cfg.max_nonfinite_steps:
-                raise TrainingError(
-                    f"{self.nonfinite_in_row} non-finite losses in a row (loss {loss_sum}, grad norm {grad_norm}); "
-                    "lower actor.lr or check the rewards for NaN/inf"
-                )
-            return {**totals, "grad_norm": grad_norm, "skipped": 1.0}
-        self.optimizer.step()
-        self.nonfinite_in_row = 0
-        return {**totals, "grad_norm": grad_norm, "skipped": 0.0}
+                totals[key] = totals.get(key, 0.0) + value * (token_share if key in _TOKEN_MEANS else weight)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip).item()
+        totals["grad_norm"] = grad_norm
+        if math.isfinite(loss_sum) and math.isfinite(grad_norm):
+            self.optimizer.step()
+            self.nonfinite_in_row = 0
+            return {**totals, "skipped": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)  # nothing of this step may reach the weights
+        self.nonfinite_in_row += 1
+        if self.nonfinite_in_row >= cfg.max_nonfinite_steps:
+            raise TrainingError(
+                f"{self.nonfinite_in_row} non-finite losses in a row (last: loss {loss_sum}, grad norm {grad_norm}), "
+                f"actor.max_nonfinite_steps is {cfg.max_nonfinite_steps}; lower actor.lr, or check the rewards "
+                "and advantages for NaN/inf (critic/score, critic/advantages in metrics.jsonl)"
+            )
+        return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "skipped": 1.0}
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
         cfg = self.cfg
         log_prob, entropy = response_log_probs(
-            self.model, micro, self.temperature, len(micro), with_entropy=True
-        )  # [b, R]
+            self.model, micro, self.temperature, len(micro), with_entropy=True, entropy_grad=cfg.entropy_coeff > 0
+        )  # [b, R] each
         mask = micro.response_mask
+        old_log_prob = micro.old_log_prob if micro.old_log_prob is not None else micro.rollout_log_prob
         pg_loss, pg_metrics = policy_loss(
             log_prob,
-            micro.old_log_prob,
+            old_log_prob,
             micro.advantages,
             mask,
             clip_low=cfg.clip_ratio_low,
@@ -116,24 +179,21 @@ class Actor:
             agg=cfg.loss_agg_mode,
         )
         entropy_loss = aggregate_loss(entropy, mask, cfg.loss_agg_mode)
-        loss = pg_loss - cfg.entropy_coeff * entropy_loss
-        parts = {
-            "pg_loss": pg_loss.item(),
-            "pg_clipfrac": pg_metrics["pg_clipfrac"],
-            "ppo_kl": pg_metrics["ppo_kl"],
-            "entropy": entropy_loss.item(),
-        }
+        loss = pg_loss - cfg.entropy_coeff * entropy_loss if cfg.entropy_coeff > 0 else pg_loss
+        parts = {"pg_loss": pg_loss.item(), "entropy": entropy_loss.item()}
+        parts.update({k: pg_metrics[k] for k in _TOKEN_MEANS if k in pg_metrics})
         if cfg.use_kl_loss:
             kl = aggregate_loss(kl_penalty(log_prob, micro.ref_log_prob, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
             loss = loss + cfg.kl_loss_coef * kl
             parts["kl_loss"] = kl.item()
         return loss, parts
 
-    def policy_state_dict(self) -> dict:
-        """The weights to push to the rollout engine."""
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy weights (detached) for `engine.update_weights(state_dict, version)`."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def state_dict(self) -> dict:
+        """Optimizer, scheduler and the non-finite counter (the model is saved by the checkpoint code)."""
         return {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -141,19 +201,28 @@ class Actor:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` saved (the model's weights must already be loaded)."""
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.nonfinite_in_row = state["nonfinite_in_row"]
+        self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 
 
 def _micro_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor) -> float:
-    """The share of the mini-batch loss a micro-batch's aggregated loss stands for."""
+    """The share of the mini-batch loss that a micro-batch's aggregated loss stands for.
+
+    token-mean divides by the valid tokens and seq-mean-* by the valid sequences, so a
+    micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the fixed width R
+    (the same in every micro-batch), so the micro-batch losses simply add up.
+    """
     if mode == "token-mean":
         return micro_mask.sum().item() / max(mini_mask.sum().item(), 1.0)
     if mode == "seq-mean-token-sum-norm":
-        return 1.0  # a plain sum over sequences: the micro-batch sums add up
-    valid = lambda m: (m.sum(-1) > 0).sum().item()  # noqa: E731
-    return valid(micro_mask) / max(valid(mini_mask), 1)
+        return 1.0
+    return _valid_rows(micro_mask) / max(_valid_rows(mini_mask), 1)
+
+
+def _valid_rows(mask: torch.Tensor) -> int:
+    return int((mask.sum(-1) > 0).sum().item())
 
 
 def _nanmean(values: list[float]) -> float:

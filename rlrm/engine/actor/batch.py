@@ -1,8 +1,12 @@
 """A step's samples as padded tensors: prompts left-padded, responses right-padded.
 
     batch = collate(completions, pad_token_id)
-    batch.input_ids       # [B, P + R]
+    batch.input_ids       # [B, P + R]: prompt i ends at column P - 1, its response starts at column P
     batch.response_mask   # [B, R], 1 on generated tokens (EOS included)
+    half = batch.select([0, 1])
+
+Left-padding the prompts puts every response at the same columns, so one slice of the logits
+scores every sample; position ids count real tokens only, so padding never shifts a position.
 """
 
 from __future__ import annotations
@@ -14,35 +18,58 @@ import torch
 
 @dataclass
 class RolloutBatch:
-    input_ids: torch.Tensor  # [B, P + R]
-    attention_mask: torch.Tensor  # [B, P + R]
-    position_ids: torch.Tensor  # [B, P + R]
-    response_mask: torch.Tensor  # [B, R]
-    rollout_log_prob: torch.Tensor  # [B, R] from the rollout engine
-    policy_version: torch.Tensor  # [B]
-    old_log_prob: torch.Tensor | None = None  # [B, R]
-    ref_log_prob: torch.Tensor | None = None  # [B, R]
-    advantages: torch.Tensor | None = None  # [B]
-    scores: torch.Tensor | None = None  # [B]
-    group_ids: torch.Tensor | None = None  # [B]
+    """The tensors of one step's samples; optional fields are filled in as the step goes on.
+
+    Attributes:
+        input_ids: [B, P + R] prompt (left-padded to P) then response (right-padded to R).
+        attention_mask: [B, P + R] 1 on real tokens.
+        position_ids: [B, P + R] cumsum(attention_mask) - 1, clamped at 0 (pads get 0).
+        response_mask: [B, R] float, 1 on generated tokens (EOS included).
+        rollout_log_prob: [B, R] the rollout engine's log-probs of the response tokens (0 on pads).
+        policy_version: [B] the policy version that generated each sample.
+        old_log_prob: [B, R] behaviour-policy log-probs (recomputed by the actor or the rollout's).
+        ref_log_prob: [B, R] reference-model log-probs (KL loss).
+        advantages: [B] (broadcast over tokens at loss time) or [B, R].
+        scores: [B] one reward per sample.
+        group_ids: [B] long, the prompt each sample answers (GRPO group).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    response_mask: torch.Tensor
+    rollout_log_prob: torch.Tensor
+    policy_version: torch.Tensor
+    old_log_prob: torch.Tensor | None = None
+    ref_log_prob: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     @property
+    def prompt_length(self) -> int:
+        """P, the padded prompt width."""
+        return self.input_ids.shape[1] - self.response_length
+
+    @property
     def response_length(self) -> int:
+        """R, the padded response width."""
         return self.response_mask.shape[1]
 
-    def select(self, index) -> "RolloutBatch":
-        """The rows in `index` (a list or index tensor), every tensor field alike."""
+    def select(self, index) -> RolloutBatch:
+        """The rows in `index` (a list, range or long tensor), every tensor field alike."""
         index = torch.as_tensor(index, dtype=torch.long)
         return RolloutBatch(**{f.name: _take(getattr(self, f.name), index) for f in fields(self)})
 
-    def to(self, device) -> "RolloutBatch":
+    def to(self, device) -> RolloutBatch:
+        """A copy with every tensor on `device`."""
         return RolloutBatch(**{f.name: _move(getattr(self, f.name), device) for f in fields(self)})
 
 
-def _take(value, index):
+def _take(value, index: torch.Tensor):
     return value[index.to(value.device)] if isinstance(value, torch.Tensor) else value
 
 
@@ -51,20 +78,42 @@ def _move(value, device):
 
 
 def collate(completions: list, pad_token_id: int) -> RolloutBatch:
-    """Pad completions into a RolloutBatch (prompt width P and response width R are the maxima)."""
+    """Pad completions into a RolloutBatch (P and R are the longest prompt and response).
+
+    Args:
+        completions: rollout `Completion`s (prompt_ids, token_ids, log_probs, policy_version).
+        pad_token_id: the id written into padding (never attended to, never scored).
+
+    Returns:
+        A RolloutBatch with the input, mask, position and rollout log-prob tensors set; advantages,
+        scores, group ids and old/ref log-probs are left for the caller.
+
+    Raises:
+        ValueError: no completions, an empty prompt (nothing would predict the first response
+            token), or log-probs that do not match the response length.
+    """
+    if not completions:
+        raise ValueError("collate needs at least one completion")
+    for i, c in enumerate(completions):
+        if not c.prompt_ids:
+            raise ValueError(f"completion {i} has an empty prompt; every response needs a prompt token before it")
+        if len(c.log_probs) != len(c.token_ids):
+            raise ValueError(
+                f"completion {i} has {len(c.log_probs)} log-probs for {len(c.token_ids)} response tokens"
+            )
     rows = len(completions)
     width_p = max(len(c.prompt_ids) for c in completions)
-    width_r = max(max(len(c.token_ids) for c in completions), 1)
+    width_r = max(max(len(c.token_ids) for c in completions), 1)  # keep R >= 1 so shapes stay 2-D
     input_ids = torch.full((rows, width_p + width_r), pad_token_id, dtype=torch.long)
     attention = torch.zeros((rows, width_p + width_r), dtype=torch.long)
     response_mask = torch.zeros((rows, width_r), dtype=torch.float32)
     rollout_lp = torch.zeros((rows, width_r), dtype=torch.float32)
     for i, c in enumerate(completions):
         p, r = len(c.prompt_ids), len(c.token_ids)
-        input_ids[i, width_p - p : width_p] = torch.tensor(c.prompt_ids)
+        input_ids[i, width_p - p : width_p] = torch.tensor(c.prompt_ids, dtype=torch.long)
         attention[i, width_p - p : width_p] = 1
         if r:
-            input_ids[i, width_p : width_p + r] = torch.tensor(c.token_ids)
+            input_ids[i, width_p : width_p + r] = torch.tensor(c.token_ids, dtype=torch.long)
             attention[i, width_p : width_p + r] = 1
             response_mask[i, :r] = 1.0
             rollout_lp[i, :r] = torch.tensor(c.log_probs, dtype=torch.float32)
