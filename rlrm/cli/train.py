@@ -19,6 +19,10 @@ def train(
     steps: Annotated[Optional[int], typer.Option(help="Total steps (trainer.total_steps).", min=1)] = None,
     out: Annotated[Optional[Path], typer.Option(help="Run folder (default: runs/<profile>-<time>).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed (trainer.seed).")] = None,
+    mode: Annotated[
+        Optional[str],
+        typer.Option(help="Scheduling mode (trainer.mode): sync, stream, pipeline, one-step-off or fully-async."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved profile and stop.")] = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what --out holds.")] = False,
@@ -31,8 +35,10 @@ def train(
     from rlrm.engine.trainer import train as run_training
 
     if resume is not None:
-        if profile or set_ or seed is not None or out:
-            raise ConfigError("--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--out")
+        if profile or set_ or seed is not None or out or mode:
+            raise ConfigError(
+                "--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--mode/--out"
+            )
         resolved = load_run_profile(resume, total_steps=steps)
         run_dir = resume
         if dry_run:
@@ -46,6 +52,8 @@ def train(
             overrides.append(f"trainer.total_steps={steps}")
         if seed is not None:
             overrides.append(f"trainer.seed={seed}")
+        if mode is not None:
+            overrides.append(f"trainer.mode={mode}")
         resolved = load_profile(profile, overrides)
         name = Path(profile).stem
         run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or _timestamped(name))

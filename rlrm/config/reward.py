@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -55,6 +55,50 @@ class CompositeConfig(_Section):
     model_kind: Literal["disrm", "genrm"] = Field("genrm", description="Which model kind the composite calls.")
 
 
+class InjectConfig(_Section):
+    """Latency and failures added to every reward call, to measure what scheduling hides (off by default)."""
+
+    latency: str | None = Field(
+        None,
+        description="Seconds slept before each call: none, fixed:S, uniform:A:B, normal:MU:SIGMA, lognormal:MU:SIGMA, "
+        "pareto:SCALE:ALPHA or trace:PATH[:COLUMN] (CSV or JSON of measured latencies).",
+    )
+    scale: float = Field(1.0, ge=0, allow_inf_nan=False, description="Multiplies every latency drawn (0: none).")
+    fail_rate: float = Field(0.0, description="Chance that an attempt fails (retried, then reward.on_failure).")
+    seed: int = Field(0, description="Seed of the draws (each depends on the seed, the sample and its attempt).")
+
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency_text(cls, value):
+        # `--set reward.inject.latency=0` arrives as the number 0
+        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("latency")
+    @classmethod
+    def _latency_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            from rlrm.engine.rewards.inject import parse_latency  # light; reads the file of a trace spec
+
+            parse_latency(value)
+        return value
+
+    @field_validator("fail_rate")
+    @classmethod
+    def _fail_rate_is_probability(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("fail_rate must be a probability in [0, 1]")
+        return value
+
+    @property
+    def active(self) -> bool:
+        """True when it injects anything: a latency that is not always 0, or failures."""
+        if self.fail_rate > 0:
+            return True
+        from rlrm.engine.rewards.inject import latency_dist
+
+        return latency_dist(self) is not None
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -78,6 +122,7 @@ class RewardConfig(_Section):
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
+    inject: InjectConfig = Field(default_factory=InjectConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "RewardConfig":

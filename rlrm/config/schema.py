@@ -125,7 +125,18 @@ class AlgorithmConfig(_Section):
 class TrainerConfig(_Section):
     """The training loop."""
 
-    mode: Literal["sync"] = Field("sync", description="Scheduling mode (sync: generate, then score, then train).")
+    mode: Literal["sync", "stream", "pipeline", "one-step-off", "fully-async"] = Field(
+        "sync",
+        description=(
+            "Scheduling mode: sync (generate, then score, then train), stream (score each sample as it is generated), "
+            "pipeline (stream + mini-batch updates as soon as their groups are scored), one-step-off (generation of "
+            "step k+1 overlaps scoring and training of step k), fully-async (rollouter and trainer decoupled, "
+            "bounded by max_staleness)."
+        ),
+    )
+    max_staleness: int = Field(
+        2, ge=0, description="fully-async: the most policy versions a trained sample may lag behind the trainer."
+    )
     total_steps: int = Field(30, gt=0, description="GRPO steps to run.")
     seed: int = Field(0, description="Seed of sampling, shuffling and initialisation.")
     val_every: int = Field(10, ge=0, description="Validate every k steps (0: never).")

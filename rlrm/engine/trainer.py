@@ -23,6 +23,7 @@ import yaml
 
 from rlrm.config.loader import dump_profile, validate_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.metrics.timing import Span
 from rlrm.errors import RunFolderError
 
 
@@ -100,7 +101,9 @@ class _TrainLoop:
         self.run_dir = run_dir
         self.console = console
         self.result = RunResult(run_dir, last_step=0)
-        self.spans: list = []
+        self.spans: list = []  # every span of the run (trace.json); the rollouter appends too
+        self._spans_seen = 0
+        self._live: list = []  # spans that may still overlap the next step's window
         self.pending_row: dict | None = None
 
     async def run(self) -> None:
@@ -111,10 +114,13 @@ class _TrainLoop:
         ckpts = list_checkpoints(self.run_dir)
         parts = build_components(p, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         self.parts = parts
+        self.scheduler = None
         try:
             await parts.reward.start()
             await self._loop(ckpts)
         finally:
+            if self.scheduler is not None:
+                await self.scheduler.close()
             await parts.reward.close()
             await parts.engine.close()
 
@@ -123,6 +129,7 @@ class _TrainLoop:
         from rlrm.engine.data.loader import PromptLoader
         from rlrm.engine.metrics.display import StepDisplay
         from rlrm.engine.metrics.tracker import MetricsWriter
+        from rlrm.engine.scheduling.overlap import make_scheduler
 
         p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
@@ -132,7 +139,9 @@ class _TrainLoop:
             parts.actor.load_state_dict(state["actor"])
             loader.load_state_dict(state["loader"])
             step = state["step"]
+            parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
         self.loader, self.result.last_step = loader, step
+        self.scheduler = make_scheduler(parts, loader, step, self.spans)
         writer = MetricsWriter(self.run_dir / "metrics.jsonl", keep_through_step=step)
         val_examples, val_ids = self._validation_set()
         self.t0 = time.perf_counter()
@@ -155,28 +164,22 @@ class _TrainLoop:
             self._write_trace()
 
     async def _step(self, step: int, val_examples: list, val_ids: list) -> dict:
-        from rlrm.engine.data.prompts import encode_prompts
         from rlrm.engine.metrics.timing import StepTimer
-        from rlrm.engine.scheduling.sync import sync_step
 
-        p, parts = self.profile, self.parts
+        p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
-        loader_state = self.loader.state_dict()
-        examples = self.loader.next_batch()
-        try:
-            ids, kept, dropped = encode_prompts(examples, parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
-            metrics = await sync_step(parts, kept, ids, step, timer)
-        except BaseException:
-            self.loader.load_state_dict(loader_state)  # the step never happened: replay its prompts on resume
-            raise
+        metrics = await self.scheduler.step(step, timer)
         # From here the step is done: an interrupt below still checkpoints this step.
         self.result.last_step = step
-        step_s = time.perf_counter() - start
-        row = {"step": step, **metrics, **timer.metrics(), "data/dropped_prompts": dropped}
-        row["data/skipped_rows"] = parts.data_info["skipped_train"] + parts.data_info["skipped_test"]
-        row.update(self._perf(row, step_s))
+        end = time.perf_counter()
+        step_s = end - start
         self.spans.extend(timer.spans)
+        self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
+        row = {"step": step, **metrics, **timer.metrics()}
+        row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]
+        row.update(self._perf(row, step_s))
+        row.update(self._idle((start, end)))
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
             with timer("save_checkpoint"):
                 self._save()
@@ -191,6 +194,25 @@ class _TrainLoop:
         row["timing_s/step"] = time.perf_counter() - start
         self.result.metrics = row
         return row
+
+    def _idle(self, window: tuple[float, float]) -> dict[str, float]:
+        """idle/* of one step window from every busy interval recorded (see metrics/intervals.py)."""
+        from rlrm.engine.metrics.intervals import idle_ratio, union_length
+
+        fresh = self.spans[self._spans_seen :]
+        self._spans_seen = len(self.spans)
+        self._live = [sp for sp in self._live + fresh if sp.end_s > window[0]]
+        lanes: dict[str, list] = {}
+        for sp in self._live:
+            lanes.setdefault(sp.lane, []).append((sp.start_s, sp.end_s))
+        wall = window[1] - window[0]
+        waited = union_length(lanes.get("reward_wait", []), window)
+        return {
+            "idle/trainer": idle_ratio(lanes.get("trainer", []), window),
+            "idle/rollout": idle_ratio(lanes.get("rollout", []), window),
+            "idle/reward": idle_ratio(lanes.get("reward", []), window),
+            "idle/reward_wait": waited / wall if wall > 0 else 0.0,
+        }
 
     def _perf(self, row: dict, step_s: float) -> dict:
         tokens = row.get("perf/total_num_tokens", 0)
@@ -228,7 +250,7 @@ class _TrainLoop:
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
             return
-        state = {"actor": self.parts.actor.state_dict(), "loader": self.loader.state_dict()}
+        state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
         save_checkpoint(
             self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints
         )

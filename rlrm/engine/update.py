@@ -1,7 +1,8 @@
 """From scored rollouts to a policy update: advantages, old/ref log-probs, actor step, weight sync.
 
-Synchronous on purpose: once the scores of a batch are in, nothing else of this step needs the
-event loop, and an interrupt can only land before the update or after it, never inside.
+Every scheduling mode trains through these functions, so the maths of a step is written once.
+They are synchronous on purpose: `sync` mode calls them on the event loop (an interrupt lands
+before the update or after it, never inside), the overlapping modes in their trainer thread.
 """
 
 from __future__ import annotations
@@ -9,18 +10,46 @@ from __future__ import annotations
 from rlrm.engine.metrics.timing import StepTimer
 
 
-def update_policy(parts, completions: list, results: list, step: int, timer: StepTimer) -> dict:
+def update_policy(
+    parts, completions: list, results: list, step: int, timer: StepTimer, reward_metrics: dict, off_policy: bool = False
+) -> dict:
     """Train on one step's scored samples and push the new weights to the rollout engine.
 
     Args:
         parts: the run's Components.
         completions: n per prompt, prompt-major.
-        results: one RewardResult per completion.
+        results: one RewardResult (or None: failed, drop its group) per completion.
         step: the step number (becomes the engine's policy version).
         timer: collects `timing_s/*`.
+        reward_metrics: the reward loop's counters for this step (taken on the event loop).
+        off_policy: the samples may come from older policies: the ratio uses the behaviour
+            policy's log-probs (the rollout engine's), never a recomputation.
 
     Returns:
         Metrics of the update and of the batch.
+    """
+    actor = parts.actor
+    prepared = prepare_batch(parts, completions, results, timer)
+    if prepared is None:  # every group dropped: nothing to learn from
+        groups = len(completions) // parts.profile.rollout.n
+        return {**reward_metrics, "reward/dropped_groups": groups, "batch/num_samples": 0}
+    batch, kept, scores, dropped = prepared
+    metrics = behaviour_log_probs(parts, batch, timer, off_policy)
+    with timer("update_actor"):
+        metrics.update(actor.update(batch))
+    sync_weights(parts, step, timer)
+    metrics.update(reward_metrics)
+    metrics["reward/dropped_groups"] = dropped
+    metrics.update(batch_metrics(kept, scores, batch.advantages))
+    return metrics
+
+
+def prepare_batch(parts, completions: list, results: list, timer: StepTimer):
+    """Drop failed groups, compute GRPO advantages and collate.
+
+    Returns:
+        (batch on the actor's device, kept completions, scores, dropped group count), or None
+        when every group was dropped.
     """
     import torch
 
@@ -29,11 +58,9 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
 
     profile = parts.profile
     n = profile.rollout.n
-    actor = parts.actor
-    completions, results, dropped_groups = drop_failed_groups(completions, results, n)
-    reward_metrics = parts.reward.loop.take_metrics(dropped_groups)
+    completions, results, dropped = drop_failed_groups(completions, results, n)
     if not completions:
-        return {**reward_metrics, "batch/num_samples": 0}  # every group dropped: nothing to learn from
+        return None
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)  # [B]
     group_ids = torch.arange(len(completions)) // n  # [B]
     with timer("adv"):
@@ -42,29 +69,44 @@ def update_policy(parts, completions: list, results: list, step: int, timer: Ste
         )
         batch = collate(completions, parts.tokenizer.pad_token_id)
         batch.scores, batch.advantages, batch.group_ids = scores, advantages, group_ids
-        batch = batch.to(parts.device) if hasattr(batch, "to") else batch
+        batch = batch.to(parts.device)
+    return batch, completions, scores, dropped
+
+
+def behaviour_log_probs(parts, batch, timer: StepTimer, off_policy: bool) -> dict:
+    """Set `old_log_prob` (and `ref_log_prob` when a reference is used); returns rollout/* metrics.
+
+    On-policy, `actor.recompute_old_log_prob` recomputes them with the actor (the gap to the
+    engine's own log-probs is logged). Off-policy the engine's log-probs are the behaviour
+    policy's and are used as they are.
+    """
+    actor = parts.actor
+    metrics: dict[str, float] = {}
     with timer("old_log_prob"):
-        if profile.actor.recompute_old_log_prob:
+        if parts.profile.actor.recompute_old_log_prob and not off_policy:
             batch.old_log_prob = actor.compute_old_log_prob(batch)
+            # How far the rollout engine's log-probs are from the actor's (0 up to float noise).
+            gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask
+            metrics["rollout/log_prob_diff_mean"] = (gap.sum() / batch.response_mask.sum().clamp(min=1)).item()
+            metrics["rollout/log_prob_diff_max"] = gap.max().item()
         else:
             batch.old_log_prob = batch.rollout_log_prob
-    # How far the rollout engine's log-probs are from the actor's (0 up to float noise when in sync).
-    gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask
-    rollout_gap = {
-        "rollout/log_prob_diff_mean": (gap.sum() / batch.response_mask.sum().clamp(min=1)).item(),
-        "rollout/log_prob_diff_max": gap.max().item(),
-    }
     if actor.ref_model is not None:
         with timer("ref"):
             batch.ref_log_prob = actor.compute_ref_log_prob(batch)
-    with timer("update_actor"):
-        metrics = actor.update(batch)
-    with timer("update_weights"):
-        parts.engine.update_weights(actor.policy_state_dict(), version=step)
-    metrics.update(rollout_gap)
-    metrics.update(reward_metrics)
-    metrics.update(batch_metrics(completions, scores, advantages))
     return metrics
+
+
+def sync_weights(parts, step: int, timer: StepTimer) -> None:
+    """Push the actor's weights to the rollout engine as policy version `step`."""
+    with timer("update_weights"):
+        parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)
+
+
+def staleness_metrics(completions: list, trainer_version: int) -> dict[str, float]:
+    """async/staleness_*: how many policy versions behind the trainer each sample's policy was."""
+    lags = [trainer_version - c.policy_version for c in completions] or [0]
+    return {"async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": max(lags)}
 
 
 def drop_failed_groups(completions: list, results: list, n: int) -> tuple[list, list, int]:

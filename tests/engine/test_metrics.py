@@ -61,11 +61,25 @@ def test_metrics_writer_flushes_and_truncates_on_resume(tmp_path):
 
 
 def test_chrome_trace(tmp_path):
-    spans = [Span("rollout", "gen", 10.0, 10.5), Span("trainer", "update", 10.5, 11.0)]
+    spans = [Span("rollout", "gen", 10.0, 10.5), Span("trainer", "update", 10.5, 11.0, {"step": 1})]
     events = chrome_trace_events(spans, origin_s=10.0)
-    xs = [e for e in events if e["ph"] == "X"]
-    assert xs[0]["ts"] == pytest.approx(0.0) and xs[0]["dur"] == pytest.approx(5e5)
-    assert xs[1]["ts"] == pytest.approx(5e5)
-    assert {e["args"]["name"] for e in events if e["ph"] == "M"} >= {"rollout", "trainer"}
+    xs = {e["name"]: e for e in events if e["ph"] == "X"}
+    assert xs["gen"]["ts"] == pytest.approx(0.0) and xs["gen"]["dur"] == pytest.approx(5e5)
+    assert xs["update"]["ts"] == pytest.approx(5e5) and xs["update"]["args"] == {"step": 1}
+    assert {e["args"]["name"] for e in events if e["name"] == "thread_name"} >= {"rollout", "trainer"}
     write_chrome_trace(tmp_path / "trace.json", spans, origin_s=10.0)
     assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) == len(events)
+
+
+def test_chrome_trace_packs_overlapping_spans_into_rows():
+    # Three concurrent requests and one after them: three rows, the late one reuses row 0.
+    spans = [Span("generate", f"r{i}", 0.0, 1.0 + i) for i in range(3)] + [Span("generate", "late", 1.5, 2.0)]
+    events = chrome_trace_events(spans)
+    tid = {e["name"]: e["tid"] for e in events if e["ph"] == "X"}
+    assert len({tid["r0"], tid["r1"], tid["r2"]}) == 3
+    assert tid["late"] == tid["r0"]
+    rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sorted(n for n in rows.values() if n.startswith("generate")) == ["generate", "generate #1", "generate #2"]
+    for t in set(tid.values()):  # no row holds overlapping events
+        row = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["ph"] == "X" and e["tid"] == t)
+        assert all(a[1] <= b[0] for a, b in zip(row, row[1:]))

@@ -84,27 +84,42 @@ class Actor:
         Raises:
             TrainingError: after `cfg.max_nonfinite_steps` non-finite steps in a row.
         """
+        self.check_update_batch(batch)
+        history = [
+            self.train_mini_batch(batch.select(rows))
+            for _ in range(self.cfg.ppo_epochs)
+            for rows in self.mini_batch_indices(batch)
+        ]
+        return self.end_update(history)
+
+    def check_update_batch(self, batch: RolloutBatch) -> None:
+        """Raise ValueError when `batch` lacks what an update needs (advantages, ref log-probs)."""
         if batch.advantages is None:
             raise ValueError("the batch has no advantages; set batch.advantages before actor.update")
         if self.cfg.use_kl_loss and batch.ref_log_prob is None:
             raise ValueError("actor.use_kl_loss is on but the batch has no ref_log_prob (compute_ref_log_prob)")
+
+    def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
+        """One optimizer step on one mini-batch (the pipeline mode calls this as groups get scored).
+
+        Returns:
+            The step's statistics for `end_update` (a `skipped` flag among them).
+        """
         self.model.train()
-        history: list[dict[str, float]] = []
-        skipped = 0
         try:
-            for _ in range(self.cfg.ppo_epochs):
-                for rows in self.mini_batch_indices(batch):
-                    stats = self._mini_batch_step(batch.select(rows))
-                    skipped += int(stats.pop("skipped"))
-                    history.append(stats)
+            return self._mini_batch_step(mb)
         finally:
             self.model.eval()
+
+    def end_update(self, history: list[dict[str, float]]) -> dict[str, float]:
+        """Close one update (one scheduler step) and average the mini-batch statistics."""
+        skipped = sum(int(h.pop("skipped")) for h in history)
         lr = self.optimizer.param_groups[0]["lr"]
         with warnings.catch_warnings():
             # Expected when every step so far was skipped as non-finite: the schedule still advances.
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
             self.scheduler.step()
-        metrics = {f"actor/{k}": _nanmean([h[k] for h in history]) for k in history[0]}
+        metrics = {f"actor/{k}": _nanmean([h[k] for h in history]) for k in history[0]} if history else {}
         metrics["actor/lr"] = lr
         metrics["actor/nonfinite_skipped"] = skipped
         return metrics

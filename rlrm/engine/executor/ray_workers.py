@@ -24,7 +24,7 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 
 _ERRORS = {cls.__name__: cls for cls in (
     reward_errors.RewardCallError, reward_errors.TransientError, reward_errors.RequestTimeout,
-    reward_errors.BadRequest, reward_errors.UnparsedVerdict, reward_errors.NonFiniteScore,
+    reward_errors.BadRequest, reward_errors.UnparsedVerdict, reward_errors.NonFiniteScore, reward_errors.InjectedFailure,
 )}
 
 

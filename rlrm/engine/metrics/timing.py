@@ -22,6 +22,7 @@ class Span:
     name: str
     start_s: float  # time.perf_counter() seconds
     end_s: float
+    args: dict | None = None  # extra facts shown in the trace (e.g. a reward's injected latency)
 
 
 class StepTimer:
@@ -38,6 +39,12 @@ class StepTimer:
             yield
         finally:
             end = time.perf_counter()
+            self.durations[name] = self.durations.get(name, 0.0) + (end - start)
+            self.spans.append(Span(lane, name, start, end))
+
+    def add(self, name: str, lane: str, start: float, end: float) -> None:
+        """Record a block timed elsewhere (e.g. a wait that ended on an event)."""
+        if end > start:
             self.durations[name] = self.durations.get(name, 0.0) + (end - start)
             self.spans.append(Span(lane, name, start, end))
 

@@ -34,3 +34,10 @@ class NonFiniteScore(RewardCallError):
     """The reward model returned NaN or inf."""
 
     kind = "nonfinite"
+
+
+class InjectedFailure(RewardCallError):
+    """A failure made on purpose by `reward.inject.fail_rate`: retried like a transient error."""
+
+    retryable = True
+    kind = "injected"

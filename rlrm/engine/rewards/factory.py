@@ -8,6 +8,16 @@ from rlrm.engine.rewards.rule import make_rule_reward
 
 
 def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None) -> RewardFn:
+    """The section's reward function, wrapped with `reward.inject` when that injects anything."""
+    fn = _base_reward_fn(cfg, balancer, model_path)
+    if not cfg.inject.active:
+        return fn
+    from rlrm.engine.rewards.inject import inject
+
+    return inject(fn, cfg.inject)
+
+
+def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> RewardFn:
     """Rule, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
     if kind is None:

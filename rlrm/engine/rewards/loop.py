@@ -36,6 +36,9 @@ class RewardStats:
     timeouts: int = 0
     unparsed: int = 0
     nonfinite: int = 0
+    injected_failures: int = 0  # attempts failed on purpose by reward.inject.fail_rate
+    injected_latency_sum_s: float = 0.0  # reward.inject latency of the results scored
+    injected_latency_count: int = 0
     defaulted: int = 0
     dropped_samples: int = 0
     judge_prompt_tokens: int = 0
@@ -51,6 +54,8 @@ class RewardStats:
             "reward/timeouts": self.timeouts,
             "reward/unparsed": self.unparsed,
             "reward/nonfinite": self.nonfinite,
+            "reward/injected_failures": self.injected_failures,
+            "reward/injected_latency_mean": self.injected_latency_sum_s / max(1, self.injected_latency_count),
             "reward/defaulted": self.defaulted,
             "reward/dropped_groups": dropped_groups,
             "reward/judge_prompt_tokens": self.judge_prompt_tokens,
@@ -97,6 +102,9 @@ class RewardLoop:
                 result = self._check(raw, sample)
                 self.stats.judge_prompt_tokens += int(result.extra.get("judge_prompt_tokens", 0))
                 self.stats.judge_completion_tokens += int(result.extra.get("judge_completion_tokens", 0))
+                if "injected_latency_s" in result.extra:
+                    self.stats.injected_latency_sum_s += float(result.extra["injected_latency_s"])
+                    self.stats.injected_latency_count += 1
                 return result
             except asyncio.TimeoutError:
                 error: RewardCallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
@@ -141,6 +149,8 @@ class RewardLoop:
             self.stats.unparsed += 1
         elif error.kind == "nonfinite":
             self.stats.nonfinite += 1
+        elif error.kind == "injected":
+            self.stats.injected_failures += 1
 
     def _on_failure(self, sample: RewardSample, error: RewardCallError) -> RewardResult | None:
         self.stats.failures += 1

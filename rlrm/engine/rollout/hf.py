@@ -23,6 +23,7 @@ import collections
 import inspect
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -70,6 +71,7 @@ class HFRolloutEngine:
         self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
         self.version = 0  # weight version stamped on completions
         self.batches_run = 0  # decode loops run so far (how well requests were batched)
+        self.busy_intervals: list[tuple[float, float]] = []  # (start, end) perf_counter of each decode batch
         self._max_len = getattr(model.config, "max_position_embeddings", None)
         self._vocab = model.get_input_embeddings().num_embeddings
         self._keep_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
@@ -122,6 +124,11 @@ class HFRolloutEngine:
         with self._lock:
             self.model.load_state_dict(state_dict)
             self.version = version
+
+    def take_busy_intervals(self) -> list[tuple[float, float]]:
+        """The (start, end) `time.perf_counter()` of every decode batch since the last call."""
+        taken, self.busy_intervals = self.busy_intervals, []
+        return taken
 
     async def close(self) -> None:
         """Stop the background task; requests still queued or decoding fail with EngineClosedError."""
@@ -212,10 +219,14 @@ class HFRolloutEngine:
         import torch
 
         with self._lock, torch.inference_mode():
+            start = time.perf_counter()
             self.batches_run += 1
             version = self.version  # read under the lock: these weights made the batch
             stops = [self.eos_token_ids + list(r.sampling.stop_token_ids or ()) for r in batch]
-            rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
+            try:
+                rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
+            finally:
+                self.busy_intervals.append((start, time.perf_counter()))
         return [
             Completion(
                 prompt_ids=req.prompt_ids,

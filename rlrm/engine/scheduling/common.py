@@ -36,19 +36,21 @@ async def generate_groups(engine, prompt_ids: list[list[int]], sampling, n: int,
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:
     """What the reward functions see: decoded responses with their prompt's metadata."""
     texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
-    samples = []
-    for index, (text, comp) in enumerate(zip(texts, completions)):
-        ex = examples[index // n]
-        samples.append(
-            RewardSample(
-                uid=ex.uid,
-                index=index,
-                data_source=ex.data_source,
-                prompt=ex.prompt,
-                solution_str=text,
-                ground_truth=ex.ground_truth,
-                extra_info=ex.extra_info,
-            )
-        )
-    return samples
+    return [_sample(examples[index // n], text, index) for index, text in enumerate(texts)]
 
+
+def reward_sample(tokenizer, example, completion, index: int) -> RewardSample:
+    """One sample as `reward_samples` makes it (index: its position in the step's batch)."""
+    return _sample(example, tokenizer.decode(completion.token_ids, skip_special_tokens=True), index)
+
+
+def _sample(example, text: str, index: int) -> RewardSample:
+    return RewardSample(
+        uid=example.uid,
+        index=index,
+        data_source=example.data_source,
+        prompt=example.prompt,
+        solution_str=text,
+        ground_truth=example.ground_truth,
+        extra_info=example.extra_info,
+    )

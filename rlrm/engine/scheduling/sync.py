@@ -16,16 +16,21 @@ def sampling_params(profile, validation: bool = False) -> SamplingParams:
 
 
 async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: int, timer: StepTimer) -> dict:
-    """One GRPO step in sync mode; returns the step's metrics."""
-    from rlrm.engine.update import update_policy
+    """One GRPO step in sync mode; returns the step's metrics.
+
+    The trainer waits through generation (`timing_s/gen`, lane gen_wait) and scoring
+    (`timing_s/reward`, lane reward_wait), as it does in every mode.
+    """
+    from rlrm.engine.update import staleness_metrics, update_policy
 
     profile = parts.profile
     n = profile.rollout.n
-    with timer("gen", lane="rollout"):
+    with timer("gen", lane="gen_wait"):
         completions = await generate_groups(
             parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step
         )
     samples = reward_samples(parts.tokenizer, examples, completions, n)
-    with timer("reward", lane="reward"):
+    with timer("reward", lane="reward_wait"):
         results = await parts.reward.loop.score_all(samples)
-    return update_policy(parts, completions, results, step, timer)
+    metrics = update_policy(parts, completions, results, step, timer, parts.reward.loop.take_metrics())
+    return {**metrics, **staleness_metrics(completions, step - 1)}
