@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from rlrm.cli import doctor, launch, models, profiles, train
+from rlrm.cli import bench, doctor, launch, models, profiles, train
 
 app = typer.Typer(
     name="rlrm",
@@ -21,6 +21,7 @@ app.command("doctor")(doctor.doctor)
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(models.app, name="models")
 app.add_typer(launch.app, name="launch")
+app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:

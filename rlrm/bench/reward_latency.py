@@ -1,0 +1,185 @@
+"""`rlrm bench reward-latency`: how much injected reward latency each scheduling mode hides.
+
+    bench = RewardLatencyBench(profile="tiny-rule", modes=MODES, latency="uniform:1:40", steps=10,
+                               repeats=1, seed=0, out=Path("bench/rl"))
+    bench.run(on_run=print)   # writes results.csv/.parquet, summary.json and runs/<name>/
+
+A zero-latency `sync` run comes first: its step time sets the latency scale (unless given) so
+that the mean injected latency is `latency_fraction` (default 0.5) of a zero-latency step, as in
+verl's reference setup (uniform 1-40 s against steps of about a minute), and its throughput is
+the denominator of the latency-hiding efficiency. Then every mode runs under the same latency.
+Runs that finished are kept when the benchmark is interrupted; the ones missing are listed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlrm.errors import ConfigError, RunFolderError
+
+MODES = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
+BASELINE = "sync-nolatency"
+
+
+@dataclass
+class RunPlan:
+    name: str  # folder under runs/
+    mode: str
+    repeat: int
+    latency: str  # "none" for the baseline
+
+
+@dataclass
+class RewardLatencyBench:
+    profile: str
+    modes: list[str]
+    latency: str
+    steps: int
+    repeats: int
+    seed: int
+    out: Path
+    latency_scale: float | None = None  # None: chosen from the baseline's step time
+    latency_fraction: float = 0.5
+    overrides: list[str] = field(default_factory=list)
+    console: str = "none"
+    rows: list[dict] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        from rlrm.engine.rewards.inject import parse_latency
+
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown or not self.modes:
+            raise ConfigError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
+        if self.steps < 1 or self.repeats < 1:
+            raise ConfigError("--steps and --repeats must be at least 1")
+        try:
+            self.dist = parse_latency(self.latency)
+        except ValueError as exc:
+            raise ConfigError(f"--latency: {exc}") from None
+        if self.dist.is_zero:
+            raise ConfigError("--latency is zero: the benchmark compares modes under a latency; give e.g. uniform:1:40")
+        self.out = Path(self.out)
+        if self.out.exists() and any(self.out.iterdir()):
+            raise RunFolderError(f"{self.out} is not empty; choose another --out or remove it")
+        self._profile_for("sync", 0, None)  # bad --set or profile: fail before anything runs
+
+    def plan(self) -> list[RunPlan]:
+        runs = [RunPlan(f"{BASELINE}-r{r}", "sync", r, "none") for r in range(self.repeats)]
+        runs += [RunPlan(f"{m}-r{r}", m, r, self.latency) for r in range(self.repeats) for m in self.modes]
+        return runs
+
+    def run(self, on_run=None) -> dict:
+        """Run every planned run; returns the summary (also written to summary.json)."""
+        from rlrm.engine.metrics.tracker import read_metrics
+        from rlrm.engine.trainer import check_inputs, start_run, train
+
+        from rlrm.bench.results import run_row
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        plan = self.plan()
+        check_inputs(self._profile_for("sync", 0, None))
+        try:
+            for i, item in enumerate(plan):
+                if item.latency != "none" and self.latency_scale is None:
+                    self.latency_scale = self._auto_scale()
+                scale = self.latency_scale if item.latency != "none" else None
+                profile = self._profile_for(item.mode, item.repeat, scale)
+                run_dir = start_run(profile, self.out / "runs" / item.name)
+                result = train(run_dir, console=self.console)
+                if result.interrupted:
+                    raise KeyboardInterrupt
+                row = {"mode": item.mode, "repeat": item.repeat, "latency": item.latency,
+                       "run_dir": f"runs/{item.name}", **run_row(read_metrics(run_dir / "metrics.jsonl"))}  # fmt: skip
+                self.rows.append(row)
+                self._write()
+                if on_run:
+                    on_run(i + 1, len(plan), item, row)
+        except KeyboardInterrupt:
+            done = {r["run_dir"] for r in self.rows}
+            self.missing = [p.name for p in plan if f"runs/{p.name}" not in done]
+            self._write()
+            raise
+        return self._write()
+
+    def _auto_scale(self) -> float:
+        """Scale so the mean injected latency is latency_fraction of a zero-latency sync step."""
+        base = [r for r in self.rows if r["latency"] == "none"]
+        step_s = sum(r["step_time_p50"] for r in base) / len(base)
+        try:
+            mean = self.dist.mean()
+        except ValueError as exc:
+            raise ConfigError(f"--latency {self.latency}: {exc}; pass --latency-scale explicitly") from None
+        return self.latency_fraction * step_s / mean if mean > 0 else 1.0
+
+    def _profile_for(self, mode: str, repeat: int, scale: float | None):
+        from rlrm.config.loader import load_profile
+
+        sets = [
+            *self.overrides,
+            f"trainer.mode={mode}",
+            f"trainer.total_steps={self.steps}",
+            f"trainer.seed={self.seed}",
+            f"trainer.val_every={self.steps}",  # once, at the end: validation never sits inside the timed steps
+            "trainer.val_before_train=false",
+            "trainer.save_every=0",
+            f"reward.inject.seed={self.seed * 1000 + repeat}",
+        ]
+        if scale is not None:
+            sets += [f"reward.inject.latency={self.latency}", f"reward.inject.scale={scale!r}"]
+        else:
+            sets += ["reward.inject.latency=none"]
+        return load_profile(self.profile, sets)
+
+    def summary(self) -> dict:
+        from rlrm.bench.results import compare, mode_means
+
+        rows = compare(self.rows) if self.rows else []
+        base = [r for r in rows if r["latency"] == "none"]
+        mean_latency = self.dist.scaled(self.latency_scale).mean() if self.latency_scale is not None else None
+        return {
+            "profile": self.profile,
+            "latency": self.latency,
+            "latency_scale": self.latency_scale,
+            "mean_latency_s": mean_latency,
+            "latency_to_step_ratio": (
+                mean_latency / (sum(r["step_time_p50"] for r in base) / len(base)) if base and mean_latency else None
+            ),
+            "steps": self.steps,
+            "repeats": self.repeats,
+            "seed": self.seed,
+            "baseline": mode_means(rows, "none").get("sync", {}),
+            "modes": mode_means(rows, self.latency),
+            "missing": self.missing,
+        }
+
+    def _write(self) -> dict:
+        """results.csv, results.parquet and summary.json, each written whole (tmp + rename)."""
+        import pandas as pd
+
+        from rlrm.bench.results import COLUMNS, compare
+
+        frame = pd.DataFrame(compare(self.rows) if self.rows else [], columns=COLUMNS)
+        _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
+        _atomic(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
+        summary = self.summary()
+        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(_finite(summary), indent=2)))
+        return summary
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    tmp.replace(path)
+
+
+def _finite(value):
+    """JSON has no NaN: write null instead."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -1,0 +1,108 @@
+"""`rlrm bench`: benchmarks that answer a question with numbers (today: reward latency)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlrm.cli.common import friendly_errors
+
+app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
+
+
+@app.command("reward-latency")
+@friendly_errors
+def reward_latency(
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name or YAML path.")] = "tiny-rule",
+    modes: Annotated[str, typer.Option(help="Comma-separated scheduling modes to compare.")] = (
+        "sync,stream,pipeline,one-step-off,fully-async"
+    ),
+    latency: Annotated[str, typer.Option(help="Injected reward latency per sample (see reward.inject.latency).")] = (
+        "uniform:1:40"
+    ),
+    latency_scale: Annotated[
+        Optional[float],
+        typer.Option(help="Multiply the latency by this (default: mean latency = half a zero-latency sync step).", min=0),
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Steps per run.", min=1)] = 10,
+    repeats: Annotated[int, typer.Option(help="Runs per mode.", min=1)] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of training and of the latency draws.")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Benchmark folder (default: bench/reward-latency-<time>).")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Profile override for every run (repeatable).")] = [],
+) -> None:
+    """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table."""
+    import time
+
+    from rlrm.bench.reward_latency import RewardLatencyBench
+
+    folder = out or Path("bench") / f"reward-latency-{time.strftime('%Y%m%d-%H%M%S')}"
+    bench = RewardLatencyBench(
+        profile=profile,
+        modes=[m.strip() for m in modes.split(",") if m.strip()],
+        latency=latency,
+        steps=steps,
+        repeats=repeats,
+        seed=seed,
+        out=folder,
+        latency_scale=latency_scale,
+        overrides=list(set_),
+        console="rich" if sys.stdout.isatty() else "none",
+    )
+    printed_scale = False
+
+    def on_run(i, total, item, row):
+        nonlocal printed_scale
+        if bench.latency_scale is not None and not printed_scale:
+            summary = bench.summary()
+            typer.echo(
+                f"latency {latency} x {bench.latency_scale:.4g}: mean {summary['mean_latency_s']:.3f} s per sample = "
+                f"{summary['latency_to_step_ratio']:.2f} of a zero-latency sync step"
+            )
+            printed_scale = True
+        typer.echo(f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s")
+
+    try:
+        summary = bench.run(on_run=on_run)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: {len(bench.rows)} runs kept in {folder}; missing: {', '.join(bench.missing)}", err=True)
+        raise typer.Exit(130) from None
+    _print_table(summary)
+    typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
+
+
+def _print_table(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample)")
+    for col in ("mode", "tok/s", "speedup vs sync", "hiding eff.", "idle trainer", "idle rollout", "reward wait",
+                "stale max", "reward", "val acc"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
+    base = summary["baseline"]
+    rows = [("sync, no latency", base)] + list(summary["modes"].items())
+    for name, m in rows:
+        table.add_row(
+            name,
+            f"{m['tokens_per_s']:,.0f}",
+            _fmt(m.get("speedup_vs_sync"), "{:.2f}x"),
+            _fmt(m.get("hiding_efficiency"), "{:.2f}"),
+            _fmt(m.get("idle_trainer"), "{:.2f}"),
+            _fmt(m.get("idle_rollout"), "{:.2f}"),
+            _fmt(m.get("idle_reward_wait"), "{:.2f}"),
+            _fmt(m.get("staleness_max"), "{:.0f}"),
+            _fmt(m.get("final_reward"), "{:.3f}"),
+            _fmt(m.get("val_accuracy"), "{:.3f}"),
+        )
+    console = Console()
+    console.width = max(console.width, 160)  # the table is the point: never squash it into "…"
+    console.print(table)
+
+
+def _fmt(value, pattern: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return pattern.format(value)

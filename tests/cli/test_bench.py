@@ -1,0 +1,91 @@
+"""`rlrm bench reward-latency` through the CLI: a complete results table, bad input, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+
+TINY = [
+    "data.train_batch_size=4", "actor.mini_batch_size=2", "actor.micro_batch_size=8", "rollout.n=4",
+    "rollout.max_new_tokens=12", "data.val_size=8", "trainer.num_threads=1",
+]  # fmt: skip
+
+
+def _args(out, modes="sync,stream,fully-async", extra=()):
+    args = ["bench", "reward-latency", "--modes", modes, "--steps", "2", "--out", str(out), "--latency", "uniform:1:40"]
+    for s in TINY:
+        args += ["--set", s]
+    return args + list(extra)
+
+
+def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, _args(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out / "results.csv")
+    assert list(frame["mode"]) == ["sync", "sync", "stream", "fully-async"]
+    assert list(frame["latency"]) == ["none", "uniform:1:40", "uniform:1:40", "uniform:1:40"]
+    assert not frame.drop(columns=["val_accuracy"]).isna().any().any()
+    assert frame["val_accuracy"].between(0, 1).all()  # validated once, at the end of each run
+    assert (frame["tokens_per_s"] > 0).all() and (frame["steps"] == 2).all()
+    sync_lat = frame[(frame["mode"] == "sync") & (frame["latency"] != "none")].iloc[0]
+    assert sync_lat["speedup_vs_sync"] == pytest.approx(1.0)
+    base = frame.iloc[0]
+    assert base["hiding_efficiency"] == pytest.approx(1.0)
+    for _, row in frame.iterrows():  # the ratios are what their definitions say
+        assert row["hiding_efficiency"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+        if row["latency"] != "none":  # speedup is over sync under the same latency
+            assert row["speedup_vs_sync"] == pytest.approx(row["tokens_per_s"] / sync_lat["tokens_per_s"])
+    assert pd.read_parquet(out / "results.parquet").shape == frame.shape
+    summary = json.loads((out / "summary.json").read_text())
+    # the default scale makes the mean injected latency half a zero-latency step
+    assert summary["latency_to_step_ratio"] == pytest.approx(0.5, rel=1e-6)
+    assert summary["missing"] == [] and set(summary["modes"]) == {"sync", "stream", "fully-async"}
+    for run in frame["run_dir"]:
+        assert (out / run / "metrics.jsonl").is_file() and (out / run / "trace.json").is_file()
+    assert "speedup vs sync" in result.output and "of a zero-latency sync step" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--modes", "sync,warp"], "unknown mode(s) warp"),
+        (["--latency", "uniform:5"], "accepted"),
+        (["--latency", "trace:/nope.csv"], "/nope.csv"),
+        (["--set", "trainer.max_staleness=-1"], "trainer.max_staleness"),
+        (["--set", "reward.inject.fail_rate=1.5"], "[0, 1]"),
+        (["--latency", "none"], "latency is zero"),
+    ],
+)
+def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, message):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, ["bench", "reward-latency", "--out", str(out), *args])
+    assert result.exit_code == 1
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, monkeypatch):
+    import rlrm.engine.trainer as trainer_mod
+
+    real_train, calls = trainer_mod.train, []
+
+    def train_then_interrupt(run_dir, console=None):
+        calls.append(run_dir)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_train(run_dir, console)
+
+    monkeypatch.setattr(trainer_mod, "train", train_then_interrupt)
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, _args(out))
+    assert result.exit_code == 130
+    assert len(pd.read_csv(out / "results.csv")) == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing"] == ["stream-r0", "fully-async-r0"]
+    assert "missing: stream-r0, fully-async-r0" in result.output

@@ -1,0 +1,110 @@
+"""Scheduling modes on the tiny policy: the maths of a step never changes between modes, the
+staleness bound holds, and the idle ratios agree with the phase times they come from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrm.config.loader import load_profile
+from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.trainer import start_run, train
+
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "actor.micro_batch_size=8",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "trainer.save_every=0",
+    "trainer.num_threads=1",
+    "logging.console=none",
+]
+
+
+def _run(tmp_path, name, mode, steps, extra=()):
+    profile = load_profile("tiny-rule", SMALL + [f"trainer.mode={mode}", f"trainer.total_steps={steps}", *extra])
+    run_dir = start_run(profile, tmp_path / name)
+    result = train(run_dir)
+    assert result.last_step == steps and not result.interrupted
+    return run_dir, read_metrics(run_dir / "metrics.jsonl")
+
+
+def _weights(run_dir, step):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "checkpoints" / f"step_{step}" / "model" / "model.safetensors"))
+
+
+def _assert_same_training(run_a, rows_a, run_b, rows_b, steps):
+    for a, b in zip(rows_a, rows_b):
+        for key in ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm", "perf/total_num_tokens"):
+            assert b[key] == a[key], (a["step"], key)
+    wa, wb = _weights(run_a, steps), _weights(run_b, steps)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert (wa[name] == wb[name]).all(), name
+
+
+def test_stream_equals_sync_at_zero_latency(tmp_path, tiny_policy_path):
+    sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2)
+    stream_dir, stream_rows = _run(tmp_path, "stream", "stream", steps=2)
+    _assert_same_training(sync_dir, sync_rows, stream_dir, stream_rows, steps=2)
+    assert all(r["async/staleness_max"] == 0 for r in stream_rows)
+
+
+def test_pipeline_equals_sync_mini_batch_by_mini_batch(tmp_path, tiny_policy_path):
+    # Two mini-batches of two groups, two PPO epochs: the first epoch is pipelined.
+    extra = ["actor.mini_batch_size=2", "actor.ppo_epochs=2"]
+    sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2, extra=extra)
+    pipe_dir, pipe_rows = _run(tmp_path, "pipe", "pipeline", steps=2, extra=extra)
+    _assert_same_training(sync_dir, sync_rows, pipe_dir, pipe_rows, steps=2)
+
+
+@pytest.mark.parametrize(("mode", "bound"), [("one-step-off", 1), ("fully-async", 2)])
+def test_staleness_never_exceeds_its_bound(tmp_path, tiny_policy_path, mode, bound):
+    # Random per-sample latency makes groups finish out of order; the bound must still hold.
+    extra = [f"trainer.max_staleness={bound}", "reward.inject.latency=uniform:0:0.3", "reward.inject.seed=3"]
+    run_dir, rows = _run(tmp_path, mode, mode, steps=5, extra=extra)
+    assert max(r["async/staleness_max"] for r in rows) <= bound
+    assert max(r["async/staleness_max"] for r in rows) >= 1  # it did run off-policy
+    assert all(r["batch/num_samples"] == 16 for r in rows)
+    assert all(r["reward/failures"] == 0 and r["reward/injected_latency_mean"] > 0 for r in rows)
+
+
+def test_sync_idle_ratio_matches_the_phase_times(tmp_path, tiny_policy_path):
+    # Fixed injected latency: in sync the trainer idles through generation and scoring, so
+    # idle/trainer must equal (gen + reward) / step time measured by the phase timers.
+    run_dir, rows = _run(tmp_path, "idle", "sync", steps=3, extra=["reward.inject.latency=fixed:0.4"])
+    for r in rows:
+        predicted = (r["timing_s/gen"] + r["timing_s/reward"]) / r["perf/time_per_step"]
+        assert r["idle/trainer"] == pytest.approx(predicted, rel=0.10)
+        assert r["idle/reward_wait"] == pytest.approx(r["timing_s/reward"] / r["perf/time_per_step"], rel=0.10)
+        assert r["timing_s/reward"] >= 0.4
+    trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    rewards = [e for e in trace if e.get("cat") == "reward" and e["ph"] == "X"]
+    assert len(rewards) == 0  # sync scores after generation, without per-sample reward spans
+    assert {e["cat"] for e in trace if e["ph"] == "X"} >= {"trainer", "gen_wait", "reward_wait", "rollout"}
+
+
+def test_overlap_mode_traces_every_request_and_reward(tmp_path, tiny_policy_path):
+    run_dir, rows = _run(tmp_path, "trace", "one-step-off", steps=2, extra=["reward.inject.latency=fixed:0.05"])
+    trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in trace if e["ph"] == "X"]
+    assert sum(e["cat"] == "generate" for e in spans) >= 2 * 16  # two batches trained, maybe a third started
+    rewards = [e for e in spans if e["cat"] == "reward"]
+    assert len(rewards) >= 2 * 16
+    assert all(e["args"]["injected_latency_s"] == pytest.approx(0.05) for e in rewards)
+    assert all(e["dur"] >= 0.05e6 for e in rewards)
+
+
+def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
+    extra = ["reward.inject.fail_rate=1.0", "reward.max_retries=1", "reward.backoff_s=0", "reward.on_failure=drop-group"]
+    _, rows = _run(tmp_path, "fail", "stream", steps=1, extra=extra)
+    row = rows[0]
+    assert row["reward/injected_failures"] == 16 * 2  # every attempt of every sample
+    assert row["reward/failures"] == 16 and row["reward/dropped_groups"] == 4
+    assert row["batch/num_samples"] == 0 and "actor/pg_loss" not in row
