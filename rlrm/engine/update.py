@@ -7,6 +7,8 @@ before the update or after it, never inside), the overlapping modes in their tra
 
 from __future__ import annotations
 
+import time
+
 from rlrm.engine.metrics.timing import StepTimer
 
 
@@ -36,7 +38,7 @@ def update_policy(
     batch, kept, scores, dropped = prepared
     metrics = behaviour_log_probs(parts, batch, timer, off_policy)
     with timer("update_actor"):
-        metrics.update(actor.update(batch))
+        metrics.update(train_epochs(actor, batch, timer))
     sync_weights(parts, step, timer)
     metrics.update(reward_metrics)
     metrics["reward/dropped_groups"] = dropped
@@ -95,6 +97,24 @@ def behaviour_log_probs(parts, batch, timer: StepTimer, off_policy: bool) -> dic
         with timer("ref"):
             batch.ref_log_prob = actor.compute_ref_log_prob(batch)
     return metrics
+
+
+def train_epochs(actor, batch, timer: StepTimer) -> dict:
+    """`actor.update(batch)`, with each mini-batch's optimizer step a `minibatch` trace span."""
+    actor.check_update_batch(batch)
+    history = []
+    for epoch in range(actor.cfg.ppo_epochs):
+        for i, rows in enumerate(actor.mini_batch_indices(batch)):
+            history.append(timed_mini_batch(actor, batch.select(rows), timer, f"mini-batch {i}", epoch))
+    return actor.end_update(history)
+
+
+def timed_mini_batch(actor, mb, timer: StepTimer, name: str, epoch: int = 0) -> dict:
+    """One optimizer step on `mb`, kept as a trace span."""
+    start = time.perf_counter()
+    stats = actor.train_mini_batch(mb)
+    timer.span("minibatch", name, start, time.perf_counter(), {"epoch": epoch, "samples": len(mb)})
+    return stats
 
 
 def sync_weights(parts, step: int, timer: StepTimer) -> None:

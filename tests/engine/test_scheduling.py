@@ -85,9 +85,12 @@ def test_sync_idle_ratio_matches_the_phase_times(tmp_path, tiny_policy_path):
         assert r["idle/reward_wait"] == pytest.approx(r["timing_s/reward"] / r["perf/time_per_step"], rel=0.10)
         assert r["timing_s/reward"] >= 0.4
     trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
-    rewards = [e for e in trace if e.get("cat") == "reward" and e["ph"] == "X"]
-    assert len(rewards) == 0  # sync scores after generation, without per-sample reward spans
-    assert {e["cat"] for e in trace if e["ph"] == "X"} >= {"trainer", "gen_wait", "reward_wait", "rollout"}
+    spans = [e for e in trace if e["ph"] == "X"]
+    rewards = [e for e in spans if e["cat"] == "reward"]
+    assert len(rewards) == 3 * 16 and all(e["args"]["injected_latency_s"] == pytest.approx(0.4) for e in rewards)
+    assert sum(e["cat"] == "generate" for e in spans) == 3 * 16
+    assert sum(e["cat"] == "minibatch" for e in spans) == 3  # one mini-batch per step here
+    assert {e["cat"] for e in spans} >= {"trainer", "gen_wait", "reward_wait", "rollout"}
 
 
 def test_overlap_mode_traces_every_request_and_reward(tmp_path, tiny_policy_path):

@@ -42,6 +42,10 @@ class StepTimer:
             self.durations[name] = self.durations.get(name, 0.0) + (end - start)
             self.spans.append(Span(lane, name, start, end))
 
+    def span(self, lane: str, name: str, start: float, end: float, args: dict | None = None) -> None:
+        """Keep a span for the trace only (no `timing_s/*`): a request, a reward call, a mini-batch."""
+        self.spans.append(Span(lane, name, start, end, args))
+
     def add(self, name: str, lane: str, start: float, end: float) -> None:
         """Record a block timed elsewhere (e.g. a wait that ended on an event)."""
         if end > start:

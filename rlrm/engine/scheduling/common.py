@@ -7,6 +7,7 @@ each piece runs.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from rlrm.engine.rewards.base import RewardSample
 
@@ -21,16 +22,42 @@ def request_seed(seed: int, step: int, prompt_index: int, sample_index: int) -> 
     return value
 
 
-async def generate_groups(engine, prompt_ids: list[list[int]], sampling, n: int, seed: int, step: int) -> list:
-    """Send n seeded requests per prompt and wait for all of them (prompt-major order)."""
+async def generate_groups(
+    engine, prompt_ids: list[list[int]], sampling, n: int, seed: int, step: int, timer=None
+) -> list:
+    """Send n seeded requests per prompt and wait for all of them (prompt-major order).
+
+    With a `timer`, each request becomes a `generate` trace span.
+    """
     from dataclasses import replace
 
-    requests = [
-        engine.generate(ids, replace(sampling, seed=request_seed(seed, step, i, j)))
-        for i, ids in enumerate(prompt_ids)
-        for j in range(n)
-    ]
-    return list(await asyncio.gather(*requests))
+    async def one(i: int, j: int, ids: list[int]):
+        start = time.perf_counter()
+        completion = await engine.generate(ids, replace(sampling, seed=request_seed(seed, step, i, j)))
+        if timer is not None:
+            timer.span("generate", "generate", start, time.perf_counter(), {"batch": step, "group": i})
+        return completion
+
+    return list(await asyncio.gather(*(one(i, j, ids) for i, ids in enumerate(prompt_ids) for j in range(n))))
+
+
+async def score_samples(loop, samples: list[RewardSample], timer=None, step: int = 0) -> list:
+    """Score samples concurrently through the reward loop (results keep their order).
+
+    With a `timer`, each reward call becomes a `reward` trace span.
+    """
+
+    async def one(sample: RewardSample):
+        start = time.perf_counter()
+        result = await loop.score(sample)
+        if timer is not None:
+            args = {"batch": step, "sample": sample.index}
+            if result is not None and "injected_latency_s" in result.extra:
+                args["injected_latency_s"] = result.extra["injected_latency_s"]
+            timer.span("reward", "reward", start, time.perf_counter(), args)
+        return result
+
+    return list(await asyncio.gather(*(one(s) for s in samples)))
 
 
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:

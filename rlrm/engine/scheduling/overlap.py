@@ -181,10 +181,10 @@ class PipelineScheduler(OverlapScheduler):
             ready.append(g)
             kept.append(g)
             if len(ready) == size:
-                history.append(await self.in_trainer(_train_groups, parts, batch, ready, n, timer))
+                history.append(await self.in_trainer(_train_groups, parts, batch, ready, n, timer, len(history)))
                 ready = []
         if ready:
-            history.append(await self.in_trainer(_train_groups, parts, batch, ready, n, timer))
+            history.append(await self.in_trainer(_train_groups, parts, batch, ready, n, timer, len(history)))
         reward_metrics = parts.reward.loop.take_metrics()
         metrics.update(await self.in_trainer(_finish_update, parts, batch, kept, n, history, step, timer))
         metrics.update(reward_metrics)
@@ -267,7 +267,7 @@ def _rows(groups: list[Group], n: int):
     return torch.tensor([g.position * n + j for g in groups for j in range(n)], dtype=torch.long)
 
 
-def _train_groups(parts, batch, groups: list[Group], n: int, timer: StepTimer) -> dict:
+def _train_groups(parts, batch, groups: list[Group], n: int, timer: StepTimer, index: int) -> dict:
     """One optimizer step on the mini-batch made of `groups` (all scored, none failed)."""
     import torch
 
@@ -279,9 +279,11 @@ def _train_groups(parts, batch, groups: list[Group], n: int, timer: StepTimer) -
     mb.advantages = grpo_advantages(
         mb.scores.cpu(), mb.group_ids.cpu(), eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
     ).to(parts.device)
+    from rlrm.engine.update import timed_mini_batch
+
     parts.actor.check_update_batch(mb)
     with timer("update_actor"):
-        return parts.actor.train_mini_batch(mb)
+        return timed_mini_batch(parts.actor, mb, timer, f"mini-batch {index}")
 
 
 def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step: int, timer: StepTimer) -> dict:
@@ -289,7 +291,7 @@ def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step:
     import torch
 
     from rlrm.engine.algorithms import grpo_advantages
-    from rlrm.engine.update import batch_metrics, sync_weights
+    from rlrm.engine.update import batch_metrics, sync_weights, timed_mini_batch
 
     profile = parts.profile
     if not kept:
@@ -301,9 +303,9 @@ def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step:
     )
     full.scores, full.advantages = full.scores.to(parts.device), full.advantages.to(parts.device)
     with timer("update_actor"):
-        for _ in range(profile.actor.ppo_epochs - 1):
-            for rows in parts.actor.mini_batch_indices(full):
-                history.append(parts.actor.train_mini_batch(full.select(rows)))
+        for epoch in range(1, profile.actor.ppo_epochs):
+            for i, rows in enumerate(parts.actor.mini_batch_indices(full)):
+                history.append(timed_mini_batch(parts.actor, full.select(rows), timer, f"mini-batch {i}", epoch))
         metrics = parts.actor.end_update(history)
     sync_weights(parts, step, timer)
     completions = [c for g in kept for c in g.completions]

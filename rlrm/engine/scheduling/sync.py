@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rollout.base import SamplingParams
-from rlrm.engine.scheduling.common import generate_groups, reward_samples
+from rlrm.engine.scheduling.common import generate_groups, reward_samples, score_samples
 
 
 def sampling_params(profile, validation: bool = False) -> SamplingParams:
@@ -27,10 +27,10 @@ async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: in
     n = profile.rollout.n
     with timer("gen", lane="gen_wait"):
         completions = await generate_groups(
-            parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step
+            parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step, timer
         )
     samples = reward_samples(parts.tokenizer, examples, completions, n)
     with timer("reward", lane="reward_wait"):
-        results = await parts.reward.loop.score_all(samples)
+        results = await score_samples(parts.reward.loop, samples, timer, step)
     metrics = update_policy(parts, completions, results, step, timer, parts.reward.loop.take_metrics())
     return {**metrics, **staleness_metrics(completions, step - 1)}
