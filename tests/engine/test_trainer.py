@@ -107,3 +107,33 @@ def test_training_with_a_served_disrm(tmp_path, random_disrm_path):
     # a random DisRM gives real-valued logits, not the rule's 0/1
     assert rows[1]["critic/score/min"] != rows[1]["critic/score/max"]
     assert not {0.0, 1.0} >= {rows[1]["critic/score/min"], rows[1]["critic/score/max"]}
+
+
+def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, random_disrm_path, monkeypatch):
+    from rlrm.engine.rewards.loop import RewardLoop
+    from rlrm.engine.rewards.service import RewardService
+
+    services, calls = [], []
+    real_start, real_score = RewardService.start, RewardLoop.score
+
+    async def start(self):
+        services.append(self)
+        await real_start(self)
+
+    async def score(self, sample):
+        calls.append(sample.uid)
+        if len(calls) == 24:  # mid-way through step 2 (16 samples a step)
+            services[0].pool.servers[0].kill()
+        return await real_score(self, sample)
+
+    monkeypatch.setattr(RewardService, "start", start)
+    monkeypatch.setattr(RewardLoop, "score", score)
+    run_dir, result = _run(tmp_path, "kill", steps=4, extra=[
+        "trainer.mode=stream", "reward.kind=disrm", f"reward.server.model={random_disrm_path}",
+        "reward.server.replicas=2", "reward.disrm.max_length=64", "reward.backoff_s=0.05", "reward.timeout_s=10",
+    ])
+    assert result.last_step == 4 and len(calls) == 4 * 16
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
+    assert all(r["batch/num_samples"] == 16 and r["reward/failures"] == 0 for r in rows)
+    assert all(r["reward/defaulted"] == 0 and r["reward/dropped_groups"] == 0 for r in rows)
+    assert services[0].pool.restarts >= 1
