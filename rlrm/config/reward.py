@@ -118,6 +118,14 @@ class RewardConfig(_Section):
         "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
     )
     default_score: float = Field(0.0, description="Score used by on_failure=default.")
+    placement: Literal["standalone", "colocated"] = Field(
+        "standalone",
+        description=(
+            "standalone: reward servers in their own processes, scoring while generation goes on; colocated: the "
+            "reward model shares the policy's device and sleeps (weights off the accelerator) except while it scores "
+            "(needs trainer.mode=sync and servers rlrm launches)."
+        ),
+    )
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
@@ -130,6 +138,11 @@ class RewardConfig(_Section):
             raise ValueError("genrm.template must contain {response}")
         if self.model_kind and not self.server.model:
             raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
+        if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
+            raise ValueError(
+                "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm or composite, "
+                "no server.addresses, executor local); use placement=standalone otherwise"
+            )
         return self
 
     @property

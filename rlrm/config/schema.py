@@ -176,4 +176,9 @@ class Profile(_Section):
                 f"data.train_batch_size ({self.data.train_batch_size}) must be a multiple of "
                 f"actor.mini_batch_size ({self.actor.mini_batch_size})"
             )
+        if self.reward.placement == "colocated" and self.trainer.mode != "sync":
+            raise ValueError(
+                f"reward.placement=colocated takes turns with the policy on one device, so it needs trainer.mode=sync "
+                f"(got {self.trainer.mode}); use reward.placement=standalone to overlap rewards with generation"
+            )
         return self

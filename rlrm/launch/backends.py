@@ -7,6 +7,7 @@ last real token, in float32.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from rlrm.errors import ModelError
@@ -45,6 +46,8 @@ class CausalLMBackend:
         self.engine = HFRolloutEngine(
             model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch
         )
+        self.model, self.device = model, device
+        self.lock = self.engine._lock  # held by the engine for a whole decode batch
 
     async def close(self) -> None:
         await self.engine.close()
@@ -74,13 +77,14 @@ class ClassifierBackend:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
         self.micro_batch = cfg.max_batch
+        self.lock = threading.Lock()  # held for a whole batched forward
         self.batcher = DynamicBatcher(self._forward, max_batch=cfg.max_batch, max_queue=cfg.max_queue)
 
     def _forward(self, sequences: list[list[int]]) -> list[float]:
         import torch
 
         scores: list[float] = []
-        with torch.inference_mode():
+        with self.lock, torch.inference_mode():
             for start in range(0, len(sequences), self.micro_batch):
                 chunk = sequences[start : start + self.micro_batch]
                 width = max(len(s) for s in chunk)

@@ -43,12 +43,12 @@ class ReplicaBalancer:
         pool = [u for u in self.urls if self.healthy[u]] or self.urls
         return min(pool, key=lambda u: self.outstanding[u])
 
-    async def post(self, path: str, body: dict, timeout_s: float) -> dict:
-        """POST to one replica; raises TransientError, RequestTimeout or BadRequest."""
+    async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
+        """POST to one replica (the least busy, or `url`); raises TransientError, RequestTimeout or BadRequest."""
         import aiohttp
 
         session = self._http()
-        url = self.pick()
+        url = url.rstrip("/") if url else self.pick()
         self.outstanding[url] += 1
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)

@@ -4,7 +4,8 @@
     python -m rlrm.launch.server --model PATH --role disrm --port 8001      # the same, without the CLI
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
-POST /generate (SGLang native), POST /classify (vLLM). Bad requests get 400 with an OpenAI-style
+POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
+POST /wake_up, GET /is_sleeping) for colocated placement. Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`.
 """
@@ -26,6 +27,7 @@ def create_app(cfg: ServerConfig):
     from fastapi.responses import JSONResponse, PlainTextResponse
 
     from rlrm.launch import routes
+    from rlrm.launch.sleep import SleepState, add_sleep_routes
 
     if cfg.role not in ROLES:
         raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
@@ -39,11 +41,17 @@ def create_app(cfg: ServerConfig):
     app = FastAPI(title="rlrm embedded server", lifespan=lifespan)
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
+    sleep_state = SleepState(backend.model, backend.lock, backend.device)
+
     @app.middleware("http")
     async def check_api_key(request: Request, call_next):
         if cfg.api_key and request.url.path != "/health":
             if request.headers.get("authorization", "") != f"Bearer {cfg.api_key}":
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error")
+        try:
+            sleep_state.check(request.url.path)
+        except RequestError as exc:
+            return _error(exc.status, str(exc), "overloaded", exc.headers)
         return await call_next(request)
 
     @app.exception_handler(RequestError)
@@ -76,6 +84,7 @@ def create_app(cfg: ServerConfig):
         }
 
     routes.add_routes(app, cfg, backend)
+    add_sleep_routes(app, sleep_state)
 
     def _error(status: int, message: str, kind: str, headers: dict | None = None):
         body = {"error": {"message": message, "type": kind, "code": status}}

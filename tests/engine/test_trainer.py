@@ -137,3 +137,33 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
     assert all(r["batch/num_samples"] == 16 and r["reward/failures"] == 0 for r in rows)
     assert all(r["reward/defaulted"] == 0 and r["reward/dropped_groups"] == 0 for r in rows)
     assert services[0].pool.restarts >= 1
+
+
+def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_path, monkeypatch):
+    from rlrm.engine.rewards.service import RewardService
+
+    calls = []
+    real_post_all = RewardService._post_all
+
+    async def post_all(self, path):
+        await real_post_all(self, path)
+        calls.append(path)
+
+    monkeypatch.setattr(RewardService, "_post_all", post_all)
+    run_dir, result = _run(tmp_path, "coloc", steps=2, extra=[
+        "reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.placement=colocated",
+        "reward.disrm.max_length=64",
+    ])
+    assert result.last_step == 2
+    # asleep from the start, then woken for each step's scoring and put back to sleep
+    assert calls == ["/sleep?level=1"] + ["/wake_up", "/sleep?level=1"] * 2
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
+    assert all(r["reward/failures"] == 0 and "timing_s/reward_wake" in r for r in rows)
+
+
+def test_colocated_placement_needs_sync_mode():
+    from rlrm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs trainer.mode=sync"):
+        load_profile("tiny-rule", ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m",
+                                   "reward.placement=colocated"])

@@ -139,3 +139,18 @@ def test_port_in_use_and_missing_model(tiny_policy_path, genrm):
         capture_output=True, text=True, timeout=120,
     )
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_sleep_mode_turns_model_requests_away_until_woken(genrm, disrm):
+    chat = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4}
+    for server, path, body, headers in ((genrm, "/v1/chat/completions", chat, {}), (disrm, "/classify", {"input": "x"}, AUTH)):
+        assert httpx.get(server.url + "/is_sleeping", headers=headers).json() == {"is_sleeping": False}
+        slept = httpx.post(server.url + "/sleep", params={"level": 1}, headers=headers).json()
+        assert slept["is_sleeping"] is True and slept["moved_bytes"] == 0  # CPU: nothing to move off an accelerator
+        asleep = httpx.post(server.url + path, json=body, headers=headers)
+        assert asleep.status_code == 503 and asleep.headers["retry-after"] == "1"
+        assert "POST /wake_up" in asleep.json()["error"]["message"]
+        assert httpx.get(server.url + "/health").status_code == 200  # alive while asleep
+        assert httpx.post(server.url + "/sleep", params={"level": 3}, headers=headers).status_code == 400
+        assert httpx.post(server.url + "/wake_up", headers=headers).json()["is_sleeping"] is False
+        assert httpx.post(server.url + path, json=body, headers=headers).status_code == 200

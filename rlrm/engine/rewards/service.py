@@ -62,6 +62,20 @@ class RewardService:
             urls = [self.router.url]
         self.balancer = ReplicaBalancer(urls, api_key=server.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
+        await self.sleep()  # colocated: asleep until the first scoring
+
+    async def wake(self) -> None:
+        """Colocated placement: bring every replica's weights back before scoring."""
+        await self._post_all("/wake_up")
+
+    async def sleep(self) -> None:
+        """Colocated placement: every replica's weights off the accelerator until the next scoring."""
+        await self._post_all("/sleep?level=1")
+
+    async def _post_all(self, path: str) -> None:
+        if self.cfg.placement != "colocated" or self.pool is None:
+            return
+        await asyncio.gather(*(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls))
 
     def _use_sglang_router(self, kind: str) -> bool:
         from rlrm.errors import ConfigError

@@ -30,7 +30,14 @@ async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: in
             parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step, timer
         )
     samples = reward_samples(parts.tokenizer, examples, completions, n)
+    colocated = profile.reward.placement == "colocated"  # the reward model takes its turn on the device
     with timer("reward", lane="reward_wait"):
+        if colocated:
+            with timer("reward_wake", lane="reward_wait"):
+                await parts.reward.wake()
         results = await score_samples(parts.reward.loop, samples, timer, step)
+        if colocated:
+            with timer("reward_sleep", lane="reward_wait"):
+                await parts.reward.sleep()
     metrics = update_policy(parts, completions, results, step, timer, parts.reward.loop.take_metrics())
     return {**metrics, **staleness_metrics(completions, step - 1)}

@@ -1,0 +1,70 @@
+"""Sleep mode for a colocated reward server: its weights leave the accelerator between scorings.
+
+    POST /sleep?level=1   weights to host memory, accelerator cache emptied; model requests get 503
+    POST /wake_up         weights back on the device
+    GET  /is_sleeping     {"is_sleeping": bool}
+
+The names and shapes are vLLM's (which serves them with `--enable-sleep-mode`). The model is
+moved under the backend's compute lock, so it never changes device in the middle of a batch. On
+a CPU-only server there is no accelerator memory to free: sleep only gates requests, and says
+so in its answer (`"moved_bytes": 0`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlrm.launch.protocol import RequestError
+
+SLEEP_GATED = ("/v1/completions", "/v1/chat/completions", "/generate", "/classify")
+
+
+class SleepState:
+    """Which device the weights should be on, and whether requests are turned away."""
+
+    def __init__(self, model, lock, device: str):
+        self.model, self.lock, self.device = model, lock, str(device)
+        self.sleeping = False
+
+    def check(self, path: str) -> None:
+        if self.sleeping and path in SLEEP_GATED:
+            raise RequestError(
+                "the model is asleep (colocated placement): POST /wake_up first", status=503, headers={"Retry-After": "1"}
+            )
+
+    def _move(self, device: str) -> int:
+        import torch
+
+        with self.lock:
+            moved = 0 if self.device == "cpu" else sum(p.numel() * p.element_size() for p in self.model.parameters())
+            if moved:
+                self.model.to(device)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            return moved
+
+    async def sleep(self) -> dict:
+        self.sleeping = True  # new requests are turned away at once; a batch running finishes first
+        moved = await asyncio.to_thread(self._move, "cpu")
+        return {"is_sleeping": True, "moved_bytes": moved}
+
+    async def wake_up(self) -> dict:
+        moved = await asyncio.to_thread(self._move, self.device)
+        self.sleeping = False
+        return {"is_sleeping": False, "moved_bytes": moved}
+
+
+def add_sleep_routes(app, state: SleepState) -> None:
+    @app.post("/sleep")
+    async def sleep(level: int = 1):
+        if level not in (1, 2):
+            raise RequestError(f"level must be 1 or 2, got {level}")
+        return await state.sleep()
+
+    @app.post("/wake_up")
+    async def wake_up():
+        return await state.wake_up()
+
+    @app.get("/is_sleeping")
+    async def is_sleeping():
+        return {"is_sleeping": state.sleeping}
