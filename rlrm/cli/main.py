@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from rlrm.cli import bench, doctor, launch, models, profiles, train
+from rlrm.cli import bench, doctor, launch, models, profiles, report, train
 
 app = typer.Typer(
     name="rlrm",
@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 app.command("train")(train.train)
 app.command("doctor")(doctor.doctor)
+app.command("report")(report.report)
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(models.app, name="models")
 app.add_typer(launch.app, name="launch")

@@ -1,0 +1,262 @@
+"""Benchmark figures and tables from a `rlrm bench reward-latency` folder.
+
+    table = mode_table(bench)            # one row per mode: mean, min and max of each result column
+    fig = throughput_figure(bench)       # bar heights are table["tokens_per_s"]
+
+Bars show the mean over repeats and an error bar spanning the min-max of the repeats. The
+zero-latency `sync` baseline (latency "none") is drawn as a reference line, not as a mode.
+"""
+
+from __future__ import annotations
+
+from rlrm.report.figures import FigureSkipped, color, new_figure
+from rlrm.report.timeline import events_frame, read_trace
+
+MODE_ORDER = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
+IDLE_COLUMNS = {"idle_trainer": "trainer", "idle_rollout": "rollout", "idle_reward_wait": "reward wait"}
+PHASE_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing", "save_checkpoint")
+TABLE_COLUMNS = ("tokens_per_s", "samples_per_s", "speedup_vs_sync", "hiding_efficiency", "idle_trainer",
+                 "idle_rollout", "idle_reward_wait", "step_time_p50", "step_time_p90", "staleness_mean",
+                 "staleness_max", "final_reward", "val_accuracy")
+
+
+def split_baseline(results):
+    """(rows with injected latency, the zero-latency baseline rows)."""
+    latency = results["latency"].astype(str).str.lower() if "latency" in results.columns else None
+    if latency is None:
+        return results, results.iloc[:0]
+    is_base = latency.isin(["none", "0", "nan", ""]) & (results.get("mode") == "sync")
+    if is_base.all():
+        return results, results.iloc[:0]
+    return results[~is_base], results[is_base]
+
+
+def categories(rows):
+    """A label per row: the mode, or 'mode @ latency' when the folder holds several latencies."""
+    modes = rows["mode"].astype(str)
+    if "latency" in rows.columns and rows["latency"].astype(str).nunique() > 1:
+        return modes + " @ " + rows["latency"].astype(str)
+    return modes
+
+
+def ordered(labels) -> list[str]:
+    """Known modes first in their natural order (sync -> fully-async), then the rest sorted."""
+    def key(label: str):
+        mode = label.split(" @ ")[0]
+        return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), label)
+
+    return sorted(set(labels), key=key)
+
+
+def mode_table(bench):
+    """Mean/min/max of every known result column per mode (rows ordered sync first).
+
+    Columns: `runs`, then for each result column C: C (mean), C_min, C_max.
+    """
+    import pandas as pd
+
+    results = bench.results
+    if "mode" not in results.columns:
+        raise FigureSkipped("results has no mode column")
+    rows, _ = split_baseline(results)
+    if rows.empty:
+        raise FigureSkipped("results has no rows")
+    rows = rows.assign(_cat=categories(rows).to_numpy())
+    present = [c for c in TABLE_COLUMNS if c in rows.columns]
+    numeric = rows[present].apply(pd.to_numeric, errors="coerce").assign(_cat=rows["_cat"].to_numpy())
+    grouped = numeric.groupby("_cat")
+    table = grouped[present].mean()
+    for col in present:
+        table[f"{col}_min"] = grouped[col].min()
+        table[f"{col}_max"] = grouped[col].max()
+    table.insert(0, "runs", grouped.size())
+    return table.loc[ordered(table.index)]
+
+
+def baseline_value(bench, column: str) -> float | None:
+    _, base = split_baseline(bench.results)
+    if base.empty or column not in base.columns:
+        return None
+    return float(base[column].astype(float).mean())
+
+
+def throughput_figure(bench):
+    """Tokens/s and speedup vs sync per mode: bars (mean over repeats) with min-max error bars."""
+    table = _table_with(bench, ["tokens_per_s"], "throughput")
+    panels = [c for c in ("tokens_per_s", "speedup_vs_sync") if c in table.columns]
+    fig, axes = new_figure(1, len(panels), width=5.0 * len(panels), squeeze=False)
+    titles = {"tokens_per_s": "Throughput (tokens/s)", "speedup_vs_sync": "Speedup vs sync"}
+    for ax, col in zip(axes[0], panels):
+        _bars(ax, table, col)
+        ax.set_title(titles[col])
+    base = baseline_value(bench, "tokens_per_s")
+    if base is not None:
+        axes[0, 0].axhline(base, color="0.3", linestyle="--", linewidth=1, label="sync, no latency")
+        axes[0, 0].legend(loc="best", fontsize="small")
+    if "speedup_vs_sync" in panels:
+        axes[0, -1].axhline(1.0, color="0.3", linestyle=":", linewidth=1)
+    return fig
+
+
+def hiding_figure(bench):
+    """Latency-hiding efficiency per mode (1 = the injected latency costs nothing)."""
+    table = _table_with(bench, ["hiding_efficiency"], "latency hiding")
+    fig, ax = new_figure(width=6.0)
+    _bars(ax, table, "hiding_efficiency")
+    ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1)
+    ax.set_title("Latency-hiding efficiency")
+    return fig
+
+
+def idle_figure(bench):
+    """Idle ratios per mode as grouped bars: trainer, rollout, reward wait (one container each)."""
+    table = mode_table(bench)
+    present = [c for c in IDLE_COLUMNS if c in table.columns]
+    if not present:
+        raise FigureSkipped(f"results has none of the columns {', '.join(IDLE_COLUMNS)}")
+    import numpy as np
+
+    fig, ax = new_figure(width=max(6.0, 1.4 * len(table)))
+    pos = np.arange(len(table))
+    width = 0.8 / len(present)
+    for i, col in enumerate(present):
+        mean = table[col].to_numpy()
+        err = np.vstack([mean - table[f"{col}_min"].to_numpy(), table[f"{col}_max"].to_numpy() - mean])
+        ax.bar(pos + (i - (len(present) - 1) / 2) * width, mean, width, yerr=err, capsize=2,
+               color=color(i), label=IDLE_COLUMNS[col])
+    ax.set_xticks(pos, list(table.index))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("fraction of wall time idle")
+    ax.set_title("Idle ratios")
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def step_time_table(bench):
+    """Mean seconds per step of each timing_s/<phase> per mode (and timing_s/step as `step`)."""
+    import pandas as pd
+
+    results = bench.results
+    if "run_dir" not in results.columns or not bench.runs:
+        raise FigureSkipped("no run folders to read timing_s/* from")
+    rows, _ = split_baseline(results)
+    per_run = []
+    for label, run_dir in zip(categories(rows), rows["run_dir"].astype(str)):
+        run = bench.runs.get(run_dir)
+        if run is None:
+            continue
+        timing = run.metrics.filter(like="timing_s/")
+        means = timing.mean().rename(lambda c: c.split("/", 1)[1])
+        per_run.append(means.rename(label))
+    if not per_run:
+        raise FigureSkipped("the run folders have no timing_s/* metrics")
+    frame = pd.DataFrame(per_run)
+    table = frame.groupby(level=0).mean()
+    phases = [p for p in PHASE_ORDER if p in table.columns]
+    phases += sorted(c for c in table.columns if c not in phases and c != "step")
+    return table.loc[ordered(table.index), phases + (["step"] if "step" in table.columns else [])]
+
+
+def step_time_figure(bench):
+    """Stacked mean phase times per mode; a black tick marks the measured step time.
+
+    In overlapped modes the phases run concurrently, so the stack can exceed the step time: the
+    excess is the time that was hidden.
+    """
+    import numpy as np
+
+    table = step_time_table(bench)
+    phases = [c for c in table.columns if c != "step"]
+    fig, ax = new_figure(width=max(6.0, 1.4 * len(table)))
+    pos = np.arange(len(table))
+    bottom = np.zeros(len(table))
+    for i, phase in enumerate(phases):
+        heights = table[phase].fillna(0.0).to_numpy()
+        ax.bar(pos, heights, 0.6, bottom=bottom, color=color(i), label=phase)
+        bottom += heights
+    if "step" in table.columns:
+        ax.scatter(pos, table["step"].to_numpy(), marker="_", s=900, color="black", zorder=3, label="step (wall)")
+    ax.set_xticks(pos, list(table.index))
+    ax.set_ylabel("seconds per step")
+    ax.set_title("Step-time breakdown (timing_s/*)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    return fig
+
+
+def injected_latencies(bench, notes: list[str]) -> dict[str, object]:
+    """Per mode, the injected latency of every scored sample (seconds, from trace reward events).
+
+    Falls back to the per-step `reward/injected_latency_mean` of metrics.jsonl (noted) when no
+    trace carries `args.injected_latency_s`.
+    """
+    import numpy as np
+
+    rows, _ = split_baseline(bench.results)
+    if "run_dir" not in rows.columns:
+        return {}
+    from_trace, from_metrics = {}, {}
+    for label, run_dir in zip(categories(rows), rows["run_dir"].astype(str)):
+        run = bench.runs.get(run_dir)
+        if run is None:
+            continue
+        if run.trace_path is not None:
+            try:
+                trace = events_frame(read_trace(run.trace_path), lanes={"reward"})
+            except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+                notes.append(f"{run.name}: trace.json is unreadable ({exc})")
+                trace = events_frame([])
+            values = trace["injected_latency_s"].dropna().to_numpy()
+            if len(values) and values.any():  # all zero: nothing was injected
+                from_trace.setdefault(label, []).append(values)
+        if "reward/injected_latency_mean" in run.metrics.columns:
+            values = run.metrics["reward/injected_latency_mean"].dropna().to_numpy()
+            if len(values) and values.any():
+                from_metrics.setdefault(label, []).append(values)
+    source = from_trace or from_metrics
+    if source is from_metrics and from_metrics:
+        notes.append(f"{bench.name}: no per-sample injected latencies in the traces; "
+                     "the latency figure uses per-step means (reward/injected_latency_mean)")
+    merged = {label: np.concatenate(parts) for label, parts in source.items()}
+    return {label: merged[label] for label in ordered(merged) if len(merged[label])}
+
+
+def latency_figure(latencies: dict):
+    """Injected latency distribution per mode: histogram (left) and empirical CDF (right)."""
+    import numpy as np
+
+    if not latencies:
+        raise FigureSkipped("no injected latencies (trace args.injected_latency_s or reward/injected_latency_mean)")
+    fig, (hist_ax, cdf_ax) = new_figure(1, 2, width=10.0)
+    everything = np.concatenate(list(latencies.values()))
+    edges = np.histogram_bin_edges(everything, bins=min(50, max(5, int(np.sqrt(len(everything))))))
+    for i, (label, values) in enumerate(latencies.items()):
+        hist_ax.hist(values, bins=edges, histtype="step", color=color(i), label=label)
+        ordered_values = np.sort(values)
+        cdf_ax.plot(ordered_values, np.arange(1, len(values) + 1) / len(values), color=color(i), label=label)
+    hist_ax.set_title("Injected reward latency")
+    hist_ax.set_xlabel("seconds")
+    hist_ax.set_ylabel("samples")
+    cdf_ax.set_title("CDF")
+    cdf_ax.set_xlabel("seconds")
+    cdf_ax.set_ylim(0, 1.02)
+    cdf_ax.legend(loc="lower right", fontsize="small")
+    return fig
+
+
+def _table_with(bench, columns: list[str], what: str):
+    table = mode_table(bench)
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise FigureSkipped(f"results has no {', '.join(missing)} column for the {what} figure")
+    return table
+
+
+def _bars(ax, table, col: str) -> None:
+    import numpy as np
+
+    mean = table[col].to_numpy()
+    err = np.vstack([mean - table[f"{col}_min"].to_numpy(), table[f"{col}_max"].to_numpy() - mean])
+    labels = list(table.index)
+    ax.bar(range(len(labels)), mean, 0.6, yerr=err, capsize=3, color=[color(i) for i in range(len(labels))],
+           label="mean over repeats (min-max)")
+    ax.set_xticks(range(len(labels)), labels)

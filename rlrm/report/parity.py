@@ -1,0 +1,179 @@
+"""Parity figures from a `rlrm parity disrm` folder: legacy (in-trainer) vs reward-loop scores.
+
+    flips = group_flips(parity.scores)        # one row per group: n, pairs, flips, top1_agree
+    fig = scatter_figure(parity.scores)       # loop vs legacy with the y = x line
+
+Colours follow verl's parity plots: legacy in orange, reward loop in red.
+"""
+
+from __future__ import annotations
+
+from rlrm.report.figures import FigureSkipped, new_figure
+from rlrm.report.series import has_metric
+
+LEGACY_COLOR, LOOP_COLOR = "tab:orange", "tab:red"
+TRAIN_KEYS = ("critic/score/mean", "val/accuracy", "response_length/mean", "actor/entropy")
+
+
+def group_flips(scores):
+    """Per group: samples `n`, sample `pairs`, `flips` (pairs ordered one way by legacy and the
+    other by loop; exact ties are not flips, near-ties are: this is the strict count) and
+    `top1_agree` (both pick the same best sample). Non-finite scores are left out."""
+    import numpy as np
+    import pandas as pd
+
+    _require(scores, ("group_id", "legacy_score", "loop_score"), "rank flips")
+    legacy = scores["legacy_score"].to_numpy(dtype=float)
+    loop = scores["loop_score"].to_numpy(dtype=float)
+    rows = []
+    for gid, idx in scores.groupby("group_id", sort=True).indices.items():
+        a, b = legacy[idx], loop[idx]
+        finite = np.isfinite(a) & np.isfinite(b)
+        a, b, idx = a[finite], b[finite], idx[finite]
+        if not len(idx):
+            continue
+        # [n, n] sign agreement of every ordered pair; each unordered pair appears twice
+        concord = np.sign(a[:, None] - a[None, :]) * np.sign(b[:, None] - b[None, :])
+        n = len(idx)
+        rows.append((gid, n, n * (n - 1) // 2, int((concord < 0).sum()) // 2, bool(np.argmax(a) == np.argmax(b))))
+    return pd.DataFrame(rows, columns=["group_id", "n", "pairs", "flips", "top1_agree"])
+
+
+def flip_counts(flips):
+    """How many groups have 0, 1, 2, ... rank flips (every count up to the maximum, zeros kept)."""
+    import numpy as np
+    import pandas as pd
+
+    counts = np.bincount(flips["flips"].to_numpy(dtype=int)) if len(flips) else np.zeros(1, dtype=int)
+    return pd.Series(counts, index=pd.RangeIndex(len(counts), name="flips"), name="groups")
+
+
+def scatter_figure(scores):
+    """Loop score vs legacy score (and advantages when present), each with the y = x line."""
+    _require(scores, ("legacy_score", "loop_score"), "score scatter")
+    panels = [("legacy_score", "loop_score", "Score")]
+    if {"legacy_adv", "loop_adv"} <= set(scores.columns):
+        panels.append(("legacy_adv", "loop_adv", "GRPO advantage"))
+    fig, axes = new_figure(1, len(panels), width=5.0 * len(panels), height=4.8, squeeze=False)
+    for ax, (xcol, ycol, title) in zip(axes[0], panels):
+        xs, ys = scores[xcol].to_numpy(dtype=float), scores[ycol].to_numpy(dtype=float)
+        ax.scatter(xs, ys, s=6, alpha=0.5, color=LOOP_COLOR, linewidths=0, rasterized=True, label="samples")
+        low, high = _finite_range(xs, ys)
+        ax.plot([low, high], [low, high], color="0.2", linestyle="--", linewidth=1, label="y = x")
+        ax.set_xlabel(f"legacy ({xcol})")
+        ax.set_ylabel(f"reward loop ({ycol})")
+        ax.set_title(title)
+        ax.legend(loc="upper left", fontsize="small")
+    return fig
+
+
+def residual_figure(scores):
+    """Histogram of loop - legacy score per sample, with the zero line."""
+    import numpy as np
+
+    _require(scores, ("legacy_score", "loop_score"), "residual histogram")
+    resid = (scores["loop_score"].astype(float) - scores["legacy_score"].astype(float)).to_numpy()
+    resid = resid[np.isfinite(resid)]
+    fig, ax = new_figure(width=6.5)
+    ax.hist(resid, bins=min(60, max(5, int(np.sqrt(max(len(resid), 1))))), color=LOOP_COLOR, alpha=0.8)
+    ax.axvline(0.0, color="0.2", linestyle="--", linewidth=1)
+    if len(resid):
+        ax.set_title(f"Residual loop - legacy (mean {resid.mean():.3g}, max |.| {np.abs(resid).max():.3g})")
+    ax.set_xlabel("loop score - legacy score")
+    ax.set_ylabel("samples")
+    return fig
+
+
+def rank_flip_figure(flips):
+    """Groups by number of rank flips (bar heights are `flip_counts(flips)`), top-1 agreement in the title."""
+    counts = flip_counts(flips)
+    fig, ax = new_figure(width=6.5)
+    ax.bar(counts.index.to_numpy(), counts.to_numpy(), 0.7, color=LOOP_COLOR, label="groups")
+    agree = flips["top1_agree"].mean() if len(flips) else float("nan")
+    ax.set_title(f"Rank flips per group ({len(flips)} groups, top-1 agreement {agree:.1%})")
+    ax.set_xlabel("pairs ordered differently by legacy and loop (strict: near-ties count)")
+    ax.set_ylabel("groups")
+    ax.set_xticks(counts.index.to_numpy())
+    return fig
+
+
+SUMMARY_ORDER = ("verdict", "reasons", "legacy_dtype", "loop_dtype", "samples", "groups", "max_abs_diff", "abs_diff_max",
+                 "mean_abs_diff", "abs_diff_mean", "p99_abs_diff", "abs_diff_p99", "pearson", "spearman",
+                 "kendall_tau_mean", "top1_agreement", "rank_flips", "rank_flip_groups", "rank_flip_groups_strict",
+                 "adv_max_abs_diff", "adv_sign_agreement")
+
+
+def summary_stats(summary: dict) -> list[tuple[str, object]]:
+    """summary.json as (name, value) rows: the headline statistics first, then the rest.
+
+    A nested `stats` dict is read as top-level statistics; other nested dicts become `outer.inner`
+    rows and lists of scalars one '; '-joined value.
+    """
+    flat: dict[str, object] = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            for inner, v in value.items():
+                if _scalar(v):
+                    flat[inner if key == "stats" else f"{key}.{inner}"] = v
+        elif isinstance(value, list) and all(_scalar(v) for v in value):
+            flat[key] = "; ".join(map(str, value)) if value else "none"
+        elif _scalar(value):
+            flat[key] = value
+    first = [k for k in SUMMARY_ORDER if k in flat]
+    return [(k, flat[k]) for k in first] + [(k, v) for k, v in flat.items() if k not in first]
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def train_keys(train: dict) -> list[str]:
+    """The training-curve metrics both the legacy and the loop run have."""
+    runs = [train.get("legacy"), train.get("loop")]
+    if any(run is None for run in runs):
+        raise FigureSkipped("training-curve parity needs both train/legacy and train/loop")
+    keys = [k for k in TRAIN_KEYS if all(has_metric(run.metrics, k) for run in runs)]
+    if not keys:
+        raise FigureSkipped(f"train/legacy and train/loop share none of {', '.join(TRAIN_KEYS)}")
+    return keys
+
+
+def train_figure(train: dict):
+    """Top row: legacy (orange) and loop (red) curves per metric; bottom row: loop - legacy by step."""
+    import pandas as pd
+
+    keys = train_keys(train)
+    legacy, loop = train["legacy"].metrics, train["loop"].metrics
+    fig, axes = new_figure(2, len(keys), width=4.5 * len(keys), height=6.0, squeeze=False, sharex="col")
+    for col, key in enumerate(keys):
+        top, bottom = axes[0, col], axes[1, col]
+        for frame, name, line_color in ((legacy, "legacy", LEGACY_COLOR), (loop, "reward loop", LOOP_COLOR)):
+            part = frame[["step", key]].dropna()
+            top.plot(part["step"], part[key], color=line_color, label=name, marker="o" if len(part) <= 30 else None,
+                     markersize=3)
+        both = pd.merge(legacy[["step", key]].dropna(), loop[["step", key]].dropna(), on="step", suffixes=("_legacy", "_loop"))
+        bottom.plot(both["step"], both[f"{key}_loop"] - both[f"{key}_legacy"], color="0.2", label="loop - legacy")
+        bottom.axhline(0.0, color="0.5", linestyle=":", linewidth=1)
+        top.set_title(key)
+        bottom.set_xlabel("step")
+        bottom.set_ylabel("loop - legacy")
+        top.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _require(scores, columns: tuple[str, ...], what: str) -> None:
+    if scores is None:
+        raise FigureSkipped(f"no scores.parquet for the {what}")
+    missing = [c for c in columns if c not in scores.columns]
+    if missing:
+        raise FigureSkipped(f"scores.parquet has no {', '.join(missing)} column for the {what}")
+
+
+def _finite_range(xs, ys) -> tuple[float, float]:
+    import numpy as np
+
+    both = np.concatenate([xs, ys])
+    both = both[np.isfinite(both)]
+    if not len(both):
+        return 0.0, 1.0
+    return float(both.min()), float(both.max())

@@ -1,0 +1,67 @@
+"""Timelines: the step window, lanes as collections of rectangles, step numbers from the trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrm.errors import ConfigError
+from rlrm.report.folders import load_folder
+from rlrm.report.timeline import parse_steps, timeline_figure, timeline_panel
+
+
+def test_parse_steps():
+    assert parse_steps("2:4") == (2, 4)
+    assert parse_steps("3") == (3, 3)
+    assert parse_steps(":4") == (1, 4)
+    assert parse_steps(None) is None
+    for bad in ("4:2", "a:b", "-1"):
+        with pytest.raises(ConfigError, match="--steps"):
+            parse_steps(bad)
+
+
+def test_default_window_is_steps_2_to_4(folders, notes):
+    run = load_folder(folders["a"], notes)
+    panel = timeline_panel(run, None, notes)
+    assert panel.title == "a (sync), steps 2-4"
+    # synthetic trace, per step: 1 gen_wait, 4 generate, 4 reward, 1 reward_wait, 4 trainer spans
+    counts = panel.events["lane"].value_counts().to_dict()
+    assert counts == {"generate": 12, "reward": 12, "trainer": 12, "gen_wait": 3, "reward_wait": 3}
+    assert panel.events["start_s"].min() == pytest.approx(0.0)
+    assert sorted(panel.step_starts) == [2, 3, 4]
+
+
+def test_gantt_has_one_collection_per_lane(folders, notes):
+    runs = [load_folder(folders[k], notes) for k in ("a", "b")]
+    fig = timeline_figure([timeline_panel(run, (5, 5), notes) for run in runs])
+    assert len(fig.axes) == 2
+    ax = fig.axes[0]
+    labels = [c.get_label() for c in ax.collections]
+    assert labels == ["generation (requests)", "reward", "training", "trainer waits: generation", "trainer waits: reward"]
+    assert [len(c.get_paths()) for c in ax.collections] == [4, 4, 4, 1, 1]
+    assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    assert "b (stream), step 5" in fig.axes[1].get_title(loc="left")
+
+
+def test_window_from_trace_step_numbers(tmp_path, notes):
+    # no perf/wall_s in the metrics: each step's span comes from events with args.step
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": k}) + "\n" for k in (1, 2, 3)))
+    events = []
+    for k in (1, 2, 3):
+        t0 = (k - 1) * 1e6  # one second per step, in microseconds
+        events.append({"name": "gen", "cat": "rollout", "ph": "X", "ts": t0, "dur": 4e5, "args": {"step": k}})
+        events.append({"name": "update", "cat": "trainer", "ph": "X", "ts": t0 + 5e5, "dur": 5e5, "args": {"step": k}})
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    panel = timeline_panel(load_folder(tmp_path, notes), (2, 3), notes)
+    assert len(panel.events) == 4 and panel.step_starts == {2: 0.0, 3: 1.0}
+    assert panel.events["end_s"].max() == pytest.approx(2.0)
+
+
+def test_missing_trace_and_empty_window_are_notes(tmp_path, folders, notes):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert timeline_panel(load_folder(tmp_path, notes), None, notes) is None
+    panel = timeline_panel(load_folder(folders["a"], notes), (50, 60), notes)
+    assert panel.events.empty
+    assert any("no trace.json" in n for n in notes) and any("no steps 50-60" in n for n in notes)
+    timeline_figure([panel])  # an empty panel still draws
