@@ -1,0 +1,130 @@
+"""`rlrm parity disrm`: the legacy in-trainer DisRM (FSDP2, bf16) against the reward loop's served
+DisRM (fp32), per sample, per group and in GRPO advantages.
+
+    rlrm parity disrm --profile tiny-disrm --samples 16 --n 8
+    rlrm parity disrm --input pairs.jsonl --model PATH --matrix
+    rlrm parity disrm --model PATH --world-size 2 --legacy-dtype bf16 --out runs/parity
+
+Exit code 0: the verdict passed; 1: it failed; 2: an error (one line; RLRM_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlrm.errors import ConfigError, RlrmError
+
+app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+def exit_2_on_error(fn):
+    """Like `friendly_errors`, but an error exits 2 (1 means a failed verdict here)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("RLRM_DEBUG"):
+                raise
+            text = (str(exc).strip().splitlines() or [""])[0]
+            shown = text if isinstance(exc, RlrmError) else f"unexpected {type(exc).__name__}: {text} (RLRM_DEBUG=1 shows the traceback)"
+            print(f"error: {shown}", file=sys.stderr)
+            raise typer.Exit(EXIT_ERROR) from None
+
+    return wrapper
+
+
+@app.command("disrm")
+@exit_2_on_error
+def disrm(
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile: policy, dataset and reward model (default tiny-disrm).")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Profile override, e.g. --set rollout.temperature=0.7.")] = [],
+    model: Annotated[Optional[str], typer.Option(help="Reward model (folder, hub id or tiny:NAME) instead of the profile's.")] = None,
+    input: Annotated[Optional[Path], typer.Option("--input", help=".jsonl/.parquet of prompt, response, group_id (instead of generating).")] = None,
+    samples: Annotated[int, typer.Option(help="Prompts to generate for (the first of the profile's train split).", min=1)] = 16,
+    n: Annotated[Optional[int], typer.Option("--n", help="Responses per prompt (default: the profile's rollout.n).", min=1)] = None,
+    seed: Annotated[int, typer.Option(help="Generation seed.")] = 0,
+    legacy_dtype: Annotated[str, typer.Option(help="Legacy FSDP2 compute dtype: bf16, fp16 or fp32.")] = "bf16",
+    loop_dtype: Annotated[str, typer.Option(help="Served DisRM dtype: fp32 or bf16.")] = "fp32",
+    matrix: Annotated[bool, typer.Option("--matrix", help="Every legacy dtype against every loop dtype; prints the grid.")] = False,
+    world_size: Annotated[int, typer.Option(help="Legacy ranks (processes; gloo on CPU, nccl on GPU).", min=1)] = 1,
+    micro_batch_size: Annotated[int, typer.Option(help="Legacy samples per forward.", min=1)] = 8,
+    max_tokens_per_batch: Annotated[Optional[int], typer.Option(help="Legacy token budget per forward (dynamic batch size).", min=1)] = None,
+    rmpad: Annotated[bool, typer.Option("--rmpad/--no-rmpad", help="Legacy padding-free forward.")] = False,
+    max_length: Annotated[Optional[int], typer.Option(help="Longest conversation in tokens (default: reward.disrm.max_length, capped by the model).", min=1)] = None,
+    legacy_truncation: Annotated[
+        str, typer.Option(help="keep-end: as the reward loop; keep-start: as verl's legacy worker (truncation: right).")
+    ] = "keep-end",
+    template: Annotated[Optional[Path], typer.Option(help="Chat template file for a reward tokenizer that has none (both paths).")] = None,
+    address: Annotated[list[str], typer.Option("--address", help="Score the loop side with this running server (repeatable).")] = [],
+    device: Annotated[str, typer.Option(help="Legacy ranks' device: auto, cpu or cuda.")] = "auto",
+    threads: Annotated[int, typer.Option(help="torch threads per legacy rank (0: cores / world size).", min=0)] = 0,
+    atol: Annotated[Optional[float], typer.Option(help="Absolute score tolerance (default 2^-5); a sample passes within atol + rtol * max(|loop|, RMS).", min=0)] = None,
+    rtol: Annotated[Optional[float], typer.Option(help="Relative score tolerance, of max(|loop score|, RMS of the loop scores) (default 2^-3).", min=0)] = None,
+    max_outside_frac: Annotated[Optional[float], typer.Option(help="Share of samples allowed outside the band (default 0.01; NaN never).", min=0, max=1)] = None,
+    min_spearman: Annotated[Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")] = None,
+    max_rank_flips: Annotated[Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for scores.parquet and summary.json (default runs/parity-disrm-<time>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")] = False,
+    score_offset: Annotated[int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")] = 0,
+    train_steps: Annotated[Optional[int], typer.Option(hidden=True)] = None,
+) -> None:
+    """Score the same samples with the legacy FSDP2 DisRM worker and the reward loop; compare scores,
+    group rankings and GRPO advantages against tolerances."""
+    import json
+
+    from rlrm.parity.options import ParityOptions, build_config, build_samples, load_parity_profile
+
+    if train_steps is not None:
+        raise ConfigError("--train-steps (training-curve parity) is not available yet; compare scores without it")
+    opts = ParityOptions(
+        profile=profile, overrides=list(set_), model=model, input=input, samples=samples, n=n, seed=seed,
+        legacy_dtype=legacy_dtype, loop_dtype=loop_dtype, matrix=matrix, world_size=world_size,
+        micro_batch_size=micro_batch_size, max_tokens_per_batch=max_tokens_per_batch, rmpad=rmpad, max_length=max_length,
+        truncation=legacy_truncation, template=template, device=device, threads=threads, addresses=list(address),
+        atol=atol, rtol=rtol, max_outside_frac=max_outside_frac, min_spearman=min_spearman,
+        max_rank_flips=max_rank_flips, score_offset=score_offset,
+    )
+    resolved = load_parity_profile(opts)
+    cfg = build_config(opts, resolved)
+    if dry_run:
+        source = str(input) if input is not None else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
+        typer.echo(json.dumps({"samples": source, **cfg.model_dump(mode="json", exclude={"reward"})}, indent=2))
+        return
+    raise typer.Exit(_run(cfg, build_samples(opts, resolved), out))
+
+
+def _run(cfg, samples, out: Path | None) -> int:
+    from rlrm.cli.common import console
+    from rlrm.parity.report import matrix_table, summary_table, write_cell, write_matrix
+    from rlrm.parity.run import run_parity
+
+    term = console()
+    out = out or Path("runs") / _timestamped("parity-disrm")
+    cells = run_parity(cfg, samples, log=lambda line: term.print(f"[dim]{line}[/dim]"))
+    if len(cells) == 1:
+        write_cell(out, samples, cells[0])
+        term.print(summary_table(cells[0]))
+    else:
+        write_matrix(out, samples, cells)
+        term.print(matrix_table(cells))
+    failed = [c for c in cells if not c.passed]
+    term.print(f"{'FAIL' if failed else 'PASS'}: scores.parquet and summary.json in {out}")
+    return EXIT_FAIL if failed else EXIT_PASS
+
+
+def _timestamped(name: str) -> str:
+    import time
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -1,0 +1,54 @@
+"""The resolved settings of one `rlrm parity disrm` run: plain data, saved into summary.json.
+
+Imports nothing heavy (pydantic only), like the profile schema.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlrm.config.reward import RewardConfig
+
+LegacyDtype = Literal["bf16", "fp16", "fp32"]
+LoopDtype = Literal["fp32", "bf16"]
+ALL_LEGACY_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
+ALL_LOOP_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+
+
+class ParityConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="Reward model folder (a sequence classifier with num_labels=1).")
+    legacy_dtypes: list[LegacyDtype] = Field(["bf16"], min_length=1, description="Compute dtypes of the legacy FSDP2 scorer.")
+    loop_dtypes: list[LoopDtype] = Field(["fp32"], min_length=1, description="Dtypes of the served DisRM.")
+    world_size: int = Field(1, ge=1, description="Legacy ranks (processes) sharding the reward model.")
+    micro_batch_size: int = Field(8, gt=0, description="Legacy samples per forward (without a token budget).")
+    max_tokens_per_batch: int | None = Field(None, gt=0, description="Legacy token budget per forward (dynamic batch size).")
+    rmpad: bool = Field(False, description="Legacy padding-free forward.")
+    max_length: int = Field(512, gt=0, description="Longest conversation scored, in reward-model tokens.")
+    truncation: Literal["keep-end", "keep-start"] = Field(
+        "keep-end", description="Legacy truncation: keep-end (as the reward loop) or keep-start (as verl's legacy worker)."
+    )
+    template: str | None = Field(None, description="Chat template used instead of the tokenizer's (both paths).")
+    device: Literal["cpu", "cuda"] = Field("cpu", description="Where the legacy ranks run.")
+    threads: int = Field(0, ge=0, description="torch threads per legacy rank (0: cores / world size).")
+    addresses: list[str] = Field(default_factory=list, description="Score the loop side with these running servers.")
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    max_outside_frac: float = Field(ge=0, le=1)
+    min_spearman: float = Field(ge=-1, le=1)
+    max_rank_flips: int = Field(ge=0)
+    adv_eps: float = Field(1e-6, gt=0, description="GRPO std epsilon (the profile's algorithm.adv_eps).")
+    norm_adv_by_std: bool = Field(True, description="GRPO divides by the group std (algorithm.norm_adv_by_std).")
+    score_offset: int = Field(0, ge=0, description="Debugging: legacy reads the score this many tokens early.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="The profile's reward section (loop settings).")
+
+    def tolerances(self):
+        from rlrm.parity.compare import Tolerances
+
+        return Tolerances(
+            atol=self.atol, rtol=self.rtol, max_outside_frac=self.max_outside_frac, min_spearman=self.min_spearman,
+            max_rank_flips=self.max_rank_flips,
+        )

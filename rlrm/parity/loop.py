@@ -1,0 +1,101 @@
+"""The reward-loop DisRM scorer: the samples through rlrm's own reward loop and a served DisRM.
+
+    cfg = loop_reward_config(profile.reward, model_path, dtype="fp32", max_length=512)
+    out = score_with_loop(samples, cfg)      # LoopScores: float32 scores, errors, seconds
+
+Nothing here re-implements the client: `RewardService` launches the embedded server(s) (or reaches
+running ones at `reward.server.addresses`), and the scores come from the DisRM reward function over
+`/classify`, through the reward loop's timeouts and retries. A sample the loop cannot score is
+given NaN (counted, with its error) instead of a default score, so the comparison reports it and
+the verdict fails; it is never silently zeroed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rlrm.config.reward import RewardConfig
+from rlrm.parity.inputs import ParitySample
+
+LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+WARMUP_SAMPLES = 8
+
+
+@dataclass
+class LoopScores:
+    scores: np.ndarray  # [B] float32; NaN where the loop gave no score
+    truncated: list[bool]  # the client cut the conversation to reward.disrm.max_length
+    seconds: float  # wall time of scoring the batch (servers already up and warm)
+    errors: dict[int, str] = field(default_factory=dict)  # sample index -> why it has no score
+
+
+def loop_reward_config(
+    base: RewardConfig, model: str, dtype: str, max_length: int, addresses: list[str] | tuple = ()
+) -> RewardConfig:
+    """The profile's reward section turned into a plain DisRM scorer of `model` in `dtype`.
+
+    Latency/failure injection is switched off (it is for scheduling benchmarks, not for numbers),
+    and a failed sample becomes NaN (`on_failure=default` with a NaN default) so it is reported.
+    """
+    raw = base.model_dump()
+    raw.update(kind="disrm", on_failure="default", default_score=math.nan, inject={})
+    raw["server"].update(model=model, dtype=LOOP_DTYPES[dtype], addresses=list(addresses))
+    raw["disrm"].update(max_length=max_length, too_long="truncate")
+    return RewardConfig.model_validate(raw)
+
+
+def score_with_loop(
+    samples: list[ParitySample], cfg: RewardConfig, tokenizer=None, warmup: bool = True, repeats: int = 1
+) -> LoopScores:
+    """Start the reward service, score every sample through its reward loop, stop it again.
+
+    Args:
+        tokenizer: the reward model's tokenizer when it must differ from the one in the model folder
+            (a chat template supplied with --template); the loop's DisRM client is then built with it.
+        warmup: score a few samples first, untimed (first-request setup is not throughput).
+        repeats: score the batch this many times and report the fastest (benchmarks); the scores
+            are the last pass's.
+    """
+    return asyncio.run(_score(samples, cfg, tokenizer, warmup, repeats))
+
+
+async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int) -> LoopScores:
+    from rlrm.engine.rewards.base import RewardSample
+    from rlrm.engine.rewards.service import RewardService
+
+    batch = [
+        RewardSample(uid=s.group_id, index=i, data_source="parity", prompt=s.prompt, solution_str=s.response, ground_truth="")
+        for i, s in enumerate(samples)
+    ]
+    service = RewardService(cfg)
+    try:
+        await service.start()
+        if tokenizer is not None:
+            from rlrm.engine.rewards.disrm import make_disrm_reward
+            from rlrm.engine.rewards.loop import RewardLoop
+
+            service.loop = RewardLoop(make_disrm_reward(cfg, service.balancer, tokenizer), cfg)
+        if warmup:
+            await service.loop.score_all(batch[:WARMUP_SAMPLES])
+        seconds = math.inf
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            results = await service.loop.score_all(batch)
+            seconds = min(seconds, time.perf_counter() - start)
+    finally:
+        await service.close()
+    scores = np.full(len(batch), np.nan, dtype=np.float32)
+    errors, truncated = {}, []
+    for i, result in enumerate(results):
+        extra = result.extra if result is not None else {}
+        truncated.append(bool(extra.get("disrm_truncated", False)))
+        if result is None or extra.get("reward_failed"):
+            errors[i] = str(extra.get("reward_error", "dropped by the reward loop"))
+        else:
+            scores[i] = np.float32(result.score)
+    return LoopScores(scores, truncated, seconds, errors)

@@ -1,0 +1,233 @@
+"""The legacy worker group: `world_size` ranks (processes) holding one FSDP2-sharded reward model.
+
+    with LegacyWorkerGroup(LegacyConfig(model_path, dtype="bf16", world_size=2)) as group:
+        out = group.score(ids, response_tokens)        # LegacyScores: token-level [B, T], seconds
+        out.scores                                     # [B] in the compute dtype
+
+The driver splits a batch as verl's DataProto dispatch did: padded to a multiple of the world size
+(repeating samples from the start), one contiguous chunk per rank, the chunks' token-level scores
+concatenated and the padding dropped. Ranks rendezvous over TCP on a free port (gloo on CPU, nccl
+on GPU, one GPU per rank) and are owned here: started with the spawn method, stopped by their own
+process objects in `close()` (always called: use `with`). World size 1 runs its one rank in this
+process by default (same code, no spawn and model-load cost in a second process); `spawn=True`
+forces a separate process.
+
+World size and devices: on GPU a rank needs its own device, so more ranks than visible GPUs are
+refused. On CPU a gloo rank is a process; more ranks than cores would measure contention rather
+than sharding, so more than `os.cpu_count()` ranks are refused too, and by default each rank gets
+cores // world_size torch threads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import time
+from dataclasses import dataclass, replace
+
+from rlrm.errors import ConfigError, RlrmError
+from rlrm.parity.legacy import LegacyConfig
+
+
+class LegacyScorerError(RlrmError):
+    """A legacy rank failed to start or to score."""
+
+
+@dataclass
+class LegacyScores:
+    token_level: object  # torch.Tensor [B, T] in the compute dtype
+    seconds: float  # wall time of the scoring call (model already loaded)
+
+    @property
+    def scores(self):
+        """[B] scores read back from the token-level tensor, still in the compute dtype."""
+        return self.token_level.sum(-1)
+
+
+def check_world_size(world_size: int, device: str) -> None:
+    """Refuse a world size the machine cannot give every rank a device (GPU) or a core (CPU)."""
+    if world_size < 1:
+        raise ConfigError(f"--world-size must be >= 1, got {world_size}")
+    if device == "cuda":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if world_size > gpus:
+            raise ConfigError(f"--world-size {world_size} needs {world_size} GPUs (one per nccl rank); {gpus} visible")
+        return
+    cores = os.cpu_count() or 1
+    if world_size > cores:
+        raise ConfigError(
+            f"--world-size {world_size} on CPU needs a core per gloo rank; this machine has {cores} "
+            f"(more ranks would measure contention, not sharding)"
+        )
+
+
+class LegacyWorkerGroup:
+    def __init__(self, cfg: LegacyConfig, spawn: bool | None = None):
+        check_world_size(cfg.world_size, cfg.device)
+        if not cfg.threads and cfg.device == "cpu":
+            cfg = replace(cfg, threads=max(1, (os.cpu_count() or 1) // cfg.world_size))
+        self.cfg = cfg
+        self.spawn = cfg.world_size > 1 if spawn is None else spawn
+        self._local = None  # the in-process rank
+        self._procs: list = []
+        self._inboxes: list = []
+        self._outbox = None
+
+    def __enter__(self) -> LegacyWorkerGroup:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Load and shard the model on every rank; return when all are ready."""
+        from rlrm.launch.ports import free_port
+
+        port = free_port()
+        try:
+            if not self.spawn:
+                self._local = _init_rank(self.cfg, 0, port)
+                return
+            import torch.multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            self._outbox = ctx.Queue()
+            for rank in range(self.cfg.world_size):
+                inbox = ctx.Queue()
+                proc = ctx.Process(target=_rank_main, args=(self.cfg, rank, port, inbox, self._outbox), daemon=True)
+                proc.start()
+                self._procs.append(proc)
+                self._inboxes.append(inbox)
+            self._collect("ready", self.cfg.start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def score(self, ids: list[list[int]], response_tokens: list[int]) -> LegacyScores:
+        """Token-level scores of a batch, in input order."""
+        import torch
+
+        if not ids:
+            raise ValueError("nothing to score")
+        width = max(response_tokens)
+        world = self.cfg.world_size
+        per_rank = math.ceil(len(ids) / world)
+        pad = per_rank * world - len(ids)
+        ids_p = list(ids) + [ids[i % len(ids)] for i in range(pad)]
+        tokens_p = list(response_tokens) + [response_tokens[i % len(ids)] for i in range(pad)]
+        start = time.perf_counter()
+        if not self.spawn:
+            token_level = self._local.score(ids_p, tokens_p, width)
+        else:
+            for rank, inbox in enumerate(self._inboxes):
+                chunk = slice(rank * per_rank, (rank + 1) * per_rank)
+                inbox.put(("score", ids_p[chunk], tokens_p[chunk], width))
+            shards = self._collect("scored", self.cfg.start_timeout_s)
+            token_level = torch.cat([shards[r] for r in range(world)])
+        return LegacyScores(token_level[: len(ids)], time.perf_counter() - start)
+
+    def _collect(self, kind: str, timeout_s: float) -> dict:
+        """One `kind` message from every rank; a rank's error or death raises at once."""
+        pending, got = set(range(len(self._procs))), {}
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            try:
+                status, rank, payload = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                for rank in sorted(pending):
+                    code = self._procs[rank].exitcode
+                    if code is not None:
+                        raise LegacyScorerError(f"legacy rank {rank} exited with code {code} before it was {kind}")
+                if time.monotonic() > deadline:
+                    raise LegacyScorerError(f"legacy ranks {sorted(pending)} not {kind} after {timeout_s:g} s") from None
+                continue
+            if status == "error":
+                raise LegacyScorerError(f"legacy rank {rank}: {payload}")
+            got[rank] = payload
+            pending.discard(rank)
+        return got
+
+    def close(self) -> None:
+        """Stop every rank (by its own process object) and leave no process group behind."""
+        if self._local is not None:
+            _destroy_group()
+            self._local = None
+        for inbox in self._inboxes:
+            try:
+                inbox.put(None)
+            except (OSError, ValueError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self._procs, self._inboxes = [], []
+
+
+def _init_rank(cfg: LegacyConfig, rank: int, port: int):
+    """Join the process group and build the rank's sharded model."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from rlrm.parity.legacy import LegacyRank
+
+    if dist.is_initialized():
+        raise LegacyScorerError("a torch.distributed process group already exists in this process; score with spawn=True")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.device == "cuda":
+        torch.cuda.set_device(rank)
+    backend = "nccl" if cfg.device == "cuda" else "gloo"
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world_size,
+        timeout=timedelta(seconds=cfg.start_timeout_s),
+    )
+    try:
+        return LegacyRank(cfg, rank)
+    except BaseException:
+        _destroy_group()
+        raise
+
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _rank_main(cfg: LegacyConfig, rank: int, port: int, inbox, outbox) -> None:
+    """A spawned rank: set up, then score what arrives until None."""
+    try:
+        worker = _init_rank(cfg, rank, port)
+    except BaseException as exc:
+        outbox.put(("error", rank, _one_line(exc)))
+        return
+    outbox.put(("ready", rank, None))
+    try:
+        while (job := inbox.get()) is not None:
+            _, ids, tokens, width = job
+            try:
+                outbox.put(("scored", rank, worker.score(ids, tokens, width)))
+            except Exception as exc:
+                outbox.put(("error", rank, _one_line(exc)))
+                return
+    finally:
+        _destroy_group()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    if isinstance(exc, RlrmError) and text:
+        return text[0]
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

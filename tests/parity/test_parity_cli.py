@@ -1,0 +1,161 @@
+"""`rlrm parity disrm` through Typer's CliRunner: files written, exit codes 0 / 1 / 2, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from rlrm.cli import parity
+from rlrm.parity.report import SCORE_COLUMNS
+
+app = typer.Typer()
+app.add_typer(parity.app, name="parity")  # as rlrm.cli.main mounts it
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["parity", "disrm", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def input_file(tmp_path_factory, arithmetic_samples):
+    path = tmp_path_factory.mktemp("parity-in") / "samples.jsonl"
+    rows = [{"prompt": s.prompt, "response": s.response, "group_id": s.group_id, "sample_id": s.sample_id} for s in arithmetic_samples]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def one_error_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_pass_writes_scores_and_summary(spread_disrm_path, spread_disrm_server, input_file, tmp_path):
+    result = invoke("--input", input_file, "--model", spread_disrm_path, "--address", spread_disrm_server.url,
+                    "--threads", 1, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output and "Spearman" in result.output
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    assert set(SCORE_COLUMNS) <= set(scores.columns) and len(scores) == 24
+    assert scores["truncated"].sum() == 6 and (scores["abs_diff"] == (scores["legacy_score"] - scores["loop_score"]).abs()).all()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["verdict"] == "pass" and summary["reasons"] == []
+    assert (summary["legacy_dtype"], summary["loop_dtype"], summary["world_size"]) == ("bf16", "fp32", 1)
+    assert summary["max_length"] == 64  # the model's positions cap the profile's 512
+    assert summary["legacy"]["samples_per_s"] > 0 and summary["loop"]["samples_per_s"] > 0
+    assert set(summary["tolerances"]) == {"atol", "rtol", "max_outside_frac", "min_spearman", "max_rank_flips"}
+    for key in ("abs_diff_mean", "abs_diff_p50", "abs_diff_p99", "abs_diff_max", "pearson", "spearman",
+                "kendall_tau_mean", "top1_agreement", "adv_max_abs_diff", "adv_sign_agreement", "rank_flip_groups"):
+        assert summary["stats"][key] is not None, key
+
+
+def test_a_broken_legacy_path_exits_1(spread_disrm_path, spread_disrm_server, input_file, tmp_path):
+    result = invoke("--input", input_file, "--model", spread_disrm_path, "--address", spread_disrm_server.url,
+                    "--legacy-dtype", "fp32", "--score-offset", 1, "--threads", 1, "--out", tmp_path)
+    assert result.exit_code == 1, result.output
+    assert json.loads((tmp_path / "summary.json").read_text())["verdict"] == "fail"
+
+
+def test_generated_groups_from_a_profile(spread_disrm_path, spread_disrm_server, tmp_path):
+    result = invoke("--profile", "tiny-rule", "--samples", 2, "--n", 3, "--model", spread_disrm_path,
+                    "--address", spread_disrm_server.url, "--threads", 1, "--out", tmp_path)
+    assert result.exit_code in (0, 1), result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["samples"], summary["groups"]) == (6, 2)
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    assert list(scores["group_id"]) == ["synthetic/train/0"] * 3 + ["synthetic/train/1"] * 3
+
+
+@pytest.fixture(scope="module")
+def no_template_disrm(tmp_path_factory, random_disrm_path):
+    import shutil
+
+    path = tmp_path_factory.mktemp("no-template")
+    shutil.copytree(random_disrm_path, path, dirs_exist_ok=True)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    return path
+
+
+def test_a_tokenizer_without_chat_template_needs_template(no_template_disrm, random_disrm_path, random_disrm_server, input_file, tmp_path):
+    from transformers import AutoTokenizer
+
+    result = invoke("--input", input_file, "--model", no_template_disrm, "--address", random_disrm_server.url)
+    assert result.exit_code == 2
+    assert "has no chat template" in one_error_line(result) and "--template" in result.output
+    template = tmp_path / "chat.jinja"
+    template.write_text(AutoTokenizer.from_pretrained(random_disrm_path).chat_template)
+    result = invoke("--input", input_file, "--model", no_template_disrm, "--address", random_disrm_server.url,
+                    "--template", template, "--legacy-dtype", "fp32", "--threads", 1, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["stats"]["abs_diff_max"] <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--train-steps", "3"], "training-curve parity) is not available yet"),
+        (["--world-size", "4096"], "needs a core per gloo rank"),
+        (["--legacy-dtype", "fp8"], "--legacy-dtype 'fp8': use one of bf16, fp16, fp32"),
+        (["--matrix", "--address", "http://127.0.0.1:9"], "--matrix needs rlrm to start them"),
+        (["--max-length", "65"], "more than the reward model's 64 positions"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(random_disrm_path, input_file, args, needle):
+    result = invoke("--input", input_file, "--model", random_disrm_path, *args)
+    assert result.exit_code == 2
+    assert needle in one_error_line(result)
+
+
+def test_bad_inputs_and_models_are_one_line_and_exit_2(random_disrm_path, tiny_policy_path, tmp_path, input_file):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "q", "group_id": 1}))
+    result = invoke("--input", bad, "--model", random_disrm_path)
+    assert result.exit_code == 2 and "row 1: missing field(s) response" in one_error_line(result)
+    result = invoke("--input", input_file, "--model", tiny_policy_path)
+    assert result.exit_code == 2 and "not a sequence classifier" in one_error_line(result)
+    result = invoke("--input", input_file, "--profile", "nope")
+    assert result.exit_code == 2 and "unknown profile 'nope'" in one_error_line(result)
+
+
+@pytest.fixture(scope="module")
+def overflowing_disrm(tmp_path_factory, spread_disrm_path):
+    """The spread DisRM with its head scaled by 3e5: scores beyond fp16's 65504 become inf in fp16."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(spread_disrm_path)
+    with torch.no_grad():
+        model.score.weight.mul_(3e5)
+    path = tmp_path_factory.mktemp("overflow")
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(spread_disrm_path).save_pretrained(path)
+    return path
+
+
+def test_fp16_overflow_is_reported_per_sample_and_fails(overflowing_disrm, input_file, tmp_path):
+    # no --address: rlrm starts (and stops) the reward server itself
+    result = invoke("--input", input_file, "--model", overflowing_disrm, "--legacy-dtype", "fp16", "--threads", 1, "--out", tmp_path)
+    assert result.exit_code == 1, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    bad = scores.loc[~scores["legacy_score"].map(math.isfinite), "sample_id"].tolist()
+    assert bad and summary["nonfinite"]["legacy"] == bad and summary["nonfinite"]["loop"] == []
+    assert any("non-finite" in r for r in summary["reasons"])
+    assert scores["loop_score"].map(math.isfinite).all()  # fp32 holds 1e5 easily
+
+
+def test_dry_run_prints_the_resolved_settings(random_disrm_path, input_file):
+    result = invoke("--input", input_file, "--model", random_disrm_path, "--matrix", "--dry-run")
+    assert result.exit_code == 0, result.output
+    resolved = json.loads(result.output)
+    assert resolved["legacy_dtypes"] == ["bf16", "fp16", "fp32"] and resolved["loop_dtypes"] == ["fp32", "bf16"]
+    assert resolved["max_length"] == 64 and resolved["rtol"] == 0.125
