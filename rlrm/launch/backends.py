@@ -66,9 +66,17 @@ class ClassifierBackend:
         self.device = pick_device(cfg.device)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-            model = AutoModelForSequenceClassification.from_pretrained(cfg.model_path, dtype=getattr(torch, cfg.dtype))
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                cfg.model_path, dtype=getattr(torch, cfg.dtype), output_loading_info=True
+            )
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load the reward model {cfg.model_path!r}: {str(exc).splitlines()[0]}") from None
+        head = [k for k in info.get("missing_keys", []) if str(k).split(".")[0] in ("score", "classifier")]
+        if head:
+            raise ModelError(
+                f"{cfg.model_path} has no trained classification head ({head[0]} would be random); "
+                "a DisRM must be a *ForSequenceClassification checkpoint"
+            )
         if model.config.num_labels != 1:
             raise ModelError(
                 f"{cfg.model_path} has num_labels={model.config.num_labels}; a DisRM must output one score (num_labels=1)"
@@ -93,10 +101,23 @@ class ClassifierBackend:
                 for i, seq in enumerate(chunk):
                     ids[i, : len(seq)] = torch.tensor(seq)
                     mask[i, : len(seq)] = 1
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
-                # [b, 1] logits are pooled at the last real token; read them as float32
-                scores.extend(logits[:, 0].float().cpu().tolist())
+                scores.extend(self._last_token_logits(ids.to(self.device), mask.to(self.device)).float().cpu().tolist())
         return scores
+
+    def _last_token_logits(self, ids, mask):
+        """[b] the score at each row's last real token, found from the attention mask.
+
+        transformers pools at the last token that is not the pad id, which is the wrong token
+        when the pad id also ends a turn (pad = eos); the mask never is.
+        """
+        import torch
+
+        last = mask.sum(-1) - 1  # [b] right padding: the last real position
+        head = getattr(self.model, "score", None)
+        if head is None:  # other heads: trust transformers' own pooling
+            return self.model(input_ids=ids, attention_mask=mask).logits[:, 0]
+        hidden = self.model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, T, H]
+        return head(hidden[torch.arange(len(ids), device=ids.device), last])[:, 0]
 
     async def close(self) -> None:
         await self.batcher.close()

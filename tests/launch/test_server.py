@@ -154,3 +154,12 @@ def test_sleep_mode_turns_model_requests_away_until_woken(genrm, disrm):
         assert httpx.post(server.url + "/sleep", params={"level": 3}, headers=headers).status_code == 400
         assert httpx.post(server.url + "/wake_up", headers=headers).json()["is_sleeping"] is False
         assert httpx.post(server.url + path, json=body, headers=headers).status_code == 200
+
+
+def test_a_causal_lm_is_refused_as_a_disrm(tiny_policy_path):
+    from rlrm.errors import ModelError
+    from rlrm.launch.backends import ServerConfig
+    from rlrm.launch.server import create_app
+
+    with pytest.raises(ModelError, match="no trained classification head"):
+        create_app(ServerConfig(model_path=str(tiny_policy_path), role="disrm"))
