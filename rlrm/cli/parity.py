@@ -78,7 +78,10 @@ def disrm(
     out: Annotated[Optional[Path], typer.Option(help="Folder for scores.parquet and summary.json (default runs/parity-disrm-<time>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")] = False,
     score_offset: Annotated[int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")] = 0,
-    train_steps: Annotated[Optional[int], typer.Option(hidden=True)] = None,
+    train_steps: Annotated[
+        Optional[int],
+        typer.Option(help="Also train N steps twice (legacy vs loop scorer, same seed) and compare the reward curves.", min=1),
+    ] = None,
 ) -> None:
     """Score the same samples with the legacy FSDP2 DisRM worker and the reward loop; compare scores,
     group rankings and GRPO advantages against tolerances."""
@@ -86,8 +89,6 @@ def disrm(
 
     from rlrm.parity.options import ParityOptions, build_config, build_samples, load_parity_profile
 
-    if train_steps is not None:
-        raise ConfigError("--train-steps (training-curve parity) is not available yet; compare scores without it")
     opts = ParityOptions(
         profile=profile, overrides=list(set_), model=model, input=input, samples=samples, n=n, seed=seed,
         legacy_dtype=legacy_dtype, loop_dtype=loop_dtype, matrix=matrix, world_size=world_size,
@@ -102,16 +103,46 @@ def disrm(
         source = str(input) if input is not None else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
         typer.echo(json.dumps({"samples": source, **cfg.model_dump(mode="json", exclude={"reward"})}, indent=2))
         return
-    raise typer.Exit(_run(cfg, build_samples(opts, resolved), out))
+    if train_steps is not None and (matrix or address):
+        raise ConfigError("--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address")
+    out = out or Path("runs") / _timestamped("parity-disrm")
+    code = _run(cfg, build_samples(opts, resolved), out)
+    if train_steps is not None:
+        _train(resolved, cfg, train_steps, out)
+    raise typer.Exit(code)
 
 
-def _run(cfg, samples, out: Path | None) -> int:
+def _train(profile, cfg, steps: int, out: Path) -> None:
+    """Training-curve parity into out/train/{legacy,loop}; merged into summary.json as `train`."""
+    import json
+
+    from rlrm.cli.common import console
+    from rlrm.parity.train_curves import train_parity
+
+    term = console()
+    term.print(f"[dim]training {steps} steps twice: legacy {cfg.legacy_dtypes[0]} vs reward loop {cfg.loop_dtypes[0]}[/dim]")
+    curves = train_parity(
+        profile, cfg.model, steps, cfg.legacy_dtypes[0], cfg.loop_dtypes[0], cfg.world_size, cfg.max_length, out / "train"
+    )
+    path = out / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["train"] = curves
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(path)
+    term.print(
+        f"reward curves over {len(curves['steps'])} steps: mean |legacy - loop| {curves['mean_abs_diff']:.4g}, "
+        f"max {curves['max_abs_diff']:.4g}, trend {curves['abs_diff_slope_per_step']:+.2e} per step; "
+        f"runs in {out / 'train'}"
+    )
+
+
+def _run(cfg, samples, out: Path) -> int:
     from rlrm.cli.common import console
     from rlrm.parity.report import matrix_table, summary_table, write_cell, write_matrix
     from rlrm.parity.run import run_parity
 
     term = console()
-    out = out or Path("runs") / _timestamped("parity-disrm")
     cells = run_parity(cfg, samples, log=lambda line: term.print(f"[dim]{line}[/dim]"))
     if len(cells) == 1:
         write_cell(out, samples, cells[0])

@@ -38,6 +38,16 @@ class RewardServerConfig(_Section):
 class DisRMConfig(_Section):
     max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")
     too_long: Literal["truncate", "error"] = Field("truncate", description="Keep the last max_length tokens, or fail the sample.")
+    scorer: Literal["served", "legacy"] = Field(
+        "served",
+        description=(
+            "served: reward servers over /classify (the reward loop, fp32); legacy: in the trainer, an FSDP2 worker "
+            "group as verl's legacy reward-model worker (for parity runs)."
+        ),
+    )
+    legacy_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
+    legacy_world_size: int = Field(1, ge=1, description="scorer=legacy: ranks sharding the reward model.")
+    legacy_micro_batch: int = Field(8, gt=0, description="scorer=legacy: samples per forward.")
 
 
 class GenRMConfig(_Section):
@@ -138,6 +148,11 @@ class RewardConfig(_Section):
             raise ValueError("genrm.template must contain {response}")
         if self.model_kind and not self.server.model:
             raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
+        if self.disrm.scorer == "legacy" and (self.kind != "disrm" or self.executor == "ray" or self.server.addresses):
+            raise ValueError(
+                "reward.disrm.scorer=legacy scores in the trainer process: it needs reward.kind=disrm, "
+                "executor local and no server.addresses"
+            )
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(
                 "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm or composite, "

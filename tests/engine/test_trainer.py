@@ -167,3 +167,16 @@ def test_colocated_placement_needs_sync_mode():
     with pytest.raises(ConfigError, match="needs trainer.mode=sync"):
         load_profile("tiny-rule", ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m",
                                    "reward.placement=colocated"])
+
+
+def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path):
+    # Same seed, same model, fp32 on both paths: the two trainings see the same rewards.
+    served = ["reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.disrm.max_length=64"]
+    _, a = _run(tmp_path, "served", steps=2, extra=served)
+    _, b = _run(tmp_path, "legacy", steps=2, extra=[*served, "reward.disrm.scorer=legacy", "reward.disrm.legacy_dtype=fp32"])
+    rows_a = read_metrics(tmp_path / "served" / "metrics.jsonl")
+    rows_b = read_metrics(tmp_path / "legacy" / "metrics.jsonl")
+    for ra, rb in zip(rows_a[1:], rows_b[1:]):
+        for key in ("critic/score/mean", "critic/score/min", "critic/score/max"):
+            assert rb[key] == pytest.approx(ra[key], abs=1e-5), key
+        assert rb["reward/failures"] == 0

@@ -159,3 +159,20 @@ def test_dry_run_prints_the_resolved_settings(random_disrm_path, input_file):
     resolved = json.loads(result.output)
     assert resolved["legacy_dtypes"] == ["bf16", "fp16", "fp32"] and resolved["loop_dtypes"] == ["fp32", "bf16"]
     assert resolved["max_length"] == 64 and resolved["rtol"] == 0.125
+
+
+def test_train_steps_trains_twice_and_compares_the_reward_curves(spread_disrm_path, tmp_path):
+    out = tmp_path / "out"
+    small = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "rollout.max_new_tokens=12",
+             "trainer.val_every=0", "trainer.num_threads=1"]  # fmt: skip
+    sets = [a for s in small for a in ("--set", s)]
+    result = invoke("--profile", "tiny-rule", *sets, "--samples", 2, "--n", 3, "--model", spread_disrm_path,
+                    "--legacy-dtype", "fp32", "--threads", 1, "--train-steps", 2, "--out", out)
+    assert result.exit_code == 0, result.output
+    train = json.loads((out / "summary.json").read_text())["train"]
+    assert train["steps"] == [1, 2] and len(train["diff"]) == 2
+    assert train["max_abs_diff"] < 1e-4  # fp32 on both paths: the same rewards, so the same training
+    for name in ("legacy", "loop"):
+        rows = [json.loads(line) for line in (out / "train" / name / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
+    assert "reward curves over 2 steps" in result.output

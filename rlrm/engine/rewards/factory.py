@@ -9,7 +9,11 @@ from rlrm.engine.rewards.rule import make_rule_reward
 
 def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None) -> RewardFn:
     """The section's reward function, wrapped with `reward.inject` when that injects anything."""
-    fn = _base_reward_fn(cfg, balancer, model_path)
+    return with_injection(_base_reward_fn(cfg, balancer, model_path), cfg)
+
+
+def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
+    """`fn` wrapped with `reward.inject` when that injects anything."""
     if not cfg.inject.active:
         return fn
     from rlrm.engine.rewards.inject import inject

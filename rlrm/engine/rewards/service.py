@@ -25,13 +25,16 @@ class RewardService:
         self.balancer = None
         self.loop: RewardLoop | None = None
         self.workers = None  # Ray reward workers, with executor: ray
+        self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self._supervisor: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
         kind = self.cfg.model_kind
         try:
-            if kind is not None:
+            if kind == "disrm" and self.cfg.disrm.scorer == "legacy":
+                await self._start_legacy()
+            elif kind is not None:
                 await self._start_servers(kind)
             self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed)
         except BaseException:
@@ -64,6 +67,14 @@ class RewardService:
         await self.balancer.wait_healthy(server.start_timeout_s)
         await self.sleep()  # colocated: asleep until the first scoring
 
+    async def _start_legacy(self) -> None:
+        from rlrm.engine.models.tiny import resolve_model_path
+        from rlrm.engine.rewards.legacy_disrm import LegacyDisRM
+
+        self.model_path = resolve_model_path(self.cfg.server.model)
+        self.legacy = LegacyDisRM(self.cfg, self.model_path)
+        await self.legacy.start()
+
     async def wake(self) -> None:
         """Colocated placement: bring every replica's weights back before scoring."""
         await self._post_all("/wake_up")
@@ -93,6 +104,10 @@ class RewardService:
         return kind == "genrm" and sglang_router_available()
 
     def _reward_fn(self) -> RewardFn:
+        if self.legacy is not None:
+            from rlrm.engine.rewards.factory import with_injection
+
+            return with_injection(self.legacy, self.cfg)
         urls = self.balancer.urls if self.balancer is not None else []
         model_path = getattr(self, "model_path", None)
         if self.cfg.executor == "ray":
@@ -104,6 +119,8 @@ class RewardService:
         return build_reward_fn(self.cfg, self.balancer, model_path)
 
     async def close(self) -> None:
+        if self.legacy is not None:
+            await self.legacy.close()
         if self.workers is not None:
             self.workers.close()
         if self._supervisor is not None:

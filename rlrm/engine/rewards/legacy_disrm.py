@@ -1,0 +1,70 @@
+"""The legacy DisRM inside the trainer: verl's FSDP reward-model worker, behind the per-sample contract.
+
+    scorer = LegacyDisRM(cfg, model_path)        # reward.disrm.scorer: legacy
+    await scorer.start()                         # loads and shards the model (world size ranks)
+    result = await scorer(sample)                # batched with the samples that arrive together
+    await scorer.close()
+
+Only for parity runs (`rlrm parity disrm --train-steps`): the same conversation rendering and
+truncation as the served DisRM client, scored by `rlrm.parity`'s FSDP2 worker group in
+`reward.disrm.legacy_dtype`, so two trainings differ only in the scoring path. Samples are
+gathered into batches (as the legacy worker scored a whole batch) by an in-process batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.rewards.errors import BadRequest, NonFiniteScore
+
+
+class LegacyDisRM:
+    def __init__(self, cfg: RewardConfig, model_path: str):
+        from transformers import AutoTokenizer
+
+        self.cfg, self.model_path = cfg, model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.group = None
+        self.batcher = None
+        self.__name__ = "legacy_disrm"
+
+    async def start(self) -> None:
+        from rlrm.launch.batcher import DynamicBatcher
+        from rlrm.parity.legacy import LegacyConfig
+        from rlrm.parity.workers import LegacyWorkerGroup
+
+        d = self.cfg.disrm
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        legacy = LegacyConfig(
+            model_path=self.model_path, dtype=d.legacy_dtype, world_size=d.legacy_world_size,
+            micro_batch_size=d.legacy_micro_batch, pad_token_id=pad,
+        )  # fmt: skip
+        self.group = LegacyWorkerGroup(legacy)
+        await asyncio.to_thread(self.group.start)
+        self.batcher = DynamicBatcher(self._score_batch, max_batch=1024, max_queue=1 << 20, wait_ms=5.0)
+
+    def _score_batch(self, sequences: list[list[int]]) -> list[float]:
+        scores = self.group.score(sequences, [1] * len(sequences)).scores
+        return scores.float().cpu().tolist()
+
+    async def __call__(self, sample: RewardSample) -> RewardResult:
+        limit = self.cfg.disrm.max_length
+        ids = render_conversation(self.tokenizer, sample.prompt, sample.solution_str)
+        truncated = len(ids) > limit
+        if truncated:
+            if self.cfg.disrm.too_long == "error":
+                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
+            ids = ids[-limit:]  # keep the end, exactly as the served client does
+        (score,) = await self.batcher.submit([ids])
+        if score != score or score in (float("inf"), float("-inf")):
+            raise NonFiniteScore(f"legacy DisRM gave {score} for sample {sample.uid}")
+        return RewardResult(score, {"disrm_score": score, "disrm_truncated": truncated})
+
+    async def close(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.close()
+        if self.group is not None:
+            await asyncio.to_thread(self.group.close)
