@@ -103,6 +103,8 @@ def disrm(
         source = str(input) if input is not None else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
         typer.echo(json.dumps({"samples": source, **cfg.model_dump(mode="json", exclude={"reward"})}, indent=2))
         return
+    if train_steps is not None and profile is None:
+        raise ConfigError("--train-steps trains a profile's policy: pass --profile (e.g. tiny-disrm)")
     if train_steps is not None and (matrix or address):
         raise ConfigError("--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address")
     out = out or Path("runs") / _timestamped("parity-disrm")

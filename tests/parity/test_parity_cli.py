@@ -102,7 +102,8 @@ def test_a_tokenizer_without_chat_template_needs_template(no_template_disrm, ran
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--train-steps", "3"], "training-curve parity) is not available yet"),
+        (["--train-steps", "3"], "--train-steps trains a profile's policy: pass --profile"),
+        (["--train-steps", "3", "--profile", "tiny-rule", "--matrix"], "drop --matrix/--address"),
         (["--world-size", "4096"], "needs a core per gloo rank"),
         (["--legacy-dtype", "fp8"], "--legacy-dtype 'fp8': use one of bf16, fp16, fp32"),
         (["--matrix", "--address", "http://127.0.0.1:9"], "--matrix needs rlrm to start them"),
