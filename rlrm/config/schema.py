@@ -154,6 +154,9 @@ class LoggingConfig(_Section):
 
     console: Literal["rich", "plain", "none"] = Field("rich", description="Live display style.")
     save_samples: bool = Field(False, description="Write prompts, responses and scores to samples.jsonl.")
+    trace_detail_steps: int = Field(
+        100, ge=0, description="Steps whose every request, reward call and mini-batch go to trace.json (later: phases only)."
+    )
 
 
 class Profile(_Section):

@@ -103,6 +103,8 @@ class _TrainLoop:
         self.result = RunResult(run_dir, last_step=0)
         self.spans: list = []  # every span of the run (trace.json); the rollouter appends too
         self._spans_seen = 0
+        self._step_first_span = 0  # where this step's spans start in self.spans
+        self.sample_log = None
         self._live: list = []  # spans that may still overlap the next step's window
         self.pending_row: dict | None = None
 
@@ -143,6 +145,10 @@ class _TrainLoop:
         self.loader, self.result.last_step = loader, step
         self.scheduler = make_scheduler(parts, loader, step, self.spans)
         writer = MetricsWriter(self.run_dir / "metrics.jsonl", keep_through_step=step)
+        if p.logging.save_samples:
+            from rlrm.engine.metrics.samples import SampleLog
+
+            self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
         val_examples, val_ids = self._validation_set()
         self.t0 = time.perf_counter()
         try:
@@ -160,6 +166,8 @@ class _TrainLoop:
                 writer.log(self.pending_row)
         finally:
             writer.close()
+            if self.sample_log is not None:
+                self.sample_log.close()
             self._save(force=True)
             self._write_trace()
 
@@ -175,11 +183,20 @@ class _TrainLoop:
         end = time.perf_counter()
         step_s = end - start
         self.spans.extend(timer.spans)
+        timed = len(timer.spans)
         self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
-        row = {"step": step, **metrics, **timer.metrics()}
+        row = {"step": step, **{k: v for k, v in metrics.items() if k != "_samples"}, **timer.metrics()}
         row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]
         row.update(self._perf(row, step_s))
         row.update(self._idle((start, end)))
+        if step > p.logging.trace_detail_steps:  # keep the trace (and memory) bounded on long runs
+            detail = ("generate", "reward", "minibatch")
+            kept = [sp for sp in self.spans[self._step_first_span :] if sp.lane not in detail]
+            self.spans[self._step_first_span :] = kept
+            self._spans_seen = len(self.spans)
+        self._step_first_span = len(self.spans)
+        if self.sample_log is not None:
+            self.sample_log.write(step, metrics.get("_samples", []))
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
             with timer("save_checkpoint"):
                 self._save()
@@ -190,6 +207,7 @@ class _TrainLoop:
             except asyncio.CancelledError:
                 self.pending_row = row  # the step itself is complete: keep its row
                 raise
+        self.spans.extend(timer.spans[timed:])  # checkpoint and validation
         row.update(timer.metrics())
         row["timing_s/step"] = time.perf_counter() - start
         self.result.metrics = row

@@ -72,7 +72,9 @@ def test_staleness_never_exceeds_its_bound(tmp_path, tiny_policy_path, mode, bou
     assert max(r["async/staleness_max"] for r in rows) <= bound
     assert max(r["async/staleness_max"] for r in rows) >= 1  # it did run off-policy
     assert all(r["batch/num_samples"] == 16 for r in rows)
-    assert all(r["reward/failures"] == 0 and r["reward/injected_latency_mean"] > 0 for r in rows)
+    assert all(r["reward/failures"] == 0 for r in rows)
+    # reward counters are per step window; off-policy, a window may see no reward finish
+    assert any(r["reward/injected_latency_mean"] > 0 for r in rows)
 
 
 def test_sync_idle_ratio_matches_the_phase_times(tmp_path, tiny_policy_path):
@@ -111,3 +113,16 @@ def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
     assert row["reward/injected_failures"] == 16 * 2  # every attempt of every sample
     assert row["reward/failures"] == 16 and row["reward/dropped_groups"] == 4
     assert row["batch/num_samples"] == 0 and "actor/pg_loss" not in row
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream"])
+def test_samples_log_and_bounded_trace(tmp_path, tiny_policy_path, mode):
+    run_dir, rows = _run(tmp_path, mode, mode, steps=2, extra=["logging.save_samples=true", "logging.trace_detail_steps=1"])
+    lines = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1] * 16 + [2] * 16
+    assert all(r["score"] in (0.0, 1.0) and r["response"] and r["prompt"][-1]["role"] == "user" for r in lines)
+    assert sum(r["score"] for r in lines if r["step"] == 1) == pytest.approx(rows[0]["critic/score/mean"] * 16)
+    trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    generate = [e for e in trace if e.get("cat") == "generate"]
+    assert len(generate) == 16 and all(e["args"]["batch"] == 1 for e in generate)  # detail for step 1 only
+    assert sum(e.get("name") == "update_actor" for e in trace) == 2  # phases for every step

@@ -94,7 +94,8 @@ class OverlapScheduler:
             update_policy, self.parts, completions, results, step, timer, reward_metrics, self.off_policy
         )
         self._trained(step, launched)
-        return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": launched.dropped_prompts}
+        samples = [t for g in groups for t in g.triples()]
+        return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": launched.dropped_prompts, "_samples": samples}
 
     def loader_state(self) -> dict:
         return self._loader_state
@@ -191,7 +192,11 @@ class PipelineScheduler(OverlapScheduler):
         metrics["reward/dropped_groups"] = dropped
         self._trained(step, launched)
         kept_completions = [c for g in kept for c in g.completions]
-        return {**metrics, **staleness_metrics(kept_completions, step - 1), "data/dropped_prompts": launched.dropped_prompts}
+        samples = [t for g in groups for t in g.triples()]
+        return {
+            **metrics, **staleness_metrics(kept_completions, step - 1),
+            "data/dropped_prompts": launched.dropped_prompts, "_samples": samples,
+        }  # fmt: skip
 
 
 class FullyAsyncScheduler(OverlapScheduler):
@@ -222,7 +227,8 @@ class FullyAsyncScheduler(OverlapScheduler):
         self._loader_state = self.rollouter.loader_states[step]  # a step's worth of prompts consumed
         for k in [k for k, b in self.rollouter.batches.items() if all(g.order in self._taken for g in b.groups)]:
             self.rollouter.forget(k)
-        return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": 0}
+        samples = [t for g in groups for t in g.triples()]
+        return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": 0, "_samples": samples}
 
     async def _take_groups(self, step: int, timer: StepTimer) -> list[Group]:
         want = self.parts.profile.data.train_batch_size

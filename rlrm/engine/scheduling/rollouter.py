@@ -38,9 +38,14 @@ class Group:
     generated_at: float | None = None  # perf_counter when its last sample was generated
     scored_at: float | None = None  # perf_counter when its last sample was scored
 
+    def triples(self) -> list:
+        """(reward sample, result, completion) of each sample, for samples.jsonl."""
+        return list(zip(self.samples, self.results, self.completions))
+
     def __post_init__(self):
         self.completions = [None] * self.n
         self.results = [None] * self.n
+        self.samples = [None] * self.n  # what the reward function saw
         self._left_gen = self._left_score = self.n
 
     @property
@@ -175,6 +180,7 @@ class Rollouter:
                 group.generated_at = end
                 self._changed.set()
             sample = reward_sample(parts.tokenizer, group.example, completion, group.position * group.n + j)
+            group.samples[j] = sample
             result = await parts.reward.loop.score(sample)
             done = time.perf_counter()
             args = {"batch": group.batch, "group": group.position}

@@ -40,4 +40,4 @@ async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: in
             with timer("reward_sleep", lane="reward_wait"):
                 await parts.reward.sleep()
     metrics = update_policy(parts, completions, results, step, timer, parts.reward.loop.take_metrics())
-    return {**metrics, **staleness_metrics(completions, step - 1)}
+    return {**metrics, **staleness_metrics(completions, step - 1), "_samples": list(zip(samples, results, completions))}
