@@ -80,7 +80,18 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
             assert service.balancer.urls == [service.router.url]  # one address: the router's
             before = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(4)))
             service.pool.servers[0].kill()
-            after = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(8)))
+            async def with_retries(attempts=5):  # as the reward loop does: the router may still pick the dead one
+                from rlrm.engine.rewards.errors import TransientError
+
+                for i in range(attempts):
+                    try:
+                        return await service.balancer.post("/v1/chat/completions", body, 20)
+                    except TransientError:
+                        if i == attempts - 1:
+                            raise
+                        await asyncio.sleep(0.2 * 2**i)
+
+            after = await asyncio.gather(*(with_retries() for _ in range(8)))
             return before, after
         finally:
             await service.close()
