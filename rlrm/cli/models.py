@@ -15,16 +15,23 @@ app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=
 @app.command("prepare")
 @friendly_errors
 def prepare(
-    name: Annotated[list[str], typer.Option("--name", help="Tiny model(s) to build.")] = ["policy"],
+    name: Annotated[
+        Optional[list[str]], typer.Option("--name", help="Tiny model(s) to build: policy, judge, disrm (default: all three).")
+    ] = None,
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Build seed (same seed, same weights).")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Train a tokenizer and a tiny Qwen2 policy locally, then warm-start it on the synthetic task."""
-    from rlrm.engine.models.tiny import prepare_tiny
+    """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data.
 
-    paths = prepare_tiny(tuple(name), cache_dir=cache_dir, seed=seed, force=force, log=typer.echo)
+    The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM
+    start from it and are trained briefly to tell correct answers from wrong ones.
+    """
+    from rlrm.engine.models.tiny import TINY_MODELS, prepare_tiny, summary
+
+    names = tuple(name) if name else TINY_MODELS
+    paths = prepare_tiny(names, cache_dir=cache_dir, seed=seed, force=force, log=typer.echo)
     for model_name, path in paths.items():
-        typer.echo(f"{model_name}: {path}")
+        typer.echo(f"{model_name}: {path}  {summary(model_name, path)}")

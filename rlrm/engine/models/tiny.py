@@ -1,13 +1,16 @@
 """Tiny offline models: built locally, cached, and loaded like any hub checkpoint.
 
-    rlrm models prepare                      # builds tiny:policy into ~/.cache/rlrm/models
-    resolve_model_path("tiny:policy")        # -> that folder (built on first use)
+    rlrm models prepare                      # builds tiny:policy, tiny:judge, tiny:disrm into ~/.cache/rlrm/models
+    resolve_model_path("tiny:judge")         # -> that folder (built on first use)
 
 No hub can be reached where rlrm is built and tested, and nobody wants a 1 GB download for a
 smoke run. A tiny model here is a BPE tokenizer trained on the synthetic task (with Qwen2's
 pre-tokenizer, so `AutoTokenizer` loads it as a Qwen2 tokenizer) and a 0.6 M-parameter Qwen2
 causal LM warm-started by a short supervised run, so it *means* something: some accuracy, and
-clear headroom for RL. Builds are deterministic for a seed and safe under concurrent callers.
+clear headroom for RL. The reward models start from that policy (as real ones start from an SFT
+model): `judge` is a causal LM for GenRM (`tiny_judge.py`), `disrm` a sequence classifier with one
+score (`tiny_disrm.py`); each build measures its ROC AUC on held-out (problem, response) pairs and
+writes it to meta.json. Builds are deterministic for a seed and safe under concurrent callers.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 from rlrm.errors import ModelError
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
-TINY_MODELS = ("policy",)
+TINY_MODELS = ("policy", "judge", "disrm")
 
 
 def default_cache_dir() -> Path:
@@ -36,7 +41,7 @@ def model_dir(name: str, cache_dir: Path | None = None, seed: int = 0) -> Path:
 
 
 def prepare_tiny(
-    names=("policy",),
+    names=TINY_MODELS,
     cache_dir: Path | None = None,
     seed: int = 0,
     force: bool = False,
@@ -72,7 +77,7 @@ def prepare_tiny(
                 tmp = root / f".{final.name}.tmp-{os.getpid()}"
                 shutil.rmtree(tmp, ignore_errors=True)
                 log(f"building tiny {name} (seed {seed}) into {final}")
-                _BUILDERS[name](tmp, seed, log)
+                _BUILDERS[name](tmp, seed, log, root)
                 shutil.rmtree(final, ignore_errors=True)
                 tmp.rename(final)
             else:
@@ -85,16 +90,37 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
     """`tiny:NAME` -> the built folder (built on first use); local paths are checked; hub ids pass."""
     if path.startswith("tiny:"):
         name = path.removeprefix("tiny:")
-        return str(prepare_tiny((name,), cache_dir=cache_dir, log=lambda _: None)[name])
+        return str(prepare_tiny((name,), cache_dir=cache_dir, log=_build_notice)[name])
     local = Path(path).expanduser()
     if local.exists():
         return str(local)
     if path.startswith((".", "/", "~")):
-        raise ModelError(f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name) or tiny:policy")
+        names = ", ".join(TINY_MODELS)
+        raise ModelError(
+            f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name) or tiny:NAME ({names})"
+        )
     return path
 
 
-def _build_policy(dest: Path, seed: int, log: Callable[[str], None]) -> None:
+def _build_notice(line: str) -> None:
+    """A model built on first use can take minutes: say so (on stderr), and nothing else."""
+    if line.startswith("building"):
+        print(f"{line} (first use; `rlrm models prepare` builds ahead of time)", file=sys.stderr, flush=True)
+
+
+def summary(name: str, path: Path) -> str:
+    """One line about a prepared model from its meta.json: what it measured on held-out data."""
+    meta = json.loads((Path(path) / "meta.json").read_text())
+    if name == "policy":
+        return f"held-out greedy accuracy {meta['warm_start_accuracy']:.3f}"
+    line = (
+        f"held-out ROC AUC {meta['auc']:.3f} "
+        f"(policy samples {meta['auc_policy_samples']:.3f}, near misses {meta['auc_near_misses']:.3f})"
+    )
+    return line + (f", verdict accuracy {meta['verdict_accuracy']:.3f}" if "verdict_accuracy" in meta else "")
+
+
+def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -125,4 +151,21 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None]) -> None:
     log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")
 
 
-_BUILDERS = {"policy": _build_policy}
+def _build_reward_model(name: str, dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
+    """Build the judge or the DisRM from the same-seed policy (prepared first if needed)."""
+    if name == "judge":
+        from rlrm.engine.models.tiny_judge import build_judge as build
+    else:
+        from rlrm.engine.models.tiny_disrm import build_disrm as build
+
+    policy_dir = prepare_tiny(("policy",), cache_dir=root, seed=seed, log=log)["policy"]
+    metrics = build(dest, seed, log, policy_dir)
+    meta = {"recipe_version": RECIPE_VERSION, "seed": seed, "policy": policy_dir.name, **metrics}
+    (dest / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+_BUILDERS = {
+    "policy": _build_policy,
+    "judge": partial(_build_reward_model, "judge"),
+    "disrm": partial(_build_reward_model, "disrm"),
+}
