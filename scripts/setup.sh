@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Set up rlrm in ./.venv. Usage: bash scripts/setup.sh [--dev]
-#   --dev  also install the test and serving extras.
+# Set up rlrm in ./.venv with the serving and router extras (what `rlrm train --profile tiny-genrm`
+# needs). Usage: bash scripts/setup.sh [--dev]
+#   --dev  also install the test, report and Ray extras.
 # On a machine without an NVIDIA GPU the CPU build of torch is installed first, so that
 # resolving the other dependencies never pulls a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${RLRM_VENV:-.venv}
-extras=""
+extras="[serve,router]"
 [[ "${1:-}" == "--dev" ]] && extras="[dev]"
 
 if [[ ! -x "$venv/bin/python" ]]; then

@@ -65,6 +65,8 @@ def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
     results, metrics = asyncio.run(scenario())
     assert all(r.score == 0.5 and r.extra["reward_failed"] for r in results)
     assert metrics["reward/unparsed"] == 4 and metrics["reward/defaulted"] == 4
+    # the judge's tokens were spent on the unparsed verdicts all the same: counted
+    assert metrics["reward/judge_prompt_tokens"] > 0 and 4 <= metrics["reward/judge_completion_tokens"] <= 4 * 8
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"), reason="sglang-router not installed")

@@ -180,3 +180,48 @@ def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, ra
         for key in ("critic/score/mean", "critic/score/min", "critic/score/max"):
             assert rb[key] == pytest.approx(ra[key], abs=1e-5), key
         assert rb["reward/failures"] == 0
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"), reason="sglang-router not installed")
+@pytest.mark.parametrize(
+    "judge",
+    [
+        "tiny:policy",  # default tier: mechanics only (its verdicts mostly do not parse, and are counted)
+        pytest.param("tiny:judge", marks=pytest.mark.slow),  # the tiny-genrm profile as shipped
+    ],
+)
+def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(tmp_path, tiny_policy_path, judge, monkeypatch):
+    # `rlrm train --profile tiny-genrm` with two judge replicas behind the SGLang router; one is killed
+    # mid-way through step 2. Every sample must still be scored by the survivor or counted.
+    from rlrm.engine.rewards.loop import RewardLoop
+    from rlrm.engine.rewards.service import RewardService
+
+    services, calls = [], []
+    real_start, real_score = RewardService.start, RewardLoop.score
+
+    async def start(self):
+        services.append(self)
+        await real_start(self)
+
+    async def score(self, sample):
+        calls.append(sample.uid)
+        if len(calls) == 24:
+            services[0].pool.servers[0].kill()
+        return await real_score(self, sample)
+
+    monkeypatch.setattr(RewardService, "start", start)
+    monkeypatch.setattr(RewardLoop, "score", score)
+    profile = load_profile("tiny-genrm", SMALL + [
+        "trainer.total_steps=4", "trainer.mode=stream", f"reward.server.model={judge}", "reward.server.replicas=2",
+        "reward.server.router=sglang", "reward.backoff_s=0.05", "reward.timeout_s=20",
+    ])  # fmt: skip
+    run_dir = start_run(profile, tmp_path / "kill")
+    result = train(run_dir)
+    assert services[0].router is not None  # the judge traffic went through the router
+    assert result.last_step == 4 and len(calls) == 4 * 16
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
+    assert all(r["batch/num_samples"] == 16 and r["reward/dropped_groups"] == 0 for r in rows)
+    # No sample failed for want of a server: the only failures are verdicts that did not parse,
+    # and each of those was given the default score and counted.
+    assert all(r["reward/failures"] == r["reward/unparsed"] == r["reward/defaulted"] for r in rows)
+    assert all(r["reward/judge_completion_tokens"] > 0 for r in rows)

@@ -8,6 +8,7 @@ class RewardCallError(Exception):
 
     retryable = False
     kind = "failure"  # the counter it lands in (besides reward/failures)
+    extra: dict = {}  # what the failed call still reports (e.g. judge token usage)
 
 
 class TransientError(RewardCallError):

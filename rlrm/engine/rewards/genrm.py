@@ -43,15 +43,14 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
         text = out["choices"][0]["message"]["content"] or ""
         usage = out.get("usage") or {}
         score = parse_verdict(text, g.verdict, g.max_score)
+        tokens = {
+            "judge_prompt_tokens": usage.get("prompt_tokens", 0),
+            "judge_completion_tokens": usage.get("completion_tokens", 0),
+        }
         if score is None:
-            raise UnparsedVerdict(f"judge gave no verdict for sample {sample.uid}: {text[-80:]!r}")
-        return RewardResult(
-            score,
-            {
-                "judge_verdict": text[-200:],
-                "judge_prompt_tokens": usage.get("prompt_tokens", 0),
-                "judge_completion_tokens": usage.get("completion_tokens", 0),
-            },
-        )
+            error = UnparsedVerdict(f"judge gave no verdict for sample {sample.uid}: {text[-80:]!r}")
+            error.extra = tokens  # the judge's tokens were spent all the same
+            raise error
+        return RewardResult(score, {"judge_verdict": text[-200:], **tokens})
 
     return genrm_reward

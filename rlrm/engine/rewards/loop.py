@@ -100,8 +100,7 @@ class RewardLoop:
             try:
                 raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
                 result = self._check(raw, sample)
-                self.stats.judge_prompt_tokens += int(result.extra.get("judge_prompt_tokens", 0))
-                self.stats.judge_completion_tokens += int(result.extra.get("judge_completion_tokens", 0))
+                self._count_tokens(result.extra)
                 if "injected_latency_s" in result.extra:
                     self.stats.injected_latency_sum_s += float(result.extra["injected_latency_s"])
                     self.stats.injected_latency_count += 1
@@ -110,6 +109,7 @@ class RewardLoop:
                 error: RewardCallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
             except RewardCallError as exc:
                 error = exc
+                self._count_tokens(exc.extra)
             except Exception as exc:  # a user's function that raised: not retried, named in the message
                 error = RewardCallError(f"reward function {self.name} raised {type(exc).__name__}: {exc}")
             self._count(error)
@@ -141,6 +141,10 @@ class RewardLoop:
 
             raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
         return result
+
+    def _count_tokens(self, extra: dict) -> None:
+        self.stats.judge_prompt_tokens += int(extra.get("judge_prompt_tokens", 0))
+        self.stats.judge_completion_tokens += int(extra.get("judge_completion_tokens", 0))
 
     def _count(self, error: RewardCallError) -> None:
         if error.kind == "timeout":
