@@ -1,13 +1,14 @@
 """Embedded `/classify` throughput: 256 concurrent clients vs one batched forward vs one at a time.
 
-    .venv/bin/python benchmarks/classify_throughput.py [--model PATH] [--requests 256] [--threads 2]
+    .venv/bin/python benchmarks/classify_throughput.py [--model PATH | --hidden 128 --layers 2] [--requests 256] [--threads 2]
 
 Starts an embedded DisRM server (its own process, `--threads` torch threads) and measures, on the
 same inputs, in samples/s: (a) one batched forward in this process (the ceiling), (b) `--requests`
 concurrent HTTP clients, one input each, (c) the same requests sent one at a time. Prints the
 ratios (b)/(a) and (b)/(c) and the p50/p99 request latency of (b). Default model: a randomly
 initialised Qwen2 sequence classifier of the tiny policy's size (the speed does not depend on
-what it learned).
+what it learned); `--hidden`/`--layers` make it bigger, to see how the fixed per-request HTTP
+cost weighs against the forward as the model grows.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-batch", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=128, help="Hidden size of the random DisRM (without --model).")
+    parser.add_argument("--layers", type=int, default=2, help="Layers of the random DisRM (without --model).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.model) if args.model else _random_disrm(Path(tmp))
+        path = Path(args.model) if args.model else _random_disrm(Path(tmp), args.hidden, args.layers)
         model, inputs = _inputs(path, args.requests)
         for _ in range(2):
             start = time.perf_counter()
@@ -53,7 +56,8 @@ def main() -> None:
                     client.post(url, json={"input": ids, "use_activation": False}).raise_for_status()
                 sequential_s = time.perf_counter() - start
     n = len(inputs)
-    print(f"{n} inputs, {args.threads} threads (server and in-process forward)")
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{n} inputs, {params / 1e6:.1f} M-parameter DisRM, {args.threads} threads (server and in-process forward)")
     print(f"one batched forward (in process)   {n / batched_s:10,.0f} samples/s")
     print(f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, .5)} ms  p99 {_ms(latencies, .99)} ms")
     print(f"one request at a time over HTTP    {n / sequential_s:10,.0f} samples/s")
@@ -100,12 +104,12 @@ def _inputs(path: Path, count: int):
     return model, [[rng.randrange(3, vocab) for _ in range(rng.randint(50, 80))] for _ in range(count)]
 
 
-def _random_disrm(folder: Path) -> Path:
+def _random_disrm(folder: Path, hidden: int = 128, layers: int = 2) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    config = Qwen2Config(vocab_size=512, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers, num_attention_heads=4,
                          num_key_value_heads=2, max_position_embeddings=512, num_labels=1, pad_token_id=0)
     Qwen2ForSequenceClassification(config).save_pretrained(folder / "disrm")
     return folder / "disrm"

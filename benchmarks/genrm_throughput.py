@@ -5,7 +5,8 @@
 Starts an embedded judge server (its own process) and sends `--clients` concurrent chat requests
 (greedy, `--max-tokens` each), counting completion tokens from `usage`; then runs one batched HF
 `generate` in this process on the same rendered prompts with the same greedy settings. Default
-model: the tiny policy (`tiny:policy`), which stands in for a judge of its size.
+model: the tiny policy (`tiny:policy`), which stands in for a judge of its size; pass
+`--model tiny:judge` or any causal-LM folder to see how the ratio moves with the model's size.
 """
 
 from __future__ import annotations
