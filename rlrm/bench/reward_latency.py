@@ -132,7 +132,16 @@ class RewardLatencyBench:
             sets += [f"reward.inject.latency={self.latency}", f"reward.inject.scale={scale!r}"]
         else:
             sets += ["reward.inject.latency=none"]
-        return load_profile(self.profile, sets)
+        profile = load_profile(self.profile, sets)
+        if not any(o.startswith("reward.max_concurrency=") for o in self.overrides):
+            # An injected latency stands for a remote service whose latency does not grow with load:
+            # the loop's own concurrency cap must not turn it into a queue. Room for every sample
+            # that can be in flight at once (max_staleness + 2 batches; --set overrides it).
+            in_flight = profile.data.train_batch_size * profile.rollout.n * (profile.trainer.max_staleness + 2)
+            needed = math.ceil(in_flight / profile.reward.num_workers)
+            profile.reward.max_concurrency = max(profile.reward.max_concurrency, needed)
+        self.reward_max_concurrency = profile.reward.max_concurrency
+        return profile
 
     def summary(self) -> dict:
         from rlrm.bench.results import compare, mode_means
@@ -145,6 +154,7 @@ class RewardLatencyBench:
             "latency": self.latency,
             "latency_scale": self.latency_scale,
             "mean_latency_s": mean_latency,
+            "reward_max_concurrency": getattr(self, "reward_max_concurrency", None),
             "latency_to_step_ratio": (
                 mean_latency / (sum(r["step_time_p50"] for r in base) / len(base)) if base and mean_latency else None
             ),

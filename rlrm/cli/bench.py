@@ -60,7 +60,8 @@ def reward_latency(
             summary = bench.summary()
             typer.echo(
                 f"latency {latency} x {bench.latency_scale:.4g}: mean {summary['mean_latency_s']:.3f} s per sample = "
-                f"{summary['latency_to_step_ratio']:.2f} of a zero-latency sync step"
+                f"{summary['latency_to_step_ratio']:.2f} of a zero-latency sync step; "
+                f"reward.max_concurrency {summary['reward_max_concurrency']} per worker"
             )
             printed_scale = True
         typer.echo(f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s")

@@ -51,6 +51,18 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     assert "speedup vs sync" in result.output and "of a zero-latency sync step" in result.output
 
 
+@pytest.mark.parametrize(("overrides", "expected"), [([], 256), (["reward.max_concurrency=8"], 8)])
+def test_reward_loop_concurrency_leaves_room_for_every_sample_in_flight(tmp_path, overrides, expected):
+    # tiny-rule: 32 prompts x 8 samples, max_staleness 2, 4 workers: up to 4 batches in flight
+    # = 1024 samples, 256 per worker; an explicit --set wins.
+    from rlrm.bench.reward_latency import RewardLatencyBench
+
+    bench = RewardLatencyBench(profile="tiny-rule", modes=["fully-async"], latency="uniform:1:40", steps=1,
+                               repeats=1, seed=0, out=tmp_path / "b", overrides=overrides)
+    assert bench._profile_for("fully-async", 0, 0.01).reward.max_concurrency == expected
+    assert bench.summary()["reward_max_concurrency"] == expected
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
