@@ -1,0 +1,51 @@
+"""`rlrm` caps glibc's malloc arenas at one (see rlrm/allocator.py), unless the user set MALLOC_ARENA_MAX."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc arenas are a Linux matter")
+
+# Threads allocate (1 MiB bytearrays go to malloc), then glibc's malloc_stats() lists every arena on stderr.
+PROGRAM = """
+import ctypes, sys, threading
+from rlrm.allocator import use_one_malloc_arena
+applied = use_one_malloc_arena() if sys.argv[1] == "cap" else None
+def work():
+    keep = [bytearray(1 << 20) for _ in range(8)]
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(applied, flush=True)
+ctypes.CDLL("libc.so.6").malloc_stats()
+"""
+
+
+def _arenas(mode: str, env: dict | None = None) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | (env or {})
+    done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip(), done.stderr.count("Arena ")
+
+
+def test_threads_share_the_main_arena_once_capped():
+    _, uncapped = _arenas("none")
+    assert uncapped > 1  # the control: without the cap, threads get arenas of their own
+    applied, capped = _arenas("cap")
+    assert (applied, capped) == ("True", 1)
+
+
+def test_a_user_set_malloc_arena_max_wins():
+    applied, arenas = _arenas("cap", {"MALLOC_ARENA_MAX": "4"})
+    assert applied == "False" and arenas > 1
+
+
+def test_the_rlrm_command_applies_the_cap_before_any_command_runs(monkeypatch):
+    from rlrm.cli import main
+
+    calls = []
+    monkeypatch.setattr("rlrm.allocator.use_one_malloc_arena", lambda: calls.append("cap") or True)
+    monkeypatch.setattr(main, "app", lambda: calls.append("app"))
+    main.main()
+    assert calls == ["cap", "app"]
