@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.tracker import read_metrics
@@ -54,6 +55,24 @@ def test_stream_equals_sync_at_zero_latency(tmp_path, tiny_policy_path):
     stream_dir, stream_rows = _run(tmp_path, "stream", "stream", steps=2)
     _assert_same_training(sync_dir, sync_rows, stream_dir, stream_rows, steps=2)
     assert all(r["async/staleness_max"] == 0 for r in stream_rows)
+
+
+@pytest.mark.parametrize("mode", ["stream", "pipeline"])
+def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(tmp_path, tiny_policy_path, mode):
+    # Seeded injected failures fail the same samples in every mode; their groups must leave the
+    # update the same way (stream and pipeline compute log-probs before the scores are known).
+    extra = ["reward.inject.fail_rate=0.15", "reward.inject.seed=5", "reward.max_retries=0", "reward.on_failure=drop-group"]
+    sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2, extra=extra)
+    other_dir, other_rows = _run(tmp_path, mode, mode, steps=2, extra=extra)
+    assert [r["reward/dropped_groups"] for r in sync_rows] == [r["reward/dropped_groups"] for r in other_rows]
+    assert 0 < sum(r["reward/dropped_groups"] for r in sync_rows) < 8  # some dropped, some trained
+    for a, b in zip(sync_rows, other_rows):
+        assert b["batch/num_samples"] == a["batch/num_samples"]
+        for key in ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm"):
+            assert b.get(key) == pytest.approx(a.get(key), rel=1e-5, abs=1e-7), (a["step"], key)
+    wa, wb = _weights(sync_dir, 2), _weights(other_dir, 2)
+    for name in wa:
+        assert torch.allclose(wa[name], wb[name], rtol=1e-5, atol=1e-7), name
 
 
 def test_pipeline_equals_sync_mini_batch_by_mini_batch(tmp_path, tiny_policy_path):

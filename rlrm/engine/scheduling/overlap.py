@@ -10,10 +10,13 @@ a dedicated trainer thread, so generation, rewards and training overlap on the e
 
 | mode          | rollouter runs ahead by | the trainer takes                                   |
 |---------------|-------------------------|-----------------------------------------------------|
-| stream        | 0 versions              | batch k once every sample is scored                 |
-| pipeline      | 0 versions              | batch k mini-batch by mini-batch, as groups are scored |
-| one-step-off  | 1 version               | batch k once every sample is scored                 |
+| stream        | 0 versions              | batch k once every sample is scored (*)             |
+| pipeline      | 0 versions              | batch k mini-batch by mini-batch, as groups are scored (*) |
+| one-step-off  | 1 version               | batch k once every sample is scored (*)             |
 | fully-async   | max_staleness versions  | any scored groups, oldest first; a group that would get too stale is taken first |
+
+(*) The old and reference log-probs need the samples, not their scores: the trainer computes
+them as soon as batch k is generated, while its rewards are still arriving.
 
 The trainer's waits are timed: `timing_s/gen` while the samples it needs are still being
 generated (lane gen_wait), `timing_s/reward` once they are generated but not yet scored (lane
@@ -82,17 +85,25 @@ class OverlapScheduler:
         return metrics
 
     async def train_step(self, step: int, timer: StepTimer) -> dict:
-        """Stream, one-step-off: wait for the whole batch k, then train on it."""
-        from rlrm.engine.update import staleness_metrics, update_policy
+        """Stream, one-step-off: wait for batch k to be generated, compute its old/ref log-probs
+        while its rewards are still arriving, then train on it once every sample is scored."""
+        from rlrm.engine.update import staleness_metrics
 
-        launched = await self._wait_batch(step, timer)
+        start = time.perf_counter()
+        launched = await self.rollouter.batch(step)
         groups = launched.groups
+        while not all(g.generated for g in groups):
+            await self.rollouter.wait_changed()
+        timer.add("gen", "gen_wait", start, time.perf_counter())
         completions = [c for g in groups for c in g.completions]
-        results = [r for g in groups for r in g.results]
+        batch, prepared = await self.in_trainer(_prepare_full_batch, self.parts, completions, timer, self.off_policy)
+        waited = time.perf_counter()
+        while not all(g.scored for g in groups):
+            await self.rollouter.wait_changed()
+        timer.add("reward", "reward_wait", waited, time.perf_counter())
         reward_metrics = self.parts.reward.loop.take_metrics()
-        metrics = await self.in_trainer(
-            update_policy, self.parts, completions, results, step, timer, reward_metrics, self.off_policy
-        )
+        update = await self.in_trainer(_update_prepared, self.parts, batch, groups, step, timer)
+        metrics = {**prepared, **reward_metrics, **update}  # the update counts the dropped groups
         self._trained(step, launched)
         samples = [t for g in groups for t in g.triples()]
         return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": launched.dropped_prompts, "_samples": samples}
@@ -253,8 +264,9 @@ class FullyAsyncScheduler(OverlapScheduler):
         return chosen
 
 
-def _prepare_full_batch(parts, completions: list, timer: StepTimer):
-    """Collate every sample of the batch and set its old/ref log-probs (pipeline mode)."""
+def _prepare_full_batch(parts, completions: list, timer: StepTimer, off_policy: bool = False):
+    """Collate every sample of the batch and set its old/ref log-probs: they need the samples,
+    not their scores, so the trainer computes them while rewards are still arriving."""
     import torch
 
     from rlrm.engine.actor.batch import collate
@@ -264,7 +276,7 @@ def _prepare_full_batch(parts, completions: list, timer: StepTimer):
         batch = collate(completions, parts.tokenizer.pad_token_id)
         batch.group_ids = torch.arange(len(completions)) // parts.profile.rollout.n
         batch = batch.to(parts.device)
-    return batch, behaviour_log_probs(parts, batch, timer, off_policy=False)
+    return batch, behaviour_log_probs(parts, batch, timer, off_policy)
 
 
 def _rows(groups: list[Group], n: int):
@@ -290,6 +302,39 @@ def _train_groups(parts, batch, groups: list[Group], n: int, timer: StepTimer, i
     parts.actor.check_update_batch(mb)
     with timer("update_actor"):
         return timed_mini_batch(parts.actor, mb, timer, f"mini-batch {index}")
+
+
+def _update_prepared(parts, batch, groups: list[Group], step: int, timer: StepTimer) -> dict:
+    """Stream, one-step-off: train on the prepared batch once every sample is scored.
+
+    Groups holding a failed sample are dropped, as `update_policy` drops them; the rest are
+    trained as sync mode trains them (same rows in the same order, same advantages).
+    """
+    import torch
+
+    from rlrm.engine.algorithms import grpo_advantages
+    from rlrm.engine.update import batch_metrics, sync_weights, train_epochs
+
+    profile, n = parts.profile, parts.profile.rollout.n
+    kept = [g for g in groups if all(r is not None for r in g.results)]
+    dropped = {"reward/dropped_groups": len(groups) - len(kept)}
+    if not kept:  # every group dropped: nothing to learn from
+        return {**dropped, "batch/num_samples": 0}
+    full = batch if len(kept) == len(groups) else batch.select(_rows(kept, n))
+    scores = torch.tensor([r.score for g in kept for r in g.results], dtype=torch.float32)  # [B]
+    group_ids = torch.arange(len(scores)) // n  # [B]
+    with timer("adv"):
+        advantages = grpo_advantages(
+            scores, group_ids, eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
+        )
+    full.scores, full.advantages = scores.to(parts.device), advantages.to(parts.device)
+    full.group_ids = group_ids.to(parts.device)
+    with timer("update_actor"):
+        metrics = train_epochs(parts.actor, full, timer)
+    sync_weights(parts, step, timer)
+    completions = [c for g in kept for c in g.completions]
+    metrics.update(batch_metrics(completions, scores, advantages))
+    return {**metrics, **dropped}
 
 
 def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step: int, timer: StepTimer) -> dict:
