@@ -56,7 +56,6 @@ def prepare_batch(parts, completions: list, results: list, timer: StepTimer):
     import torch
 
     from rlrm.engine.actor.batch import collate
-    from rlrm.engine.algorithms import grpo_advantages
 
     profile = parts.profile
     n = profile.rollout.n
@@ -66,13 +65,18 @@ def prepare_batch(parts, completions: list, results: list, timer: StepTimer):
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)  # [B]
     group_ids = torch.arange(len(completions)) // n  # [B]
     with timer("adv"):
-        advantages = grpo_advantages(
-            scores, group_ids, eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
-        )
+        advantages = group_advantages(profile, scores, group_ids)
         batch = collate(completions, parts.tokenizer.pad_token_id)
         batch.scores, batch.advantages, batch.group_ids = scores, advantages, group_ids
         batch = batch.to(parts.device)
     return batch, completions, scores, dropped
+
+
+def group_advantages(profile, scores, group_ids):
+    """GRPO advantages [B] of `scores` [B] within groups `group_ids` [B], with the profile's settings."""
+    from rlrm.engine.algorithms import grpo_advantages
+
+    return grpo_advantages(scores, group_ids, eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std)
 
 
 def behaviour_log_probs(parts, batch, timer: StepTimer, off_policy: bool) -> dict:

@@ -287,74 +287,38 @@ def _rows(groups: list[Group], n: int):
 
 def _train_groups(parts, batch, groups: list[Group], n: int, timer: StepTimer, index: int) -> dict:
     """One optimizer step on the mini-batch made of `groups` (all scored, none failed)."""
-    import torch
-
-    from rlrm.engine.algorithms import grpo_advantages
-
-    profile = parts.profile
-    mb = batch.select(_rows(groups, n))
-    mb.scores = torch.tensor([r.score for g in groups for r in g.results], dtype=torch.float32).to(parts.device)
-    mb.advantages = grpo_advantages(
-        mb.scores.cpu(), mb.group_ids.cpu(), eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
-    ).to(parts.device)
     from rlrm.engine.update import timed_mini_batch
 
+    mb = _scored(parts, batch.select(_rows(groups, n)), groups)
     parts.actor.check_update_batch(mb)
     with timer("update_actor"):
         return timed_mini_batch(parts.actor, mb, timer, f"mini-batch {index}")
 
 
 def _update_prepared(parts, batch, groups: list[Group], step: int, timer: StepTimer) -> dict:
-    """Stream, one-step-off: train on the prepared batch once every sample is scored.
+    """Stream, one-step-off: the whole update on the prepared batch once every sample is scored.
 
     Groups holding a failed sample are dropped, as `update_policy` drops them; the rest are
     trained as sync mode trains them (same rows in the same order, same advantages).
     """
-    import torch
-
-    from rlrm.engine.algorithms import grpo_advantages
-    from rlrm.engine.update import batch_metrics, sync_weights, train_epochs
-
-    profile, n = parts.profile, parts.profile.rollout.n
     kept = [g for g in groups if all(r is not None for r in g.results)]
-    dropped = {"reward/dropped_groups": len(groups) - len(kept)}
-    if not kept:  # every group dropped: nothing to learn from
-        return {**dropped, "batch/num_samples": 0}
-    full = batch if len(kept) == len(groups) else batch.select(_rows(kept, n))
-    scores = torch.tensor([r.score for g in kept for r in g.results], dtype=torch.float32)  # [B]
-    group_ids = torch.arange(len(scores)) // n  # [B]
-    with timer("adv"):
-        advantages = grpo_advantages(
-            scores, group_ids, eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
-        )
-    full.scores, full.advantages = scores.to(parts.device), advantages.to(parts.device)
-    full.group_ids = group_ids.to(parts.device)
-    with timer("update_actor"):
-        metrics = train_epochs(parts.actor, full, timer)
-    sync_weights(parts, step, timer)
-    completions = [c for g in kept for c in g.completions]
-    metrics.update(batch_metrics(completions, scores, advantages))
-    return {**metrics, **dropped}
+    metrics = _finish_update(parts, batch, kept, parts.profile.rollout.n, [], step, timer, first_epoch=0)
+    return {**metrics, "reward/dropped_groups": len(groups) - len(kept)}
 
 
-def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step: int, timer: StepTimer) -> dict:
-    """The remaining PPO epochs over the surviving groups, the scheduler step, the weight sync."""
-    import torch
-
-    from rlrm.engine.algorithms import grpo_advantages
+def _finish_update(
+    parts, batch, kept: list[Group], n: int, history: list, step: int, timer: StepTimer, first_epoch: int = 1
+) -> dict:
+    """The PPO epochs from `first_epoch` on over the surviving groups, the scheduler step, the weight sync."""
     from rlrm.engine.update import batch_metrics, sync_weights, timed_mini_batch
 
-    profile = parts.profile
     if not kept:
         return {"batch/num_samples": 0}
-    full = batch.select(_rows(kept, n))
-    full.scores = torch.tensor([r.score for g in kept for r in g.results], dtype=torch.float32)
-    full.advantages = grpo_advantages(
-        full.scores, full.group_ids.cpu(), eps=profile.algorithm.adv_eps, norm_by_std=profile.algorithm.norm_adv_by_std
-    )
-    full.scores, full.advantages = full.scores.to(parts.device), full.advantages.to(parts.device)
+    full = _scored(parts, batch.select(_rows(kept, n)), kept)
+    if first_epoch == 0:
+        parts.actor.check_update_batch(full)
     with timer("update_actor"):
-        for epoch in range(1, profile.actor.ppo_epochs):
+        for epoch in range(first_epoch, parts.profile.actor.ppo_epochs):
             for i, rows in enumerate(parts.actor.mini_batch_indices(full)):
                 history.append(timed_mini_batch(parts.actor, full.select(rows), timer, f"mini-batch {i}", epoch))
         metrics = parts.actor.end_update(history)
@@ -362,6 +326,18 @@ def _finish_update(parts, batch, kept: list[Group], n: int, history: list, step:
     completions = [c for g in kept for c in g.completions]
     metrics.update(batch_metrics(completions, full.scores.cpu(), full.advantages.cpu()))
     return metrics
+
+
+def _scored(parts, rows, groups: list[Group]):
+    """`rows` (the samples of `groups`, in order) with their scores and GRPO advantages set."""
+    import torch
+
+    from rlrm.engine.update import group_advantages
+
+    scores = torch.tensor([r.score for g in groups for r in g.results], dtype=torch.float32)  # [B]
+    rows.scores = scores.to(parts.device)
+    rows.advantages = group_advantages(parts.profile, scores, rows.group_ids.cpu()).to(parts.device)
+    return rows
 
 
 def make_scheduler(parts, loader, start_step: int, spans: list):
