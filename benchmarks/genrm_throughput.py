@@ -1,10 +1,12 @@
 """GenRM through `/v1/chat/completions` under concurrent clients vs one batched `generate`, in tokens/s.
 
-    .venv/bin/python benchmarks/genrm_throughput.py [--model PATH] [--clients 64] [--max-tokens 32] [--threads 2]
+    .venv/bin/python benchmarks/genrm_throughput.py [--model PATH] [--clients 64] [--max-tokens 32] [--threads 2] [--rounds 7]
 
 Starts an embedded judge server (its own process) and sends `--clients` concurrent chat requests
 (greedy, `--max-tokens` each), counting completion tokens from `usage`; then runs one batched HF
-`generate` in this process on the same rendered prompts with the same greedy settings. Default
+`generate` in this process on the same rendered prompts with the same greedy settings. A round
+takes about a tenth of a second on the tiny models, so each side runs `--rounds` times after a
+warm-up and the medians are compared. Default
 model: the tiny policy (`tiny:policy`), which stands in for a judge of its size; pass
 `--model tiny:judge` or any causal-LM folder to see how the ratio moves with the model's size.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 
 
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     path = resolve_model_path(args.model)
@@ -38,8 +42,9 @@ def main() -> None:
     messages = [ex.prompt for ex in test]
     argv = embedded_server_argv(path, "genrm", free_port(), extra=["--threads", str(args.threads), "--max-batch", str(args.clients)])
     with ServerProcess(argv) as server:
-        asyncio.run(_clients(server.url, messages, args.max_tokens))  # warm-up
-        served_s, served_tokens = asyncio.run(_clients(server.url, messages, args.max_tokens))
+        rounds = asyncio.run(_rounds(server.url, messages, args.max_tokens, args.rounds))
+    served_s = statistics.median(s for s, _ in rounds)
+    served_tokens = rounds[0][1]
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     prompts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages]
@@ -48,15 +53,18 @@ def main() -> None:
     mask = (ids != tok.pad_token_id).long()
     for i, p in enumerate(prompts):
         mask[i, width - len(p):] = 1
-    for _ in range(2):
+    times = []
+    for _ in range(1 + args.rounds):  # the first is a warm-up
         start = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_tokens, do_sample=False,
                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        batched_s = time.perf_counter() - start
+        times.append(time.perf_counter() - start)
+    batched_s = statistics.median(times[1:])
     new = out[:, width:]
     batched_tokens = int(sum(_length(row.tolist(), tok.eos_token_id, tok.pad_token_id) for row in new))
-    print(f"{args.clients} judge requests, greedy, max {args.max_tokens} tokens, {args.threads} threads")
+    print(f"{args.clients} judge requests, greedy, max {args.max_tokens} tokens, {args.threads} threads, "
+          f"median of {args.rounds} rounds")
     print(f"one batched generate (in process)   {batched_tokens / batched_s:10,.0f} tokens/s ({batched_tokens} tokens)")
     print(f"{args.clients} concurrent chat clients      {served_tokens / served_s:10,.0f} tokens/s ({served_tokens} tokens)")
     print(f"served / batched                    {(served_tokens / served_s) / (batched_tokens / batched_s):10.2f}")
@@ -67,22 +75,23 @@ def _length(row: list[int], eos: int, pad: int) -> int:
     return row.index(eos) + 1 if eos in row else len(row)
 
 
-async def _clients(url: str, messages: list, max_tokens: int):
+async def _rounds(url: str, messages: list, max_tokens: int, rounds: int) -> list[tuple[float, int]]:
+    """(seconds, completion tokens) of each round of concurrent requests, after one warm-up round."""
     import aiohttp
 
-    tokens = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
-        async def one(m):
-            nonlocal tokens
+        async def one(m) -> int:
             body = {"model": "judge", "messages": m, "max_tokens": max_tokens, "temperature": 0}
             async with client.post(url + "/v1/chat/completions", json=body) as resp:
                 resp.raise_for_status()
-                done = (await resp.json())["usage"]["completion_tokens"]  # read first: `+=` across an await loses updates
-            tokens += done
+                return (await resp.json())["usage"]["completion_tokens"]
 
-        start = time.perf_counter()
-        await asyncio.gather(*(one(m) for m in messages))
-        return time.perf_counter() - start, tokens
+        timed = []
+        for _ in range(1 + rounds):
+            start = time.perf_counter()
+            tokens = sum(await asyncio.gather(*(one(m) for m in messages)))
+            timed.append((time.perf_counter() - start, tokens))
+        return timed[1:]
 
 
 if __name__ == "__main__":
