@@ -1,4 +1,4 @@
-"""`rlrm` caps glibc's malloc arenas at one (see rlrm/allocator.py), unless the user set MALLOC_ARENA_MAX."""
+"""`rlrm train` and `rlrm bench` cap glibc's malloc arenas at one (see rlrm/allocator.py), unless the user set MALLOC_ARENA_MAX."""
 
 import os
 import subprocess
@@ -41,11 +41,13 @@ def test_a_user_set_malloc_arena_max_wins():
     assert applied == "False" and arenas > 1
 
 
-def test_the_rlrm_command_applies_the_cap_before_any_command_runs(monkeypatch):
-    from rlrm.cli import main
+@pytest.mark.parametrize("argv", [["train", "--profile", "tiny-rule", "--dry-run"], ["bench", "reward-latency", "--modes", "nope"]])
+def test_training_commands_apply_the_cap_first(monkeypatch, argv):
+    from typer.testing import CliRunner
+
+    from rlrm.cli.main import app
 
     calls = []
     monkeypatch.setattr("rlrm.allocator.use_one_malloc_arena", lambda: calls.append("cap") or True)
-    monkeypatch.setattr(main, "app", lambda: calls.append("app"))
-    main.main()
-    assert calls == ["cap", "app"]
+    CliRunner().invoke(app, argv)
+    assert calls == ["cap"]

@@ -37,6 +37,9 @@ def reward_latency(
     """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table."""
     import time
 
+    from rlrm.allocator import use_one_malloc_arena
+
+    use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.bench.reward_latency import RewardLatencyBench
 
     folder = out or Path("bench") / f"reward-latency-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -27,7 +27,4 @@ app.add_typer(parity.app, name="parity")
 
 
 def main() -> None:
-    from rlrm.allocator import use_one_malloc_arena
-
-    use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     app()

@@ -29,6 +29,9 @@ def train(
     console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder."""
+    from rlrm.allocator import use_one_malloc_arena
+
+    use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
     from rlrm.engine.checkpoint import list_checkpoints
     from rlrm.engine.trainer import check_inputs, load_run_profile, start_run

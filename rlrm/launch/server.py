@@ -140,11 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
-    from rlrm.allocator import use_one_malloc_arena
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import RlrmError
 
-    use_one_malloc_arena()  # the model runs in a worker thread: see rlrm/allocator.py
     try:
         if args.threads:
             import torch
