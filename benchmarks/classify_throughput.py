@@ -1,11 +1,13 @@
 """Embedded `/classify` throughput: 256 concurrent clients vs one batched forward vs one at a time.
 
-    .venv/bin/python benchmarks/classify_throughput.py [--model PATH | --hidden 128 --layers 2] [--requests 256] [--threads 2]
+    .venv/bin/python benchmarks/classify_throughput.py [--model PATH | --hidden 128 --layers 2] [--requests 256] [--threads 2] [--rounds 7]
 
 Starts an embedded DisRM server (its own process, `--threads` torch threads) and measures, on the
 same inputs, in samples/s: (a) one batched forward in this process (the ceiling), (b) `--requests`
 concurrent HTTP clients, one input each, (c) the same requests sent one at a time. Prints the
-ratios (b)/(a) and (b)/(c) and the p50/p99 request latency of (b). Default model: a randomly
+ratios (b)/(a) and (b)/(c) and the p50/p99 request latency of (b). (a) and (b) run `--rounds`
+times after a warm-up and their medians are compared; the clients keep their connections across
+rounds, as the reward loop's clients do. Default model: a randomly
 initialised Qwen2 sequence classifier of the tiny policy's size (the speed does not depend on
 what it learned); `--hidden`/`--layers` make it bigger, to see how the fixed per-request HTTP
 cost weighs against the forward as the model grows.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +36,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-batch", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--hidden", type=int, default=128, help="Hidden size of the random DisRM (without --model).")
     parser.add_argument("--layers", type=int, default=2, help="Layers of the random DisRM (without --model).")
     args = parser.parse_args()
@@ -40,16 +44,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.model) if args.model else _random_disrm(Path(tmp), args.hidden, args.layers)
         model, inputs = _inputs(path, args.requests)
-        for _ in range(2):
+        times = []
+        for _ in range(1 + args.rounds):  # the first is a warm-up
             start = time.perf_counter()
             _batched_forward(model, inputs)
-            batched_s = time.perf_counter() - start
+            times.append(time.perf_counter() - start)
+        batched_s = statistics.median(times[1:])
         argv = embedded_server_argv(str(path), "disrm", free_port(),
                                     extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)])
         with ServerProcess(argv) as server:
             url = server.url + "/classify"
-            concurrent_s, latencies = asyncio.run(_concurrent(url, inputs))
-            concurrent_s, latencies = asyncio.run(_concurrent(url, inputs))  # second run: warm
+            rounds = asyncio.run(_concurrent(url, inputs, args.rounds))
+            concurrent_s, latencies = sorted(rounds)[len(rounds) // 2]  # the median round
             with httpx.Client() as client:
                 start = time.perf_counter()
                 for ids in inputs:
@@ -57,7 +63,8 @@ def main() -> None:
                 sequential_s = time.perf_counter() - start
     n = len(inputs)
     params = sum(p.numel() for p in model.parameters())
-    print(f"{n} inputs, {params / 1e6:.1f} M-parameter DisRM, {args.threads} threads (server and in-process forward)")
+    print(f"{n} inputs, {params / 1e6:.1f} M-parameter DisRM, {args.threads} threads (server and in-process forward), "
+          f"median of {args.rounds} rounds")
     print(f"one batched forward (in process)   {n / batched_s:10,.0f} samples/s")
     print(f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, .5)} ms  p99 {_ms(latencies, .99)} ms")
     print(f"one request at a time over HTTP    {n / sequential_s:10,.0f} samples/s")
@@ -65,21 +72,24 @@ def main() -> None:
     print(f"concurrent / one at a time         {sequential_s / concurrent_s:10.2f}")
 
 
-async def _concurrent(url: str, inputs: list[list[int]]):
+async def _concurrent(url: str, inputs: list[list[int]], rounds: int) -> list[tuple[float, list[float]]]:
+    """(seconds, request latencies) of each round of concurrent requests, after one warm-up round."""
     import aiohttp  # httpx's async pool is the bottleneck at this concurrency (see rlrm/launch/balancer.py)
 
-    latencies = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
-        async def one(ids):
+        async def one(ids) -> float:
             t = time.perf_counter()
             async with client.post(url, json={"input": ids, "use_activation": False}) as resp:
                 resp.raise_for_status()
                 await resp.read()
-            latencies.append(time.perf_counter() - t)
+            return time.perf_counter() - t
 
-        start = time.perf_counter()
-        await asyncio.gather(*(one(ids) for ids in inputs))
-        return time.perf_counter() - start, latencies
+        timed = []
+        for _ in range(1 + rounds):
+            start = time.perf_counter()
+            latencies = await asyncio.gather(*(one(ids) for ids in inputs))
+            timed.append((time.perf_counter() - start, list(latencies)))
+        return timed[1:]
 
 
 def _batched_forward(model, inputs):
