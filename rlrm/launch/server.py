@@ -38,7 +38,7 @@ def create_app(cfg: ServerConfig):
         yield
         await backend.close()
 
-    app = FastAPI(title="rlrm embedded server", lifespan=lifespan, default_response_class=_json_response_class())
+    app = FastAPI(title="rlrm embedded server", lifespan=lifespan, default_response_class=routes.json_response_class())
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
     sleep_state = SleepState(backend.model, backend.lock, backend.device)
@@ -110,15 +110,6 @@ class _Gate:
                 await refused(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _json_response_class():
-    """orjson's response when installed (the `serve` extra has it): cheaper per request under load."""
-    import importlib.util
-
-    from fastapi.responses import JSONResponse, ORJSONResponse
-
-    return ORJSONResponse if importlib.util.find_spec("orjson") else JSONResponse
 
 
 def _validation_message(exc) -> str:
