@@ -4,7 +4,8 @@
 
 Starts an embedded DisRM server (its own process, `--threads` torch threads) and measures, on the
 same inputs, in samples/s: (a) one batched forward in this process (the ceiling), (b) `--requests`
-concurrent HTTP clients, one input each, (c) the same requests sent one at a time. Prints the
+concurrent HTTP clients, one input each, (c) the same requests sent one at a time, (d) one input
+per forward in this process (a / d is all that batching can buy on this hardware). Prints the
 ratios (b)/(a) and (b)/(c) and the p50/p99 request latency of (b). (a) and (b) run `--rounds`
 times after a warm-up and their medians are compared; the clients keep their connections across
 rounds, as the reward loop's clients do. Default model: a randomly
@@ -50,6 +51,10 @@ def main() -> None:
             _batched_forward(model, inputs)
             times.append(time.perf_counter() - start)
         batched_s = statistics.median(times[1:])
+        start = time.perf_counter()
+        for ids in inputs:  # what batching is worth on this hardware, before any HTTP
+            _batched_forward(model, [ids])
+        single_s = time.perf_counter() - start
         argv = embedded_server_argv(str(path), "disrm", free_port(),
                                     extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)])
         with ServerProcess(argv) as server:
@@ -68,6 +73,7 @@ def main() -> None:
     print(f"one batched forward (in process)   {n / batched_s:10,.0f} samples/s")
     print(f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, .5)} ms  p99 {_ms(latencies, .99)} ms")
     print(f"one request at a time over HTTP    {n / sequential_s:10,.0f} samples/s")
+    print(f"one input per forward (in process) {n / single_s:10,.0f} samples/s   (batching gain here: {single_s / batched_s:.1f}x)")
     print(f"concurrent / batched forward       {batched_s / concurrent_s:10.2f}")
     print(f"concurrent / one at a time         {sequential_s / concurrent_s:10.2f}")
 
