@@ -89,14 +89,8 @@ class OverlapScheduler:
         while its rewards are still arriving, then train on it once every sample is scored."""
         from rlrm.engine.update import staleness_metrics
 
-        start = time.perf_counter()
-        launched = await self.rollouter.batch(step)
+        launched, batch, prepared = await self._generated_and_prepared(step, timer)
         groups = launched.groups
-        while not all(g.generated for g in groups):
-            await self.rollouter.wait_changed()
-        timer.add("gen", "gen_wait", start, time.perf_counter())
-        completions = [c for g in groups for c in g.completions]
-        batch, prepared = await self.in_trainer(_prepare_full_batch, self.parts, completions, timer, self.off_policy)
         waited = time.perf_counter()
         while not all(g.scored for g in groups):
             await self.rollouter.wait_changed()
@@ -105,6 +99,7 @@ class OverlapScheduler:
         update = await self.in_trainer(_update_prepared, self.parts, batch, groups, step, timer)
         metrics = {**prepared, **reward_metrics, **update}  # the update counts the dropped groups
         self._trained(step, launched)
+        completions = [c for g in groups for c in g.completions]
         samples = [t for g in groups for t in g.triples()]
         return {**metrics, **staleness_metrics(completions, step - 1), "data/dropped_prompts": launched.dropped_prompts, "_samples": samples}
 
@@ -126,21 +121,17 @@ class OverlapScheduler:
             asyncio.current_task().cancel()
             return result
 
-    async def _wait_batch(self, k: int, timer: StepTimer):
-        """Batch k with every sample scored; the wait is timed as gen, then reward."""
+    async def _generated_and_prepared(self, k: int, timer: StepTimer):
+        """Batch k once every sample is generated (the wait timed as gen), collated with its
+        old/ref log-probs: (launched batch, collated batch, rollout/* metrics)."""
         start = time.perf_counter()
         launched = await self.rollouter.batch(k)
-        await self._wait_groups(launched.groups, timer, start)
-        return launched
-
-    async def _wait_groups(self, groups: list[Group], timer: StepTimer, start: float) -> None:
-        while not all(g.generated for g in groups):
+        while not all(g.generated for g in launched.groups):
             await self.rollouter.wait_changed()
-        generated = time.perf_counter()
-        timer.add("gen", "gen_wait", start, generated)
-        while not all(g.scored for g in groups):
-            await self.rollouter.wait_changed()
-        timer.add("reward", "reward_wait", generated, time.perf_counter())
+        timer.add("gen", "gen_wait", start, time.perf_counter())
+        completions = [c for g in launched.groups for c in g.completions]
+        batch, metrics = await self.in_trainer(_prepare_full_batch, self.parts, completions, timer, self.off_policy)
+        return launched, batch, metrics
 
     def _trained(self, step: int, launched) -> None:
         self._loader_state = launched.loader_state
@@ -171,14 +162,8 @@ class PipelineScheduler(OverlapScheduler):
         from rlrm.engine.update import staleness_metrics
 
         parts = self.parts
-        start = time.perf_counter()
-        launched = await self.rollouter.batch(step)
+        launched, batch, metrics = await self._generated_and_prepared(step, timer)
         groups = launched.groups
-        while not all(g.generated for g in groups):
-            await self.rollouter.wait_changed()
-        timer.add("gen", "gen_wait", start, time.perf_counter())
-        completions = [c for g in groups for c in g.completions]
-        batch, metrics = await self.in_trainer(_prepare_full_batch, parts, completions, timer)
         size, n = parts.profile.actor.mini_batch_size, parts.profile.rollout.n
         history, ready, kept, dropped = [], [], [], 0
         for g in groups:
@@ -264,7 +249,7 @@ class FullyAsyncScheduler(OverlapScheduler):
         return chosen
 
 
-def _prepare_full_batch(parts, completions: list, timer: StepTimer, off_policy: bool = False):
+def _prepare_full_batch(parts, completions: list, timer: StepTimer, off_policy: bool):
     """Collate every sample of the batch and set its old/ref log-probs: they need the samples,
     not their scores, so the trainer computes them while rewards are still arriving."""
     import torch
