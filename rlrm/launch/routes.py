@@ -26,6 +26,29 @@ def add_routes(app, cfg, backend) -> None:
     state = {"inflight": 0}
     respond = json_response_class()  # returned as is: FastAPI's jsonable_encoder pass costs per request
 
+    def post(path: str, model):
+        """Register `handler(body)` for POST `path` as a plain Starlette route ahead of FastAPI's own.
+
+        The body is validated with `model` here; FastAPI's per-request dependency solving (path,
+        query, header and cookie parameters these endpoints do not have) and route scan are skipped.
+        Errors go through the app's handlers as before (RequestValidationError -> 400)."""
+        from fastapi.exceptions import RequestValidationError
+        from pydantic import ValidationError
+        from starlette.routing import Route
+
+        def register(handler):
+            async def endpoint(request):
+                try:
+                    body = model.model_validate_json(await request.body())
+                except ValidationError as exc:
+                    raise RequestValidationError(exc.errors(include_url=False)) from None
+                return await handler(body)
+
+            app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
+            return handler
+
+        return register
+
     def need(kind: str) -> None:
         if (kind == "generate") != generative:
             raise RequestError(f"this server has role {cfg.role!r}; {kind} endpoints are not served here", status=404)
@@ -64,7 +87,7 @@ def add_routes(app, cfg, backend) -> None:
         done = sum(len(c.token_ids) for c in comps)
         return {"prompt_tokens": prompt_len, "completion_tokens": done, "total_tokens": prompt_len + done}
 
-    @app.post("/v1/completions")
+    @post("/v1/completions", CompletionRequest)
     async def completions(body: CompletionRequest):
         need("generate")
         _no_stream(body.stream)
@@ -83,7 +106,7 @@ def add_routes(app, cfg, backend) -> None:
             "choices": choices, "usage": usage(len(ids), comps),
         })
 
-    @app.post("/v1/chat/completions")
+    @post("/v1/chat/completions", ChatCompletionRequest)
     async def chat_completions(body: ChatCompletionRequest):
         need("generate")
         _no_stream(body.stream)
@@ -114,7 +137,7 @@ def add_routes(app, cfg, backend) -> None:
             "choices": choices, "usage": usage(len(ids), comps),
         })
 
-    @app.post("/generate")
+    @post("/generate", GenerateRequest)
     async def generate_native(body: GenerateRequest):
         need("generate")
         _no_stream(body.stream)
@@ -144,7 +167,7 @@ def add_routes(app, cfg, backend) -> None:
             outs.append({"text": text, "output_ids": comp.token_ids, "meta_info": meta})
         return respond(outs[0] if single else outs)
 
-    @app.post("/classify")
+    @post("/classify", ClassifyRequest)
     async def classify(body: ClassifyRequest):
         from rlrm.launch.batcher import Overloaded
 
