@@ -24,7 +24,7 @@ RETRY_AFTER_S = "1"
 def add_routes(app, cfg, backend) -> None:
     generative = cfg.role in GENERATIVE_ROLES
     state = {"inflight": 0}
-    respond = json_response_class()  # returned as is: FastAPI's jsonable_encoder pass costs per request
+    respond = json_response_class()  # the model endpoints are Starlette routes: they return a Response
 
     def post(path: str, model):
         """Register `handler(body)` for POST `path` as a plain Starlette route ahead of FastAPI's own.
