@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrm.config.schema import MODES
 from rlrm.errors import ConfigError, RunFolderError
 
-MODES = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
 BASELINE = "sync-nolatency"
 
 

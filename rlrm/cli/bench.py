@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors
+from rlrm.config.schema import MODES
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
 
@@ -18,9 +19,7 @@ app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", 
 @friendly_errors
 def reward_latency(
     profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name or YAML path.")] = "tiny-rule",
-    modes: Annotated[str, typer.Option(help="Comma-separated scheduling modes to compare.")] = (
-        "sync,stream,pipeline,one-step-off,fully-async"
-    ),
+    modes: Annotated[str, typer.Option(help="Comma-separated scheduling modes to compare.")] = ",".join(MODES),
     latency: Annotated[str, typer.Option(help="Injected reward latency per sample (see reward.inject.latency).")] = (
         "uniform:1:40"
     ),

@@ -7,7 +7,7 @@ This module imports nothing heavy so that `rlrm --help` stays fast.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -122,10 +122,15 @@ class AlgorithmConfig(_Section):
     adv_eps: float = Field(1e-6, gt=0.0, description="Added to the std before dividing.")
 
 
+# The scheduling modes: the one list of their names (the scheduler registry, bench and report read it).
+Mode = Literal["sync", "stream", "pipeline", "one-step-off", "fully-async"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
 class TrainerConfig(_Section):
     """The training loop."""
 
-    mode: Literal["sync", "stream", "pipeline", "one-step-off", "fully-async"] = Field(
+    mode: Mode = Field(
         "sync",
         description=(
             "Scheduling mode: sync (generate, then score, then train), stream (score each sample as it is generated), "

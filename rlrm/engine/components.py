@@ -8,24 +8,32 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlrm.config.schema import Profile
+from rlrm.engine.data.example import Example
+from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.rollout.base import RolloutEngine
 from rlrm.errors import ModelError
+
+if TYPE_CHECKING:  # torch-backed: imported where built, not at import time
+    from rlrm.engine.actor.actor import Actor
 
 
 @dataclass
 class Components:
+    """Every part of a training run, built once by `build_components`."""
+
     profile: Profile
-    tokenizer: Any
-    policy: Any  # the actor's model (trained)
-    engine: Any  # RolloutEngine holding its own copy of the policy weights
-    actor: Any
-    train_examples: list
-    test_examples: list
-    reward: Any  # RewardService, started by the trainer
+    tokenizer: Any  # a transformers tokenizer with a chat template and a pad token
+    policy: Any  # the actor's model (a transformers causal LM, trained in place)
+    engine: RolloutEngine  # holds its own copy of the policy weights
+    actor: Actor
+    train_examples: list[Example]
+    test_examples: list[Example]
+    reward: RewardService  # started by the trainer
     device: str
-    data_info: dict
+    data_info: dict  # skipped_train / skipped_test: bad dataset rows left out
 
 
 def pick_device(name: str) -> str:
@@ -90,7 +98,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.data.dataset import load_splits
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.rewards.service import RewardService
     from rlrm.engine.rollout.hf import HFRolloutEngine
 
     if profile.trainer.num_threads:

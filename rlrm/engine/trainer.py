@@ -23,7 +23,9 @@ import yaml
 
 from rlrm.config.loader import dump_profile, validate_profile
 from rlrm.config.schema import Profile
-from rlrm.engine.metrics.timing import Span
+from rlrm.engine.metrics.idle import IdleMeter
+from rlrm.engine.metrics.spans import SpanLog
+from rlrm.engine.metrics.timing import Span, StepTimer
 from rlrm.errors import RunFolderError
 
 
@@ -96,25 +98,26 @@ def train(run_dir: Path, console: str | None = None) -> RunResult:
 
 
 class _TrainLoop:
+    """One run: builds the parts, then asks the mode's scheduler for step after step."""
+
     def __init__(self, profile: Profile, run_dir: Path, console: str):
         self.profile = profile
         self.run_dir = run_dir
         self.console = console
         self.result = RunResult(run_dir, last_step=0)
-        self.spans: list = []  # every span of the run (trace.json); the rollouter appends too
-        self._spans_seen = 0
-        self._step_first_span = 0  # where this step's spans start in self.spans
+        self.spans = SpanLog()  # every span of the run (trace.json, idle ratios)
+        self.idle = IdleMeter(self.spans)
+        self._detail_from = 0  # where the spans of the current step start (see _step)
         self.sample_log = None
-        self._live: list = []  # spans that may still overlap the next step's window
         self.pending_row: dict | None = None
+        self.t0 = time.perf_counter()
 
     async def run(self) -> None:
         from rlrm.engine.checkpoint import list_checkpoints
         from rlrm.engine.components import build_components
 
-        p = self.profile
         ckpts = list_checkpoints(self.run_dir)
-        parts = build_components(p, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         self.parts = parts
         self.scheduler = None
         try:
@@ -127,37 +130,25 @@ class _TrainLoop:
             await parts.engine.close()
 
     async def _loop(self, ckpts: list) -> None:
-        from rlrm.engine.checkpoint import load_state
-        from rlrm.engine.data.loader import PromptLoader
         from rlrm.engine.metrics.display import StepDisplay
         from rlrm.engine.metrics.tracker import MetricsWriter
-        from rlrm.engine.scheduling.overlap import make_scheduler
 
-        p, parts = self.profile, self.parts
-        loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
-        step = 0
-        if ckpts:
-            state = load_state(ckpts[-1])
-            parts.actor.load_state_dict(state["actor"])
-            loader.load_state_dict(state["loader"])
-            step = state["step"]
-            parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
-        self.loader, self.result.last_step = loader, step
-        self.scheduler = make_scheduler(parts, loader, step, self.spans)
+        p = self.profile
+        step = self._start(ckpts)
         writer = MetricsWriter(self.run_dir / "metrics.jsonl", keep_through_step=step)
         if p.logging.save_samples:
             from rlrm.engine.metrics.samples import SampleLog
 
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
-        val_examples, val_ids = self._validation_set()
+        self.val_examples, self.val_ids = self._validation_set()
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
-                    writer.log({"step": 0, **await self._validate(val_examples, val_ids)})
+                    writer.log({"step": 0, **await self._validate()})
                 while step < p.trainer.total_steps:
                     step += 1
-                    row = await self._step(step, val_examples, val_ids)
+                    row = await self._step(step)
                     writer.log(row)
                     display.update(step, row)
         except asyncio.CancelledError:
@@ -171,39 +162,58 @@ class _TrainLoop:
             self._save(force=True)
             self._write_trace()
 
-    async def _step(self, step: int, val_examples: list, val_ids: list) -> dict:
-        from rlrm.engine.metrics.timing import StepTimer
+    def _start(self, ckpts: list) -> int:
+        """Restore the newest checkpoint (if any), build the mode's scheduler; returns the last step done."""
+        from rlrm.engine.checkpoint import load_state
+        from rlrm.engine.data.loader import PromptLoader
+        from rlrm.engine.scheduling.base import PromptSource, RunParts
+        from rlrm.engine.scheduling.registry import make_scheduler
+        from rlrm.engine.step import GRPOStep, StepSettings
 
+        p, parts = self.profile, self.parts
+        loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
+        step = 0
+        if ckpts:
+            state = load_state(ckpts[-1])
+            parts.actor.load_state_dict(state["actor"])
+            loader.load_state_dict(state["loader"])
+            step = state["step"]
+            parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
+        self.result.last_step = step
+        prompts = PromptSource(loader, parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
+        grpo = GRPOStep(parts.actor, parts.engine, StepSettings.from_profile(p, parts.tokenizer.pad_token_id, parts.device))
+        run = RunParts(p, prompts, parts.engine, parts.reward, parts.tokenizer, grpo, self.spans)
+        self.scheduler = make_scheduler(p.trainer.mode, run, step)
+        return step
+
+    async def _step(self, step: int) -> dict:
         p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
-        metrics = await self.scheduler.step(step, timer)
+        outcome = await self.scheduler.step(step, timer)
         # From here the step is done: an interrupt below still checkpoints this step.
         self.result.last_step = step
         end = time.perf_counter()
-        step_s = end - start
         self.spans.extend(timer.spans)
         timed = len(timer.spans)
         self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
-        row = {"step": step, **{k: v for k, v in metrics.items() if k != "_samples"}, **timer.metrics()}
+        row = {"step": step, **outcome.metrics, **timer.metrics()}
         row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]
-        row.update(self._perf(row, step_s))
-        row.update(self._idle((start, end)))
+        row.update(self._perf(row, end - start))
+        row.update(self.idle.measure((start, end)))
         if step > p.logging.trace_detail_steps:  # keep the trace (and memory) bounded on long runs
-            detail = ("generate", "reward", "minibatch")
-            kept = [sp for sp in self.spans[self._step_first_span :] if sp.lane not in detail]
-            self.spans[self._step_first_span :] = kept
-            self._spans_seen = len(self.spans)
-        self._step_first_span = len(self.spans)
+            self.spans.compact(self._detail_from, drop_lanes={"generate", "reward", "minibatch"})
+            self.idle.rewind()
+        self._detail_from = self.spans.cursor()  # spans of later steps (some recorded during validation) from here
         if self.sample_log is not None:
-            self.sample_log.write(step, metrics.get("_samples", []))
+            self.sample_log.write(step, outcome.samples)
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
             with timer("save_checkpoint"):
                 self._save()
         if p.trainer.val_every and (step % p.trainer.val_every == 0 or step == p.trainer.total_steps):
             try:
                 with timer("testing"):
-                    row.update(await self._validate(val_examples, val_ids))
+                    row.update(await self._validate())
             except asyncio.CancelledError:
                 self.pending_row = row  # the step itself is complete: keep its row
                 raise
@@ -213,34 +223,14 @@ class _TrainLoop:
         self.result.metrics = row
         return row
 
-    def _idle(self, window: tuple[float, float]) -> dict[str, float]:
-        """idle/* of one step window from every busy interval recorded (see metrics/intervals.py)."""
-        from rlrm.engine.metrics.intervals import idle_ratio, union_length
-
-        fresh = self.spans[self._spans_seen :]
-        self._spans_seen = len(self.spans)
-        self._live = [sp for sp in self._live + fresh if sp.end_s > window[0]]
-        lanes: dict[str, list] = {}
-        for sp in self._live:
-            lanes.setdefault(sp.lane, []).append((sp.start_s, sp.end_s))
-        wall = window[1] - window[0]
-        waited = union_length(lanes.get("reward_wait", []), window)
-        return {
-            "idle/trainer": idle_ratio(lanes.get("trainer", []), window),
-            "idle/rollout": idle_ratio(lanes.get("rollout", []), window),
-            "idle/reward": idle_ratio(lanes.get("reward", []), window),
-            "idle/reward_wait": waited / wall if wall > 0 else 0.0,
-        }
-
     def _perf(self, row: dict, step_s: float) -> dict:
         tokens = row.get("perf/total_num_tokens", 0)
         n_samples = row.get("batch/num_samples", 0)
-        peak_gb = _peak_memory_gb()
         return {
             "perf/throughput": tokens / step_s,
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
-            "perf/max_memory_gb": peak_gb,
+            "perf/max_memory_gb": _peak_memory_gb(),
             "perf/wall_s": time.perf_counter() - self.t0,
         }
 
@@ -254,16 +244,17 @@ class _TrainLoop:
         ids, kept, _ = encode_prompts(examples, self.parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
         return kept, ids
 
-    async def _validate(self, examples: list, ids: list) -> dict:
+    async def _validate(self) -> dict:
         from rlrm.engine.validation import validate
 
-        return await validate(self.parts, examples, ids)
+        parts = self.parts
+        return await validate(parts.engine, parts.tokenizer, self.profile, self.val_examples, self.val_ids)
 
     def _save(self, force: bool = False) -> None:
         from rlrm.engine.checkpoint import list_checkpoints, save_checkpoint
 
         step = self.result.last_step
-        if step == 0:
+        if step == 0 or self.scheduler is None:
             return
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
@@ -276,7 +267,7 @@ class _TrainLoop:
     def _write_trace(self) -> None:
         from rlrm.engine.metrics.trace import write_chrome_trace
 
-        write_chrome_trace(self.run_dir / "trace.json", self.spans, origin_s=getattr(self, "t0", 0.0))
+        write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
 
 
 def _peak_memory_gb() -> float:

@@ -6,21 +6,20 @@ judge, a DisRM or a rule are compared on the same footing (and no judge time is 
 
 from __future__ import annotations
 
+from rlrm.config.schema import Profile
 from rlrm.engine.rewards.rule import make_rule_reward
-from rlrm.engine.scheduling.common import generate_groups, reward_samples
-from rlrm.engine.scheduling.sync import sampling_params
+from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 
 
-async def validate(parts, examples: list, prompt_ids: list[list[int]]) -> dict[str, float]:
+async def validate(engine, tokenizer, profile: Profile, examples: list, prompt_ids: list[list[int]]) -> dict[str, float]:
     """`val/accuracy` (exact answers), `val/format_rate` (answers found at all), mean response length."""
     if not examples:
         return {}
-    profile = parts.profile
     completions = await generate_groups(
-        parts.engine, prompt_ids, sampling_params(profile, validation=True), 1, profile.trainer.seed, step=-1
+        engine, prompt_ids, sampling_params(profile, validation=True), 1, profile.trainer.seed, step=-1
     )
     rule = make_rule_reward(profile.reward)
-    results = [await rule(s) for s in reward_samples(parts.tokenizer, examples, completions, 1)]
+    results = [await rule(s) for s in reward_samples(tokenizer, examples, completions, 1)]
     correct = [r.extra["acc"] for r in results]
     return {
         "val/accuracy": sum(correct) / len(correct),

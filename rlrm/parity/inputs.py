@@ -121,8 +121,7 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
     from rlrm.engine.data.prompts import encode_prompts
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.engine.rollout.hf import HFRolloutEngine
-    from rlrm.engine.scheduling.common import generate_groups, reward_samples
-    from rlrm.engine.scheduling.sync import sampling_params
+    from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 
     torch.manual_seed(seed)
     train, _, _ = load_splits(profile.data)

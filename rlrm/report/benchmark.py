@@ -9,10 +9,11 @@ zero-latency `sync` baseline (latency "none") is drawn as a reference line, not 
 
 from __future__ import annotations
 
+from rlrm.config.schema import MODES
 from rlrm.report.figures import FigureSkipped, color, new_figure
 from rlrm.report.timeline import events_frame, read_trace
 
-MODE_ORDER = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
+MODE_ORDER = MODES
 IDLE_COLUMNS = {"idle_trainer": "trainer", "idle_rollout": "rollout", "idle_reward_wait": "reward wait"}
 PHASE_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing", "save_checkpoint")
 TABLE_COLUMNS = ("tokens_per_s", "samples_per_s", "speedup_vs_sync", "hiding_efficiency", "idle_trainer",

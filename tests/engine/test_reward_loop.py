@@ -12,7 +12,6 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.errors import BadRequest, TransientError, UnparsedVerdict
 from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
 from rlrm.engine.rewards.loop import RewardError, RewardLoop
-from rlrm.engine.update import drop_failed_groups
 
 
 def sample(i=0, uid="p0"):
@@ -117,13 +116,6 @@ def test_dict_results_keep_extra_info_and_order():
     assert [r.score for r in results] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     assert results[3].extra == {"why": "sample 3"}
     assert loop.take_metrics()["reward/latency_p99"] >= 0.0
-
-
-def test_drop_failed_groups():
-    ok = RewardResult(1.0)
-    comps = list("abcdef")
-    kept, results, dropped = drop_failed_groups(comps, [ok, ok, None, ok, ok, None], n=2)
-    assert kept == ["a", "b"] and dropped == 2 and len(results) == 2
 
 
 def test_parse_verdict():

@@ -78,21 +78,21 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_policy_path):
 
 
 def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypatch):
-    import rlrm.engine.scheduling.sync as sync_mod
+    from rlrm.engine.scheduling.sync import SyncScheduler
 
-    real_step = sync_mod.sync_step
+    real_step = SyncScheduler._step
 
-    async def interrupting_step(parts, examples, ids, step, timer):
+    async def interrupting_step(self, step, timer):
         if step == 3:
             raise KeyboardInterrupt
-        return await real_step(parts, examples, ids, step, timer)
+        return await real_step(self, step, timer)
 
-    monkeypatch.setattr(sync_mod, "sync_step", interrupting_step)
+    monkeypatch.setattr(SyncScheduler, "_step", interrupting_step)
     run_dir, result = _run(tmp_path, "int", steps=5, extra=["trainer.save_every=0"])
     assert result.interrupted and result.last_step == 2
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_2"]
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2]
-    monkeypatch.setattr(sync_mod, "sync_step", real_step)
+    monkeypatch.setattr(SyncScheduler, "_step", real_step)
     assert train(run_dir).last_step == 5
 
 

@@ -15,7 +15,9 @@ skipped steps in a row stop training with a TrainingError.
 from __future__ import annotations
 
 import math
+import time
 import warnings
+from typing import Callable, Iterable
 
 import torch
 
@@ -24,6 +26,9 @@ from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
 from rlrm.errors import TrainingError
+
+# (epoch, index, mini_batch, start_s, end_s) after each optimizer step.
+MiniBatchHook = Callable[[int, int, RolloutBatch, float, float], None]
 
 # Metrics that are means over valid tokens: micro-batches are combined by token share.
 _TOKEN_MEANS = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
@@ -70,27 +75,44 @@ class Actor:
         self.ref_model.eval()
         return response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch | Iterable[RolloutBatch], on_mini_batch: MiniBatchHook | None = None) -> dict:
         """PPO epochs over mini-batches, one optimizer step each; one scheduler step per call.
+
+        This is the only epoch loop of rlrm: every scheduling mode trains through it.
 
         Args:
             batch: samples with `advantages` set; `old_log_prob` (else the rollout's log-probs
-                are used) and, when `use_kl_loss`, `ref_log_prob`.
+                are used) and, when `use_kl_loss`, `ref_log_prob`. It is split into mini-batches of
+                whole groups here. Or the first epoch's mini-batches themselves, as an iterable that
+                may wait for each one (pipeline mode trains groups as they get scored); later epochs
+                then replay them in the same order, which is the split a whole batch would get.
+            on_mini_batch: called as (epoch, index, mini_batch, start_s, end_s) after each optimizer
+                step (the step's trace spans).
 
         Returns:
             actor/* metrics averaged over the mini-batches (non-finite ones left out), plus
-            actor/lr (the rate this update used) and actor/nonfinite_skipped (steps skipped).
+            actor/lr (the rate this update used) and actor/nonfinite_skipped (steps skipped); empty
+            when the iterable gave no mini-batch (no update, no scheduler step).
 
         Raises:
             TrainingError: after `cfg.max_nonfinite_steps` non-finite steps in a row.
         """
-        self.check_update_batch(batch)
-        history = [
-            self.train_mini_batch(batch.select(rows))
-            for _ in range(self.cfg.ppo_epochs)
-            for rows in self.mini_batch_indices(batch)
-        ]
-        return self.end_update(history)
+        if isinstance(batch, RolloutBatch):
+            first = (batch.select(rows) for rows in self.mini_batch_indices(batch))
+        else:
+            first = batch
+        seen: list[RolloutBatch] = []
+        history = []
+        for epoch in range(self.cfg.ppo_epochs):
+            for index, mb in enumerate(first if epoch == 0 else seen):
+                self.check_update_batch(mb)
+                start = time.perf_counter()
+                history.append(self.train_mini_batch(mb))
+                if on_mini_batch is not None:
+                    on_mini_batch(epoch, index, mb, start, time.perf_counter())
+                if epoch == 0 and self.cfg.ppo_epochs > 1:
+                    seen.append(mb)
+        return self.end_update(history) if history else {}
 
     def check_update_batch(self, batch: RolloutBatch) -> None:
         """Raise ValueError when `batch` lacks what an update needs (advantages, ref log-probs)."""
@@ -100,7 +122,7 @@ class Actor:
             raise ValueError("actor.use_kl_loss is on but the batch has no ref_log_prob (compute_ref_log_prob)")
 
     def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
-        """One optimizer step on one mini-batch (the pipeline mode calls this as groups get scored).
+        """One optimizer step on one mini-batch.
 
         Returns:
             The step's statistics for `end_update` (a `skipped` flag among them).

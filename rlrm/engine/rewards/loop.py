@@ -44,7 +44,8 @@ class RewardStats:
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
 
-    def metrics(self, dropped_groups: int = 0) -> dict[str, float]:
+    def metrics(self) -> dict[str, float]:
+        """reward/* counters (the groups dropped for failed samples are counted by the step: rlrm/engine/step.py)."""
         lat = sorted(self.latencies_s)
         return {
             "reward/latency_p50": _quantile(lat, 0.5),
@@ -57,7 +58,6 @@ class RewardStats:
             "reward/injected_failures": self.injected_failures,
             "reward/injected_latency_mean": self.injected_latency_sum_s / max(1, self.injected_latency_count),
             "reward/defaulted": self.defaulted,
-            "reward/dropped_groups": dropped_groups,
             "reward/judge_prompt_tokens": self.judge_prompt_tokens,
             "reward/judge_completion_tokens": self.judge_completion_tokens,
         }
@@ -88,9 +88,9 @@ class RewardLoop:
         """Score samples concurrently; results keep their order."""
         return list(await asyncio.gather(*(self.score(s) for s in samples)))
 
-    def take_metrics(self, dropped_groups: int = 0) -> dict[str, float]:
+    def take_metrics(self) -> dict[str, float]:
         """Counters since the last call (then reset)."""
-        metrics = self.stats.metrics(dropped_groups)
+        metrics = self.stats.metrics()
         self.stats = RewardStats()
         return metrics
 

@@ -1,9 +1,11 @@
 """The rollouter: generates batches of prompts ahead of the trainer and scores every sample the
 moment it is generated.
 
-    rollouter = Rollouter(parts, loader, first_batch=1, max_ahead=1, spans=spans)
+    rollouter = Rollouter(run, first_batch=1, max_ahead=1)
     rollouter.start()
-    groups = await rollouter.batch(k)          # the groups of batch k, every sample scored
+    launched = await rollouter.batch(k)        # batch k's groups, filled in as samples finish
+    await rollouter.wait_changed()             # until a batch is launched or a group is generated/scored
+    rollouter.take(groups)                     # the trainer trained them: forget them
     rollouter.set_version(k)                   # the trainer finished update k: batch k+1+max_ahead may start
 
 Batch k (the prompts of step k, sampled with the same per-request seeds as sync mode) is only
@@ -20,7 +22,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from rlrm.engine.metrics.timing import Span
-from rlrm.engine.scheduling.common import request_seed, reward_sample
+from rlrm.engine.scheduling.base import RunParts
+from rlrm.engine.scheduling.requests import request_seed, reward_sample, sampling_params
 
 
 @dataclass
@@ -33,20 +36,17 @@ class Group:
     example: object
     prompt_ids: list[int]
     n: int
-    completions: list = field(default_factory=list)
-    results: list = field(default_factory=list)
+    completions: list = field(init=False)
+    results: list = field(init=False)
+    samples: list = field(init=False)  # what the reward function saw
     generated_at: float | None = None  # perf_counter when its last sample was generated
     scored_at: float | None = None  # perf_counter when its last sample was scored
-
-    def triples(self) -> list:
-        """(reward sample, result, completion) of each sample, for samples.jsonl."""
-        return list(zip(self.samples, self.results, self.completions))
 
     def __post_init__(self):
         self.completions = [None] * self.n
         self.results = [None] * self.n
-        self.samples = [None] * self.n  # what the reward function saw
-        self._left_gen = self._left_score = self.n
+        self.samples = [None] * self.n
+        self._to_generate = self._to_score = self.n
 
     @property
     def generated(self) -> bool:
@@ -56,9 +56,30 @@ class Group:
     def scored(self) -> bool:
         return self.scored_at is not None
 
+    def mark_generated(self, j: int, completion, at: float) -> bool:
+        """Sample j is generated; True when it was the group's last."""
+        self.completions[j] = completion
+        self._to_generate -= 1
+        if self._to_generate == 0:
+            self.generated_at = at
+        return self.generated
+
+    def mark_scored(self, j: int, sample, result, at: float) -> bool:
+        """Sample j is scored (result None: failed); True when it was the group's last."""
+        self.samples[j], self.results[j] = sample, result
+        self._to_score -= 1
+        if self._to_score == 0:
+            self.scored_at = at
+        return self.scored
+
+    def triples(self) -> list:
+        """(reward sample, result, completion) of each sample, for samples.jsonl."""
+        return list(zip(self.samples, self.results, self.completions))
+
 
 @dataclass
 class LaunchedBatch:
+    step: int
     groups: list[Group]
     dropped_prompts: int
     loader_state: dict  # the loader's state once this batch was taken (resume point after it)
@@ -68,26 +89,34 @@ class Rollouter:
     """Launches batch after batch while the trainer trains; see the module docstring.
 
     Args:
-        parts: the run's Components (engine, reward loop, tokenizer, profile).
-        loader: the PromptLoader, positioned at `first_batch`.
+        run: the run's parts (engine, reward loop, prompts, spans, profile).
         first_batch: the step number of the first batch to launch.
         max_ahead: how many policy versions a launched batch may run ahead of the trainer.
-        spans: list that receives `generate` and `reward` spans (trace lanes of their own).
     """
 
-    def __init__(self, parts, loader, first_batch: int, max_ahead: int, spans: list):
-        self.parts, self.loader, self.spans = parts, loader, spans
+    def __init__(self, run: RunParts, first_batch: int, max_ahead: int):
+        self.run = run
         self.next_batch, self.max_ahead = first_batch, max_ahead
         self.version = first_batch - 1  # the trainer's policy version
-        self.last_batch = parts.profile.trainer.total_steps
-        self.batches: dict[int, LaunchedBatch] = {}
-        self.loader_states: dict[int, dict] = {}  # the loader's state after taking batch k
-        self.groups_launched = 0
+        self.last_batch = run.profile.trainer.total_steps
+        self._batches: dict[int, LaunchedBatch] = {}
+        self._untaken: dict[int, set[int]] = {}  # batch -> positions of its groups not yet trained
+        self._records: dict[int, LaunchedBatch] = {}  # every batch launched, without its groups (small)
+        self._groups_launched = 0
         self._changed = asyncio.Event()  # a batch was launched or a group finished
         self._version_changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._main: asyncio.Task | None = None
         self.error: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._main is not None
+
+    @property
+    def done_launching(self) -> bool:
+        """Every batch of the run has been launched."""
+        return self.next_batch > self.last_batch
 
     def start(self) -> None:
         self._main = asyncio.get_running_loop().create_task(self._run())
@@ -99,11 +128,25 @@ class Rollouter:
 
     async def batch(self, k: int) -> LaunchedBatch:
         """Batch k once it is launched (its samples may still be running)."""
-        while k not in self.batches:
-            self._raise_if_failed()
-            self._changed.clear()
-            await self._changed.wait()
-        return self.batches[k]
+        while k not in self._batches:
+            await self.wait_changed()
+        return self._batches[k]
+
+    def record(self, k: int) -> LaunchedBatch:
+        """What batch k's launch left behind (dropped prompts, loader state), its groups left out;
+        kept for the whole run, unlike the batch itself, which is forgotten once trained."""
+        return self._records[k]
+
+    def pending(self) -> list[Group]:
+        """The groups launched and not yet taken, in launch order."""
+        return [g for k, b in sorted(self._batches.items()) for g in b.groups if g.position in self._untaken[k]]
+
+    def take(self, groups: list[Group]) -> None:
+        """The trainer trained `groups`; a batch whose groups are all taken is forgotten."""
+        for g in groups:
+            self._untaken[g.batch].discard(g.position)
+        for k in [k for k, left in self._untaken.items() if not left]:
+            del self._untaken[k], self._batches[k]
 
     async def wait_changed(self) -> None:
         """Until a batch is launched or a group is generated or scored."""
@@ -111,10 +154,6 @@ class Rollouter:
         self._changed.clear()
         await self._changed.wait()
         self._raise_if_failed()
-
-    def forget(self, k: int) -> None:
-        """Drop the bookkeeping of batch k (trained)."""
-        self.batches.pop(k, None)
 
     async def close(self) -> None:
         """Cancel everything still generating or scoring."""
@@ -129,31 +168,26 @@ class Rollouter:
             raise self.error
 
     async def _run(self) -> None:
-        from rlrm.engine.data.prompts import encode_prompts
-        from rlrm.engine.scheduling.sync import sampling_params
-
-        p = self.parts.profile
+        p = self.run.profile
         sampling = sampling_params(p)
         try:
-            while self.next_batch <= self.last_batch:
+            while not self.done_launching:
                 k = self.next_batch
                 while self.version < k - 1 - self.max_ahead:
                     self._version_changed.clear()
                     await self._version_changed.wait()
-                examples = self.loader.next_batch()
-                ids, kept, dropped = encode_prompts(
-                    examples, self.parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long
-                )
+                prompts = self.run.prompts.take()
                 groups = []
-                for i, (example, prompt_ids) in enumerate(zip(kept, ids)):
-                    group = Group(self.groups_launched, k, i, example, prompt_ids, p.rollout.n)
-                    self.groups_launched += 1
+                for i, (example, prompt_ids) in enumerate(zip(prompts.examples, prompts.prompt_ids)):
+                    group = Group(self._groups_launched, k, i, example, prompt_ids, p.rollout.n)
+                    self._groups_launched += 1
                     groups.append(group)
                     for j in range(group.n):
                         seeded = replace(sampling, seed=request_seed(p.trainer.seed, k, i, j))
                         self._spawn(self._sample(group, j, seeded))
-                self.batches[k] = LaunchedBatch(groups, dropped, self.loader.state_dict())
-                self.loader_states[k] = self.loader.state_dict()
+                self._batches[k] = LaunchedBatch(k, groups, prompts.dropped, self.run.prompts.state_dict())
+                self._records[k] = replace(self._batches[k], groups=[])
+                self._untaken[k] = {g.position for g in groups}
                 self.next_batch += 1
                 self._changed.set()
         except asyncio.CancelledError:
@@ -168,29 +202,22 @@ class Rollouter:
         task.add_done_callback(self._tasks.discard)
 
     async def _sample(self, group: Group, j: int, sampling) -> None:
-        parts = self.parts
+        run = self.run
         try:
             start = time.perf_counter()
-            completion = await parts.engine.generate(group.prompt_ids, sampling)
+            completion = await run.engine.generate(group.prompt_ids, sampling)
             end = time.perf_counter()
-            self.spans.append(Span("generate", "generate", start, end, {"batch": group.batch, "group": group.position}))
-            group.completions[j] = completion
-            group._left_gen -= 1
-            if group._left_gen == 0:
-                group.generated_at = end
+            run.spans.append(Span("generate", "generate", start, end, {"batch": group.batch, "group": group.position}))
+            if group.mark_generated(j, completion, end):
                 self._changed.set()
-            sample = reward_sample(parts.tokenizer, group.example, completion, group.position * group.n + j)
-            group.samples[j] = sample
-            result = await parts.reward.loop.score(sample)
+            sample = reward_sample(run.tokenizer, group.example, completion, group.position * group.n + j)
+            result = await run.reward.loop.score(sample)
             done = time.perf_counter()
             args = {"batch": group.batch, "group": group.position}
             if result is not None and "injected_latency_s" in result.extra:
                 args["injected_latency_s"] = result.extra["injected_latency_s"]
-            self.spans.append(Span("reward", "reward", end, done, args))
-            group.results[j] = result
-            group._left_score -= 1
-            if group._left_score == 0:
-                group.scored_at = done
+            run.spans.append(Span("reward", "reward", end, done, args))
+            if group.mark_scored(j, sample, result, done):
                 self._changed.set()
         except asyncio.CancelledError:
             raise

@@ -1,43 +1,64 @@
-"""Sync mode: generate every sample, then score every sample, then train. Nothing overlaps."""
+"""sync mode: generate every sample, then score every sample, then train. Nothing overlaps.
+
+The trainer waits through generation (`timing_s/gen`, lane gen_wait) and scoring (`timing_s/reward`,
+lane reward_wait), as it does in every mode.
+"""
 
 from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
-from rlrm.engine.rollout.base import SamplingParams
-from rlrm.engine.scheduling.common import generate_groups, reward_samples, score_samples
+from rlrm.engine.scheduling.base import RunParts
+from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params, score_samples
+from rlrm.engine.step import StepOutcome, StepRecord
 
 
-def sampling_params(profile, validation: bool = False) -> SamplingParams:
-    """The profile's sampling settings (greedy-by-default ones at validation)."""
-    r = profile.rollout
-    if validation:
-        return SamplingParams(temperature=r.val_temperature, top_p=1.0, top_k=-1, max_new_tokens=r.max_new_tokens)
-    return SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+class SyncScheduler:
+    def __init__(self, run: RunParts, start_step: int):
+        self.run = run
 
+    async def step(self, step: int, timer: StepTimer) -> StepOutcome:
+        run = self.run
+        state = run.prompts.state_dict()
+        try:
+            return await self._step(step, timer)
+        except BaseException:
+            run.prompts.load_state_dict(state)  # the step never happened: replay its prompts on resume
+            raise
 
-async def sync_step(parts, examples: list, prompt_ids: list[list[int]], step: int, timer: StepTimer) -> dict:
-    """One GRPO step in sync mode; returns the step's metrics.
+    async def _step(self, step: int, timer: StepTimer) -> StepOutcome:
+        run, p = self.run, self.run.profile
+        n = p.rollout.n
+        prompts = run.prompts.take()
+        with timer("gen", lane="gen_wait"):
+            completions = await generate_groups(
+                run.engine, prompts.prompt_ids, sampling_params(p), n, p.trainer.seed, step, timer
+            )
+        samples = reward_samples(run.tokenizer, prompts.examples, completions, n)
+        with timer("reward", lane="reward_wait"):
+            results = await self._score(samples, step, timer)
+        reward_metrics = run.reward.loop.take_metrics()
+        batch, metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
+        scored = run.grpo.score(batch, results, timer)
+        metrics.update(run.grpo.train(scored.batch, step, timer))
+        return run.grpo.finish(StepRecord(
+            step, [scored], completions, list(zip(samples, results, completions)),
+            {**metrics, **reward_metrics}, prompts.dropped,
+        ))  # fmt: skip
 
-    The trainer waits through generation (`timing_s/gen`, lane gen_wait) and scoring
-    (`timing_s/reward`, lane reward_wait), as it does in every mode.
-    """
-    from rlrm.engine.update import staleness_metrics, update_policy
-
-    profile = parts.profile
-    n = profile.rollout.n
-    with timer("gen", lane="gen_wait"):
-        completions = await generate_groups(
-            parts.engine, prompt_ids, sampling_params(profile), n, profile.trainer.seed, step, timer
-        )
-    samples = reward_samples(parts.tokenizer, examples, completions, n)
-    colocated = profile.reward.placement == "colocated"  # the reward model takes its turn on the device
-    with timer("reward", lane="reward_wait"):
+    async def _score(self, samples: list, step: int, timer: StepTimer) -> list:
+        reward = self.run.reward
+        colocated = self.run.profile.reward.placement == "colocated"  # the reward model takes its turn on the device
         if colocated:
             with timer("reward_wake", lane="reward_wait"):
-                await parts.reward.wake()
-        results = await score_samples(parts.reward.loop, samples, timer, step)
+                await reward.wake()
+        results = await score_samples(reward.loop, samples, timer, step)
         if colocated:
             with timer("reward_sleep", lane="reward_wait"):
-                await parts.reward.sleep()
-    metrics = update_policy(parts, completions, results, step, timer, parts.reward.loop.take_metrics())
-    return {**metrics, **staleness_metrics(completions, step - 1), "_samples": list(zip(samples, results, completions))}
+                await reward.sleep()
+        return results
+
+    def loader_state(self) -> dict:
+        return self.run.prompts.state_dict()
+
+    async def close(self) -> None:
+        return None

@@ -1,7 +1,11 @@
-"""Pieces every scheduling mode shares: seeded generation requests and the samples rewards see.
+"""What every scheduling mode sends out: seeded generation requests and the samples rewards see.
 
-The maths of a step lives once (here and in `rlrm.engine.update`); modes only decide *when*
-each piece runs.
+    sampling = sampling_params(profile)
+    completions = await generate_groups(engine, prompt_ids, sampling, n, seed, step)
+    results = await score_samples(reward_loop, reward_samples(tokenizer, examples, completions, n))
+
+The same request (step, prompt, sample) draws the same tokens in every mode, which is what makes
+the modes comparable sample for sample.
 """
 
 from __future__ import annotations
@@ -10,8 +14,17 @@ import asyncio
 import time
 
 from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rollout.base import SamplingParams
 
 _SEED_MOD = 2**63 - 1
+
+
+def sampling_params(profile, validation: bool = False) -> SamplingParams:
+    """The profile's sampling settings (greedy-by-default ones at validation)."""
+    r = profile.rollout
+    if validation:
+        return SamplingParams(temperature=r.val_temperature, top_p=1.0, top_k=-1, max_new_tokens=r.max_new_tokens)
+    return SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
 
 
 def request_seed(seed: int, step: int, prompt_index: int, sample_index: int) -> int:

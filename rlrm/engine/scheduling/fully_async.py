@@ -1,0 +1,67 @@
+"""fully-async mode: the rollouter keeps generating and scoring ahead; the trainer takes scored groups
+as they come, oldest first.
+
+A group launched while the trainer held version v may be trained up to step v + 1 + max_staleness;
+at that step it is *due* and the trainer waits for it. The rollouter launches batch k only at
+version >= k - 1 - max_staleness, so the groups of batch k are due at step k, and at most one
+batch of groups is ever due.
+
+Resume: the checkpoint of step k holds the loader's state after batch k. Every group of batches
+<= k was trained by then (they were due), and step k may have taken a few groups of batch k+1 early;
+a resumed run regenerates batch k+1 whole with the checkpoint's policy, so those prompts are sampled
+and trained once more. Samples in flight are never saved: their policy no longer exists after a
+restart, so no resume of an off-policy mode can replay them exactly.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rlrm.engine.metrics.timing import StepTimer
+from rlrm.engine.scheduling.base import RunParts
+from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of, triples_of
+from rlrm.engine.scheduling.rollouter import Group
+from rlrm.engine.step import StepOutcome, StepRecord
+
+
+class FullyAsyncScheduler(OverlapScheduler):
+    off_policy = True
+
+    @staticmethod
+    def max_ahead(run: RunParts) -> int:
+        return run.profile.trainer.max_staleness
+
+    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+        grpo = self.run.grpo
+        groups = await self._take_groups(step, timer)
+        own = self.rollouter.record(step)  # launched: its groups were due at this step
+        reward_metrics = self.run.reward.loop.take_metrics()
+        completions = completions_of(groups)
+        batch, metrics = await self.in_trainer(grpo.prepare, completions, True, timer)
+        scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
+        metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
+        self._loader_state = own.loader_state  # a step's worth of prompts consumed
+        return grpo.finish(StepRecord(
+            step, [scored], completions, triples_of(groups), {**metrics, **reward_metrics}, own.dropped_prompts,
+        ))  # fmt: skip
+
+    async def _take_groups(self, step: int, timer: StepTimer) -> list[Group]:
+        want = self.run.profile.data.train_batch_size
+        start = time.perf_counter()
+        while True:
+            pending = self.rollouter.pending()
+            # Batch b started at version >= b - 1 - max_staleness, so step b is the last it may train in.
+            due = [g for g in pending if g.batch <= step]
+            extra = [g for g in pending if g.batch > step and g.scored]
+            if all(g.scored for g in due) and (
+                len(due) + len(extra) >= want or (self.rollouter.done_launching and all(g.scored for g in pending))
+            ):
+                break
+            await self.rollouter.wait_changed()
+        chosen = sorted(due + extra[: max(0, want - len(due))], key=lambda g: g.order)
+        needed_generated = max((g.generated_at for g in chosen), default=start)
+        end = time.perf_counter()
+        timer.add("gen", "gen_wait", start, min(max(needed_generated, start), end))
+        timer.add("reward", "reward_wait", max(needed_generated, start), end)
+        self.rollouter.take(chosen)
+        return chosen

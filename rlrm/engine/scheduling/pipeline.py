@@ -1,0 +1,74 @@
+"""pipeline mode: each mini-batch update starts as soon as its groups are scored.
+
+The mini-batches are the ones sync mode forms (consecutive surviving groups, in prompt order) and
+are trained in that order, so a step's update equals sync's exactly; only the waiting moves. Old
+and reference log-probs are computed once the batch is generated, while its rewards still arrive.
+The whole update is one `Actor.update` call in the trainer thread, fed the first epoch's
+mini-batches by `ScoredMiniBatches`, which waits for each one's groups on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from rlrm.engine.metrics.timing import StepTimer
+from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of, triples_of
+from rlrm.engine.scheduling.rollouter import Group
+from rlrm.engine.step import GRPOStep, Scored, StepOutcome, StepRecord
+
+
+class PipelineScheduler(OverlapScheduler):
+    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+        grpo = self.run.grpo
+        launched, batch, metrics = await self.generated_and_prepared(step, timer)
+        groups = launched.groups
+        arrivals = ScoredMiniBatches(self, grpo, batch, groups, self.run.profile.actor.mini_batch_size, timer)
+        metrics.update(await self.in_trainer(grpo.train, arrivals, step, timer))
+        metrics.update(self.run.reward.loop.take_metrics())
+        self.trained(launched)
+        return grpo.finish(StepRecord(
+            step, arrivals.scored or [Scored(None, [], 0)], completions_of(groups), triples_of(groups), metrics,
+            launched.dropped_prompts,
+        ))  # fmt: skip
+
+
+class ScoredMiniBatches:
+    """The first epoch's mini-batches, iterated in the trainer thread: each is yielded once its
+    `size` surviving groups are scored (groups with a failed sample are dropped, as in sync)."""
+
+    def __init__(self, scheduler: OverlapScheduler, grpo: GRPOStep, batch, groups: list[Group], size: int, timer):
+        self.scheduler, self.grpo, self.batch, self.groups = scheduler, grpo, batch, groups
+        self.size, self.timer = size, timer
+        self.loop = asyncio.get_running_loop()
+        self.scored: list[Scored] = []  # one per mini-batch, and one for trailing dropped groups
+
+    def __iter__(self):
+        ready: list[int] = []
+        dropped = 0
+        for g in self.groups:
+            self._wait_scored(g)
+            if any(r is None for r in g.results):
+                dropped += 1
+                continue
+            ready.append(g.position)
+            if len(ready) == self.size:
+                yield self._score(ready, dropped)
+                ready, dropped = [], 0
+        if ready:
+            yield self._score(ready, dropped)
+        elif dropped:
+            self.scored.append(Scored(None, [], dropped))
+
+    def _score(self, positions: list[int], dropped: int):
+        scored = self.grpo.score(self.batch, results_of(self.groups), self.timer, groups=positions)
+        scored.dropped_groups += dropped
+        self.scored.append(scored)
+        return scored.batch
+
+    def _wait_scored(self, group: Group) -> None:
+        """Block the trainer thread until `group` is scored (the wait runs on the event loop)."""
+        if not group.scored:
+            start = time.perf_counter()
+            asyncio.run_coroutine_threadsafe(self.scheduler.scored([group], StepTimer()), self.loop).result()
+            self.timer.add("reward", "reward_wait", start, time.perf_counter())

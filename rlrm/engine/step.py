@@ -1,0 +1,249 @@
+"""One GRPO step, written once: what every scheduling mode does with a batch of samples.
+
+    grpo = GRPOStep(actor, engine, StepSettings.from_profile(profile, pad_token_id, device))
+    batch, lp_metrics = grpo.prepare(completions, off_policy=False, timer=timer)  # collate; old/ref log-probs
+    scored = grpo.score(batch, results, timer)                # drop failed groups; scores, GRPO advantages
+    update = grpo.train(scored.batch, step, timer)            # Actor.update (epochs x mini-batches), weight sync
+    outcome = grpo.finish(StepRecord(...))                    # the step's metrics row and its samples
+
+A mode (rlrm/engine/scheduling/<mode>.py) only says *when* these run and what overlaps with them:
+sync calls them one after the other; stream and one-step-off `prepare` a batch as soon as it is
+generated, while its rewards are still arriving (old and reference log-probs need the samples, not
+their scores); pipeline hands `train` its first epoch's mini-batches one by one as their groups get
+scored; fully-async runs them on whatever scored groups it takes. The maths never depends on the mode.
+
+Samples arrive prompt-major: group g (the n samples of prompt g) is rows g*n ... g*n+n-1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+from rlrm.engine.metrics.timing import StepTimer
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlrm.config.schema import Profile
+    from rlrm.engine.actor.actor import Actor
+    from rlrm.engine.actor.batch import RolloutBatch
+    from rlrm.engine.rollout.base import RolloutEngine
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What the step's maths reads from the profile, taken once."""
+
+    n: int  # samples per prompt (the GRPO group size)
+    pad_token_id: int
+    device: str
+    adv_eps: float
+    norm_adv_by_std: bool
+    recompute_old_log_prob: bool
+
+    @classmethod
+    def from_profile(cls, profile: Profile, pad_token_id: int, device: str) -> StepSettings:
+        return cls(
+            n=profile.rollout.n,
+            pad_token_id=pad_token_id,
+            device=device,
+            adv_eps=profile.algorithm.adv_eps,
+            norm_adv_by_std=profile.algorithm.norm_adv_by_std,
+            recompute_old_log_prob=profile.actor.recompute_old_log_prob,
+        )
+
+
+@dataclass
+class Scored:
+    """The trainable part of a prepared batch.
+
+    Attributes:
+        batch: the rows of the surviving groups, with `scores` and `advantages` set (None when
+            every group was dropped).
+        groups: positions (in the prepared batch) of the surviving groups, in order.
+        dropped_groups: groups left out because one of their samples has no reward.
+    """
+
+    batch: RolloutBatch | None
+    groups: list[int]
+    dropped_groups: int
+
+
+@dataclass
+class StepRecord:
+    """Everything a mode hands `finish` about one trained step.
+
+    Attributes:
+        step: the step number (the policy version the update produced).
+        scored: what was trained, one entry per call of `score` (pipeline: one per mini-batch).
+        completions: every sample of the step's groups, prompt-major (dropped groups included).
+        samples: (reward sample, result, completion) per sample, for samples.jsonl.
+        metrics: metrics gathered on the way: rollout/* from `prepare`, actor/* from `train`,
+            the reward loop's counters.
+        dropped_prompts: prompts of the step's batch dropped for length before generation.
+    """
+
+    step: int
+    scored: list[Scored]
+    completions: list
+    samples: list
+    metrics: dict = field(default_factory=dict)
+    dropped_prompts: int = 0
+
+
+@dataclass
+class StepOutcome:
+    """A trained step: its metrics row (without the trainer's timing/perf/idle keys) and its samples."""
+
+    metrics: dict
+    samples: list
+
+
+class GRPOStep:
+    """The maths and bookkeeping of a GRPO step; see the module docstring.
+
+    Args:
+        actor: trains the policy (its `update` is the only epoch loop).
+        engine: the rollout engine that receives the new weights after each update.
+        settings: the profile's values these functions read.
+    """
+
+    def __init__(self, actor: Actor, engine: RolloutEngine, settings: StepSettings):
+        self.actor, self.engine, self.settings = actor, engine, settings
+
+    def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch, dict]:
+        """Collate `completions` and set their behaviour (old) and reference log-probs.
+
+        On-policy with `recompute_old_log_prob`, the actor recomputes the old log-probs and the gap to
+        the rollout engine's own is logged (rollout/log_prob_diff_*). Off-policy the engine's log-probs
+        are the behaviour policy's and are used as they are.
+
+        Returns:
+            (the batch on the actor's device, rollout/* metrics).
+        """
+        import torch
+
+        from rlrm.engine.actor.batch import collate
+
+        s, metrics = self.settings, {}
+        with timer("old_log_prob"):
+            batch = collate(completions, s.pad_token_id)
+            batch.group_ids = torch.arange(len(completions)) // s.n  # [B]
+            batch = batch.to(s.device)
+            if s.recompute_old_log_prob and not off_policy:
+                batch.old_log_prob = self.actor.compute_old_log_prob(batch)
+                metrics = _log_prob_gap(batch)
+            else:
+                batch.old_log_prob = batch.rollout_log_prob
+        if self.actor.ref_model is not None:
+            with timer("ref"):
+                batch.ref_log_prob = self.actor.compute_ref_log_prob(batch)
+        return batch, metrics
+
+    def score(self, batch: RolloutBatch, results: list, timer: StepTimer, groups: Iterable[int] | None = None) -> Scored:
+        """Keep the groups whose samples all have a reward; set their scores and GRPO advantages.
+
+        Args:
+            batch: a prepared batch.
+            results: one RewardResult (None: failed) per row of `batch`.
+            groups: the group positions to consider (default: every group of the batch).
+        """
+        import torch
+
+        from rlrm.engine.algorithms import grpo_advantages
+
+        n = self.settings.n
+        with timer("adv"):
+            candidates = range(len(batch) // n) if groups is None else list(groups)
+            kept = [g for g in candidates if all(results[g * n + j] is not None for j in range(n))]
+            dropped = len(candidates) - len(kept)
+            if not kept:
+                return Scored(None, [], dropped)
+            rows = [g * n + j for g in kept for j in range(n)]
+            scores = torch.tensor([results[i].score for i in rows], dtype=torch.float32)  # [b]
+            out = batch.select(rows)
+            advantages = grpo_advantages(
+                scores, out.group_ids.cpu(), eps=self.settings.adv_eps, norm_by_std=self.settings.norm_adv_by_std
+            )  # [b]
+            out.scores, out.advantages = scores.to(self.settings.device), advantages.to(self.settings.device)
+        return Scored(out, kept, dropped)
+
+    def train(self, batch: RolloutBatch | Iterable[RolloutBatch] | None, step: int, timer: StepTimer) -> dict:
+        """Update the actor on `batch`, then hand the new weights to the rollout engine as version `step`.
+
+        Args:
+            batch: the scored batch, or the first epoch's scored mini-batches as they become ready
+                (pipeline mode; see `Actor.update`), or None when nothing survived (no update).
+            step: the policy version the update produces.
+            timer: `timing_s/update_actor` sums the mini-batches; each is a `minibatch` trace span.
+
+        Returns:
+            actor/* metrics (empty when nothing was trained).
+        """
+
+        def timed(epoch: int, index: int, mb, start: float, end: float) -> None:
+            timer.add("update_actor", "trainer", start, end)
+            timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
+
+        metrics = self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+        with timer("update_weights"):
+            self.engine.update_weights(self.actor.policy_state_dict(), version=step)
+        return metrics
+
+    def finish(self, record: StepRecord) -> StepOutcome:
+        """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained."""
+        import torch
+
+        n = self.settings.n
+        trained = [record.completions[g * n + j] for s in record.scored for g in s.groups for j in range(n)]
+        metrics = {
+            **record.metrics,
+            "reward/dropped_groups": sum(s.dropped_groups for s in record.scored),
+            "data/dropped_prompts": record.dropped_prompts,
+            **staleness_metrics(trained, record.step - 1),
+        }
+        batches = [s.batch for s in record.scored if s.batch is not None]
+        if not batches:
+            return StepOutcome({**metrics, "batch/num_samples": 0}, record.samples)
+        scores = torch.cat([b.scores.cpu() for b in batches])
+        advantages = torch.cat([b.advantages.cpu() for b in batches])
+        return StepOutcome({**metrics, **batch_metrics(trained, scores, advantages)}, record.samples)
+
+
+def staleness_metrics(completions: list, trainer_version: int) -> dict[str, float]:
+    """async/staleness_*: how many policy versions behind the trainer each trained sample's policy was."""
+    lags = [trainer_version - c.policy_version for c in completions] or [0]
+    return {"async/staleness_mean": sum(lags) / len(lags), "async/staleness_max": max(lags)}
+
+
+def batch_metrics(completions: list, scores: torch.Tensor, advantages: torch.Tensor) -> dict[str, float]:
+    """critic/*, response_length/* and token counts of the trained samples (scores, advantages: [B])."""
+    resp = [len(c.token_ids) for c in completions]
+    prompt = [len(c.prompt_ids) for c in completions]
+    clipped = sum(c.finish_reason == "length" for c in completions)
+    return {
+        "critic/score/mean": scores.mean().item(),
+        "critic/score/max": scores.max().item(),
+        "critic/score/min": scores.min().item(),
+        "critic/advantages/mean": advantages.mean().item(),
+        "critic/advantages/max": advantages.max().item(),
+        "critic/advantages/min": advantages.min().item(),
+        "response_length/mean": sum(resp) / len(resp),
+        "response_length/max": max(resp),
+        "response_length/min": min(resp),
+        "response_length/clip_ratio": clipped / len(resp),
+        "prompt_length/mean": sum(prompt) / len(prompt),
+        "perf/total_num_tokens": sum(resp) + sum(prompt),
+        "perf/response_tokens": sum(resp),
+        "batch/num_samples": len(completions),
+    }
+
+
+def _log_prob_gap(batch: RolloutBatch) -> dict[str, float]:
+    """How far the rollout engine's log-probs are from the actor's (0 up to float noise while in sync)."""
+    gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask  # [B, R]
+    return {
+        "rollout/log_prob_diff_mean": (gap.sum() / batch.response_mask.sum().clamp(min=1)).item(),
+        "rollout/log_prob_diff_max": gap.max().item(),
+    }
