@@ -16,18 +16,6 @@ from rlrm.engine.rollout.base import Completion
 from rlrm.errors import TrainingError
 
 
-@pytest.fixture()
-def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-    )
-    return Qwen2ForCausalLM(config).eval()
-
-
 SPECS = [([5, 9, 12], [4, 8]), ([7, 3], [1, 2, 3, 4]), ([11, 12, 13, 14], [9]), ([2], [6, 6, 6])]
 
 

@@ -25,18 +25,6 @@ class RecordingEngine:
         self.versions.append(version)
 
 
-@pytest.fixture()
-def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-    )
-    return Qwen2ForCausalLM(config).eval()
-
-
 def step_with(model, n=2, mini_batch_size=1, ppo_epochs=1, recompute=True):
     cfg = ActorConfig(lr=1e-3, mini_batch_size=mini_batch_size, micro_batch_size=4, ppo_epochs=ppo_epochs)
     actor = Actor(model, None, cfg, temperature=1.0, total_steps=10, n=n)
