@@ -112,7 +112,7 @@ class GRPOStep:
     def __init__(self, actor: Actor, engine: RolloutEngine, settings: StepSettings):
         self.actor, self.engine, self.settings = actor, engine, settings
 
-    def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch, dict]:
+    def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch | None, dict]:
         """Collate `completions` and set their behaviour (old) and reference log-probs.
 
         On-policy with `recompute_old_log_prob`, the actor recomputes the old log-probs and the gap to
@@ -120,13 +120,16 @@ class GRPOStep:
         are the behaviour policy's and are used as they are.
 
         Returns:
-            (the batch on the actor's device, rollout/* metrics).
+            (the batch on the actor's device, rollout/* metrics); no batch when there is no sample
+            (every prompt of the batch dropped for length, or a fully-async step with nothing left).
         """
         import torch
 
         from rlrm.engine.actor.batch import collate
 
         s, metrics = self.settings, {}
+        if not completions:
+            return None, metrics
         with timer("old_log_prob"):
             batch = collate(completions, s.pad_token_id)
             batch.group_ids = torch.arange(len(completions)) // s.n  # [B]
@@ -141,7 +144,9 @@ class GRPOStep:
                 batch.ref_log_prob = self.actor.compute_ref_log_prob(batch)
         return batch, metrics
 
-    def score(self, batch: RolloutBatch, results: list, timer: StepTimer, groups: Iterable[int] | None = None) -> Scored:
+    def score(
+        self, batch: RolloutBatch | None, results: list, timer: StepTimer, groups: Iterable[int] | None = None
+    ) -> Scored:
         """Keep the groups whose samples all have a reward; set their scores and GRPO advantages.
 
         Args:
@@ -154,6 +159,8 @@ class GRPOStep:
         from rlrm.engine.algorithms import grpo_advantages
 
         n = self.settings.n
+        if batch is None:
+            return Scored(None, [], 0)
         with timer("adv"):
             candidates = range(len(batch) // n) if groups is None else list(groups)
             kept = [g for g in candidates if all(results[g * n + j] is not None for j in range(n))]

@@ -172,9 +172,10 @@ class _TrainLoop:
 
         p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
-        step = 0
+        step, resume = 0, None
         if ckpts:
             state = load_state(ckpts[-1])
+            resume = state["loader"]
             parts.actor.load_state_dict(state["actor"])
             loader.load_state_dict(state["loader"])
             step = state["step"]
@@ -183,7 +184,7 @@ class _TrainLoop:
         prompts = PromptSource(loader, parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
         grpo = GRPOStep(parts.actor, parts.engine, StepSettings.from_profile(p, parts.tokenizer.pad_token_id, parts.device))
         run = RunParts(p, prompts, parts.engine, parts.reward, parts.tokenizer, grpo, self.spans)
-        self.scheduler = make_scheduler(p.trainer.mode, run, step)
+        self.scheduler = make_scheduler(p.trainer.mode, run, step, resume)
         return step
 
     async def _step(self, step: int) -> dict:

@@ -145,3 +145,38 @@ def test_samples_log_and_bounded_trace(tmp_path, tiny_policy_path, mode):
     generate = [e for e in trace if e.get("cat") == "generate"]
     assert len(generate) == 16 and all(e["args"]["batch"] == 1 for e in generate)  # detail for step 1 only
     assert sum(e.get("name") == "update_actor" for e in trace) == 2  # phases for every step
+
+
+def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, monkeypatch):
+    # Prompts longer than 42 tokens are dropped (about a quarter here), so a batch often holds fewer
+    # groups than a step trains and fully-async fills the step with groups of the next batch.
+    from collections import Counter
+
+    from rlrm.engine.scheduling.fully_async import FullyAsyncScheduler
+    from rlrm.engine.trainer import load_run_profile
+
+    extra = ["data.prompt_too_long=drop", "data.max_prompt_length=42", "logging.save_samples=true"]
+
+    def trained_uids(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+        return Counter(r["uid"] for r in rows)
+
+    full, rows = _run(tmp_path, "full", "fully-async", 4, extra)
+    assert sum(r["data/dropped_prompts"] for r in rows[1:]) > 0
+    real = FullyAsyncScheduler.train_step
+
+    async def interrupted(self, step, timer):
+        if step == 3:
+            raise KeyboardInterrupt
+        return await real(self, step, timer)
+
+    monkeypatch.setattr(FullyAsyncScheduler, "train_step", interrupted)
+    profile = load_profile("tiny-rule", SMALL + ["trainer.mode=fully-async", "trainer.total_steps=4", *extra])
+    split = start_run(profile, tmp_path / "split")
+    assert train(split).last_step == 2
+    monkeypatch.setattr(FullyAsyncScheduler, "train_step", real)
+    load_run_profile(split, total_steps=4)
+    assert train(split).last_step == 4
+    # every prompt of batches 1-4 trained once (n samples each), whether or not the run was resumed
+    assert trained_uids(split) == trained_uids(full)
+    assert set(trained_uids(full).values()) == {4}

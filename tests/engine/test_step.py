@@ -128,3 +128,11 @@ def test_finish_when_every_group_dropped(model):
     record = StepRecord(step=1, scored=[Scored(None, [], 3)], completions=completions(), samples=[])
     m = grpo.finish(record).metrics
     assert m["batch/num_samples"] == 0 and m["reward/dropped_groups"] == 3 and "critic/score/mean" not in m
+
+
+def test_a_step_without_samples_trains_nothing(model):
+    grpo = step_with(model)
+    batch, metrics = grpo.prepare([], off_policy=True, timer=StepTimer())
+    scored = grpo.score(batch, [], StepTimer())
+    assert batch is None and scored.batch is None and scored.dropped_groups == 0
+    assert grpo.finish(StepRecord(step=1, scored=[scored], completions=[], samples=[])).metrics["batch/num_samples"] == 0

@@ -6,11 +6,12 @@ at that step it is *due* and the trainer waits for it. The rollouter launches ba
 version >= k - 1 - max_staleness, so the groups of batch k are due at step k, and at most one
 batch of groups is ever due.
 
-Resume: the checkpoint of step k holds the loader's state after batch k. Every group of batches
-<= k was trained by then (they were due), and step k may have taken a few groups of batch k+1 early;
-a resumed run regenerates batch k+1 whole with the checkpoint's policy, so those prompts are sampled
-and trained once more. Samples in flight are never saved: their policy no longer exists after a
-restart, so no resume of an off-policy mode can replay them exactly.
+Resume: the checkpoint of step k holds the loader's state after batch k and the positions of the
+groups of later batches that were trained early (every group of batches <= k was trained by then:
+they were due). A resumed run launches batch k+1 without those prompts, so each prompt is trained
+once, as in an uninterrupted run. Its samples are generated again, with the checkpoint's policy:
+samples in flight are never saved, since the policies that were generating them no longer exist
+after a restart, so an off-policy run resumes with the same prompts, not with the same samples.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from rlrm.engine.step import StepOutcome, StepRecord
 class FullyAsyncScheduler(OverlapScheduler):
     off_policy = True
 
+    def __init__(self, run: RunParts, start_step: int, resume: dict | None = None):
+        ahead = (resume or {}).get("trained_ahead", {})
+        super().__init__(run, start_step, skip={int(k): set(v) for k, v in ahead.items()})
+        self._last_step = start_step
+
+    def loader_state(self) -> dict:
+        ahead = self.rollouter.taken_ahead(after=self._last_step)
+        return {**self._loader_state, "trained_ahead": {str(k): v for k, v in ahead.items()}}
+
     @staticmethod
     def max_ahead(run: RunParts) -> int:
         return run.profile.trainer.max_staleness
@@ -40,7 +50,7 @@ class FullyAsyncScheduler(OverlapScheduler):
         batch, metrics = await self.in_trainer(grpo.prepare, completions, True, timer)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
-        self._loader_state = own.loader_state  # a step's worth of prompts consumed
+        self._loader_state, self._last_step = own.loader_state, step  # a step's worth of prompts consumed
         return grpo.finish(StepRecord(
             step, [scored], completions, triples_of(groups), {**metrics, **reward_metrics}, own.dropped_prompts,
         ))  # fmt: skip

@@ -32,9 +32,9 @@ class OverlapScheduler:
 
     off_policy = False
 
-    def __init__(self, run: RunParts, start_step: int):
+    def __init__(self, run: RunParts, start_step: int, resume: dict | None = None, skip: dict | None = None):
         self.run = run
-        self.rollouter = Rollouter(run, start_step + 1, self.max_ahead(run))
+        self.rollouter = Rollouter(run, start_step + 1, self.max_ahead(run), skip)
         self._loader_state = run.prompts.state_dict()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrm-trainer")
 

@@ -23,6 +23,10 @@ SCHEDULERS = {
 assert set(SCHEDULERS) == set(MODES), "every mode of rlrm.config.schema.Mode needs a scheduler here"
 
 
-def make_scheduler(mode: str, run: RunParts, start_step: int) -> Scheduler:
-    """The scheduler of `mode`, whose first step will be `start_step + 1`."""
-    return SCHEDULERS[mode](run, start_step)
+def make_scheduler(mode: str, run: RunParts, start_step: int, resume: dict | None = None) -> Scheduler:
+    """The scheduler of `mode`, whose first step will be `start_step + 1`.
+
+    Args:
+        resume: what `loader_state()` returned when the checkpoint being resumed was saved.
+    """
+    return SCHEDULERS[mode](run, start_step, resume)

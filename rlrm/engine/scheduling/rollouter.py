@@ -92,10 +92,13 @@ class Rollouter:
         run: the run's parts (engine, reward loop, prompts, spans, profile).
         first_batch: the step number of the first batch to launch.
         max_ahead: how many policy versions a launched batch may run ahead of the trainer.
+        skip: batch -> prompt positions already trained before a resume (fully-async takes groups
+            of later batches early); their prompts are not generated again.
     """
 
-    def __init__(self, run: RunParts, first_batch: int, max_ahead: int):
+    def __init__(self, run: RunParts, first_batch: int, max_ahead: int, skip: dict[int, set[int]] | None = None):
         self.run = run
+        self._skip = skip or {}  # batch -> positions trained before a resume: not launched again
         self.next_batch, self.max_ahead = first_batch, max_ahead
         self.version = first_batch - 1  # the trainer's policy version
         self.last_batch = run.profile.trainer.total_steps
@@ -148,6 +151,14 @@ class Rollouter:
         for k in [k for k, left in self._untaken.items() if not left]:
             del self._untaken[k], self._batches[k]
 
+    def taken_ahead(self, after: int) -> dict[int, list[int]]:
+        """Positions of the groups already taken in each launched batch later than `after`."""
+        return {
+            k: sorted({g.position for g in b.groups} - self._untaken[k])
+            for k, b in self._batches.items()
+            if k > after and len(self._untaken[k]) < len(b.groups)
+        }
+
     async def wait_changed(self) -> None:
         """Until a batch is launched or a group is generated or scored."""
         self._raise_if_failed()
@@ -178,7 +189,10 @@ class Rollouter:
                     await self._version_changed.wait()
                 prompts = self.run.prompts.take()
                 groups = []
+                skip = self._skip.pop(k, set())
                 for i, (example, prompt_ids) in enumerate(zip(prompts.examples, prompts.prompt_ids)):
+                    if i in skip:
+                        continue
                     group = Group(self._groups_launched, k, i, example, prompt_ids, p.rollout.n)
                     self._groups_launched += 1
                     groups.append(group)

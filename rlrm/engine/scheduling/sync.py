@@ -13,7 +13,7 @@ from rlrm.engine.step import StepOutcome, StepRecord
 
 
 class SyncScheduler:
-    def __init__(self, run: RunParts, start_step: int):
+    def __init__(self, run: RunParts, start_step: int, resume: dict | None = None):
         self.run = run
 
     async def step(self, step: int, timer: StepTimer) -> StepOutcome:
