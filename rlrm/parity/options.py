@@ -73,7 +73,7 @@ def load_parity_profile(opts: ParityOptions):
 def build_config(opts: ParityOptions, profile) -> ParityConfig:
     """Check every option and the reward model; nothing is started here."""
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.parity.workers import check_world_size
+    from rlrm.engine.rewards.legacy.workers import check_world_size
 
     _check_choice("--legacy-dtype", opts.legacy_dtype, ALL_LEGACY_DTYPES)
     _check_choice("--loop-dtype", opts.loop_dtype, ALL_LOOP_DTYPES)
