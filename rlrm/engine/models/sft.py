@@ -3,6 +3,8 @@
     ids, labels, mask = pad_answers([(prompt_ids, answer_ids), ...], pad_id)   # loss on the answers only
     out, width = generate(model, tokenizer, conversations, max_new_tokens=20, do_sample=False)
     fine_tune(model, pairs, steps=300, batch=32, lr=2e-3, pad_id=pad, rng=rng, log=print, label="warm start")
+    with fixed_threads(2): ...                 # a build whose float reductions repeat
+    metrics = save_build(dest, model, tokenizer, metrics, start)
 
 Used by `tiny_policy.py`, `tiny_judge.py`, `tiny_pairs.py` and `tiny_disrm.py`. The built weights
 depend on every float operation here (the recipes are versioned by `tiny.RECIPE_VERSION`), so a
@@ -12,7 +14,10 @@ change to this file that changes a build must bump that version.
 from __future__ import annotations
 
 import random
-from typing import Callable
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
@@ -123,3 +128,29 @@ def fine_tune(
         if (step + 1) % log_every == 0:
             log(f"  {label} step {step + 1}/{steps}  loss {loss.item():.3f}")
     model.eval()
+
+
+@contextmanager
+def fixed_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads fixed to `threads` inside, restored after: a build's float reductions,
+    and so its weights, then repeat for a seed."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def save_build(dest: Path, model, tokenizer, metrics: dict[str, float], start: float) -> dict:
+    """Save `model` and `tokenizer` into `dest` (created; must not exist); returns `metrics` rounded to
+    4 places, with `build_s` (since `start`, a perf_counter time) and `parameters`."""
+    dest.mkdir(parents=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    out = {k: round(v, 4) for k, v in metrics.items()}
+    out["build_s"] = round(time.perf_counter() - start, 1)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    return out

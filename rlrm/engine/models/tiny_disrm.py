@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from rlrm.engine.models.sft import chat_prompt, optimizer_step, pad_answers, right_pad
+from rlrm.engine.models.sft import chat_prompt, fixed_threads, optimizer_step, pad_answers, right_pad, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
     auc_report,
@@ -90,9 +90,7 @@ def build_disrm(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    with fixed_threads(THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -105,15 +103,7 @@ def build_disrm(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
         model = new_classifier(policy, tokenizer, recipe.layers)
         train_classifier(model, policy.model.norm, tokenizer, train, mistakes, recipe, rng, log)
         metrics = auc_report(score(model, tokenizer, test), test)
-    finally:
-        torch.set_num_threads(threads)
-
-    dest.mkdir(parents=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    out = {k: round(v, 4) for k, v in metrics.items()}
-    out["build_s"] = round(time.perf_counter() - start, 1)
-    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out = save_build(dest, model, tokenizer, metrics, start)
     log(
         f"tiny disrm: held-out AUC {out['auc']:.3f} (policy samples {out['auc_policy_samples']:.3f}, "
         f"near misses {out['auc_near_misses']:.3f}), {out['build_s']} s"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from rlrm.engine.models.sft import chat_prompt, fine_tune, generate
+from rlrm.engine.models.sft import chat_prompt, fine_tune, fixed_threads, generate, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
     auc_report,
@@ -118,9 +118,7 @@ def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    with fixed_threads(THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -134,15 +132,7 @@ def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
         metrics = auc_report(scores, test)
         metrics["verdict_accuracy"] = sum(v is not None and round(v) == p.label for v, p in zip(verdicts, test)) / len(test)
         metrics["parsed"] = sum(v is not None for v in verdicts) / len(test)
-    finally:
-        torch.set_num_threads(threads)
-
-    dest.mkdir(parents=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    out = {k: round(v, 4) for k, v in metrics.items()}
-    out["build_s"] = round(time.perf_counter() - start, 1)
-    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out = save_build(dest, model, tokenizer, metrics, start)
     log(f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, {out['build_s']} s")
     return out
 
