@@ -16,6 +16,9 @@ DEFAULT_JUDGE_TEMPLATE = (
 )
 
 
+LegacyDtype = Literal["bf16", "fp16", "fp32"]  # compute dtypes of the legacy FSDP2 DisRM scorer
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -47,7 +50,7 @@ class DisRMConfig(_Section):
             "group as verl's legacy reward-model worker (for parity runs)."
         ),
     )
-    legacy_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
+    legacy_dtype: LegacyDtype = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
     legacy_world_size: int = Field(1, ge=1, description="scorer=legacy: ranks sharding the reward model.")
     legacy_micro_batch: int = Field(8, gt=0, description="scorer=legacy: samples per forward.")
 
