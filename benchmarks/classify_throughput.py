@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import padded_forward, random_qwen2
+
 
 def main() -> None:
     import httpx
@@ -48,12 +50,14 @@ def main() -> None:
         times = []
         for _ in range(1 + args.rounds):  # the first is a warm-up
             start = time.perf_counter()
-            _batched_forward(model, inputs)
+            with torch.inference_mode():  # as the server scores
+                padded_forward(model, inputs, 0)
             times.append(time.perf_counter() - start)
         batched_s = statistics.median(times[1:])
         start = time.perf_counter()
         for ids in inputs:  # what batching is worth on this hardware, before any HTTP
-            _batched_forward(model, [ids])
+            with torch.inference_mode():
+                padded_forward(model, [ids], 0)
         single_s = time.perf_counter() - start
         argv = embedded_server_argv(str(path), "disrm", free_port(),
                                     extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)])
@@ -98,19 +102,6 @@ async def _concurrent(url: str, inputs: list[list[int]], rounds: int) -> list[tu
         return timed[1:]
 
 
-def _batched_forward(model, inputs):
-    import torch
-
-    width = max(len(s) for s in inputs)
-    ids = torch.zeros((len(inputs), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(inputs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-    with torch.inference_mode():
-        return model(input_ids=ids, attention_mask=mask).logits
-
-
 def _inputs(path: Path, count: int):
     from transformers import AutoModelForSequenceClassification
 
@@ -121,13 +112,7 @@ def _inputs(path: Path, count: int):
 
 
 def _random_disrm(folder: Path, hidden: int = 128, layers: int = 2) -> Path:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=512, num_labels=1, pad_token_id=0)
-    Qwen2ForSequenceClassification(config).save_pretrained(folder / "disrm")
+    random_qwen2(512, hidden, layers, num_labels=1, pad_token_id=0).save_pretrained(folder / "disrm")
     return folder / "disrm"
 
 

@@ -23,20 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import padded_forward, random_qwen2
+
 
 def build_model(dest: Path, tokenizer_path: str, hidden: int, layers: int) -> str:
     """A random Qwen2 DisRM of the given size with the tiny tokenizer (scores are not the point here)."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=max(1, hidden // 32), num_key_value_heads=max(1, hidden // 64), max_position_embeddings=512,
-        num_labels=1, pad_token_id=tok.pad_token_id,
-    )
-    Qwen2ForSequenceClassification(config).save_pretrained(dest)
+    model = random_qwen2(len(tok), hidden, layers, num_labels=1, heads=max(1, hidden // 32), kv_heads=max(1, hidden // 64),
+                         pad_token_id=tok.pad_token_id)
+    model.save_pretrained(dest)
     tok.save_pretrained(dest)
     return str(dest)
 
@@ -47,14 +44,7 @@ def plain_forward(model, ids: list[list[int]], micro_batch: int, pad_id: int) ->
     out = []
     with torch.no_grad():
         for start in range(0, len(ids), micro_batch):
-            chunk = ids[start : start + micro_batch]
-            width = max(len(s) for s in chunk)
-            x = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for row, seq in enumerate(chunk):
-                x[row, : len(seq)] = torch.tensor(seq)
-                mask[row, : len(seq)] = 1
-            out += model(input_ids=x, attention_mask=mask).logits[:, 0].tolist()
+            out += padded_forward(model, ids[start : start + micro_batch], pad_id)[:, 0].tolist()
     return out
 
 
@@ -91,11 +81,11 @@ def main() -> None:
     from rlrm.config.loader import load_profile
     from rlrm.config.reward import RewardConfig
     from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.engine.rewards.legacy.config import LegacyConfig
+    from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
     from rlrm.parity.inputs import encode_samples, generate_samples
-    from rlrm.parity.legacy import LegacyConfig
     from rlrm.parity.loop import loop_reward_config, score_with_loop
     from rlrm.parity.run import load_rm_tokenizer
-    from rlrm.parity.workers import LegacyWorkerGroup
 
     torch.set_num_threads(args.threads)
     policy = resolve_model_path("tiny:policy")

@@ -31,16 +31,51 @@ def tiny_policy_path() -> Path:
 @pytest.fixture(scope="session")
 def random_disrm_path(tmp_path_factory, tiny_policy_path) -> Path:
     """A randomly initialised Qwen2 sequence classifier (num_labels=1) with the tiny tokenizer."""
+    return _random_disrm(tmp_path_factory.mktemp("disrm"), tiny_policy_path)
+
+
+@pytest.fixture(scope="session")
+def spread_disrm_path(tmp_path_factory, tiny_policy_path) -> Path:
+    """A random Qwen2 DisRM initialised with std 0.2 (instead of 0.02), so that, like a trained reward
+    model and unlike `random_disrm_path` (whose scores are nearly constant), its scores separate the
+    samples by far more than bf16 rounding moves them. 64 positions: long conversations get truncated."""
+    return _random_disrm(tmp_path_factory.mktemp("spread-disrm"), tiny_policy_path, initializer_range=0.2)
+
+
+def _random_disrm(path: Path, tokenizer_path: Path, **config) -> Path:
+    """A one-layer random Qwen2 DisRM (64 positions) with the tiny tokenizer, saved into `path`."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
-    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tokenizer_path)
     torch.manual_seed(0)
-    config = Qwen2Config(
+    model_config = Qwen2Config(
         vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tok.pad_token_id,
+        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tok.pad_token_id, **config,
     )
-    path = tmp_path_factory.mktemp("disrm")
-    Qwen2ForSequenceClassification(config).save_pretrained(path)
+    Qwen2ForSequenceClassification(model_config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def arithmetic_conversations() -> list[tuple[str, str, list[dict], str]]:
+    """(sample id, group id, prompt messages, response): 6 synthetic problems x 4 responses in the
+    policy's format: the right answer and near misses (a wrong final answer, a wrong sum) and a long
+    answer that a 64-position model truncates, so every group has something to rank."""
+    from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+    from rlrm.engine.data.synthetic import synthetic_splits
+
+    train, _ = synthetic_splits(SyntheticConfig(num_train=6, num_test=1, max_value=10), PROMPT_SUFFIX)
+    rows = []
+    for ex in train:
+        equation = ex.extra_info["solution"].split(" = ")[0]
+        answer = int(ex.ground_truth)
+        responses = [
+            f"{equation} = {answer}\n#### {answer}",
+            f"{equation} = {answer}\n#### {answer + 2}",
+            f"{equation} = {answer + 1}\n#### {answer + 1}",
+            f"{equation} = {answer}. Check it again: {equation} = {answer}.\n#### {answer}",  # long: over 64 tokens
+        ]
+        rows += [(f"{ex.uid}#{j}", ex.uid, ex.prompt, response) for j, response in enumerate(responses)]
+    return rows

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from rlrm.stats import quantile
+
 COLUMNS = [
     "mode", "repeat", "latency", "run_dir", "steps", "tokens_per_s", "samples_per_s", "steps_per_hour",
     "step_time_p50", "step_time_p90", "idle_trainer", "idle_rollout", "idle_reward_wait", "staleness_mean",
@@ -71,15 +73,6 @@ def mode_means(rows: list[dict], latency: str) -> dict[str, dict[str, float]]:
         out[mode] = {k: sum(r[k] for r in mine) / len(mine) for k in keys}
         out[mode]["repeats"] = len(mine)
     return out
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default)."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _weighted(steps: list[dict], key: str, weights: list[float]) -> float:

@@ -49,7 +49,7 @@ class RewardLatencyBench:
     missing: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        from rlrm.engine.rewards.inject import parse_latency
+        from rlrm.config.latency import parse_latency
 
         unknown = [m for m in self.modes if m not in MODES]
         if unknown or not self.modes:

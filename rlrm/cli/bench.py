@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import friendly_errors
+from rlrm.cli.common import friendly_errors, timestamped
+from rlrm.cli.options import OutOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.config.schema import MODES
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
@@ -18,7 +19,7 @@ app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", 
 @app.command("reward-latency")
 @friendly_errors
 def reward_latency(
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name or YAML path.")] = "tiny-rule",
+    profile: ProfileOption = "tiny-rule",
     modes: Annotated[str, typer.Option(help="Comma-separated scheduling modes to compare.")] = ",".join(MODES),
     latency: Annotated[str, typer.Option(help="Injected reward latency per sample (see reward.inject.latency).")] = (
         "uniform:1:40"
@@ -27,21 +28,21 @@ def reward_latency(
         Optional[float],
         typer.Option(help="Multiply the latency by this (default: mean latency = half a zero-latency sync step).", min=0),
     ] = None,
-    steps: Annotated[int, typer.Option(help="Steps per run.", min=1)] = 10,
+    steps: StepsOption = 10,
     repeats: Annotated[int, typer.Option(help="Runs per mode.", min=1)] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of training and of the latency draws.")] = 0,
-    out: Annotated[Optional[Path], typer.Option(help="Benchmark folder (default: bench/reward-latency-<time>).")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Profile override for every run (repeatable).")] = [],
+    seed: SeedOption = 0,
+    out: OutOption = None,
+    set_: SetOption = [],
 ) -> None:
-    """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table."""
-    import time
-
+    """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table
+    (in --out, default bench/reward-latency-<time>). --steps, --seed and --set apply to every run; the seed
+    also seeds the latency draws."""
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.bench.reward_latency import RewardLatencyBench
 
-    folder = out or Path("bench") / f"reward-latency-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = out or Path("bench") / timestamped("reward-latency")
     bench = RewardLatencyBench(
         profile=profile,
         modes=[m.strip() for m in modes.split(",") if m.strip()],

@@ -1,4 +1,4 @@
-"""What every command shares: one-line errors (RLRM_DEBUG=1 for the traceback) and the console."""
+"""What every command shares: one-line errors (RLRM_DEBUG=1 for the traceback), the console, default folder names."""
 
 from __future__ import annotations
 
@@ -31,3 +31,10 @@ def console():
     from rich.console import Console
 
     return Console()
+
+
+def timestamped(name: str) -> str:
+    """`name-YYYYmmdd-HHMMSS`: a default output folder name that a later run does not reuse."""
+    import time
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors
+from rlrm.cli.options import SeedOption
 
 app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=True)
 
@@ -21,10 +22,11 @@ def prepare(
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models).")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Build seed (same seed, same weights).")] = 0,
+    seed: SeedOption = 0,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data.
+    """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data
+    (the same --seed builds the same weights).
 
     The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM
     start from it and are trained briefly to tell correct answers from wrong ones.

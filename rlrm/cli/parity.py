@@ -18,6 +18,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from rlrm.cli.common import console, timestamped
+from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption
 from rlrm.errors import ConfigError, RlrmError
 
 app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
@@ -48,13 +50,13 @@ def exit_2_on_error(fn):
 @app.command("disrm")
 @exit_2_on_error
 def disrm(
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile: policy, dataset and reward model (default tiny-disrm).")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Profile override, e.g. --set rollout.temperature=0.7.")] = [],
+    profile: ProfileOption = None,
+    overrides: SetOption = [],
     model: Annotated[Optional[str], typer.Option(help="Reward model (folder, hub id or tiny:NAME) instead of the profile's.")] = None,
     input: Annotated[Optional[Path], typer.Option("--input", help=".jsonl/.parquet of prompt, response, group_id (instead of generating).")] = None,
     samples: Annotated[int, typer.Option(help="Prompts to generate for (the first of the profile's train split).", min=1)] = 16,
     n: Annotated[Optional[int], typer.Option("--n", help="Responses per prompt (default: the profile's rollout.n).", min=1)] = None,
-    seed: Annotated[int, typer.Option(help="Generation seed.")] = 0,
+    seed: SeedOption = 0,
     legacy_dtype: Annotated[str, typer.Option(help="Legacy FSDP2 compute dtype: bf16, fp16 or fp32.")] = "bf16",
     loop_dtype: Annotated[str, typer.Option(help="Served DisRM dtype: fp32 or bf16.")] = "fp32",
     matrix: Annotated[bool, typer.Option("--matrix", help="Every legacy dtype against every loop dtype; prints the grid.")] = False,
@@ -63,11 +65,11 @@ def disrm(
     max_tokens_per_batch: Annotated[Optional[int], typer.Option(help="Legacy token budget per forward (dynamic batch size).", min=1)] = None,
     rmpad: Annotated[bool, typer.Option("--rmpad/--no-rmpad", help="Legacy padding-free forward.")] = False,
     max_length: Annotated[Optional[int], typer.Option(help="Longest conversation in tokens (default: reward.disrm.max_length, capped by the model).", min=1)] = None,
-    legacy_truncation: Annotated[
-        str, typer.Option(help="keep-end: as the reward loop; keep-start: as verl's legacy worker (truncation: right).")
+    truncation: Annotated[
+        str, typer.Option("--legacy-truncation", help="keep-end: as the reward loop; keep-start: as verl's legacy worker (truncation: right).")
     ] = "keep-end",
     template: Annotated[Optional[Path], typer.Option(help="Chat template file for a reward tokenizer that has none (both paths).")] = None,
-    address: Annotated[list[str], typer.Option("--address", help="Score the loop side with this running server (repeatable).")] = [],
+    addresses: Annotated[list[str], typer.Option("--address", help="Score the loop side with this running server (repeatable).")] = [],
     device: Annotated[str, typer.Option(help="Legacy ranks' device: auto, cpu or cuda.")] = "auto",
     threads: Annotated[int, typer.Option(help="torch threads per legacy rank (0: cores / world size).", min=0)] = 0,
     atol: Annotated[Optional[float], typer.Option(help="Absolute score tolerance (default 2^-5); a sample passes within atol + rtol * max(|loop|, RMS).", min=0)] = None,
@@ -75,8 +77,8 @@ def disrm(
     max_outside_frac: Annotated[Optional[float], typer.Option(help="Share of samples allowed outside the band (default 0.01; NaN never).", min=0, max=1)] = None,
     min_spearman: Annotated[Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")] = None,
     max_rank_flips: Annotated[Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for scores.parquet and summary.json (default runs/parity-disrm-<time>).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")] = False,
+    out: OutOption = None,
+    dry_run: DryRunOption = False,
     score_offset: Annotated[int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")] = 0,
     train_steps: Annotated[
         Optional[int],
@@ -84,19 +86,14 @@ def disrm(
     ] = None,
 ) -> None:
     """Score the same samples with the legacy FSDP2 DisRM worker and the reward loop; compare scores,
-    group rankings and GRPO advantages against tolerances."""
+    group rankings and GRPO advantages against tolerances. The profile (default tiny-disrm) names the
+    policy, dataset and reward model; --seed seeds the generation; scores.parquet and summary.json go to
+    --out (default runs/parity-disrm-<time>)."""
     import json
 
     from rlrm.parity.options import ParityOptions, build_config, build_samples, load_parity_profile
 
-    opts = ParityOptions(
-        profile=profile, overrides=list(set_), model=model, input=input, samples=samples, n=n, seed=seed,
-        legacy_dtype=legacy_dtype, loop_dtype=loop_dtype, matrix=matrix, world_size=world_size,
-        micro_batch_size=micro_batch_size, max_tokens_per_batch=max_tokens_per_batch, rmpad=rmpad, max_length=max_length,
-        truncation=legacy_truncation, template=template, device=device, threads=threads, addresses=list(address),
-        atol=atol, rtol=rtol, max_outside_frac=max_outside_frac, min_spearman=min_spearman,
-        max_rank_flips=max_rank_flips, score_offset=score_offset,
-    )
+    opts = ParityOptions.of(locals())  # the options above, by their parameter names
     resolved = load_parity_profile(opts)
     cfg = build_config(opts, resolved)
     if dry_run:
@@ -105,9 +102,9 @@ def disrm(
         return
     if train_steps is not None and profile is None:
         raise ConfigError("--train-steps trains a profile's policy: pass --profile (e.g. tiny-disrm)")
-    if train_steps is not None and (matrix or address):
+    if train_steps is not None and (matrix or addresses):
         raise ConfigError("--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address")
-    out = out or Path("runs") / _timestamped("parity-disrm")
+    out = out or Path("runs") / timestamped("parity-disrm")
     code = _run(cfg, build_samples(opts, resolved), out)
     if train_steps is not None:
         _train(resolved, cfg, train_steps, out)
@@ -118,7 +115,6 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
     """Training-curve parity into out/train/{legacy,loop}; merged into summary.json as `train`."""
     import json
 
-    from rlrm.cli.common import console
     from rlrm.parity.train_curves import train_parity
 
     term = console()
@@ -140,7 +136,6 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
 
 
 def _run(cfg, samples, out: Path) -> int:
-    from rlrm.cli.common import console
     from rlrm.parity.report import matrix_table, summary_table, write_cell, write_matrix
     from rlrm.parity.run import run_parity
 
@@ -156,8 +151,3 @@ def _run(cfg, samples, out: Path) -> int:
     term.print(f"{'FAIL' if failed else 'PASS'}: scores.parquet and summary.json in {out}")
     return EXIT_FAIL if failed else EXIT_PASS
 
-
-def _timestamped(name: str) -> str:
-    import time
-
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -7,13 +7,9 @@ from typing import Annotated
 import typer
 
 from rlrm.cli.common import console, friendly_errors
+from rlrm.cli.options import SetOption
 
 app = typer.Typer(help="List and show profiles (YAML training setups).", no_args_is_help=True)
-
-SetOption = Annotated[
-    list[str], typer.Option("--set", help="Override a value, e.g. --set actor.lr=2e-4 (repeatable).")
-]
-
 
 @app.command("list")
 @friendly_errors

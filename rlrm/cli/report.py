@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors
+from rlrm.cli.options import OutOption
 
 
 @friendly_errors
@@ -20,7 +21,7 @@ def report(
     paths: Annotated[
         list[Path], typer.Argument(metavar="PATH", help="Run, benchmark or parity folders (kind found from their files).")
     ],
-    out: Annotated[Optional[Path], typer.Option(help="Output folder (default: reports/<time>).")] = None,
+    out: OutOption = None,
     x: Annotated[str, typer.Option("--x", help="x-axis of curves: step, time (perf/wall_s) or samples.")] = "step",
     smooth: Annotated[float, typer.Option(help="EMA smoothing weight in [0, 1), e.g. 0.9; 0 = off.")] = 0.0,
     metrics: Annotated[
@@ -30,7 +31,8 @@ def report(
     html: Annotated[bool, typer.Option("--html", help="Also write report.html (self-contained, opens offline).")] = False,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Timeline window A:B of steps (default 2:4).")] = None,
 ) -> None:
-    """Plot training curves, benchmark idle ratios and speedups, timelines and parity checks."""
+    """Plot training curves, benchmark idle ratios and speedups, timelines and parity checks (into --out,
+    default reports/<time>)."""
     from rlrm.report.build import ReportOptions, build_report
 
     options = ReportOptions(out=out or _default_out(), x=x, smooth=smooth, metrics=list(metrics), fmt=fmt,

@@ -8,27 +8,30 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import friendly_errors
+from rlrm.cli.common import friendly_errors, timestamped
+from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.errors import ConfigError, RlrmError
 
 
 @friendly_errors
 def train(
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile name or YAML path.")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Override, e.g. --set actor.lr=2e-4 (repeatable).")] = [],
-    steps: Annotated[Optional[int], typer.Option(help="Total steps (trainer.total_steps).", min=1)] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Run folder (default: runs/<profile>-<time>).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Seed (trainer.seed).")] = None,
+    profile: ProfileOption = None,
+    set_: SetOption = [],
+    steps: StepsOption = None,
+    out: OutOption = None,
+    seed: SeedOption = None,
     mode: Annotated[
         Optional[str],
         typer.Option(help="Scheduling mode (trainer.mode): sync, stream, pipeline, one-step-off or fully-async."),
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved profile and stop.")] = False,
+    dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what --out holds.")] = False,
     console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
 ) -> None:
-    """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder."""
+    """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
+    runs/<profile>-<time>). --steps, --seed and --mode override trainer.total_steps, trainer.seed and
+    trainer.mode; --dry-run prints the resolved profile."""
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
@@ -59,7 +62,7 @@ def train(
             overrides.append(f"trainer.mode={mode}")
         resolved = load_profile(profile, overrides)
         name = Path(profile).stem
-        run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or _timestamped(name))
+        run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or timestamped(name))
         if dry_run:
             typer.echo(f"# run folder: {run_dir}")
             typer.echo(dump_profile(resolved), nl=False)
@@ -79,8 +82,3 @@ def train(
     tail = f", val/accuracy {acc:.3f}" if acc is not None else ""
     typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
 
-
-def _timestamped(name: str) -> str:
-    import time
-
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

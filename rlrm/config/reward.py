@@ -6,12 +6,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlrm.config.latency import LatencyDist, parse_latency
+
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
     "Problem: {question}\n"
     "Answer: {response}\n"
     "Work it out, then end with 'Score: 10' if the answer is correct or 'Score: 0' if it is not."
 )
+
+
+LegacyDtype = Literal["bf16", "fp16", "fp32"]  # compute dtypes of the legacy FSDP2 DisRM scorer
 
 
 class _Section(BaseModel):
@@ -45,7 +50,7 @@ class DisRMConfig(_Section):
             "group as verl's legacy reward-model worker (for parity runs)."
         ),
     )
-    legacy_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
+    legacy_dtype: LegacyDtype = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
     legacy_world_size: int = Field(1, ge=1, description="scorer=legacy: ranks sharding the reward model.")
     legacy_micro_batch: int = Field(8, gt=0, description="scorer=legacy: samples per forward.")
 
@@ -87,9 +92,7 @@ class InjectConfig(_Section):
     @classmethod
     def _latency_parses(cls, value: str | None) -> str | None:
         if value is not None:
-            from rlrm.engine.rewards.inject import parse_latency  # light; reads the file of a trace spec
-
-            parse_latency(value)
+            parse_latency(value)  # reads the file of a trace spec
         return value
 
     @field_validator("fail_rate")
@@ -102,11 +105,14 @@ class InjectConfig(_Section):
     @property
     def active(self) -> bool:
         """True when it injects anything: a latency that is not always 0, or failures."""
-        if self.fail_rate > 0:
-            return True
-        from rlrm.engine.rewards.inject import latency_dist
+        return self.fail_rate > 0 or self.latency_dist() is not None
 
-        return latency_dist(self) is not None
+    def latency_dist(self) -> LatencyDist | None:
+        """The latency distribution with `scale` applied, or None when it injects none."""
+        if self.latency is None:
+            return None
+        dist = parse_latency(self.latency).scaled(self.scale)
+        return None if dist.is_zero else dist
 
 
 class RewardConfig(_Section):

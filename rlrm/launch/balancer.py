@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 
-from rlrm.engine.rewards.errors import BadRequest, RequestTimeout, TransientError
+from rlrm.reward_errors import BadRequest, RequestTimeout, TransientError
 
 
 class ReplicaBalancer:

@@ -5,16 +5,19 @@ Imports nothing heavy (pydantic only), like the profile schema.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlrm.config.reward import RewardConfig
+from rlrm.config.reward import LegacyDtype, RewardConfig
 
-LegacyDtype = Literal["bf16", "fp16", "fp32"]
 LoopDtype = Literal["fp32", "bf16"]
-ALL_LEGACY_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
-ALL_LOOP_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+Truncation = Literal["keep-end", "keep-start"]
+Device = Literal["cpu", "cuda"]
+ALL_LEGACY_DTYPES: tuple[str, ...] = get_args(LegacyDtype)
+ALL_LOOP_DTYPES: tuple[str, ...] = get_args(LoopDtype)
+TRUNCATIONS: tuple[str, ...] = get_args(Truncation)
+DEVICES: tuple[str, ...] = get_args(Device)
 
 
 class ParityConfig(BaseModel):
@@ -28,11 +31,11 @@ class ParityConfig(BaseModel):
     max_tokens_per_batch: int | None = Field(None, gt=0, description="Legacy token budget per forward (dynamic batch size).")
     rmpad: bool = Field(False, description="Legacy padding-free forward.")
     max_length: int = Field(512, gt=0, description="Longest conversation scored, in reward-model tokens.")
-    truncation: Literal["keep-end", "keep-start"] = Field(
+    truncation: Truncation = Field(
         "keep-end", description="Legacy truncation: keep-end (as the reward loop) or keep-start (as verl's legacy worker)."
     )
     template: str | None = Field(None, description="Chat template used instead of the tokenizer's (both paths).")
-    device: Literal["cpu", "cuda"] = Field("cpu", description="Where the legacy ranks run.")
+    device: Device = Field("cpu", description="Where the legacy ranks run.")
     threads: int = Field(0, ge=0, description="torch threads per legacy rank (0: cores / world size).")
     addresses: list[str] = Field(default_factory=list, description="Score the loop side with these running servers.")
     atol: float = Field(ge=0)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.errors import DataError
+from rlrm.parity.config import TRUNCATIONS
 
 REQUIRED_FIELDS = ("prompt", "response", "group_id")
-TRUNCATIONS = ("keep-end", "keep-start")
 
 
 @dataclass(frozen=True)

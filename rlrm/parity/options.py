@@ -1,18 +1,24 @@
 """From command-line options to a checked ParityConfig and the samples to score.
 
-    opts = ParityOptions(profile="tiny-disrm", samples=16, n=8)
+    opts = ParityOptions.of(arguments)        # the `rlrm parity disrm` command's arguments, by name
     profile = load_parity_profile(opts)
     cfg = build_config(opts, profile)         # the reward model is checked here, before anything starts
     samples = build_samples(opts, profile)    # the profile's policy on its dataset, or --input
 
-Every problem is an RlrmError with one clear line.
+Each option is declared once, with its flag, default and help, in the command's signature
+(`rlrm/cli/parity.py`); this record carries them by the same names, and the choices an option
+accepts are the `Literal`s of `rlrm.parity.config`. Every problem is an RlrmError with one clear line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from rlrm.config.loader import load_profile
+from rlrm.config.schema import Profile
+from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.errors import ConfigError, ModelError
 from rlrm.parity.compare import (
     DEFAULT_ATOL,
@@ -21,48 +27,51 @@ from rlrm.parity.compare import (
     DEFAULT_MIN_SPEARMAN,
     DEFAULT_RTOL,
 )
-from rlrm.parity.config import ALL_LEGACY_DTYPES, ALL_LOOP_DTYPES, ParityConfig
+from rlrm.parity.config import ALL_LEGACY_DTYPES, ALL_LOOP_DTYPES, DEVICES, TRUNCATIONS, ParityConfig
+from rlrm.parity.inputs import generate_samples, read_samples
 
 DEFAULT_PROFILE = "tiny-disrm"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class ParityOptions:
     """What `rlrm parity disrm` was asked (see its --help for each option)."""
 
-    profile: str | None = None
-    overrides: list[str] = field(default_factory=list)
-    model: str | None = None
-    input: Path | None = None
-    samples: int = 16
-    n: int | None = None
-    seed: int = 0
-    legacy_dtype: str = "bf16"
-    loop_dtype: str = "fp32"
-    matrix: bool = False
-    world_size: int = 1
-    micro_batch_size: int = 8
-    max_tokens_per_batch: int | None = None
-    rmpad: bool = False
-    max_length: int | None = None
-    truncation: str = "keep-end"
-    template: Path | None = None
-    device: str = "auto"
-    threads: int = 0
-    addresses: list[str] = field(default_factory=list)
-    atol: float | None = None  # None: the default tolerances (rlrm.parity.compare)
-    rtol: float | None = None
-    max_outside_frac: float | None = None
-    min_spearman: float | None = None
-    max_rank_flips: int | None = None
-    score_offset: int = 0
+    profile: str | None
+    overrides: list[str]
+    model: str | None
+    input: Path | None
+    samples: int
+    n: int | None
+    seed: int
+    legacy_dtype: str
+    loop_dtype: str
+    matrix: bool
+    world_size: int
+    micro_batch_size: int
+    max_tokens_per_batch: int | None
+    rmpad: bool
+    max_length: int | None
+    truncation: str
+    template: Path | None
+    device: str
+    threads: int
+    addresses: list[str]
+    atol: float | None  # None: the default tolerances (rlrm.parity.compare)
+    rtol: float | None
+    max_outside_frac: float | None
+    min_spearman: float | None
+    max_rank_flips: int | None
+    score_offset: int
+
+    @classmethod
+    def of(cls, arguments: dict) -> ParityOptions:
+        """The options among a command's `arguments` (name -> value; other names are left out)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
 
 def load_parity_profile(opts: ParityOptions):
     """The profile, when one is needed (to generate samples or to name the reward model) or named."""
-    from rlrm.config.loader import load_profile
-    from rlrm.config.schema import Profile
-
     if opts.profile is None and opts.input is not None and opts.model is not None:
         if opts.overrides:
             raise ConfigError("--set changes a profile: name one with --profile")
@@ -72,13 +81,10 @@ def load_parity_profile(opts: ParityOptions):
 
 def build_config(opts: ParityOptions, profile) -> ParityConfig:
     """Check every option and the reward model; nothing is started here."""
-    from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.parity.workers import check_world_size
-
     _check_choice("--legacy-dtype", opts.legacy_dtype, ALL_LEGACY_DTYPES)
     _check_choice("--loop-dtype", opts.loop_dtype, ALL_LOOP_DTYPES)
-    _check_choice("--legacy-truncation", opts.truncation, ("keep-end", "keep-start"))
-    _check_choice("--device", opts.device, ("auto", "cpu", "cuda"))
+    _check_choice("--legacy-truncation", opts.truncation, TRUNCATIONS)
+    _check_choice("--device", opts.device, ("auto", *DEVICES))
     if opts.matrix and opts.addresses:
         raise ConfigError("--address servers have one dtype each; --matrix needs rlrm to start them (drop one of the two)")
     name = opts.model or profile.reward.server.model
@@ -109,8 +115,6 @@ def build_config(opts: ParityOptions, profile) -> ParityConfig:
 
 def build_samples(opts: ParityOptions, profile) -> list:
     """--input's rows, or `samples` prompts x `n` responses of the profile's policy."""
-    from rlrm.parity.inputs import generate_samples, read_samples
-
     if opts.input is not None:
         return read_samples(opts.input)
     return generate_samples(profile, opts.samples, opts.n or profile.rollout.n, opts.seed)

@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlrm.engine.rewards.legacy.config import LegacyConfig
+from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
 from rlrm.errors import ModelError
+from rlrm.parity.compare import compare, verdict
 from rlrm.parity.config import ParityConfig
-from rlrm.parity.inputs import Encoded, ParitySample
+from rlrm.parity.inputs import Encoded, ParitySample, encode_samples
+from rlrm.parity.loop import loop_reward_config, score_with_loop
 
 
 @dataclass
@@ -63,8 +67,6 @@ def load_rm_tokenizer(path: str, template: str | None = None):
 
 def run_parity(cfg: ParityConfig, samples: list[ParitySample], log: Callable[[str], None] = lambda _: None) -> list[Cell]:
     """Score `samples` both ways in every requested dtype and compare every (legacy, loop) pair."""
-    from rlrm.parity.inputs import encode_samples
-
     tokenizer = load_rm_tokenizer(cfg.model, cfg.template)
     encoded = encode_samples(tokenizer, samples, cfg.max_length, cfg.truncation)
     legacy = {}
@@ -79,9 +81,6 @@ def run_parity(cfg: ParityConfig, samples: list[ParitySample], log: Callable[[st
 
 
 def _score_legacy(cfg: ParityConfig, dtype: str, encoded: Encoded, pad_token_id: int) -> PathScores:
-    from rlrm.parity.legacy import LegacyConfig
-    from rlrm.parity.workers import LegacyWorkerGroup
-
     legacy_cfg = LegacyConfig(
         model_path=cfg.model, dtype=dtype, world_size=cfg.world_size, micro_batch_size=cfg.micro_batch_size,
         max_tokens_per_batch=cfg.max_tokens_per_batch, rmpad=cfg.rmpad, device=cfg.device, pad_token_id=pad_token_id,
@@ -96,16 +95,12 @@ def _score_legacy(cfg: ParityConfig, dtype: str, encoded: Encoded, pad_token_id:
 
 
 def _score_loop(cfg: ParityConfig, dtype: str, samples: list[ParitySample], tokenizer) -> PathScores:
-    from rlrm.parity.loop import loop_reward_config, score_with_loop
-
     reward_cfg = loop_reward_config(cfg.reward, cfg.model, dtype, cfg.max_length, cfg.addresses)
     out = score_with_loop(samples, reward_cfg, tokenizer if cfg.template is not None else None)
     return PathScores(out.scores.astype(np.float64), out.seconds, out.truncated, out.errors)
 
 
 def _cell(cfg: ParityConfig, samples, encoded: Encoded, legacy_dtype: str, legacy: PathScores, loop_dtype: str, loop: PathScores) -> Cell:
-    from rlrm.parity.compare import compare, verdict
-
     tol = cfg.tolerances()
     cmp = compare(legacy.scores, loop.scores, [s.group_id for s in samples], tol, cfg.adv_eps, cfg.norm_adv_by_std)
     passed, reasons = verdict(cmp.summary, tol)

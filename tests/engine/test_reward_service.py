@@ -83,7 +83,7 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
             before = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(4)))
             service.pool.servers[0].kill()
             async def with_retries(attempts=5):  # as the reward loop does: the router may still pick the dead one
-                from rlrm.engine.rewards.errors import TransientError
+                from rlrm.reward_errors import TransientError
 
                 for i in range(attempts):
                     try:

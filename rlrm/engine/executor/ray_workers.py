@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
+from rlrm import reward_errors
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards import errors as reward_errors
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 
 _ERRORS = {cls.__name__: cls for cls in (

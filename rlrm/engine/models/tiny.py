@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
+from rlrm.engine.models.sft import fixed_threads
 from rlrm.errors import ModelError
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
@@ -121,7 +122,6 @@ def summary(name: str, path: Path) -> str:
 
 
 def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
-    import torch
     from transformers.utils import logging as hf_logging
 
     from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
@@ -129,14 +129,10 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
     hf_logging.disable_progress_bar()
 
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # fixed, so the build's float reductions and thus weights are reproducible
-    try:
+    with fixed_threads(2):  # so the build's float reductions and thus weights are reproducible
         tokenizer = build_tokenizer(seed)
         model = new_policy(tokenizer, seed)
         accuracy = warm_start(model, tokenizer, seed, log)
-    finally:
-        torch.set_num_threads(threads)
     dest.mkdir(parents=True)
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)

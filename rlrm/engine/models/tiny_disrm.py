@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from rlrm.engine.models.sft import chat_prompt, fixed_threads, optimizer_step, pad_answers, right_pad, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
     auc_report,
@@ -89,9 +90,7 @@ def build_disrm(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    with fixed_threads(THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -104,15 +103,7 @@ def build_disrm(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
         model = new_classifier(policy, tokenizer, recipe.layers)
         train_classifier(model, policy.model.norm, tokenizer, train, mistakes, recipe, rng, log)
         metrics = auc_report(score(model, tokenizer, test), test)
-    finally:
-        torch.set_num_threads(threads)
-
-    dest.mkdir(parents=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    out = {k: round(v, 4) for k, v in metrics.items()}
-    out["build_s"] = round(time.perf_counter() - start, 1)
-    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out = save_build(dest, model, tokenizer, metrics, start)
     log(
         f"tiny disrm: held-out AUC {out['auc']:.3f} (policy samples {out['auc_policy_samples']:.3f}, "
         f"near misses {out['auc_near_misses']:.3f}), {out['build_s']} s"
@@ -132,7 +123,7 @@ def teach_arithmetic(lm, tokenizer, train: list, recipe: DisRMRecipe, rng: rando
         items = [right_response(ex, rng, recipe.odd_share) for ex in rng.sample(train, 32)]
         ids, mask, labels = _lm_batch(tokenizer, items)
         loss = lm(input_ids=ids, attention_mask=mask, labels=labels).loss
-        _step(optimizer, loss, lm, step, recipe.arithmetic_steps, recipe.warmup_steps)
+        optimizer_step(optimizer, loss, step, recipe.arithmetic_steps, recipe.warmup_steps)
         if (step + 1) % 100 == 0:
             log(f"  disrm arithmetic step {step + 1}/{recipe.arithmetic_steps}  loss {loss.item():.3f}")
     lm.eval()
@@ -140,22 +131,12 @@ def teach_arithmetic(lm, tokenizer, train: list, recipe: DisRMRecipe, rng: rando
 
 def _lm_batch(tokenizer, items: list[Labelled]):
     """Right-padded prompt + response ids, mask, and labels on the response (final line only when the equation is off)."""
-    import torch
-
-    rows = []
+    pairs, firsts = [], []
     for ex, response, _, _ in items:
-        prompt = tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
         answer = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append((list(prompt), answer, _scored_from(tokenizer, response, ex, answer)))
-    width = max(len(p) + len(a) for p, a, _ in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full_like(ids, -100)
-    mask = torch.zeros_like(ids)
-    for i, (prompt, answer, first) in enumerate(rows):
-        end = len(prompt) + len(answer)
-        ids[i, :end] = torch.tensor(prompt + answer)
-        labels[i, len(prompt) + first : end] = torch.tensor(answer[first:])
-        mask[i, :end] = 1
+        pairs.append((chat_prompt(tokenizer, ex.prompt), answer))
+        firsts.append(_scored_from(tokenizer, response, ex, answer))
+    ids, labels, mask = pad_answers(pairs, tokenizer.pad_token_id, firsts)
     return ids, mask, labels
 
 
@@ -165,18 +146,6 @@ def _scored_from(tokenizer, response: str, ex, answer_ids: list[int]) -> int:
         return 0
     marker = tokenizer.convert_tokens_to_ids("####")
     return answer_ids.index(marker) if marker in answer_ids else len(answer_ids)
-
-
-def _step(optimizer, loss, model, step: int, total: int, warmup: int) -> None:
-    """Backward, clip to 1, linear warm-up then linear decay to 10% of each group's base lr."""
-    import torch
-
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
-    for group in optimizer.param_groups:
-        group["lr"] = group["base_lr"] * min(1.0, (step + 1) / warmup) * (1.0 - 0.9 * step / total)
-    optimizer.step()
 
 
 # --- phase 2: the classifier -----------------------------------------------------------------
@@ -224,7 +193,7 @@ def train_classifier(model, lm_norm, tokenizer, train: list, mistakes: list[Labe
             targets = _lm_targets(tokenizer, items, ids, padded)
             lm_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets[:, 1:].flatten(), ignore_index=-100)
             loss = loss + recipe.lm_weight * lm_loss
-        _step(optimizer, loss, model, step, recipe.steps, recipe.warmup_steps)
+        optimizer_step(optimizer, loss, step, recipe.steps, recipe.warmup_steps)
         if (step + 1) % 100 == 0:
             log(f"  disrm classifier step {step + 1}/{recipe.steps}  loss {loss.item():.3f}")
     model.eval()
@@ -267,12 +236,7 @@ def _forward(model, sequences: list[list[int]], pad_id: int, with_body: bool = F
     """Scores pooled at each sequence's last token, right-padded as the server pads; optionally layer 2's output."""
     import torch
 
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(sequences):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
+    ids, mask = right_pad(sequences, pad_id)
     out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=with_body)
     last = mask.sum(1) - 1
     scores = model.score(out.last_hidden_state[torch.arange(len(sequences)), last])[:, 0]  # [b]

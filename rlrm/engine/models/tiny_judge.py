@@ -10,7 +10,7 @@ reference's, each pair checked, e.g. "2-1 wrong 0-9 wrong\\nScore: 0" (20 agains
 "1-1 correct 9-9 correct\\nScore: 10". The tiny-genrm profile uses this template,
 `verdict: score` and `max_score: 10`.
 
-Why this shape (measured, see FEASIBILITY.md and tiny_disrm.py):
+Why this shape (measured on 2 cores; the DisRM's measurements are in tiny_disrm.py):
 - A judge that must give the verdict at once stays at AUC ~0.5: the comparison has to happen in
   the verdict token's single forward pass, which is too deep for 2 layers. Writing the working
   out first turns it into copying (easy) plus a comparison of two adjacent numbers.
@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from rlrm.engine.models.sft import chat_prompt, fine_tune, fixed_threads, generate, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
     auc_report,
@@ -42,6 +43,8 @@ from rlrm.engine.models.tiny_pairs import (
     sample_policy,
     wrong_response,
 )
+from rlrm.engine.rewards import genrm
+from rlrm.engine.rewards.base import RewardSample
 
 JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -78,9 +81,7 @@ class JudgeRecipe:
 
 def parse_verdict(text: str) -> float | None:
     """The judge's verdict as the GenRM client reads it: the last 'Score: N' / MAX_SCORE, or None."""
-    from rlrm.engine.rewards.genrm import parse_verdict as _parse
-
-    return _parse(text, VERDICT, MAX_SCORE)
+    return genrm.parse_verdict(text, VERDICT, MAX_SCORE)
 
 
 def judge_answer(response: str, reference: str) -> str:
@@ -99,9 +100,9 @@ def judge_answer(response: str, reference: str) -> str:
 
 
 def judge_messages(ex, response: str) -> list[dict]:
-    """The judge's conversation for one (problem, response), filled in as the GenRM client does."""
-    question = ex.extra_info.get("question") or ex.prompt[-1]["content"]
-    return [{"role": "user", "content": JUDGE_TEMPLATE.format(question=question, response=response, reference=ex.ground_truth)}]
+    """The judge's conversation for one (problem, response), exactly as the GenRM client sends it."""
+    sample = RewardSample(ex.uid, 0, ex.data_source, ex.prompt, response, ex.ground_truth, ex.extra_info)
+    return genrm.judge_messages(JUDGE_TEMPLATE, sample)
 
 
 def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: Path, recipe: JudgeRecipe = JudgeRecipe()) -> dict:
@@ -117,9 +118,7 @@ def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    with fixed_threads(THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -133,61 +132,22 @@ def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
         metrics = auc_report(scores, test)
         metrics["verdict_accuracy"] = sum(v is not None and round(v) == p.label for v, p in zip(verdicts, test)) / len(test)
         metrics["parsed"] = sum(v is not None for v in verdicts) / len(test)
-    finally:
-        torch.set_num_threads(threads)
-
-    dest.mkdir(parents=True)
-    model.save_pretrained(dest)
-    tokenizer.save_pretrained(dest)
-    out = {k: round(v, 4) for k, v in metrics.items()}
-    out["build_s"] = round(time.perf_counter() - start, 1)
-    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out = save_build(dest, model, tokenizer, metrics, start)
     log(f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, {out['build_s']} s")
     return out
 
 
 def _fine_tune(model, tokenizer, train: list[Labelled], recipe: JudgeRecipe, rng: random.Random, log) -> None:
     """Supervised steps on (judge prompt, working + verdict), loss on the answer only."""
-    import torch
-
     eos = tokenizer.eos_token_id
-    sequences = []
+    pairs = []
     for ex, response, _, _ in train:
-        messages = judge_messages(ex, response)
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         answer = tokenizer(judge_answer(response, ex.ground_truth), add_special_tokens=False)["input_ids"] + [eos]
-        sequences.append((list(prompt), answer))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
-    model.train()
-    for step in range(recipe.steps):
-        batch = [sequences[i] for i in rng.sample(range(len(sequences)), recipe.batch)]
-        input_ids, labels, mask = _pad_batch(batch, tokenizer.pad_token_id)
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for group in optimizer.param_groups:  # warm up, then linear decay to 10%
-            group["lr"] = recipe.lr * min(1.0, (step + 1) / recipe.warmup_steps) * (1.0 - 0.9 * step / recipe.steps)
-        optimizer.step()
-        if (step + 1) % 100 == 0:
-            log(f"  judge step {step + 1}/{recipe.steps}  loss {loss.item():.3f}")
-    model.eval()
-
-
-def _pad_batch(batch, pad_id: int):
-    """Right-padded ids, labels on the answer only (-100 elsewhere), attention mask."""
-    import torch
-
-    width = max(len(p) + len(a) for p, a in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (prompt, answer) in enumerate(batch):
-        seq = prompt + answer
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        labels[i, len(prompt) : len(seq)] = torch.tensor(answer)
-        mask[i, : len(seq)] = 1
-    return input_ids, labels, mask
+        pairs.append((chat_prompt(tokenizer, judge_messages(ex, response)), answer))
+    fine_tune(
+        model, pairs, steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, pad_id=tokenizer.pad_token_id, rng=rng,
+        log=log, label="judge", warmup=recipe.warmup_steps,
+    )
 
 
 def judge_all(model, tokenizer, pairs: list[Labelled]) -> tuple[list[float], list[float | None]]:
@@ -204,17 +164,10 @@ def judge_all(model, tokenizer, pairs: list[Labelled]) -> tuple[list[float], lis
 def _judge(model, tokenizer, conversations: list[list[dict]]) -> tuple[list[float], list[float | None]]:
     import torch
 
-    prompts = [
-        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=True, return_dict=False) for c in conversations
-    ]
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
-    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
-            output_scores=True, return_dict_in_generate=True,
-        )
+    out, width = generate(
+        model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, output_scores=True,
+        return_dict_in_generate=True,
+    )
     new = out.sequences[:, width:]
     # The verdict digit follows the tokens of "Score: "; "10" starts with "1", "0" is "0".
     marker = tokenizer("Score: ", add_special_tokens=False)["input_ids"]

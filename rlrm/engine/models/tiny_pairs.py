@@ -16,6 +16,7 @@ import random
 from typing import NamedTuple
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+from rlrm.engine.models.sft import generate
 
 MAX_VALUE = 20  # operands up to 20, as in the default synthetic data (tiny-rule uses up to 10)
 DATA_SEED_BASE = 4242  # problems differ from the policy's warm start (987) and the profiles' (1234)
@@ -91,24 +92,15 @@ def _evaluate(parts: list[str]) -> int:
 
 def sample_policy(model, tokenizer, examples: list, per_problem: int, batch: int = 64) -> list[Labelled]:
     """The policy's sampled responses (temperature 1, as in RL), labelled by the strict GSM8K rule."""
-    import torch
-
     from rlrm.engine.rewards.gsm8k import compute_score
 
     out = []
     for start in range(0, len(examples), batch):
         chunk = examples[start : start + batch]
-        prompts = [
-            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False) for ex in chunk
-        ]
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompts])  # left-padded
-        mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
-        with torch.no_grad():
-            generated = model.generate(
-                input_ids=ids.repeat_interleave(per_problem, 0), attention_mask=mask.repeat_interleave(per_problem, 0),
-                do_sample=True, temperature=SAMPLE_TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=SAMPLE_MAX_NEW_TOKENS,
-            )
+        generated, width = generate(
+            model, tokenizer, [ex.prompt for ex in chunk], repeat=per_problem, do_sample=True,
+            temperature=SAMPLE_TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=SAMPLE_MAX_NEW_TOKENS,
+        )
         texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
         for i, text in enumerate(texts):
             ex = chunk[i // per_problem]

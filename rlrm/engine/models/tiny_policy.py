@@ -9,6 +9,7 @@ import random
 from typing import Callable
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+from rlrm.engine.models.sft import chat_prompt, fine_tune, generate
 
 # Qwen2's pre-tokenizer split: digits one by one, words with their leading space.
 QWEN2_SPLIT = (
@@ -103,65 +104,25 @@ def _sft_pairs(tokenizer) -> tuple[list[tuple[list[int], list[int]]], list]:
     train, test = synthetic_splits(SFT_DATA, PROMPT_SUFFIX)
     pairs = []
     for ex in train:
-        prompt = tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
         answer = tokenizer(ex.extra_info["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        pairs.append((list(prompt), answer))
+        pairs.append((chat_prompt(tokenizer, ex.prompt), answer))
     return pairs, test
 
 
 def warm_start(model, tokenizer, seed: int, log: Callable[[str], None]) -> float:
     """Supervised steps on worked solutions (loss on the answer only); returns held-out accuracy."""
-    import torch
-
     pairs, test = _sft_pairs(tokenizer)
-    rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LR, weight_decay=0.0)
-    model.train()
-    for step in range(SFT_STEPS):
-        batch = rng.sample(pairs, SFT_BATCH)
-        input_ids, labels, mask = _pad_batch(batch, tokenizer.pad_token_id)
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for group in optimizer.param_groups:  # linear decay to 10%: a stable end point
-            group["lr"] = SFT_LR * (1.0 - 0.9 * step / SFT_STEPS)
-        optimizer.step()
-        if (step + 1) % 50 == 0:
-            log(f"  warm start step {step + 1}/{SFT_STEPS}  loss {loss.item():.3f}")
-    model.eval()
+    fine_tune(
+        model, pairs, steps=SFT_STEPS, batch=SFT_BATCH, lr=SFT_LR, pad_id=tokenizer.pad_token_id,
+        rng=random.Random(seed), log=log, label="warm start", log_every=50,
+    )
     return greedy_accuracy(model, tokenizer, test)
-
-
-def _pad_batch(batch, pad_id: int):
-    import torch
-
-    width = max(len(p) + len(a) for p, a in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (prompt, answer) in enumerate(batch):
-        seq = prompt + answer
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        labels[i, len(prompt) : len(seq)] = torch.tensor(answer)
-        mask[i, : len(seq)] = 1
-    return input_ids, labels, mask
 
 
 def greedy_accuracy(model, tokenizer, examples: list, max_new_tokens: int = 20) -> float:
     """Share of examples whose greedy answer scores 1 under the strict GSM8K rule."""
-    import torch
-
     from rlrm.engine.rewards.gsm8k import compute_score
 
-    prompts = [
-        tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-        for ex in examples
-    ]
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
-    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False)
+    out, width = generate(model, tokenizer, [ex.prompt for ex in examples], max_new_tokens=max_new_tokens, do_sample=False)
     texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     return sum(compute_score(t, ex.ground_truth) for t, ex in zip(texts, examples)) / len(examples)

@@ -12,7 +12,7 @@ import numpy as np
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.engine.rewards.errors import BadRequest, NonFiniteScore
+from rlrm.reward_errors import BadRequest, NonFiniteScore
 
 
 def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:

@@ -6,7 +6,7 @@ import re
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.engine.rewards.errors import UnparsedVerdict
+from rlrm.reward_errors import UnparsedVerdict
 
 _PATTERNS = {
     "score": re.compile(r"Score:\s*(-?\d+(?:\.\d+)?)"),
@@ -28,6 +28,11 @@ def judge_prompt(template: str, sample: RewardSample) -> str:
     return template.format(question=question, response=sample.solution_str, reference=sample.ground_truth)
 
 
+def judge_messages(template: str, sample: RewardSample) -> list[dict]:
+    """The conversation sent to the judge: one user turn holding `judge_prompt`."""
+    return [{"role": "user", "content": judge_prompt(template, sample)}]
+
+
 def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
     """A reward function that asks a served judge."""
     g = cfg.genrm
@@ -35,7 +40,7 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
     async def genrm_reward(sample: RewardSample) -> RewardResult:
         body = {
             "model": cfg.server.model,
-            "messages": [{"role": "user", "content": judge_prompt(g.template, sample)}],
+            "messages": judge_messages(g.template, sample),
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,
         }

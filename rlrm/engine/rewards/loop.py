@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.engine.rewards.errors import RequestTimeout, RewardCallError
 from rlrm.errors import RlrmError
+from rlrm.reward_errors import NonFiniteScore, RequestTimeout, RewardCallError
+from rlrm.stats import quantile
 
 
 class RewardError(RlrmError):
@@ -46,10 +47,10 @@ class RewardStats:
 
     def metrics(self) -> dict[str, float]:
         """reward/* counters (the groups dropped for failed samples are counted by the step: rlrm/engine/step.py)."""
-        lat = sorted(self.latencies_s)
+        lat = self.latencies_s
         return {
-            "reward/latency_p50": _quantile(lat, 0.5),
-            "reward/latency_p99": _quantile(lat, 0.99),
+            "reward/latency_p50": quantile(lat, 0.5) if lat else 0.0,
+            "reward/latency_p99": quantile(lat, 0.99) if lat else 0.0,
             "reward/failures": self.failures,
             "reward/retries": self.retries,
             "reward/timeouts": self.timeouts,
@@ -137,8 +138,6 @@ class RewardLoop:
         except (TypeError, ValueError):
             raise RewardCallError(f"reward function {self.name} gave a non-numeric score {result.score!r} for sample {sample.uid}") from None
         if not math.isfinite(result.score):
-            from rlrm.engine.rewards.errors import NonFiniteScore
-
             raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
         return result
 
@@ -170,9 +169,3 @@ class RewardLoop:
         self.stats.dropped_samples += 1
         return None
 
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return sorted_values[index]

@@ -69,7 +69,7 @@ class RewardService:
 
     async def _start_legacy(self) -> None:
         from rlrm.engine.models.tiny import resolve_model_path
-        from rlrm.engine.rewards.legacy_disrm import LegacyDisRM
+        from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 
         self.model_path = resolve_model_path(self.cfg.server.model)
         self.legacy = LegacyDisRM(self.cfg, self.model_path)

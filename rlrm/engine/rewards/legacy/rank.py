@@ -14,58 +14,25 @@ What verl's legacy `RewardModelWorker` did, and this rank does the same way:
   positions restarting per sequence, so attention never crosses sequences;
 - each score lands on the last valid response token of a token-level tensor in the compute dtype.
 
-This module imports torch: import it inside functions (the parity tool does).
+This module imports torch: import it inside functions (the worker group and the parity tool do).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from rlrm.errors import ModelError
-from rlrm.parity.batching import (
+from rlrm.engine.rewards.legacy.batching import (
     balanced_partitions,
     count_micro_batches,
     expand_to_token_level,
     num_token_micro_batches,
     restore_order,
 )
+from rlrm.engine.rewards.legacy.config import LegacyConfig
+from rlrm.errors import ModelError
 
 LEGACY_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-@dataclass(frozen=True)
-class LegacyConfig:
-    """How the legacy worker group is built and how it batches.
-
-    Attributes:
-        model_path: local folder of the reward model (a sequence classifier with num_labels=1).
-        dtype: parameter/compute dtype of the MixedPrecisionPolicy: bf16, fp16 or fp32.
-        world_size: ranks (processes) sharding the model.
-        micro_batch_size: samples per forward (when `max_tokens_per_batch` is None).
-        max_tokens_per_batch: token budget per forward (dynamic batch size), or None.
-        rmpad: padding-free forward.
-        device: cpu (gloo) or cuda (nccl, one GPU per rank).
-        pad_token_id: id written into padding (masked out; any id works).
-        threads: torch CPU threads per rank (0: the cores divided among the ranks).
-        start_timeout_s: model load + rendezvous deadline, and the deadline of one scoring call.
-        score_offset: debugging only: read the score this many tokens *before* the last valid one
-            (1 reproduces an off-by-one pooling bug; the parity verdict must catch it).
-    """
-
-    model_path: str
-    dtype: str = "bf16"
-    world_size: int = 1
-    micro_batch_size: int = 8
-    max_tokens_per_batch: int | None = None
-    rmpad: bool = False
-    device: str = "cpu"
-    pad_token_id: int = 0
-    threads: int = 0
-    start_timeout_s: float = 600.0
-    score_offset: int = 0
 
 
 class TokenScorer(nn.Module):
@@ -141,7 +108,7 @@ def shard_fsdp2(module: nn.Module, layer_classes: list[str], mesh, dtype: torch.
 class LegacyRank:
     """One rank: the sharded model and the scoring of this rank's share of a batch.
 
-    Needs the default process group to be initialised (see `rlrm.parity.workers`).
+    Needs the default process group to be initialised (see `rlrm.engine.rewards.legacy.workers`).
     """
 
     def __init__(self, cfg: LegacyConfig, rank: int):

@@ -6,7 +6,7 @@
     await scorer.close()
 
 Only for parity runs (`rlrm parity disrm --train-steps`): the same conversation rendering and
-truncation as the served DisRM client, scored by `rlrm.parity`'s FSDP2 worker group in
+truncation as the served DisRM client, scored by the FSDP2 worker group of `workers.py` in
 `reward.disrm.legacy_dtype`, so two trainings differ only in the scoring path. Samples are
 gathered into batches (as the legacy worker scored a whole batch) by an in-process batcher.
 """
@@ -18,7 +18,10 @@ import asyncio
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.errors import BadRequest, NonFiniteScore
+from rlrm.engine.rewards.legacy.config import LegacyConfig
+from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
+from rlrm.launch.batcher import DynamicBatcher
+from rlrm.reward_errors import BadRequest, NonFiniteScore
 
 
 class LegacyDisRM:
@@ -32,10 +35,6 @@ class LegacyDisRM:
         self.__name__ = "legacy_disrm"
 
     async def start(self) -> None:
-        from rlrm.launch.batcher import DynamicBatcher
-        from rlrm.parity.legacy import LegacyConfig
-        from rlrm.parity.workers import LegacyWorkerGroup
-
         d = self.cfg.disrm
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         legacy = LegacyConfig(

@@ -26,8 +26,9 @@ import queue
 import time
 from dataclasses import dataclass, replace
 
+from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.errors import ConfigError, RlrmError
-from rlrm.parity.legacy import LegacyConfig
+from rlrm.launch.ports import free_port
 
 
 class LegacyScorerError(RlrmError):
@@ -85,8 +86,6 @@ class LegacyWorkerGroup:
 
     def start(self) -> None:
         """Load and shard the model on every rank; return when all are ready."""
-        from rlrm.launch.ports import free_port
-
         port = free_port()
         try:
             if not self.spawn:
@@ -179,7 +178,7 @@ def _init_rank(cfg: LegacyConfig, rank: int, port: int):
     import torch
     import torch.distributed as dist
 
-    from rlrm.parity.legacy import LegacyRank
+    from rlrm.engine.rewards.legacy.rank import LegacyRank
 
     if dist.is_initialized():
         raise LegacyScorerError("a torch.distributed process group already exists in this process; score with spawn=True")

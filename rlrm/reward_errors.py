@@ -1,4 +1,8 @@
-"""How a reward call can fail, so the reward loop knows what to retry and what to count."""
+"""How a reward call can fail, so the reward loop knows what to retry and what to count.
+
+At the bottom of the package (beside `rlrm.errors`, importing nothing of rlrm): the reward functions
+in the engine raise these, and so do the HTTP clients in `rlrm.launch` that they call.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,24 @@
+"""Options that several commands share, declared once (Typer's `Annotated` aliases).
+
+    def train(profile: ProfileOption = None, set_: SetOption = [], seed: SeedOption = None): ...
+
+A command gives its own default; where the default folder or seed needs saying, its docstring says it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ProfileOption = Annotated[
+    Optional[str], typer.Option("--profile", "-p", help="Profile name or YAML path (see `rlrm profiles list`).")
+]
+SetOption = Annotated[
+    list[str], typer.Option("--set", help="Override a profile value, e.g. --set actor.lr=2e-4 (repeatable).")
+]
+StepsOption = Annotated[Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)]
+SeedOption = Annotated[Optional[int], typer.Option("--seed", help="Seed: the same seed gives the same numbers.")]
+OutOption = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: a new, timestamped one; the command's help says where).")]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")]

@@ -1,0 +1,156 @@
+"""What the tiny-model recipes share: padding, left-padded generation and the supervised loop.
+
+    ids, labels, mask = pad_answers([(prompt_ids, answer_ids), ...], pad_id)   # loss on the answers only
+    out, width = generate(model, tokenizer, conversations, max_new_tokens=20, do_sample=False)
+    fine_tune(model, pairs, steps=300, batch=32, lr=2e-3, pad_id=pad, rng=rng, log=print, label="warm start")
+    with fixed_threads(2): ...                 # a build whose float reductions repeat
+    metrics = save_build(dest, model, tokenizer, metrics, start)
+
+Used by `tiny_policy.py`, `tiny_judge.py`, `tiny_pairs.py` and `tiny_disrm.py`. The built weights
+depend on every float operation here (the recipes are versioned by `tiny.RECIPE_VERSION`), so a
+change to this file that changes a build must bump that version.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """The ids of `messages` in the tokenizer's chat template, ready for the assistant's answer."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def right_pad(sequences: list[list[int]], pad_id: int):
+    """[b, width] ids padded on the right, and the attention mask."""
+    import torch
+
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def pad_answers(pairs: list[tuple[list[int], list[int]]], pad_id: int, scored_from: list[int] | None = None):
+    """Right-padded prompt + answer ids, labels on the answers only (-100 elsewhere), attention mask.
+
+    Args:
+        pairs: (prompt ids, answer ids) per row.
+        pad_id: id written into padding.
+        scored_from: per row, the first answer token the labels cover (default 0: the whole answer).
+
+    Returns:
+        input_ids, labels, mask: each [b, width].
+    """
+    import torch
+
+    input_ids, mask = right_pad([p + a for p, a in pairs], pad_id)
+    labels = torch.full_like(input_ids, -100)
+    for i, (prompt, answer) in enumerate(pairs):
+        first = scored_from[i] if scored_from is not None else 0
+        labels[i, len(prompt) + first : len(prompt) + len(answer)] = torch.tensor(answer[first:])
+    return input_ids, labels, mask
+
+
+def left_pad(prompts: list[list[int]], pad_id: int):
+    """[b, width] ids padded on the left (as generation wants them), and the attention mask."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    return ids, mask
+
+
+def generate(model, tokenizer, conversations: list[list[dict]], repeat: int = 1, **kwargs):
+    """`model.generate` on the chat prompts of `conversations`, left-padded, without gradients.
+
+    Args:
+        repeat: answers per conversation (rows repeated in place: conversation i gives rows i*repeat ...).
+        kwargs: passed to `model.generate` (max_new_tokens, do_sample, ...).
+
+    Returns:
+        (what `model.generate` returns, the prompt width: new tokens start at that column).
+    """
+    import torch
+
+    ids, mask = left_pad([chat_prompt(tokenizer, c) for c in conversations], tokenizer.pad_token_id)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids.repeat_interleave(repeat, 0), attention_mask=mask.repeat_interleave(repeat, 0), **kwargs)
+    return out, ids.shape[1]
+
+
+def optimizer_step(optimizer, loss, step: int, total: int, warmup: int = 0) -> None:
+    """Backward, clip to 1, then the step at each group's `base_lr` warmed up linearly over `warmup`
+    steps (0: none) and decayed linearly to 10% at `total` (a stable end point)."""
+    import torch
+
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
+    for group in optimizer.param_groups:
+        warm = min(1.0, (step + 1) / warmup) if warmup else 1.0
+        group["lr"] = group["base_lr"] * warm * (1.0 - 0.9 * step / total)
+    optimizer.step()
+
+
+def fine_tune(
+    model,
+    pairs: list[tuple[list[int], list[int]]],
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    pad_id: int,
+    rng: random.Random,
+    log: Callable[[str], None],
+    label: str,
+    warmup: int = 0,
+    log_every: int = 100,
+) -> None:
+    """Supervised steps on (prompt ids, answer ids) pairs drawn by `rng`, loss on the answers only
+    (AdamW without weight decay, see `optimizer_step` for the schedule); leaves `model` in eval mode."""
+    import torch
+
+    optimizer = torch.optim.AdamW([{"params": list(model.parameters()), "base_lr": lr}], lr=lr, weight_decay=0.0)
+    model.train()
+    for step in range(steps):
+        input_ids, labels, mask = pad_answers(rng.sample(pairs, batch), pad_id)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        optimizer_step(optimizer, loss, step, steps, warmup)
+        if (step + 1) % log_every == 0:
+            log(f"  {label} step {step + 1}/{steps}  loss {loss.item():.3f}")
+    model.eval()
+
+
+@contextmanager
+def fixed_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads fixed to `threads` inside, restored after: a build's float reductions,
+    and so its weights, then repeat for a seed."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def save_build(dest: Path, model, tokenizer, metrics: dict[str, float], start: float) -> dict:
+    """Save `model` and `tokenizer` into `dest` (created; must not exist); returns `metrics` rounded to
+    4 places, with `build_s` (since `start`, a perf_counter time) and `parameters`."""
+    dest.mkdir(parents=True)
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    out = {k: round(v, 4) for k, v in metrics.items()}
+    out["build_s"] = round(time.perf_counter() - start, 1)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    return out
