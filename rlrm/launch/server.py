@@ -58,7 +58,7 @@ def create_app(cfg: ServerConfig):
 
     @app.exception_handler(RequestError)
     async def on_request_error(request, exc: RequestError):
-        kind = "overloaded" if exc.status == 503 else "invalid_request_error"
+        kind = {503: "overloaded", 500: "server_error"}.get(exc.status, "invalid_request_error")
         return _error(exc.status, str(exc), kind, exc.headers)
 
     @app.exception_handler(RequestValidationError)
