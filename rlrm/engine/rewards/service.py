@@ -26,6 +26,7 @@ class RewardService:
         self.loop: RewardLoop | None = None
         self.workers = None  # Ray reward workers, with executor: ray
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
+        self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
         self._supervisor: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -47,12 +48,13 @@ class RewardService:
         from rlrm.launch.pool import ServerPool
 
         server = self.cfg.server
+        self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
         urls = list(server.addresses)
         if not urls:
             self.pool = ServerPool(
                 self.model_path, role=kind, replicas=server.replicas, threads=server.threads, dtype=server.dtype,
-                max_batch=server.max_batch, api_key=server.api_key,
+                max_batch=server.max_batch, api_key=self.api_key,
             )
             await asyncio.to_thread(self.pool.start, server.start_timeout_s)
             self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
@@ -63,7 +65,7 @@ class RewardService:
             self.router = sglang_router(urls)
             await asyncio.to_thread(self.router.start)
             urls = [self.router.url]
-        self.balancer = ReplicaBalancer(urls, api_key=server.api_key)
+        self.balancer = ReplicaBalancer(urls, api_key=self.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
         await self.sleep()  # colocated: asleep until the first scoring
 
@@ -113,7 +115,7 @@ class RewardService:
         if self.cfg.executor == "ray":
             from rlrm.engine.executor.ray_workers import RayRewardWorkers
 
-            self.workers = RayRewardWorkers(self.cfg, urls, model_path)
+            self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()
             return self.workers.score
         return build_reward_fn(self.cfg, self.balancer, model_path)
