@@ -40,8 +40,10 @@ def server(
     from rlrm.errors import ConfigError
     from rlrm.launch.auth import key_from_env
     from rlrm.launch.backends import ROLES, ServerConfig
+    from rlrm.launch.ports import check_port, ensure_port_free
     from rlrm.launch.server import serve
 
+    check_port(port)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
     if backend != "embedded":
@@ -50,6 +52,7 @@ def server(
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
     cfg = ServerConfig(
         model_path=resolve_model_path(model), role=role, dtype=dtype, max_batch=max_batch, max_queue=max_queue,
         api_key=api_key, served_model_name=served_model_name or model,
