@@ -98,7 +98,9 @@ class ReplicaBalancer:
             await asyncio.sleep(self.probe_interval_s)
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Return when every replica answers /health (readiness), else raise TransientError."""
+        """Return when every replica answers /health (readiness), else raise ServerStartError (one line for the user)."""
+        from rlrm.launch.process import ServerStartError
+
         deadline = time.monotonic() + timeout_s
         while True:
             states = [await self._get_ok(url) for url in self.urls]
@@ -106,7 +108,7 @@ class ReplicaBalancer:
                 return
             if time.monotonic() > deadline:
                 down = [u for u, ok in zip(self.urls, states) if not ok]
-                raise TransientError(f"reward servers not healthy after {timeout_s:g} s: {', '.join(down)}")
+                raise ServerStartError(f"reward servers not healthy after {timeout_s:g} s: {', '.join(down)}")
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:

@@ -51,7 +51,11 @@ class RewardService:
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
         urls = list(server.addresses)
-        if not urls:
+        if urls:  # servers someone else runs: healthy, and of the right role, before any training starts
+            from rlrm.launch.health import check_servers
+
+            await check_servers(urls, kind, self.api_key, server.model, server.start_timeout_s, self.cfg.timeout_s)
+        else:
             self.pool = ServerPool(
                 self.model_path, role=kind, replicas=server.replicas, threads=server.threads, dtype=server.dtype,
                 max_batch=server.max_batch, api_key=self.api_key,
