@@ -27,6 +27,7 @@ class RewardService:
         self.workers = None  # Ray reward workers, with executor: ray
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
+        self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
         self._supervisor: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -37,7 +38,8 @@ class RewardService:
                 await self._start_legacy()
             elif kind is not None:
                 await self._start_servers(kind)
-            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed)
+            counters = self.router_counters.take if self.router_counters is not None else None
+            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed, counters=counters)
         except BaseException:
             await self.close()  # whatever was started is stopped again
             raise
@@ -64,13 +66,16 @@ class RewardService:
             self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
             urls = self.pool.urls
         if self._use_sglang_router(kind):
-            from rlrm.launch.router import sglang_router
+            from rlrm.launch.router import RouterCounters, sglang_router
 
             self.router = sglang_router(urls)
             await asyncio.to_thread(self.router.start)
             urls = [self.router.url]
+            self.router_counters = RouterCounters(self.router.metrics_url)
         self.balancer = ReplicaBalancer(urls, api_key=self.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
+        if self.router_counters is not None:
+            await asyncio.to_thread(self.router_counters.take)  # from here on: what the run's requests cost
         await self.sleep()  # colocated: asleep until the first scoring
 
     async def _start_legacy(self) -> None:
