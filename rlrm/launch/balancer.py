@@ -20,6 +20,12 @@ import time
 
 from rlrm.engine.rewards.errors import BadRequest, RequestTimeout, TransientError
 
+# Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
+# (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have
+# read a server's close yet when it reuses the connection: every such request failed ("Server disconnected")
+# and was retried, all at once after each idle gap (measured: bursts of 38-256 retries on a tiny-disrm run).
+KEEPALIVE_S = 4.0
+
 
 class ReplicaBalancer:
     def __init__(self, urls: list[str], api_key: str | None = None, probe_interval_s: float = 0.5):
@@ -82,7 +88,8 @@ class ReplicaBalancer:
         import aiohttp
 
         if self._client is None:
-            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))  # no cap: the loop bounds concurrency
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)  # no cap: the loop bounds concurrency
+            self._client = aiohttp.ClientSession(connector=connector)
         return self._client
 
     def _mark_down(self, url: str) -> None:

@@ -122,6 +122,12 @@ def _validation_message(exc) -> str:
     return f"{loc}: {err['msg']}"
 
 
+# Idle connections stay open this long (uvicorn's default is 5 s): longer than clients keep them in their
+# pools (aiohttp 15 s, httpx 5 s, the SGLang router's reqwest 90 s), so a client never reuses a connection
+# the server has just closed, a request that would fail and be retried.
+KEEPALIVE_S = 120
+
+
 def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
     """Run the server in the foreground until interrupted."""
     import uvicorn
@@ -130,7 +136,7 @@ def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 
     ensure_port_free(host, port)
     app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEPALIVE_S)
 
 
 def main(argv: list[str] | None = None) -> None:
