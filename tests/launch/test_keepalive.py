@@ -10,7 +10,6 @@ DisRM replica restart; it came without any restart too.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 
@@ -61,11 +60,16 @@ def test_the_balancer_drops_connections_idle_longer_than_servers_keep_them():
 
 
 def test_the_embedded_server_keeps_an_idle_connection_open(random_disrm_path):
-    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    import http.client
+
     with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])) as server:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            sock.sendall(request)
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            conn.request("GET", "/health")
+            assert conn.getresponse().read() == b"ok"
+            sock = conn.sock
             time.sleep(5.5)  # longer than uvicorn's default keep-alive (5 s)
-            sock.sendall(request)  # the same connection, still open: served
-            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            conn.request("GET", "/health")  # before the fix: RemoteDisconnected, the server had closed it
+            assert conn.getresponse().read() == b"ok" and conn.sock is sock  # served on the same connection
+        finally:
+            conn.close()
