@@ -21,7 +21,15 @@ def server(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
     max_batch: Annotated[int, typer.Option(help="Most requests in one batched forward.", min=1)] = 64,
     max_queue: Annotated[int, typer.Option(help="Queued requests beyond which the server answers 503.", min=1)] = 1024,
-    api_key: Annotated[Optional[str], typer.Option(envvar="RLRM_API_KEY", help="Require 'Authorization: Bearer KEY'.")] = None,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option(
+            envvar="RLRM_API_KEY",
+            help="Require 'Authorization: Bearer KEY'. On a command line every local user can read it (ps): "
+            "prefer RLRM_API_KEY or --api-key-env.",
+        ),
+    ] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Read the API key from this environment variable.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Name reported by /v1/models.")] = None,
     backend: Annotated[str, typer.Option(help="embedded (transformers), vllm or sglang.")] = "embedded",
     start_timeout: Annotated[float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")] = 600.0,
@@ -30,15 +38,21 @@ def server(
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import ConfigError
+    from rlrm.launch.auth import key_from_env
     from rlrm.launch.backends import ROLES, ServerConfig
+    from rlrm.launch.ports import check_port, ensure_port_free
     from rlrm.launch.server import serve
 
+    check_port(port)
+    if api_key_env:
+        api_key = key_from_env(api_key_env, "--api-key-env")
     if backend != "embedded":
         return _external(backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run)
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
     cfg = ServerConfig(
         model_path=resolve_model_path(model), role=role, dtype=dtype, max_batch=max_batch, max_queue=max_queue,
         api_key=api_key, served_model_name=served_model_name or model,
@@ -52,7 +66,7 @@ def _external(backend, model, role, host, port, dtype, max_batch, api_key, serve
     import shlex
     import time
 
-    from rlrm.launch.engines import engine_argv, require_backend
+    from rlrm.launch.engines import engine_argv, engine_env, require_backend
     from rlrm.launch.ports import ensure_port_free
     from rlrm.launch.process import ServerProcess
 
@@ -62,7 +76,7 @@ def _external(backend, model, role, host, port, dtype, max_batch, api_key, serve
         return
     require_backend(backend)
     ensure_port_free(host, port)
-    server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout)
+    server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=engine_env(backend, api_key))
     try:
         server.start()
         typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")

@@ -43,6 +43,7 @@ class CausalLMBackend:
         self.tokenizer = load_tokenizer(cfg.model_path)
         model = load_causal_lm(cfg.model_path, cfg.dtype, device)
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.vocab_size = model.get_input_embeddings().num_embeddings  # token ids must be below it
         self.engine = HFRolloutEngine(
             model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch
         )
@@ -84,6 +85,7 @@ class ClassifierBackend:
         self.model = model.to(self.device).eval()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.vocab_size = model.get_input_embeddings().num_embeddings  # token ids must be below it
         self.micro_batch = cfg.max_batch
         self.lock = threading.Lock()  # held for a whole batched forward
         self.batcher = DynamicBatcher(self._forward, max_batch=cfg.max_batch, max_queue=cfg.max_queue)

@@ -20,6 +20,12 @@ import time
 
 from rlrm.reward_errors import BadRequest, RequestTimeout, TransientError
 
+# Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
+# (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have
+# read a server's close yet when it reuses the connection: every such request failed ("Server disconnected")
+# and was retried, all at once after each idle gap (measured: bursts of 38-256 retries on a tiny-disrm run).
+KEEPALIVE_S = 4.0
+
 
 class ReplicaBalancer:
     def __init__(self, urls: list[str], api_key: str | None = None, probe_interval_s: float = 0.5):
@@ -82,7 +88,8 @@ class ReplicaBalancer:
         import aiohttp
 
         if self._client is None:
-            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))  # no cap: the loop bounds concurrency
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)  # no cap: the loop bounds concurrency
+            self._client = aiohttp.ClientSession(connector=connector)
         return self._client
 
     def _mark_down(self, url: str) -> None:
@@ -98,7 +105,9 @@ class ReplicaBalancer:
             await asyncio.sleep(self.probe_interval_s)
 
     async def wait_healthy(self, timeout_s: float) -> None:
-        """Return when every replica answers /health (readiness), else raise TransientError."""
+        """Return when every replica answers /health (readiness), else raise ServerStartError (one line for the user)."""
+        from rlrm.launch.process import ServerStartError
+
         deadline = time.monotonic() + timeout_s
         while True:
             states = [await self._get_ok(url) for url in self.urls]
@@ -106,7 +115,7 @@ class ReplicaBalancer:
                 return
             if time.monotonic() > deadline:
                 down = [u for u, ok in zip(self.urls, states) if not ok]
-                raise TransientError(f"reward servers not healthy after {timeout_s:g} s: {', '.join(down)}")
+                raise ServerStartError(f"reward servers not healthy after {timeout_s:g} s: {', '.join(down)}")
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:

@@ -6,6 +6,11 @@
 The forward runs in one worker thread so the event loop keeps accepting requests (and answering
 health checks) while a batch computes. A full queue raises `Overloaded` at once: the server turns
 it into 503 with Retry-After instead of letting latency grow without bound.
+
+A batched forward that raises is run again request by request, so one bad request cannot fail its
+batch-mates: each request gets its own result or its own `ForwardFailed`, which says whether the
+request's input is to blame (`input_error`: the server answers 422, not worth retrying) or the
+server (500).
 """
 
 from __future__ import annotations
@@ -20,6 +25,23 @@ class Overloaded(Exception):
     """The queue is full; the caller should retry later."""
 
 
+class ForwardFailed(Exception):
+    """The forward failed for this request even when run alone.
+
+    `input_error` is True when the input is to blame: batch-mates succeeded alone, or the error is
+    one an input causes (an index out of range, a bad value). Otherwise it is a server fault.
+    """
+
+    def __init__(self, cause: Exception, input_error: bool):
+        detail = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        super().__init__(f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__)
+        self.cause, self.input_error = cause, input_error
+
+
+# errors an input provokes by itself (torch raises IndexError for an embedding id out of range)
+_INPUT_ERRORS = (IndexError, ValueError, TypeError, OverflowError)
+
+
 @dataclass
 class _Job:
     items: list
@@ -31,6 +53,7 @@ class DynamicBatcher:
         self.run_batch, self.max_batch, self.max_queue = run_batch, max_batch, max_queue
         self.wait_s = wait_ms / 1000.0
         self.batches_run = 0
+        self.split_batches = 0  # batches whose forward raised and were run again request by request
         self.queued_items = 0
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
@@ -73,16 +96,33 @@ class DynamicBatcher:
             try:
                 results = await loop.run_in_executor(self._executor, self.run_batch, flat)
                 self.batches_run += 1
-            except Exception as exc:  # every waiting request gets the error, none hangs
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
+            except Exception as exc:
+                if len(jobs) == 1:
+                    _settle(jobs[0], ForwardFailed(exc, isinstance(exc, _INPUT_ERRORS)))
+                else:
+                    await self._one_by_one(jobs)
                 continue
             start = 0
             for job in jobs:
-                if not job.future.done():
-                    job.future.set_result(results[start : start + len(job.items)])
+                _settle(job, results[start : start + len(job.items)])
                 start += len(job.items)
+
+    async def _one_by_one(self, jobs: list[_Job]) -> None:
+        """Run each request of a failed batch alone; only the requests that still fail get an error."""
+        loop = asyncio.get_running_loop()
+        self.split_batches += 1
+        outcomes: list = []
+        for job in jobs:
+            try:
+                outcomes.append(await loop.run_in_executor(self._executor, self.run_batch, job.items))
+                self.batches_run += 1
+            except Exception as exc:  # every waiting request gets an answer, none hangs
+                outcomes.append(exc)
+        others_ok = any(not isinstance(o, Exception) for o in outcomes)
+        for job, outcome in zip(jobs, outcomes):
+            if isinstance(outcome, Exception):
+                outcome = ForwardFailed(outcome, others_ok or isinstance(outcome, _INPUT_ERRORS))
+            _settle(job, outcome)
 
     async def close(self) -> None:
         if self._worker is not None:
@@ -92,3 +132,12 @@ class DynamicBatcher:
             except asyncio.CancelledError:
                 pass
         self._executor.shutdown(wait=False)
+
+
+def _settle(job: _Job, outcome) -> None:
+    if job.future.done():  # the caller went away
+        return
+    if isinstance(outcome, Exception):
+        job.future.set_exception(outcome)
+    else:
+        job.future.set_result(outcome)

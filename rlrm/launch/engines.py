@@ -30,18 +30,21 @@ def engine_argv(
                 "--served-model-name", name, "--max-num-seqs", str(max_batch)]
         if role == "disrm":
             argv += ["--runner", "pooling", "--convert", "classify"]  # serves /classify with raw scores
-        if api_key:
-            argv += ["--api-key", api_key]
-        return argv
+        return argv  # the key goes in VLLM_API_KEY (engine_env), out of `ps`
     if backend == "sglang":
         argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port),
                 "--dtype", dtype, "--served-model-name", name, "--max-running-requests", str(max_batch)]
         if role == "disrm":
             argv += ["--is-embedding"]  # reward models are served as embedding/classification models
-        if api_key:
+        if api_key:  # SGLang's documented way to take a key is this flag (visible in `ps`)
             argv += ["--api-key", api_key]
         return argv
     raise ConfigError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+
+def engine_env(backend: str, api_key: str | None) -> dict[str, str]:
+    """Environment variables the engine process needs: vLLM reads its API key from VLLM_API_KEY."""
+    return {"VLLM_API_KEY": api_key} if backend == "vllm" and api_key else {}
 
 
 def require_backend(backend: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from rlrm.launch.auth import ENV_VAR
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
 
@@ -23,11 +24,13 @@ class ServerPool:
     def __init__(self, model_path: str, role: str, replicas: int = 1, threads: int = 1, dtype: str = "float32",
                  max_batch: int = 64, api_key: str | None = None):
         self.servers: list[ServerProcess] = []
+        extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
+        if api_key:
+            extra += ["--api-key-env", ENV_VAR]
+        # the key travels in the environment, which only the owner can read; None: no inherited key either
+        env = {ENV_VAR: api_key or None}
         for _ in range(replicas):
-            extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
-            if api_key:
-                extra += ["--api-key", api_key]
-            self.servers.append(ServerProcess(embedded_server_argv(model_path, role, free_port(), extra=extra)))
+            self.servers.append(ServerProcess(embedded_server_argv(model_path, role, free_port(), extra=extra), env=env))
         self.restarts = 0
         self._stopping = False
 

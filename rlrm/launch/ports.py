@@ -1,7 +1,8 @@
-"""Ports: find a free one, and fail early with a clear message when one is taken."""
+"""Ports: find a free one, and fail early with a clear message when one cannot be listened on."""
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from rlrm.errors import RlrmError
@@ -14,13 +15,32 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def check_port(port: int) -> None:
+    """Raise an RlrmError unless `port` is a TCP port number (the socket layer would wrap 70000 to 4464)."""
+    if not 1 <= port <= 65535:
+        raise RlrmError(f"--port {port} is not a TCP port; use one in 1-65535")
+
+
 def ensure_port_free(host: str, port: int) -> None:
-    """Raise an RlrmError naming the port when something already listens there."""
-    if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """Raise an RlrmError that says why `host:port` cannot be listened on: the port is taken, the host is
+    not an address of this machine (or does not resolve), or the port needs privileges."""
+    check_port(port)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise RlrmError(f"--host {host} does not resolve to an address ({exc.strerror}); {_HOSTS}") from None
+    with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
-        except OSError:
-            raise RlrmError(f"port {port} on {host} is in use; pick another with --port") from None
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise RlrmError(f"port {port} on {host} is in use; pick another with --port") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise RlrmError(f"--host {host} is not an address of this machine; {_HOSTS}") from None
+            if exc.errno == errno.EACCES:
+                raise RlrmError(f"port {port} needs administrator rights to listen on; pick one above 1023 with --port") from None
+            raise RlrmError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+_HOSTS = "bind 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of this machine's own addresses"

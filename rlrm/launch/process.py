@@ -54,9 +54,10 @@ class ServerProcess:
         """Start the process without waiting for it."""
         if self._log is None:
             self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
+        env = {**os.environ, **(self.env or {})}
         self.proc = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
-            env={**os.environ, **(self.env or {})},
+            env={k: v for k, v in env.items() if v is not None},  # None in `env` removes an inherited variable
         )
 
     def restart(self) -> None:

@@ -5,6 +5,11 @@ Measured with sglang-router 0.3.2 against rlrm's embedded servers: it forwards
 `no_stop_trim` that the embedded server accepts), answers `/v1/models` itself, and does not route
 `/classify` (404). So GenRM traffic can go through it, and DisRM traffic uses rlrm's client-side
 balancer. Each router gets its own Prometheus port, so two routers on one host never collide.
+
+The router retries a failed upstream request on another worker by itself, so a dead replica never
+reaches rlrm's own counters. `RouterCounters` reads the router's retry and upstream-error counters
+from that Prometheus port (names as 0.3.2 exposes them, `smg_worker_retries_total` and
+`smg_worker_errors_total`, and as older releases did, `sgl_router_*`), as deltas per call.
 """
 
 from __future__ import annotations
@@ -32,7 +37,54 @@ def sglang_router_argv(worker_urls: list[str], port: int, metrics_port: int, hos
 
 
 def sglang_router(worker_urls: list[str], host: str = "127.0.0.1", start_timeout_s: float = 60.0) -> ServerProcess:
-    """A router process over `worker_urls` (not started), on free ports."""
-    port = free_port(host)
-    argv = sglang_router_argv(worker_urls, port, free_port(host), host)
-    return ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout_s)
+    """A router process over `worker_urls` (not started), on free ports; `.metrics_url` is its Prometheus page."""
+    port, metrics_port = free_port(host), free_port(host)
+    router = ServerProcess(sglang_router_argv(worker_urls, port, metrics_port, host), host=host, port=port,
+                           start_timeout_s=start_timeout_s)
+    router.metrics_url = f"http://{host}:{metrics_port}/metrics"
+    return router
+
+
+# counter -> the metric names that hold it (summed over their label sets), newest release first
+ROUTER_COUNTERS = {
+    "retries": ("smg_worker_retries_total", "sgl_router_retries_total"),
+    "errors": ("smg_worker_errors_total", "sgl_router_request_errors_total"),
+}
+
+
+def parse_router_counters(text: str) -> dict[str, float]:
+    """{"retries": n, "errors": n} summed from a Prometheus text page (0 for a counter not yet on it)."""
+    names = {name: key for key, group in ROUTER_COUNTERS.items() for name in group}
+    totals = dict.fromkeys(ROUTER_COUNTERS, 0.0)
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
+            totals[names[name]] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+class RouterCounters:
+    """Per-call deltas of a router's retry and upstream-error counters.
+
+        counters = RouterCounters(router.metrics_url)
+        counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
+    """
+
+    def __init__(self, metrics_url: str, timeout_s: float = 2.0):
+        self.metrics_url, self.timeout_s = metrics_url, timeout_s
+        self._last = dict.fromkeys(ROUTER_COUNTERS, 0.0)
+
+    def take(self) -> dict[str, float]:
+        """The counters' growth since the last call; {} when the page cannot be read (counted at the next read)."""
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout_s) as resp:  # local: a millisecond
+                now = parse_router_counters(resp.read().decode())
+        except (OSError, ValueError):
+            return {}
+        deltas = {f"reward/router_{key}": max(0.0, now[key] - self._last[key]) for key in now}
+        self._last = now
+        return deltas

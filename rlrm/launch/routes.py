@@ -91,7 +91,7 @@ def add_routes(app, cfg, backend) -> None:
     async def completions(body: CompletionRequest):
         need("generate")
         _no_stream(body.stream)
-        ids = tokenize(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        ids = tokenize(body.prompt) if isinstance(body.prompt, str) else check_ids(list(body.prompt), backend, "prompt")
         sampling = _sampling(body, default_max=16)
         comps = await generate(ids, sampling, body.n)
         choices = []
@@ -149,7 +149,10 @@ def add_routes(app, cfg, backend) -> None:
             single = isinstance(body.text, str)
         else:
             single = not body.input_ids or isinstance(body.input_ids[0], int)
-            prompts = [list(body.input_ids)] if single else [list(x) for x in body.input_ids]
+            if single:
+                prompts = [check_ids(list(body.input_ids), backend, "input_ids")]
+            else:
+                prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(body.input_ids)]
         sp = body.sampling_params
         sampling = SamplingParams(
             temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed
@@ -169,7 +172,7 @@ def add_routes(app, cfg, backend) -> None:
 
     @post("/classify", ClassifyRequest)
     async def classify(body: ClassifyRequest):
-        from rlrm.launch.batcher import Overloaded
+        from rlrm.launch.batcher import ForwardFailed, Overloaded
 
         need("classify")
         sequences = _classify_inputs(body, backend)
@@ -178,6 +181,10 @@ def add_routes(app, cfg, backend) -> None:
             logits = await backend.batcher.submit(sequences)
         except Overloaded as exc:
             raise RequestError(f"server overloaded: {exc}", status=503, headers={"Retry-After": RETRY_AFTER_S}) from None
+        except ForwardFailed as exc:  # run alone, it still failed: its input (422) or the server (500)
+            if exc.input_error:
+                raise RequestError(f"the model cannot score this input: {exc}", status=422) from None
+            raise RequestError(f"the model's forward failed: {exc}", status=500) from None
         data = []
         for i, logit in enumerate(logits):
             value = 1.0 / (1.0 + math.exp(-logit)) if (activation is not False and math.isfinite(logit)) else logit
@@ -205,11 +212,11 @@ def _classify_inputs(body: ClassifyRequest, backend) -> list[list[int]]:
     if not raw:
         raise RequestError("'input' is empty: send a string, a list of strings, or token ids")
     if isinstance(raw[0], int):
-        sequences = [list(raw)]
+        sequences = [check_ids(list(raw), backend, "input")]
     elif isinstance(raw[0], str):
         sequences = [list(backend.tokenizer(t)["input_ids"]) for t in raw]
     else:
-        sequences = [list(s) for s in raw]
+        sequences = [check_ids(list(s), backend, f"input[{i}]") for i, s in enumerate(raw)]
     for i, seq in enumerate(sequences):
         if body.truncate_prompt_tokens:
             seq[:] = seq[-body.truncate_prompt_tokens :]
@@ -221,6 +228,20 @@ def _classify_inputs(body: ClassifyRequest, backend) -> list[list[int]]:
                 "shorten it or set truncate_prompt_tokens"
             )
     return sequences
+
+
+def check_ids(ids: list[int], backend, field: str) -> list[int]:
+    """`ids`, if every one is a row of the model's embedding; else a 400 naming the first bad one.
+
+    Checked per request before batching: an id out of range makes the batched forward raise (or,
+    on a GPU, trip a device-side assert), which would fail every request in the batch.
+    """
+    if ids and (min(ids) < 0 or max(ids) >= backend.vocab_size):
+        pos = next(i for i, t in enumerate(ids) if not 0 <= t < backend.vocab_size)
+        raise RequestError(
+            f"{field}[{pos}]: token id {ids[pos]} is outside this model's vocabulary (0 <= id < {backend.vocab_size})"
+        )
+    return ids
 
 
 def _sampling(body, default_max: int) -> SamplingParams:

@@ -7,13 +7,15 @@ Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/comp
 POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
 POST /wake_up, GET /is_sleeping) for colocated placement. Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
-endpoint but /health needs `Authorization: Bearer KEY`.
+endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
+(RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
 """
 
 from __future__ import annotations
 
 import time
 
+from rlrm.launch.auth import authorized
 from rlrm.launch.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
 from rlrm.launch.protocol import RequestError
 
@@ -46,7 +48,7 @@ def create_app(cfg: ServerConfig):
     def gate(path: str, headers: list[tuple[bytes, bytes]]):
         """The error response for a request the API key or sleep mode turns away, else None."""
         if cfg.api_key and path != "/health":
-            if dict(headers).get(b"authorization", b"") != f"Bearer {cfg.api_key}".encode():
+            if not authorized(dict(headers).get(b"authorization", b""), cfg.api_key):
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error")
         try:
             sleep_state.check(path)
@@ -58,7 +60,7 @@ def create_app(cfg: ServerConfig):
 
     @app.exception_handler(RequestError)
     async def on_request_error(request, exc: RequestError):
-        kind = "overloaded" if exc.status == 503 else "invalid_request_error"
+        kind = {503: "overloaded", 500: "server_error"}.get(exc.status, "invalid_request_error")
         return _error(exc.status, str(exc), kind, exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -120,6 +122,12 @@ def _validation_message(exc) -> str:
     return f"{loc}: {err['msg']}"
 
 
+# Idle connections stay open this long (uvicorn's default is 5 s): longer than clients keep them in their
+# pools (aiohttp 15 s, httpx 5 s, the SGLang router's reqwest 90 s), so a client never reuses a connection
+# the server has just closed, a request that would fail and be retried.
+KEEPALIVE_S = 120
+
+
 def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
     """Run the server in the foreground until interrupted."""
     import uvicorn
@@ -128,7 +136,7 @@ def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 
     ensure_port_free(host, port)
     app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEPALIVE_S)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,22 +153,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-queue", type=int, default=1024)
-    parser.add_argument("--api-key", default=os.environ.get("RLRM_API_KEY"))
+    parser.add_argument("--api-key", default=None, help="visible to local users in ps: prefer RLRM_API_KEY or --api-key-env")
+    parser.add_argument("--api-key-env", default=None, metavar="NAME", help="read the API key from this environment variable")
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import RlrmError
+    from rlrm.launch.auth import ENV_VAR, key_from_env
 
     try:
+        api_key = args.api_key or (key_from_env(args.api_key_env, "--api-key-env") if args.api_key_env else None)
+        api_key = api_key or os.environ.get(ENV_VAR) or None
         if args.threads:
             import torch
 
             torch.set_num_threads(args.threads)
         cfg = ServerConfig(
             model_path=resolve_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
-            max_queue=args.max_queue, api_key=args.api_key, served_model_name=args.served_model_name or args.model,
+            max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
             device=args.device,
         )
         serve(cfg, args.host, args.port)

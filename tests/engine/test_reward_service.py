@@ -81,6 +81,7 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
         try:
             assert service.balancer.urls == [service.router.url]  # one address: the router's
             before = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(4)))
+            quiet = service.loop.take_metrics()
             service.pool.servers[0].kill()
             async def with_retries(attempts=5):  # as the reward loop does: the router may still pick the dead one
                 from rlrm.reward_errors import TransientError
@@ -93,14 +94,43 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
                             raise
                         await asyncio.sleep(0.2 * 2**i)
 
-            after = await asyncio.gather(*(with_retries() for _ in range(8)))
-            return before, after
+            after, seen = [], {"reward/router_retries": 0.0, "reward/router_errors": 0.0}
+            for _ in range(6):  # until the router has picked the dead replica at least once
+                after += await asyncio.gather(*(with_retries() for _ in range(8)))
+                for key, value in service.loop.take_metrics().items():
+                    if key.startswith("reward/router_"):
+                        seen[key] += value
+                if seen["reward/router_retries"]:
+                    break
+            return before, after, quiet, seen
         finally:
             await service.close()
             assert not service.router.alive()
 
-    before, after = asyncio.run(scenario())
+    before, after, quiet, seen = asyncio.run(scenario())
     assert all(r["choices"][0]["message"]["content"] is not None for r in before + after)
+    assert quiet["reward/router_retries"] == 0 and quiet["reward/router_errors"] == 0  # healthy replicas: nothing
+    # the router hid the dead replica from the client (every answer 200) but its own counters tell
+    assert seen["reward/router_retries"] >= 1 and seen["reward/router_errors"] >= 1
+
+
+def test_router_counters_are_read_from_a_real_prometheus_page():
+    from rlrm.launch.router import parse_router_counters
+
+    # excerpt of sglang-router 0.3.2's /metrics after one of two judge replicas was killed (32 requests)
+    page = """# TYPE smg_router_upstream_responses_total counter
+smg_router_upstream_responses_total{router_type="http",status_code="200",error_code=""} 40
+smg_router_upstream_responses_total{router_type="http",status_code="500",error_code="call_upstream_request_error"} 11
+# TYPE smg_worker_errors_total counter
+smg_worker_errors_total{worker_type="regular",connection_mode="http",error_type="backend_error"} 11
+smg_worker_retries_total{worker_type="regular",endpoint="chat"} 9
+smg_worker_retries_total{worker_type="regular",endpoint="generate"} 2
+smg_worker_retry_backoff_seconds_sum{attempt="1"} 0.409
+"""
+    assert parse_router_counters(page) == {"retries": 11.0, "errors": 11.0}
+    older = 'sgl_router_retries_total{route="/generate"} 3\nsgl_router_request_errors_total{route="/generate",error_type="x"} 4\n'
+    assert parse_router_counters(older) == {"retries": 3.0, "errors": 4.0}
+    assert parse_router_counters("# nothing yet\n") == {"retries": 0.0, "errors": 0.0}
 
 
 def test_sglang_router_cannot_serve_a_disrm(random_disrm_path):

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.errors import ConfigError
-from rlrm.launch.engines import engine_argv, require_backend
+from rlrm.launch.engines import engine_argv, engine_env, require_backend
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, ServerStartError
 
@@ -18,7 +18,8 @@ from rlrm.launch.process import ServerProcess, ServerStartError
 def test_vllm_argv_for_a_judge_and_a_disrm():
     judge = engine_argv("vllm", "Qwen/Qwen2.5-3B-Instruct", "genrm", 8001, api_key="k")
     assert judge[1:5] == ["serve", "Qwen/Qwen2.5-3B-Instruct", "--host", "127.0.0.1"]
-    assert judge[judge.index("--port") + 1] == "8001" and judge[-2:] == ["--api-key", "k"]
+    assert judge[judge.index("--port") + 1] == "8001"
+    assert "k" not in judge and engine_env("vllm", "k") == {"VLLM_API_KEY": "k"}  # the key stays out of `ps`
     assert "--convert" not in judge
     disrm = engine_argv("vllm", "org/rm", "disrm", 8002)
     assert disrm[disrm.index("--runner") + 1] == "pooling" and disrm[disrm.index("--convert") + 1] == "classify"

@@ -31,8 +31,9 @@ _ERRORS = {cls.__name__: cls for cls in (
 class RewardWorker:
     """The body of one Ray actor (plain class: `ray.remote` is applied at start time)."""
 
-    def __init__(self, cfg: dict, urls: list[str], model_path: str | None):
+    def __init__(self, cfg: dict, urls: list[str], model_path: str | None, api_key: str | None = None):
         self.cfg, self.urls, self.model_path = RewardConfig.model_validate(cfg), urls, model_path
+        self.api_key = api_key  # read by the driver from reward.server.api_key_env: a remote node may not have it
         self.fn = None
 
     async def score(self, sample: RewardSample):
@@ -40,7 +41,7 @@ class RewardWorker:
             from rlrm.engine.rewards.factory import build_reward_fn
             from rlrm.launch.balancer import ReplicaBalancer
 
-            balancer = ReplicaBalancer(self.urls, api_key=self.cfg.server.api_key) if self.urls else None
+            balancer = ReplicaBalancer(self.urls, api_key=self.api_key) if self.urls else None
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path)
         try:
             return "ok", await self.fn(sample)
@@ -56,8 +57,8 @@ class RewardWorker:
 
 
 class RayRewardWorkers:
-    def __init__(self, cfg: RewardConfig, urls: list[str], model_path: str | None):
-        self.cfg, self.urls, self.model_path = cfg, list(urls), model_path
+    def __init__(self, cfg: RewardConfig, urls: list[str], model_path: str | None, api_key: str | None = None):
+        self.cfg, self.urls, self.model_path, self.api_key = cfg, list(urls), model_path, api_key
         self.actors: list = []
         self._started_ray = False
 
@@ -74,7 +75,7 @@ class RayRewardWorkers:
         cfg = self.cfg.model_dump(mode="json")
         for i in range(self.cfg.num_workers):
             strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
-            self.actors.append(actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path))
+            self.actors.append(actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path, self.api_key))
 
     async def score(self, sample: RewardSample) -> RewardResult:
         """Score on the actor that owns this sample's index (the next one if it died); failures raised with their kind."""

@@ -17,6 +17,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
@@ -67,8 +68,9 @@ class RewardStats:
 class RewardLoop:
     """Scores samples through `fn` under the profile's timeout, retry and failure policy."""
 
-    def __init__(self, fn: RewardFn, cfg: RewardConfig, seed: int = 0):
+    def __init__(self, fn: RewardFn, cfg: RewardConfig, seed: int = 0, counters: Callable[[], dict] | None = None):
         self.fn, self.cfg = fn, cfg
+        self.counters = counters  # more per-step counters, e.g. the router's retries this loop never sees
         self.name = getattr(fn, "__name__", type(fn).__name__)
         # One concurrency budget per worker; samples are spread over workers by index.
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
@@ -93,6 +95,8 @@ class RewardLoop:
         """Counters since the last call (then reset)."""
         metrics = self.stats.metrics()
         self.stats = RewardStats()
+        if self.counters is not None:
+            metrics.update(self.counters())
         return metrics
 
     async def _attempts(self, sample: RewardSample) -> RewardResult | RewardCallError:

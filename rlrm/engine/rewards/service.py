@@ -26,6 +26,8 @@ class RewardService:
         self.loop: RewardLoop | None = None
         self.workers = None  # Ray reward workers, with executor: ray
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
+        self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
+        self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
         self._supervisor: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -36,7 +38,8 @@ class RewardService:
                 await self._start_legacy()
             elif kind is not None:
                 await self._start_servers(kind)
-            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed)
+            counters = self.router_counters.take if self.router_counters is not None else None
+            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed, counters=counters)
         except BaseException:
             await self.close()  # whatever was started is stopped again
             raise
@@ -47,24 +50,32 @@ class RewardService:
         from rlrm.launch.pool import ServerPool
 
         server = self.cfg.server
+        self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
         urls = list(server.addresses)
-        if not urls:
+        if urls:  # servers someone else runs: healthy, and of the right role, before any training starts
+            from rlrm.launch.health import check_servers
+
+            await check_servers(urls, kind, self.api_key, server.model, server.start_timeout_s, self.cfg.timeout_s)
+        else:
             self.pool = ServerPool(
                 self.model_path, role=kind, replicas=server.replicas, threads=server.threads, dtype=server.dtype,
-                max_batch=server.max_batch, api_key=server.api_key,
+                max_batch=server.max_batch, api_key=self.api_key,
             )
             await asyncio.to_thread(self.pool.start, server.start_timeout_s)
             self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
             urls = self.pool.urls
         if self._use_sglang_router(kind):
-            from rlrm.launch.router import sglang_router
+            from rlrm.launch.router import RouterCounters, sglang_router
 
             self.router = sglang_router(urls)
             await asyncio.to_thread(self.router.start)
             urls = [self.router.url]
-        self.balancer = ReplicaBalancer(urls, api_key=server.api_key)
+            self.router_counters = RouterCounters(self.router.metrics_url)
+        self.balancer = ReplicaBalancer(urls, api_key=self.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
+        if self.router_counters is not None:
+            await asyncio.to_thread(self.router_counters.take)  # from here on: what the run's requests cost
         await self.sleep()  # colocated: asleep until the first scoring
 
     async def _start_legacy(self) -> None:
@@ -113,7 +124,7 @@ class RewardService:
         if self.cfg.executor == "ray":
             from rlrm.engine.executor.ray_workers import RayRewardWorkers
 
-            self.workers = RayRewardWorkers(self.cfg, urls, model_path)
+            self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()
             return self.workers.score
         return build_reward_fn(self.cfg, self.balancer, model_path)

@@ -1,0 +1,99 @@
+"""Checks that running servers a run was given can do their job, before the run starts.
+
+    await check_servers(["http://10.0.0.5:8000"], role="disrm", api_key=None, model="rm", timeout_s=180)
+
+A server passes when `/health` answers 200 and one tiny request to its role's endpoint answers in
+that endpoint's shape: a DisRM must serve `/classify`, a judge (genrm) `/v1/chat/completions`.
+Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading); a
+4xx is an answer (wrong role, wrong key, unknown model) and fails at once. The error is one line
+naming the address and what failed, so a run with dead or wrong servers stops before training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from rlrm.launch.process import ServerStartError
+
+PROBES = {
+    "disrm": ("/classify", lambda model: {"model": model, "input": "ok", "use_activation": False}),
+    "genrm": ("/v1/chat/completions", lambda model: {
+        "model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1, "temperature": 0,
+    }),
+}
+
+
+async def check_servers(urls: list[str], role: str, api_key: str | None, model: str | None, timeout_s: float,
+                        request_timeout_s: float = 30.0, what: str = "reward.server.addresses") -> None:
+    """Return when every server in `urls` is healthy and serves `role`'s endpoint; else ServerStartError."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        outcomes = await asyncio.gather(
+            *(_check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s) for url in urls)
+        )
+    for i, (url, failure) in enumerate(zip(urls, outcomes)):
+        if failure:
+            raise ServerStartError(f"{what}[{i}] {url} cannot serve the {role} reward: {failure}")
+
+
+async def _check_one(session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float) -> str | None:
+    """None when the server passes, else what failed last."""
+    path, body = PROBES[role]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failure, final = await _probe(session, url, path, body(model), request_timeout_s)
+        if failure is None or final:
+            return failure
+        if time.monotonic() > deadline:
+            return f"{failure} (still after {timeout_s:g} s: reward.server.start_timeout_s)"
+        await asyncio.sleep(0.5)
+
+
+async def _probe(session, url: str, path: str, body: dict, timeout_s: float) -> tuple[str | None, bool]:
+    """(what failed or None, whether that failure is final)."""
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with session.get(url + "/health", timeout=timeout) as resp:
+            if resp.status != 200:
+                return f"GET /health answered {resp.status}", False
+        async with session.post(url + path, json=body, timeout=timeout) as resp:
+            status, text = resp.status, await resp.text()
+    except asyncio.TimeoutError:
+        return f"no answer within {timeout_s:g} s", False
+    except aiohttp.ClientError as exc:
+        return f"{type(exc).__name__}: {exc}", False
+    if status in (401, 403):
+        return f"POST {path} answered {status} ({_message(text)}): set reward.server.api_key_env to the variable holding its key", True
+    if status >= 500 or status == 429:
+        return f"POST {path} answered {status}: {_message(text)}", False
+    if status >= 400:
+        return f"POST {path} answered {status}: {_message(text)}", True
+    if not _has_shape(path, text):
+        return f"POST {path} answered 200 but not in the {path} shape: {text[:120]!r}", True
+    return None, True
+
+
+def _has_shape(path: str, text: str) -> bool:
+    try:
+        out = json.loads(text)
+        if path == "/classify":
+            return isinstance(out["data"][0]["probs"], list)
+        return "message" in out["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+
+
+def _message(text: str) -> str:
+    """The error message of an OpenAI-style, vLLM-style or FastAPI-style error body, else the text."""
+    try:
+        out = json.loads(text)
+        err = out.get("error", out) if isinstance(out.get("error"), dict) else out
+        return str(err.get("message") or err.get("detail") or text)[:200]
+    except Exception:
+        return text.strip()[:200] or "(empty body)"

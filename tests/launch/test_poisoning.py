@@ -1,0 +1,140 @@
+"""No request poisons another: token ids are checked per request before batching, and a batched
+forward that raises is retried request by request so only the guilty request fails."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from rlrm.launch import batcher as batching
+from rlrm.launch.ports import free_port
+from rlrm.launch.process import ServerProcess, embedded_server_argv
+
+
+@pytest.fixture(scope="module")
+def disrm(random_disrm_path):
+    extra = ["--max-batch", "64", "--threads", "1"]
+    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=extra)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def genrm(tiny_policy_path):
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])) as server:
+        yield server
+
+
+def _valid_inputs(n: int) -> list[list[int]]:
+    # different lengths, so the batch is padded and every row's last real token differs
+    return [[(7 * i + j) % 150 + 1 for j in range(3 + i % 11)] for i in range(n)]
+
+
+def test_a_poisoned_classify_request_fails_alone_among_60_concurrent_ones(disrm):
+    inputs = _valid_inputs(60)
+    alone = []
+    with httpx.Client(base_url=disrm.url, timeout=60) as client:
+        for ids in inputs:
+            resp = client.post("/classify", json={"model": "x", "input": [ids], "use_activation": False})
+            assert resp.status_code == 200, resp.text
+            alone.append(resp.json()["data"][0]["probs"][0])
+
+    async def together(poison):
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(base_url=disrm.url, timeout=60, limits=limits) as client:
+            bodies = [{"model": "x", "input": [ids], "use_activation": False} for ids in inputs]
+            bodies.insert(30, {"model": "x", "input": poison})
+            return await asyncio.gather(*(client.post("/classify", json=b) for b in bodies))
+
+    for poison in ([[5, 99999999]], [[5, -3]], [5, 2**70]):
+        responses = asyncio.run(together(poison))
+        bad = responses.pop(30)
+        assert bad.status_code == 400, bad.text
+        assert "token id" in bad.json()["error"]["message"] and "input" in bad.json()["error"]["message"]
+        assert [r.status_code for r in responses] == [200] * 60
+        scores = [r.json()["data"][0]["probs"][0] for r in responses]
+        assert scores == pytest.approx(alone, abs=1e-5)  # the same as alone: padding and batch-mates change nothing
+    assert httpx.get(disrm.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/completions", {"prompt": [5, 99999999], "max_tokens": 2}, "prompt[1]"),
+        ("/v1/completions", {"prompt": [-1, 5], "max_tokens": 2}, "prompt[0]"),
+        ("/generate", {"input_ids": [5, 6, 1 << 40], "sampling_params": {"max_new_tokens": 2}}, "input_ids[2]"),
+        ("/generate", {"input_ids": [[5, 6], [7, -8]], "sampling_params": {"max_new_tokens": 2}}, "input_ids[1][1]"),
+    ],
+)
+def test_out_of_vocabulary_ids_on_generation_endpoints_are_400_naming_the_field(genrm, path, body, field):
+    resp = httpx.post(genrm.url + path, json=body, timeout=60)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"].startswith(field + ": token id")
+    ok = httpx.post(genrm.url + "/v1/completions", json={"prompt": [5, 6], "max_tokens": 2}, timeout=60)
+    assert ok.status_code == 200  # the server goes on serving
+
+
+def test_a_forward_that_raises_for_one_request_fails_only_that_request(random_disrm_path):
+    """The real classifier backend and batcher, in process; the poisoned input skips the server's
+    checks (as a bug or a model limit no check knows would), so the batched forward itself raises."""
+    from rlrm.launch.backends import ClassifierBackend, ServerConfig
+
+    backend = ClassifierBackend(ServerConfig(model_path=str(random_disrm_path), role="disrm", max_batch=64))
+    inputs = _valid_inputs(12)
+    alone = [backend._forward([ids])[0] for ids in inputs]
+
+    async def scenario():
+        jobs = [backend.batcher.submit([ids]) for ids in inputs]
+        jobs.insert(5, backend.batcher.submit([[5, 99999999]]))
+        outcomes = await asyncio.gather(*jobs, return_exceptions=True)
+        batches = backend.batcher.batches_run
+        await backend.close()
+        return outcomes, batches
+
+    outcomes, batches = asyncio.run(scenario())
+    failed = outcomes.pop(5)
+    assert isinstance(failed, batching.ForwardFailed) and failed.input_error  # its batch-mates succeeded alone: its input
+    assert "IndexError" in str(failed)
+    assert [o[0] for o in outcomes] == pytest.approx(alone, abs=1e-5)
+    assert backend.batcher.split_batches >= 1 and batches >= 2
+
+
+def test_a_forward_that_fails_for_every_request_is_a_server_fault():
+    calls = []
+
+    def broken(items):
+        calls.append(len(items))
+        raise RuntimeError("device lost")
+
+    async def scenario():
+        batcher = batching.DynamicBatcher(broken, max_batch=8, wait_ms=50)
+        try:
+            return await asyncio.gather(*(batcher.submit([i]) for i in range(3)), return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(o, batching.ForwardFailed) and not o.input_error for o in outcomes)  # nobody to blame: 500
+    assert calls == [3, 1, 1, 1]  # one batch, then each request alone
+
+
+def test_a_lone_request_whose_forward_raises_on_bad_input_is_an_input_error():
+    def forward(items):
+        return [1.0 / x for x in items]  # ZeroDivisionError for 0: an arithmetic fault of this input
+
+    def index_forward(items):
+        return [[1.0][x] for x in items]
+
+    async def scenario(fn, item):
+        batcher = batching.DynamicBatcher(fn, max_batch=8)
+        try:
+            return await asyncio.gather(batcher.submit([item]), return_exceptions=True)
+        finally:
+            await batcher.close()
+
+    (div,) = asyncio.run(scenario(forward, 0))
+    assert isinstance(div, batching.ForwardFailed) and not div.input_error  # an unknown kind, alone: a server fault
+    (idx,) = asyncio.run(scenario(index_forward, 5))
+    assert isinstance(idx, batching.ForwardFailed) and idx.input_error  # IndexError: the input's own
