@@ -25,8 +25,8 @@ from _common import random_qwen2
 def main() -> None:
     import torch
 
-    from rlrm.engine.rollout.base import SamplingParams
-    from rlrm.engine.rollout.hf import HFRolloutEngine
+    from rlrm.inference.base import SamplingParams
+    from rlrm.inference.hf import HFRolloutEngine
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="HF model folder (default: random tiny Qwen2)")

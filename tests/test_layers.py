@@ -1,4 +1,4 @@
-"""The package's layers hold: cli -> bench/parity/report -> engine -> launch/config -> errors.
+"""The package's layers hold: cli -> bench/parity/report -> engine -> launch/config -> inference -> errors.
 
 The contract is `[tool.importlinter]` in pyproject.toml; import-linter reads every import, the ones
 inside functions included, so a cycle cannot hide behind a lazy import.

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from rlrm.config.schema import Profile
 from rlrm.engine.data.example import Example
 from rlrm.engine.rewards.service import RewardService
-from rlrm.engine.rollout.base import RolloutEngine
-from rlrm.errors import ModelError
+from rlrm.inference.base import RolloutEngine
+from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
 if TYPE_CHECKING:  # torch-backed: imported where built, not at import time
     from rlrm.engine.actor.actor import Actor
@@ -36,56 +36,6 @@ class Components:
     data_info: dict  # skipped_train / skipped_test: bad dataset rows left out
 
 
-def pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ModelError("trainer.device=cuda but no CUDA device is visible; use --set trainer.device=cpu")
-    return name
-
-
-def load_tokenizer(path: str):
-    """AutoTokenizer for a folder or hub id, with a pad token guaranteed."""
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load the tokenizer of {path!r}: {_first_line(exc)}") from None
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    if tok.chat_template is None:
-        raise ModelError(f"the tokenizer of {path!r} has no chat template; pick an instruct/chat checkpoint")
-    return tok
-
-
-def load_causal_lm(path: str, dtype: str, device: str):
-    """A causal LM in eval mode on `device`."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own display
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load the model {path!r}: {_first_line(exc)}") from None
-    return model.to(device).eval()
-
-
-def eos_token_ids(tokenizer, model) -> list[int]:
-    """Every id that ends a response: the tokenizer's EOS and the generation config's."""
-    ids = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(gen_eos, int):
-        ids.add(gen_eos)
-    elif gen_eos:
-        ids.update(gen_eos)
-    return sorted(i for i in ids if i is not None)
-
-
 def build_components(profile: Profile, policy_path: str | None = None) -> Components:
     """Build every part of a training run.
 
@@ -98,7 +48,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.data.dataset import load_splits
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.rollout.hf import HFRolloutEngine
+    from rlrm.inference.hf import HFRolloutEngine
 
     if profile.trainer.num_threads:
         torch.set_num_threads(profile.trainer.num_threads)
@@ -130,9 +80,3 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     )
     train, test, info = load_splits(profile.data)
     return Components(profile, tokenizer, policy, engine, actor, train, test, RewardService(profile.reward, profile.trainer.seed), device, info)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rlrm.config.schema import Profile
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.actor.batch import RolloutBatch
-    from rlrm.engine.rollout.base import RolloutEngine
+    from rlrm.inference.base import RolloutEngine
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ class CausalLMBackend:
     """Generation for /v1/completions, /v1/chat/completions and /generate."""
 
     def __init__(self, cfg: ServerConfig):
-        from rlrm.engine.components import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
-        from rlrm.engine.rollout.hf import HFRolloutEngine
+        from rlrm.inference.hf import HFRolloutEngine
+        from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
         device = pick_device(cfg.device)
         self.tokenizer = load_tokenizer(cfg.model_path)
@@ -61,7 +61,7 @@ class ClassifierBackend:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from rlrm.engine.components import pick_device
+        from rlrm.inference.loading import pick_device
         from rlrm.launch.batcher import DynamicBatcher
 
         self.device = pick_device(cfg.device)

@@ -7,7 +7,7 @@ import math
 import random
 import time
 
-from rlrm.engine.rollout.base import Completion, SamplingParams
+from rlrm.inference.base import Completion, SamplingParams
 from rlrm.launch.backends import GENERATIVE_ROLES
 from rlrm.launch.protocol import (
     ChatCompletionRequest,

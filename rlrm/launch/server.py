@@ -1,7 +1,7 @@
 """The embedded inference server: FastAPI + transformers, CPU or GPU, in vLLM / SGLang / OpenAI shapes.
 
     rlrm launch server --model tiny:policy --role genrm --port 8000
-    python -m rlrm.launch.server --model PATH --role disrm --port 8001      # the same, without the CLI
+    python -m rlrm.launch.server --model PATH --role disrm --port 8001      # the process entry (a folder or hub id)
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
 POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m rlrm.launch.server", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", required=True, help="HF folder or hub id (`rlrm launch server` also takes tiny:NAME)")
     parser.add_argument("--role", choices=ROLES, default="genrm")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args(argv)
-    from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import RlrmError
+    from rlrm.inference.loading import check_model_path
     from rlrm.launch.auth import ENV_VAR, key_from_env
 
     try:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
 
             torch.set_num_threads(args.threads)
         cfg = ServerConfig(
-            model_path=resolve_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
+            model_path=check_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
             max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
             device=args.device,
         )

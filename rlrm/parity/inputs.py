@@ -111,17 +111,12 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
 
     import torch
 
-    from rlrm.engine.components import (
-        eos_token_ids,
-        load_causal_lm,
-        load_tokenizer,
-        pick_device,
-    )
     from rlrm.engine.data.dataset import load_splits
     from rlrm.engine.data.prompts import encode_prompts
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.rollout.hf import HFRolloutEngine
     from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
+    from rlrm.inference.hf import HFRolloutEngine
+    from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
     torch.manual_seed(seed)
     train, _, _ = load_splits(profile.data)

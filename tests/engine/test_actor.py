@@ -12,7 +12,7 @@ from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.actor import Actor
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
-from rlrm.engine.rollout.base import Completion
+from rlrm.inference.base import Completion
 from rlrm.errors import TrainingError
 
 

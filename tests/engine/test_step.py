@@ -11,7 +11,7 @@ from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.actor import Actor
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.base import RewardResult
-from rlrm.engine.rollout.base import Completion
+from rlrm.inference.base import Completion
 from rlrm.engine.step import GRPOStep, Scored, StepRecord, StepSettings
 
 

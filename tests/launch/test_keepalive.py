@@ -13,7 +13,7 @@ import asyncio
 import sys
 import time
 
-from rlrm.engine.rewards.errors import TransientError
+from rlrm.reward_errors import TransientError
 from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, embedded_server_argv

@@ -26,6 +26,7 @@ from typing import Callable
 
 from rlrm.engine.models.sft import fixed_threads
 from rlrm.errors import ModelError
+from rlrm.inference.loading import check_model_path
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
 TINY_MODELS = ("policy", "judge", "disrm")
@@ -92,15 +93,7 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
     if path.startswith("tiny:"):
         name = path.removeprefix("tiny:")
         return str(prepare_tiny((name,), cache_dir=cache_dir, log=_build_notice)[name])
-    local = Path(path).expanduser()
-    if local.exists():
-        return str(local)
-    if path.startswith((".", "/", "~")):
-        names = ", ".join(TINY_MODELS)
-        raise ModelError(
-            f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name) or tiny:NAME ({names})"
-        )
-    return path
+    return check_model_path(path, hint=f" or tiny:NAME ({', '.join(TINY_MODELS)})")
 
 
 def _build_notice(line: str) -> None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rlrm.engine.data.example import Example
     from rlrm.engine.data.loader import PromptLoader
     from rlrm.engine.rewards.service import RewardService
-    from rlrm.engine.rollout.base import RolloutEngine
+    from rlrm.inference.base import RolloutEngine
 
 
 class Scheduler(Protocol):

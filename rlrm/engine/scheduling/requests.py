@@ -14,7 +14,7 @@ import asyncio
 import time
 
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rollout.base import SamplingParams
+from rlrm.inference.base import SamplingParams
 
 _SEED_MOD = 2**63 - 1
 

@@ -12,8 +12,8 @@ import copy
 import pytest
 import torch
 
-from rlrm.engine.rollout.base import EngineClosedError, SamplingParams
-from rlrm.engine.rollout.hf import HFRolloutEngine
+from rlrm.inference.base import EngineClosedError, SamplingParams
+from rlrm.inference.hf import HFRolloutEngine
 
 VOCAB = 64
 PROMPTS = [[5, 9, 12], [7, 3, 3, 3, 8, 1], [11], [2, 4, 6, 8]]

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rlrm.engine.rollout.base import Completion, EngineClosedError, SamplingParams
+from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
 
 
 @dataclass

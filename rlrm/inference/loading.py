@@ -1,0 +1,79 @@
+"""Loading a transformers model and tokenizer for generation, on the device the profile asks for.
+
+    device = pick_device("auto")
+    tokenizer = load_tokenizer(path)              # with a pad token and a chat template
+    model = load_causal_lm(path, "float32", device)
+
+Shared by the engine's in-process rollout and the embedded server; errors are one-line ModelErrors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlrm.errors import ModelError
+
+
+def check_model_path(path: str, hint: str = "") -> str:
+    """A local folder (checked to exist: a path-like name that does not is an error) or a hub id (passed)."""
+    local = Path(path).expanduser()
+    if local.exists():
+        return str(local)
+    if path.startswith((".", "/", "~")):
+        raise ModelError(f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name){hint}")
+    return path
+
+
+def pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelError("trainer.device=cuda but no CUDA device is visible; use --set trainer.device=cpu")
+    return name
+
+
+def load_tokenizer(path: str):
+    """AutoTokenizer for a folder or hub id, with a pad token guaranteed."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the tokenizer of {path!r}: {_first_line(exc)}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        raise ModelError(f"the tokenizer of {path!r} has no chat template; pick an instruct/chat checkpoint")
+    return tok
+
+
+def load_causal_lm(path: str, dtype: str, device: str):
+    """A causal LM in eval mode on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-shard bars would drown the run's own display
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the model {path!r}: {_first_line(exc)}") from None
+    return model.to(device).eval()
+
+
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(gen_eos)
+    return sorted(i for i in ids if i is not None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
