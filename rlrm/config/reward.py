@@ -15,7 +15,9 @@ DEFAULT_JUDGE_TEMPLATE = (
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and inf are refused in every float field unless the field says otherwise: `actor.lr=inf`
+    # would pass a `gt=0` bound and turn every weight into inf at the first update.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class RewardServerConfig(_Section):
@@ -127,7 +129,9 @@ class RewardConfig(_Section):
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
     )
-    default_score: float = Field(0.0, description="Score used by on_failure=default.")
+    default_score: float = Field(
+        0.0, allow_inf_nan=True, description="Score used by on_failure=default (NaN allowed: parity reports NaN scores as failures)."
+    )
     placement: Literal["standalone", "colocated"] = Field(
         "standalone",
         description=(

@@ -109,11 +109,13 @@ class _TrainLoop:
         self.pending_row: dict | None = None
 
     async def run(self) -> None:
-        from rlrm.engine.checkpoint import list_checkpoints
+        from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints
         from rlrm.engine.components import build_components
 
         p = self.profile
         ckpts = list_checkpoints(self.run_dir)
+        if ckpts:
+            check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         parts = build_components(p, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         self.parts = parts
         self.scheduler = None
