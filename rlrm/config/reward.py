@@ -129,6 +129,13 @@ class RewardConfig(_Section):
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
     )
+    max_failure_rate: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Stop the run (with the failure kinds and the last error) when more than this share of a step's "
+        "samples failed after their retries, whether defaulted or dropped; 1: never stop.",
+    )
     default_score: float = Field(
         0.0, allow_inf_nan=True, description="Score used by on_failure=default (NaN allowed: parity reports NaN scores as failures)."
     )

@@ -24,6 +24,7 @@ import yaml
 from rlrm.config.loader import dump_profile, validate_profile
 from rlrm.config.schema import Profile
 from rlrm.engine.metrics.timing import Span
+from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.errors import RunFolderError
 
 
@@ -162,6 +163,7 @@ class _TrainLoop:
                     row = await self._step(step, val_examples, val_ids)
                     writer.log(row)
                     display.update(step, row)
+                    check_failure_budget(step, row, p.reward, parts.reward.loop.last_error)
         except asyncio.CancelledError:
             self.result.interrupted = True
             if self.pending_row is not None:
