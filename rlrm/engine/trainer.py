@@ -108,6 +108,8 @@ class _TrainLoop:
         self.sample_log = None
         self._live: list = []  # spans that may still overlap the next step's window
         self.pending_row: dict | None = None
+        self._trace = None  # trace.json as the run goes (TraceStream), so a killed run keeps its finished steps
+        self._trace_sent = 0  # spans of self.spans already appended to it
 
     async def run(self) -> None:
         from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints
@@ -199,6 +201,7 @@ class _TrainLoop:
             self.spans[self._step_first_span :] = kept
             self._spans_seen = len(self.spans)
         self._step_first_span = len(self.spans)
+        self._stream_trace()
         if self.sample_log is not None:
             self.sample_log.write(step, metrics.get("_samples", []))
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
@@ -277,9 +280,20 @@ class _TrainLoop:
             self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints
         )
 
+    def _stream_trace(self) -> None:
+        """Append the spans that no later pruning changes (those before this step's window) to trace.json."""
+        from rlrm.engine.metrics.trace import TraceStream
+
+        if self._trace is None:
+            self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0)
+        self._trace.append(self.spans[self._trace_sent : self._step_first_span])
+        self._trace_sent = self._step_first_span
+
     def _write_trace(self) -> None:
         from rlrm.engine.metrics.trace import write_chrome_trace
 
+        if self._trace is not None:
+            self._trace.close()
         write_chrome_trace(self.run_dir / "trace.json", self.spans, origin_s=getattr(self, "t0", 0.0))
 
 
