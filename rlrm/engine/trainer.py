@@ -39,6 +39,8 @@ class RunResult:
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
     """Create a run folder and write its `config.yaml`; refuse to mix two runs in one folder."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir} is a file, not a folder; choose another --out (or trainer.out_dir)")
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunFolderError(
@@ -46,10 +48,18 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
                 f"replace it with --overwrite, or choose another --out"
             )
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(dump_profile(profile))
-    tmp.replace(run_dir / "config.yaml")
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(dump_profile(profile))
+        tmp.replace(run_dir / "config.yaml")
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise RunFolderError(
+            f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
+        ) from None
     return run_dir
 
 
@@ -73,13 +83,30 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise RunFolderError(f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote")
-    raw = yaml.safe_load(path.read_text())
+    raw = _read_run_config(path)
     if total_steps is not None:
         raw.setdefault("trainer", {})["total_steps"] = total_steps
     profile = validate_profile(raw, source=str(path))
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile
+
+
+def _read_run_config(path: Path) -> dict:
+    """A run folder's config.yaml as a mapping; a damaged one is a RunFolderError of one line."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise RunFolderError(
+            f"{path} is not valid YAML{where}: {problem}; the run's resolved profile is damaged: restore it, or start "
+            "a new run with --profile"
+        ) from None
+    if not isinstance(raw, dict):
+        raise RunFolderError(f"{path} does not hold a profile (a mapping of sections); the run folder is damaged")
+    return raw
 
 
 def train(run_dir: Path, console: str | None = None) -> RunResult:
