@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.config.schema import MODES
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 BASELINE = "sync-nolatency"
 
@@ -62,10 +63,17 @@ class RewardLatencyBench:
             raise ConfigError(f"--latency: {exc}") from None
         if self.dist.is_zero:
             raise ConfigError("--latency is zero: the benchmark compares modes under a latency; give e.g. uniform:1:40")
+        if self.latency_scale is None:
+            self._mean_latency()  # the automatic scale needs a finite mean: refuse now, not after the baseline
         self.out = Path(self.out)
+        if self.out.exists() and not self.out.is_dir():
+            raise RunFolderError(f"--out {self.out} is a file; give a folder")
         if self.out.exists() and any(self.out.iterdir()):
             raise RunFolderError(f"{self.out} is not empty; choose another --out or remove it")
-        self._profile_for("sync", 0, None)  # bad --set or profile: fail before anything runs
+        # Every run's profile, latency included: a bad --set, profile or mode combination fails before anything runs.
+        self._profile_for("sync", 0, None)
+        for mode in self.modes:
+            self._profile_for(mode, 0, self.latency_scale if self.latency_scale is not None else 1.0)
 
     def plan(self) -> list[RunPlan]:
         runs = [RunPlan(f"{BASELINE}-r{r}", "sync", r, "none") for r in range(self.repeats)]
@@ -79,9 +87,10 @@ class RewardLatencyBench:
 
         from rlrm.bench.results import run_row
 
-        self.out.mkdir(parents=True, exist_ok=True)
         plan = self.plan()
         check_inputs(self._profile_for("sync", 0, None))
+        created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
         try:
             for i, item in enumerate(plan):
                 if item.latency != "none" and self.latency_scale is None:
@@ -89,7 +98,11 @@ class RewardLatencyBench:
                 scale = self.latency_scale if item.latency != "none" else None
                 profile = self._profile_for(item.mode, item.repeat, scale)
                 run_dir = start_run(profile, self.out / "runs" / item.name)
-                result = train(run_dir, console=self.console)
+                try:
+                    result = train(run_dir, console=self.console)
+                except RlrmError:
+                    shutil.rmtree(run_dir, ignore_errors=True)  # results and runs/ hold finished runs only
+                    raise
                 if result.interrupted:
                     raise KeyboardInterrupt
                 row = {"mode": item.mode, "repeat": item.repeat, "latency": item.latency,
@@ -103,17 +116,31 @@ class RewardLatencyBench:
             self.missing = [p.name for p in plan if f"runs/{p.name}" not in done]
             self._write()
             raise
+        except RlrmError:
+            if not self.rows and created:
+                shutil.rmtree(self.out, ignore_errors=True)  # nothing finished: leave nothing behind
+            elif self.rows:
+                done = {r["run_dir"] for r in self.rows}
+                self.missing = [p.name for p in plan if f"runs/{p.name}" not in done]
+                self._write()
+            raise
         return self._write()
 
     def _auto_scale(self) -> float:
         """Scale so the mean injected latency is latency_fraction of a zero-latency sync step."""
         base = [r for r in self.rows if r["latency"] == "none"]
         step_s = sum(r["step_time_p50"] for r in base) / len(base)
+        mean = self._mean_latency()
+        return self.latency_fraction * step_s / mean if mean > 0 else 1.0
+
+    def _mean_latency(self) -> float:
         try:
             mean = self.dist.mean()
         except ValueError as exc:
             raise ConfigError(f"--latency {self.latency}: {exc}; pass --latency-scale explicitly") from None
-        return self.latency_fraction * step_s / mean if mean > 0 else 1.0
+        if not math.isfinite(mean):
+            raise ConfigError(f"--latency {self.latency}: its mean is not finite; pass --latency-scale explicitly")
+        return mean
 
     def _profile_for(self, mode: str, repeat: int, scale: float | None):
         from rlrm.config.loader import load_profile

@@ -20,7 +20,7 @@ import typer
 
 from rlrm.cli.common import console, timestamped
 from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption
-from rlrm.errors import ConfigError, RlrmError
+from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
 
@@ -105,6 +105,8 @@ def disrm(
     if train_steps is not None and (matrix or addresses):
         raise ConfigError("--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address")
     out = out or Path("runs") / timestamped("parity-disrm")
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file; give a folder")
     code = _run(cfg, build_samples(opts, resolved), out)
     if train_steps is not None:
         _train(resolved, cfg, train_steps, out)

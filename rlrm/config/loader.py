@@ -87,6 +87,8 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict:
     if len(chain) > _MAX_EXTENDS_DEPTH:
         raise ConfigError(f"profile {path.stem}: `extends` is nested more than {_MAX_EXTENDS_DEPTH} deep")
     raw = _read_yaml(path)
+    if not raw:
+        raise ConfigError(f"{path}: the profile is empty; give at least `extends: NAME` (see `rlrm profiles list`)")
     parent = raw.pop("extends", None)
     if parent is None:
         return raw

@@ -20,7 +20,9 @@ LegacyDtype = Literal["bf16", "fp16", "fp32"]  # compute dtypes of the legacy FS
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and inf are refused in every float field unless the field says otherwise: `actor.lr=inf`
+    # would pass a `gt=0` bound and turn every weight into inf at the first update.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class RewardServerConfig(_Section):
@@ -169,7 +171,16 @@ class RewardConfig(_Section):
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
     )
-    default_score: float = Field(0.0, description="Score used by on_failure=default.")
+    max_failure_rate: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Stop the run (with the failure kinds and the last error) when more than this share of a step's "
+        "samples failed after their retries, whether defaulted or dropped; 1: never stop.",
+    )
+    default_score: float = Field(
+        0.0, allow_inf_nan=True, description="Score used by on_failure=default (NaN allowed: parity reports NaN scores as failures)."
+    )
     placement: Literal["standalone", "colocated"] = Field(
         "standalone",
         description=(

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.reward import RewardConfig
 
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
+# Every step generates, scores and holds train_batch_size x n completions in memory: a typo such as
+# `rollout.n=1e9` must fail at validation, not as an out-of-memory kill minutes later.
+MAX_GROUP_SIZE = 1024
+MAX_SAMPLES_PER_STEP = 1_000_000
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and inf are refused in every float field unless the field says otherwise: `actor.lr=inf`
+    # would pass a `gt=0` bound and turn every weight into inf at the first update.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class SyntheticConfig(_Section):
@@ -70,7 +76,7 @@ class RolloutConfig(_Section):
     """Generation: backend, sampling and batching."""
 
     backend: Literal["hf"] = Field("hf", description="Rollout engine (hf: embedded transformers, CPU or GPU).")
-    n: int = Field(8, gt=0, description="Samples per prompt (the GRPO group size).")
+    n: int = Field(8, gt=0, description=f"Samples per prompt (the GRPO group size, at most {MAX_GROUP_SIZE}).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(-1, ge=-1, description="Top-k sampling (-1: off).")
@@ -79,11 +85,21 @@ class RolloutConfig(_Section):
     max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")
     batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
 
+    @field_validator("n")
+    @classmethod
+    def _bounded_group(cls, value: int) -> int:
+        if value > MAX_GROUP_SIZE:
+            raise ValueError(
+                f"at most {MAX_GROUP_SIZE} samples per prompt: every step generates and holds "
+                "data.train_batch_size x rollout.n completions in memory"
+            )
+        return value
+
 
 class ActorConfig(_Section):
     """Policy optimisation: PPO-clip loss, optimizer, batching."""
 
-    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate.")
+    lr: float = Field(1e-4, gt=0.0, le=1.0, description="AdamW learning rate (at most 1; a larger one overflows float32).")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps of the learning rate.")
@@ -179,6 +195,12 @@ class Profile(_Section):
 
     @model_validator(mode="after")
     def _check_batches(self) -> "Profile":
+        per_step = self.data.train_batch_size * self.rollout.n
+        if per_step > MAX_SAMPLES_PER_STEP:
+            raise ValueError(
+                f"data.train_batch_size x rollout.n = {per_step:,} completions per step, over {MAX_SAMPLES_PER_STEP:,}: "
+                "every step generates and holds them all in memory"
+            )
         if self.data.train_batch_size % self.actor.mini_batch_size:
             raise ValueError(
                 f"data.train_batch_size ({self.data.train_batch_size}) must be a multiple of "

@@ -5,6 +5,11 @@
 
 A checkpoint is written to `step_<k>.tmp` and renamed when complete, so a crash mid-save never
 leaves a half-written checkpoint that resume would pick up.
+
+Nothing in a checkpoint is ever unpickled: `state.pt` holds only tensors, numbers, strings, lists,
+tuples and dicts (RNG states as tensors) and is read with `torch.load(weights_only=True)`; the
+model folder must hold its weights as safetensors. A checkpoint whose weights are not finite is
+never written, nor resumed from.
 """
 
 from __future__ import annotations
@@ -12,13 +17,22 @@ from __future__ import annotations
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
 
+from rlrm.errors import ModelError
+
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# Weight files that are pickles: loading one can run arbitrary code, so a checkpoint never holds one.
+_PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep`.
+
+    A policy whose weights hold NaN or inf is not saved (one warning line names the step): the
+    newest checkpoint on disk stays the last good one, and the actor's non-finite guard stops
+    the run as before.
 
     Args:
         run_dir: the run folder.
@@ -29,10 +43,14 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         keep: how many checkpoints to keep.
 
     Returns:
-        The checkpoint folder.
+        The checkpoint folder, or None when the weights were not finite.
     """
     import torch
 
+    bad = nonfinite_parameter(model.state_dict().items())
+    if bad is not None:
+        print(f"warning: checkpoint step_{step} not saved: parameter {bad} holds NaN or inf", file=sys.stderr, flush=True)
+        return None
     root = Path(run_dir) / "checkpoints"
     final = root / f"step_{step}"
     tmp = root / f"step_{step}.tmp"
@@ -58,26 +76,89 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def load_state(ckpt_dir: Path) -> dict:
-    """The trainer state of a checkpoint; restores the RNG states as a side effect."""
+def check_checkpoint(ckpt_dir: Path) -> None:
+    """Refuse (ModelError) a checkpoint whose model folder holds pickled weights or non-finite ones.
+
+    Run before the policy is loaded from `ckpt_dir/model`, so nothing in it is unpickled.
+    """
+    from safetensors import safe_open
+
+    model_dir = Path(ckpt_dir) / "model"
+    pickled = sorted(p.name for p in model_dir.glob("*") if p.suffix in _PICKLED_WEIGHTS)
+    if pickled:
+        raise ModelError(
+            f"{model_dir} holds pickled weights ({', '.join(pickled)}); rlrm never unpickles a checkpoint: "
+            "keep only the safetensors files rlrm wrote"
+        )
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{model_dir} holds no .safetensors weights; it was not written by rlrm train")
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            bad = nonfinite_parameter((name, f.get_tensor(name)) for name in f.keys())
+        if bad is not None:
+            raise ModelError(
+                f"checkpoint {Path(ckpt_dir).name} has non-finite weights ({bad} holds NaN or inf): cannot resume from it; "
+                "delete it to resume from an earlier one"
+            )
+
+
+def nonfinite_parameter(named_tensors) -> str | None:
+    """The name of the first floating-point tensor holding NaN or inf, or None."""
     import torch
 
-    state = torch.load(Path(ckpt_dir) / "state.pt", weights_only=False)
+    for name, tensor in named_tensors:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return name
+    return None
+
+
+def load_state(ckpt_dir: Path) -> dict:
+    """The trainer state of a checkpoint; restores the RNG states as a side effect.
+
+    Raises:
+        ModelError: `state.pt` is unreadable or holds anything but tensors and plain data
+            (it is never unpickled: `torch.load(weights_only=True)` only).
+    """
+    import pickle
+
+    import torch
+
+    path = Path(ckpt_dir) / "state.pt"
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(
+            f"{path} cannot be loaded as plain tensors and data (weights_only=True), so it is not resumed: {first}"
+        ) from None
+    if not isinstance(state, dict) or not {"actor", "loader", "step", "rng"} <= state.keys():
+        raise ModelError(f"{path} is not an rlrm trainer state (expected actor, loader, step and rng entries)")
     _set_rng_state(state.pop("rng"))
     return state
 
 
 def _rng_state() -> dict:
+    """Every RNG state as tensors and numbers, so `weights_only=True` loads it."""
     import numpy as np
     import torch
 
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
 
 
 def _set_rng_state(rng: dict) -> None:
     import numpy as np
     import torch
 
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    py, npy = rng["python"], rng["numpy"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss"]))
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["name"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(rng["torch"])

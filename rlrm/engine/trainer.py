@@ -26,6 +26,7 @@ from rlrm.config.schema import Profile
 from rlrm.engine.metrics.idle import IdleMeter
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import Span, StepTimer
+from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.errors import RunFolderError
 
 
@@ -40,6 +41,8 @@ class RunResult:
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
     """Create a run folder and write its `config.yaml`; refuse to mix two runs in one folder."""
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir} is a file, not a folder; choose another --out (or trainer.out_dir)")
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise RunFolderError(
@@ -47,10 +50,18 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
                 f"replace it with --overwrite, or choose another --out"
             )
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(dump_profile(profile))
-    tmp.replace(run_dir / "config.yaml")
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(dump_profile(profile))
+        tmp.replace(run_dir / "config.yaml")
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise RunFolderError(
+            f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
+        ) from None
     return run_dir
 
 
@@ -74,13 +85,30 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise RunFolderError(f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote")
-    raw = yaml.safe_load(path.read_text())
+    raw = _read_run_config(path)
     if total_steps is not None:
         raw.setdefault("trainer", {})["total_steps"] = total_steps
     profile = validate_profile(raw, source=str(path))
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile
+
+
+def _read_run_config(path: Path) -> dict:
+    """A run folder's config.yaml as a mapping; a damaged one is a RunFolderError of one line."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise RunFolderError(
+            f"{path} is not valid YAML{where}: {problem}; the run's resolved profile is damaged: restore it, or start "
+            "a new run with --profile"
+        ) from None
+    if not isinstance(raw, dict):
+        raise RunFolderError(f"{path} does not hold a profile (a mapping of sections); the run folder is damaged")
+    return raw
 
 
 def train(run_dir: Path, console: str | None = None) -> RunResult:
@@ -111,12 +139,16 @@ class _TrainLoop:
         self.sample_log = None
         self.pending_row: dict | None = None
         self.t0 = time.perf_counter()
+        self._trace = None  # trace.json as the run goes (TraceStream), so a killed run keeps its finished steps
+        self._trace_sent = 0  # spans of self.spans already appended to it
 
     async def run(self) -> None:
-        from rlrm.engine.checkpoint import list_checkpoints
+        from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints
         from rlrm.engine.components import build_components
 
         ckpts = list_checkpoints(self.run_dir)
+        if ckpts:
+            check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         self.parts = parts
         self.scheduler = None
@@ -151,6 +183,7 @@ class _TrainLoop:
                     row = await self._step(step)
                     writer.log(row)
                     display.update(step, row)
+                    check_failure_budget(step, row, p.reward, self.parts.reward.loop.last_error)
         except asyncio.CancelledError:
             self.result.interrupted = True
             if self.pending_row is not None:
@@ -206,6 +239,7 @@ class _TrainLoop:
             self.spans.compact(self._detail_from, drop_lanes={"generate", "reward", "minibatch"})
             self.idle.rewind()
         self._detail_from = self.spans.cursor()  # spans of later steps (some recorded during validation) from here
+        self._stream_trace()
         if self.sample_log is not None:
             self.sample_log.write(step, outcome.samples)
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
@@ -265,9 +299,20 @@ class _TrainLoop:
             self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints
         )
 
+    def _stream_trace(self) -> None:
+        """Append the spans that no later pruning changes (those before this step's window) to trace.json."""
+        from rlrm.engine.metrics.trace import TraceStream
+
+        if self._trace is None:
+            self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0)
+        self._trace.append(self.spans.since(self._trace_sent)[: self._detail_from - self._trace_sent])
+        self._trace_sent = self._detail_from
+
     def _write_trace(self) -> None:
         from rlrm.engine.metrics.trace import write_chrome_trace
 
+        if self._trace is not None:
+            self._trace.close()
         write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
 
 

@@ -18,9 +18,13 @@ largest error, 0.079, sat on a score of -0.55, in a batch of RMS 1.57).
 Near-ties. Two responses of one group often score almost the same (identical answers are common),
 and a low-precision path may then order them either way. That is rounding, not a changed ranking:
 a pair counts as tied when either path separates it by no more than the sum of the two samples'
-tolerance bands (beyond that, no pair of within-tolerance scores can swap). The ranking statistics
-that feed the verdict use these ties; strict versions (every discordant pair counts) are reported
-beside them. Kendall's tau is the textbook tau-b with exact ties.
+tolerance bands (beyond that, no pair of within-tolerance scores can swap). Every ranking statistic
+uses these ties: the rank-flip count and top-1 agreement per group, Kendall's tau-b per group and
+Spearman's rho over all samples (ranks from `band_tied_ranks`, which are the usual average ranks
+when the bands are 0). Strict versions (exact ties only: every discordant pair counts) are reported
+beside them. Without this, two identical responses scored 1 ulp apart by one path (a server's
+dynamic batch padded them differently) and exactly equal by the other took Spearman over 6 samples
+from 1 to 0.9856, failing a fp32-vs-fp32 check whose Pearson was 1.000000.
 """
 
 from __future__ import annotations
@@ -124,6 +128,40 @@ def kendall_tau_b(a, b) -> float:
     return float((sa * sb).sum() / math.sqrt(untied_a * untied_b))
 
 
+def tied_pairs(test, ref, bands, rows: slice = slice(None)) -> np.ndarray:
+    """[r, n] True where the pair (i, j) is tied: either path separates it by no more than bands[i] + bands[j].
+
+    `rows` picks the i of the block (all by default), so large inputs can be taken a block at a time.
+    """
+    test, ref, bands = (np.asarray(v, np.float64) for v in (test, ref, bands))
+    pair_band = bands[rows, None] + bands[None, :]  # [r, n]
+    return (np.abs(test[rows, None] - test[None, :]) <= pair_band) | (np.abs(ref[rows, None] - ref[None, :]) <= pair_band)
+
+
+def band_tied_ranks(x, test, ref, bands, block: int = 1024) -> np.ndarray:
+    """1-based ranks of `x` (test or ref) in which the pairs `tied_pairs` finds count as ties:
+
+        rank_i = 1 + #{j: not tied with i, x_j < x_i} + #{j != i: tied with i} / 2
+
+    With exact ties only this is the average rank (`average_ranks`). Ties by band need not be
+    transitive, and each sample's rank still counts every pair it is in exactly once, so the mean
+    rank stays (n + 1) / 2. Computed `block` rows at a time: [block, n] memory.
+    """
+    x = np.asarray(x, np.float64)
+    ranks = np.empty(len(x), np.float64)
+    for start in range(0, len(x), block):
+        rows = slice(start, min(start + block, len(x)))
+        tied = tied_pairs(test, ref, bands, rows)  # [r, n], each i tied with itself
+        below = (x[None, :] < x[rows, None]) & ~tied
+        ranks[rows] = 1.0 + below.sum(axis=1) + (tied.sum(axis=1) - 1) / 2.0
+    return ranks
+
+
+def spearman_tied(test, ref, bands) -> float:
+    """Spearman's rho with differences inside the tolerance band as ties (see the module docstring)."""
+    return pearson(band_tied_ranks(test, test, ref, bands), band_tied_ranks(ref, test, ref, bands))
+
+
 def score_bands(ref, atol: float, rtol: float, scale: float | None = None) -> np.ndarray:
     """Per-sample tolerance: atol + rtol * max(|ref|, scale); scale defaults to the RMS of the finite ref scores."""
     ref = np.asarray(ref, np.float64)
@@ -140,7 +178,8 @@ def group_ranking(test, ref, bands) -> dict:
         bands: [n] each sample's tolerance band (`score_bands`); a pair is tied within the sum of its two.
 
     Returns:
-        kendall_tau (tau-b, NaN for a constant group), top1 (test's best is tied with ref's best),
+        kendall_tau (tau-b with pairs tied within their band as ties; NaN when every pair is tied),
+        kendall_tau_strict (tau-b with exact ties), top1 (test's best is tied with ref's best),
         top1_strict (the same index is best in both), flip (a pair both paths separate by more than
         its band is ordered oppositely), flip_strict (any oppositely ordered pair), constant (every
         ref score is tied with the group's best).
@@ -154,7 +193,8 @@ def group_ranking(test, ref, bands) -> dict:
     best = int(np.argmax(ref))
     tied_with_best = ref >= ref[best] - (bands + bands[best])  # [n]
     return {
-        "kendall_tau": kendall_tau_b(test, ref),
+        "kendall_tau": float((np.sign(d_test) * np.sign(d_ref))[resolved].sum() / resolved.sum()) if resolved.any() else math.nan,
+        "kendall_tau_strict": kendall_tau_b(test, ref),
         "top1": bool(tied_with_best[int(np.argmax(test))]),
         "top1_strict": int(np.argmax(test)) == best,
         "flip": bool((opposite & resolved).any()),
@@ -215,7 +255,8 @@ def compare(legacy, loop, group_ids, tol: Tolerances = Tolerances(), adv_eps: fl
         "nonfinite_loop": int((~np.isfinite(loop)).sum()),
         "nonfinite_samples": int((~finite).sum()),
         "pearson": pearson(legacy[finite], loop[finite]),
-        "spearman": spearman(legacy[finite], loop[finite]),
+        "spearman": spearman_tied(legacy[finite], loop[finite], bands[finite]),
+        "spearman_strict": spearman(legacy[finite], loop[finite]),
         **_group_stats(per_group),
         "groups_with_nonfinite": len(bad_groups),
         **_advantage_stats(legacy_adv, loop_adv, clean),

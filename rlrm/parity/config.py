@@ -21,7 +21,7 @@ DEVICES: tuple[str, ...] = get_args(Device)
 
 
 class ParityConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field(description="Reward model folder (a sequence classifier with num_labels=1).")
     legacy_dtypes: list[LegacyDtype] = Field(["bf16"], min_length=1, description="Compute dtypes of the legacy FSDP2 scorer.")

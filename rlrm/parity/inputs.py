@@ -15,6 +15,7 @@ conversation longer than `max_length` is cut the same way in both (see `encode_s
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,11 +88,21 @@ def _to_sample(row, index: int, path: Path) -> ParitySample:
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     else:
-        prompt = [dict(m) for m in list(prompt)]  # parquet gives arrays of dicts
-        if not prompt or not all(isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt):
-            raise DataError(f"{where}: prompt must be a string or a list of {{role, content}} messages")
+        # parquet gives arrays of dicts; anything else (a number, a list of strings) is named, not a traceback
+        messages = list(prompt) if hasattr(prompt, "__iter__") and not isinstance(prompt, dict) else None
+        if not messages or not all(
+            hasattr(m, "keys") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+        ):
+            raise DataError(
+                f"{where}: prompt must be a string or a list of {{role, content}} messages, got {_shown(prompt)}"
+            )
+        prompt = [dict(m) for m in messages]
     if not isinstance(row["response"], str):
         raise DataError(f"{where}: response must be text, got {type(row['response']).__name__}")
+    for key in ("group_id", "sample_id"):
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, numbers.Integral))):
+            raise DataError(f"{where}: {key} must be a string or an integer, got {_shown(value)}")
     sample_id = row.get("sample_id")
     return ParitySample(
         sample_id=str(sample_id) if sample_id is not None else str(index),
@@ -99,6 +110,11 @@ def _to_sample(row, index: int, path: Path) -> ParitySample:
         prompt=prompt,
         response=row["response"],
     )
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[ParitySample]:

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrm.engine.metrics.trace import read_chrome_trace
 from rlrm.errors import ConfigError
 from rlrm.report.figures import new_figure, note_axes
 from rlrm.report.folders import json_loads
@@ -63,12 +64,9 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def read_trace(path) -> list[dict]:
-    """The events of a Chrome trace file ({"traceEvents": [...]} or a bare list)."""
-    data = json_loads()(Path(path).read_bytes())
-    events = data.get("traceEvents", []) if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise TypeError("traceEvents is not a list")
-    return events
+    """The events of a Chrome trace file ({"traceEvents": [...]} or a bare list, whose closing `]`
+    a killed run leaves out)."""
+    return read_chrome_trace(Path(path).read_bytes(), json_loads())
 
 
 def events_frame(events: list[dict], window: tuple[float, float] | None = None, lanes: set[str] | None = None):

@@ -101,3 +101,29 @@ def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, m
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing"] == ["stream-r0", "fully-async-r0"]
     assert "missing: stream-r0, fully-async-r0" in result.output
+
+
+@pytest.mark.parametrize("failing_run", [1, 2])
+def test_a_failed_run_leaves_only_finished_runs_behind(tmp_path, tiny_policy_path, monkeypatch, failing_run):
+    import rlrm.engine.trainer as trainer_mod
+    from rlrm.errors import TrainingError
+
+    real_train, calls = trainer_mod.train, []
+
+    def train_then_fail(run_dir, console=None):
+        calls.append(run_dir)
+        if len(calls) == failing_run:
+            (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')  # a half-made run
+            raise TrainingError("the reward servers are gone")
+        return real_train(run_dir, console)
+
+    monkeypatch.setattr(trainer_mod, "train", train_then_fail)
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, _args(out))
+    assert result.exit_code == 1 and "error: the reward servers are gone" in result.output
+    if failing_run == 1:
+        assert not out.exists()  # nothing finished: nothing left behind
+        return
+    assert list(pd.read_csv(out / "results.csv")["run_dir"]) == ["runs/sync-nolatency-r0"]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["sync-nolatency-r0"]
+    assert json.loads((out / "summary.json").read_text())["missing"] == ["sync-r0", "stream-r0", "fully-async-r0"]

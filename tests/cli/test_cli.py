@@ -142,7 +142,8 @@ def test_missing_dataset_file_leaves_no_run_folder(tmp_path):
 def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
     data = tmp_path / "gsm.jsonl"
     data.write_text('{"question": "q1", "answer": "#### 1"}\n{"question": "q2"}\n')
+    (tmp_path / "test.jsonl").write_text('{"question": "q1", "answer": "#### 1"}\n')
     result = invoke("train", "--profile", "gsm8k-rule", "--out", str(tmp_path / "run"), "--set", "model.path=tiny:policy",
-                    "--set", f"data.path={data}")
+                    "--set", f"data.path={data}", "--set", f"data.test_split={tmp_path / 'test.jsonl'}")
     assert result.exit_code == 1
     assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output

@@ -104,3 +104,53 @@ def test_model_rewards_need_a_model():
         load_profile("tiny-rule", ["reward.kind=genrm"])
     p = load_profile("tiny-rule", ["reward.kind=disrm", "reward.server.model=/some/rm", "reward.on_failure=drop-group"])
     assert p.reward.model_kind == "disrm" and p.reward.on_failure == "drop-group"
+
+
+def _float_fields(model, prefix=""):
+    """Key paths of every float field of the profile schema (tuples of floats included)."""
+    from pydantic import BaseModel
+
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _float_fields(ann, f"{prefix}{name}.")
+        elif ann is float or ann == (float | None):
+            yield f"{prefix}{name}"
+        elif getattr(ann, "__args__", None) == (float, float):
+            yield f"{prefix}{name}.1"
+
+
+FLOAT_KEYS = sorted(_float_fields(Profile))
+# NaN is meaningful here: parity runs give failed samples a NaN score so that they are reported.
+NAN_ALLOWED = {"reward.default_score"}
+
+
+def test_the_schema_walk_finds_the_float_fields():
+    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.timeout_s"} <= set(FLOAT_KEYS)
+
+
+@pytest.mark.parametrize("key", [k for k in FLOAT_KEYS if k not in NAN_ALLOWED])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_non_finite_floats_are_refused_with_the_key_path(key, value):
+    if key == "actor.betas.1":
+        override = f"actor.betas=[0.9,{value}]"
+    else:
+        override = f"{key}={value}"
+    with pytest.raises(ConfigError, match=rf"tiny-rule: {key.replace('.', '[.]')}: Input should be a finite number"):
+        load_profile("tiny-rule", [override])
+
+
+def test_bounds_that_catch_typos_say_why():
+    with pytest.raises(ConfigError, match=r"rollout\.n: .*at most 1024 samples per prompt: every step generates and holds"):
+        load_profile("tiny-rule", ["rollout.n=1e9"])
+    with pytest.raises(ConfigError, match=r"train_batch_size x rollout.n = 2,000,000 completions per step, over 1,000,000"):
+        load_profile("tiny-rule", ["data.train_batch_size=2000", "actor.mini_batch_size=1", "rollout.n=1000"])
+    with pytest.raises(ConfigError, match=r"actor\.lr: Input should be less than or equal to 1"):
+        load_profile("tiny-rule", ["actor.lr=1e39"])
+
+
+def test_an_empty_profile_is_an_error(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# only a comment\n")
+    with pytest.raises(ConfigError, match=r"empty\.yaml: the profile is empty; give at least `extends: NAME`"):
+        load_profile(str(empty))

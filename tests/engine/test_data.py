@@ -94,6 +94,34 @@ def test_bad_rows_error_or_skip(tmp_path):
     assert len(examples) == 2 and skipped == 2
 
 
+def test_ground_truths_that_are_not_numbers_are_bad_rows(tmp_path):
+    # "#### banana" used to load, and every response to it scored 0 with no word.
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("\n".join(json.dumps(r) for r in RAW + [{"question": "q", "answer": "so\n#### banana"}]))
+    with pytest.raises(DataError, match=r"raw\.jsonl row 2: ground truth 'banana' is not a number .*skip_bad_rows"):
+        load_gsm8k(str(raw), "train", "", skip_bad_rows=False)
+    assert [e.ground_truth for e in load_gsm8k(str(raw), "train", "", skip_bad_rows=True)[0]] == ["5", "1200"]
+    verl = _verl_rows() + [dict(_verl_rows()[0], reward_model={"ground_truth": "1,200"})]
+    pd.DataFrame(verl).to_parquet(tmp_path / "train.parquet")
+    with pytest.raises(DataError, match=r"train\.parquet row 1: ground truth '1,200' is not a number"):
+        load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=False)
+    examples, skipped = load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=True)
+    assert skipped == 1 and [e.ground_truth for e in examples] == ["72"]
+
+
+def test_train_and_test_from_one_source_are_refused(tmp_path):
+    one = tmp_path / "all.jsonl"
+    one.write_text("\n".join(json.dumps(r) for r in RAW))
+    with pytest.raises(DataError, match=r"train_split and data\.test_split both read .*all\.jsonl, so validation would score"):
+        load_splits(DataConfig(source="gsm8k", path=str(one)))
+    with pytest.raises(DataError, match=r"both read openai/gsm8k\[train\]"):  # no hub access needed to see it
+        load_splits(DataConfig(source="gsm8k", path="openai/gsm8k", test_split="train"))
+    other = tmp_path / "held_out.jsonl"
+    other.write_text(json.dumps(RAW[0]))
+    train, test, _ = load_splits(DataConfig(source="gsm8k", path=str(one), test_split=str(other)))
+    assert len(train) == 2 and len(test) == 1
+
+
 def test_missing_file_and_bad_json(tmp_path):
     with pytest.raises(DataError, match="no 'train' data"):
         load_gsm8k(str(tmp_path / "absent"), "train", "", False)

@@ -9,7 +9,7 @@ import pytest
 
 from rlrm.engine.metrics.intervals import idle_ratio, union_length
 from rlrm.engine.metrics.timing import Span, StepTimer
-from rlrm.engine.metrics.trace import chrome_trace_events, write_chrome_trace
+from rlrm.engine.metrics.trace import TraceStream, chrome_trace_events, read_chrome_trace, write_chrome_trace
 from rlrm.engine.metrics.tracker import MetricsWriter, read_metrics
 
 
@@ -69,6 +69,34 @@ def test_chrome_trace(tmp_path):
     assert {e["args"]["name"] for e in events if e["name"] == "thread_name"} >= {"rollout", "trainer"}
     write_chrome_trace(tmp_path / "trace.json", spans, origin_s=10.0)
     assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) == len(events)
+
+
+def test_trace_stream_is_readable_at_every_step_and_after_a_cut(tmp_path):
+    # Written as the run goes (JSON Array Format, no closing `]` until the end), readable at any
+    # point: what a run killed with kill -9 leaves behind.
+    path = tmp_path / "trace.json"
+    stream = TraceStream(path, origin_s=0.0)
+    stream.append([Span("trainer", "update_actor", 0.0, 1.0), Span("generate", "r0", 0.0, 0.5)])
+    assert read_chrome_trace(path.read_bytes()) == _events_in(path) and len(_events_in(path)) == 6
+    with pytest.raises(ValueError):
+        json.loads(path.read_text())  # not closed: plain JSON refuses it, the trace readers do not
+    stream.append([Span("generate", "r1", 0.2, 0.9), Span("trainer", "update_actor", 1.0, 2.0)])
+    events = read_chrome_trace(path.read_bytes())
+    xs = [e for e in events if e["ph"] == "X"]
+    assert [e["name"] for e in xs] == ["update_actor", "r0", "update_actor", "r1"]
+    rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert sorted(rows.values()) == ["generate", "generate #1", "trainer"]  # r1 overlaps r0: a second row
+    assert rows[next(e["tid"] for e in xs if e["name"] == "r1")] == "generate #1"
+    with path.open("ab") as f:
+        f.write(b'{"name": "cut", "ph": "X", "ts": 1')  # a kill in the middle of a write
+    assert read_chrome_trace(path.read_bytes()) == events
+    stream.close()
+    write_chrome_trace(path, [Span("trainer", "update_actor", 0.0, 1.0)])  # the end of a run: the whole file, closed
+    assert len(json.loads(path.read_text())["traceEvents"]) == len(read_chrome_trace(path.read_bytes())) == 3
+
+
+def _events_in(path):
+    return [json.loads(line.rstrip(",")) for line in path.read_text().splitlines()[1:]]
 
 
 def test_chrome_trace_packs_overlapping_spans_into_rows():

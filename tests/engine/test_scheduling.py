@@ -126,7 +126,8 @@ def test_overlap_mode_traces_every_request_and_reward(tmp_path, tiny_policy_path
 
 
 def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
-    extra = ["reward.inject.fail_rate=1.0", "reward.max_retries=1", "reward.backoff_s=0", "reward.on_failure=drop-group"]
+    extra = ["reward.inject.fail_rate=1.0", "reward.max_retries=1", "reward.backoff_s=0", "reward.on_failure=drop-group",
+             "reward.max_failure_rate=1"]  # go on although every sample failed: what is counted is under test
     _, rows = _run(tmp_path, "fail", "stream", steps=1, extra=extra)
     row = rows[0]
     assert row["reward/injected_failures"] == 16 * 2  # every attempt of every sample

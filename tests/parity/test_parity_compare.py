@@ -12,6 +12,7 @@ from rlrm.engine.algorithms import grpo_advantages
 from rlrm.parity.compare import (
     Tolerances,
     average_ranks,
+    band_tied_ranks,
     compare,
     group_ranking,
     kendall_tau_b,
@@ -37,7 +38,8 @@ def test_near_tie_swap_is_only_a_strict_flip():
     # the first two differ by 0.005 < 0.02 (the pair's band): swapping them is rounding
     g = group_ranking(test=[1.005, 1.0, 2.0], ref=[1.0, 1.005, 2.0], bands=BANDS3)
     assert g["flip_strict"] and not g["flip"]
-    assert g["kendall_tau"] == pytest.approx(1 / 3)  # exact tau still sees one discordant pair of three
+    assert g["kendall_tau"] == pytest.approx(1.0)  # the swapped pair is tied; the other two are concordant
+    assert g["kendall_tau_strict"] == pytest.approx(1 / 3)  # exact tau still sees one discordant pair of three
     assert g["top1"] and g["top1_strict"]
 
 
@@ -116,5 +118,37 @@ def test_verdict_allows_a_small_share_of_outliers_and_checks_spearman():
     passed, reasons = verdict(compare(legacy, loop, groups, tol).summary, tol)
     assert not passed and "3 of 200 samples (allowed 2)" in reasons[0]
     shuffled = rng.permutation(loop)  # unrelated scores
-    passed, reasons = verdict(compare(shuffled, loop, groups, Tolerances(atol=10.0)).summary, Tolerances(atol=10.0))
+    passed, reasons = verdict(compare(shuffled, loop, groups, tol).summary, tol)
     assert not passed and any("Spearman" in r for r in reasons)
+    # A band wide enough to hold every difference makes every pair a tie: the ranking says nothing
+    # (Spearman undefined) and only the band decides.
+    wide = Tolerances(atol=10.0)
+    summary = compare(shuffled, loop, groups, wide).summary
+    assert math.isnan(summary["spearman"]) and summary["spearman_strict"] < 0.2 and verdict(summary, wide) == (True, [])
+
+
+def test_band_tied_ranks_are_average_ranks_with_ties_within_the_band():
+    x = [1.0, 1.005, 2.0, 3.0]
+    # bands 0: exact ties only -> the usual average ranks
+    assert list(band_tied_ranks(x, x, x, [0.0] * 4)) == list(average_ranks(x)) == [1.0, 2.0, 3.0, 4.0]
+    # bands 0.01: 1.0 and 1.005 are tied (0.005 <= 0.02): both 1 + 0 + 1/2
+    assert list(band_tied_ranks(x, x, x, [0.01] * 4)) == [1.5, 1.5, 3.0, 4.0]
+    # not transitive: 0 ~ 1 and 1 ~ 2 (gaps 0.015 <= 0.02) but 0 < 2 (0.03): ranks 1.5, 2, 2.5; mean still 2
+    y = [0.0, 0.015, 0.03]
+    assert list(band_tied_ranks(y, y, y, [0.01] * 3)) == [1.5, 2.0, 2.5]
+    # a pair tied in either path is tied in both rankings
+    assert list(band_tied_ranks([1.0, 2.0], [1.0, 2.0], [1.0, 1.001], [0.01, 0.01])) == [1.5, 1.5]
+
+
+def test_identical_responses_one_ulp_apart_do_not_fail_spearman():
+    # The flaky fp32-vs-fp32 check: two identical responses of a group score exactly equal in the
+    # legacy path and 1 ulp apart in the served one (its dynamic batch padded them differently).
+    legacy = np.array([0.070399, 0.084720, 0.084720, 0.451351, -0.242854, 0.665617], np.float32).astype(np.float64)
+    loop = legacy.copy()
+    loop[2] = np.nextafter(np.float32(loop[2]), np.float32(1.0))
+    groups = ["a"] * 3 + ["b"] * 3
+    # average ranks: legacy (2, 3.5, 3.5, 5, 1, 6), loop (2, 3, 4, 5, 1, 6): rho = 17 / sqrt(17 * 17.5)
+    summary = compare(legacy, loop, groups).summary
+    assert summary["spearman_strict"] == pytest.approx(17 / math.sqrt(17 * 17.5)) == pytest.approx(0.9856, abs=1e-4)
+    assert summary["spearman"] == 1.0 and summary["pearson"] == pytest.approx(1.0)
+    assert verdict(summary, Tolerances()) == (True, [])

@@ -9,12 +9,14 @@ the messages are used as they are.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from rlrm.engine.data.example import Example
 from rlrm.errors import DataError
 
 _EXTS = (".jsonl", ".json", ".parquet")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
 def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -> tuple[list[Example], int]:
@@ -24,7 +26,7 @@ def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -
         path: hub id, a local file, or a folder holding `<split>.jsonl|.json|.parquet`.
         split: split name (hub or folder), or a file path.
         prompt_suffix: appended to raw questions.
-        skip_bad_rows: skip (and count) rows without a question or ground truth instead of failing.
+        skip_bad_rows: skip (and count) rows without a question or a numeric ground truth instead of failing.
     """
     source, rows = _read_rows(path, split)
     examples, skipped = [], 0
@@ -38,6 +40,12 @@ def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -
     if not examples:
         raise DataError(f"{source} has no usable rows")
     return examples, skipped
+
+
+def split_source(path: str, split: str) -> str:
+    """Where `split` is read from: the resolved local file, or `hub_id[split]`."""
+    local = _local_file(path, split)
+    return str(local.resolve()) if local is not None else f"{path}[{split}]"
 
 
 def _read_rows(path: str, split: str) -> tuple[str, list[dict]]:
@@ -107,6 +115,7 @@ def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:
     truth = str(answer).split("####")[-1].strip().replace(",", "")
     if not truth:
         raise ValueError("empty ground truth after '####'")
+    _check_number(truth)
     return Example(
         uid=f"gsm8k/{split}/{index}",
         prompt=[{"role": "user", "content": f"{question} {suffix}".strip()}],
@@ -124,6 +133,7 @@ def _verl_row(row: dict, index: int, split: str) -> Example:
     truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if truth is None or str(truth).strip() == "":
         raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
+    _check_number(str(truth))
     extra = dict(row.get("extra_info") or {})
     return Example(
         uid=f"{row.get('data_source', 'gsm8k')}/{split}/{extra.get('index', index)}",
@@ -132,3 +142,10 @@ def _verl_row(row: dict, index: int, split: str) -> Example:
         data_source=str(row.get("data_source", "openai/gsm8k")),
         extra_info=extra,
     )
+
+
+def _check_number(truth: str) -> None:
+    # The GSM8K reward compares the number a response ends with to the ground truth as text, so a
+    # truth such as "banana" or "1,200" can never be matched: every sample would silently score 0.
+    if not _NUMBER.fullmatch(truth):
+        raise ValueError(f"ground truth {truth!r} is not a number (such as 42, -3 or 2.5), so no answer could match it")

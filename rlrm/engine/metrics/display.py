@@ -1,4 +1,5 @@
-"""The live view of a training run: step, reward, tokens/s and ETA (rich), or plain lines."""
+"""The live view of a training run: step, reward, tokens/s, reward failures when there are any, and ETA
+(rich), or plain lines."""
 
 from __future__ import annotations
 
@@ -54,4 +55,10 @@ def _summary(row: dict) -> str:
     if "val/accuracy" in row:
         parts.append(f"val acc {row['val/accuracy']:.3f}")
     parts.append(f"{row.get('perf/throughput', 0.0):,.0f} tok/s")
+    if row.get("reward/failures"):  # a substituted or dropped score is never hidden
+        outcome = [f"{row.get(key, 0)} {name}" for key, name in _FAILURE_OUTCOMES if row.get(key)]
+        parts.append(f"reward failures {row['reward/failures']}" + (f" ({', '.join(outcome)})" if outcome else ""))
     return "  ".join(parts)
+
+
+_FAILURE_OUTCOMES = (("reward/defaulted", "defaulted"), ("reward/dropped_groups", "groups dropped"))

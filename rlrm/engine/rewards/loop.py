@@ -33,6 +33,7 @@ class RewardError(RlrmError):
 @dataclass
 class RewardStats:
     latencies_s: list[float] = field(default_factory=list)
+    samples: int = 0  # samples whose scoring ended (scored or failed): the failure budget's denominator
     failures: int = 0  # samples that failed after every retry
     retries: int = 0
     timeouts: int = 0
@@ -52,6 +53,7 @@ class RewardStats:
         return {
             "reward/latency_p50": quantile(lat, 0.5) if lat else 0.0,
             "reward/latency_p99": quantile(lat, 0.99) if lat else 0.0,
+            "reward/samples": self.samples,
             "reward/failures": self.failures,
             "reward/retries": self.retries,
             "reward/timeouts": self.timeouts,
@@ -76,12 +78,14 @@ class RewardLoop:
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
         self._jitter = random.Random(seed)
         self.stats = RewardStats()
+        self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
 
     async def score(self, sample: RewardSample) -> RewardResult | None:
         """The sample's reward, or None when it failed and its group is to be dropped."""
         async with self._workers[sample.index % len(self._workers)]:
             start = time.perf_counter()
             outcome = await self._attempts(sample)
+            self.stats.samples += 1
             if isinstance(outcome, RewardResult):
                 self.stats.latencies_s.append(time.perf_counter() - start)
                 return outcome
@@ -161,6 +165,7 @@ class RewardLoop:
 
     def _on_failure(self, sample: RewardSample, error: RewardCallError) -> RewardResult | None:
         self.stats.failures += 1
+        self.last_error = str(error)
         policy = self.cfg.on_failure
         if policy == "fail":
             raise RewardError(
