@@ -8,6 +8,7 @@ import math
 import pytest
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
 from rlrm.engine.rewards.loop import RewardError, RewardLoop
 from rlrm.reward_errors import BadRequest, TransientError, UnparsedVerdict
