@@ -14,7 +14,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.metrics.display import _summary
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
-from rlrm.engine.rewards.errors import TransientError
+from rlrm.reward_errors import TransientError
 from rlrm.engine.rewards.loop import RewardLoop
 
 ROW = {"reward/samples": 16, "reward/failures": 9, "reward/defaulted": 9, "reward/dropped_groups": 0,
