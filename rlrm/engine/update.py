@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 
 
@@ -82,14 +83,18 @@ def group_advantages(profile, scores, group_ids):
 def behaviour_log_probs(parts, batch, timer: StepTimer, off_policy: bool) -> dict:
     """Set `old_log_prob` (and `ref_log_prob` when a reference is used); returns rollout/* metrics.
 
-    On-policy, `actor.recompute_old_log_prob` recomputes them with the actor (the gap to the
-    engine's own log-probs is logged). Off-policy the engine's log-probs are the behaviour
-    policy's and are used as they are.
+    On-policy, the actor recomputes them when `actor.recompute_old_log_prob` says so (see
+    `rlrm.engine.behaviour`; the gap to the engine's own log-probs is logged). Off-policy the
+    engine's log-probs are the behaviour policy's and are used as they are.
     """
     actor = parts.actor
     metrics: dict[str, float] = {}
+    recompute = needs_recompute(
+        actor.cfg.recompute_old_log_prob, off_policy=off_policy, ppo_epochs=actor.cfg.ppo_epochs,
+        engine_dtype=getattr(parts.engine, "dtype", None), actor_dtype=actor.dtype,
+    )
     with timer("old_log_prob"):
-        if parts.profile.actor.recompute_old_log_prob and not off_policy:
+        if recompute:
             batch.old_log_prob = actor.compute_old_log_prob(batch)
             # How far the rollout engine's log-probs are from the actor's (0 up to float noise).
             gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask

@@ -84,6 +84,11 @@ class HFRolloutEngine:
         self._arrived: asyncio.Event | None = None
         self._stop: threading.Event | None = None
 
+    @property
+    def dtype(self):
+        """The model's parameter dtype (a torch.dtype): with the actor's, its log-probs match the actor's."""
+        return next(self.model.parameters()).dtype
+
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Generate one response.
 
