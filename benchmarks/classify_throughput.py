@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import save_random_qwen2
+
 
 def main() -> None:
     import httpx
@@ -43,7 +45,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.model) if args.model else _random_disrm(Path(tmp), args.hidden, args.layers)
+        path = Path(args.model) if args.model else save_random_qwen2(
+            Path(tmp) / "disrm", hidden=args.hidden, layers=args.layers, classifier=True, pad_token_id=0
+        )
         model, inputs = _inputs(path, args.requests)
         times = []
         for _ in range(1 + args.rounds):  # the first is a warm-up
@@ -118,17 +122,6 @@ def _inputs(path: Path, count: int):
     rng = random.Random(0)
     vocab = model.config.vocab_size
     return model, [[rng.randrange(3, vocab) for _ in range(rng.randint(50, 80))] for _ in range(count)]
-
-
-def _random_disrm(folder: Path, hidden: int = 128, layers: int = 2) -> Path:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=512, num_labels=1, pad_token_id=0)
-    Qwen2ForSequenceClassification(config).save_pretrained(folder / "disrm")
-    return folder / "disrm"
 
 
 def _ms(values, q):

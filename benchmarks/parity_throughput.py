@@ -23,22 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def build_model(dest: Path, tokenizer_path: str, hidden: int, layers: int) -> str:
-    """A random Qwen2 DisRM of the given size with the tiny tokenizer (scores are not the point here)."""
-    import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=max(1, hidden // 32), num_key_value_heads=max(1, hidden // 64), max_position_embeddings=512,
-        num_labels=1, pad_token_id=tok.pad_token_id,
-    )
-    Qwen2ForSequenceClassification(config).save_pretrained(dest)
-    tok.save_pretrained(dest)
-    return str(dest)
+from _common import save_random_qwen2
 
 
 def plain_forward(model, ids: list[list[int]], micro_batch: int, pad_id: int) -> list[float]:
@@ -100,7 +85,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     policy = resolve_model_path("tiny:policy")
     tmp = tempfile.TemporaryDirectory()
-    model_path = args.model or build_model(Path(tmp.name) / "disrm", policy, args.hidden, args.layers)
+    model_path = args.model or str(save_random_qwen2(
+        Path(tmp.name) / "disrm", policy, hidden=args.hidden, layers=args.layers, classifier=True
+    ))
     samples = generate_samples(load_profile("tiny-rule"), args.samples, args.n, seed=0)
     tok = load_rm_tokenizer(model_path)
     enc = encode_samples(tok, samples, max_length=512)

@@ -19,6 +19,8 @@ import random
 import statistics
 import time
 
+from _common import random_qwen2
+
 
 def main() -> None:
     import torch
@@ -100,17 +102,9 @@ def _sync(device: str) -> None:
 
 
 def _load(path: str | None):
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    if path:
-        return AutoModelForCausalLM.from_pretrained(path).eval()
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return AutoModelForCausalLM.from_pretrained(path).eval() if path else random_qwen2(hidden=128, layers=2)
 
 
 if __name__ == "__main__":
