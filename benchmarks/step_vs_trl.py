@@ -1,7 +1,7 @@
 """rlrm's GRPO step vs TRL's `GRPOTrainer` step on the identical tiny config, alternated in separate processes.
 
     RLRM_TRL_PYTHON=/work/venvs/trl/bin/python python benchmarks/step_vs_trl.py [--pairs 3] [--steps 8] [--warmup 2]
-    python benchmarks/step_vs_trl.py --trl-python /work/venvs/trl/bin/python --set actor.recompute_old_log_prob=always
+    python benchmarks/step_vs_trl.py --trl-python /work/venvs/trl/bin/python --passive --set actor.recompute_old_log_prob=always
 
 TRL runs from its own interpreter (`--trl-python`, else $RLRM_TRL_PYTHON): a venv made with
 `pip install torch==2.13.0`, then `pip install -c <file holding torch==2.13.0> trl datasets`. Without one the
@@ -17,7 +17,16 @@ A pair is one `rlrm train` process, then one TRL process, each running `--warmup
 the pairs repeat `--pairs` times (A B A B ...), so load from other processes hits both alike. A step
 time is the interval between the ends of two consecutive steps (everything a user waits for: data,
 generation, rewards, update, logging); the first `--warmup` steps are left out. Printed: each side's
-median, min and max over all pairs, each pair's ratio of medians (rlrm / TRL) and their median.
+median, min and max over all pairs, its median CPU seconds per step (all threads of the process),
+each pair's ratio of medians (rlrm / TRL), for step time and CPU time, and their medians.
+
+How OpenMP threads wait decides much of the step time on a small, shared VM. libgomp lets a
+worker spin for a while after each parallel region (~300k pause loops) unless the process runs
+more OpenMP threads than there are CPUs, when it spins only 100 loops and then sleeps. TRL runs all
+its ops on one thread: one team, spinning; rlrm decodes in its engine thread and trains on
+another: two teams, near-passive waits. When the host is busy the spinning costs TRL many times
+its CPU work; `--passive` sets OMP_WAIT_POLICY=PASSIVE on both sides, so that both wait alike and
+the step times compare the work done.
 
 What one side does that the other does not (same samples, same max tokens, same loss otherwise):
   rlrm  returns per-token log-probs from its rollout engine (one log_softmax per decode step); keeps
@@ -45,6 +54,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "tiny-rule"
+# `rlrm train` with the process's CPU time (all threads) stamped on each metrics row, for CPU seconds per step.
+_RLRM = (
+    "import sys, time\n"
+    "from rlrm.engine.metrics import tracker\n"
+    "log = tracker.MetricsWriter.log\n"
+    "tracker.MetricsWriter.log = lambda self, row: log(self, {**row, 'bench/cpu_s': time.process_time()})\n"
+    "from rlrm.cli.main import main\n"
+    "sys.argv = ['rlrm', *sys.argv[1:]]\n"
+    "main()\n"
+)
 
 
 def main() -> None:
@@ -56,6 +75,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads on both sides")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra rlrm override (repeatable)")
     parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default; extra work")
+    parser.add_argument("--passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE on both sides (see above)")
     parser.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -70,13 +90,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="step_vs_trl-") as tmp:
         tmp = Path(tmp)
         job = _trl_job(tmp, overrides, total, args)
+        env = {**os.environ, **({"OMP_WAIT_POLICY": "PASSIVE"} if args.passive else {})}
         pairs = []
         for k in range(args.pairs):
-            rlrm = run_rlrm(tmp / f"rlrm-{k}", overrides, total)
-            trl = run_trl(args.trl_python, job, tmp / f"trl-{k}.json")
+            rlrm = run_rlrm(tmp / f"rlrm-{k}", overrides, total, env)
+            trl = run_trl(args.trl_python, job, tmp / f"trl-{k}.json", env)
             pairs.append((rlrm, trl))
-            print(f"pair {k + 1}: rlrm median {_median(rlrm['step_s'], args.warmup):.3f} s, "
-                  f"TRL median {_median(trl['step_s'], args.warmup):.3f} s", flush=True)
+            print(f"pair {k + 1}: rlrm median {_median(rlrm['step_s'], args.warmup):.3f} s "
+                  f"({_median(rlrm['cpu_s'], args.warmup):.3f} CPU s), TRL median "
+                  f"{_median(trl['step_s'], args.warmup):.3f} s ({_median(trl['cpu_s'], args.warmup):.3f} CPU s)",
+                  flush=True)
     report(pairs, args)
 
 
@@ -123,33 +146,37 @@ def _trl_job(tmp: Path, overrides: list[str], total: int, args) -> Path:
         "method": p.reward.method,
         "gradient_checkpointing": args.trl_gradient_checkpointing,
         "repo": str(REPO),
+        "out_dir": str(tmp / "trl-out"),
     }
     path = tmp / "trl-job.json"
     path.write_text(json.dumps(job))
     return path
 
 
-def run_rlrm(run_dir: Path, overrides: list[str], total: int) -> dict:
+def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict:
     """`rlrm train` in a subprocess; step times from the end-of-step wall clock in metrics.jsonl."""
-    cmd = [sys.executable, "-m", "rlrm", "train", "--profile", PROFILE, "--steps", str(total), "--out", str(run_dir),
+    cmd = [sys.executable, "-c", _RLRM, "train", "--profile", PROFILE, "--steps", str(total), "--out", str(run_dir),
            "--console", "none"]
     for item in overrides:
         cmd += ["--set", item]
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, env=env)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 0) >= 1]
     ends = [r["perf/wall_s"] for r in rows]
+    cpu = [r["bench/cpu_s"] for r in rows]
     return {
         "step_s": [ends[0]] + [b - a for a, b in zip(ends, ends[1:])],
+        "cpu_s": [cpu[0]] + [b - a for a, b in zip(cpu, cpu[1:])],
         "length": [r["response_length/mean"] for r in rows],
         "score": [r["critic/score/mean"] for r in rows],
         "phases": [{k[len("timing_s/"):]: v for k, v in r.items() if k.startswith("timing_s/")} for r in rows],
     }
 
 
-def run_trl(python: str, job: Path, out: Path) -> dict:
-    subprocess.run([python, str(Path(__file__).resolve()), "--worker", "trl", "--job", str(job)], check=True,
-                   stdout=out.open("w"))
+def run_trl(python: str, job: Path, out: Path, env: dict) -> dict:
+    with out.open("w") as stdout:
+        subprocess.run([python, str(Path(__file__).resolve()), "--worker", "trl", "--job", str(job)], check=True,
+                       stdout=stdout, env=env)
     return json.loads(out.read_text().splitlines()[-1])
 
 
@@ -176,14 +203,16 @@ def trl_worker(job: dict) -> None:
         return [compute_score(c[0]["content"], gt, method=job["method"]) for c, gt in zip(completions, ground_truth)]
 
     ends: list[float] = []
+    cpu: list[float] = []
     lengths: list[float] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             ends.append(time.perf_counter())
+            cpu.append(time.process_time())
 
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-"), use_cpu=True, use_vllm=False, bf16=False, beta=0.0,
+        output_dir=job["out_dir"], use_cpu=True, use_vllm=False, bf16=False, beta=0.0,
         num_generations=job["n"], per_device_train_batch_size=job["batch"], gradient_accumulation_steps=1,
         max_completion_length=job["max_new_tokens"], temperature=job["temperature"], top_p=1.0, top_k=0,
         learning_rate=job["lr"], epsilon=job["clip"], max_grad_norm=job["grad_clip"], num_iterations=1,
@@ -200,10 +229,11 @@ def trl_worker(job: dict) -> None:
 
     trainer.add_callback(StepClock())
     trainer.add_callback(Lengths())
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     trainer.train()
     step_s = [b - a for a, b in zip([start] + ends, ends)]
-    print(json.dumps({"step_s": step_s, "length": lengths}))
+    cpu_s = [b - a for a, b in zip([start_cpu] + cpu, cpu)]
+    print(json.dumps({"step_s": step_s, "cpu_s": cpu_s, "length": lengths}))
 
 
 def _median(values: list[float], skip: int) -> float:
@@ -212,16 +242,22 @@ def _median(values: list[float], skip: int) -> float:
 
 def report(pairs: list[tuple[dict, dict]], args) -> None:
     skip = args.warmup
-    rlrm_all = [t for r, _ in pairs for t in r["step_s"][skip:]]
-    trl_all = [t for _, t in pairs for t in t["step_s"][skip:]]
     ratios = [_median(r["step_s"], skip) / _median(t["step_s"], skip) for r, t in pairs]
+    cpu_ratios = [_median(r["cpu_s"], skip) / _median(t["cpu_s"], skip) for r, t in pairs]
     print(f"\n{PROFILE}, sync, {args.threads} threads, CPU: {len(pairs)} alternated pairs x {args.steps} timed steps "
-          f"(after {args.warmup} warm-up); overrides: {' '.join(args.overrides) or 'none'}")
-    print(f"{'':6} {'median s':>9} {'min s':>7} {'max s':>7} {'resp. len':>10}")
-    for name, times, side in (("rlrm", rlrm_all, 0), ("TRL", trl_all, 1)):
+          f"(after {args.warmup} warm-up){'; OMP_WAIT_POLICY=PASSIVE' if args.passive else ''}; "
+          f"rlrm overrides: {' '.join(args.overrides) or 'none'}")
+    print(f"{'':6} {'median s':>9} {'min s':>7} {'max s':>7} {'CPU s/step':>11} {'resp. len':>10}")
+    for name, side in (("rlrm", 0), ("TRL", 1)):
+        times = [x for pair in pairs for x in pair[side]["step_s"][skip:]]
+        cpu = [x for pair in pairs for x in pair[side]["cpu_s"][skip:]]
         length = statistics.mean(x for pair in pairs for x in pair[side]["length"][skip:] or [float("nan")])
-        print(f"{name:6} {statistics.median(times):9.3f} {min(times):7.3f} {max(times):7.3f} {length:10.2f}")
-    print("pair ratios rlrm/TRL: " + ", ".join(f"{x:.2f}" for x in ratios) + f"   median {statistics.median(ratios):.2f}")
+        print(f"{name:6} {statistics.median(times):9.3f} {min(times):7.3f} {max(times):7.3f} "
+              f"{statistics.median(cpu):11.3f} {length:10.2f}")
+    print("pair ratios rlrm/TRL, step time: " + ", ".join(f"{x:.2f}" for x in ratios)
+          + f"   median {statistics.median(ratios):.2f}")
+    print("pair ratios rlrm/TRL, CPU time:  " + ", ".join(f"{x:.2f}" for x in cpu_ratios)
+          + f"   median {statistics.median(cpu_ratios):.2f}")
     phases = [ph for r, _ in pairs for ph in r["phases"][skip:]]
     keys = [k for k in phases[0] if k != "step"]
     print("rlrm phases (median s): " + ", ".join(f"{k} {statistics.median(p.get(k, 0.0) for p in phases):.3f}" for k in keys))
