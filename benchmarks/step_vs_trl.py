@@ -31,8 +31,10 @@ the step times compare the work done.
 What one side does that the other does not (same samples, same max tokens, same loss otherwise):
   rlrm  returns per-token log-probs from its rollout engine (one log_softmax per decode step); keeps
         a separate copy of the policy for generation and loads the new weights into it after each
-        update; drops finished rows from the decode batch; recomputes old log-probs only when
-        `actor.recompute_old_log_prob` says so (auto: not in this on-policy single-epoch config);
+        update; runs each distinct prompt once in the prefill and in the actor's passes (its 8
+        samples get copies of its KV cache); drops finished rows from the decode batch; recomputes
+        old log-probs only when `actor.recompute_old_log_prob` says so (auto: not in this
+        on-policy single-epoch config); keeps freed heap memory between steps (rlrm/allocator.py);
         writes metrics.jsonl, trace spans and idle ratios.
   TRL   generates with `model.generate` on the trained model (no log-probs, rows stay until all
         finish); scores log-probs through its fused, tiled LM head; fused AdamW, linear lr decay;

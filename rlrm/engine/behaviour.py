@@ -14,6 +14,7 @@ another process) score tokens differently from the FSDP actor.
 
 from __future__ import annotations
 
+
 def needs_recompute(
     setting: str, *, off_policy: bool, ppo_epochs: int, engine_dtype: object, actor_dtype: object
 ) -> bool:
