@@ -51,3 +51,32 @@ def test_training_commands_apply_the_cap_first(monkeypatch, argv):
     monkeypatch.setattr("rlrm.allocator.use_one_malloc_arena", lambda: calls.append("cap") or True)
     CliRunner().invoke(app, argv)
     assert calls == ["cap"]
+
+
+# Each round allocates 40 blocks of 8 MiB (bytearray zero-fills them: each page is touched), then frees them all,
+# as a training step does with its activations; the third round's page faults show whether the memory was kept.
+REUSE = """
+import resource, sys
+from rlrm.allocator import use_one_malloc_arena
+if sys.argv[1] == "cap":
+    use_one_malloc_arena()
+for _ in range(3):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [bytearray(8 << 20) for _ in range(40)]
+    del blocks
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str, env: dict | None = None) -> int:
+    keys = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+    env = {k: v for k, v in os.environ.items() if k not in keys} | (env or {})
+    done = subprocess.run([sys.executable, "-c", REUSE, mode], capture_output=True, text=True, env=env, check=True)
+    return int(done.stdout)
+
+
+def test_freed_blocks_are_reused_without_page_faults():
+    pages = 40 * (8 << 20) // 4096
+    assert _faults("none") > pages // 2  # the control: glibc gave the memory back and faults it in again
+    assert _faults("cap") < pages // 20
+    assert _faults("cap", {"MALLOC_TRIM_THRESHOLD_": str(1 << 20)}) > pages // 2  # the user's setting wins

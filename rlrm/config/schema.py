@@ -117,10 +117,21 @@ class ActorConfig(_Section):
     kl_loss_coef: float = Field(0.001, ge=0.0, description="Weight of the KL loss.")
     kl_loss_type: str = Field("low_var_kl", description="k1|kl, abs, k2|mse, k3|low_var_kl; '+' suffix: k2 gradient.")
     entropy_coeff: float = Field(0.0, ge=0.0, description="Entropy bonus weight.")
-    recompute_old_log_prob: bool = Field(
-        True, description="Recompute old log-probs with the actor (else use the rollout engine's)."
+    recompute_old_log_prob: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description=(
+            "Old log-probs of on-policy batches: always recompute them with the actor, never (use the rollout "
+            "engine's), or auto: recompute only when ppo_epochs > 1 or the engine may score differently (another "
+            "process, another dtype). Off-policy batches always use the engine's. true/false mean always/never."
+        ),
     )
     max_nonfinite_steps: int = Field(3, gt=0, description="Stop after this many non-finite losses in a row.")
+
+    @field_validator("recompute_old_log_prob", mode="before")
+    @classmethod
+    def _recompute_from_bool(cls, value):
+        # The setting was a bool before auto existed: saved run folders still say true/false.
+        return {True: "always", False: "never"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check_kl_type(self) -> "ActorConfig":

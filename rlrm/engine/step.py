@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class StepSettings:
     device: str
     adv_eps: float
     norm_adv_by_std: bool
-    recompute_old_log_prob: bool
+    recompute_old_log_prob: str  # auto | always | never (rlrm/engine/behaviour.py)
 
     @classmethod
     def from_profile(cls, profile: Profile, pad_token_id: int, device: str) -> StepSettings:
@@ -115,9 +116,11 @@ class GRPOStep:
     def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch | None, dict]:
         """Collate `completions` and set their behaviour (old) and reference log-probs.
 
-        On-policy with `recompute_old_log_prob`, the actor recomputes the old log-probs and the gap to
-        the rollout engine's own is logged (rollout/log_prob_diff_*). Off-policy the engine's log-probs
-        are the behaviour policy's and are used as they are.
+        On-policy, when `actor.recompute_old_log_prob` asks for it (rlrm/engine/behaviour.py: `auto`
+        recomputes only for several epochs or an engine that may score differently), the actor
+        recomputes the old log-probs and the gap to the rollout engine's own is logged
+        (rollout/log_prob_diff_*). Otherwise, and always off-policy, the engine's log-probs are the
+        behaviour policy's and are used as they are.
 
         Returns:
             (the batch on the actor's device, rollout/* metrics); no batch when there is no sample
@@ -134,7 +137,7 @@ class GRPOStep:
             batch = collate(completions, s.pad_token_id)
             batch.group_ids = torch.arange(len(completions)) // s.n  # [B]
             batch = batch.to(s.device)
-            if s.recompute_old_log_prob and not off_policy:
+            if self._recompute(off_policy):
                 batch.old_log_prob = self.actor.compute_old_log_prob(batch)
                 metrics = _log_prob_gap(batch)
             else:
@@ -143,6 +146,13 @@ class GRPOStep:
             with timer("ref"):
                 batch.ref_log_prob = self.actor.compute_ref_log_prob(batch)
         return batch, metrics
+
+    def _recompute(self, off_policy: bool) -> bool:
+        actor = self.actor
+        return needs_recompute(
+            self.settings.recompute_old_log_prob, off_policy=off_policy, ppo_epochs=actor.cfg.ppo_epochs,
+            engine_dtype=getattr(self.engine, "dtype", None), actor_dtype=actor.dtype,
+        )
 
     def score(
         self, batch: RolloutBatch | None, results: list, timer: StepTimer, groups: Iterable[int] | None = None

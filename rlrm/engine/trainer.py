@@ -12,6 +12,7 @@ checkpoint when there is one, so `rlrm train --resume DIR` and a fresh start sha
 from __future__ import annotations
 
 import asyncio
+import gc
 import resource
 import shutil
 import sys
@@ -150,12 +151,17 @@ class _TrainLoop:
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        # torch, transformers and the models leave ~350k objects that live as long as the run; a full
+        # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
+        gc.collect()
+        gc.freeze()
         self.parts = parts
         self.scheduler = None
         try:
             await parts.reward.start()
             await self._loop(ckpts)
         finally:
+            gc.unfreeze()  # what the run leaves behind is collected as usual again
             if self.scheduler is not None:
                 await self.scheduler.close()
             await parts.reward.close()

@@ -8,8 +8,9 @@ Requests wait in a queue; a background task takes up to `max_batch_size` of them
 most `batch_wait_ms` for more after the first), left-pads them and runs one KV-cached decode loop
 in a dedicated worker thread, so the event loop stays free for rewards and new requests. (One
 long-lived thread rather than `asyncio.to_thread`: torch gives every thread that runs ops its own
-OpenMP team, so a stable thread keeps one warm team.) Rows that finish leave the batch once at
-most half of it is still decoding, so a few long responses do not pay for the finished ones.
+OpenMP team, so a stable thread keeps one warm team.) Requests with the same prompt (a GRPO
+group) are prefilled once and their KV cache copied per row. Rows that finish leave the batch
+once at most half of it is still decoding, so a few long responses do not pay for the finished ones.
 
 Sampling is inverse-CDF with one uniform per row and token drawn from that request's own seeded
 generator, so a request draws the same tokens whatever else shares its batch. New weights are
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
+from rlrm.inference.kv_cache import rows_selectable
 
 
 @dataclass
@@ -83,6 +85,11 @@ class HFRolloutEngine:
         self._pending: collections.deque[_Request] = collections.deque()
         self._arrived: asyncio.Event | None = None
         self._stop: threading.Event | None = None
+
+    @property
+    def dtype(self):
+        """The model's parameter dtype (a torch.dtype): with the actor's, its log-probs match the actor's."""
+        return next(self.model.parameters()).dtype
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Generate one response.
@@ -255,11 +262,6 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
 
     device = next(model.parameters()).device
     rows = len(batch)
-    width = max(len(r.prompt_ids) for r in batch)
-    input_ids = torch.tensor([[pad_id] * (width - len(r.prompt_ids)) + r.prompt_ids for r in batch], device=device)
-    mask = torch.tensor([[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in batch], device=device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
-
     limits = [r.sampling.max_new_tokens for r in batch]
     steps = max(limits)
     widest_stop = max(1, max(len(s) for s in stops))
@@ -276,11 +278,9 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
     sampler = _RowSampler([r.sampling for r in batch], [r.seed for r in batch], steps, device)
     results: list = [None] * rows
 
-    extra = {"logits_to_keep": 1} if keep_last else {}
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
-    past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [B, V]
-    next_pos = positions[:, -1] + 1  # [B]
-    compactable = _can_drop_rows(past)
+    mask, past, logits = _prefill(model, [r.prompt_ids for r in batch], pad_id, device, keep_last)
+    next_pos = mask.sum(-1)  # [B]: a left-padded prompt's next position is its length
+    compactable = rows_selectable(past)
     for t in range(steps):
         if stop_flag.is_set():
             raise EngineClosedError("rollout engine closed before the request finished")
@@ -316,14 +316,31 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
     return results
 
 
-def _can_drop_rows(past) -> bool:
-    """Only plain dynamic KV caches are known to drop batch rows safely (linear-attention state may not)."""
-    from transformers import cache_utils
+def _prefill(model, prompts: list[list[int]], pad_id: int, device, keep_last: bool, share: bool = True):
+    """Run the left-padded prompts, each distinct prompt once (see `rlrm.inference.kv_cache`).
 
-    names = ("DynamicLayer", "DynamicSlidingWindowLayer")
-    plain = tuple(getattr(cache_utils, name) for name in names if hasattr(cache_utils, name))
-    layers = getattr(past, "layers", None)
-    return bool(layers) and hasattr(past, "batch_select_indices") and all(type(layer) in plain for layer in layers)
+    Returns:
+        (attention mask [B, P], KV cache of B rows, logits [B, V] float32 of each prompt's last position).
+    """
+    import torch
+
+    distinct: dict[tuple[int, ...], int] = {}
+    inverse = [distinct.setdefault(tuple(p), len(distinct)) if share else i for i, p in enumerate(prompts)]
+    unique = list(distinct) if share else prompts
+    width = max(len(p) for p in unique)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in unique], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in unique], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [G, P]
+    extra = {"logits_to_keep": 1} if keep_last else {}
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
+    past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [G, V]
+    if len(unique) == len(prompts):
+        return mask, past, logits
+    if not rows_selectable(past):
+        return _prefill(model, prompts, pad_id, device, keep_last, share=False)
+    index = torch.tensor(inverse, device=device)
+    past.batch_select_indices(index)
+    return mask[index], past, logits[index]
 
 
 def _collect(row: dict, which, results: list) -> None:

@@ -13,6 +13,7 @@ from rlrm.engine.actor.actor import Actor
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.inference.base import Completion
+from rlrm.inference.kv_cache import distinct_rows
 from rlrm.errors import TrainingError
 
 
@@ -99,6 +100,48 @@ def test_log_probs_match_unpadded_forward(model, micro):
         assert torch.allclose(lp[i, : len(response)], expected, atol=1e-5)
         probs = torch.softmax(logits, -1)
         assert torch.allclose(ent[i, : len(response)], -(probs * probs.log()).sum(-1), atol=1e-5)
+
+
+# Two GRPO groups and a lone prompt: rows that share a prompt run it once (rlrm/inference/kv_cache.py).
+SHARED = [([5, 9, 12], [4, 8]), ([5, 9, 12], [4, 1, 7]), ([7, 3], [1]), ([7, 3], [2, 3, 4, 5]), ([7, 3], [1, 9]),
+          ([11, 12, 13, 14], [9])]
+
+
+def _shared_batch(specs):
+    return collate([Completion(p, r, [-1.0] * len(r), "length") for p, r in specs], pad_token_id=0)
+
+
+@pytest.mark.parametrize("specs", [SHARED, [(p, r[:1]) for p, r in SHARED]], ids=["responses", "one-token"])
+def test_log_probs_of_rows_sharing_a_prompt_match_unpadded_forward(model, specs):
+    b = _shared_batch(specs)
+    with torch.no_grad():
+        lp, ent = response_log_probs(model, b, temperature=1.0, micro_batch_size=64, with_entropy=True)
+    for i, (prompt, response) in enumerate(specs):
+        logits = manual_logits(model, prompt, response)
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+        assert torch.allclose(lp[i, : len(response)], expected, atol=1e-5)
+        probs = torch.softmax(logits, -1)
+        assert torch.allclose(ent[i, : len(response)], -(probs * probs.log()).sum(-1), atol=1e-5)
+
+
+def test_rows_sharing_a_prompt_give_the_gradient_of_separate_rows(model):
+    # micro-batches of one row never share a prompt: the plain forward, row by row
+    b = _shared_batch(SHARED)
+    grads = []
+    for micro in (64, 1):
+        model.zero_grad(set_to_none=True)
+        lp, _ = response_log_probs(model, b, 1.0, micro)
+        (lp * b.response_mask * torch.arange(1.0, 7.0)[:, None]).sum().backward()
+        grads.append(_grads(model))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6) and grads[0].abs().max() > 1e-3
+
+
+def test_distinct_rows_tell_pads_from_tokens_of_the_same_id():
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [4, 5, 6], [0, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]])  # row 3: token 0 is real, not a pad
+    index, inverse = distinct_rows(ids, mask)
+    assert inverse.tolist()[:2] == [inverse[0].item()] * 2 and len(set(inverse.tolist())) == 3
+    assert sorted(index.tolist()) == [0, 2, 3] and (inverse[index] == torch.arange(3)).all()
 
 
 def test_temperature_divides_the_logits(model):

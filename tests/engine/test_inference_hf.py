@@ -104,6 +104,18 @@ def test_seeded_request_is_independent_of_its_batch(model):
     assert other_seed.token_ids != outs[9].token_ids
 
 
+def test_a_group_sharing_a_prompt_samples_as_its_requests_alone(model):
+    # 4 samples of each prompt, interleaved: each distinct prompt is prefilled once, then copied
+    prompts = [PROMPTS[i % 4] for i in range(16)]
+    samplings = [SamplingParams(temperature=1.0, max_new_tokens=8, seed=100 + i) for i in range(16)]
+    engine = make_engine(model, max_batch_size=16)
+    outs = generate(engine, prompts, samplings)
+    assert engine.batches_run == 1 and len({tuple(o.token_ids) for o in outs}) > 4
+    for prompt, sampling, out in zip(prompts, samplings, outs):
+        assert out.token_ids == alone(model, prompt, sampling).token_ids
+        assert torch.allclose(torch.tensor(out.log_probs), model_log_probs(model, prompt, out.token_ids), atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def peaky_model(model):
     """The tiny model with sharper next-token distributions (a random one's are near uniform)."""

@@ -25,7 +25,7 @@ class RecordingEngine:
         self.versions.append(version)
 
 
-def step_with(model, n=2, mini_batch_size=1, ppo_epochs=1, recompute=True):
+def step_with(model, n=2, mini_batch_size=1, ppo_epochs=1, recompute="always"):
     cfg = ActorConfig(lr=1e-3, mini_batch_size=mini_batch_size, micro_batch_size=4, ppo_epochs=ppo_epochs)
     actor = Actor(model, None, cfg, temperature=1.0, total_steps=10, n=n)
     settings = StepSettings(n=n, pad_token_id=0, device="cpu", adv_eps=1e-6, norm_adv_by_std=True,

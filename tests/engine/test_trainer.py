@@ -59,6 +59,24 @@ def test_run_folder_layout(tmp_path, tiny_policy_path):
     assert {e["name"] for e in trace["traceEvents"]} >= {"gen", "reward", "update_actor"}
 
 
+def test_startup_objects_are_frozen_while_training(tmp_path, tiny_policy_path):
+    # A full collection during training must not walk the ~100k+ objects that torch, transformers and the
+    # models leave behind at startup; after the run they are collected as usual again.
+    import gc
+
+    frozen = []
+
+    def record(phase, info):
+        frozen.append(gc.get_freeze_count())
+
+    gc.callbacks.append(record)
+    try:
+        _run(tmp_path, "run", steps=1, extra=["trainer.val_every=0", "trainer.save_every=0"])
+    finally:
+        gc.callbacks.remove(record)
+    assert max(frozen) > 50_000 and gc.get_freeze_count() == 0
+
+
 def test_resume_matches_uninterrupted_run(tmp_path, tiny_policy_path):
     _, full = _run(tmp_path, "full", steps=4)
     run_dir, first = _run(tmp_path, "split", steps=2)

@@ -61,6 +61,11 @@ class Actor:
         )
         self.nonfinite_in_row = 0
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The policy's parameter dtype."""
+        return next(self.model.parameters()).dtype
+
     @torch.no_grad()
     def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] of the responses under the current policy, before the update."""

@@ -3,6 +3,12 @@
     with torch.no_grad():
         old, _ = response_log_probs(model, batch, temperature=1.0, micro_batch_size=16)
     new, entropy = response_log_probs(model, micro, 1.0, len(micro), with_entropy=True)  # with grad
+
+Rows of a micro-batch that share a prompt (the n samples of a GRPO group) run it once: one pass
+over the distinct prompts fills a KV cache, each row gets its prompt's keys and values, and a
+second pass runs the responses only. With 8 samples of 44-token prompts and 20-token responses
+that is 2.5x fewer token positions through the model, forward and backward, for the same numbers
+up to float rounding (gradients of the copies add up in the shared prompt).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import torch
 
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.algorithms import entropy_from_logits
+from rlrm.inference.kv_cache import distinct_rows, rows_selectable
 
 
 def response_log_probs(
@@ -55,22 +62,8 @@ def response_log_probs(
 
 
 def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, entropy_grad: bool, keep_kw):
-    width_r = mb.response_length
-    # Drop prompt columns that are padding in every row of this micro-batch: same numbers
-    # (position ids are stored, pads are never attended to), less compute.
-    first = int(mb.attention_mask.any(0).nonzero()[0]) if mb.attention_mask.any() else 0
-    first = min(first, mb.prompt_length - 1)
-    input_ids = mb.input_ids[:, first:]
-    extra = {keep_kw: width_r + 1} if keep_kw else {}  # only the positions that predict responses
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=mb.attention_mask[:, first:],
-        position_ids=mb.position_ids[:, first:],
-        use_cache=False,
-        **extra,
-    ).logits
-    logits = logits[:, -width_r - 1 : -1, :].float() / temperature  # [b, R, V]: position t predicts t + 1
-    targets = input_ids[:, -width_r:]  # [b, R]
+    logits = _response_logits(model, mb, keep_kw).float() / temperature  # [b, R, V]
+    targets = mb.input_ids[:, -mb.response_length :]  # [b, R]
     # log_softmax(x)[y] = x[y] - logsumexp(x), without a second [b, R, V] tensor
     log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = None
@@ -81,6 +74,63 @@ def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, en
             with torch.no_grad():
                 entropy = entropy_from_logits(logits.detach())
     return log_probs, entropy
+
+
+def _response_logits(model, mb: RolloutBatch, keep_kw) -> torch.Tensor:
+    """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1).
+
+    Rows that share a prompt (a GRPO group) run it once (see `rlrm.inference.kv_cache`).
+    """
+    width_p = mb.prompt_length
+    # Drop prompt columns that are padding in every row of this micro-batch: same numbers
+    # (position ids are stored, pads are never attended to), less compute.
+    first = int(mb.attention_mask.any(0).nonzero()[0]) if mb.attention_mask.any() else 0
+    first = min(first, width_p - 1)
+    index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
+    if len(index) < len(mb):
+        logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw)
+        if logits is not None:
+            return logits
+    width_r = mb.response_length
+    extra = {keep_kw: width_r + 1} if keep_kw else {}  # only the positions that predict responses
+    logits = model(
+        input_ids=mb.input_ids[:, first:],
+        attention_mask=mb.attention_mask[:, first:],
+        position_ids=mb.position_ids[:, first:],
+        use_cache=False,
+        **extra,
+    ).logits
+    return logits[:, -width_r - 1 : -1, :]
+
+
+def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw) -> torch.Tensor | None:
+    """`_response_logits` with each distinct prompt run once; None when the model's cache cannot be shared."""
+    width_p, width_r = mb.prompt_length, mb.response_length
+    prompt = slice(first, width_p)
+    out = model(
+        input_ids=mb.input_ids[index, prompt],
+        attention_mask=mb.attention_mask[index, prompt],
+        position_ids=mb.position_ids[index, prompt],
+        use_cache=True,
+        **({keep_kw: 1} if keep_kw else {}),
+    )
+    past = out.past_key_values
+    if past is None or not rows_selectable(past):
+        return None
+    head = out.logits[:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
+    if width_r == 1:
+        return head
+    past.batch_select_indices(inverse)
+    end = width_p + width_r - 1  # the last response token predicts nothing that is scored
+    out = model(
+        input_ids=mb.input_ids[:, width_p:end],
+        attention_mask=mb.attention_mask[:, first:end],
+        position_ids=mb.position_ids[:, width_p:end],
+        past_key_values=past,
+        use_cache=True,
+        **({keep_kw: width_r - 1} if keep_kw else {}),
+    )
+    return torch.cat([head, out.logits[:, -(width_r - 1) :, :]], dim=1)
 
 
 def _logits_to_keep_kwarg(model) -> str | None:

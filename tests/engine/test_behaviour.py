@@ -1,0 +1,65 @@
+"""Old log-probs: recomputed by the actor or taken from the rollout engine (`actor.recompute_old_log_prob`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrm.config.loader import load_profile
+from rlrm.engine.behaviour import needs_recompute
+from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.trainer import start_run, train
+from rlrm.errors import ConfigError
+
+F32, BF16 = "float32", "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("setting", "off_policy", "epochs", "engine", "actor", "expected"),
+    [
+        ("auto", False, 1, F32, F32, False),  # sync/stream/pipeline, one epoch, same weights and dtype: same numbers
+        ("auto", False, 2, F32, F32, True),  # reused over epochs: the ratio must start at exactly 1
+        ("auto", False, 1, BF16, F32, True),  # another precision scores differently
+        ("auto", False, 1, None, F32, True),  # an engine that cannot say (another process): assume it differs
+        ("always", False, 1, F32, F32, True),
+        ("never", False, 2, BF16, F32, False),
+        ("auto", True, 2, BF16, F32, False),  # off-policy: the engine's log-probs are the behaviour policy's
+        ("always", True, 1, F32, F32, False),
+    ],
+)
+def test_needs_recompute(setting, off_policy, epochs, engine, actor, expected):
+    got = needs_recompute(setting, off_policy=off_policy, ppo_epochs=epochs, engine_dtype=engine, actor_dtype=actor)
+    assert got is expected
+
+
+def test_needs_recompute_rejects_unknown_settings():
+    with pytest.raises(ValueError, match="auto, always or never"):
+        needs_recompute("sometimes", off_policy=False, ppo_epochs=1, engine_dtype=F32, actor_dtype=F32)
+
+
+def test_setting_defaults_to_auto_and_reads_old_booleans():
+    assert load_profile("tiny-rule").actor.recompute_old_log_prob == "auto"
+    assert load_profile("tiny-rule", ["actor.recompute_old_log_prob=true"]).actor.recompute_old_log_prob == "always"
+    assert load_profile("tiny-rule", ["actor.recompute_old_log_prob=false"]).actor.recompute_old_log_prob == "never"
+    with pytest.raises(ConfigError, match="recompute_old_log_prob"):
+        load_profile("tiny-rule", ["actor.recompute_old_log_prob=sometimes"])
+
+
+SMALL = [
+    "data.train_batch_size=4", "actor.mini_batch_size=4", "actor.micro_batch_size=8", "rollout.n=4",
+    "rollout.max_new_tokens=12", "trainer.val_every=0", "trainer.val_before_train=false", "trainer.save_every=0",
+    "trainer.num_threads=1", "logging.console=none", "trainer.total_steps=1",
+]
+
+
+@pytest.mark.parametrize(("setting", "recomputed"), [("auto", False), ("always", True), ("auto-2-epochs", True)])
+def test_sync_step_recomputes_only_when_told(tmp_path, tiny_policy_path, setting, recomputed):
+    extra = ["actor.ppo_epochs=2", "actor.recompute_old_log_prob=auto"] if setting == "auto-2-epochs" else [
+        f"actor.recompute_old_log_prob={setting}"
+    ]
+    run_dir = start_run(load_profile("tiny-rule", SMALL + extra), tmp_path / setting)
+    train(run_dir)
+    (row,) = read_metrics(run_dir / "metrics.jsonl")
+    # The gap to the engine's log-probs is measured only when the actor recomputed them.
+    assert ("rollout/log_prob_diff_max" in row) is recomputed
+    if recomputed:
+        assert row["rollout/log_prob_diff_max"] < 1e-4  # the engine's log-probs are the actor's up to float noise
