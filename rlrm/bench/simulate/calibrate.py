@@ -113,11 +113,13 @@ def _observe(run_dir: Path, config: dict, rows: list[dict], events: list[dict], 
             f"request, reward and mini-batch spans (step 1 is warm-up), e.g. `rlrm bench reward-latency --steps {MIN_STEPS}` "
             f"or `rlrm train --steps {MIN_STEPS}` (logging.trace_detail_steps >= {MIN_STEPS})"
         )
-    n = int(config.get("rollout", {}).get("n", 1))
-    prompts = int(config.get("data", {}).get("train_batch_size", 1))
-    sync = config.get("trainer", {}).get("mode", "sync") == "sync"
+    profile = _Profile(config)
+    n, prompts = int(profile.get("rollout.n", 1)), int(profile.get("data.train_batch_size", 1))
+    sync = profile.get("trainer.mode", "sync") == "sync"
+    wait_s = float(profile.get("rollout.batch_wait_ms", 0.0)) / 1000
+    cap = int(profile.get("rollout.max_batch_size", 64))
     for row in usable:
-        _observe_step(row, by_lane, obs, prompts * n, sync)
+        _observe_step(row, by_lane, obs, prompts * n, sync, (wait_s, cap))
     return len(usable)
 
 
@@ -125,7 +127,7 @@ def _inside(spans, lo: float, hi: float):
     return [s for s in spans if lo - 1e-6 <= s[0] < hi]
 
 
-def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: bool) -> None:
+def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: bool, batching: tuple[float, int]) -> None:
     end = row["perf/wall_s"]
     start = end - row["perf/time_per_step"]
     decodes = _inside(lanes.get("rollout", []), start, end)
@@ -161,13 +163,14 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
     if sync and requests and decode_obs:
         # nothing overlaps: from the step's start to its first decode batch is submission (prompt
         # encoding, request set-up); the whole batch is scored after the last request returned
-        obs.submit.append(max(0.0, decodes[0][0] - start))
+        waited = batching[0] if decode_obs[0][4] < batching[1] else 0.0  # a batch under the cap waits for more
+        obs.submit.append(max(0.0, decodes[0][0] - start - waited))
         waits = _inside(lanes.get("reward_wait", []), start, end)
         if waits:
             obs.reward.append(max(0.0, waits[-1][1] - max(r[1] for r in requests)))
     elif rewards:
         obs.reward.extend(s[1] - s[0] - float(s[2].get("injected_latency_s", 0.0)) for s in rewards)
-    weights = [s for s in _inside(lanes.get("trainer", []), start, end) if s[3] == "update_weights"]
+    weights = [s for s in lanes.get("trainer", []) if s[3] == "update_weights" and start < s[1] <= end + 1e-6]
     if weights:
         obs.overhead.append(max(0.0, end - weights[-1][1]))
 
@@ -178,6 +181,8 @@ def _median(values: list[float], default: float = 0.0) -> float:
 
 def _fit(profile: dict, obs: _Steps, sources: list[str], steps: int) -> Calibration:
     p = _Profile(profile)
+    if p.get("rollout.backend", "hf") != "hf" or (profile.get("simulated") and profile["spec"]["rollout"].get("batching") != "static"):
+        raise RunFolderError(f"{sources[0]}: calibration fits rlrm's hf engine (static batches); this run used another rollout backend")
     cal = Calibration(spec_values={}, sources=sources, steps=steps)
     values = cal.spec_values
 
@@ -195,10 +200,11 @@ def _fit(profile: dict, obs: _Steps, sources: list[str], steps: int) -> Calibrat
 
 
 class _Profile:
-    """Read access to a run's resolved profile (config.yaml) with the schema's defaults."""
+    """Read access to a run's resolved profile (config.yaml) with the schema's defaults; the
+    config.yaml of a simulated run (its spec) reads as the profile it stands for."""
 
     def __init__(self, raw: dict):
-        self.raw = raw
+        self.raw = _profile_of_spec(raw["spec"], raw.get("trainer", {}).get("mode")) if raw.get("simulated") else raw
 
     def get(self, path: str, default):
         node = self.raw
@@ -207,6 +213,22 @@ class _Profile:
                 return default
             node = node[part]
         return default if node is None else node
+
+
+def _profile_of_spec(spec: dict, mode: str | None) -> dict:
+    w, r, rw = spec.get("workload", {}), spec.get("rollout", {}), spec.get("reward", {})
+    return {
+        "data": {"train_batch_size": w.get("prompts_per_step")},
+        "rollout": {"n": w.get("samples_per_prompt"), "max_new_tokens": w.get("max_response_tokens"),
+                    "max_batch_size": r.get("max_running"), "batch_wait_ms": 1000 * r.get("batch_wait_s", 0.0)},
+        "actor": {"mini_batch_size": w.get("mini_batch_prompts"), "ppo_epochs": w.get("ppo_epochs"),
+                  "recompute_old_log_prob": w.get("recompute_old_log_prob"), "use_kl_loss": w.get("use_ref")},
+        "trainer": {"mode": mode, "total_steps": w.get("steps"), "max_staleness": w.get("max_staleness"), "seed": w.get("seed")},
+        "reward": {"num_workers": rw.get("workers"), "max_concurrency": rw.get("max_concurrency"),
+                   "timeout_s": rw.get("timeout_s"), "max_retries": rw.get("max_retries"), "backoff_s": rw.get("backoff_s"),
+                   "backoff_max_s": rw.get("backoff_max_s"), "on_failure": rw.get("on_failure"),
+                   "inject": {"latency": rw.get("latency"), "scale": rw.get("latency_scale"), "fail_rate": rw.get("fail_rate")}},
+    }  # fmt: skip
 
 
 def _note(fit: CostFit, what: str) -> str:
@@ -270,19 +292,25 @@ def _reward(p: _Profile, obs: _Steps, put) -> None:
 
 
 def _trainer(p: _Profile, obs: _Steps, put) -> None:
+    fits = {}
     for name, rows, size in (("adv", obs.adv, "sample"), ("old_log_prob", obs.old, "token"), ("ref", obs.ref, "token"),
                              ("minibatch", obs.minibatch, "token")):  # fmt: skip
         data = np.array(rows).reshape(-1, 2)
         if not len(data):
             continue
-        fit = fit_cost(data[:, 0], {size: data[:, 1]}, proportional_to=size)
+        fits[name] = fit = fit_cost(data[:, 0], {size: data[:, 1]}, proportional_to=size)
         note = _note(fit, f"{name} vs its {size}s")
         put(f"trainer.{name}_s", fit.intercept, note)
         put(f"trainer.{name}_s_per_{size}", fit.coef[size], note)
     put("trainer.weight_sync_s", _median(obs.update_end), f"update_actor outside mini-batches + update_weights, median of {len(obs.update_end)} steps")
     put("trainer.step_overhead_s", _median(obs.overhead), f"weight sync end to step end, median of {len(obs.overhead)} steps")
-    if obs.first and obs.minibatch:
-        later = [(sec, tok) for sec, tok in obs.minibatch]
-        per_step = _median([s for s, _ in later]) + _median([s for s, _ in obs.old]) + _median([s for s, _ in obs.adv])
-        excess = float(np.mean([f[4] for f in obs.first])) - per_step
-        put("trainer.first_step_extra_s", max(0.0, excess), "step 1's trainer phases over the later steps' median (warm-up)")
+    if obs.first and "minibatch" in fits:
+        samples = int(p.get("data.train_batch_size", 32)) * int(p.get("rollout.n", 8))
+        minibatches = -(-int(p.get("data.train_batch_size", 32)) // int(p.get("actor.mini_batch_size", 32))) * int(p.get("actor.ppo_epochs", 1))
+        excess = []
+        for *_, busy, tokens in obs.first:  # step 1's trainer phases over what the fitted models give its tokens
+            predicted = fits["minibatch"].intercept * minibatches + fits["minibatch"].coef["token"] * tokens * int(p.get("actor.ppo_epochs", 1))
+            predicted += sum(fits[k].predict(**{size: x}) for k, size, x in (("adv", "sample", samples), ("old_log_prob", "token", tokens),
+                                                                             ("ref", "token", tokens)) if k in fits)  # fmt: skip
+            excess.append(busy - predicted)
+        put("trainer.first_step_extra_s", max(0.0, float(np.mean(excess))), "step 1's trainer phases over the fitted models (warm-up)")

@@ -53,8 +53,10 @@ def fit_cost(y, regressors: dict[str, np.ndarray], proportional_to: str | None =
         for subset in itertools.combinations(usable, size):
             a = np.column_stack([np.ones_like(y)] + [xs[k] for k in subset])
             sol, *_ = np.linalg.lstsq(a, y, rcond=None)
-            if (sol < 0).any():
+            contribution = sol * np.abs(a).mean(0)  # each term's share of y, to tell a negative term from rounding
+            if (contribution < -1e-6 * max(abs(float(y.mean())), 1e-12)).any():
                 continue
+            sol = np.maximum(sol, 0.0)
             sse = float(((a @ sol - y) ** 2).sum())
             if best is None or sse < best[0] - 1e-12:
                 best = (sse, subset, sol)

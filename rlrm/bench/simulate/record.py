@@ -42,7 +42,11 @@ class Recorder:
     def busy(self, name: str, start: float, end: float) -> None:
         """The trainer worked on phase `name`."""
         self._add(f"timing_s/{name}", end - start)
-        self.spans.append(Span("trainer", name, start, end))
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last.lane == "trainer" and last.name == name and abs(last.end_s - start) < 1e-9:
+            self.spans[-1] = Span("trainer", name, last.start_s, end)  # one span per phase, as StepTimer records it
+        else:
+            self.spans.append(Span("trainer", name, start, end))
 
     def minibatch(self, k: int, start: float, end: float, index: int, epoch: int, samples: int) -> None:
         if k <= self.detail:
@@ -62,6 +66,10 @@ class Recorder:
             "perf/total_num_tokens": int(resp.sum() + prompt.sum()),
             "perf/response_tokens": int(resp.sum()),
             "response_length/mean": float(resp.mean()) if resp.size else 0.0,
+            "response_length/max": int(resp.max(initial=0)),
+            "response_length/min": int(resp.min(initial=0)),
+            "response_length/clip_ratio": float((resp >= self.spec.workload.max_response_tokens).mean()) if resp.size else 0.0,
+            "prompt_length/mean": float(prompt.mean()) if prompt.size else 0.0,
             "async/staleness_mean": float(lag.mean()) if lag.size else 0.0,
             "async/staleness_max": int(lag.max(initial=0)),
             "reward/failures": failed,

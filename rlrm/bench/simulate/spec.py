@@ -182,7 +182,10 @@ def load_spec(path: str | Path | None = None, overrides: list[str] | tuple[str, 
 
 def spec_from_mapping(raw: dict, source: str = "spec") -> SimSpec:
     """Validate a raw mapping as a SimSpec, with the loader's one-line errors."""
-    _check_unknown_keys(raw, SimSpec, prefix="")
+    try:
+        _check_unknown_keys(raw, SimSpec, prefix="")
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {str(exc).replace('unknown key', 'unknown spec key', 1)}") from None
     try:
         return SimSpec.model_validate(raw)
     except ValidationError as exc:
