@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rlrm.bench.simulate.draws import draw_workload
-from rlrm.bench.simulate.engines import ContinuousEngine, StaticEngine, _Chunk, _form
+from rlrm.bench.simulate.engines import ContinuousEngine
+from rlrm.bench.simulate.static import StaticEngine, _Chunk, _form
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import MODES, load_spec
 
@@ -59,6 +60,18 @@ def test_one_step_off_overlaps_the_next_batch_and_waits_for_the_running_decode_b
     assert _ends(run) == [6.25, 8.5, 12.5]
     assert run.rows[1]["timing_s/update_weights"] == pytest.approx(1.25)  # 1 s waiting for the engine's lock
     assert [row["async/staleness_max"] for row in run.rows] == [0, 1, 1]
+
+
+def test_a_colocated_engine_and_the_trainer_share_the_device():
+    # one-step-off as above, the engine on the trainer's device (slowdown 2). Step 2 trains (1 s of work) while
+    # batch 3 decodes (2 s of work) from 6.25: both at half speed until the training is done at 8.25, the decode
+    # has 1 s left, alone: 9.25; the sync waits for it: [9.25, 9.5]. Batch 3 is scored at 12.25: step 3 trains
+    # [12.25, 13.25] and syncs [13.25, 13.5]. Step 1 overlaps nothing.
+    run = _run("one-step-off", ["rollout.colocated_slowdown=2"])
+    assert _ends(run) == [6.25, 9.5, 13.5]
+    assert run.rows[1]["timing_s/update_actor"] == pytest.approx(2.0)
+    # sync mode never overlaps generation and training: the device sharing changes nothing
+    assert _ends(_run("sync", ["rollout.colocated_slowdown=2"])) == _ends(_run("sync"))
 
 
 def test_fully_async_trains_batches_launched_ahead():

@@ -2,7 +2,7 @@
 
     batch = Batch(k, launched_s, draws, gen_done[k - 1], version[k - 1], n)
     rewards = RewardQueue(spec.reward, samples_per_batch, batches_in_flight)
-    batch.group_scored(rewards, engine.revision)    # [P] when each group's last reward arrived
+    batch.times(rewards, engine.revisions[k])["group_scored"]   # [P] when each group's last reward arrived
 
 A sample's reward call starts when it is generated (when the whole batch is, in sync mode, which
 scores after generating everything) and takes its drawn time (draws.py). The reward loop lets
@@ -59,39 +59,69 @@ class Batch:
 class RewardQueue:
     """The reward loop's concurrency: `workers` x `max_concurrency` calls at once, FIFO beyond.
 
-    When that many slots can never fill (the benchmark sizes the loop so), a call starts the
-    moment its sample arrives. Otherwise calls queue per worker; batches are queued in launch
-    order (a later batch's samples never overtake an earlier one's).
+    A call starts the moment its sample arrives unless its worker's slots are all taken then:
+    the loop is checked for that (calls of earlier batches still running included) and only
+    when it would overflow are the calls queued one by one. Batches are queued in launch order
+    (a later batch's samples never overtake an earlier one's).
     """
 
     def __init__(self, reward, samples_per_batch: int, batches_in_flight: int):
         self.workers, self.slots = reward.workers, reward.max_concurrency
         per_worker = -(-samples_per_batch // self.workers)
-        self.unlimited = self.slots >= per_worker * batches_in_flight
+        self.unlimited = self.slots >= per_worker * batches_in_flight  # the slots can never all be taken
         self.revision = 0
-        self._after: dict[int, list[list[float]]] = {}  # batch k -> slot heaps once its calls are queued
-        self._arrivals: dict[int, np.ndarray] = {}
+        self._calls: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # batch k -> (arrival, start, done)
 
     def schedule(self, batch: Batch, arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, done) [N] of the batch's reward calls for these arrival times."""
         if self.unlimited:
             return arrival, arrival + batch.reward_s
-        return self._queued(batch, arrival)
-
-    def _queued(self, batch: Batch, arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = batch.k
-        if k in self._arrivals and not np.array_equal(self._arrivals[k], arrival):
-            for later in [j for j in self._after if j >= k]:  # this batch moved: later ones must be queued again
-                del self._after[later]
-            self.revision += 1
-        before = max((j for j in self._after if j < k), default=None)
-        heaps = [list(h) for h in self._after[before]] if before is not None else [[0.0] * self.slots for _ in range(self.workers)]
+        if k in self._calls and not np.array_equal(self._calls[k][0], arrival):
+            self.revision += 1  # this batch moved: the later ones are queued again when asked
+        worker = np.arange(len(arrival)) % self.workers
+        earliest = float(arrival.min())
+        running = [(s, d) for j, (_, s, d) in self._calls.items() if j < k]  # earlier batches' calls
+        before_s = np.concatenate([s for s, _ in running]) if running else np.zeros(0)
+        before_d = np.concatenate([d for _, d in running]) if running else np.zeros(0)
+        before_w = np.concatenate([np.arange(len(s)) % self.workers for s, _ in running]) if running else np.zeros(0, int)
+        live = before_d > earliest
+        before_s, before_d, before_w = before_s[live], before_d[live], before_w[live]
+        done = arrival + batch.reward_s
+        if _most_at_once(np.concatenate([before_s, arrival]), np.concatenate([before_d, done]),
+                         np.concatenate([before_w, worker])) <= self.slots:  # fmt: skip
+            start = arrival
+        else:
+            start = self._queue(arrival, batch.reward_s, worker, before_d, before_w)
+            done = start + batch.reward_s
+        self._calls[k] = (arrival.copy(), start, done)
+        for j in [j for j in self._calls if j < k - 8]:  # long finished
+            del self._calls[j]
+        return start, done
+
+    def _queue(self, arrival, seconds, worker, busy_until, busy_worker) -> np.ndarray:
+        heaps = []
+        for w in range(self.workers):
+            taken = sorted(busy_until[busy_worker == w].tolist())[-self.slots:]
+            heaps.append([0.0] * (self.slots - len(taken)) + taken)
+            heapq.heapify(heaps[-1])
         start = np.empty_like(arrival)
         order = np.argsort(arrival, kind="stable")
-        for i, a, s in zip(order.tolist(), arrival[order].tolist(), batch.reward_s[order].tolist()):
+        for i, a, s in zip(order.tolist(), arrival[order].tolist(), seconds[order].tolist()):
             heap = heaps[i % self.workers]
             begin = max(a, heap[0])
             heapq.heapreplace(heap, begin + s)
             start[i] = begin
-        self._after[k], self._arrivals[k] = heaps, arrival.copy()
-        return start, start + batch.reward_s
+        return start
+
+
+def _most_at_once(start: np.ndarray, end: np.ndarray, worker: np.ndarray) -> int:
+    """The most intervals [start, end) of one worker open at the same time."""
+    if start.size == 0:
+        return 0
+    span = float(max(end.max(), start.max()) - min(start.min(), 0.0)) + 1.0
+    shift = worker * span  # each worker's intervals in a time range of their own
+    times = np.concatenate([start + shift, end + shift])
+    steps = np.concatenate([np.ones(start.size, dtype=np.int64), -np.ones(end.size, dtype=np.int64)])
+    order = np.lexsort((steps, times))  # at equal times an end before a start
+    return int(np.cumsum(steps[order]).max())

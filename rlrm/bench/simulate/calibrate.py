@@ -266,6 +266,8 @@ def _rollout(p: _Profile, obs: _Steps, put) -> None:
     put("rollout.batching", "static", "")
     put("rollout.max_running", int(p.get("rollout.max_batch_size", 64)), "")
     put("rollout.batch_wait_s", float(p.get("rollout.batch_wait_ms", 2.0)) / 1000, "")
+    put("rollout.colocated_slowdown", 2.0, "not fitted (nothing overlaps in a sync run): rlrm's hf engine decodes on the "
+        "trainer's device, so the two are taken to split it evenly while both compute")
     d = np.array(obs.decode).reshape(-1, 4)
     fit = fit_cost(d[:, 0], {"resp": d[:, 1], "longest": d[:, 3], "prompt": d[:, 2]}, proportional_to="resp")
     note = _note(fit, "decode batches vs their tokens")

@@ -25,9 +25,6 @@ knows when to recompute.
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
-
 import numpy as np
 
 _EMPTY = np.inf
@@ -35,6 +32,8 @@ _EMPTY = np.inf
 
 def make_engine(rollout, gen_done: np.ndarray, version: np.ndarray):
     """The engine model `rollout.batching` names, writing into gen_done/version [steps, N]."""
+    from rlrm.bench.simulate.static import StaticEngine
+
     cls = StaticEngine if rollout.batching == "static" else ContinuousEngine
     return cls(rollout, gen_done, version)
 
@@ -73,117 +72,7 @@ class _Engine:
     def _flush(self) -> None:
         return None
 
-
-@dataclass
-class _Chunk:
-    arrival: float
-    ids: np.ndarray  # flat sample ids (row-major in [steps, N])
-
-
-@dataclass
-class _DecodeBatch:
-    start: float
-    end: float
-    chunks: list[_Chunk]
-
-
-@dataclass
-class _StaticReplica:
-    queue: list[_Chunk] = field(default_factory=list)  # not in a started batch yet, FIFO
-    plan: list[_DecodeBatch] = field(default_factory=list)  # batches planned from the last event on
-    free_at: float = 0.0  # end of the last started batch
-    locked_until: float = 0.0  # end of the last weight sync
-    started: bool = False  # a batch has started (the first one carries the warm-up)
-
-
-class StaticEngine(_Engine):
-    """rlrm's hf engine: batches of queued requests, each decoded to its longest and returned whole."""
-
-    def __init__(self, rollout, gen_done, version):
-        super().__init__(rollout, gen_done, version)
-        self.reps = [_StaticReplica() for _ in range(self.replicas)]
-        self._syncs: list[tuple[float, int]] = [(-np.inf, 0)]  # (end, version) of every weight sync
-        self._prompt = np.zeros(gen_done.size)  # prompt tokens per sample (flat), for batch costs
-        self._resp = np.zeros(gen_done.size)
-
-    def arrive(self, t: float, k: int, prompt_len: np.ndarray, resp_len: np.ndarray) -> None:
-        ids = (k - 1) * self.width + np.arange(len(resp_len))
-        self._prompt[ids], self._resp[ids] = prompt_len, resp_len
-        replica = self._assign(len(ids))
-        for r, rep in enumerate(self.reps):
-            mine = ids[replica == r]
-            if mine.size:
-                self._commit(r, t)
-                rep.queue.append(_Chunk(t, mine))
-                self._replan(rep)
-
-    def sync(self, t: float, seconds: float, version: int) -> float:
-        end = t
-        for r, rep in enumerate(self.reps):
-            self._commit(r, t)
-            rep.locked_until = max(rep.free_at, t) + seconds  # the running batch holds the lock until its end
-            end = max(end, rep.locked_until)
-        self._syncs.append((end, version))
-        for rep in self.reps:
-            self._replan(rep)
-        return end
-
-    def _commit(self, r: int, t: float) -> None:
-        """Batches that started before t are fixed; the later ones go back to the queue."""
-        rep = self.reps[r]
-        for b in rep.plan:
-            if b.start < t:
-                rep.free_at, rep.started = max(rep.free_at, b.end), True
-                self._busy.append((np.array([r]), np.array([b.start]), np.array([b.end])))
-        rep.queue = [c for b in rep.plan if b.start >= t for c in b.chunks] + rep.queue
-        rep.plan = []
-
-    def _replan(self, rep: _StaticReplica) -> None:
-        cfg = self.cfg
-        queue, free, first = list(rep.queue), rep.free_at, not rep.started
-        while queue:
-            formed, members = _form(queue, free, cfg.max_running, cfg.batch_wait_s)
-            ids = np.concatenate([c.ids for c in members])
-            start = max(formed, rep.locked_until)
-            seconds = (cfg.batch_overhead_s + cfg.prefill_s_per_token * self._prompt[ids].sum()
-                       + cfg.iteration_s * self._resp[ids].max() + cfg.iteration_s_per_seq * self._resp[ids].sum()
-                       + (cfg.first_batch_extra_s if first else 0.0))  # fmt: skip
-            rep.plan.append(_DecodeBatch(start, start + seconds, members))
-            self.gen_done.flat[ids] = start + seconds + cfg.return_s
-            self.version.flat[ids] = self._version_at(start)
-            self._touched(ids)
-            free, first = start + seconds, False
-        rep.queue = []
-
-    def _version_at(self, t: float) -> int:
-        ends = [end for end, _ in self._syncs]
-        return self._syncs[bisect.bisect_right(ends, t) - 1][1]
-
-    def _flush(self) -> None:
-        for r in range(self.replicas):
-            self._commit(r, np.inf)
-
-
-def _form(queue: list[_Chunk], free: float, cap: int, wait: float) -> tuple[float, list[_Chunk]]:
-    """(start, requests taken) of the next static batch, taken from the front of `queue` as the hf
-    engine's `_next_batch` takes them: once a request waits, up to `cap` of them, waiting at most
-    `wait` seconds for more while fewer than `cap` are there."""
-    first = max(free, queue[0].arrival)
-    deadline, formed, taken, count = first + wait, first, [], 0
-    while queue and count < cap:
-        chunk = queue[0]
-        if chunk.arrival > deadline:
-            break
-        formed = max(formed, chunk.arrival)
-        room = cap - count
-        if len(chunk.ids) <= room:
-            taken.append(queue.pop(0))
-            count += len(chunk.ids)
-        else:
-            taken.append(_Chunk(chunk.arrival, chunk.ids[:room]))
-            queue[0] = _Chunk(chunk.arrival, chunk.ids[room:])
-            count = cap
-    return (formed if count >= cap else deadline), taken
+    shared = False  # the engine computes on the trainer's device (static.py)
 
 
 class ContinuousEngine(_Engine):
@@ -288,6 +177,9 @@ class ContinuousEngine(_Engine):
         left = self.left - progress[:, None]
         self.left = np.where(done, _EMPTY, np.where(active, np.maximum(left, 1e-9), _EMPTY))
         self.start = np.maximum(self.start, t)
+        if done.sum() == running.sum():  # every engine ran dry: start the next plan from empty arrays
+            self.left, self.ids = self.left[:, :0], self.ids[:, :0]
+            self.finish = self.finish[:, :0]
 
     def _flush(self) -> None:
         self._record(np.full(self.replicas, np.inf))

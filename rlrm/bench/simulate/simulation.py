@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,9 +54,14 @@ class Simulation:
         return batch.times(self.rewards, self.engine.revisions[batch.k])
 
     def busy(self, name: str, seconds: float):
-        """The trainer works on `name` for `seconds`."""
+        """The trainer works on `name` for `seconds` (longer while a colocated engine decodes)."""
         start = self.kernel.now
-        yield self.kernel.at(start + seconds)
+        if self.engine.shared and seconds > 0:
+            self.engine.trainer_work(start, seconds)
+            yield self.kernel.until(lambda: self.engine.trainer_end if self.engine.trainer_end < math.inf else None)
+            self.engine.trainer_done(self.kernel.now)
+        else:
+            yield self.kernel.at(start + seconds)
         self.rec.busy(name, start, self.kernel.now)
 
     def add_batch(self, batch) -> None:

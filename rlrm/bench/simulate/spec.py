@@ -78,6 +78,11 @@ class RolloutSpec(_Section):
     submit_s: float = Field(0.0, ge=0, description="From a batch's launch until its requests are queued at the engines.")
     return_s: float = Field(0.0, ge=0, description="From a request's last token until its completion reaches the rollouter.")
     first_batch_extra_s: float = Field(0.0, ge=0, description="Warm-up: added to the first decode batch of a run.")
+    colocated_slowdown: float = Field(
+        1.0, ge=1.0, allow_inf_nan=False,
+        description="static, one engine on the trainer's device (rlrm's hf engine): while it decodes and the trainer "
+        "computes, both run this many times slower (1: separate devices; 2: they split the device evenly).",
+    )
 
 
 class RewardSpec(_Section):
@@ -141,6 +146,9 @@ class SimSpec(_Section):
     @model_validator(mode="after")
     def _check_batches(self) -> "SimSpec":
         w = self.workload
+        if self.rollout.colocated_slowdown > 1 and (self.rollout.batching != "static" or self.rollout.replicas != 1):
+            raise ValueError("rollout.colocated_slowdown > 1 models one static engine on the trainer's device: "
+                             "it needs rollout.batching=static and rollout.replicas=1")
         if w.prompts_per_step % w.mini_batch_prompts:
             raise ValueError(
                 f"workload.prompts_per_step ({w.prompts_per_step}) must be a multiple of "
