@@ -20,6 +20,7 @@ SMALL = [
     "rollout.batching=static", "rollout.iteration_s=0.01", "rollout.iteration_s_per_seq=0.001",
     "rollout.prefill_s_per_token=0.0002", "trainer.old_log_prob_s_per_token=0.0005", "trainer.minibatch_s=0.05",
     "trainer.minibatch_s_per_token=0.002", "reward.latency=uniform:0.1:1", "output.trace_detail_steps=6",
+    "rollout.colocated_slowdown=2",  # as calibration takes rlrm's hf engine to be
 ]  # fmt: skip
 
 
@@ -119,8 +120,11 @@ def test_a_folder_without_trace_or_with_too_few_steps(simulated_bench, tmp_path)
 def test_calibrate_on_a_run_and_simulate_a_bigger_fleet(simulated_bench, tmp_path):
     run = simulated_bench / "runs" / "sync-nolatency-r0"
     out = tmp_path / "bigger"
-    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(run), "--set", "reward.latency=fixed:0.5",
-                                      "--set", "rollout.replicas=2", "--out", str(out)])  # fmt: skip
+    args = ["bench", "simulate", "--from", str(run), "--set", "reward.latency=fixed:0.5", "--set", "rollout.replicas=2"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    # calibrated on rlrm's hf engine, which shares the trainer's device: more engines need devices of their own
+    assert result.exit_code == 1 and "set rollout.colocated_slowdown=1" in result.output
+    result = CliRunner().invoke(app, [*args, "--set", "rollout.colocated_slowdown=1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "fitted on" in result.output and "rel. RMS error" in result.output
     assert pd.read_csv(out / "results.csv")["steps"].eq(6).all()

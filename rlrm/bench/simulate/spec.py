@@ -147,8 +147,9 @@ class SimSpec(_Section):
     def _check_batches(self) -> "SimSpec":
         w = self.workload
         if self.rollout.colocated_slowdown > 1 and (self.rollout.batching != "static" or self.rollout.replicas != 1):
-            raise ValueError("rollout.colocated_slowdown > 1 models one static engine on the trainer's device: "
-                             "it needs rollout.batching=static and rollout.replicas=1")
+            raise ValueError("rollout.colocated_slowdown > 1 models one static engine on the trainer's device (rlrm's hf "
+                             "engine; a calibration sets it): with rollout.replicas > 1 or continuous batching, the "
+                             "engines have devices of their own: set rollout.colocated_slowdown=1")
         if w.prompts_per_step % w.mini_batch_prompts:
             raise ValueError(
                 f"workload.prompts_per_step ({w.prompts_per_step}) must be a multiple of "
