@@ -81,7 +81,7 @@ class RewardQueue:
             self.revision += 1  # this batch moved: the later ones are queued again when asked
         worker = np.arange(len(arrival)) % self.workers
         earliest = float(arrival.min())
-        running = [(s, d) for j, (_, s, d) in self._calls.items() if j < k]  # earlier batches' calls
+        running = [(s, d) for j, (_, s, d) in self._calls.items() if j < k and d.max() > earliest]  # earlier calls
         before_s = np.concatenate([s for s, _ in running]) if running else np.zeros(0)
         before_d = np.concatenate([d for _, d in running]) if running else np.zeros(0)
         before_w = np.concatenate([np.arange(len(s)) % self.workers for s, _ in running]) if running else np.zeros(0, int)
@@ -121,7 +121,6 @@ def _most_at_once(start: np.ndarray, end: np.ndarray, worker: np.ndarray) -> int
         return 0
     span = float(max(end.max(), start.max()) - min(start.min(), 0.0)) + 1.0
     shift = worker * span  # each worker's intervals in a time range of their own
-    times = np.concatenate([start + shift, end + shift])
-    steps = np.concatenate([np.ones(start.size, dtype=np.int64), -np.ones(end.size, dtype=np.int64)])
-    order = np.lexsort((steps, times))  # at equal times an end before a start
-    return int(np.cumsum(steps[order]).max())
+    starts, ends = np.sort(start + shift), np.sort(end + shift)
+    # open at the i-th start: the i + 1 started so far less those ended by then (an end at the same time first)
+    return int((np.arange(1, starts.size + 1) - np.searchsorted(ends, starts, side="right")).max())

@@ -55,14 +55,21 @@ class Draws:
     latency_mean: np.ndarray  # [steps] mean injected latency of the successful attempts
 
 
-def draw_workload(spec, latency: bool = True) -> Draws:
-    """Draw every sample of `spec`'s run; `latency=False` draws the zero-latency baseline's."""
+def draw_workload(spec, latency: bool = True, lengths: Draws | None = None) -> Draws:
+    """Draw every sample of `spec`'s run; `latency=False` draws the zero-latency baseline's.
+
+    `lengths`: draws of the same spec whose prompt and response lengths to reuse (they do not
+    depend on the latency; the same seed would draw them again).
+    """
     w, r = spec.workload, spec.reward
     steps, p, n = w.steps, w.prompts_per_step, w.samples_per_prompt
-    rng = np.random.default_rng([w.seed, 1])
-    prompt = np.maximum(1, np.rint(sample(parse_latency(w.prompt_tokens), rng, (steps, p)))).astype(np.int64)
-    resp = np.rint(sample(parse_latency(w.response_tokens), rng, (steps, p * n)))
-    resp = np.clip(resp, 1, w.max_response_tokens).astype(np.int64)
+    if lengths is not None:
+        prompt, resp = lengths.prompt_len, lengths.resp_len
+    else:
+        rng = np.random.default_rng([w.seed, 1])
+        prompt = np.maximum(1, np.rint(sample(parse_latency(w.prompt_tokens), rng, (steps, p)))).astype(np.int64)
+        resp = np.rint(sample(parse_latency(w.response_tokens), rng, (steps, p * n)))
+        resp = np.clip(resp, 1, w.max_response_tokens).astype(np.int64)
     dist = parse_latency(r.latency).scaled(r.latency_scale) if latency else parse_latency("none")
     reward_rng = np.random.default_rng([w.seed, 2, int(latency)])
     return Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n)))

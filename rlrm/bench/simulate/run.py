@@ -76,8 +76,8 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str) -> tuple[list[dict]
         mean_latency = math.inf
     for repeat in range(repeats):
         seeded = spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": spec.workload.seed + repeat})})
-        plan = [(BASELINE, "sync", draw_workload(seeded, latency=False), "none", 0.0)]
         draws = draw_workload(seeded)
+        plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", 0.0)]
         # as the benchmark writes it: the --latency spec (its scale apart); "none" marks the baseline only
         plan += [(mode, mode, draws, spec.reward.latency, mean_latency) for mode in spec.modes]
         for name, mode, mode_draws, latency_text, mean in plan:
