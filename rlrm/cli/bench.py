@@ -126,6 +126,7 @@ def simulate(
     steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")] = False,
 ) -> None:
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
     import time
@@ -143,6 +144,11 @@ def simulate(
         view.print_params(check.calibration)
         view.print_validation(check)
         typer.echo(f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})")
+        return
+    if dry_run:
+        from rlrm.bench.simulate.spec import dump_spec
+
+        typer.echo(dump_spec(plan.spec), nl=False)
         return
     if plan.calibration is not None:
         view.print_params(plan.calibration)

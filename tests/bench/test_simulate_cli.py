@@ -130,6 +130,17 @@ def test_calibrate_on_a_run_and_simulate_a_bigger_fleet(simulated_bench, tmp_pat
     assert pd.read_csv(out / "results.csv")["steps"].eq(6).all()
 
 
+def test_dry_run_prints_a_spec_that_loads_back(simulated_bench, tmp_path):
+    run = simulated_bench / "runs" / "sync-nolatency-r0"
+    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(run), "--dry-run", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "fitted.yaml"
+    saved.write_text(result.output)
+    spec = load_spec(saved)
+    assert spec.rollout.batching == "static" and spec.trainer.old_log_prob_s_per_token == pytest.approx(0.0005)
+    assert not (tmp_path / "x").exists()  # nothing simulated, nothing written
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_spec_loads_and_runs(path):
     spec = load_spec(path, ["workload.steps=2", "output.trace_detail_steps=1"])
