@@ -235,7 +235,8 @@ def _note(fit: CostFit, what: str) -> str:
     extra = f"; not varied enough to fit: {', '.join(fit.dropped)}" if fit.dropped and not fit.proportional else ""
     if fit.proportional:
         extra = f"; taken proportional to {fit.proportional} (nothing varied enough to fit a fixed part)"
-    return f"{what}: {fit.points} points, rel. RMS error {fit.rel_error:.1%}{extra}"
+    left_out = f" ({fit.outliers} outliers left out)" if fit.outliers else ""
+    return f"{what}: {fit.points} points{left_out}, rel. RMS error {fit.rel_error:.1%}{extra}"
 
 
 def _workload(p: _Profile, obs: _Steps, put) -> None:

@@ -24,13 +24,19 @@ class CostFit:
     points: int
     dropped: list[str] = field(default_factory=list)  # regressors that did not vary enough to fit
     proportional: str | None = None  # regressor y was taken proportional to (no intercept) when nothing varied
+    outliers: int = 0  # points left out as outliers (a shared machine's stalls)
 
     def predict(self, **x: float) -> float:
         return self.intercept + sum(c * x[name] for name, c in self.coef.items())
 
 
+OUTLIER_SIGMAS = 3.5  # residuals beyond this many robust standard deviations are left out
+
+
 def fit_cost(y, regressors: dict[str, np.ndarray], proportional_to: str | None = None) -> CostFit:
-    """Least squares y ~ intercept + sum(coef * x) with every term >= 0 (exact NNLS over subsets).
+    """Least squares y ~ intercept + sum(coef * x) with every term >= 0 (exact NNLS over subsets),
+    fitted again without the points whose residual is an outlier (beyond OUTLIER_SIGMAS robust
+    standard deviations, 1.4826 MAD): on a shared machine a few steps stall for seconds.
 
     A regressor whose relative spread is under MIN_SPREAD is dropped (its cost folds into the
     intercept). When every regressor is dropped and `proportional_to` is given, y is taken
@@ -39,6 +45,18 @@ def fit_cost(y, regressors: dict[str, np.ndarray], proportional_to: str | None =
     """
     y = np.asarray(y, dtype=float)
     xs = {k: np.asarray(v, dtype=float) for k, v in regressors.items()}
+    first = _fit_once(y, xs, proportional_to)
+    residual = y - np.array([first.predict(**{k: xs[k][i] for k in xs}) for i in range(y.size)])
+    spread = 1.4826 * float(np.median(np.abs(residual - np.median(residual)))) if y.size else 0.0
+    keep = np.abs(residual) <= OUTLIER_SIGMAS * spread if spread > 0 else np.ones(y.size, dtype=bool)
+    if keep.all() or keep.sum() < 3:
+        return first
+    fit = _fit_once(y[keep], {k: v[keep] for k, v in xs.items()}, proportional_to)
+    fit.outliers = int((~keep).sum())
+    return fit
+
+
+def _fit_once(y: np.ndarray, xs: dict[str, np.ndarray], proportional_to: str | None) -> CostFit:
     if y.size == 0:
         return CostFit(0.0, {k: 0.0 for k in xs}, math.nan, 0)
     usable = [k for k, v in xs.items() if v.size > 2 and v.mean() > 0 and v.std() / v.mean() >= MIN_SPREAD]
