@@ -55,13 +55,20 @@ def print_results(result) -> None:
 
 
 def print_validation(check) -> None:
-    """Per mode: measured and predicted speedup vs sync and idle/trainer, and the errors."""
+    """Per mode: measured and predicted speedup vs sync and idle/trainer, the errors, and the same
+    prediction at each run's measured compute speed (what of the error is the machine's drift)."""
     from rich.table import Table
 
     table = Table(title=f"predicted vs measured under {check.latency}")
-    for col in ("mode", "speedup measured", "predicted", "error", "idle trainer measured", "predicted", "difference"):
+    for col in ("mode", "speedup", "predicted", "error", "idle trainer", "predicted", "diff.", "compute speed",
+                "predicted at it", "error", "idle at it"):  # fmt: skip
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
     for r in check.table:
         table.add_row(r["mode"], f"{r['measured_speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x", f"{r['speedup_error']:+.1%}",
-                      f"{r['measured_idle_trainer']:.2f}", f"{r['predicted_idle_trainer']:.2f}", f"{r['idle_trainer_error']:+.2f}")  # fmt: skip
+                      f"{r['measured_idle_trainer']:.2f}", f"{r['predicted_idle_trainer']:.2f}", f"{r['idle_trainer_error']:+.2f}",
+                      _fmt(r["compute_speed"], "{:.2f}x"), _fmt(r["at_speed_speedup"], "{:.2f}x"),
+                      _fmt(r["at_speed_error"], "{:+.1%}"), _fmt(r["at_speed_idle_trainer"], "{:.2f}"))  # fmt: skip
     _console().print(table)
+    typer.echo("measured: means over the benchmark's repeats. compute speed: the runs' training per token against the "
+               "zero-latency run's (medians); away from 1x the machine ran at another speed than the costs were fitted "
+               "at. Predicted at it: each mode's (and sync's) compute costs divided by its speed")

@@ -73,6 +73,10 @@ def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
     # differs only by the response lengths (a fitted normal instead of the uniform that made them)
     assert table["speedup_error"].abs().max() < 0.05
     assert table["idle_trainer_error"].abs().max() < 0.05
+    # every run trained at the baseline's speed (one model made them all), so the prediction at the measured
+    # speed is the prediction
+    assert table["compute_speed"].between(0.95, 1.05).all()
+    assert (table["at_speed_speedup"] - table["predicted_speedup"]).abs().max() < 0.05
     assert "predicted vs measured" in result.output and "rollout.iteration_s_per_seq" in result.output
 
 

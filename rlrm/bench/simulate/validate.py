@@ -6,18 +6,26 @@
 Only the benchmark's zero-latency `sync` runs (`runs/sync-nolatency-r*`) are read for the costs;
 the latency (spec and scale), steps, repeats, seed and reward concurrency are the benchmark's own
 (results.csv, summary.json), so the prediction sees nothing of the runs it is compared with.
+
+The table also gives each mode's `compute_speed`: how fast its runs trained per token against
+the zero-latency run (medians of update_actor / tokens, steps after the first). On a shared
+machine the same update can take twice as long in one run as in another; a prediction made from
+the baseline's costs cannot be closer than that drift allows. `at_speed_speedup` tells the two
+apart: the same prediction with every compute cost of each mode's runs (and of sync's, the
+denominator) divided by its measured speed: what is left of the error is the model's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.bench.results import mode_means
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.run import SimResult, run_simulation
-from rlrm.bench.simulate.spec import MODES, load_spec
+from rlrm.bench.simulate.spec import MODES, load_spec, spec_from_mapping
 from rlrm.errors import RunFolderError
 
 
@@ -59,6 +67,11 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
     result = run_simulation(spec, out, repeats=int(summary.get("repeats", 1)), write=write)
     simulated = next((r["latency"] for r in result.rows if r["latency"] != "none"), "none")
     predicted = mode_means(result.rows, simulated)
+    base_speed = _per_token_update([folder / r["run_dir"] for r in base])
+    speeds = {mode: base_speed / _per_token_update([folder / r["run_dir"] for r in records
+                                                    if r["mode"] == mode and r["latency"] == latency])
+              for mode in modes}  # fmt: skip
+    at_speed = _at_speed(spec, speeds, int(summary.get("repeats", 1)))
     table = []
     for mode in modes:
         m, p = measured[mode], predicted[mode]
@@ -69,10 +82,56 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
             "measured_idle_trainer": m["idle_trainer"], "predicted_idle_trainer": p["idle_trainer"],
             "idle_trainer_error": p["idle_trainer"] - m["idle_trainer"],
             "measured_tokens_per_s": m["tokens_per_s"], "predicted_tokens_per_s": p["tokens_per_s"],
+            "compute_speed": speeds[mode],
+            "at_speed_speedup": at_speed.get(mode, (math.nan,))[0],
+            "at_speed_error": at_speed.get(mode, (math.nan,))[0] / m["speedup_vs_sync"] - 1,
+            "at_speed_idle_trainer": at_speed.get(mode, (math.nan, math.nan))[1],
         })  # fmt: skip
     if write and out is not None:
         pd.DataFrame(table).to_csv(Path(out) / "validation.csv", index=False)
     return Validation(cal, result, table, latency)
+
+
+COMPUTE_COSTS = {  # the spec's seconds that scale with the machine's speed (not the reward latency)
+    "rollout": ("iteration_s", "iteration_s_per_seq", "prefill_s_per_token", "batch_overhead_s", "submit_s", "return_s",
+                "first_batch_extra_s"),
+    "trainer": ("adv_s", "adv_s_per_sample", "old_log_prob_s", "old_log_prob_s_per_token", "ref_s", "ref_s_per_token",
+                "minibatch_s", "minibatch_s_per_token", "weight_sync_s", "step_overhead_s", "first_step_extra_s"),
+    "reward": ("base_s",),
+}  # fmt: skip
+
+
+def _at_speed(spec, speeds: dict[str, float], repeats: int) -> dict[str, tuple[float, float]]:
+    """Per mode, the predicted (speedup, idle/trainer) with its compute costs divided by its measured speed."""
+    throughput, idle = {}, {}
+    for mode, speed in speeds.items():
+        if not math.isfinite(speed) or speed <= 0:
+            continue
+        raw = spec.model_dump(mode="json")
+        for section, keys in COMPUTE_COSTS.items():
+            for key in keys:
+                raw[section][key] /= speed
+        raw["modes"] = [mode]
+        rows = run_simulation(spec_from_mapping(raw), None, repeats=repeats, write=False).rows
+        mine = [r for r in rows if r["latency"] != "none"]
+        throughput[mode] = sum(r["tokens_per_s"] for r in mine) / len(mine)
+        idle[mode] = sum(r["idle_trainer"] for r in mine) / len(mine)
+    sync = throughput.get("sync")
+    return {mode: (value / sync, idle[mode]) for mode, value in throughput.items()} if sync else {}
+
+
+def _per_token_update(run_dirs: list[Path]) -> float:
+    """Median seconds of update_actor per token over the runs' steps after the first (nan without any)."""
+    import statistics
+
+    values = []
+    for run_dir in run_dirs:
+        path = run_dir / "metrics.jsonl"
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            row = json.loads(line)
+            if row.get("step", 0) > 1 and row.get("perf/total_num_tokens") and "timing_s/update_actor" in row:
+                values.append(row["timing_s/update_actor"] / row["perf/total_num_tokens"])
+    return statistics.median(values) if values else math.nan
 
 
 def _summary(folder: Path) -> dict:
