@@ -8,7 +8,8 @@ the latency (spec and scale), steps, repeats, seed and reward concurrency are th
 (results.csv, summary.json), so the prediction sees nothing of the runs it is compared with.
 
 The table also gives each mode's `compute_speed`: how fast its runs trained per token against
-the zero-latency run (medians of update_actor / tokens, steps after the first). On a shared
+the zero-latency run (medians over the mini-batches no decode batch overlapped, steps after the
+first). On a shared
 machine the same update can take twice as long in one run as in another; a prediction made from
 the baseline's costs cannot be closer than that drift allows. `at_speed_speedup` tells the two
 apart: the same prediction with every compute cost of each mode's runs (and of sync's, the
@@ -121,16 +122,28 @@ def _at_speed(spec, speeds: dict[str, float], repeats: int) -> dict[str, tuple[f
 
 
 def _per_token_update(run_dirs: list[Path]) -> float:
-    """Median seconds of update_actor per token over the runs' steps after the first (nan without any)."""
+    """Median seconds per token of the runs' mini-batches (steps after the first) that no decode
+    batch overlapped: the machine's speed, not the sharing of a colocated engine (nan without any)."""
     import statistics
 
     values = []
     for run_dir in run_dirs:
-        path = run_dir / "metrics.jsonl"
-        for line in path.read_text().splitlines() if path.is_file() else []:
-            row = json.loads(line)
-            if row.get("step", 0) > 1 and row.get("perf/total_num_tokens") and "timing_s/update_actor" in row:
-                values.append(row["timing_s/update_actor"] / row["perf/total_num_tokens"])
+        if not (run_dir / "trace.json").is_file() or not (run_dir / "metrics.jsonl").is_file():
+            continue
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        windows = [(r["perf/wall_s"] - r["perf/time_per_step"], r["perf/wall_s"], r) for r in rows
+                   if r.get("step", 0) > 1 and "perf/time_per_step" in r and r.get("batch/num_samples")]  # fmt: skip
+        events = json.loads((run_dir / "trace.json").read_text()).get("traceEvents", [])
+        spans = [(e["ts"] / 1e6, (e["ts"] + e.get("dur", 0)) / 1e6, e) for e in events if e.get("ph") == "X"]
+        decodes = [(s0, s1) for s0, s1, e in spans if e.get("cat") == "rollout"]
+        for s0, s1, e in spans:
+            if e.get("cat") != "minibatch" or any(d0 < s1 and s0 < d1 for d0, d1 in decodes):
+                continue
+            row = next((r for w0, w1, r in windows if w0 <= s0 < w1), None)
+            if row is not None:
+                tokens = row["perf/total_num_tokens"] * (e.get("args") or {}).get("samples", 0) / row["batch/num_samples"]
+                if tokens > 0:
+                    values.append((s1 - s0) / tokens)
     return statistics.median(values) if values else math.nan
 
 
