@@ -69,6 +69,9 @@ def print_validation(check) -> None:
                       _fmt(r["compute_speed"], "{:.2f}x"), _fmt(r["at_speed_speedup"], "{:.2f}x"),
                       _fmt(r["at_speed_error"], "{:+.1%}"), _fmt(r["at_speed_idle_trainer"], "{:.2f}"))  # fmt: skip
     _console().print(table)
-    typer.echo("measured: means over the benchmark's repeats. compute speed: the runs' training per token (mini-batches no decode overlapped) against the "
-               "zero-latency run's (medians); away from 1x the machine ran at another speed than the costs were fitted "
-               "at. Predicted at it: each mode's (and sync's) compute costs divided by its speed")
+    typer.echo(
+        "speedup, idle trainer: measured (means over the benchmark's repeats). compute speed: the runs' training per "
+        "token (mini-batches no decode batch overlapped) against the zero-latency run's, medians; away from 1x the "
+        "machine ran at another speed than the costs were fitted at. Predicted at it: each mode's (and sync's) "
+        "compute costs divided by its speed"
+    )
