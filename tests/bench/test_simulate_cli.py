@@ -88,6 +88,7 @@ def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
         (["--spec", "{spec}", "--set", "trainer.ranks=-2"], "trainer.ranks"),
         (["--spec", "{spec}", "--sweep", "reward.latncy=fixed:1,fixed:2"], "did you mean 'reward.latency'"),
         (["--spec", "{spec}", "--sweep", "reward.latency_scale"], "KEY=V1,V2"),
+        (["--spec", "{spec}", "--sweep", "rollout.replicas=8,0"], "--sweep point rollout.replicas=0: rollout.replicas"),
         (["--spec", "{bad_spec}"], "unknown spec key 'trainer.rank'; did you mean 'trainer.ranks'"),
         (["--spec", "{spec}", "--set", "reward.latency=uniform:5"], "uniform takes 2 numbers"),
         (["--from", "{nowhere}"], "does not exist"),

@@ -39,4 +39,10 @@ def make_plan(from_: Path | None, spec_file: Path | None, overrides: list[str], 
     calibration = calibrate([Path(from_)]) if from_ is not None else None
     base = calibration.spec_values if calibration is not None else None
     spec = load_spec(spec_file, overrides, base=base)
-    return Plan(spec=spec, calibration=calibration, sweep=parse_sweep(sweep) if sweep else None)
+    points = parse_sweep(sweep) if sweep else None
+    for item in points[1] if points else []:  # every point must be a valid spec before anything runs
+        try:
+            load_spec(overrides=[item], base=spec.model_dump(mode="json"))
+        except ConfigError as exc:
+            raise ConfigError(f"--sweep point {item}: {str(exc).removeprefix('spec: ')}") from None
+    return Plan(spec=spec, calibration=calibration, sweep=points)
