@@ -73,7 +73,9 @@ def batch_step(sim, k: int):
     kept = groups[~batch.group_failed] if spec.reward.on_failure == "drop-group" else groups
     sim.rec.dropped(groups.size - kept.size)
     _check_failures(sim, batch)
-    yield from prepare(sim, k, [(batch, groups)])  # old/ref log-probs need the samples, not their scores
+    # old/ref log-probs need the samples, not their scores: the overlapping modes compute them for the
+    # whole batch while its rewards arrive; sync drops failed groups first (update.py prepare_batch)
+    yield from prepare(sim, k, [(batch, kept if sim.mode == "sync" else groups)])
     chunks = split([(batch, kept)], spec.workload.mini_batch_prompts)
     first_epoch = 0
     if sim.mode == "pipeline":  # sync's mini-batches, in order, each as soon as its groups are scored
