@@ -16,7 +16,6 @@ the spec's warm-up terms. A sync run is the cleanest source: nothing overlaps in
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 

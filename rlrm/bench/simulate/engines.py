@@ -8,9 +8,10 @@
 One decode iteration advances every sequence in it by one token and takes
 `iteration_s + iteration_s_per_seq * sequences`; prefill costs `prefill_s_per_token` per prompt token.
 
-- `static` (rlrm's hf engine): an engine takes up to `max_running` queued requests (waiting
+- `static` (rlrm's hf engine, static.py): an engine takes up to `max_running` queued requests (waiting
   `batch_wait_s` for more), decodes them until the longest is done and returns them together;
-  weight sync waits for the running batch (they share a lock). Rows leave as they finish.
+  weight sync waits for the running batch (they share a lock). Rows leave as they finish (a
+  batch costs `iteration_s` x its longest response + `iteration_s_per_seq` x all its tokens).
 - `continuous` (vLLM, SGLang): sequences join and leave every iteration; every running sequence
   advances at the same rate, so an engine is processor sharing. Above `max_running` sequences
   the engine still runs `max_running` per iteration and shares them out evenly (a fluid stand-in
@@ -39,6 +40,8 @@ def make_engine(rollout, gen_done: np.ndarray, version: np.ndarray):
 
 
 class _Engine:
+    shared = False  # the engine computes on the trainer's device (static.py)
+
     def __init__(self, rollout, gen_done: np.ndarray, version: np.ndarray):
         self.cfg = rollout
         self.gen_done, self.version = gen_done, version  # [steps, N]
@@ -71,8 +74,6 @@ class _Engine:
 
     def _flush(self) -> None:
         return None
-
-    shared = False  # the engine computes on the trainer's device (static.py)
 
 
 class ContinuousEngine(_Engine):
