@@ -110,3 +110,48 @@ def _fmt(value, pattern: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return pattern.format(value)
+
+
+@app.command("simulate")
+@friendly_errors
+def simulate(
+    from_: Annotated[
+        Optional[Path],
+        typer.Option("--from", help="Calibrate on a run folder, or validate against a reward-latency benchmark folder."),
+    ] = None,
+    spec: Annotated[Optional[Path], typer.Option(help="YAML cluster spec (e.g. examples/cluster-gpu.yaml), applied over --from's fit.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Spec override, e.g. rollout.replicas=64 (repeatable).")] = [],
+    sweep: Annotated[Optional[str], typer.Option(help="KEY=V1,V2,...: one result row per value and mode.")] = None,
+    modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes (default: the spec's).")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
+    repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
+    out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")] = False,
+) -> None:
+    """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
+    import time
+
+    from rlrm.bench.simulate.plan import make_plan
+    from rlrm.bench.simulate.run import run_simulation
+    from rlrm.bench.simulate.validate import validate_bench
+    from rlrm.cli import simulate_view as view
+
+    folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
+    extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
+    plan = make_plan(from_, spec, extra, sweep)
+    if plan.bench is not None:
+        check = validate_bench(plan.bench, folder, extra)
+        view.print_params(check.calibration)
+        view.print_validation(check)
+        typer.echo(f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})")
+        return
+    if dry_run:
+        from rlrm.bench.simulate.spec import dump_spec
+
+        typer.echo(dump_spec(plan.spec), nl=False)
+        return
+    if plan.calibration is not None:
+        view.print_params(plan.calibration)
+    result = run_simulation(plan.spec, folder, plan.sweep, repeats)
+    view.print_results(result)
+    typer.echo(f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")

@@ -33,11 +33,19 @@ def split_baseline(results):
 
 
 def categories(rows):
-    """A label per row: the mode, or 'mode @ latency' when the folder holds several latencies."""
+    """A label per row: the mode, or 'mode @ latency' when the folder holds several latencies, or
+    'mode @ value' for the points of a sweep (`rlrm bench simulate --sweep`)."""
     modes = rows["mode"].astype(str)
+    if is_sweep(rows):
+        return modes + " @ " + rows["sweep_value"].astype(str)
     if "latency" in rows.columns and rows["latency"].astype(str).nunique() > 1:
         return modes + " @ " + rows["latency"].astype(str)
     return modes
+
+
+def is_sweep(rows) -> bool:
+    """True for a sweep's results: several values in `sweep_value`."""
+    return "sweep_value" in rows.columns and rows["sweep_value"].dropna().astype(str).nunique() > 1
 
 
 def ordered(labels) -> list[str]:
@@ -241,6 +249,45 @@ def latency_figure(latencies: dict):
     cdf_ax.set_xlabel("seconds")
     cdf_ax.set_ylim(0, 1.02)
     cdf_ax.legend(loc="lower right", fontsize="small")
+    return fig
+
+
+def sweep_figure(bench):
+    """Speedup vs sync and idle/trainer per mode against the swept value (one line per mode).
+
+    The x axis is the mean reward latency when the sweep moved the latency, else the swept value
+    itself (numbers when every value is one, evenly spaced labels otherwise).
+    """
+    import pandas as pd
+
+    rows, _ = split_baseline(bench.results)
+    if not is_sweep(rows):
+        raise FigureSkipped("results hold no sweep (sweep_value)")
+    key = str(rows["sweep_key"].dropna().iloc[0]) if "sweep_key" in rows.columns else "swept value"
+    by_latency = key.startswith("reward.latency") and "mean_latency_s" in rows.columns
+    values = rows["sweep_value"].astype(str)
+    numeric = pd.to_numeric(values, errors="coerce")
+    if by_latency:
+        xs, label = rows["mean_latency_s"].astype(float), "mean reward latency (s)"
+    elif numeric.notna().all():
+        xs, label = numeric, key
+    else:
+        order = list(dict.fromkeys(values))
+        xs, label = values.map(order.index).astype(float), key
+    panels = [c for c in ("speedup_vs_sync", "idle_trainer") if c in rows.columns]
+    fig, axes = new_figure(1, len(panels), width=5.5 * len(panels), squeeze=False)
+    titles = {"speedup_vs_sync": "Speedup vs sync", "idle_trainer": "Trainer idle (fraction of wall time)"}
+    frame = rows.assign(_x=xs.to_numpy())
+    for ax, col in zip(axes[0], panels):
+        for i, mode in enumerate(m for m in ordered(frame["mode"].astype(str)) if m in set(frame["mode"])):
+            mine = frame[frame["mode"] == mode].groupby("_x")[col].mean().sort_index()
+            ax.plot(mine.index, mine.to_numpy(), marker="o", color=color(i), label=mode)
+        ax.set_title(titles[col])
+        ax.set_xlabel(label)
+        if not by_latency and numeric.isna().any():
+            order = list(dict.fromkeys(values))
+            ax.set_xticks(range(len(order)), order)
+    axes[0, 0].legend(loc="best", fontsize="small")
     return fig
 
 

@@ -82,6 +82,8 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
     section = doc.section(f"Benchmark {data.name}")
     facts = [f"{k} {data.summary[k]}" for k in ("profile", "latency", "latency_scale", "mean_latency_s", "steps",
                                                  "repeats", "seed") if k in data.summary]
+    if data.summary.get("simulated"):
+        facts.insert(0, "simulated by rlrm bench simulate")
     if facts:
         section.text("; ".join(facts))
     try:
@@ -95,6 +97,8 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
     if not base.empty:
         section.text("Zero-latency baseline (sync, latency none), mean over its repeats:")
         section.table(cols, [[benchmark.baseline_value(data, c) for c in cols]])
+    if benchmark.is_sweep(data.results):
+        writer.emit(section, f"{prefix}_sweep", lambda: benchmark.sweep_figure(data))
     writer.emit(section, f"{prefix}_throughput", lambda: benchmark.throughput_figure(data))
     writer.emit(section, f"{prefix}_idle", lambda: benchmark.idle_figure(data))
     writer.emit(section, f"{prefix}_hiding", lambda: benchmark.hiding_figure(data))
@@ -116,6 +120,8 @@ def _first_repeats(data: BenchData) -> list[RunData]:
     rows, _ = benchmark.split_baseline(data.results)
     if "run_dir" not in rows.columns:
         return []
+    if benchmark.is_sweep(rows):  # one panel per mode, at the sweep's first point
+        rows = rows[rows["sweep_value"].astype(str) == str(rows["sweep_value"].iloc[0])]
     picked = {}
     for label, run_dir in zip(benchmark.categories(rows), rows["run_dir"].astype(str)):
         if label not in picked and run_dir in data.runs:

@@ -1,0 +1,231 @@
+"""The scheduling modes' rules as simulated processes: one rollouter, one trainer per mode.
+
+The rules are those of rlrm/engine/scheduling (rollouter.py, overlap.py, sync.py):
+
+- The rollouter launches batch k once the trainer holds policy version >= k - 1 - max_ahead
+  (max_ahead 0 for sync, stream and pipeline, 1 for one-step-off, max_staleness for fully-async).
+- sync scores a batch once all of it is generated; every other mode scores each sample the
+  moment it is generated.
+- stream, pipeline and one-step-off wait for batch k to be generated, compute its old (on-policy,
+  when recomputed) and reference log-probs while its rewards still arrive, then train: stream and
+  one-step-off once every sample is scored; pipeline each mini-batch (sync's, in order) as soon as
+  its groups are scored, then the remaining epochs.
+- fully-async takes scored groups oldest first: every group of a batch <= k (it is *due*: the last
+  step its lag allows) and enough scored later groups to fill a step; it never recomputes old
+  log-probs (the behaviour policy's are used), nor does one-step-off.
+- The update ends with a weight sync (the engines pause; rlrm's hf engine first finishes its
+  running batch) and the trainer then holds version k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlrm.bench.simulate.batches import Batch
+
+ON_POLICY = ("sync", "stream", "pipeline")
+
+
+class StopRun(Exception):
+    """reward.on_failure is `fail` and a sample failed for good: the run stops at this step."""
+
+
+def rollouter(sim):
+    """Launch batch after batch as the trainer's version allows."""
+    spec = sim.spec
+    max_ahead = spec.max_ahead(sim.mode)
+    submit = spec.rollout.submit_s
+    for k in range(1, spec.workload.steps + 1):
+        yield sim.kernel.until(lambda k=k: sim.kernel.now if sim.version >= k - 1 - max_ahead else None)
+        launched = sim.kernel.now
+        batch = Batch(k, launched, sim.draws, sim.gen_done[k - 1], sim.version_of[k - 1],
+                      spec.workload.samples_per_prompt, score_after_all=sim.mode == "sync")  # fmt: skip
+        if submit > 0:
+            yield sim.kernel.at(launched + submit)
+        sim.add_batch(batch)
+        sim.engine.arrive(sim.kernel.now, k, batch.prompt_len, batch.resp_len)
+
+
+def trainer(sim):
+    """The trainer of `sim.mode`, step after step."""
+    steps = sim.spec.workload.steps
+    take = fully_async_step if sim.mode == "fully-async" else batch_step
+    for k in range(1, steps + 1):
+        sim.rec.begin_step(k, sim.kernel.now)
+        yield from take(sim, k)
+        yield from finish_update(sim, k)
+
+
+def batch_step(sim, k: int):
+    """sync, stream, pipeline, one-step-off: step k trains batch k."""
+    kernel, spec = sim.kernel, sim.spec
+    yield kernel.until(lambda: sim.launched_at_least(k))
+    batch = sim.batches[k]
+    waited = kernel.now
+    yield kernel.until(lambda: float(batch.gen_done.max()))
+    sim.rec.wait("gen", waited, kernel.now)
+    scored = lambda: sim.group_times(batch)["scored_so_far"]  # noqa: E731  [P] all groups up to g scored
+    if sim.mode == "sync":  # scores after generating, then computes everything in one go
+        waited = kernel.now
+        yield kernel.until(lambda: scored()[-1])
+        sim.rec.wait("reward", waited, kernel.now)
+    groups = np.arange(batch.prompts)
+    kept = groups[~batch.group_failed] if spec.reward.on_failure == "drop-group" else groups
+    sim.rec.dropped(groups.size - kept.size)
+    _check_failures(sim, batch)
+    # old/ref log-probs need the samples, not their scores: the overlapping modes compute them for the
+    # whole batch while its rewards arrive; sync drops failed groups first (update.py prepare_batch)
+    yield from prepare(sim, k, [(batch, kept if sim.mode == "sync" else groups)])
+    chunks = split([(batch, kept)], spec.workload.mini_batch_prompts)
+    first_epoch = 0
+    if sim.mode == "pipeline":  # sync's mini-batches, in order, each as soon as its groups are scored
+        for i, chunk in enumerate(chunks):
+            last = int(chunk[-1][1][-1])
+            waited = kernel.now
+            yield kernel.until(lambda last=last: scored()[last])
+            sim.rec.wait("reward", waited, kernel.now)
+            yield from minibatch(sim, k, chunk, i, epoch=0)
+        first_epoch = 1
+    waited = kernel.now
+    yield kernel.until(lambda: scored()[-1])
+    sim.rec.wait("reward", waited, kernel.now)
+    for epoch in range(first_epoch, spec.workload.ppo_epochs):
+        for i, chunk in enumerate(chunks):
+            yield from minibatch(sim, k, chunk, i, epoch)
+    sim.rec.trained(k, [(batch, kept)])
+    sim.forget(batch)
+
+
+def fully_async_step(sim, k: int):
+    """fully-async: due groups (batch <= k) and the oldest scored later groups, `prompts_per_step` in all."""
+    kernel = sim.kernel
+    start = kernel.now
+    yield kernel.until(lambda: _take_time(sim, k))
+    chosen = _choose(sim, k, kernel.now)
+    generated = max((sim.group_times(b)["group_generated"][g].max(initial=start) for b, g in chosen), default=start)
+    sim.rec.wait("gen", start, min(max(generated, start), kernel.now))
+    sim.rec.wait("reward", max(generated, start), kernel.now)
+    for batch, groups in chosen:
+        batch.taken[groups] = True
+        _check_failures(sim, batch, groups)
+        if batch.taken.all():
+            sim.forget(batch)
+    if sim.spec.reward.on_failure == "drop-group":
+        sim.rec.dropped(sum(int(b.group_failed[g].sum()) for b, g in chosen))
+        chosen = [(b, g[~b.group_failed[g]]) for b, g in chosen]
+    yield from prepare(sim, k, chosen)
+    chunks = split(chosen, sim.spec.workload.mini_batch_prompts)
+    for epoch in range(sim.spec.workload.ppo_epochs):
+        for i, chunk in enumerate(chunks):
+            yield from minibatch(sim, k, chunk, i, epoch)
+    sim.rec.trained(k, chosen)
+
+
+def split(chosen: list, size: int) -> list[list]:
+    """Mini-batches of `size` groups over `chosen` ((batch, groups) in training order)."""
+    chunks, current, room = [], [], size
+    for batch, groups in chosen:
+        at = 0
+        while at < groups.size:
+            part = groups[at : at + room]
+            current.append((batch, part))
+            at, room = at + part.size, room - part.size
+            if room == 0:
+                chunks.append(current)
+                current, room = [], size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _take_time(sim, k: int) -> float | None:
+    """When the fully-async trainer's take condition holds (overlap.py `_take_groups`), or None."""
+    want = sim.spec.workload.prompts_per_step
+    due_done, extra = -np.inf, []
+    due_count = 0
+    for b in sorted(sim.open):
+        batch = sim.open[b]
+        open_groups = ~batch.taken
+        scored = sim.group_times(batch)["group_scored"][open_groups]
+        if b <= k:
+            due_count += scored.size
+            due_done = max(due_done, scored.max(initial=-np.inf))
+        else:
+            extra.append(scored)
+    need = want - due_count
+    if need <= 0:
+        return max(due_done, sim.kernel.now)
+    later = np.concatenate(extra) if extra else np.zeros(0)
+    if later.size >= need:
+        return max(due_done, float(np.partition(later, need - 1)[need - 1]), sim.kernel.now)
+    if sim.launched == sim.spec.workload.steps:  # nothing more will come: take what there is
+        return max(due_done, later.max(initial=-np.inf), sim.kernel.now)
+    return None
+
+
+def _choose(sim, k: int, now: float) -> list[tuple[Batch, np.ndarray]]:
+    want = sim.spec.workload.prompts_per_step
+    chosen, due = [], 0
+    for b in sorted(sim.open):
+        batch = sim.open[b]
+        groups = np.flatnonzero(~batch.taken)
+        if b <= k:
+            chosen.append((batch, groups))
+            due += groups.size
+    room = max(0, want - due)
+    for b in sorted(sim.open):
+        batch = sim.open[b]
+        if b <= k or room == 0:
+            continue
+        groups = np.flatnonzero(~batch.taken)
+        ready = groups[sim.group_times(batch)["group_scored"][groups] <= now][:room]
+        if ready.size:
+            chosen.append((batch, ready))
+            room -= ready.size
+    return [(b, g) for b, g in chosen if g.size]
+
+
+def prepare(sim, k: int, chosen):
+    """Collate (adv), and old/ref log-probs where the mode computes them, on the trainer."""
+    cost, w = sim.spec.trainer, sim.spec.workload
+    samples = sum(g.size for _, g in chosen) * w.samples_per_prompt
+    tokens = float(sum(b.group_tokens[g].sum() for b, g in chosen))
+    yield from sim.busy("adv", cost.adv_s + cost.adv_s_per_sample * samples)
+    if sim.mode in ON_POLICY and w.recompute_old_log_prob:
+        yield from sim.busy("old_log_prob", cost.old_log_prob_s + cost.old_log_prob_s_per_token * tokens / cost.ranks)
+    if w.use_ref:
+        yield from sim.busy("ref", cost.ref_s + cost.ref_s_per_token * tokens / cost.ranks)
+
+
+def minibatch(sim, k: int, chunk: list, index: int, epoch: int):
+    """One optimizer step on a mini-batch ((batch, groups) pairs)."""
+    cost = sim.spec.trainer
+    tokens = float(sum(b.group_tokens[g].sum() for b, g in chunk))
+    seconds = cost.minibatch_s + cost.minibatch_s_per_token * tokens / cost.ranks
+    if sim.first_minibatch:  # warm-up: the first optimizer step of a run is the slow one
+        seconds, sim.first_minibatch = seconds + cost.first_step_extra_s, False
+    start = sim.kernel.now
+    yield from sim.busy("update_actor", seconds)
+    samples = sum(g.size for _, g in chunk) * sim.spec.workload.samples_per_prompt
+    sim.rec.minibatch(k, start, sim.kernel.now, index, epoch, samples)
+
+
+def finish_update(sim, k: int):
+    """Weight sync (the engines pause), bookkeeping, then the trainer holds version k."""
+    start = sim.kernel.now
+    end = sim.engine.sync(start, sim.spec.trainer.weight_sync_s, k)
+    yield sim.kernel.at(end)
+    sim.rec.busy("update_weights", start, end)
+    if sim.spec.trainer.step_overhead_s > 0:
+        yield sim.kernel.at(sim.kernel.now + sim.spec.trainer.step_overhead_s)
+    sim.rec.end_step(k, sim.kernel.now)
+    sim.version = k
+
+
+def _check_failures(sim, batch: Batch, groups: np.ndarray | None = None) -> None:
+    if sim.spec.reward.on_failure != "fail":
+        return
+    failed = batch.group_failed if groups is None else batch.group_failed[groups]
+    if failed.any():
+        raise StopRun(f"a reward failed after {sim.spec.reward.max_retries} retries in batch {batch.k} "
+                      "and reward.on_failure is fail")  # fmt: skip

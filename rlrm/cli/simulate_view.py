@@ -1,0 +1,77 @@
+"""Tables `rlrm bench simulate` prints: fitted parameters, results per mode, predicted vs measured."""
+
+from __future__ import annotations
+
+import math
+
+import typer
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    console.width = max(console.width, 150)
+    return console
+
+
+def _fmt(value, pattern: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return pattern.format(value)
+
+
+def print_params(calibration) -> None:
+    """The fitted parameters and how each was fitted (fit error included)."""
+    from rich.table import Table
+
+    table = Table(title=f"fitted on {', '.join(calibration.sources)} ({calibration.steps} steps)")
+    for col in ("parameter", "value", "fitted from"):
+        table.add_column(col, overflow="fold")
+    for key, value, note in calibration.params:
+        table.add_row(key, _fmt(value, "{:.4g}") if isinstance(value, float) else str(value), note)
+    _console().print(table)
+
+
+def print_results(result) -> None:
+    """One row per (sweep point, mode): throughput, speedup, hiding efficiency, idle ratios, staleness."""
+    from rich.table import Table
+
+    sweep = result.summary.get("sweep")
+    table = Table(title="simulated" + (f", sweep over {sweep['key']}" if sweep else ""))
+    cols = (["point"] if sweep else []) + ["mode", "latency", "tok/s", "speedup vs sync", "hiding eff.", "idle trainer",
+                                           "idle rollout", "reward wait", "stale max"]  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("point", "mode", "latency") else "right", no_wrap=True)
+    for r in result.rows:
+        name = "sync, no latency" if r["run_dir"].rsplit("/", 1)[-1].startswith("sync-nolatency") else r["mode"]
+        table.add_row(*([str(r["sweep_value"])] if sweep else []), name, str(r["latency"]), f"{r['tokens_per_s']:,.0f}",
+                      _fmt(r["speedup_vs_sync"], "{:.2f}x"), _fmt(r["hiding_efficiency"], "{:.2f}"),
+                      _fmt(r["idle_trainer"], "{:.2f}"), _fmt(r["idle_rollout"], "{:.2f}"),
+                      _fmt(r["idle_reward_wait"], "{:.2f}"), _fmt(r["staleness_max"], "{:.0f}"))  # fmt: skip
+    _console().print(table)
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+
+
+def print_validation(check) -> None:
+    """Per mode: measured and predicted speedup vs sync and idle/trainer, the errors, and the same
+    prediction at each run's measured compute speed (what of the error is the machine's drift)."""
+    from rich.table import Table
+
+    table = Table(title=f"predicted vs measured under {check.latency}")
+    for col in ("mode", "speedup", "predicted", "error", "idle trainer", "predicted", "diff.", "compute speed",
+                "predicted at it", "error", "idle at it"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
+    for r in check.table:
+        table.add_row(r["mode"], f"{r['measured_speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x", f"{r['speedup_error']:+.1%}",
+                      f"{r['measured_idle_trainer']:.2f}", f"{r['predicted_idle_trainer']:.2f}", f"{r['idle_trainer_error']:+.2f}",
+                      _fmt(r["compute_speed"], "{:.2f}x"), _fmt(r["at_speed_speedup"], "{:.2f}x"),
+                      _fmt(r["at_speed_error"], "{:+.1%}"), _fmt(r["at_speed_idle_trainer"], "{:.2f}"))  # fmt: skip
+    _console().print(table)
+    typer.echo(
+        "speedup, idle trainer: measured (means over the benchmark's repeats). compute speed: the runs' training per "
+        "token (mini-batches no decode batch overlapped) against the zero-latency run's, medians; away from 1x the "
+        "machine ran at another speed than the costs were fitted at. Predicted at it: each mode's (and sync's) "
+        "compute costs divided by its speed"
+    )

@@ -1,0 +1,92 @@
+"""Calibration recovers the costs a synthetic trace was made with, and says what it cannot fit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrm.bench.simulate.calibrate import calibrate
+from rlrm.bench.simulate.fit import clipped_mean, fit_clipped_normal, fit_cost
+from rlrm.bench.simulate.run import run_simulation
+from rlrm.bench.simulate.spec import load_spec
+from rlrm.errors import RunFolderError
+
+TRUE = {
+    "rollout.batch_overhead_s": 0.05, "rollout.iteration_s": 0.01, "rollout.iteration_s_per_seq": 0.002,
+    "rollout.prefill_s_per_token": 0.0005, "rollout.submit_s": 0.02, "rollout.return_s": 0.003,
+    "rollout.first_batch_extra_s": 0.4, "reward.base_s": 0.01,
+    "trainer.old_log_prob_s": 0.03, "trainer.old_log_prob_s_per_token": 0.0002,
+    "trainer.minibatch_s": 0.05, "trainer.minibatch_s_per_token": 0.001,
+    "trainer.weight_sync_s": 0.006, "trainer.step_overhead_s": 0.002, "trainer.first_step_extra_s": 0.7,
+}  # fmt: skip
+WORKLOAD = [
+    "modes=[sync]", "workload.steps=16", "workload.prompts_per_step=4", "workload.samples_per_prompt=2",
+    "workload.mini_batch_prompts=4", "workload.prompt_tokens=uniform:10:50", "workload.response_tokens=uniform:5:60",
+    "workload.max_response_tokens=100", "rollout.batching=static", "rollout.batch_wait_s=0.002",
+    "output.trace_detail_steps=16",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory):
+    """A simulated sync run (its trace.json, metrics.jsonl and config.yaml) with known costs."""
+    out = tmp_path_factory.mktemp("synthetic")
+    spec = load_spec(overrides=[*WORKLOAD, *(f"{k}={v}" for k, v in TRUE.items())])
+    run_simulation(spec, out)
+    return out / "runs" / "sync-nolatency-r0"
+
+
+def test_calibration_recovers_known_costs(synthetic_run):
+    cal = calibrate([synthetic_run])
+    fitted = {key: value for key, value, _ in cal.params}
+    for key, value in TRUE.items():
+        assert fitted[key] == pytest.approx(value, rel=0.02, abs=1e-6), key
+    assert cal.steps == 16
+    notes = {key: note for key, _, note in cal.params}
+    assert "rel. RMS error 0.0%" in notes["rollout.iteration_s_per_seq"]  # the decode model is exact here
+
+
+def test_calibrated_spec_replays_the_run(synthetic_run):
+    # simulating the fitted spec gives back the measured step times (same seed, same draws)
+    cal = calibrate([synthetic_run])
+    spec = load_spec(overrides=["modes=[sync]", "output.trace_detail_steps=0", "workload.response_tokens=uniform:5:60",
+                                "workload.prompt_tokens=uniform:10:50"], base=cal.spec_values)  # fmt: skip
+    replay = run_simulation(spec, None, write=False)
+    measured = [json.loads(line)["perf/time_per_step"] for line in (synthetic_run / "metrics.jsonl").read_text().splitlines()]
+    simulated = replay.rows[0]["steps"] / replay.rows[0]["steps_per_hour"] * 3600
+    assert simulated == pytest.approx(sum(measured), rel=0.01)
+
+
+def test_what_does_not_vary_folds_into_the_fixed_part():
+    # every decode batch has the same longest response: its per-iteration cost cannot be told from a constant
+    fit = fit_cost([1.0, 1.2, 1.4], {"resp": [10, 20, 30], "longest": [20, 20, 20]}, proportional_to="resp")
+    assert fit.coef["resp"] == pytest.approx(0.02) and fit.intercept == pytest.approx(0.8)
+    assert fit.coef["longest"] == 0 and fit.dropped == ["longest"]
+    # nothing varies: proportional to the named regressor (a per-token cost scales, a constant would not)
+    flat = fit_cost([2.0, 2.0], {"token": [100, 100]}, proportional_to="token")
+    assert flat.coef["token"] == pytest.approx(0.02) and flat.intercept == 0 and flat.proportional == "token"
+
+
+def test_clipped_normal_matches_mean_and_clip_ratio():
+    mu, sigma = fit_clipped_normal(mean=13.2, clip_ratio=0.05, upper=20)
+    assert clipped_mean(mu, sigma, 20) == pytest.approx(13.2, rel=1e-4)
+    z = (20 - mu) / sigma  # P(X >= 20) = 0.05 -> z = 1.645
+    assert z == pytest.approx(1.6449, abs=1e-3)
+
+
+def test_missing_or_short_traces_say_what_is_needed(synthetic_run, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.yaml").write_text("{}")
+    (empty / "metrics.jsonl").write_text("")
+    with pytest.raises(RunFolderError, match="no trace.json.*at least 3 steps"):
+        calibrate([empty])
+    short = tmp_path / "short"
+    short.mkdir()
+    for name in ("config.yaml", "trace.json"):
+        (short / name).write_text((synthetic_run / name).read_text())
+    lines = (synthetic_run / "metrics.jsonl").read_text().splitlines()[:2]
+    (short / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunFolderError, match="too short to fit: 2 step.*at least 3 steps"):
+        calibrate([short])
