@@ -4,7 +4,7 @@
     draws.resp_len[k - 1]                           # [N] response tokens of step k's samples (prompt-major)
     sample(parse_latency("pareto:1:1.5"), rng, 5)   # five draws of a latency-grammar distribution
 
-Distributions are the latency grammar's (rlrm.engine.rewards.inject.LatencyDist); this module only
+Distributions are the latency grammar's (rlrm.config.latency.LatencyDist); this module only
 draws them in bulk. Modes see the same samples, lengths and latencies (common random numbers),
 so the differences between modes are the schedules', not the draws'.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlrm.engine.rewards.inject import LatencyDist, parse_latency
+from rlrm.config.latency import LatencyDist, parse_latency
 
 
 def sample(dist: LatencyDist, rng: np.random.Generator, size) -> np.ndarray:

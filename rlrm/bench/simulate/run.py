@@ -22,7 +22,7 @@ from rlrm.bench.results import COLUMNS, compare, mode_means, run_row
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
-from rlrm.engine.rewards.inject import parse_latency
+from rlrm.config.latency import parse_latency
 from rlrm.errors import RunFolderError
 
 BASELINE = "sync-nolatency"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlrm.config.loader import _check_unknown_keys, _parse_override, _set_path, _unknown_key_message
 from rlrm.config.schema import TrainerConfig
-from rlrm.engine.rewards.inject import parse_latency
+from rlrm.config.latency import parse_latency
 from rlrm.errors import ConfigError
 
 MODES: tuple[str, ...] = get_args(TrainerConfig.model_fields["mode"].annotation)

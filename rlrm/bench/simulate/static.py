@@ -115,7 +115,7 @@ class StaticEngine(_Engine):
         running, first = rep.running, not rep.started
 
         def trainer_alone(until: float) -> None:
-            nonlocal now, y, trainer_end
+            nonlocal y, trainer_end
             if y > 0 and until > now:
                 step = min(y, until - now)
                 segments.append((now, now + step, -1, True))
