@@ -19,6 +19,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrm.bench.results import finite_json
 from rlrm.config.schema import MODES
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
@@ -203,7 +204,7 @@ class RewardLatencyBench:
         _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
         _atomic(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
         summary = self.summary()
-        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(_finite(summary), indent=2)))
+        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(finite_json(summary), indent=2)))
         return summary
 
 
@@ -211,12 +212,3 @@ def _atomic(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
     tmp.replace(path)
-
-
-def _finite(value):
-    """JSON has no NaN: write null instead."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value

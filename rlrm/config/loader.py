@@ -64,15 +64,25 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
 
 def validate_profile(raw: dict, source: str = "profile") -> Profile:
     """Validate a raw mapping, turning pydantic's report into one clear line."""
-    _check_unknown_keys(raw, Profile, prefix="")
+    return validate_model(raw, Profile, source)
+
+
+def validate_model(raw: dict, model: type[BaseModel], source: str, what: str = "profile"):
+    """Validate `raw` as `model`: unknown keys name the nearest valid one, pydantic's report becomes one line."""
     try:
-        return Profile.model_validate(raw)
+        _check_unknown_keys(raw, model, prefix="")
+    except ConfigError as exc:
+        if what == "profile":
+            raise
+        raise ConfigError(f"{source}: {str(exc).replace('unknown key', f'unknown {what} key', 1)}") from None
+    try:
+        return model.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(profile)"
+        loc = ".".join(str(p) for p in err["loc"]) or f"({what})"
         value = err.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        raise ConfigError(f"{source}: {loc}: {err['msg']}{shown}") from None
+        raise ConfigError(f"{source}: {loc}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
 
 
 def dump_profile(profile: Profile) -> str:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import COLUMNS, compare, mode_means, run_row
+from rlrm.bench.results import COLUMNS, compare, finite_json, mode_means, run_row
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
@@ -140,12 +140,4 @@ def _write(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict
     frame = pd.DataFrame(rows, columns=COLUMNS + EXTRA_COLUMNS)
     frame.to_csv(out / "results.csv", index=False)
     frame.to_parquet(out / "results.parquet", index=False)
-    (out / "summary.json").write_text(json.dumps(_finite(summary), indent=2))
-
-
-def _finite(value):
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+    (out / "summary.json").write_text(json.dumps(finite_json(summary), indent=2))

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlrm.config.loader import _check_unknown_keys, _parse_override, _set_path, _unknown_key_message
+from rlrm.config.loader import _parse_override, _set_path, _unknown_key_message, validate_model
 from rlrm.config.schema import TrainerConfig
 from rlrm.config.latency import parse_latency
 from rlrm.errors import ConfigError
@@ -191,18 +191,7 @@ def load_spec(path: str | Path | None = None, overrides: list[str] | tuple[str, 
 
 def spec_from_mapping(raw: dict, source: str = "spec") -> SimSpec:
     """Validate a raw mapping as a SimSpec, with the loader's one-line errors."""
-    try:
-        _check_unknown_keys(raw, SimSpec, prefix="")
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {str(exc).replace('unknown key', 'unknown spec key', 1)}") from None
-    try:
-        return SimSpec.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
-        value = err.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
-        raise ConfigError(f"{source}: {loc}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
+    return validate_model(raw, SimSpec, source, what="spec")
 
 
 def check_key(key: str) -> None:
