@@ -15,6 +15,10 @@ once at most half of it is still decoding, so a few long responses do not pay fo
 Sampling is inverse-CDF with one uniform per row and token drawn from that request's own seeded
 generator, so a request draws the same tokens whatever else shares its batch. New weights are
 loaded under a lock the decode loop holds for a whole batch: never inside one.
+
+Longer than most modules on purpose: the queue, the batch former, the decode loop and the
+sampler share the engine's lock, versioning and per-row state; split apart, each piece would
+reach into the others' fields.
 """
 
 from __future__ import annotations
