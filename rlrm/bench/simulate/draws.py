@@ -91,7 +91,7 @@ def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape):
     timed_out = spent > r.timeout_s
     ok = ~(injected_fail | timed_out)
     total = np.minimum(spent, r.timeout_s).ravel()
-    attempts = np.ones(steps * width, dtype=np.int64)
+    attempts = np.ones(steps * width, dtype=np.int16)  # at most max_retries + 1
     timeouts = timed_out.sum(1)
     injected = (injected_fail & ~timed_out).sum(1)
     lat_sum, lat_count = np.where(ok, latency, 0.0).sum(1), ok.sum(1).astype(float)

@@ -95,7 +95,7 @@ class RewardSpec(_Section):
     max_concurrency: int = Field(64, gt=0, description="Calls in flight per worker (reward.max_concurrency); more wait in line.")
     fail_rate: float = Field(0.0, ge=0, le=1, description="Chance that an attempt fails (reward.inject.fail_rate).")
     timeout_s: float = Field(30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.timeout_s).")
-    max_retries: int = Field(3, ge=0, description="Retries of a failed attempt (reward.max_retries).")
+    max_retries: int = Field(3, ge=0, le=1000, description="Retries of a failed attempt (reward.max_retries).")
     backoff_s: float = Field(0.1, ge=0, description="First retry delay, doubling, with jitter x[0.5, 1.5) (reward.backoff_s).")
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (reward.backoff_max_s).")
     on_failure: Literal["default", "drop-group", "fail"] = Field(
