@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.latency import LatencyDist, parse_latency
+from rlrm.config.servers import ServerFleetConfig
 
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -25,57 +26,12 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class RewardServerConfig(_Section):
-    """The reward-model servers: launched by rlrm, or already running at `address`."""
+class RewardServerConfig(ServerFleetConfig):
+    """The reward-model servers: launched by rlrm, or already running at `addresses` (keys shared with rollout.server)."""
+
+    section: ClassVar[str] = "reward.server"
 
     model: str | None = Field(None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite).")
-    replicas: int = Field(1, ge=1, le=16, description="Server processes behind the balancer.")
-    backend: Literal["embedded"] = Field("embedded", description="Server implementation.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Reward model dtype.")
-    max_batch: int = Field(64, gt=0, description="Most requests per batched forward on a server.")
-    threads: int = Field(1, ge=0, description="torch CPU threads per server (0: torch's default).")
-    addresses: list[str] = Field(default_factory=list, description="Use these running servers (http://host:port) instead.")
-    api_key_env: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="Name of the environment variable holding the servers' bearer key (the key itself is never in a profile "
-        "or config.yaml); rlrm passes it to the servers it launches in their environment, never on a command line.",
-    )
-    router: Literal["auto", "sglang", "client"] = Field(
-        "auto", description="sglang: SGLang router (genrm only: it does not route /classify); client: rlrm's balancer; auto: sglang when installed and it can route."
-    )
-    start_timeout_s: float = Field(180.0, gt=0, description="Total time allowed for servers to become healthy.")
-
-    @field_validator("addresses", mode="before")
-    @classmethod
-    def _one_address(cls, value):
-        return [value] if isinstance(value, str) else value  # `--set reward.server.addresses=http://h:1`
-
-    @field_validator("addresses")
-    @classmethod
-    def _addresses_are_urls(cls, urls: list[str]) -> list[str]:
-        from urllib.parse import urlsplit
-
-        from pydantic_core import PydanticCustomError
-
-        for i, url in enumerate(urls):
-            try:
-                parts = urlsplit(url)
-                parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
-            except ValueError:
-                parts = None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-                raise PydanticCustomError(
-                    "address", "entry {i} ({url}) is not an http(s) URL of a server, such as http://127.0.0.1:8000",
-                    {"i": i, "url": repr(url)},
-                )
-        return urls
-
-    def read_api_key(self) -> str | None:
-        """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
-        from rlrm.launch.auth import key_from_env  # light: hmac and os
-
-        return key_from_env(self.api_key_env, "reward.server.api_key_env") if self.api_key_env else None
 
 
 class DisRMConfig(_Section):

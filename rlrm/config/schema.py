@@ -12,6 +12,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.reward import RewardConfig
+from rlrm.config.servers import RolloutServerConfig
 
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
 # Every step generates, scores and holds train_batch_size x n completions in memory: a typo such as
@@ -75,7 +76,11 @@ class ModelConfig(_Section):
 class RolloutConfig(_Section):
     """Generation: backend, sampling and batching."""
 
-    backend: Literal["hf"] = Field("hf", description="Rollout engine (hf: embedded transformers, CPU or GPU).")
+    backend: Literal["hf", "server"] = Field(
+        "hf",
+        description="Rollout engine: hf (transformers in the trainer process, CPU or GPU) or server (the policy served by "
+        "rollout.server replicas over SGLang's /generate, new weights loaded into them after every update).",
+    )
     n: int = Field(8, gt=0, description=f"Samples per prompt (the GRPO group size, at most {MAX_GROUP_SIZE}).")
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
@@ -84,6 +89,7 @@ class RolloutConfig(_Section):
     val_temperature: float = Field(0.0, ge=0.0, description="Temperature at validation (0: greedy).")
     max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")
     batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
+    server: RolloutServerConfig = Field(default_factory=RolloutServerConfig)
 
     @field_validator("n")
     @classmethod

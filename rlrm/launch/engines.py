@@ -42,9 +42,13 @@ def engine_argv(
     raise ConfigError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def engine_env(backend: str, api_key: str | None) -> dict[str, str]:
-    """Environment variables the engine process needs: vLLM reads its API key from VLLM_API_KEY."""
-    return {"VLLM_API_KEY": api_key} if backend == "vllm" and api_key else {}
+def engine_env(backend: str, api_key: str | None, role: str = "genrm") -> dict[str, str]:
+    """Environment variables the engine process needs: vLLM reads its API key from VLLM_API_KEY, and a vLLM
+    policy server needs VLLM_SERVER_DEV_MODE=1 for `/collective_rpc` (its weight reload; rlrm/launch/wire.py)."""
+    env = {"VLLM_API_KEY": api_key} if backend == "vllm" and api_key else {}
+    if backend == "vllm" and role == "policy":
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    return env
 
 
 def require_backend(backend: str) -> None:

@@ -22,6 +22,13 @@ PROBES = {
     "genrm": ("/v1/chat/completions", lambda model: {
         "model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1, "temperature": 0,
     }),
+    # rollout servers: SGLang's native /generate with token ids (embedded, sglang), or vLLM's completions
+    "policy": ("/generate", lambda model: {
+        "input_ids": [1], "sampling_params": {"max_new_tokens": 1, "temperature": 0}, "return_logprob": True,
+    }),
+    "policy-vllm": ("/v1/completions", lambda model: {
+        "model": model, "prompt": [1], "max_tokens": 1, "temperature": 0, "logprobs": 0,
+    }),
 }
 
 
@@ -33,27 +40,29 @@ async def check_servers(urls: list[str], role: str, api_key: str | None, model: 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(headers=headers) as session:
         outcomes = await asyncio.gather(
-            *(_check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s) for url in urls)
+            *(_check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0]) for url in urls)
         )
     for i, (url, failure) in enumerate(zip(urls, outcomes)):
         if failure:
-            raise ServerStartError(f"{what}[{i}] {url} cannot serve the {role} reward: {failure}")
+            served = "the policy" if role.startswith("policy") else f"the {role} reward"
+            raise ServerStartError(f"{what}[{i}] {url} cannot serve {served}: {failure}")
 
 
-async def _check_one(session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float) -> str | None:
+async def _check_one(session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float,
+                     section: str) -> str | None:
     """None when the server passes, else what failed last."""
     path, body = PROBES[role]
     deadline = time.monotonic() + timeout_s
     while True:
-        failure, final = await _probe(session, url, path, body(model), request_timeout_s)
+        failure, final = await _probe(session, url, path, body(model), request_timeout_s, section)
         if failure is None or final:
             return failure
         if time.monotonic() > deadline:
-            return f"{failure} (still after {timeout_s:g} s: reward.server.start_timeout_s)"
+            return f"{failure} (still after {timeout_s:g} s: {section}.start_timeout_s)"
         await asyncio.sleep(0.5)
 
 
-async def _probe(session, url: str, path: str, body: dict, timeout_s: float) -> tuple[str | None, bool]:
+async def _probe(session, url: str, path: str, body: dict, timeout_s: float, section: str = "reward.server") -> tuple[str | None, bool]:
     """(what failed or None, whether that failure is final)."""
     import aiohttp
 
@@ -69,7 +78,7 @@ async def _probe(session, url: str, path: str, body: dict, timeout_s: float) -> 
     except aiohttp.ClientError as exc:
         return f"{type(exc).__name__}: {exc}", False
     if status in (401, 403):
-        return f"POST {path} answered {status} ({_message(text)}): set reward.server.api_key_env to the variable holding its key", True
+        return f"POST {path} answered {status} ({_message(text)}): set {section}.api_key_env to the variable holding its key", True
     if status >= 500 or status == 429:
         return f"POST {path} answered {status}: {_message(text)}", False
     if status >= 400:
@@ -84,6 +93,11 @@ def _has_shape(path: str, text: str) -> bool:
         out = json.loads(text)
         if path == "/classify":
             return isinstance(out["data"][0]["probs"], list)
+        if path == "/generate":
+            out = out[0] if isinstance(out, list) else out
+            return isinstance(out["output_ids"], list) and "output_token_logprobs" in out["meta_info"]
+        if path == "/v1/completions":
+            return "text" in out["choices"][0]
         return "message" in out["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
         return False

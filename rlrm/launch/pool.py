@@ -1,36 +1,54 @@
-"""A pool of embedded reward-server replicas owned by a run: started together, supervised, stopped.
+"""A pool of server replicas owned by a run (any backend, any role): started together, supervised, stopped.
 
     pool = ServerPool(model_path, role="genrm", replicas=2, threads=1)
     pool.start(timeout_s=180)        # every replica healthy (readiness), or ServerStartError
-    pool.urls                        # for the balancer
+    pool.urls                        # for the balancer or the router
     ...
     pool.stop()                      # in `finally`, by pid
 
-`supervise()` restarts a replica whose process died, on the same port, so it rejoins the balancer
-once its /health answers again.
+`supervise()` restarts a replica whose process died, on the same port. A replica restarted with
+`restart_args` (the policy's `--wait-for-weights`) answers /health only once `on_restart` has
+given it what it must serve (the current weights), so neither the router nor the balancer
+admits it before: a restarted policy replica never serves the base model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Awaitable, Callable
 
 from rlrm.launch.auth import ENV_VAR
+from rlrm.launch.engines import engine_argv, engine_env
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
 
 
-class ServerPool:
-    def __init__(self, model_path: str, role: str, replicas: int = 1, threads: int = 1, dtype: str = "float32",
-                 max_batch: int = 64, api_key: str | None = None):
-        self.servers: list[ServerProcess] = []
+def replica_argv(backend: str, model_path: str, role: str, port: int, threads: int = 1, dtype: str = "float32",
+                 max_batch: int = 64, api_key: str | None = None, extra_args: list[str] | None = None) -> list[str]:
+    """The command line of one replica (the argv `--dry-run` prints)."""
+    if backend == "embedded":
         extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
         if api_key:
             extra += ["--api-key-env", ENV_VAR]
-        # the key travels in the environment, which only the owner can read; None: no inherited key either
-        env = {ENV_VAR: api_key or None}
-        for _ in range(replicas):
-            self.servers.append(ServerProcess(embedded_server_argv(model_path, role, free_port(), extra=extra), env=env))
+        return embedded_server_argv(model_path, role, port, extra=extra + list(extra_args or []))
+    return engine_argv(backend, model_path, role, port, dtype=dtype, max_batch=max_batch, api_key=api_key) + list(extra_args or [])
+
+
+class ServerPool:
+    def __init__(self, model_path: str, role: str, replicas: int = 1, threads: int = 1, dtype: str = "float32",
+                 max_batch: int = 64, api_key: str | None = None, backend: str = "embedded",
+                 gpu_ids: list[int] | None = None, extra_args: list[str] | None = None,
+                 restart_args: list[str] | None = None):
+        self.servers: list[ServerProcess] = []
+        for i in range(replicas):
+            argv = replica_argv(backend, model_path, role, free_port(), threads, dtype, max_batch, api_key, extra_args)
+            # the key travels in the environment, which only the owner can read; None: no inherited key either
+            env = {ENV_VAR: api_key or None, **engine_env(backend, api_key, role)}
+            if gpu_ids:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids[i % len(gpu_ids)])
+            self.servers.append(ServerProcess(argv, env=env))
+        self.restart_args = list(restart_args or [])
         self.restarts = 0
         self._stopping = False
 
@@ -52,17 +70,40 @@ class ServerPool:
             self.stop()
             raise
 
-    async def supervise(self, interval_s: float = 1.0) -> None:
-        """Restart replicas that died (run as a task; cancelled at shutdown)."""
+    async def supervise(self, interval_s: float = 1.0, on_restart: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Restart replicas that died (run as a task; cancelled at shutdown).
+
+        Args:
+            on_restart: awaited with the replica's URL once its process is up again; a replica
+                started with `restart_args` waits for it before it reports healthy. When it
+                raises, the replica is killed again (never left half-ready) and retried next round.
+        """
         while not self._stopping:
             for server in self.servers:
                 if not server.alive() and not self._stopping:
                     self.restarts += 1
-                    try:
-                        await asyncio.to_thread(server.restart)
-                    except ServerStartError:
-                        pass  # tried again on the next round; the balancer routes around it meanwhile
+                    await self._restart(server, on_restart)
             await asyncio.sleep(interval_s)
+
+    async def _restart(self, server: ServerProcess, on_restart) -> None:
+        gated = bool(self.restart_args) and on_restart is not None
+        if gated and not server.argv[-len(self.restart_args):] == self.restart_args:
+            server.argv += self.restart_args
+        try:
+            if gated:  # up, but not healthy until it has its weights: wait for the process to listen
+                await asyncio.to_thread(server.launch)
+                await asyncio.to_thread(server.wait_listening)
+                await on_restart(server.url)
+                await asyncio.to_thread(server.wait_ready)
+            else:
+                await asyncio.to_thread(server.restart)
+                if on_restart is not None:
+                    await on_restart(server.url)
+        except asyncio.CancelledError:
+            server.kill()
+            raise
+        except Exception:
+            server.kill()  # tried again on the next round; the balancer or router routes around it meanwhile
 
     def stop(self) -> None:
         self._stopping = True

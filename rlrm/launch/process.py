@@ -82,6 +82,21 @@ class ServerProcess:
             f"server at {self.url} not healthy after {self.start_timeout_s:.0f} s; its log ends: {self.log_tail()}"
         )
 
+    def wait_listening(self) -> None:
+        """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""
+        import httpx
+
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}")
+            try:
+                httpx.get(self.url + self.health_path, timeout=2.0)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise ServerStartError(f"server at {self.url} not listening after {self.start_timeout_s:.0f} s: {self.log_tail()}")
+
     def log_tail(self, lines: int = 5) -> str:
         if self._log is None:
             return ""

@@ -1,5 +1,5 @@
 """The reward side of a run: the reward function a profile names, the reward loop around it, and
-the servers it calls (launched, supervised and stopped here), behind one balancer.
+the servers it calls (a ServerFleet launches, supervises and stops them), behind one balancer.
 
     service = RewardService(profile.reward, seed=0)
     await service.start()           # servers healthy, balancer ready
@@ -28,7 +28,7 @@ class RewardService:
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
         self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
-        self._supervisor: asyncio.Task | None = None
+        self.fleet = None  # the reward servers (rlrm/launch/fleet.py): launched replicas or addresses, router
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
@@ -47,32 +47,15 @@ class RewardService:
     async def _start_servers(self, kind: str) -> None:
         from rlrm.engine.models.tiny import resolve_model_path
         from rlrm.launch.balancer import ReplicaBalancer
-        from rlrm.launch.pool import ServerPool
+        from rlrm.launch.fleet import ServerFleet
 
         server = self.cfg.server
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
-        urls = list(server.addresses)
-        if urls:  # servers someone else runs: healthy, and of the right role, before any training starts
-            from rlrm.launch.health import check_servers
-
-            await check_servers(urls, kind, self.api_key, server.model, server.start_timeout_s, self.cfg.timeout_s)
-        else:
-            self.pool = ServerPool(
-                self.model_path, role=kind, replicas=server.replicas, threads=server.threads, dtype=server.dtype,
-                max_batch=server.max_batch, api_key=self.api_key,
-            )
-            await asyncio.to_thread(self.pool.start, server.start_timeout_s)
-            self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
-            urls = self.pool.urls
-        if self._use_sglang_router(kind):
-            from rlrm.launch.router import RouterCounters, sglang_router
-
-            self.router = sglang_router(urls)
-            await asyncio.to_thread(self.router.start)
-            urls = [self.router.url]
-            self.router_counters = RouterCounters(self.router.metrics_url)
-        self.balancer = ReplicaBalancer(urls, api_key=self.api_key)
+        self.fleet = ServerFleet(server, role=kind, model_path=self.model_path, api_key=self.api_key)
+        await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
+        self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
+        self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
         await self.balancer.wait_healthy(server.start_timeout_s)
         if self.router_counters is not None:
             await asyncio.to_thread(self.router_counters.take)  # from here on: what the run's requests cost
@@ -99,21 +82,6 @@ class RewardService:
             return
         await asyncio.gather(*(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls))
 
-    def _use_sglang_router(self, kind: str) -> bool:
-        from rlrm.errors import ConfigError
-        from rlrm.launch.router import sglang_router_available
-
-        choice = self.cfg.server.router
-        if choice == "client":
-            return False
-        if choice == "sglang":
-            if kind == "disrm":
-                raise ConfigError("sglang-router does not route /classify; use reward.server.router=client for a DisRM")
-            if not sglang_router_available():
-                raise ConfigError("reward.server.router=sglang needs sglang-router: pip install 'rlrm[router]'")
-            return True
-        return kind == "genrm" and sglang_router_available()
-
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:
             from rlrm.engine.rewards.factory import with_injection
@@ -134,12 +102,8 @@ class RewardService:
             await self.legacy.close()
         if self.workers is not None:
             self.workers.close()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
         if self.balancer is not None:
             await self.balancer.close()
-        if self.router is not None:
-            await asyncio.to_thread(self.router.stop)
-        if self.pool is not None:
-            await asyncio.to_thread(self.pool.stop)
+        if self.fleet is not None:
+            await self.fleet.close()
 

@@ -1,0 +1,142 @@
+"""One server fleet for every role: the policy's rollout servers and the reward models' servers.
+
+    fleet = ServerFleet.from_config(profile.rollout.server, role="policy", model_path=path, api_key=None)
+    await fleet.start()              # launched replicas healthy (or running addresses checked), router up
+    fleet.urls                       # where requests go: the router, or the replicas for rlrm's balancer
+    fleet.replica_urls               # every replica itself (weight sync, sleep/wake)
+    await fleet.close()              # in `finally`: router and replicas stopped by pid
+
+The config is any `ServerFleetConfig` (rlrm/config/servers.py: `reward.server`, `rollout.server`),
+read by attribute so that launch stays independent of config. Launch, readiness, supervision,
+the SGLang router in front and teardown live here once; the roles differ only in the endpoint
+their readiness probe calls and in what a restarted replica must be given before it serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Awaitable, Callable
+
+from rlrm.errors import ConfigError
+from rlrm.launch.pool import ServerPool, replica_argv
+
+# what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server.py)
+WAIT_FOR_WEIGHTS = ["--wait-for-weights"]
+
+
+class ServerFleet:
+    """Replicas (launched, or running `addresses`) and the router in front of them.
+
+    Args:
+        cfg: a ServerFleetConfig (replicas, backend, dtype, max_batch, threads, gpu_ids, extra_args,
+            addresses, router, start_timeout_s; `section` names it in errors).
+        role: policy, genrm or disrm.
+        model_path: the model launched replicas serve.
+        api_key: the servers' bearer key (read from `api_key_env` by the caller), or None.
+        on_restart: awaited with a restarted replica's URL before it may serve again (the policy
+            fleet loads the current weights into it); launched embedded policy replicas are then
+            restarted with `--wait-for-weights`.
+    """
+
+    def __init__(self, cfg, role: str, model_path: str, api_key: str | None = None,
+                 on_restart: Callable[[str], Awaitable[None]] | None = None):
+        self.cfg, self.role, self.model_path, self.api_key = cfg, role, model_path, api_key
+        self.section = getattr(cfg, "section", "server")
+        self.on_restart = on_restart
+        self.pool: ServerPool | None = None
+        self.router = None
+        self.router_counters = None
+        self.replica_urls: list[str] = [u.rstrip("/") for u in cfg.addresses]
+        self._supervisor: asyncio.Task | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        """Where requests go: the router when one is in front, else every replica."""
+        return [self.router.url] if self.router is not None else list(self.replica_urls)
+
+    def uses_router(self) -> bool:
+        """Whether an SGLang router goes in front (raises ConfigError for a choice that cannot work)."""
+        from rlrm.launch.router import sglang_router_available
+
+        choice = self.cfg.router
+        if choice == "client":
+            return False
+        if choice == "sglang":
+            if self.role == "disrm":
+                raise ConfigError(f"sglang-router does not route /classify; use {self.section}.router=client for a DisRM")
+            if not sglang_router_available():
+                raise ConfigError(f"{self.section}.router=sglang needs sglang-router: pip install 'rlrm[router]'")
+            return True
+        return self.role != "disrm" and sglang_router_available()
+
+    def argvs(self) -> list[list[str]]:
+        """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
+        from rlrm.launch.router import sglang_router_argv
+
+        if self.cfg.addresses:
+            replicas, out = list(self.cfg.addresses), []
+        else:
+            ports = [8000 + i for i in range(self.cfg.replicas)]  # illustrative: real runs take free ports
+            replicas = [f"http://127.0.0.1:{p}" for p in ports]
+            out = [self._argv(p) for p in ports]
+        if self.uses_router():
+            out.append(sglang_router_argv(replicas, 30000, 30001))
+        return out
+
+    def _argv(self, port: int) -> list[str]:
+        c = self.cfg
+        return replica_argv(c.backend, self.model_path, self.role, port, c.threads, c.dtype, c.max_batch, self.api_key, c.extra_args)
+
+    async def start(self, check_timeout_s: float = 30.0) -> None:
+        """Launch (or check) the replicas, then the router; anything started is stopped again on failure."""
+        cfg = self.cfg
+        use_router = self.uses_router()  # a wrong choice fails before anything starts
+        try:
+            if cfg.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
+                from rlrm.launch.health import check_servers
+
+                await check_servers(self.replica_urls, self.role, self.api_key, getattr(cfg, "model", None),
+                                    cfg.start_timeout_s, check_timeout_s, what=f"{self.section}.addresses")
+            else:
+                if cfg.backend != "embedded":
+                    from rlrm.launch.engines import require_backend
+
+                    require_backend(cfg.backend)
+                gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
+                self.pool = ServerPool(
+                    self.model_path, role=self.role, replicas=cfg.replicas, threads=cfg.threads, dtype=cfg.dtype,
+                    max_batch=cfg.max_batch, api_key=self.api_key, backend=cfg.backend, gpu_ids=cfg.gpu_ids,
+                    extra_args=cfg.extra_args, restart_args=WAIT_FOR_WEIGHTS if gated else None,
+                )
+                await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
+                self.replica_urls = self.pool.urls
+                self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
+            if use_router:
+                from rlrm.launch.router import RouterCounters, sglang_router
+
+                self.router = sglang_router(self.replica_urls)
+                await asyncio.to_thread(self.router.start)
+                self.router_counters = RouterCounters(self.router.metrics_url)
+        except BaseException:
+            await self.close()
+            raise
+
+    @property
+    def restarts(self) -> int:
+        return self.pool.restarts if self.pool is not None else 0
+
+    async def close(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+            self._supervisor = None
+        if self.router is not None:
+            await asyncio.to_thread(self.router.stop)
+        if self.pool is not None:
+            await asyncio.to_thread(self.pool.stop)
+
+
+def describe_argvs(fleet: ServerFleet) -> list[str]:
+    """Each process of a fleet as one shell-quoted line."""
+    return [shlex.join(a) for a in fleet.argvs()]
