@@ -23,3 +23,7 @@ class RunFolderError(RlrmError):
 
 class TrainingError(RlrmError):
     """Training cannot go on (e.g. too many non-finite losses in a row)."""
+
+
+class RolloutServerError(RlrmError):
+    """Rollout servers cannot generate or take new weights (named replica, and what to do)."""

@@ -63,13 +63,18 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
-    engine = HFRolloutEngine(
-        copy.deepcopy(policy).eval(),
-        eos_token_ids=eos_token_ids(tokenizer, policy),
-        pad_token_id=tokenizer.pad_token_id,
-        max_batch_size=profile.rollout.max_batch_size,
-        batch_wait_ms=profile.rollout.batch_wait_ms,
-    )
+    if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
+        from rlrm.engine.served import served_engine
+
+        engine = served_engine(profile, path, tokenizer, policy)
+    else:
+        engine = HFRolloutEngine(
+            copy.deepcopy(policy).eval(),
+            eos_token_ids=eos_token_ids(tokenizer, policy),
+            pad_token_id=tokenizer.pad_token_id,
+            max_batch_size=profile.rollout.max_batch_size,
+            batch_wait_ms=profile.rollout.batch_wait_ms,
+        )
     actor = Actor(
         policy,
         ref,

@@ -159,6 +159,8 @@ class _TrainLoop:
         self.scheduler = None
         try:
             await parts.reward.start()
+            if hasattr(parts.engine, "start"):  # rollout servers (rollout.backend: server)
+                await parts.engine.start()
             await self._loop(ckpts)
         finally:
             gc.unfreeze()  # what the run leaves behind is collected as usual again
@@ -238,6 +240,8 @@ class _TrainLoop:
         timed = len(timer.spans)
         self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
         row = {"step": step, **outcome.metrics, **timer.metrics()}
+        if hasattr(self.parts.engine, "take_metrics"):  # rollout/retries, ... of rollout servers
+            row.update(self.parts.engine.take_metrics())
         row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]
         row.update(self._perf(row, end - start))
         row.update(self.idle.measure((start, end)))

@@ -26,6 +26,7 @@ class ServerConfig:
     api_key: str | None = None
     served_model_name: str | None = None
     device: str = "auto"
+    wait_for_weights: bool = False  # policy replica restarted by a fleet: 503 until its first weight update
 
     @property
     def model_name(self) -> str:

@@ -88,6 +88,7 @@ class GenerateSamplingParams(BaseModel):
     top_k: int = Field(-1, ge=-1)
     max_new_tokens: int = Field(128, gt=0)
     stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
     seed: int | None = Field(None, alias="sampling_seed")
 
 

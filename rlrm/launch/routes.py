@@ -155,7 +155,8 @@ def add_routes(app, cfg, backend) -> None:
                 prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(body.input_ids)]
         sp = body.sampling_params
         sampling = SamplingParams(
-            temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed
+            temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed,
+            stop_token_ids=sp.stop_token_ids,
         )
         results = await asyncio.gather(*(generate(ids, sampling, 1) for ids in prompts))
         outs = []
@@ -163,7 +164,7 @@ def add_routes(app, cfg, backend) -> None:
             text, finish = decode(comp, sp.stop)
             meta = {
                 "id": new_id("gen"), "prompt_tokens": len(ids), "completion_tokens": len(comp.token_ids),
-                "finish_reason": {"type": finish}, "weight_version": comp.policy_version,
+                "finish_reason": {"type": finish}, "weight_version": str(comp.policy_version),  # a string, as SGLang's
             }
             if body.return_logprob:
                 meta["output_token_logprobs"] = [[lp, tid, None] for lp, tid in zip(comp.log_probs, comp.token_ids)]

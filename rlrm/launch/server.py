@@ -5,7 +5,9 @@
 
 Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
 POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
-POST /wake_up, GET /is_sleeping) for colocated placement. Bad requests get 400 with an OpenAI-style
+POST /wake_up, GET /is_sleeping) for colocated placement, and for policy servers SGLang's weight
+updates (POST /update_weights_from_disk, GET /get_model_info, GET /get_weight_version: see
+rlrm/launch/weights_routes.py). Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
 (RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
@@ -30,6 +32,7 @@ def create_app(cfg: ServerConfig):
 
     from rlrm.launch import routes
     from rlrm.launch.sleep import SleepState, add_sleep_routes
+    from rlrm.launch.weights_routes import WeightState, add_weight_routes
 
     if cfg.role not in ROLES:
         raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
@@ -44,6 +47,7 @@ def create_app(cfg: ServerConfig):
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
     sleep_state = SleepState(backend.model, backend.lock, backend.device)
+    weight_state = WeightState(backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights)
 
     def gate(path: str, headers: list[tuple[bytes, bytes]]):
         """The error response for a request the API key or sleep mode turns away, else None."""
@@ -52,6 +56,7 @@ def create_app(cfg: ServerConfig):
                 return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error")
         try:
             sleep_state.check(path)
+            weight_state.check(path)
         except RequestError as exc:
             return _error(exc.status, str(exc), "overloaded", exc.headers)
         return None
@@ -89,6 +94,7 @@ def create_app(cfg: ServerConfig):
 
     routes.add_routes(app, cfg, backend)
     add_sleep_routes(app, sleep_state)
+    add_weight_routes(app, cfg, backend, weight_state)
 
     def _error(status: int, message: str, kind: str, headers: dict | None = None):
         body = {"error": {"message": message, "type": kind, "code": status}}
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--wait-for-weights", action="store_true",
+                        help="answer /health and generation with 503 until the first POST /update_weights_from_disk")
     args = parser.parse_args(argv)
     from rlrm.errors import RlrmError
     from rlrm.inference.loading import check_model_path
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = ServerConfig(
             model_path=check_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
             max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
-            device=args.device,
+            device=args.device, wait_for_weights=args.wait_for_weights,
         )
         serve(cfg, args.host, args.port)
     except RlrmError as exc:

@@ -1,0 +1,31 @@
+"""`rollout.backend: server`: the rollout engine a profile's `rollout.server` section describes.
+
+    engine = served_engine(profile, policy_path, tokenizer, policy)   # not started: the trainer starts it
+"""
+
+from __future__ import annotations
+
+from rlrm.config.schema import Profile
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.served_engine import ServerRolloutEngine, TrainerModel
+from rlrm.launch.wire import wire_for
+from rlrm.launch.weights_routes import chat_template_digest
+
+
+def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> ServerRolloutEngine:
+    """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
+    cfg = profile.rollout.server
+    api_key = cfg.read_api_key()
+    # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
+    role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
+    fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key)
+    expect = TrainerModel(
+        name=profile.model.path, vocab_size=policy.get_input_embeddings().num_embeddings, tokenizer_size=len(tokenizer),
+        chat_template_sha256=chat_template_digest(tokenizer),
+    )
+    return ServerRolloutEngine(
+        fleet, wire_for(cfg.backend, policy_path), WeightFiles(cfg.weights_dir, config_from=policy_path), expect=expect,
+        api_key=api_key, request_timeout_s=cfg.request_timeout_s, sync_timeout_s=cfg.sync_timeout_s,
+        max_retries=cfg.max_retries,
+    )

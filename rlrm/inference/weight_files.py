@@ -1,0 +1,105 @@
+"""The policy's weights as files a rollout server can load: one folder per version, written atomically.
+
+    files = WeightFiles(weights_dir=None)          # /dev/shm when it exists, else the temp folder
+    path = files.write(state_dict, version=3)      # <dir>/rlrm-weights-<pid>-<id>/v3/model.safetensors
+    ...every replica loads `path`...
+    files.keep_only(path)                          # older versions deleted
+    files.close()                                  # the whole folder removed at the end of the run
+
+A version is written into a temporary folder and renamed into place, so a replica (or a replica
+restarted later) never sees half a file. Space is checked before writing: a full /dev/shm is one
+clear error naming the folder, the bytes needed and the key to change, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+from rlrm.errors import RolloutServerError
+
+SHM = Path("/dev/shm")
+
+
+def default_weights_dir() -> Path:
+    return SHM if SHM.is_dir() and os.access(SHM, os.W_OK) else Path(tempfile.gettempdir())
+
+
+class WeightFiles:
+    """Versioned safetensors folders under one run-owned folder.
+
+    Args:
+        weights_dir: parent folder (None: `default_weights_dir()`).
+        config_from: a model folder whose config.json (and generation_config.json) each version gets a
+            copy of, for engines that read the model config next to the weights.
+    """
+
+    def __init__(self, weights_dir: str | None = None, config_from: str | None = None):
+        self.parent = Path(weights_dir).expanduser() if weights_dir else default_weights_dir()
+        self.root = self.parent / f"rlrm-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.config_from = Path(config_from) if config_from and Path(config_from).is_dir() else None
+        self.current: Path | None = None
+
+    def write(self, state_dict: dict, version: int) -> Path:
+        """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
+        from safetensors.torch import save_file
+
+        tensors, seen = {}, set()
+        for name, value in state_dict.items():
+            t = value.detach().contiguous().cpu()
+            if t.data_ptr() in seen:  # tied weights (embeddings / lm_head): safetensors refuses shared memory
+                t = t.clone()
+            seen.add(t.data_ptr())
+            tensors[name] = t
+        need = sum(t.numel() * t.element_size() for t in tensors.values())
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RolloutServerError(
+                f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
+                "to a writable local folder"
+            ) from None
+        free = shutil.disk_usage(self.root).free
+        if free < need * 1.05 + (1 << 20):
+            raise self._full(need, free)
+        final = self.root / f"v{version}"
+        tmp = self.root / f".v{version}.tmp-{uuid.uuid4().hex[:6]}"
+        try:
+            tmp.mkdir()
+            save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "rlrm_version": str(version)})
+            if self.config_from is not None:
+                for name in ("config.json", "generation_config.json"):
+                    if (self.config_from / name).is_file():
+                        shutil.copyfile(self.config_from / name, tmp / name)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.errno == errno.ENOSPC:
+                raise self._full(need, shutil.disk_usage(self.root).free) from None
+            raise RolloutServerError(f"cannot write the policy weights to {tmp}: {exc.strerror or exc}") from None
+        self.current = final
+        return final
+
+    def _full(self, need: int, free: int) -> RolloutServerError:
+        return RolloutServerError(
+            f"{self.parent} has {free / 2**20:.1f} MiB free but the policy weights need {need / 2**20:.1f} MiB; free space "
+            "there or set rollout.server.weights_dir to a local folder with room"
+        )
+
+    def keep_only(self, keep: Path) -> None:
+        """Delete every version folder but `keep`."""
+        if not self.root.is_dir():
+            return
+        for entry in self.root.iterdir():
+            if entry != keep:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.current = None

@@ -1,0 +1,121 @@
+"""What a rollout request and a weight update look like on the wire, per server backend.
+
+    wire = wire_for("sglang")                  # embedded and sglang: SGLang's native API
+    body = wire.request(prompt_ids, sampling, seed)
+    tokens, log_probs, finish, version = wire.parse(response_json)
+    for path, payload in wire.sync_calls("/dev/shm/.../v3", version=3): POST path payload
+
+SGLang (and rlrm's embedded server): `POST /generate` with `input_ids`, `sampling_params`
+(temperature, top_p, top_k, max_new_tokens, stop_token_ids, sampling_seed) and `return_logprob`;
+the answer has `output_ids` and `meta_info` {output_token_logprobs [[logprob, id, text]...],
+finish_reason {type}, weight_version}. Weights: `POST /update_weights_from_disk` {model_path,
+load_format, weight_version, abort_all_requests} -> {success, message, num_paused_requests}
+(SGLang's UpdateWeightFromDiskReqInput / ...ReqOutput).
+
+vLLM: `POST /v1/completions` with the prompt as token ids, `logprobs: 0` and `return_token_ids`
+(the sampled ids come back in `choices[0].token_ids`; older releases without it are refused at
+the first answer). Weights: vLLM documents no versioned disk-reload endpoint; its development
+server (`VLLM_SERVER_DEV_MODE=1`, which the fleet sets for policy servers) exposes
+`POST /collective_rpc` {method, kwargs}, and the workers' `reload_weights(weights_path=...)`
+reads a checkpoint folder in place; `POST /reset_prefix_cache` then drops KV blocks computed with
+the old weights. vLLM answers carry no weight version, so the engine stamps the version of the
+weights in place when the request was sent, and rlrm allows vLLM rollout servers only with
+`trainer.mode: sync` (nothing is generating while the weights change).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from rlrm.inference.base import SamplingParams
+
+
+def _float32(values) -> list[float]:
+    """The values rounded to float32, as the in-process engine returns them."""
+    return array("f", values).tolist()
+
+
+class SGLangWire:
+    """SGLang's native API (also what rlrm's embedded server speaks)."""
+
+    name = "sglang"
+    generate_path = "/generate"
+    carries_version = True
+
+    def request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int) -> dict:
+        params = {
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "max_new_tokens": sampling.max_new_tokens, "sampling_seed": seed,
+        }
+        if sampling.stop_token_ids:
+            params["stop_token_ids"] = list(sampling.stop_token_ids)
+        return {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
+
+    def parse(self, body: dict) -> tuple[list[int], list[float], str, int | None]:
+        body = body[0] if isinstance(body, list) else body
+        meta = body["meta_info"]
+        tokens = [int(t) for t in body["output_ids"]]
+        log_probs = _float32(float(entry[0]) for entry in meta["output_token_logprobs"])
+        finish = meta["finish_reason"]["type"] if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason")
+        version = meta.get("weight_version")
+        return tokens, log_probs, "length" if finish == "length" else "stop", _int_or_none(version)
+
+    def sync_calls(self, path: str, version: int) -> list[tuple[str, dict]]:
+        return [("/update_weights_from_disk", {
+            "model_path": str(path), "load_format": None, "weight_version": str(version), "abort_all_requests": False,
+        })]
+
+    def sync_failure(self, path: str, body: dict) -> str | None:
+        """What the answer to a sync call says went wrong, or None."""
+        if path == "/update_weights_from_disk" and not body.get("success", False):
+            return str(body.get("message") or "success: false")
+        return None
+
+
+class VllmWire:
+    """vLLM's OpenAI completions with token ids, and its development-mode weight reload."""
+
+    name = "vllm"
+    generate_path = "/v1/completions"
+    carries_version = False
+
+    def __init__(self, model_name: str):
+        self.model_name = model_name
+
+    def request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int) -> dict:
+        body = {
+            "model": self.model_name, "prompt": list(prompt_ids), "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "seed": seed,
+            "logprobs": 0, "return_token_ids": True,
+        }
+        if sampling.stop_token_ids:
+            body["stop_token_ids"] = list(sampling.stop_token_ids)
+        return body
+
+    def parse(self, body: dict) -> tuple[list[int], list[float], str, int | None]:
+        choice = body["choices"][0]
+        if choice.get("token_ids") is None:
+            raise KeyError("token_ids (this vLLM does not return sampled token ids: use a release with return_token_ids)")
+        tokens = [int(t) for t in choice["token_ids"]]
+        log_probs = _float32(float(x) for x in choice["logprobs"]["token_logprobs"])
+        return tokens, log_probs, "length" if choice.get("finish_reason") == "length" else "stop", None
+
+    def sync_calls(self, path: str, version: int) -> list[tuple[str, dict]]:
+        return [
+            ("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}),
+            ("/reset_prefix_cache", {}),
+        ]
+
+    def sync_failure(self, path: str, body: dict) -> str | None:
+        return None  # vLLM answers an error status when the reload fails
+
+
+def wire_for(backend: str, model_name: str = "") -> SGLangWire | VllmWire:
+    return VllmWire(model_name) if backend == "vllm" else SGLangWire()
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None  # SGLang's default version is the string "default": no number to compare
