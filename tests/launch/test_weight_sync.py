@@ -1,0 +1,114 @@
+"""Weight sync on the embedded policy server (real subprocesses): SGLang's /update_weights_from_disk contract,
+versions on /generate, the --wait-for-weights gate, and the weight files the trainer writes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from rlrm.errors import RolloutServerError
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.ports import free_port
+from rlrm.launch.process import ServerProcess, embedded_server_argv
+
+
+@pytest.fixture(scope="module")
+def policy_server(tiny_policy_path):
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shifted(tiny_policy_path, tmp_path_factory):
+    """The tiny policy's weights + 0.05 as a version folder (what the trainer writes after an update)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(tiny_policy_path) / "model.safetensors"))
+    files = WeightFiles(str(tmp_path_factory.mktemp("weights")))
+    return files.write({k: v + 0.05 for k, v in state.items()}, version=7)
+
+
+def _generate(url, seed=3, **params):
+    body = {"input_ids": [5, 6, 7, 8], "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed, **params}}
+    return httpx.post(url + "/generate", json=body, timeout=60).json()
+
+
+def test_generate_reports_ids_logprobs_and_weight_version(policy_server):
+    out = _generate(policy_server.url)
+    meta = out["meta_info"]
+    assert len(out["output_ids"]) == len(meta["output_token_logprobs"]) == meta["completion_tokens"] <= 8
+    assert [e[1] for e in meta["output_token_logprobs"]] == out["output_ids"]
+    assert all(e[0] <= 0 for e in meta["output_token_logprobs"]) and meta["weight_version"] == "0"
+    assert _generate(policy_server.url)["output_ids"] == out["output_ids"]  # the seed decides the draw
+    first = out["output_ids"][0]
+    stopped = _generate(policy_server.url, stop_token_ids=[first])
+    assert stopped["output_ids"] == [first] and stopped["meta_info"]["finish_reason"]["type"] == "stop"
+
+
+def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp_path):
+    before = _generate(policy_server.url)
+    # refused: a folder without weights, and weights of another shape; the replica keeps serving version 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = httpx.post(policy_server.url + "/update_weights_from_disk", json={"model_path": str(empty)}, timeout=60).json()
+    assert refused["success"] is False and "no safetensors" in refused["message"]
+    bad = WeightFiles(str(tmp_path)).write({"model.embed_tokens.weight": torch.zeros(3, 3)}, version=9)
+    refused = httpx.post(policy_server.url + "/update_weights_from_disk", json={"model_path": str(bad)}, timeout=60).json()
+    assert refused["success"] is False and "do not fit this model" in refused["message"]
+    assert httpx.get(policy_server.url + "/get_model_info").json()["weight_version"] == "0"
+    assert _generate(policy_server.url)["output_ids"] == before["output_ids"]  # untouched
+    # accepted: SGLang's request and response shapes
+    body = {"model_path": str(shifted), "load_format": None, "weight_version": "7", "abort_all_requests": False}
+    done = httpx.post(policy_server.url + "/update_weights_from_disk", json=body, timeout=60).json()
+    assert done["success"] is True and set(done) == {"success", "message", "num_paused_requests"}
+    info = httpx.get(policy_server.url + "/get_model_info").json()
+    assert info["weight_version"] == "7" and info["is_generation"] is True and info["max_context_length"] == 512
+    assert httpx.get(policy_server.url + "/get_weight_version").json() == {"weight_version": "7"}
+    after = _generate(policy_server.url)
+    assert after["meta_info"]["weight_version"] == "7"
+    assert after["meta_info"]["output_token_logprobs"] != before["meta_info"]["output_token_logprobs"]
+
+
+def test_a_replica_waiting_for_weights_serves_nothing_until_loaded(tiny_policy_path, shifted):
+    argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1", "--wait-for-weights"])
+    server = ServerProcess(argv)
+    server.launch()
+    try:
+        server.wait_listening()
+        assert httpx.get(server.url + "/health").status_code == 503  # the router and the balancer keep it out
+        assert httpx.post(server.url + "/generate", json={"input_ids": [5]}).status_code == 503
+        done = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": 3},
+                          timeout=60).json()
+        assert done["success"]
+        assert httpx.get(server.url + "/health").status_code == 200
+        assert _generate(server.url)["meta_info"]["weight_version"] == "3"
+    finally:
+        server.stop()
+
+
+def test_weight_files_are_atomic_versioned_and_cleaned(tmp_path):
+    files = WeightFiles(str(tmp_path))
+    state = {"a": torch.ones(4), "b": torch.zeros(2, 2)}
+    state["tied"] = state["a"]  # tied weights share memory: written as a copy
+    v1 = files.write(state, 1)
+    v2 = files.write({k: v + 1 for k, v in state.items()}, 2)
+    assert sorted(p.name for p in files.root.iterdir()) == ["v1", "v2"]  # no temporary folder left
+    files.keep_only(v2)
+    assert [p.name for p in files.root.iterdir()] == ["v2"] and not v1.exists()
+    files.close()
+    assert not files.root.exists()
+
+
+def test_a_full_weights_dir_is_one_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import rlrm.inference.weight_files as wf
+
+    files = WeightFiles(str(tmp_path))
+    monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 20, 10 << 20, 1 << 10))
+    with pytest.raises(RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 4.0 MiB; .*rollout.server.weights_dir"):
+        files.write({"w": torch.zeros(1 << 20)}, 1)
+    assert list(files.root.iterdir()) == []
