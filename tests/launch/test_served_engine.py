@@ -1,0 +1,140 @@
+"""ServerRolloutEngine against real embedded policy replicas: faults a run must survive or refuse clearly."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from rlrm.config.servers import RolloutServerConfig
+from rlrm.errors import RolloutServerError
+from rlrm.inference.base import SamplingParams
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.ports import free_port
+from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.served_engine import ServerRolloutEngine, TrainerModel
+from rlrm.launch.wire import SGLangWire
+
+
+def _engine(model_path, tmp_path, expect=None, **cfg):
+    fleet = ServerFleet(RolloutServerConfig(router="client", threads=1, **cfg), role="policy", model_path=str(model_path))
+    return ServerRolloutEngine(fleet, SGLangWire(), WeightFiles(str(tmp_path)), expect=expect, request_timeout_s=60,
+                               sync_timeout_s=60)
+
+
+def _state(model_path, shift):
+    from safetensors.torch import load_file
+
+    return {k: v + shift for k, v in load_file(str(Path(model_path) / "model.safetensors")).items()}
+
+
+def _variant(tiny_policy_path, path: Path, **changes) -> Path:
+    """The tiny policy's architecture with `changes`, random weights, the same tokenizer files."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_policy_path)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    for f in Path(tiny_policy_path).glob("*token*"):
+        (path / f.name).write_bytes(f.read_bytes())
+    (path / "chat_template.jinja").write_bytes((Path(tiny_policy_path) / "chat_template.jinja").read_bytes())
+    return path
+
+
+def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current(tiny_policy_path, tmp_path):
+    engine = _engine(tiny_policy_path, tmp_path, replicas=2)
+    prompts = [[5, 6, 7 + i] for i in range(16)]
+    sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
+
+    async def scenario():
+        await engine.start()
+        try:
+            engine.update_weights(_state(tiny_policy_path, 0.05), version=1)
+            reference = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, sampling)))
+            victim = engine.fleet.pool.servers[0]
+            victim.kill()  # kill -9 of its process group
+            after = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, sampling)))
+            engine.update_weights(_state(tiny_policy_path, 0.07), version=2)  # while it is down: skipped, loaded on restart
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the first moment it says healthy, it already serves version 2
+                try:
+                    if httpx.get(victim.url + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.05)
+            info = httpx.get(victim.url + "/get_model_info").json()
+            direct = httpx.post(victim.url + "/generate", json={"input_ids": prompts[0], "return_logprob": True,
+                                "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
+            other = httpx.post(engine.fleet.pool.servers[1].url + "/generate", json={"input_ids": prompts[0], "return_logprob": True,
+                               "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
+            return reference, after, info, direct, other, engine.take_metrics()
+        finally:
+            await engine.close()
+
+    reference, after, info, direct, other, metrics = asyncio.run(scenario())
+    assert [c.token_ids for c in after] == [c.token_ids for c in reference]  # nothing lost, same samples
+    assert all(c.policy_version == 1 for c in after)
+    assert info["weight_version"] == "2"  # never the base model, never the version before
+    assert direct["output_ids"] == other["output_ids"] and direct["meta_info"]["weight_version"] == "2"
+    assert metrics["rollout/replica_restarts"] == 1 and metrics["rollout/sync_skipped"] == 1
+    assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid
+
+
+def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_path, tmp_path):
+    other = _variant(tiny_policy_path, tmp_path / "narrow", intermediate_size=256)  # same tokenizer, other shapes
+    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as odd:
+        with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as good:
+            engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[good.url, odd.url])
+
+            async def scenario():
+                await engine.start()
+                try:
+                    with pytest.raises(RolloutServerError) as refused:
+                        engine.update_weights(_state(tiny_policy_path, 0.01), version=1)
+                    return str(refused.value)
+                finally:
+                    await engine.close()
+
+            message = asyncio.run(scenario())
+    assert message.startswith(f"rollout replica {odd.url} refused weights version 1: weights not loaded, still version 0")
+
+
+def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, tmp_path):
+    other = _variant(tiny_policy_path, tmp_path / "big-vocab", vocab_size=600)
+    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as server:
+        expect = TrainerModel("tiny:policy", vocab_size=459, tokenizer_size=459, chat_template_sha256=None)
+        engine = _engine(tiny_policy_path, tmp_path / "w", expect=expect, addresses=[server.url])
+        with pytest.raises(RolloutServerError, match=rf"rollout replica {server.url} serves {other} with vocabulary \(embedding "
+                           r"rows\) 600, but the trainer's policy tiny:policy has 459"):
+            asyncio.run(engine.start())
+
+
+def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_path):
+    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])) as server:
+        engine = _engine(random_disrm_path, tmp_path, addresses=[server.url])
+        with pytest.raises(ServerStartError, match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
+                           r"POST /generate answered 404"):
+            asyncio.run(engine.start())
+
+
+def test_a_prompt_longer_than_the_servers_context_is_one_clear_error(tiny_policy_path, tmp_path):
+    engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", 459, 459, None))
+
+    async def scenario():
+        await engine.start()
+        try:
+            await engine.generate([5] * 500, SamplingParams(max_new_tokens=20))
+        finally:
+            await engine.close()
+
+    with pytest.raises(RolloutServerError, match=r"prompt of 500 tokens \+ 20 new tokens exceeds the rollout servers' 512-token "
+                       r"context; lower data.max_prompt_length or rollout.max_new_tokens"):
+        asyncio.run(scenario())
