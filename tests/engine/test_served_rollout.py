@@ -51,6 +51,7 @@ def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_pa
     assert all(r["timing_s/weight_load"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fully-async"])
 def test_fully_async_completions_carry_the_servers_version(tmp_path, tiny_policy_path, mode):
     run_dir, result = _run(tmp_path, mode, 4, SERVED + [f"trainer.mode={mode}", "trainer.max_staleness=1"])

@@ -48,8 +48,8 @@ def _variant(tiny_policy_path, path: Path, **changes) -> Path:
     return path
 
 
-def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current(tiny_policy_path, tmp_path):
-    engine = _engine(tiny_policy_path, tmp_path, replicas=2)
+def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_and_long_prompts_are_refused(tiny_policy_path, tmp_path):
+    engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", 459, 459, None), replicas=2)
     prompts = [[5, 6, 7 + i] for i in range(16)]
     sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
 
@@ -75,6 +75,9 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current(t
                                 "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
             other = httpx.post(engine.fleet.pool.servers[1].url + "/generate", json={"input_ids": prompts[0], "return_logprob": True,
                                "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
+            with pytest.raises(RolloutServerError, match=r"prompt of 500 tokens \+ 20 new tokens exceeds the rollout servers' "
+                               r"512-token context; lower data.max_prompt_length or rollout.max_new_tokens"):
+                await engine.generate([5] * 500, SamplingParams(max_new_tokens=20))
             return reference, after, info, direct, other, engine.take_metrics()
         finally:
             await engine.close()
@@ -88,6 +91,7 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current(t
     assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid
 
 
+@pytest.mark.slow
 def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_path, tmp_path):
     other = _variant(tiny_policy_path, tmp_path / "narrow", intermediate_size=256)  # same tokenizer, other shapes
     with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as odd:
@@ -123,18 +127,3 @@ def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_pa
         with pytest.raises(ServerStartError, match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
                            r"POST /generate answered 404"):
             asyncio.run(engine.start())
-
-
-def test_a_prompt_longer_than_the_servers_context_is_one_clear_error(tiny_policy_path, tmp_path):
-    engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", 459, 459, None))
-
-    async def scenario():
-        await engine.start()
-        try:
-            await engine.generate([5] * 500, SamplingParams(max_new_tokens=20))
-        finally:
-            await engine.close()
-
-    with pytest.raises(RolloutServerError, match=r"prompt of 500 tokens \+ 20 new tokens exceeds the rollout servers' 512-token "
-                       r"context; lower data.max_prompt_length or rollout.max_new_tokens"):
-        asyncio.run(scenario())
