@@ -50,6 +50,7 @@ class ServerPool:
             self.servers.append(ServerProcess(argv, env=env))
         self.restart_args = list(restart_args or [])
         self.restarts = 0
+        self.restarting: set[str] = set()  # URLs of replicas being restarted (not to be synced directly)
         self._stopping = False
 
     @property
@@ -89,6 +90,7 @@ class ServerPool:
         gated = bool(self.restart_args) and on_restart is not None
         if gated and not server.argv[-len(self.restart_args):] == self.restart_args:
             server.argv += self.restart_args
+        self.restarting.add(server.url)
         try:
             if gated:  # up, but not healthy until it has its weights: wait for the process to listen
                 await asyncio.to_thread(server.launch)
@@ -104,6 +106,8 @@ class ServerPool:
             raise
         except Exception:
             server.kill()  # tried again on the next round; the balancer or router routes around it meanwhile
+        finally:
+            self.restarting.discard(server.url)
 
     def stop(self) -> None:
         self._stopping = True

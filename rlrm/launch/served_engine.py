@@ -8,7 +8,8 @@
 
 The same `RolloutEngine` contract as the in-process hf engine (rlrm/inference/base.py), so every
 scheduling mode runs on it unchanged. Each request goes to the router (or the least busy healthy
-replica); a connection error, 5xx or timeout is retried on another replica (`rollout/retries`). A
+replica); a connection error, 5xx or timeout is retried on another replica (`rollout/retries`, which
+also counts the retries the SGLang router made by itself, `rollout/router_retries`). A
 completion carries the weight version the server reports; one older than the version in place
 when the request was sent (a restarted replica that has not loaded the current weights yet) is
 refused and retried, counted as `rollout/stale_refused`, so stale samples never reach training.
@@ -200,8 +201,9 @@ class ServerRolloutEngine:
         return None
 
     def _dead(self, url: str) -> bool:
+        """A launched replica that is down or being restarted (its restart loads the current version)."""
         pool = self.fleet.pool
-        return pool is not None and any(s.url == url and not s.alive() for s in pool.servers)
+        return pool is not None and (url in pool.restarting or any(s.url == url and not s.alive() for s in pool.servers))
 
     async def _load_into_restarted(self, url: str) -> None:
         """The supervisor's hook: the current weights into a restarted replica before it may serve."""
@@ -248,8 +250,10 @@ class ServerRolloutEngine:
         out["rollout/replica_restarts"] = float(restarts - self._restarts_seen)
         self._restarts_seen = restarts
         out["timing_s/weight_write"], out["timing_s/weight_load"] = self.sync_times["write_s"], self.sync_times["load_s"]
-        if self.fleet.router_counters is not None:
-            out.update({k.replace("reward/", "rollout/"): v for k, v in self.fleet.router_counters.take().items()})
+        if self.fleet.router_counters is not None:  # the router retries a dead replica's requests by itself
+            router = {k.replace("reward/", "rollout/"): v for k, v in self.fleet.router_counters.take().items()}
+            out.update(router)
+            out["rollout/retries"] += router.get("rollout/router_retries", 0.0)
         self.counters = dict.fromkeys(self.counters, 0)
         self.sync_times = dict.fromkeys(self.sync_times, 0.0)
         return out

@@ -61,3 +61,46 @@ def test_fully_async_completions_carry_the_servers_version(tmp_path, tiny_policy
     assert all(0 <= r["async/staleness_max"] <= 1 for r in rows)
     assert any(r["async/staleness_max"] == 1 for r in rows)  # generation ran on while the weights moved
     assert all(r["rollout/stale_refused"] == 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_two_replicas_behind_the_sglang_router_learn_and_survive_a_kill(tmp_path, tiny_policy_path, monkeypatch):
+    """`rlrm train --profile tiny-rule --set rollout.backend=server --set rollout.server.replicas=2`, with one
+    replica killed (-9) after a few steps: every step keeps all its samples and the run still learns."""
+    import threading
+
+    import rlrm.engine.served as served
+
+    pytest.importorskip("sglang_router")
+    steps, engines = 20, []
+    build = served.served_engine
+    monkeypatch.setattr(served, "served_engine", lambda *a, **k: engines.append(build(*a, **k)) or engines[-1])
+    profile = load_profile("tiny-rule", [
+        f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.save_every=0", "trainer.num_threads=1",
+        "logging.console=none", "rollout.backend=server", "rollout.server.replicas=2", "rollout.server.router=sglang",
+    ])
+    run_dir = start_run(profile, tmp_path / "learn")
+    stop = threading.Event()
+
+    def kill_after_step_4():
+        metrics = run_dir / "metrics.jsonl"
+        while not stop.wait(0.2):
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:  # validation row + 4 steps
+                engines[0].fleet.pool.servers[0].kill()
+                return
+
+    killer = threading.Thread(target=kill_after_step_4)
+    killer.start()
+    try:
+        result = train(run_dir)
+    finally:
+        stop.set()
+        killer.join()
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert result.last_step == steps
+    trained = [r for r in rows if r["step"] > 0]
+    assert all(r["batch/num_samples"] == 256 and r["async/staleness_max"] == 0 for r in trained)  # nothing lost, never stale
+    assert sum(r["rollout/replica_restarts"] for r in trained) == 1
+    assert sum(r["rollout/retries"] for r in trained) >= 1  # the dead replica's requests went to the other one
+    before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
+    assert after >= before + 0.08, f"held-out accuracy {before:.3f} -> {after:.3f}"
