@@ -15,7 +15,9 @@ app = typer.Typer(help="Launch inference servers.", no_args_is_help=True)
 @friendly_errors
 def server(
     model: Annotated[str, typer.Option(help="HF folder, hub id, or tiny:NAME.")],
-    role: Annotated[str, typer.Option(help="policy, genrm (judge) or disrm (sequence classifier).")] = "genrm",
+    role: Annotated[str, typer.Option(
+        help="policy (rollout server: POST /generate with input_ids, POST /update_weights_from_disk, GET /get_model_info; "
+        "use it as rollout.server.addresses), genrm (judge) or disrm (sequence classifier).")] = "genrm",
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",

@@ -31,7 +31,7 @@ def train(
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
     runs/<profile>-<time>). --steps, --seed and --mode override trainer.total_steps, trainer.seed and
-    trainer.mode; --dry-run prints the resolved profile."""
+    trainer.mode; --dry-run prints the resolved profile and the command line of every server it would start."""
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
@@ -64,8 +64,12 @@ def train(
         name = Path(profile).stem
         run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or timestamped(name))
         if dry_run:
+            from rlrm.engine.processes import planned_processes
+
             typer.echo(f"# run folder: {run_dir}")
             typer.echo(dump_profile(resolved), nl=False)
+            for line in planned_processes(resolved):  # the command line of every server and router it would start
+                typer.echo(line)
             return
         check_inputs(resolved)
         start_run(resolved, run_dir, overwrite=overwrite)

@@ -70,18 +70,18 @@ class ServerFleet:
             return True
         return self.role != "disrm" and sglang_router_available()
 
-    def argvs(self) -> list[list[str]]:
+    def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
         from rlrm.launch.router import sglang_router_argv
 
         if self.cfg.addresses:
             replicas, out = list(self.cfg.addresses), []
         else:
-            ports = [8000 + i for i in range(self.cfg.replicas)]  # illustrative: real runs take free ports
+            ports = [base_port + i for i in range(self.cfg.replicas)]  # illustrative: real runs take free ports
             replicas = [f"http://127.0.0.1:{p}" for p in ports]
             out = [self._argv(p) for p in ports]
         if self.uses_router():
-            out.append(sglang_router_argv(replicas, 30000, 30001))
+            out.append(sglang_router_argv(replicas, router_port, router_port + 1))
         return out
 
     def _argv(self, port: int) -> list[str]:

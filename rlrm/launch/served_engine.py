@@ -115,15 +115,17 @@ class ServerRolloutEngine:
             )
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(62)
         body = self.wire.request(prompt_ids, sampling, seed)
-        sent_version, last = self.version, "no attempt"
+        sent_version, last, tried = self.version, "no attempt", set()
         start = time.perf_counter()
         try:
             for attempt in range(self.max_retries + 1):
                 if attempt:
                     self.counters["rollout/retries"] += 1
                     await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                url = self._pick(tried)
+                tried.add(url)
                 try:
-                    answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s)
+                    answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
                 except TransientError as exc:
                     last = str(exc)
                     continue
@@ -144,6 +146,12 @@ class ServerRolloutEngine:
         finally:
             self.busy_intervals.append((start, time.perf_counter()))
         raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
+
+    def _pick(self, tried: set[str]) -> str:
+        """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
+        b = self.balancer
+        fresh = [u for u in b.urls if b.healthy[u] and u not in tried]
+        return min(fresh, key=lambda u: b.outstanding[u]) if fresh else b.pick()
 
     def _stale(self, version: int | None, sent_version: int) -> bool:
         if not self.wire.carries_version:
@@ -193,9 +201,10 @@ class ServerRolloutEngine:
             if resp.status_code != 200:
                 return f"POST {call} answered {resp.status_code}: {resp.text[:200]}"
             try:
-                failure = self.wire.sync_failure(call, resp.json())
+                answer = resp.json()
             except ValueError:
-                failure = f"POST {call} answered 200 without JSON: {resp.text[:120]!r}"
+                answer = None  # vLLM's /reset_prefix_cache answers an empty 200
+            failure = self.wire.sync_failure(call, answer)
             if failure:
                 return failure
         return None

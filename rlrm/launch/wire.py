@@ -65,10 +65,13 @@ class SGLangWire:
             "model_path": str(path), "load_format": None, "weight_version": str(version), "abort_all_requests": False,
         })]
 
-    def sync_failure(self, path: str, body: dict) -> str | None:
-        """What the answer to a sync call says went wrong, or None."""
-        if path == "/update_weights_from_disk" and not body.get("success", False):
-            return str(body.get("message") or "success: false")
+    def sync_failure(self, path: str, body) -> str | None:
+        """What the (JSON, or None) answer to a sync call says went wrong, or None."""
+        if path == "/update_weights_from_disk":
+            if not isinstance(body, dict):
+                return "answered 200 without SGLang's {success, message} body"
+            if not body.get("success", False):
+                return str(body.get("message") or "success: false")
         return None
 
 
@@ -106,7 +109,7 @@ class VllmWire:
             ("/reset_prefix_cache", {}),
         ]
 
-    def sync_failure(self, path: str, body: dict) -> str | None:
+    def sync_failure(self, path: str, body) -> str | None:
         return None  # vLLM answers an error status when the reload fails
 
 

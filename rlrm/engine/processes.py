@@ -1,0 +1,46 @@
+"""The processes a run would start (rollout servers, reward servers, routers), for `rlrm train --dry-run`.
+
+    for line in planned_processes(profile): print(line)
+    # rollout.server replica 0: /usr/bin/python -m rlrm.launch.server --model tiny:policy --role policy ...
+
+Ports are illustrative (8000 + i for the first fleet's replicas, 8100 + i for the next; 30000/30001,
+30010/30011 for routers): a real run takes free
+ones. `tiny:NAME` models are shown as named; the run resolves them to their prepared folders.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from rlrm.config.schema import Profile
+from rlrm.launch.fleet import ServerFleet
+
+
+def planned_processes(profile: Profile) -> list[str]:
+    """One `# <section> <what>: <argv>` line per process, as YAML comments."""
+    fleets = []
+    if profile.rollout.backend == "server":
+        fleets.append(ServerFleet(profile.rollout.server, role="policy", model_path=profile.model.path))
+    reward = profile.reward
+    if reward.model_kind and not (reward.model_kind == "disrm" and reward.disrm.scorer == "legacy"):
+        fleets.append(ServerFleet(reward.server, role=reward.model_kind, model_path=reward.server.model or ""))
+    lines = []
+    for k, fleet in enumerate(fleets):
+        argvs = fleet.argvs(base_port=8000 + 100 * k, router_port=30000 + 10 * k)
+        launched = 0 if fleet.cfg.addresses else fleet.cfg.replicas
+        for i, argv in enumerate(argvs):
+            what = f"replica {i}" if i < launched else "router"
+            env = _env(fleet, i) if i < launched else ""
+            lines.append(f"# {fleet.section} {what}: {env}{shlex.join(argv)}")
+        if fleet.cfg.addresses:
+            lines.append(f"# {fleet.section}: running servers {', '.join(fleet.cfg.addresses)} (nothing launched)")
+    return lines
+
+
+def _env(fleet: ServerFleet, i: int) -> str:
+    from rlrm.launch.engines import engine_env
+
+    env = {k: v for k, v in engine_env(fleet.cfg.backend, None, fleet.role).items()}
+    if fleet.cfg.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = str(fleet.cfg.gpu_ids[i % len(fleet.cfg.gpu_ids)])
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())

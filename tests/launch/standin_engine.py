@@ -1,0 +1,104 @@
+"""A STAND-IN for a vLLM or SGLang policy server (neither can run on this machine): their HTTP shapes only.
+
+    python tests/launch/standin_engine.py --kind vllm --port 8000 --log calls.jsonl [--fail-reload] [--stale]
+
+It answers the requests rlrm's rollout engine sends (vLLM: /v1/completions with token ids,
+/collective_rpc reload_weights, /reset_prefix_cache; SGLang: /generate, /update_weights_from_disk,
+/get_model_info) in the shapes their documentation gives, samples nothing real (a deterministic
+function of prompt and seed), and appends every call to `--log` as one JSON line, with whether
+the weights folder it was told to load held a safetensors file at that moment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+
+def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
+    app = FastAPI()
+    state = {"version": "default"}
+
+    def record(path: str, body: dict) -> None:
+        folder = (body.get("kwargs") or {}).get("weights_path") or body.get("model_path")
+        entry = {"path": path, "body": body}
+        if folder:
+            entry["had_weights"] = (Path(folder) / "model.safetensors").is_file()
+        with log.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def tokens(prompt: list[int], seed: int, n: int) -> list[int]:
+        return [(sum(prompt) * 31 + seed * 7 + i) % 400 + 10 for i in range(n)]
+
+    @app.get("/health")
+    async def health():
+        return PlainTextResponse("ok")
+
+    if kind == "vllm":
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            body = await request.json()
+            record("/v1/completions", body)
+            ids = tokens(body["prompt"], body.get("seed") or 0, body["max_tokens"])
+            return {"id": "cmpl-standin", "object": "text_completion", "model": body.get("model"),
+                    "choices": [{"index": 0, "text": "x" * len(ids), "token_ids": ids, "finish_reason": "length",
+                                 "logprobs": {"token_logprobs": [-0.1 * (i + 1) for i in range(len(ids))],
+                                              "tokens": ["x"] * len(ids)}}]}
+
+        @app.post("/collective_rpc")
+        async def collective_rpc(request: Request):
+            body = await request.json()
+            record("/collective_rpc", body)
+            if fail_reload:
+                return JSONResponse({"error": {"message": "reload_weights failed: shape mismatch (stand-in)"}}, 500)
+            return {"results": [None]}
+
+        @app.post("/reset_prefix_cache")
+        async def reset_prefix_cache(request: Request):
+            record("/reset_prefix_cache", {})
+            return PlainTextResponse("")
+    else:
+        @app.post("/generate")
+        async def generate(request: Request):
+            body = await request.json()
+            record("/generate", body)
+            sp = body.get("sampling_params", {})
+            ids = tokens(body["input_ids"], sp.get("sampling_seed") or 0, sp.get("max_new_tokens", 8))
+            meta = {"id": "standin", "finish_reason": {"type": "length", "length": len(ids)},
+                    "prompt_tokens": len(body["input_ids"]), "completion_tokens": len(ids),
+                    "output_token_logprobs": [[-0.25, t, None] for t in ids],
+                    "weight_version": "default" if stale else state["version"]}
+            return {"text": "x", "output_ids": ids, "meta_info": meta}
+
+        @app.post("/update_weights_from_disk")
+        async def update_weights_from_disk(request: Request):
+            body = await request.json()
+            record("/update_weights_from_disk", body)
+            if fail_reload:
+                return {"success": False, "message": "Failed to update weights: shape mismatch (stand-in)", "num_paused_requests": 0}
+            state["version"] = body.get("weight_version") or state["version"]
+            return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+
+        @app.get("/get_model_info")
+        async def get_model_info():
+            return {"model_path": "standin", "tokenizer_path": "standin", "is_generation": True,
+                    "weight_version": state["version"]}
+    return app
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kind", choices=("vllm", "sglang"), required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--fail-reload", action="store_true")
+    parser.add_argument("--stale", action="store_true", help="always report SGLang's default version (a restarted replica)")
+    args = parser.parse_args()
+    uvicorn.run(build(args.kind, Path(args.log), args.fail_reload, args.stale), host="127.0.0.1", port=args.port,
+                log_level="warning")
