@@ -1,0 +1,91 @@
+"""Rollout through servers vs in process: tokens/s and the share of step time spent syncing weights.
+
+    .venv/bin/python benchmarks/rollout_server.py [--pairs 3] [--steps 8] [--warmup 2] [--set KEY=VALUE ...]
+
+Runs `rlrm train --profile tiny-rule` (sync mode, no validation, no checkpoints) as separate
+processes, alternating A B1 B2 A B1 B2 ...: A generates in process (`rollout.backend=hf`), B1 with
+one embedded replica (`rollout.backend=server`, `rollout.server.replicas=1`), B2 with two behind the
+SGLang router (when installed; else rlrm's balancer). The replicas get `trainer.num_threads`
+threads each, as the in-process engine has. From each run's metrics.jsonl, after `--warmup` steps:
+- tokens/s: generated tokens (`perf/response_tokens`) over the summed step time (`timing_s/step`),
+  so every cost of serving (HTTP, JSON, the weight sync) is in it;
+- generation tokens/s: the same over `timing_s/gen` only;
+- sync share: `timing_s/update_weights` (write the safetensors + every replica loads them) over
+  `timing_s/step`.
+Printed per run, then per pair the ratios B1/A and B2/A of tokens/s and their medians. On 2 CPU
+cores two replicas share the cores the trainer also uses: they cannot be faster here, the figure
+shows the overhead; their speed-up needs replicas on other devices or nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CONFIGS = {
+    "hf": ["rollout.backend=hf"],
+    "server-1": ["rollout.backend=server", "rollout.server.replicas=1"],
+    "server-2": ["rollout.backend=server", "rollout.server.replicas=2"],
+}
+
+
+def run(name: str, steps: int, threads: int, overrides: list[str], out: Path) -> list[dict]:
+    run_dir = out / f"{name}-{len(list(out.iterdir()))}"
+    argv = [
+        sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(run_dir), "--console", "none",
+        "--steps", str(steps), "--set", "trainer.val_every=0", "--set", "trainer.val_before_train=false",
+        "--set", "trainer.save_every=0", "--set", f"trainer.num_threads={threads}",
+        "--set", f"rollout.server.threads={threads}",
+    ]
+    for item in CONFIGS[name] + overrides:
+        argv += ["--set", item]
+    subprocess.run(argv, check=True, env=os.environ.copy(), stdout=subprocess.DEVNULL)
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def summarise(rows: list[dict], warmup: int) -> dict:
+    rows = [r for r in rows if r["step"] > warmup]
+    step_s = sum(r["timing_s/step"] for r in rows)
+    tokens = sum(r["perf/response_tokens"] for r in rows)
+    return {
+        "tokens_per_s": tokens / step_s,
+        "gen_tokens_per_s": tokens / sum(r["timing_s/gen"] for r in rows),
+        "sync_share": sum(r["timing_s/update_weights"] for r in rows) / step_s,
+        "step_s": statistics.median(r["timing_s/step"] for r in rows),
+        "retries": sum(r.get("rollout/retries", 0) for r in rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the trainer and of each replica")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            for name in CONFIGS:  # A B1 B2, A B1 B2, ...
+                stats = summarise(run(name, args.steps + args.warmup, args.threads, args.overrides, Path(tmp)), args.warmup)
+                results[name].append(stats)
+                print(f"pair {pair} {name:9s} tokens/s {stats['tokens_per_s']:8.1f}  gen tokens/s {stats['gen_tokens_per_s']:8.1f}"
+                      f"  sync share {stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  retries {stats['retries']:.0f}",
+                      flush=True)
+    for name in ("server-1", "server-2"):
+        ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(results["hf"], results[name])]
+        gen = [b["gen_tokens_per_s"] / a["gen_tokens_per_s"] for a, b in zip(results["hf"], results[name])]
+        shares = [b["sync_share"] for b in results[name]]
+        print(f"{name}: tokens/s vs hf per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
+              f"generation only: median {statistics.median(gen):.3f}; sync share median {statistics.median(shares):.1%}")
+
+
+if __name__ == "__main__":
+    main()
