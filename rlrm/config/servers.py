@@ -86,6 +86,10 @@ class RolloutServerConfig(ServerFleetConfig):
 
     section: ClassVar[str] = "rollout.server"
 
+    max_batch: int | None = Field(
+        None, gt=0, description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process)."
+    )
+
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 
 from rlrm.config.schema import Profile
+from rlrm.engine.served import fleet_config
 from rlrm.launch.fleet import ServerFleet
 
 
@@ -20,7 +21,7 @@ def planned_processes(profile: Profile) -> list[str]:
     """One `# <section> <what>: <argv>` line per process, as YAML comments."""
     fleets = []
     if profile.rollout.backend == "server":
-        fleets.append(ServerFleet(profile.rollout.server, role="policy", model_path=profile.model.path))
+        fleets.append(ServerFleet(fleet_config(profile), role="policy", model_path=profile.model.path))
     reward = profile.reward
     if reward.model_kind and not (reward.model_kind == "disrm" and reward.disrm.scorer == "legacy"):
         fleets.append(ServerFleet(reward.server, role=reward.model_kind, model_path=reward.server.model or ""))

@@ -13,9 +13,15 @@ from rlrm.launch.wire import wire_for
 from rlrm.launch.weights_routes import chat_template_digest
 
 
+def fleet_config(profile: Profile):
+    """`rollout.server` with its defaults resolved from the rest of the profile."""
+    cfg = profile.rollout.server
+    return cfg.model_copy(update={"max_batch": cfg.max_batch or profile.rollout.max_batch_size})
+
+
 def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> ServerRolloutEngine:
     """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
-    cfg = profile.rollout.server
+    cfg = fleet_config(profile)
     api_key = cfg.read_api_key()
     # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
     role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"

@@ -68,7 +68,10 @@ class ServerFleet:
             if not sglang_router_available():
                 raise ConfigError(f"{self.section}.router=sglang needs sglang-router: pip install 'rlrm[router]'")
             return True
-        return self.role != "disrm" and sglang_router_available()
+        # auto: not for /classify, and not for vLLM policy servers, whose /v1/completions fields (return_token_ids)
+        # the router was never measured to pass through
+        vllm_policy = self.role.startswith("policy") and self.cfg.backend == "vllm"
+        return self.role != "disrm" and not vllm_policy and sglang_router_available()
 
     def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
