@@ -90,6 +90,14 @@ class RolloutServerConfig(ServerFleetConfig):
         None, gt=0, description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process)."
     )
 
+    batch_wait_ms: float = Field(
+        100.0, ge=0.0,
+        description="Embedded replicas: the longest a generation batch waits for more requests after its first (they "
+        "arrive over HTTP one by one)...",
+    )
+    batch_gap_ms: float = Field(
+        5.0, ge=0.0, description="...closing it sooner once no request arrived for this long."
+    )
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "

@@ -53,6 +53,8 @@ class HFRolloutEngine:
         pad_token_id: id fed for padding; its embeddings are masked out.
         max_batch_size: most requests decoded together.
         batch_wait_ms: how long to wait for more requests once the first is queued.
+        batch_gap_ms: when set, the batch also closes once no request arrived for this long (a server,
+            whose requests trickle in over HTTP, waits up to `batch_wait_ms` only while they keep coming).
         seed: seeds the seeds given to requests that bring none (default: `torch.initial_seed()`,
             so a run seeded with `torch.manual_seed` repeats itself).
     """
@@ -65,6 +67,7 @@ class HFRolloutEngine:
         max_batch_size: int = 64,
         batch_wait_ms: float = 2.0,
         seed: int | None = None,
+        batch_gap_ms: float | None = None,
     ):
         import torch
 
@@ -75,6 +78,7 @@ class HFRolloutEngine:
         self.pad_token_id = int(pad_token_id)
         self.max_batch_size = max_batch_size
         self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
+        self.batch_gap_s = None if batch_gap_ms is None else max(0.0, batch_gap_ms) / 1000.0
         self.version = 0  # weight version stamped on completions
         self.batches_run = 0  # decode loops run so far (how well requests were batched)
         self.busy_intervals: list[tuple[float, float]] = []  # (start, end) perf_counter of each decode batch
@@ -214,6 +218,8 @@ class HFRolloutEngine:
         deadline = self._loop.time() + self.batch_wait_s
         while len(self._pending) < self.max_batch_size:
             remaining = deadline - self._loop.time()
+            if self.batch_gap_s is not None:
+                remaining = min(remaining, self.batch_gap_s)
             if remaining <= 0:
                 break
             arrived.clear()

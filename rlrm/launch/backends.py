@@ -27,6 +27,8 @@ class ServerConfig:
     served_model_name: str | None = None
     device: str = "auto"
     wait_for_weights: bool = False  # policy replica restarted by a fleet: 503 until its first weight update
+    batch_wait_ms: float = 2.0  # the longest a generation batch waits for more requests after its first
+    batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
 
     @property
     def model_name(self) -> str:
@@ -46,7 +48,8 @@ class CausalLMBackend:
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
         self.vocab_size = model.get_input_embeddings().num_embeddings  # token ids must be below it
         self.engine = HFRolloutEngine(
-            model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch
+            model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch,
+            batch_wait_ms=cfg.batch_wait_ms, batch_gap_ms=cfg.batch_gap_ms,
         )
         self.model, self.device = model, device
         self.lock = self.engine._lock  # held by the engine for a whole decode batch

@@ -68,10 +68,12 @@ class ServerFleet:
             if not sglang_router_available():
                 raise ConfigError(f"{self.section}.router=sglang needs sglang-router: pip install 'rlrm[router]'")
             return True
-        # auto: not for /classify, and not for vLLM policy servers, whose /v1/completions fields (return_token_ids)
-        # the router was never measured to pass through
-        vllm_policy = self.role.startswith("policy") and self.cfg.backend == "vllm"
-        return self.role != "disrm" and not vllm_policy and sglang_router_available()
+        # auto: not for /classify, not for one policy replica, and not for vLLM policy servers, whose
+        # /v1/completions fields (return_token_ids) the router was never measured to pass through
+        policy = self.role.startswith("policy")
+        if policy and (self.cfg.backend == "vllm" or len(self.cfg.addresses or [None] * self.cfg.replicas) < 2):
+            return False  # one policy replica: nothing to route, and rlrm's client sends its requests batched
+        return self.role != "disrm" and sglang_router_available()
 
     def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
@@ -89,7 +91,16 @@ class ServerFleet:
 
     def _argv(self, port: int) -> list[str]:
         c = self.cfg
-        return replica_argv(c.backend, self.model_path, self.role, port, c.threads, c.dtype, c.max_batch, self.api_key, c.extra_args)
+        return replica_argv(c.backend, self.model_path, self.role, port, c.threads, c.dtype, c.max_batch or 64, self.api_key,
+                            self.extra_args())
+
+    def extra_args(self) -> list[str]:
+        """The section's extra_args, after the batching flags of embedded policy replicas."""
+        c = self.cfg
+        batching = []
+        if c.backend == "embedded" and self.role == "policy" and hasattr(c, "batch_gap_ms"):
+            batching = ["--batch-wait-ms", f"{c.batch_wait_ms:g}", "--batch-gap-ms", f"{c.batch_gap_ms:g}"]
+        return batching + list(c.extra_args)
 
     async def start(self, check_timeout_s: float = 30.0) -> None:
         """Launch (or check) the replicas, then the router; anything started is stopped again on failure."""
@@ -109,8 +120,8 @@ class ServerFleet:
                 gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
                 self.pool = ServerPool(
                     self.model_path, role=self.role, replicas=cfg.replicas, threads=cfg.threads, dtype=cfg.dtype,
-                    max_batch=cfg.max_batch, api_key=self.api_key, backend=cfg.backend, gpu_ids=cfg.gpu_ids,
-                    extra_args=cfg.extra_args, restart_args=WAIT_FOR_WEIGHTS if gated else None,
+                    max_batch=cfg.max_batch or 64, api_key=self.api_key, backend=cfg.backend, gpu_ids=cfg.gpu_ids,
+                    extra_args=self.extra_args(), restart_args=WAIT_FOR_WEIGHTS if gated else None,
                 )
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls

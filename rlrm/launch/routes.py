@@ -153,14 +153,19 @@ def add_routes(app, cfg, backend) -> None:
                 prompts = [check_ids(list(body.input_ids), backend, "input_ids")]
             else:
                 prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(body.input_ids)]
-        sp = body.sampling_params
-        sampling = SamplingParams(
-            temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed,
-            stop_token_ids=sp.stop_token_ids,
-        )
-        results = await asyncio.gather(*(generate(ids, sampling, 1) for ids in prompts))
+        params = body.sampling_params if isinstance(body.sampling_params, list) else [body.sampling_params] * len(prompts)
+        if len(params) != len(prompts):  # SGLang's batch shape: one sampling_params per prompt, or one for all
+            raise RequestError(f"{len(prompts)} prompts but {len(params)} sampling_params; send one per prompt or one for all")
+        samplings = [
+            SamplingParams(
+                temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed,
+                stop_token_ids=sp.stop_token_ids,
+            )
+            for sp in params
+        ]
+        results = await asyncio.gather(*(generate(ids, sampling, 1) for ids, sampling in zip(prompts, samplings)))
         outs = []
-        for ids, (comp,) in zip(prompts, results):
+        for ids, sp, (comp,) in zip(prompts, params, results):
             text, finish = decode(comp, sp.stop)
             meta = {
                 "id": new_id("gen"), "prompt_tokens": len(ids), "completion_tokens": len(comp.token_ids),

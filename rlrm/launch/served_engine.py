@@ -7,8 +7,12 @@
     await engine.close()
 
 The same `RolloutEngine` contract as the in-process hf engine (rlrm/inference/base.py), so every
-scheduling mode runs on it unchanged. Each request goes to the router (or the least busy healthy
-replica); a connection error, 5xx or timeout is retried on another replica (`rollout/retries`, which
+scheduling mode runs on it unchanged. The requests made in one turn of the event loop (a step's
+groups) go out as a few batched `/generate` calls (SGLang's list form, at most 64 each, about one
+per replica): one HTTP round trip per request cost as much as the tiny policy's generation itself.
+Through the SGLang router they go one by one (0.3.2 refuses the batch form with per-request
+sampling_params: 422).
+Each call goes to the router (or the least busy healthy replica); a connection error, 5xx or timeout is retried on another replica (`rollout/retries`, which
 also counts the retries the SGLang router made by itself, `rollout/router_retries`). A
 completion carries the weight version the server reports; one older than the version in place
 when the request was sent (a restarted replica that has not loaded the current weights yet) is
@@ -32,7 +36,22 @@ from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.wire import int_or_none
 from rlrm.reward_errors import BadRequest, TransientError
+
+
+# most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
+MAX_COALESCE = 64
+
+
+@dataclass
+class _Item:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    seed: int
+    sent_version: int  # the version in place when the request was made: an answer from an older one is refused
+    future: asyncio.Future
+    start: float
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,9 @@ class ServerRolloutEngine:
         self.sync_times = {"write_s": 0.0, "load_s": 0.0}
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
+        self._queue: list[_Item] = []
+        self._flush_scheduled = False
+        self._tasks: set[asyncio.Task] = set()
         self._started = False
         self._start_lock: asyncio.Lock | None = None
 
@@ -85,9 +107,11 @@ class ServerRolloutEngine:
             await self.fleet.start(check_timeout_s=min(self.request_timeout_s, 60.0))
             self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
             await self.balancer.wait_healthy(self.fleet.cfg.start_timeout_s)
-            await asyncio.to_thread(self._check_replicas)
+            versions = await asyncio.to_thread(self._check_replicas)
             if self.files.current is not None:  # weights given before start (a resumed run)
                 await asyncio.to_thread(self._push_all, self.files.current, self.version)
+            else:
+                await asyncio.to_thread(self._reset_trained, versions)
             self._started = True
         except BaseException:
             await self.close()
@@ -114,16 +138,43 @@ class ServerRolloutEngine:
                 f"{self.max_context}-token context; lower data.max_prompt_length or rollout.max_new_tokens"
             )
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(62)
-        body = self.wire.request(prompt_ids, sampling, seed)
-        sent_version, last, tried = self.version, "no attempt", set()
-        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        item = _Item(prompt_ids, sampling, seed, self.version, loop.create_future(), time.perf_counter())
+        self._queue.append(item)
+        if not self._flush_scheduled:  # every request made in this turn of the loop goes out together
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        try:
+            return await item.future
+        finally:
+            self.busy_intervals.append((item.start, time.perf_counter()))
+
+    def _flush(self) -> None:
+        """Send the queued requests as a few batched calls: about one per replica, at most MAX_COALESCE each."""
+        self._flush_scheduled = False
+        items, self._queue = self._queue, []
+        if not items:
+            return
+        targets = max(1, len(self.fleet.replica_urls))
+        # sglang-router 0.3.2 answers SGLang's batch form with per-request sampling_params 422: one by one through it
+        batched = self.wire.batchable and self.fleet.router is None
+        size = min(MAX_COALESCE, -(-len(items) // targets)) if batched else 1
+        for i in range(0, len(items), size):
+            task = asyncio.get_running_loop().create_task(self._send(items[i : i + size]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, items: list[_Item]) -> None:
+        """One batched call for `items` (retried, those still missing, on replicas not tried yet); sets their futures."""
+        tried, last = set(), "no attempt"
         try:
             for attempt in range(self.max_retries + 1):
                 if attempt:
-                    self.counters["rollout/retries"] += 1
+                    self.counters["rollout/retries"] += len(items)
                     await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
                 url = self._pick(tried)
                 tried.add(url)
+                body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
                 try:
                     answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
                 except TransientError as exc:
@@ -132,20 +183,32 @@ class ServerRolloutEngine:
                 except BadRequest as exc:
                     raise RolloutServerError(f"a rollout server refused a request: {exc}") from None
                 try:
-                    tokens, log_probs, finish, version = self.wire.parse(answer)
+                    parsed = self.wire.parse_many(answer, len(items))
                 except (KeyError, IndexError, TypeError, ValueError) as exc:
                     raise RolloutServerError(
                         f"a rollout server answered {self.wire.generate_path} without {exc}: is it a {self.wire.name} policy server?"
                     ) from None
-                if self._stale(version, sent_version):
-                    self.counters["rollout/stale_refused"] += 1
-                    last = f"answered with weight version {version}, older than {sent_version}"
-                    continue
-                return Completion(prompt_ids, tokens, log_probs, finish,
-                                  policy_version=sent_version if version is None else version, meta={"seed": seed})
-        finally:
-            self.busy_intervals.append((start, time.perf_counter()))
-        raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
+                missing = []
+                for item, (tokens, log_probs, finish, version) in zip(items, parsed):
+                    if self._stale(version, item.sent_version):
+                        self.counters["rollout/stale_refused"] += 1
+                        last = f"answered with weight version {version}, older than {item.sent_version}"
+                        missing.append(item)
+                    elif not item.future.done():
+                        item.future.set_result(Completion(
+                            item.prompt_ids, tokens, log_probs, finish,
+                            policy_version=item.sent_version if version is None else version, meta={"seed": item.seed},
+                        ))
+                items = missing
+                if not items:
+                    return
+            raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
+        except BaseException as exc:  # every caller gets an answer, never a hang
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(exc if isinstance(exc, Exception) else RolloutServerError("rollout engine closed"))
+            if not isinstance(exc, Exception):
+                raise
 
     def _pick(self, tried: set[str]) -> str:
         """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
@@ -226,12 +289,28 @@ class ServerRolloutEngine:
             if self.version == version:  # no newer version arrived meanwhile
                 return
 
-    def _check_replicas(self) -> None:
-        """Every replica's model info against the trainer's (when the server reports it)."""
+    def _reset_trained(self, versions: dict[str, int | None]) -> None:
+        """Running servers still holding another run's trained weights get the policy's own back (version 0)."""
+        from pathlib import Path
+
+        for url, version in versions.items():
+            if not version:
+                continue
+            if not Path(self.fleet.model_path).is_dir():
+                raise RolloutServerError(
+                    f"rollout replica {url} serves weight version {version}, not the policy's initial weights, and "
+                    f"{self.fleet.model_path} is no local folder to load them from: restart that server"
+                )
+            failure = self._push_one(url, self.fleet.model_path, 0)
+            if failure is not None:
+                raise RolloutServerError(f"rollout replica {url} serves weight version {version} and refused the "
+                                         f"policy's initial weights: {failure}")
+
+    def _check_replicas(self) -> dict[str, int | None]:
+        """Every replica's model info against the trainer's (when the server reports it); their weight versions."""
         import httpx
 
-        if self.expect is None:
-            return
+        versions: dict[str, int | None] = {}
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         contexts = []
         for url in self.fleet.replica_urls:
@@ -240,6 +319,9 @@ class ServerRolloutEngine:
                 info = resp.json() if resp.status_code == 200 else {}
             except (httpx.HTTPError, ValueError):
                 info = {}
+            versions[url] = int_or_none(info.get("weight_version"))
+            if self.expect is None:
+                continue
             for key, label in (("vocab_size", "vocabulary (embedding rows)"), ("tokenizer_size", "tokenizer size"),
                                ("chat_template_sha256", "chat template (sha256)")):
                 theirs, ours = info.get(key), getattr(self.expect, key)
@@ -251,6 +333,7 @@ class ServerRolloutEngine:
             if isinstance(info.get("max_context_length"), int):
                 contexts.append(info["max_context_length"])
         self.max_context = min(contexts) if contexts else None
+        return versions
 
     def take_metrics(self) -> dict:
         """rollout/* counters and weight-sync times since the last call."""
@@ -273,6 +356,10 @@ class ServerRolloutEngine:
         return taken
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.balancer is not None:
             await self.balancer.close()
             self.balancer = None

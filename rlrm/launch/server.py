@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--batch-wait-ms", type=float, default=2.0, help="longest a generation batch waits for more requests")
+    parser.add_argument("--batch-gap-ms", type=float, default=None,
+                        help="close a generation batch once no request arrived for this long (with a larger --batch-wait-ms)")
     parser.add_argument("--wait-for-weights", action="store_true",
                         help="answer /health and generation with 503 until the first POST /update_weights_from_disk")
     args = parser.parse_args(argv)
@@ -181,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg = ServerConfig(
             model_path=check_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
             max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
-            device=args.device, wait_for_weights=args.wait_for_weights,
+            device=args.device, wait_for_weights=args.wait_for_weights, batch_wait_ms=args.batch_wait_ms,
+            batch_gap_ms=args.batch_gap_ms,
         )
         serve(cfg, args.host, args.port)
     except RlrmError as exc:

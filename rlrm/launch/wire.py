@@ -51,6 +51,22 @@ class SGLangWire:
             params["stop_token_ids"] = list(sampling.stop_token_ids)
         return {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True}
 
+    batchable = True  # /generate takes lists of input_ids and sampling_params
+
+    def request_many(self, items: list[tuple[list[int], SamplingParams, int]]) -> dict:
+        """One /generate body for several requests (SGLang's batch form), or the plain one for a single request."""
+        bodies = [self.request(*item) for item in items]
+        if len(bodies) == 1:
+            return bodies[0]
+        return {"input_ids": [b["input_ids"] for b in bodies], "sampling_params": [b["sampling_params"] for b in bodies],
+                "return_logprob": True}
+
+    def parse_many(self, body, n: int) -> list[tuple[list[int], list[float], str, int | None]]:
+        answers = body if isinstance(body, list) else [body]
+        if len(answers) != n:
+            raise ValueError(f"{n} answers (got {len(answers)})")
+        return [self.parse(a) for a in answers]
+
     def parse(self, body: dict) -> tuple[list[int], list[float], str, int | None]:
         body = body[0] if isinstance(body, list) else body
         meta = body["meta_info"]
@@ -58,7 +74,7 @@ class SGLangWire:
         log_probs = _float32(float(entry[0]) for entry in meta["output_token_logprobs"])
         finish = meta["finish_reason"]["type"] if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason")
         version = meta.get("weight_version")
-        return tokens, log_probs, "length" if finish == "length" else "stop", _int_or_none(version)
+        return tokens, log_probs, "length" if finish == "length" else "stop", int_or_none(version)
 
     def sync_calls(self, path: str, version: int) -> list[tuple[str, dict]]:
         return [("/update_weights_from_disk", {
@@ -95,6 +111,15 @@ class VllmWire:
             body["stop_token_ids"] = list(sampling.stop_token_ids)
         return body
 
+    batchable = False  # one seed per completions request: requests go one by one
+
+    def request_many(self, items: list[tuple[list[int], SamplingParams, int]]) -> dict:
+        (item,) = items
+        return self.request(*item)
+
+    def parse_many(self, body, n: int) -> list[tuple[list[int], list[float], str, int | None]]:
+        return [self.parse(body)]
+
     def parse(self, body: dict) -> tuple[list[int], list[float], str, int | None]:
         choice = body["choices"][0]
         if choice.get("token_ids") is None:
@@ -117,7 +142,7 @@ def wire_for(backend: str, model_name: str = "") -> SGLangWire | VllmWire:
     return VllmWire(model_name) if backend == "vllm" else SGLangWire()
 
 
-def _int_or_none(value) -> int | None:
+def int_or_none(value) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):

@@ -66,13 +66,19 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
         async def generate(request: Request):
             body = await request.json()
             record("/generate", body)
-            sp = body.get("sampling_params", {})
-            ids = tokens(body["input_ids"], sp.get("sampling_seed") or 0, sp.get("max_new_tokens", 8))
-            meta = {"id": "standin", "finish_reason": {"type": "length", "length": len(ids)},
-                    "prompt_tokens": len(body["input_ids"]), "completion_tokens": len(ids),
-                    "output_token_logprobs": [[-0.25, t, None] for t in ids],
-                    "weight_version": "default" if stale else state["version"]}
-            return {"text": "x", "output_ids": ids, "meta_info": meta}
+            batch = isinstance(body["input_ids"][0], list)  # SGLang's batch form: lists of prompts and of params
+            prompts = body["input_ids"] if batch else [body["input_ids"]]
+            params = body.get("sampling_params", {})
+            params = params if isinstance(params, list) else [params] * len(prompts)
+            outs = []
+            for prompt, sp in zip(prompts, params):
+                ids = tokens(prompt, sp.get("sampling_seed") or 0, sp.get("max_new_tokens", 8))
+                meta = {"id": "standin", "finish_reason": {"type": "length", "length": len(ids)},
+                        "prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                        "output_token_logprobs": [[-0.25, t, None] for t in ids],
+                        "weight_version": "default" if stale else state["version"]}
+                outs.append({"text": "x", "output_ids": ids, "meta_info": meta})
+            return outs if batch else outs[0]
 
         @app.post("/update_weights_from_disk")
         async def update_weights_from_disk(request: Request):

@@ -107,9 +107,10 @@ def test_sglang_sync_and_a_replica_reporting_the_base_version_is_never_trusted(t
     assert metrics["rollout/stale_refused"] >= 1 and metrics["rollout/retries"] >= metrics["rollout/stale_refused"]
     sync = next(c for c in _calls(good_log) if c["path"] == "/update_weights_from_disk")
     assert sync["body"]["weight_version"] == "2" and sync["body"]["abort_all_requests"] is False and sync["had_weights"]
-    request = next(c["body"] for c in _calls(good_log) if c["path"] == "/generate" and c["body"]["input_ids"] != [1])
-    assert request["return_logprob"] is True and set(request["sampling_params"]) >= {
-        "temperature", "top_p", "top_k", "max_new_tokens", "sampling_seed"}
+    requests = [c["body"] for c in _calls(good_log) if c["path"] == "/generate" and c["body"]["input_ids"] != [1]]
+    batched = next(r for r in requests if isinstance(r["input_ids"][0], list))  # the requests of one turn, in one call
+    assert batched["return_logprob"] is True and len(batched["input_ids"]) == len(batched["sampling_params"]) > 1
+    assert all(set(p) >= {"temperature", "top_p", "top_k", "max_new_tokens", "sampling_seed"} for p in batched["sampling_params"])
 
 
 def test_engine_command_lines_for_policy_and_reward_servers():

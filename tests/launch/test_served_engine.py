@@ -127,3 +127,24 @@ def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_pa
         with pytest.raises(ServerStartError, match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
                            r"POST /generate answered 404"):
             asyncio.run(engine.start())
+
+
+@pytest.mark.slow
+def test_running_servers_left_with_another_runs_weights_get_the_policys_back(tiny_policy_path, tmp_path):
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as server:
+        body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "sampling_seed": 1}, "return_logprob": True}
+        base = httpx.post(server.url + "/generate", json=body).json()["output_ids"]
+        trained = WeightFiles(str(tmp_path / "old")).write(_state(tiny_policy_path, 0.05), version=7)
+        assert httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(trained), "weight_version": "7"},
+                          timeout=60).json()["success"]
+        engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[server.url])
+
+        async def scenario():
+            await engine.start()
+            try:
+                return await engine.generate([5, 6, 7], SamplingParams(max_new_tokens=6, seed=1))
+            finally:
+                await engine.close()
+
+        completion = asyncio.run(scenario())
+    assert completion.policy_version == 0 and completion.token_ids == base  # a fresh run starts from the policy itself

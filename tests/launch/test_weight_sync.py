@@ -45,6 +45,12 @@ def test_generate_reports_ids_logprobs_and_weight_version(policy_server):
     assert [e[1] for e in meta["output_token_logprobs"]] == out["output_ids"]
     assert all(e[0] <= 0 for e in meta["output_token_logprobs"]) and meta["weight_version"] == "0"
     assert _generate(policy_server.url)["output_ids"] == out["output_ids"]  # the seed decides the draw
+    # SGLang's batch form, one sampling_params per prompt: each answer as if sent alone
+    batch = {"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": True, "sampling_params": [
+        {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 3}, {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 4}]}
+    both = httpx.post(policy_server.url + "/generate", json=batch, timeout=60).json()
+    alone = httpx.post(policy_server.url + "/generate", json={**batch, "input_ids": [9, 10], "sampling_params": batch["sampling_params"][1]}).json()
+    assert both[0]["output_ids"] == out["output_ids"] and both[1]["output_ids"] == alone["output_ids"]
     first = out["output_ids"][0]
     stopped = _generate(policy_server.url, stop_token_ids=[first])
     assert stopped["output_ids"] == [first] and stopped["meta_info"]["finish_reason"]["type"] == "stop"
