@@ -3,16 +3,17 @@
     .venv/bin/python benchmarks/rollout_server.py [--pairs 3] [--steps 8] [--warmup 2] [--set KEY=VALUE ...]
 
 Runs `rlrm train --profile tiny-rule` (sync mode, no validation, no checkpoints) as separate
-processes, alternating A B1 B2 A B1 B2 ...: A generates in process (`rollout.backend=hf`), B1 with
-one embedded replica (`rollout.backend=server`, `rollout.server.replicas=1`), B2 with two behind the
-SGLang router (when installed; else rlrm's balancer). The replicas get `trainer.num_threads`
+processes, alternating A B1 B2 C2 A B1 B2 C2 ...: A generates in process (`rollout.backend=hf`), B1
+with one embedded replica (`rollout.backend=server`, `rollout.server.replicas=1`; its requests go
+batched), B2 with two behind the SGLang router (when installed: requests one by one, as the router
+takes them), C2 with two behind rlrm's balancer (`rollout.server.router=client`: batched). The replicas get `trainer.num_threads`
 threads each, as the in-process engine has. From each run's metrics.jsonl, after `--warmup` steps:
 - tokens/s: generated tokens (`perf/response_tokens`) over the summed step time (`timing_s/step`),
   so every cost of serving (HTTP, JSON, the weight sync) is in it;
 - generation tokens/s: the same over `timing_s/gen` only;
 - sync share: `timing_s/update_weights` (write the safetensors + every replica loads them) over
   `timing_s/step`.
-Printed per run, then per pair the ratios B1/A and B2/A of tokens/s and their medians. On 2 CPU
+Printed per run, then per pair the ratios B1/A, B2/A and C2/A of tokens/s and their medians. On 2 CPU
 cores two replicas share the cores the trainer also uses: they cannot be faster here, the figure
 shows the overhead; their speed-up needs replicas on other devices or nodes.
 """
@@ -32,6 +33,7 @@ CONFIGS = {
     "hf": ["rollout.backend=hf"],
     "server-1": ["rollout.backend=server", "rollout.server.replicas=1"],
     "server-2": ["rollout.backend=server", "rollout.server.replicas=2"],
+    "server-2-client": ["rollout.backend=server", "rollout.server.replicas=2", "rollout.server.router=client"],
 }
 
 
@@ -79,7 +81,7 @@ def main() -> None:
                 print(f"pair {pair} {name:9s} tokens/s {stats['tokens_per_s']:8.1f}  gen tokens/s {stats['gen_tokens_per_s']:8.1f}"
                       f"  sync share {stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  retries {stats['retries']:.0f}",
                       flush=True)
-    for name in ("server-1", "server-2"):
+    for name in ("server-1", "server-2", "server-2-client"):
         ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         gen = [b["gen_tokens_per_s"] / a["gen_tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         shares = [b["sync_share"] for b in results[name]]
