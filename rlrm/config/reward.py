@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.latency import LatencyDist, parse_latency
+from rlrm.launch.auth import key_from_env
 
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -73,8 +74,6 @@ class RewardServerConfig(_Section):
 
     def read_api_key(self) -> str | None:
         """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
-        from rlrm.launch.auth import key_from_env  # light: hmac and os
-
         return key_from_env(self.api_key_env, "reward.server.api_key_env") if self.api_key_env else None
 
 

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlrm.config.schema import Profile
+from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.service import RewardService
 from rlrm.inference.base import RolloutEngine
+from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
 if TYPE_CHECKING:  # torch-backed: imported where built, not at import time
@@ -46,9 +49,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     import torch
 
     from rlrm.engine.actor.actor import Actor
-    from rlrm.engine.data.dataset import load_splits
-    from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.inference.hf import HFRolloutEngine
 
     if profile.trainer.num_threads:
         torch.set_num_threads(profile.trainer.num_threads)

@@ -20,16 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from rlrm.config.schema import Profile
 from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
+from rlrm.inference.base import RolloutEngine
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
     import torch
 
-    from rlrm.config.schema import Profile
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.actor.batch import RolloutBatch
-    from rlrm.inference.base import RolloutEngine
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,17 @@ from __future__ import annotations
 import asyncio
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.executor.ray_workers import RayRewardWorkers
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardFn
-from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.factory import build_reward_fn, with_injection
+from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.errors import ConfigError
+from rlrm.launch.balancer import ReplicaBalancer
+from rlrm.launch.health import check_servers
+from rlrm.launch.pool import ServerPool
+from rlrm.launch.router import RouterCounters, sglang_router, sglang_router_available
 
 
 class RewardService:
@@ -45,16 +53,11 @@ class RewardService:
             raise
 
     async def _start_servers(self, kind: str) -> None:
-        from rlrm.engine.models.tiny import resolve_model_path
-        from rlrm.launch.balancer import ReplicaBalancer
-        from rlrm.launch.pool import ServerPool
-
         server = self.cfg.server
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
         urls = list(server.addresses)
         if urls:  # servers someone else runs: healthy, and of the right role, before any training starts
-            from rlrm.launch.health import check_servers
 
             await check_servers(urls, kind, self.api_key, server.model, server.start_timeout_s, self.cfg.timeout_s)
         else:
@@ -66,8 +69,6 @@ class RewardService:
             self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise())
             urls = self.pool.urls
         if self._use_sglang_router(kind):
-            from rlrm.launch.router import RouterCounters, sglang_router
-
             self.router = sglang_router(urls)
             await asyncio.to_thread(self.router.start)
             urls = [self.router.url]
@@ -79,9 +80,6 @@ class RewardService:
         await self.sleep()  # colocated: asleep until the first scoring
 
     async def _start_legacy(self) -> None:
-        from rlrm.engine.models.tiny import resolve_model_path
-        from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
-
         self.model_path = resolve_model_path(self.cfg.server.model)
         self.legacy = LegacyDisRM(self.cfg, self.model_path)
         await self.legacy.start()
@@ -100,9 +98,6 @@ class RewardService:
         await asyncio.gather(*(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls))
 
     def _use_sglang_router(self, kind: str) -> bool:
-        from rlrm.errors import ConfigError
-        from rlrm.launch.router import sglang_router_available
-
         choice = self.cfg.server.router
         if choice == "client":
             return False
@@ -116,14 +111,10 @@ class RewardService:
 
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:
-            from rlrm.engine.rewards.factory import with_injection
-
             return with_injection(self.legacy, self.cfg)
         urls = self.balancer.urls if self.balancer is not None else []
         model_path = getattr(self, "model_path", None)
         if self.cfg.executor == "ray":
-            from rlrm.engine.executor.ray_workers import RayRewardWorkers
-
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()
             return self.workers.score
