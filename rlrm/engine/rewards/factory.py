@@ -24,8 +24,12 @@ def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
 
 
 def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> RewardFn:
-    """Rule, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
+    """Rule, custom, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
+    if cfg.kind == "custom":
+        from rlrm.engine.rewards.custom import make_custom_reward
+
+        return make_custom_reward(cfg)
     if kind is None:
         return make_rule_reward(cfg)
     if kind == "disrm":
