@@ -86,6 +86,7 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     writer = FigureWriter(out, options.fmt, options.html, notes)
     if runs:
         sections.runs_section(doc, runs, options, steps, writer)
+        sections.audit_section(doc, runs, writer)
     elif options.metrics:
         notes.append("--metrics selects training curves of run folders; no run folder was given")
     for bench in benches:
