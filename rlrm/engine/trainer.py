@@ -35,7 +35,7 @@ from rlrm.engine.metrics.samples import SampleLog
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import Span, StepTimer
 from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
-from rlrm.engine.metrics.tracker import MetricsWriter
+from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.scheduling.base import PromptSource, RunParts
@@ -81,7 +81,9 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a missing local model (policy, reference, reward), or an unreadable local dataset."""
+    """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
+    reward), or an unreadable local dataset."""
+    check_trackers(profile.logging)
     reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
@@ -177,7 +179,7 @@ class _TrainLoop:
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
         step = self._start(ckpts)
-        writer = MetricsWriter(self.run_dir / "metrics.jsonl", keep_through_step=step)
+        writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
         self.val_examples, self.val_ids = self._validation_set()
