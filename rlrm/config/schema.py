@@ -207,6 +207,14 @@ class LoggingConfig(_Section):
         "profile).",
     )
 
+    @field_validator("tracker_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        from pathlib import Path
+
+        # absolute, so that a run resumed from another folder keeps writing to the same place
+        return None if value is None else str(Path(value).expanduser().resolve())
+
     @field_validator("trackers", mode="before")
     @classmethod
     def _one_tracker(cls, value):
