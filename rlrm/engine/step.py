@@ -44,7 +44,7 @@ class StepSettings:
     adv_eps: float
     norm_adv_by_std: bool
     recompute_old_log_prob: str  # auto | always | never (rlrm/engine/behaviour.py)
-    reward: RewardConfig | None = None  # for reward/rule_agreement and reward/top10_share (none: not written)
+    reward: RewardConfig | None = None  # for reward/rule_agreement and reward/top1pct_share (none: not written)
 
     @classmethod
     def from_profile(cls, profile: Profile, pad_token_id: int, device: str) -> StepSettings:

@@ -18,9 +18,10 @@ ways. Three checks, each over a window of `AuditSettings.window` steps:
   `trainer.val_every` steps: the window must hold three validations).
 - **length drift**: `response_length/mean` changes, up or down, by at least `length_drift` of the
   fitted line's value at the window's start, with |t| >= `t_min`, in some window.
-- **concentration**: `reward/top10_share` (the share of a step's reward mass that the top 10% of
-  its rewarded samples hold; 0.1 for a binary reward) has a median above `concentration` in some
-  window: a few samples collect most of the reward.
+- **concentration**: `reward/top1pct_share` (the share of a step's reward mass above its lowest score
+  that the top 1% of its samples hold; at most 0.2 for a binary reward, see
+  rlrm/engine/rewards/agreement.py) has a median above `concentration` in some window: a few samples
+  collect most of the reward.
 
 A flagged check names the first window where it held, with the numbers.
 
@@ -36,7 +37,7 @@ REWARD = "critic/score/mean"
 AGREEMENT = "reward/rule_agreement"
 TRUTHS = ("val/accuracy", AGREEMENT)
 LENGTH = "response_length/mean"
-CONCENTRATION = "reward/top10_share"
+CONCENTRATION = "reward/top1pct_share"
 MIN_POINTS = 3
 
 
@@ -46,7 +47,7 @@ class AuditSettings:
     t_min: float = 2.0  # |t statistic of the slope| a trend needs
     min_drop: float = 0.05  # fitted fall of val/accuracy or rule agreement over a window (absolute)
     length_drift: float = 0.2  # fitted relative change of the mean response length over the last window
-    concentration: float = 0.5  # median top-10% share over the last window
+    concentration: float = 0.5  # median top-1% share in a window
 
 
 @dataclass(frozen=True)
@@ -168,10 +169,10 @@ def check_length_drift(series: dict, settings: AuditSettings = AuditSettings()) 
 
 
 def check_concentration(series: dict, settings: AuditSettings = AuditSettings()) -> Finding:
-    """The top 10% of rewarded samples holding most of the reward, in some window of the run."""
+    """The top 1% of the samples holding most of the reward, in some window of the run."""
     name = "concentration"
     if CONCENTRATION not in series:
-        return Finding(name, "n/a", f"needs {CONCENTRATION} (fewer than 10 rewarded samples per step, or an older run)")
+        return Finding(name, "n/a", f"needs {CONCENTRATION} (a reward too sparse to measure it, or an older run)")
     last = None
     for low, high in windows(series[CONCENTRATION][0], settings.window):
         values = sorted(v for v in in_window(series[CONCENTRATION], low, high)[1] if math.isfinite(v))
@@ -180,7 +181,7 @@ def check_concentration(series: dict, settings: AuditSettings = AuditSettings())
         median = _median(values)
         last = f"steps {low:g}-{high:g}: median {CONCENTRATION} {median:.3g}"
         if median > settings.concentration:
-            return Finding(name, "flagged", f"{last} (over {settings.concentration:g}; a binary reward gives 0.1)")
+            return Finding(name, "flagged", f"{last} (over {settings.concentration:g}; a binary reward gives at most 0.2)")
     if last is None:
         return Finding(name, "n/a", f"no value of {CONCENTRATION}")
     return Finding(name, "ok", f"no window with a median over {settings.concentration:g}; last {last}")

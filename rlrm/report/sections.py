@@ -49,7 +49,7 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
         f"Least-squares trends over windows of {settings.window} steps. Divergence: the training reward rises "
         f"(slope t >= {settings.t_min:g}) while val/accuracy or reward/rule_agreement falls by >= {settings.min_drop:g} "
         f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
-        f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top10_share exceeds {settings.concentration:g}."
+        f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
     )
     rows, flagged = [], {}
     for run in usable:

@@ -59,21 +59,25 @@ def test_composite_is_judged_by_its_model_part():
 
 
 def test_top_share_hand_checked():
-    # binary: 10 rewarded equally -> the top 1 of 10 holds 0.1
+    # docstring example: 100 samples, 8 score 1, 2 score 11: the top 1 holds 11 of 30
+    assert top_share([0] * 90 + [1] * 8 + [11] * 2) == pytest.approx(11 / 30)
+    # binary with enough rewarded samples: 10 of 12 at 1 -> top 1 of 12 samples holds 1 / 10
     assert top_share([0, 0] + [1] * 10) == pytest.approx(0.1)
     # shift and scale do not matter: logits 5 + 3x read the same
     assert top_share([5 + 3 * s for s in [0, 0] + [1] * 10]) == pytest.approx(0.1)
-    # 20 above the minimum: 18 get 1, 2 get 41 -> the top ceil(2) hold 82 of 100
-    assert top_share([0] + [1] * 18 + [41, 41]) == pytest.approx(0.82)
-    # fewer than 10 above the minimum: no figure
-    assert top_share([0] * 50 + [1] * 9) is None
+    # 300 samples: the top ceil(3) of 3 outliers at 100 and 297 at ~U(0, 1) (mean 0.5) hold 300 / 448.5
+    assert top_share([0.0] + [i / 295 for i in range(1, 297)] + [100.0] * 3) == pytest.approx(300 / (300 + 148), rel=1e-2)
+    # sparse: 200 samples (top 2) but only 9 above the minimum, fewer than 5 x 2 -> no figure
+    assert top_share([0] * 191 + [1] * 9) is None
+    assert top_share([0] * 190 + [1] * 10) == pytest.approx(0.2)  # at the edge: binary gives 2 / 10
 
 
 def test_metrics_of_a_step():
     cfg = RewardConfig(kind="genrm", server={"model": "m"})
     pairs = [(sample(RIGHT if i % 2 else WRONG, i=i), RewardResult(float(i % 2))) for i in range(24)]
     m = agreement_metrics(cfg, pairs)
-    assert m == {"reward/rule_agreement": 1.0, "reward/rule_agreement_samples": 24, "reward/top10_share": pytest.approx(2 / 12)}
+    # 24 samples: the top 1 of the 12 scored 1 holds 1 / 12
+    assert m == {"reward/rule_agreement": 1.0, "reward/rule_agreement_samples": 24, "reward/top1pct_share": pytest.approx(1 / 12)}
 
 
 def test_the_step_row_carries_them_in_every_mode():

@@ -101,10 +101,10 @@ def test_concentration():
     steps = list(range(1, 31))
     # medians over windows of 21 steps: the first window holds 0.1 x 16 and 0.8 x 5 -> median 0.1
     values = [0.1] * 16 + [0.8] * 14
-    found = check_concentration({"reward/top10_share": (steps, values)})
+    found = check_concentration({"reward/top1pct_share": (steps, values)})
     # window [b-20, b] for b = 30: steps 10-30, 7 of 0.1 and 14 of 0.8 -> median 0.8 (first flagged at b = 27: 10 v 11)
-    assert found.flagged and found.detail.startswith("steps 7-27: median reward/top10_share 0.8")
-    assert check_concentration({"reward/top10_share": (steps, [0.12] * 30)}).status == "ok"
+    assert found.flagged and found.detail.startswith("steps 7-27: median reward/top1pct_share 0.8")
+    assert check_concentration({"reward/top1pct_share": (steps, [0.12] * 30)}).status == "ok"
     strict = AuditSettings(concentration=0.1)
-    assert check_concentration({"reward/top10_share": (steps, [0.12] * 30)}, strict).flagged
+    assert check_concentration({"reward/top1pct_share": (steps, [0.12] * 30)}, strict).flagged
     assert check_concentration({}).status == "n/a"

@@ -1,7 +1,7 @@
 """Does the trained reward agree with the truth? Per-step audit numbers of the reward, from the step's samples.
 
     agreement_metrics(profile.reward, [(sample, result), ...])
-    # {"reward/rule_agreement": 0.875, "reward/rule_agreement_samples": 256, "reward/top10_share": 0.12}
+    # {"reward/rule_agreement": 0.875, "reward/rule_agreement_samples": 256, "reward/top1pct_share": 0.04}
 
 - `reward/rule_agreement`: the share of samples on which the model reward's verdict (its score
   thresholded: score >= threshold means "correct") equals the GSM8K rule's verdict (exact answer
@@ -11,10 +11,13 @@
   model are left out; `reward/rule_agreement_samples` counts the samples it is over. With
   `reward.kind: rule` the reward *is* the rule: the metric would be 1 by construction, so it is not
   written at all (absent, rather than a flat line that says nothing).
-- `reward/top10_share`: among the samples scored above the step's lowest score, the share of the
-  reward mass (score minus that minimum, so any scale or offset reads the same) that the top 10% of
-  them hold. A binary reward gives 0.1 (every rewarded sample got the same); near 1 when a few
-  samples collect almost all of it. Absent with fewer than 10 such samples.
+- `reward/top1pct_share`: the share of the step's reward mass (score minus the step's lowest score,
+  so any scale or offset reads the same) that the top 1% of its samples (at least one) hold. Near 1
+  when a few samples collect almost all of the reward (a reward model extrapolating wildly on a few
+  odd responses). Absent when fewer than 5 times that many samples scored above the lowest score:
+  a sparse reward (few right answers) is not a concentrated one, and with at least 5k rewarded
+  samples a binary reward gives at most 1/5. Measured: 0.05-0.10 (tiny-genrm, 40 steps), 0.04-0.06
+  (tiny-disrm, 20 steps); the report flags a median over 0.5.
 
 The verdict threshold is `reward.agreement_threshold`, or by kind when that is unset: 0 for a DisRM
 (its raw logit: sigmoid 0.5, where a Bradley-Terry or BCE-trained classifier is undecided), 0.5 for
@@ -30,8 +33,8 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import gsm8k
 
 DEFAULT_THRESHOLDS = {"disrm": 0.0, "genrm": 0.5, "custom": 0.5}
-TOP_FRACTION = 0.1
-MIN_TOP_SAMPLES = 10  # fewer rewarded samples than this: the top 10% would be one sample or none
+TOP_FRACTION = 0.01
+MIN_REWARDED_PER_TOP = 5  # samples above the lowest score needed per top sample
 
 
 def verdict_threshold(cfg: RewardConfig) -> float | None:
@@ -75,25 +78,26 @@ def rule_agreement(cfg: RewardConfig, pairs) -> tuple[float, int] | None:
     return (agree / compared, compared) if compared else None
 
 
-def top_share(scores: list[float], fraction: float = TOP_FRACTION, min_samples: int = MIN_TOP_SAMPLES) -> float | None:
-    """Share of the reward mass above the minimum held by the top `fraction` of the samples above it.
+def top_share(scores: list[float], fraction: float = TOP_FRACTION, min_ratio: int = MIN_REWARDED_PER_TOP) -> float | None:
+    """Share of the reward mass above the step's minimum held by the top `fraction` of the samples (at least one).
 
-    Example: scores [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1] (ten rewarded equally), fraction 0.1 -> the
-    top 1 of 10 holds 1/10 = 0.1. None with fewer than `min_samples` samples above the minimum.
+    Example: 100 samples, 90 scored 0, 8 scored 1, 2 scored 11 (fraction 0.01 -> the top 1 sample):
+    mass 8 + 22 = 30, top 11 / 30 = 0.367. None when fewer than `min_ratio` x (top count) samples
+    score above the minimum (here 10 >= 5).
     """
     finite = [s for s in scores if math.isfinite(s)]
     if not finite:
         return None
     low = min(finite)
-    mass = sorted((s - low for s in finite if s > low), reverse=True)
-    if len(mass) < min_samples:
-        return None
+    mass = sorted((s - low for s in finite), reverse=True)
     top = max(1, math.ceil(fraction * len(mass)))
+    if sum(m > 0 for m in mass) < min_ratio * top:
+        return None
     return sum(mass[:top]) / sum(mass)
 
 
 def agreement_metrics(cfg: RewardConfig, pairs) -> dict[str, float]:
-    """reward/rule_agreement, reward/rule_agreement_samples and reward/top10_share of a step's samples."""
+    """reward/rule_agreement, reward/rule_agreement_samples and reward/top1pct_share of a step's samples."""
     pairs = list(pairs)
     out: dict[str, float] = {}
     agreement = rule_agreement(cfg, pairs)
@@ -101,7 +105,7 @@ def agreement_metrics(cfg: RewardConfig, pairs) -> dict[str, float]:
         out["reward/rule_agreement"], out["reward/rule_agreement_samples"] = agreement
     share = top_share([r.score for _, r in pairs if r is not None and not r.extra.get("reward_failed")])
     if share is not None:
-        out["reward/top10_share"] = share
+        out["reward/top1pct_share"] = share
     return out
 
 
