@@ -26,6 +26,7 @@ import os
 import time
 from pathlib import Path
 
+from rlrm.config.loader import dump_profile
 from rlrm.config.schema import LoggingConfig, Profile
 from rlrm.engine.metrics.tracker import MetricsWriter
 from rlrm.errors import ConfigError
@@ -143,8 +144,6 @@ class MlflowTracker:
 
 def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -> list:
     """The trackers `logging.trackers` names, opened for this run folder (ConfigError for a missing extra)."""
-    from rlrm.config.loader import dump_profile
-
     cfg = profile.logging
     check_trackers(cfg)
     root = tracker_root(cfg, run_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.custom import make_custom_reward
 from rlrm.engine.rewards.disrm import make_disrm_reward
 from rlrm.engine.rewards.genrm import make_genrm_reward
 from rlrm.engine.rewards.inject import inject
@@ -27,8 +28,6 @@ def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> Rewa
     """Rule, custom, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
     if cfg.kind == "custom":
-        from rlrm.engine.rewards.custom import make_custom_reward
-
         return make_custom_reward(cfg)
     if kind is None:
         return make_rule_reward(cfg)
