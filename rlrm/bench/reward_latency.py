@@ -19,8 +19,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import finite_json
+from rlrm.bench.results import COLUMNS, compare, finite_json, mode_means, run_row
+from rlrm.config.latency import parse_latency
+from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
+from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.trainer import check_inputs, start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 BASELINE = "sync-nolatency"
@@ -51,8 +55,6 @@ class RewardLatencyBench:
     missing: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        from rlrm.config.latency import parse_latency
-
         unknown = [m for m in self.modes if m not in MODES]
         if unknown or not self.modes:
             raise ConfigError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
@@ -83,10 +85,6 @@ class RewardLatencyBench:
 
     def run(self, on_run=None) -> dict:
         """Run every planned run; returns the summary (also written to summary.json)."""
-        from rlrm.engine.metrics.tracker import read_metrics
-        from rlrm.engine.trainer import check_inputs, start_run, train
-
-        from rlrm.bench.results import run_row
 
         plan = self.plan()
         check_inputs(self._profile_for("sync", 0, None))
@@ -144,8 +142,6 @@ class RewardLatencyBench:
         return mean
 
     def _profile_for(self, mode: str, repeat: int, scale: float | None):
-        from rlrm.config.loader import load_profile
-
         sets = [
             *self.overrides,
             f"trainer.mode={mode}",
@@ -172,8 +168,6 @@ class RewardLatencyBench:
         return profile
 
     def summary(self) -> dict:
-        from rlrm.bench.results import compare, mode_means
-
         rows = compare(self.rows) if self.rows else []
         base = [r for r in rows if r["latency"] == "none"]
         mean_latency = self.dist.scaled(self.latency_scale).mean() if self.latency_scale is not None else None
@@ -197,8 +191,6 @@ class RewardLatencyBench:
     def _write(self) -> dict:
         """results.csv, results.parquet and summary.json, each written whole (tmp + rename)."""
         import pandas as pd
-
-        from rlrm.bench.results import COLUMNS, compare
 
         frame = pd.DataFrame(compare(self.rows) if self.rows else [], columns=COLUMNS)
         _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))

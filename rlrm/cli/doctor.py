@@ -16,6 +16,9 @@ _OPTIONAL = {
     "vllm": "vLLM backend (extra: vllm)",
     "sglang": "SGLang backend (extra: sglang)",
     "matplotlib": "rlrm report (extra: report)",
+    "tensorboard": "logging.trackers: tensorboard (extra: tensorboard)",
+    "wandb": "logging.trackers: wandb (extra: wandb)",
+    "mlflow": "logging.trackers: mlflow (extra: mlflow)",
 }
 
 

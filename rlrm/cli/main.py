@@ -1,6 +1,12 @@
 """The `rlrm` command: wires the command groups together, nothing else.
 
     rlrm --help
+
+Import rule of the `cli` package (and only of it): a command imports the module that implements it
+inside its own function, so `rlrm --help` and a mistyped option cost ~0.25 s instead of loading the
+whole engine graph (~0.55 s, measured on 2 cores with `python -X importtime -m rlrm --help`).
+Everywhere below the CLI, rlrm's own imports sit at module top; only heavy libraries (torch,
+transformers, ray, matplotlib, pandas) and modules that import them at top are imported lazily.
 """
 
 from __future__ import annotations

@@ -64,6 +64,26 @@ class CompositeConfig(_Section):
     model_kind: Literal["disrm", "genrm"] = Field("genrm", description="Which model kind the composite calls.")
 
 
+class CustomRewardConfig(_Section):
+    """A reward function of your own (reward.kind: custom), with verl's contract:
+    `[async] def compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict` (a dict holds
+    `score` and any extra keys; `reward_router_address` and `reward_model_tokenizer` are passed as None when the
+    function takes them). A sync function runs in a thread. The file is imported as Python code: only name files you trust."""
+
+    path: str | None = Field(None, description="The Python file that defines the function (needed by reward.kind=custom).")
+    name: str = Field("compute_score", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The function's name in that file.")
+
+    @field_validator("path")
+    @classmethod
+    def _path_is_python_file(cls, value: str | None) -> str | None:
+        from pathlib import Path
+
+        if value is not None and (not value.endswith(".py") or not Path(value).expanduser().is_file()):
+            raise ValueError(f"{value!r} is not a Python file (.py) that exists; give the file defining the reward function")
+        # absolute, so that config.yaml names the same file whatever folder a resumed run starts from
+        return None if value is None else str(Path(value).expanduser().resolve())
+
+
 class InjectConfig(_Section):
     """Latency and failures added to every reward call, to measure what scheduling hides (off by default)."""
 
@@ -112,7 +132,9 @@ class InjectConfig(_Section):
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
-    kind: Literal["rule", "disrm", "genrm", "composite"] = Field("rule", description="Reward kind.")
+    kind: Literal["rule", "disrm", "genrm", "composite", "custom"] = Field(
+        "rule", description="Reward kind (custom: a function of your own, see reward.custom)."
+    )
     method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction (rule).")
     format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
     score: float = Field(1.0, description="Rule score of a correct answer.")
@@ -145,7 +167,14 @@ class RewardConfig(_Section):
             "(needs trainer.mode=sync and servers rlrm launches)."
         ),
     )
+    agreement_threshold: float | None = Field(
+        None,
+        description="reward/rule_agreement: the score at and above which the trained reward's verdict is 'correct' "
+        "(unset: 0 for a DisRM's logit, 0.5 for a GenRM's normalised verdict and for a custom function; a composite "
+        "is judged by its model part). Not used with the rule itself.",
+    )
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
+    custom: CustomRewardConfig = Field(default_factory=CustomRewardConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
@@ -155,6 +184,8 @@ class RewardConfig(_Section):
     def _check(self) -> "RewardConfig":
         if "{response}" not in self.genrm.template:
             raise ValueError("genrm.template must contain {response}")
+        if self.kind == "custom" and not self.custom.path:
+            raise ValueError("reward.kind=custom needs reward.custom.path (the Python file defining the reward function)")
         if self.model_kind and not self.server.model:
             raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
         if self.disrm.scorer == "legacy" and (self.kind != "disrm" or self.executor == "ray" or self.server.addresses):

@@ -195,6 +195,41 @@ class LoggingConfig(_Section):
     trace_detail_steps: int = Field(
         100, ge=0, description="Steps whose every request, reward call and mini-batch go to trace.json (later: phases only)."
     )
+    trackers: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list,
+        description="Also send every metrics row (same names) and the resolved profile to these trackers; metrics.jsonl "
+        "is always written. Each is an optional extra (pip install 'rlrm[tensorboard]', 'rlrm[wandb]', 'rlrm[mlflow]').",
+    )
+    tracker_dir: str | None = Field(
+        None,
+        description="Where the trackers write (tensorboard/, wandb/, mlruns/ under it); unset: the run folder. MLflow "
+        "uses a local file store there, so no tracking server or network is needed.",
+    )
+    project: str = Field("rlrm", min_length=1, description="The wandb project and the MLflow experiment name.")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="offline: wandb writes its run under tracker_dir and never reaches the network (upload later with "
+        "`wandb sync`); online: streams to wandb, which reads its key from WANDB_API_KEY or `wandb login` (never from a "
+        "profile).",
+    )
+
+    @field_validator("tracker_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        from pathlib import Path
+
+        # absolute, so that a run resumed from another folder keeps writing to the same place
+        return None if value is None else str(Path(value).expanduser().resolve())
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _one_tracker(cls, value):
+        return [value] if isinstance(value, str) else value  # `--set logging.trackers=tensorboard`
+
+    @field_validator("trackers")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
 
 
 class Profile(_Section):

@@ -10,6 +10,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlrm.launch.auth import key_from_env
+
 ServerBackend = Literal["embedded", "vllm", "sglang"]
 
 
@@ -76,8 +78,6 @@ class ServerFleetConfig(BaseModel):
 
     def read_api_key(self) -> str | None:
         """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
-        from rlrm.launch.auth import key_from_env  # light: hmac and os
-
         return key_from_env(self.api_key_env, f"{self.section}.api_key_env") if self.api_key_env else None
 
 

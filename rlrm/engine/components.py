@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlrm.config.schema import Profile
+from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.served import served_engine
 from rlrm.inference.base import RolloutEngine
+from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
 if TYPE_CHECKING:  # torch-backed: imported where built, not at import time
@@ -46,9 +50,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     import torch
 
     from rlrm.engine.actor.actor import Actor
-    from rlrm.engine.data.dataset import load_splits
-    from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.inference.hf import HFRolloutEngine
 
     if profile.trainer.num_threads:
         torch.set_num_threads(profile.trainer.num_threads)
@@ -64,8 +65,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
     if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
-        from rlrm.engine.served import served_engine
-
         engine = served_engine(profile, path, tokenizer, policy)
     else:
         engine = HFRolloutEngine(

@@ -14,6 +14,7 @@ import shlex
 
 from rlrm.config.schema import Profile
 from rlrm.engine.served import fleet_config
+from rlrm.launch.engines import engine_env
 from rlrm.launch.fleet import ServerFleet
 
 
@@ -39,8 +40,6 @@ def planned_processes(profile: Profile) -> list[str]:
 
 
 def _env(fleet: ServerFleet, i: int) -> str:
-    from rlrm.launch.engines import engine_env
-
     env = {k: v for k, v in engine_env(fleet.cfg.backend, None, fleet.role).items()}
     if fleet.cfg.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = str(fleet.cfg.gpu_ids[i % len(fleet.cfg.gpu_ids)])

@@ -20,16 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from rlrm.config.reward import RewardConfig
+from rlrm.config.schema import Profile
 from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
+from rlrm.engine.rewards.agreement import agreement_metrics
+from rlrm.inference.base import RolloutEngine
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
     import torch
 
-    from rlrm.config.schema import Profile
     from rlrm.engine.actor.actor import Actor
     from rlrm.engine.actor.batch import RolloutBatch
-    from rlrm.inference.base import RolloutEngine
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class StepSettings:
     adv_eps: float
     norm_adv_by_std: bool
     recompute_old_log_prob: str  # auto | always | never (rlrm/engine/behaviour.py)
+    reward: RewardConfig | None = None  # for reward/rule_agreement and reward/top1pct_share (none: not written)
 
     @classmethod
     def from_profile(cls, profile: Profile, pad_token_id: int, device: str) -> StepSettings:
@@ -52,6 +55,7 @@ class StepSettings:
             adv_eps=profile.algorithm.adv_eps,
             norm_adv_by_std=profile.algorithm.norm_adv_by_std,
             recompute_old_log_prob=profile.actor.recompute_old_log_prob,
+            reward=profile.reward,
         )
 
 
@@ -209,7 +213,8 @@ class GRPOStep:
         return metrics
 
     def finish(self, record: StepRecord) -> StepOutcome:
-        """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained."""
+        """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained,
+        and how far the reward agrees with the rule on every sample scored (rlrm/engine/rewards/agreement.py)."""
         import torch
 
         n = self.settings.n
@@ -220,6 +225,8 @@ class GRPOStep:
             "data/dropped_prompts": record.dropped_prompts,
             **staleness_metrics(trained, record.step - 1),
         }
+        if self.settings.reward is not None:
+            metrics.update(agreement_metrics(self.settings.reward, ((t[0], t[1]) for t in record.samples)))
         batches = [s.batch for s in record.scored if s.batch is not None]
         if not batches:
             return StepOutcome({**metrics, "batch/num_samples": 0}, record.samples)

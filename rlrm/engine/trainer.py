@@ -24,10 +24,24 @@ import yaml
 
 from rlrm.config.loader import dump_profile, validate_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
+from rlrm.engine.components import build_components
+from rlrm.engine.data.dataset import load_splits
+from rlrm.engine.data.loader import PromptLoader
+from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.idle import IdleMeter
+from rlrm.engine.metrics.samples import SampleLog
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import Span, StepTimer
+from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
+from rlrm.engine.metrics.trackers import RunLog, check_trackers
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import check_failure_budget
+from rlrm.engine.scheduling.base import PromptSource, RunParts
+from rlrm.engine.scheduling.registry import make_scheduler
+from rlrm.engine.step import GRPOStep, StepSettings
+from rlrm.engine.validation import validate
 from rlrm.errors import RunFolderError
 
 
@@ -67,17 +81,15 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a missing local model (policy, reference, reward), or an unreadable local dataset."""
-    from rlrm.engine.models.tiny import resolve_model_path
-
+    """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
+    reward), or an unreadable local dataset."""
+    check_trackers(profile.logging)
     reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
             resolve_model_path(path)
     data = profile.data
     if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
-        from rlrm.engine.data.dataset import load_splits
-
         load_splits(data)
 
 
@@ -144,9 +156,6 @@ class _TrainLoop:
         self._trace_sent = 0  # spans of self.spans already appended to it
 
     async def run(self) -> None:
-        from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints
-        from rlrm.engine.components import build_components
-
         ckpts = list_checkpoints(self.run_dir)
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
@@ -170,15 +179,10 @@ class _TrainLoop:
             await parts.engine.close()
 
     async def _loop(self, ckpts: list) -> None:
-        from rlrm.engine.metrics.display import StepDisplay
-        from rlrm.engine.metrics.tracker import MetricsWriter
-
         p = self.profile
         step = self._start(ckpts)
-        writer = MetricsWriter(self.run_dir / "metrics.jsonl", keep_through_step=step)
+        writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
-            from rlrm.engine.metrics.samples import SampleLog
-
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
         self.val_examples, self.val_ids = self._validation_set()
         self.t0 = time.perf_counter()
@@ -205,12 +209,6 @@ class _TrainLoop:
 
     def _start(self, ckpts: list) -> int:
         """Restore the newest checkpoint (if any), build the mode's scheduler; returns the last step done."""
-        from rlrm.engine.checkpoint import load_state
-        from rlrm.engine.data.loader import PromptLoader
-        from rlrm.engine.scheduling.base import PromptSource, RunParts
-        from rlrm.engine.scheduling.registry import make_scheduler
-        from rlrm.engine.step import GRPOStep, StepSettings
-
         p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
         step, resume = 0, None
@@ -280,8 +278,6 @@ class _TrainLoop:
         }
 
     def _validation_set(self) -> tuple[list, list]:
-        from rlrm.engine.data.prompts import encode_prompts
-
         p = self.profile
         examples = self.parts.test_examples
         if p.data.val_size:
@@ -290,14 +286,10 @@ class _TrainLoop:
         return kept, ids
 
     async def _validate(self) -> dict:
-        from rlrm.engine.validation import validate
-
         parts = self.parts
         return await validate(parts.engine, parts.tokenizer, self.profile, self.val_examples, self.val_ids)
 
     def _save(self, force: bool = False) -> None:
-        from rlrm.engine.checkpoint import list_checkpoints, save_checkpoint
-
         step = self.result.last_step
         if step == 0 or self.scheduler is None:
             return
@@ -311,16 +303,12 @@ class _TrainLoop:
 
     def _stream_trace(self) -> None:
         """Append the spans that no later pruning changes (those before this step's window) to trace.json."""
-        from rlrm.engine.metrics.trace import TraceStream
-
         if self._trace is None:
             self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0)
         self._trace.append(self.spans.since(self._trace_sent)[: self._detail_from - self._trace_sent])
         self._trace_sent = self._detail_from
 
     def _write_trace(self) -> None:
-        from rlrm.engine.metrics.trace import write_chrome_trace
-
         if self._trace is not None:
             self._trace.close()
         write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)

@@ -11,6 +11,9 @@ import threading
 from dataclasses import dataclass
 
 from rlrm.errors import ModelError
+from rlrm.inference.hf import HFRolloutEngine
+from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.launch.batcher import DynamicBatcher
 
 GENERATIVE_ROLES = ("policy", "genrm")
 ROLES = GENERATIVE_ROLES + ("disrm",)
@@ -39,9 +42,6 @@ class CausalLMBackend:
     """Generation for /v1/completions, /v1/chat/completions and /generate."""
 
     def __init__(self, cfg: ServerConfig):
-        from rlrm.inference.hf import HFRolloutEngine
-        from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
-
         device = pick_device(cfg.device)
         self.tokenizer = load_tokenizer(cfg.model_path)
         model = load_causal_lm(cfg.model_path, cfg.dtype, device)
@@ -64,9 +64,6 @@ class ClassifierBackend:
     def __init__(self, cfg: ServerConfig):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        from rlrm.inference.loading import pick_device
-        from rlrm.launch.batcher import DynamicBatcher
 
         self.device = pick_device(cfg.device)
         try:

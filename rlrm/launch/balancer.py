@@ -18,6 +18,7 @@ import asyncio
 import json
 import time
 
+from rlrm.launch.process import ServerStartError
 from rlrm.reward_errors import BadRequest, RequestTimeout, TransientError
 
 # Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
@@ -106,8 +107,6 @@ class ReplicaBalancer:
 
     async def wait_healthy(self, timeout_s: float) -> None:
         """Return when every replica answers /health (readiness), else raise ServerStartError (one line for the user)."""
-        from rlrm.launch.process import ServerStartError
-
         deadline = time.monotonic() + timeout_s
         while True:
             states = [await self._get_ok(url) for url in self.urls]

@@ -19,7 +19,10 @@ import shlex
 from typing import Awaitable, Callable
 
 from rlrm.errors import ConfigError
+from rlrm.launch.engines import require_backend
+from rlrm.launch.health import check_servers
 from rlrm.launch.pool import ServerPool, replica_argv
+from rlrm.launch.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 
 # what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server.py)
 WAIT_FOR_WEIGHTS = ["--wait-for-weights"]
@@ -57,8 +60,6 @@ class ServerFleet:
 
     def uses_router(self) -> bool:
         """Whether an SGLang router goes in front (raises ConfigError for a choice that cannot work)."""
-        from rlrm.launch.router import sglang_router_available
-
         choice = self.cfg.router
         if choice == "client":
             return False
@@ -77,8 +78,6 @@ class ServerFleet:
 
     def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
-        from rlrm.launch.router import sglang_router_argv
-
         if self.cfg.addresses:
             replicas, out = list(self.cfg.addresses), []
         else:
@@ -108,14 +107,10 @@ class ServerFleet:
         use_router = self.uses_router()  # a wrong choice fails before anything starts
         try:
             if cfg.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
-                from rlrm.launch.health import check_servers
-
                 await check_servers(self.replica_urls, self.role, self.api_key, getattr(cfg, "model", None),
                                     cfg.start_timeout_s, check_timeout_s, what=f"{self.section}.addresses")
             else:
                 if cfg.backend != "embedded":
-                    from rlrm.launch.engines import require_backend
-
                     require_backend(cfg.backend)
                 gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
                 self.pool = ServerPool(
@@ -127,8 +122,6 @@ class ServerFleet:
                 self.replica_urls = self.pool.urls
                 self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
             if use_router:
-                from rlrm.launch.router import RouterCounters, sglang_router
-
                 self.router = sglang_router(self.replica_urls)
                 await asyncio.to_thread(self.router.start)
                 self.router_counters = RouterCounters(self.router.metrics_url)

@@ -9,6 +9,7 @@ import time
 
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.launch.backends import GENERATIVE_ROLES
+from rlrm.launch.batcher import ForwardFailed, Overloaded
 from rlrm.launch.protocol import (
     ChatCompletionRequest,
     ClassifyRequest,
@@ -178,8 +179,6 @@ def add_routes(app, cfg, backend) -> None:
 
     @post("/classify", ClassifyRequest)
     async def classify(body: ClassifyRequest):
-        from rlrm.launch.batcher import ForwardFailed, Overloaded
-
         need("classify")
         sequences = _classify_inputs(body, backend)
         activation = body.use_activation if body.use_activation is not None else body.activation

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.fleet import ServerFleet
 from rlrm.launch.wire import int_or_none
 from rlrm.reward_errors import BadRequest, TransientError
@@ -99,8 +100,6 @@ class ServerRolloutEngine:
 
     async def start(self) -> None:
         """Start (or reach) the replicas, check them against the trainer's model, load pending weights."""
-        from rlrm.launch.balancer import ReplicaBalancer
-
         if self._started:
             return
         try:

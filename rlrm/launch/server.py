@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import time
 
-from rlrm.launch.auth import authorized
+from rlrm.errors import RlrmError
+from rlrm.inference.loading import check_model_path
+from rlrm.launch import routes
+from rlrm.launch.auth import ENV_VAR, authorized, key_from_env
 from rlrm.launch.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.ports import ensure_port_free
 from rlrm.launch.protocol import RequestError
+from rlrm.launch.sleep import SleepState, add_sleep_routes
+from rlrm.launch.weights_routes import WeightState, add_weight_routes
 
 
 def create_app(cfg: ServerConfig):
@@ -29,10 +35,6 @@ def create_app(cfg: ServerConfig):
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
-
-    from rlrm.launch import routes
-    from rlrm.launch.sleep import SleepState, add_sleep_routes
-    from rlrm.launch.weights_routes import WeightState, add_weight_routes
 
     if cfg.role not in ROLES:
         raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
@@ -138,8 +140,6 @@ def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
     """Run the server in the foreground until interrupted."""
     import uvicorn
 
-    from rlrm.launch.ports import ensure_port_free
-
     ensure_port_free(host, port)
     app = create_app(cfg)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEPALIVE_S)
@@ -170,9 +170,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait-for-weights", action="store_true",
                         help="answer /health and generation with 503 until the first POST /update_weights_from_disk")
     args = parser.parse_args(argv)
-    from rlrm.errors import RlrmError
-    from rlrm.inference.loading import check_model_path
-    from rlrm.launch.auth import ENV_VAR, key_from_env
 
     try:
         api_key = args.api_key or (key_from_env(args.api_key_env, "--api-key-env") if args.api_key_env else None)

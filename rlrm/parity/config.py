@@ -10,6 +10,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlrm.config.reward import LegacyDtype, RewardConfig
+from rlrm.parity.compare import Tolerances
 
 LoopDtype = Literal["fp32", "bf16"]
 Truncation = Literal["keep-end", "keep-start"]
@@ -49,8 +50,6 @@ class ParityConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The profile's reward section (loop settings).")
 
     def tolerances(self):
-        from rlrm.parity.compare import Tolerances
-
         return Tolerances(
             atol=self.atol, rtol=self.rtol, max_outside_frac=self.max_outside_frac, min_spearman=self.min_spearman,
             max_rank_flips=self.max_rank_flips,

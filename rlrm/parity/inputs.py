@@ -19,7 +19,14 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlrm.engine.data.dataset import load_splits
+from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 from rlrm.errors import DataError
+from rlrm.inference.hf import HFRolloutEngine
+from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 from rlrm.parity.config import TRUNCATIONS
 
 REQUIRED_FIELDS = ("prompt", "response", "group_id")
@@ -127,13 +134,6 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
 
     import torch
 
-    from rlrm.engine.data.dataset import load_splits
-    from rlrm.engine.data.prompts import encode_prompts
-    from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
-    from rlrm.inference.hf import HFRolloutEngine
-    from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
-
     torch.manual_seed(seed)
     train, _, _ = load_splits(profile.data)
     if len(train) < num_prompts:
@@ -173,8 +173,6 @@ def encode_samples(tokenizer, samples: list[ParitySample], max_length: int, trun
             tokens, are cut off and the score is read mid-response. Use it to reproduce what the
             legacy path really scored; it differs from the reward loop on every truncated sample.
     """
-    from rlrm.engine.rewards.disrm import render_conversation
-
     if truncation not in TRUNCATIONS:
         raise ValueError(f"unknown truncation {truncation!r}; use one of {', '.join(TRUNCATIONS)}")
     ids, truncated, full, response_tokens = [], [], [], []

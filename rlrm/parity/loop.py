@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.disrm import make_disrm_reward
+from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.rewards.service import RewardService
 from rlrm.parity.inputs import ParitySample
 
 LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -65,9 +69,6 @@ def score_with_loop(
 
 
 async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int) -> LoopScores:
-    from rlrm.engine.rewards.base import RewardSample
-    from rlrm.engine.rewards.service import RewardService
-
     batch = [
         RewardSample(uid=s.group_id, index=i, data_source="parity", prompt=s.prompt, solution_str=s.response, ground_truth="")
         for i, s in enumerate(samples)
@@ -76,9 +77,6 @@ async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warm
     try:
         await service.start()
         if tokenizer is not None:
-            from rlrm.engine.rewards.disrm import make_disrm_reward
-            from rlrm.engine.rewards.loop import RewardLoop
-
             service.loop = RewardLoop(make_disrm_reward(cfg, service.balancer, tokenizer), cfg)
         if warmup:
             await service.loop.score_all(batch[:WARMUP_SAMPLES])

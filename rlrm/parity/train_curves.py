@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlrm.config.loader import validate_profile
+from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.trainer import start_run, train
+
 LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -20,9 +24,6 @@ def train_parity(
     profile, model_path: str, steps: int, legacy_dtype: str, loop_dtype: str, world_size: int, max_length: int, out: Path
 ) -> dict:
     """Run both trainings into `out/legacy` and `out/loop`; return the curve comparison."""
-    from rlrm.engine.metrics.tracker import read_metrics
-    from rlrm.engine.trainer import start_run, train
-
     base = profile.model_dump(mode="json")
     runs = {}
     for name, reward in (
@@ -77,8 +78,6 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 def _with(base: dict, steps: int, model_path: str, reward: dict):
     import copy
-
-    from rlrm.config.loader import validate_profile
 
     raw = copy.deepcopy(base)
     raw["trainer"].update(total_steps=steps, save_every=0, mode="sync")

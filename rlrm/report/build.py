@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.errors import ConfigError, RunFolderError
+from rlrm.report import sections
 from rlrm.report.document import Document, Section
 from rlrm.report.figures import FORMATS, FigureSkipped, embeddable, save_figure
 from rlrm.report.folders import BenchData, ParityData, RunData, expand_inputs, load_folder
+from rlrm.report.html import to_html
 from rlrm.report.series import X_AXES
 from rlrm.report.timeline import parse_steps
 
@@ -63,8 +65,6 @@ class FigureWriter:
 
 def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     """Write the report for `paths` (run, benchmark or parity folders) into `options.out`."""
-    from rlrm.report import sections
-
     _check(paths, options)
     steps = parse_steps(options.steps)
     notes: list[str] = []
@@ -86,6 +86,7 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     writer = FigureWriter(out, options.fmt, options.html, notes)
     if runs:
         sections.runs_section(doc, runs, options, steps, writer)
+        sections.audit_section(doc, runs, writer)
     elif options.metrics:
         notes.append("--metrics selects training curves of run folders; no run folder was given")
     for bench in benches:
@@ -97,8 +98,6 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     summary.write_text(doc.to_markdown(), encoding="utf-8")
     result = ReportResult(out=out, files=[*writer.files, summary], notes=notes, summary=summary)
     if options.html:
-        from rlrm.report.html import to_html
-
         result.html = out / "report.html"
         result.html.write_text(to_html(doc), encoding="utf-8")
         result.files.append(result.html)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 from rlrm.report import benchmark, curves, parity
+from rlrm.report.audit import AGREEMENT, AuditSettings, audit_run, run_series
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
 from rlrm.report.folders import BenchData, ParityData, RunData
@@ -36,6 +37,36 @@ def runs_section(doc: Document, all_runs: list[RunData], options, steps, writer)
     for name, key, title in _curve_keys(doc, usable, options.metrics):
         writer.emit(section, name, functools.partial(curves.curve_figure, usable, key, options.x, options.smooth, title))
     _timeline(section, usable, steps, writer, "timeline")
+
+
+def audit_section(doc: Document, all_runs: list[RunData], writer, settings: AuditSettings = AuditSettings()) -> None:
+    """The reward-hacking audit of each run (rlrm/report/audit.py): a table of checks, the rule-agreement curve."""
+    usable = [run for run in all_runs if not run.metrics.empty]
+    if not usable:
+        return
+    section = doc.section("Reward-hacking audit")
+    section.text(
+        f"Least-squares trends over windows of {settings.window} steps. Divergence: the training reward rises "
+        f"(slope t >= {settings.t_min:g}) while val/accuracy or reward/rule_agreement falls by >= {settings.min_drop:g} "
+        f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
+        f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
+    )
+    rows, flagged = [], {}
+    for run in usable:
+        for finding in audit_run(run_series(run.metrics), settings):
+            rows.append([run.name, finding.check, finding.status, finding.detail])
+            if finding.flagged:
+                flagged.setdefault(run.name, []).append(finding.check)
+    section.table(["run", "check", "result", "evidence"], rows)
+    if flagged:
+        section.text("Flagged: " + "; ".join(f"{name} ({', '.join(checks)})" for name, checks in flagged.items()))
+    else:
+        section.text("No run flagged.")
+    having = [run for run in usable if has_metric(run.metrics, AGREEMENT)]
+    if having:
+        writer.emit(section, "curve_rule_agreement", functools.partial(
+            curves.curve_figure, having, AGREEMENT, "step", 0.0, f"Agreement of the reward with the rule: {AGREEMENT}"
+        ))
 
 
 def _curve_keys(doc: Document, usable: list[RunData], globs: list[str]) -> list[tuple[str, str, str]]:

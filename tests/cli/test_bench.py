@@ -83,9 +83,9 @@ def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, message):
 
 
 def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, monkeypatch):
-    import rlrm.engine.trainer as trainer_mod
+    import rlrm.bench.reward_latency as bench_mod
 
-    real_train, calls = trainer_mod.train, []
+    real_train, calls = bench_mod.train, []
 
     def train_then_interrupt(run_dir, console=None):
         calls.append(run_dir)
@@ -93,7 +93,7 @@ def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, m
             raise KeyboardInterrupt
         return real_train(run_dir, console)
 
-    monkeypatch.setattr(trainer_mod, "train", train_then_interrupt)
+    monkeypatch.setattr(bench_mod, "train", train_then_interrupt)
     out = tmp_path / "bench"
     result = CliRunner().invoke(app, _args(out))
     assert result.exit_code == 130
@@ -105,10 +105,10 @@ def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, m
 
 @pytest.mark.parametrize("failing_run", [1, 2])
 def test_a_failed_run_leaves_only_finished_runs_behind(tmp_path, tiny_policy_path, monkeypatch, failing_run):
-    import rlrm.engine.trainer as trainer_mod
+    import rlrm.bench.reward_latency as bench_mod
     from rlrm.errors import TrainingError
 
-    real_train, calls = trainer_mod.train, []
+    real_train, calls = bench_mod.train, []
 
     def train_then_fail(run_dir, console=None):
         calls.append(run_dir)
@@ -117,7 +117,7 @@ def test_a_failed_run_leaves_only_finished_runs_behind(tmp_path, tiny_policy_pat
             raise TrainingError("the reward servers are gone")
         return real_train(run_dir, console)
 
-    monkeypatch.setattr(trainer_mod, "train", train_then_fail)
+    monkeypatch.setattr(bench_mod, "train", train_then_fail)
     out = tmp_path / "bench"
     result = CliRunner().invoke(app, _args(out))
     assert result.exit_code == 1 and "error: the reward servers are gone" in result.output

@@ -81,8 +81,6 @@ def test_reward_models_resolve_and_start_from_the_same_seed_policy(name, tmp_pat
     import shutil
 
     import rlrm.engine.models.tiny as tiny
-    import rlrm.engine.models.tiny_disrm as tiny_disrm
-    import rlrm.engine.models.tiny_judge as tiny_judge
 
     monkeypatch.setitem(tiny._BUILDERS, "policy", lambda dest, seed, log, root: shutil.copytree(tiny_policy_path, dest))
     started_from = []
@@ -92,7 +90,7 @@ def test_reward_models_resolve_and_start_from_the_same_seed_policy(name, tmp_pat
         shutil.copytree(policy_dir, dest)
         return {"auc": 0.95, "auc_policy_samples": 0.94, "auc_near_misses": 0.96, "verdict_accuracy": 0.9, "build_s": 1.0}
 
-    monkeypatch.setattr(tiny_judge if name == "judge" else tiny_disrm, f"build_{name}", fake_build)
+    monkeypatch.setattr(tiny, f"build_{name}", fake_build)
     path = resolve_model_path(f"tiny:{name}", cache_dir=tmp_path)
     assert path == str(model_dir(name, tmp_path, 0))
     assert started_from == [model_dir("policy", tmp_path, 0)]

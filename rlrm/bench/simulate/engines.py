@@ -1,6 +1,6 @@
 """Generation cost models: when each request of a launched batch finishes, and which policy made it.
 
-    engine = make_engine(spec.rollout, gen_done, version)    # gen_done, version: [steps, N], filled in
+    engine = ContinuousEngine(spec.rollout, gen_done, version)    # gen_done, version: [steps, N], filled in
     engine.arrive(t, k, prompt_len, resp_len)                # batch k's requests reach the engines at t
     end = engine.sync(t, seconds, version=k)                 # weight sync asked at t; returns when it is done
     engine.intervals()                                       # (replica, start, end) of every busy stretch
@@ -29,14 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 _EMPTY = np.inf
-
-
-def make_engine(rollout, gen_done: np.ndarray, version: np.ndarray):
-    """The engine model `rollout.batching` names, writing into gen_done/version [steps, N]."""
-    from rlrm.bench.simulate.static import StaticEngine
-
-    cls = StaticEngine if rollout.batching == "static" else ContinuousEngine
-    return cls(rollout, gen_done, version)
 
 
 class _Engine:

@@ -23,6 +23,7 @@ from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
 from rlrm.config.latency import parse_latency
+from rlrm.engine.metrics.trace import write_chrome_trace
 from rlrm.errors import RunFolderError
 
 BASELINE = "sync-nolatency"
@@ -123,8 +124,6 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
 
 def _write(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict) -> None:
     import pandas as pd
-
-    from rlrm.engine.metrics.trace import write_chrome_trace
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.yaml").write_text(dump_spec(spec))

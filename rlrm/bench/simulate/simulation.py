@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlrm.bench.simulate.batches import RewardQueue
-from rlrm.bench.simulate.engines import make_engine
+from rlrm.bench.simulate.engines import ContinuousEngine
 from rlrm.bench.simulate.kernel import Kernel
 from rlrm.bench.simulate.modes import StopRun, rollouter, trainer
 from rlrm.bench.simulate.record import Recorder
+from rlrm.bench.simulate.static import StaticEngine
 
 
 @dataclass
@@ -37,7 +38,8 @@ class Simulation:
         steps, width = draws.resp_len.shape
         self.gen_done = np.full((steps, width), np.inf)  # when each sample's generation returns
         self.version_of = np.zeros((steps, width), dtype=np.int64)  # the policy version that generated it
-        self.engine = make_engine(spec.rollout, self.gen_done, self.version_of)
+        engine_model = StaticEngine if spec.rollout.batching == "static" else ContinuousEngine
+        self.engine = engine_model(spec.rollout, self.gen_done, self.version_of)
         self.rewards = RewardQueue(spec.reward, width, spec.max_ahead(mode) + 2)
         self.kernel = Kernel()
         self.rec = Recorder(spec, mode)

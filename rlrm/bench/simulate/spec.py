@@ -18,9 +18,9 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlrm.config.latency import parse_latency
 from rlrm.config.loader import _parse_override, _set_path, _unknown_key_message, validate_model
 from rlrm.config.schema import TrainerConfig
-from rlrm.config.latency import parse_latency
 from rlrm.errors import ConfigError
 
 MODES: tuple[str, ...] = get_args(TrainerConfig.model_fields["mode"].annotation)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rlrm.config.schema import DataConfig
 from rlrm.engine.data.example import Example
+from rlrm.engine.data.gsm8k import load_gsm8k, split_source
+from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.errors import DataError
 
 
@@ -15,11 +17,8 @@ def load_splits(cfg: DataConfig) -> tuple[list[Example], list[Example], dict]:
             splits that resolve to the same file or hub split.
     """
     if cfg.source == "synthetic":
-        from rlrm.engine.data.synthetic import synthetic_splits
-
         train, test = synthetic_splits(cfg.synthetic, cfg.prompt_suffix)
         return train, test, {"skipped_train": 0, "skipped_test": 0}
-    from rlrm.engine.data.gsm8k import load_gsm8k, split_source
 
     train_source, test_source = split_source(cfg.path, cfg.train_split), split_source(cfg.path, cfg.test_split)
     if train_source == test_source:

@@ -21,6 +21,8 @@ import os
 from rlrm import reward_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.launch.balancer import ReplicaBalancer
 
 _ERRORS = {cls.__name__: cls for cls in (
     reward_errors.RewardCallError, reward_errors.TransientError, reward_errors.RequestTimeout,
@@ -38,8 +40,6 @@ class RewardWorker:
 
     async def score(self, sample: RewardSample):
         if self.fn is None:  # built lazily, inside the actor's own event loop
-            from rlrm.engine.rewards.factory import build_reward_fn
-            from rlrm.launch.balancer import ReplicaBalancer
 
             balancer = ReplicaBalancer(self.urls, api_key=self.api_key) if self.urls else None
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path)

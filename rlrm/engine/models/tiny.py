@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Callable
 
 from rlrm.engine.models.sft import fixed_threads
+from rlrm.engine.models.tiny_disrm import build_disrm
+from rlrm.engine.models.tiny_judge import build_judge
+from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
 from rlrm.errors import ModelError
 from rlrm.inference.loading import check_model_path
 
@@ -117,8 +120,6 @@ def summary(name: str, path: Path) -> str:
 def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
     from transformers.utils import logging as hf_logging
 
-    from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
-
     hf_logging.disable_progress_bar()
 
     start = time.perf_counter()
@@ -142,10 +143,7 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
 
 def _build_reward_model(name: str, dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
     """Build the judge or the DisRM from the same-seed policy (prepared first if needed)."""
-    if name == "judge":
-        from rlrm.engine.models.tiny_judge import build_judge as build
-    else:
-        from rlrm.engine.models.tiny_disrm import build_disrm as build
+    build = build_judge if name == "judge" else build_disrm
 
     policy_dir = prepare_tiny(("policy",), cache_dir=root, seed=seed, log=log)["policy"]
     metrics = build(dest, seed, log, policy_dir)

@@ -47,6 +47,7 @@ from rlrm.engine.models.tiny_pairs import (
     sample_policy,
     wrong_response,
 )
+from rlrm.engine.rewards.disrm import render_conversation
 
 THREADS = 2  # fixed, so float reductions (and so the weights) are reproducible for a seed
 EVAL_BATCH = 128
@@ -212,8 +213,6 @@ def _pairs(train: list, mistakes: list[Labelled], recipe: DisRMRecipe, rng: rand
 
 
 def _render(tokenizer, pair: Labelled) -> list[int]:
-    from rlrm.engine.rewards.disrm import render_conversation
-
     return render_conversation(tokenizer, pair.example.prompt, pair.response)
 
 

@@ -45,6 +45,7 @@ from rlrm.engine.models.tiny_pairs import (
 )
 from rlrm.engine.rewards import genrm
 from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.gsm8k import extract_solution
 
 JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -86,8 +87,6 @@ def parse_verdict(text: str) -> float | None:
 
 def judge_answer(response: str, reference: str) -> str:
     """What the judge is taught to answer: its working (final answer vs reference), then the verdict."""
-    from rlrm.engine.rewards.gsm8k import extract_solution
-
     final = extract_solution(response, "strict")
     if final is None:
         return "none\nScore: 0"

@@ -16,7 +16,9 @@ import random
 from typing import NamedTuple
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.models.sft import generate
+from rlrm.engine.rewards.gsm8k import compute_score
 
 MAX_VALUE = 20  # operands up to 20, as in the default synthetic data (tiny-rule uses up to 10)
 DATA_SEED_BASE = 4242  # problems differ from the policy's warm start (987) and the profiles' (1234)
@@ -34,8 +36,6 @@ class Labelled(NamedTuple):
 
 def reward_problems(seed: int, num_train: int, num_test: int) -> tuple[list, list]:
     """(train, held-out) problems; held-out has `num_test` with operands up to 20 and as many up to 10, none in train."""
-    from rlrm.engine.data.synthetic import synthetic_splits
-
     base = DATA_SEED_BASE + seed
     cfg = SyntheticConfig(num_train=num_train, num_test=num_test, seed=base, max_value=MAX_VALUE)
     train, test = synthetic_splits(cfg, PROMPT_SUFFIX)
@@ -92,8 +92,6 @@ def _evaluate(parts: list[str]) -> int:
 
 def sample_policy(model, tokenizer, examples: list, per_problem: int, batch: int = 64) -> list[Labelled]:
     """The policy's sampled responses (temperature 1, as in RL), labelled by the strict GSM8K rule."""
-    from rlrm.engine.rewards.gsm8k import compute_score
-
     out = []
     for start in range(0, len(examples), batch):
         chunk = examples[start : start + batch]

@@ -9,7 +9,9 @@ import random
 from typing import Callable
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.models.sft import chat_prompt, fine_tune, generate
+from rlrm.engine.rewards.gsm8k import compute_score
 
 # Qwen2's pre-tokenizer split: digits one by one, words with their leading space.
 QWEN2_SPLIT = (
@@ -32,8 +34,6 @@ SFT_DATA = SyntheticConfig(num_train=6400, num_test=128, seed=987)
 
 
 def _corpus(seed: int) -> list[str]:
-    from rlrm.engine.data.synthetic import synthetic_splits
-
     train, _ = synthetic_splits(SyntheticConfig(num_train=3000, num_test=1, seed=seed + 11), PROMPT_SUFFIX)
     texts = []
     for ex in train:
@@ -99,8 +99,6 @@ def new_policy(tokenizer, seed: int):
 
 
 def _sft_pairs(tokenizer) -> tuple[list[tuple[list[int], list[int]]], list]:
-    from rlrm.engine.data.synthetic import synthetic_splits
-
     train, test = synthetic_splits(SFT_DATA, PROMPT_SUFFIX)
     pairs = []
     for ex in train:
@@ -121,8 +119,6 @@ def warm_start(model, tokenizer, seed: int, log: Callable[[str], None]) -> float
 
 def greedy_accuracy(model, tokenizer, examples: list, max_new_tokens: int = 20) -> float:
     """Share of examples whose greedy answer scores 1 under the strict GSM8K rule."""
-    from rlrm.engine.rewards.gsm8k import compute_score
-
     out, width = generate(model, tokenizer, [ex.prompt for ex in examples], max_new_tokens=max_new_tokens, do_sample=False)
     texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     return sum(compute_score(t, ex.ground_truth) for t, ex in zip(texts, examples)) / len(examples)

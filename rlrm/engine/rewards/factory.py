@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.custom import make_custom_reward
+from rlrm.engine.rewards.disrm import make_disrm_reward
+from rlrm.engine.rewards.genrm import make_genrm_reward
+from rlrm.engine.rewards.inject import inject
 from rlrm.engine.rewards.rule import make_rule_reward
 
 
@@ -16,25 +20,22 @@ def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
     """`fn` wrapped with `reward.inject` when that injects anything."""
     if not cfg.inject.active:
         return fn
-    from rlrm.engine.rewards.inject import inject
 
     return inject(fn, cfg.inject)
 
 
 def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> RewardFn:
-    """Rule, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
+    """Rule, custom, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
+    if cfg.kind == "custom":
+        return make_custom_reward(cfg)
     if kind is None:
         return make_rule_reward(cfg)
     if kind == "disrm":
         from transformers import AutoTokenizer
 
-        from rlrm.engine.rewards.disrm import make_disrm_reward
-
         model_fn = make_disrm_reward(cfg, balancer, AutoTokenizer.from_pretrained(model_path))
     else:
-        from rlrm.engine.rewards.genrm import make_genrm_reward
-
         model_fn = make_genrm_reward(cfg, balancer)
     if cfg.kind != "composite":
         return model_fn

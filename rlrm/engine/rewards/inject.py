@@ -24,6 +24,7 @@ from rlrm.config.reward import InjectConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.reward_errors import InjectedFailure
 
+
 def inject(fn: RewardFn, cfg: InjectConfig) -> RewardFn:
     """Wrap a reward function with `cfg`'s latency and failures.
 

@@ -12,9 +12,14 @@ from __future__ import annotations
 import asyncio
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.executor.ray_workers import RayRewardWorkers
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardFn
-from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.factory import build_reward_fn, with_injection
+from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.launch.balancer import ReplicaBalancer
+from rlrm.launch.fleet import ServerFleet
 
 
 class RewardService:
@@ -45,10 +50,6 @@ class RewardService:
             raise
 
     async def _start_servers(self, kind: str) -> None:
-        from rlrm.engine.models.tiny import resolve_model_path
-        from rlrm.launch.balancer import ReplicaBalancer
-        from rlrm.launch.fleet import ServerFleet
-
         server = self.cfg.server
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
@@ -62,9 +63,6 @@ class RewardService:
         await self.sleep()  # colocated: asleep until the first scoring
 
     async def _start_legacy(self) -> None:
-        from rlrm.engine.models.tiny import resolve_model_path
-        from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
-
         self.model_path = resolve_model_path(self.cfg.server.model)
         self.legacy = LegacyDisRM(self.cfg, self.model_path)
         await self.legacy.start()
@@ -84,14 +82,10 @@ class RewardService:
 
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:
-            from rlrm.engine.rewards.factory import with_injection
-
             return with_injection(self.legacy, self.cfg)
         urls = self.balancer.urls if self.balancer is not None else []
         model_path = getattr(self, "model_path", None)
         if self.cfg.executor == "ray":
-            from rlrm.engine.executor.ray_workers import RayRewardWorkers
-
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()
             return self.workers.score

@@ -12,19 +12,17 @@ each of its parts runs and what overlaps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from rlrm.config.schema import Profile
+from rlrm.engine.data.example import Example
+from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import StepTimer
+from rlrm.engine.rewards.service import RewardService
 from rlrm.engine.step import GRPOStep, StepOutcome
-
-if TYPE_CHECKING:
-    from rlrm.config.schema import Profile
-    from rlrm.engine.data.example import Example
-    from rlrm.engine.data.loader import PromptLoader
-    from rlrm.engine.rewards.service import RewardService
-    from rlrm.inference.base import RolloutEngine
+from rlrm.inference.base import RolloutEngine
 
 
 class Scheduler(Protocol):

@@ -1,0 +1,200 @@
+"""Experiment trackers beside metrics.jsonl: TensorBoard, Weights & Biases (offline), MLflow (local file store).
+
+    check_trackers(profile.logging)                      # before a run starts: a missing extra is one line
+    log = RunLog(run_dir, profile, keep_through_step=0)  # metrics.jsonl + every tracker in logging.trackers
+    log.log({"step": 1, "critic/score/mean": 0.5})
+    log.close()
+
+Every tracker gets the rows metrics.jsonl gets, under the same names and at the same step, and the
+resolved profile as the run's config (TensorBoard: a `config` text; wandb: the run config; MLflow:
+flattened params plus `config.yaml` as an artifact). They write under `logging.tracker_dir` (default
+the run folder): `tensorboard/`, `wandb/`, `mlruns/`. Nothing here reaches the network unless
+`logging.wandb_mode: online`, and no key is ever written: wandb online reads its own
+(`WANDB_API_KEY` or `wandb login`), git and code capture are off, and config.yaml already holds
+only the names of key variables. A resumed run continues the same tracker runs (TensorBoard purges
+the steps after the checkpoint, wandb and MLflow reopen the run of this folder).
+
+The tracker libraries are imported only when a tracker is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import time
+from pathlib import Path
+
+from rlrm.config.loader import dump_profile
+from rlrm.config.schema import LoggingConfig, Profile
+from rlrm.engine.metrics.tracker import MetricsWriter
+from rlrm.errors import ConfigError
+
+# tracker -> (module that must import, the extra that installs it)
+EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
+
+
+def check_trackers(cfg: LoggingConfig) -> None:
+    """ConfigError naming the pip command when a tracker in `logging.trackers` is not installed."""
+    for name in cfg.trackers:
+        module, extra = EXTRAS[name]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"logging.trackers has {name}, which is not installed: pip install 'rlrm[{extra}]'")
+
+
+def tracker_root(cfg: LoggingConfig, run_dir: Path) -> Path:
+    return Path(cfg.tracker_dir).expanduser() if cfg.tracker_dir else Path(run_dir)
+
+
+def scalars(row: dict) -> dict[str, float]:
+    """The row's finite numbers (bools and text left out), without `step`."""
+    out = {}
+    for key, value in row.items():
+        if key == "step" or isinstance(value, bool):
+            continue
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+def run_id(run_dir: Path) -> str:
+    """A stable id for the run folder (the same on resume): its name and a hash of its absolute path."""
+    path = str(Path(run_dir).resolve())
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in Path(path).name)[:48]
+    return f"{safe}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+
+
+class TensorBoardTracker:
+    def __init__(self, root: Path, run_dir: Path, profile_yaml: str, keep_through_step: int):
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops the events a resumed run writes again (steps after its checkpoint)
+        self.writer = SummaryWriter(str(root / "tensorboard"), purge_step=keep_through_step + 1 if keep_through_step else None)
+        if not keep_through_step:
+            self.writer.add_text("config", "```yaml\n" + profile_yaml + "```", 0)
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbTracker:
+    def __init__(self, root: Path, run_dir: Path, profile: Profile, mode: str):
+        import wandb
+
+        settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True, save_code=False)
+        self.run = wandb.init(
+            project=profile.logging.project, name=Path(run_dir).name, id=run_id(run_dir), resume="allow",
+            dir=str(root), mode=mode, config=profile.model_dump(mode="json"), settings=settings, reinit="create_new",
+        )
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        self.run.log(values, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowTracker:
+    """MLflow through its client (no global `mlflow.set_tracking_uri`), on a local file store."""
+
+    def __init__(self, root: Path, run_dir: Path, profile: Profile, profile_yaml: str):
+        # MLflow 3 keeps the file store behind an opt-in, and would send usage telemetry: a local run wants neither.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        store = (root / "mlruns").resolve()
+        self.client = MlflowClient(tracking_uri=store.as_uri())
+        name = profile.logging.project
+        experiment = self.client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
+        tag = run_id(run_dir)
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`rlrm.run_id` = '{tag}'", max_results=1)
+        if found:  # a resumed run continues its MLflow run
+            self.run_id = found[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        run = self.client.create_run(experiment_id, run_name=Path(run_dir).name, tags={"rlrm.run_id": tag})
+        self.run_id = run.info.run_id
+        params = [Param(k, v[:6000]) for k, v in _flatten(profile.model_dump(mode="json")).items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.log_text(self.run_id, profile_yaml, "config.yaml")
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, value, now, step) for key, value in values.items()]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -> list:
+    """The trackers `logging.trackers` names, opened for this run folder (ConfigError for a missing extra)."""
+    cfg = profile.logging
+    check_trackers(cfg)
+    root = tracker_root(cfg, run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    profile_yaml = dump_profile(profile)
+    opened = []
+    try:
+        for name in cfg.trackers:
+            if name == "tensorboard":
+                opened.append(TensorBoardTracker(root, run_dir, profile_yaml, keep_through_step))
+            elif name == "wandb":
+                opened.append(WandbTracker(root, run_dir, profile, cfg.wandb_mode))
+            else:
+                opened.append(MlflowTracker(root, run_dir, profile, profile_yaml))
+    except BaseException:
+        for tracker in opened:
+            tracker.close()
+        raise
+    return opened
+
+
+class RunLog:
+    """metrics.jsonl (always) and the profile's trackers: one `log` per row."""
+
+    def __init__(self, run_dir: Path, profile: Profile, keep_through_step: int | None = None):
+        self.writer = MetricsWriter(Path(run_dir) / "metrics.jsonl", keep_through_step=keep_through_step)
+        try:
+            self.trackers = open_trackers(profile, run_dir, keep_through_step or 0)
+        except BaseException:
+            self.writer.close()
+            raise
+
+    def log(self, row: dict) -> None:
+        self.writer.log(row)
+        values = scalars(row)
+        for tracker in self.trackers:
+            tracker.log(int(row.get("step", 0)), values)
+
+    def close(self) -> None:
+        self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, str]:
+    """{"actor": {"lr": 1e-4}} -> {"actor.lr": "0.0001"}: the profile as MLflow params."""
+    out = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = str(value)
+    return out
