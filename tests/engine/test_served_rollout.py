@@ -69,12 +69,12 @@ def test_two_replicas_behind_the_sglang_router_learn_and_survive_a_kill(tmp_path
     replica killed (-9) after a few steps: every step keeps all its samples and the run still learns."""
     import threading
 
-    import rlrm.engine.served as served
+    import rlrm.engine.components as components
 
     pytest.importorskip("sglang_router")
     steps, engines = 20, []
-    build = served.served_engine
-    monkeypatch.setattr(served, "served_engine", lambda *a, **k: engines.append(build(*a, **k)) or engines[-1])
+    build = components.served_engine
+    monkeypatch.setattr(components, "served_engine", lambda *a, **k: engines.append(build(*a, **k)) or engines[-1])
     profile = load_profile("tiny-rule", [
         f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.save_every=0", "trainer.num_threads=1",
         "logging.console=none", "rollout.backend=server", "rollout.server.replicas=2", "rollout.server.router=sglang",
