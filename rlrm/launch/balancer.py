@@ -105,7 +105,7 @@ class ReplicaBalancer:
                 self.healthy[url] = await self._get_ok(url)
             await asyncio.sleep(self.probe_interval_s)
 
-    async def wait_healthy(self, timeout_s: float) -> None:
+    async def wait_healthy(self, timeout_s: float, what: str = "reward servers") -> None:
         """Return when every replica answers /health (readiness), else raise ServerStartError (one line for the user)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -114,7 +114,7 @@ class ReplicaBalancer:
                 return
             if time.monotonic() > deadline:
                 down = [u for u, ok in zip(self.urls, states) if not ok]
-                raise ServerStartError(f"reward servers not healthy after {timeout_s:g} s: {', '.join(down)}")
+                raise ServerStartError(f"{what} not healthy after {timeout_s:g} s: {', '.join(down)}")
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:

@@ -105,7 +105,7 @@ class ServerRolloutEngine:
         try:
             await self.fleet.start(check_timeout_s=min(self.request_timeout_s, 60.0))
             self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
-            await self.balancer.wait_healthy(self.fleet.cfg.start_timeout_s)
+            await self.balancer.wait_healthy(self.fleet.cfg.start_timeout_s, what="rollout servers")
             versions = await asyncio.to_thread(self._check_replicas)
             if self.files.current is not None:  # weights given before start (a resumed run)
                 await asyncio.to_thread(self._push_all, self.files.current, self.version)

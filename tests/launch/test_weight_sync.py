@@ -118,3 +118,21 @@ def test_a_full_weights_dir_is_one_clear_error_and_leaves_nothing(tmp_path, monk
     with pytest.raises(RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 4.0 MiB; .*rollout.server.weights_dir"):
         files.write({"w": torch.zeros(1 << 20)}, 1)
     assert list(files.root.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_client_gone_mid_load_leaves_one_whole_version(tiny_policy_path, shifted):
+    """Ctrl-C in the trainer while a replica loads: the replica serves the old weights or the new ones, never a mix."""
+    argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
+    with ServerProcess(argv) as server:
+        old = _generate(server.url)
+        with pytest.raises(httpx.TimeoutException):  # the client gives up at once, as an interrupted trainer does
+            httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": "7"},
+                       timeout=0.001)
+        seen = [_generate(server.url) for _ in range(5)]
+        httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": "7"}, timeout=60)
+        new = _generate(server.url)
+    for out in seen:
+        version = out["meta_info"]["weight_version"]
+        assert version in ("0", "7")
+        assert out["meta_info"]["output_token_logprobs"] == (old if version == "0" else new)["meta_info"]["output_token_logprobs"]
