@@ -1,0 +1,28 @@
+"""Bad rollout-server inputs through the real CLI: one line, exit 1, no run folder left behind."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.launch.ports import free_port
+
+
+def test_a_dead_rollout_server_address_is_one_line_and_leaves_no_run(tmp_path, tiny_policy_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [
+        "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1", "--out", str(out),
+        "--set", "rollout.backend=server", "--set", f"rollout.server.addresses={dead}",
+        "--set", "rollout.server.start_timeout_s=1", "--set", "trainer.num_threads=1",
+    ])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: rollout.server.addresses[0] {dead} cannot serve the policy: ")
+    assert lines[0].endswith("(still after 1 s: rollout.server.start_timeout_s)")
+    assert not out.exists()
+
+
+def test_vllm_rollout_servers_in_an_overlapping_mode_are_refused_before_anything_starts(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--profile", "gsm8k-rule-served", "--mode", "one-step-off", "--dry-run"])
+    assert result.exit_code != 0 and "needs trainer.mode=sync (got one-step-off)" in result.output
