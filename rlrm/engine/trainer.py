@@ -175,6 +175,9 @@ class _TrainLoop:
                 await self.scheduler.close()
             await parts.reward.close()
             await parts.engine.close()
+            close_actor = getattr(parts.actor, "close", None)  # the rank processes of actor.world_size > 1
+            if close_actor is not None:
+                close_actor()
 
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
@@ -213,7 +216,7 @@ class _TrainLoop:
         if ckpts:
             state = load_state(ckpts[-1])
             resume = state["loader"]
-            parts.actor.load_state_dict(state["actor"])
+            parts.actor.load_state_dict(state["actor"], ckpt_dir=ckpts[-1])
             loader.load_state_dict(state["loader"])
             step = state["step"]
             parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
@@ -289,12 +292,15 @@ class _TrainLoop:
         step = self.result.last_step
         if step == 0 or self.scheduler is None:
             return
+        if getattr(self.parts.actor, "broken", None):  # a rank died: its shards are gone, keep the last checkpoint
+            return
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
             return
         state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
         save_checkpoint(
-            self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints
+            self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints,
+            write_extra=getattr(self.parts.actor, "write_shards", None),
         )
 
     def _stream_trace(self) -> None:

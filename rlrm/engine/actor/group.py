@@ -128,3 +128,37 @@ class RankGroupActor(UpdateLoop):
 def shards_dir(ckpt_dir: Path) -> Path:
     """Where a checkpoint keeps the ranks' torch.distributed.checkpoint files."""
     return Path(ckpt_dir) / "shards"
+
+
+def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, device: str, model) -> RankGroupActor:
+    """Start `actor.world_size` ranks (spawned here, or Ray actors) and return the actor that drives them.
+
+    Args:
+        profile: the run's profile.
+        policy_path: the HF folder every rank loads the policy from (a checkpoint's model/ on resume).
+        ref_path: the reference model's folder, or None without a KL loss.
+        device: "cpu" or "cuda" (one GPU per rank).
+        model: the trainer's copy of the policy (see RankGroupActor).
+    """
+    import os
+
+    from rlrm.engine.actor.rank import RankSpec
+
+    world = profile.actor.world_size
+    cores = profile.trainer.num_threads or os.cpu_count() or 1
+    spec = RankSpec(profile, policy_path, ref_path, world_size=world, device=device, threads=max(1, cores // world))
+    if profile.actor.ranks_on == "ray":
+        from rlrm.engine.executor.ray_ranks import RayRanks
+
+        ranks = RayRanks(spec, address=profile.actor.ray_address or profile.reward.ray_address)
+    else:
+        from rlrm.engine.executor.rank_procs import RankProcesses
+        from rlrm.engine.rewards.legacy.workers import check_world_size
+
+        try:
+            check_world_size(world, device)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("--world-size", "actor.world_size")) from None
+        ranks = RankProcesses(spec)
+    ranks.start()
+    return RankGroupActor(ranks, model, profile)
