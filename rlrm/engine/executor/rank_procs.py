@@ -155,8 +155,11 @@ class RankProcesses:
 
 def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then run the calls that arrive until None."""
+    import os
+
     from rlrm.engine.actor.rank import RankWorker
 
+    parent = os.getppid()
     worker = RankWorker(spec)
     try:
         try:
@@ -165,7 +168,7 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
             outbox.put(("error", rank, describe(exc)))
             return
         outbox.put(("ok", rank, node))
-        while (job := inbox.get()) is not None:
+        while (job := _next_job(inbox, parent)) is not None:
             method, args = job
             try:
                 outbox.put(("ok", rank, getattr(worker, method)(*args)))
@@ -175,3 +178,15 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     finally:
         worker.close()
 
+
+
+def _next_job(inbox, parent: int):
+    """The next call, or None when told to stop or when the trainer is gone (killed: no rank outlives it)."""
+    import os
+
+    while True:
+        try:
+            return inbox.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None
