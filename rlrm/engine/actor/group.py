@@ -20,6 +20,7 @@ optimizer with torch.distributed.checkpoint (`write_shards`).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -161,4 +162,6 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
             raise ConfigError(str(exc).replace("--world-size", "actor.world_size")) from None
         ranks = RankProcesses(spec)
     ranks.start()
+    where = ", ".join(f"rank {r} on {node}" for r, node in enumerate(ranks.nodes))
+    print(f"actor: {world} ranks ({profile.actor.ranks_on}): {where}", file=sys.stderr, flush=True)
     return RankGroupActor(ranks, model, profile)

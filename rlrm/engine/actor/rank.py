@@ -130,7 +130,7 @@ class RankWorker:
             total_steps=profile.trainer.total_steps, n=profile.rollout.n, world_size=spec.world_size,
         )
         self.device = device
-        return socket.gethostname()
+        return _node_name()
 
     def log_probs(self, which: str, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs [rows, R] of the shard under the policy (`which="policy"`) or the reference."""
@@ -208,6 +208,19 @@ def shard_model(model, mesh, device: str, dtype: str) -> None:
         if type(sub).__name__ in layers:
             fully_shard(sub, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def _node_name() -> str:
+    """How errors name this rank's node: the host name, with Ray's node IP and id when under Ray."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
+    except ImportError:
+        pass
+    return socket.gethostname()
 
 
 def _node_ip() -> str:
