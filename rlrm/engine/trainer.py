@@ -38,11 +38,13 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import check_failure_budget
+from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.validation import validate
-from rlrm.errors import RunFolderError
+from rlrm.errors import ConfigError, RunFolderError
+from rlrm.inference.loading import pick_device
 
 
 @dataclass
@@ -82,8 +84,9 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), or an unreadable local dataset."""
+    reward), or an unreadable local dataset, more local actor ranks than devices."""
     check_trackers(profile.logging)
+    check_actor_ranks(profile)
     reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
@@ -91,6 +94,17 @@ def check_inputs(profile: Profile) -> None:
     data = profile.data
     if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
         load_splits(data)
+
+
+def check_actor_ranks(profile: Profile) -> None:
+    """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
+    if profile.actor.world_size == 1 or profile.actor.ranks_on == "ray":
+        return  # Ray's placement group says whether the cluster can hold them
+    try:
+        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device))
+    except ConfigError as exc:
+        raise ConfigError(f"{str(exc).replace('--world-size', 'actor.world_size')}; or place ranks on a Ray cluster "
+                          "with actor.ranks_on=ray") from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:

@@ -108,3 +108,17 @@ def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks
         for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
             assert metrics[key] == pytest.approx(want_metrics[key], rel=1e-4, abs=1e-6), (mode, key)
     assert max((want[k] - start[k]).abs().max().item() for k in want) > 5e-4
+
+
+def test_more_local_ranks_than_cores_are_refused_before_anything_starts():
+    import os
+
+    from rlrm.config.loader import load_profile
+    from rlrm.engine.trainer import check_inputs
+    from rlrm.errors import ConfigError
+
+    too_many = (os.cpu_count() or 1) + 1
+    profile = load_profile("tiny-rule", overrides=[f"actor.world_size={too_many}", "trainer.device=cpu"])
+    with pytest.raises(ConfigError, match=rf"actor.world_size {too_many} on CPU needs a core per gloo rank"):
+        check_inputs(profile)
+    check_inputs(load_profile("tiny-rule", overrides=[f"actor.world_size={too_many}", "actor.ranks_on=ray"]))

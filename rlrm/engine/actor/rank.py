@@ -182,6 +182,14 @@ class RankWorker:
         self.actor.scheduler.load_state_dict(state["scheduler"])
         self.actor.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 
+    def peak_memory_gb(self) -> float:
+        """This rank's peak memory: CUDA allocations on GPU, the process's peak resident set on CPU."""
+        if self.spec.device == "cuda":
+            return torch.cuda.max_memory_allocated() / 2**30
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
     def configure(self, changes: dict) -> None:
         """Change loss settings between updates (e.g. actor.loss_agg_mode); the model and optimizer stay."""
         self.actor.cfg = self.actor.cfg.model_copy(update=changes)
