@@ -211,11 +211,13 @@ def shard_model(model, mesh, device: str, dtype: str) -> None:
         policy = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
     else:
         policy = MixedPrecisionPolicy()
+    # One rank holds the whole model as its shard: freeing it after each forward would only gather it again.
+    reshard = mesh.size() > 1
     layers = set(getattr(model, "_no_split_modules", None) or [])
     for sub in list(model.modules()):
         if type(sub).__name__ in layers:
-            fully_shard(sub, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+            fully_shard(sub, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
 
 
 def _node_name() -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import signal
 import socket
+import threading
 import time
 
 from rlrm.errors import TrainingError
@@ -65,6 +66,7 @@ class RankProcesses:
         self._inboxes: list = []
         self._outbox = None
         self.broken: str | None = None  # why the group stopped serving
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         """Start the ranks and wait (up to actor.collective_timeout_s) until each has its shard of the models."""
@@ -88,11 +90,12 @@ class RankProcesses:
 
     def call(self, method: str, args: list[tuple]) -> list:
         """Run `method(*args[r])` on every rank r; their results in rank order."""
-        if self.broken:
-            raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
-        for inbox, rank_args in zip(self._inboxes, args):
-            inbox.put((method, rank_args))
-        return self._collect(method, None)
+        with self._lock:  # one call at a time: every rank must see the calls in the same order
+            if self.broken:
+                raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
+            for inbox, rank_args in zip(self._inboxes, args):
+                inbox.put((method, rank_args))
+            return self._collect(method, None)
 
     def call_all(self, method: str, *args) -> list:
         """`call` with the same arguments on every rank."""
@@ -172,9 +175,8 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
             method, args = job
             try:
                 outbox.put(("ok", rank, getattr(worker, method)(*args)))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - reported; the rank stays up so that only a death reads as one
                 outbox.put(("error", rank, describe(exc)))
-                return
     finally:
         worker.close()
 

@@ -17,6 +17,7 @@ fails the call with a RankError naming the rank and its node, and the group serv
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from rlrm.engine.executor.rank_procs import RankError, raise_rank_error
@@ -32,6 +33,7 @@ class RayRanks:
         self.actors: list = []
         self.group = None
         self.broken: str | None = None
+        self._lock = threading.Lock()
         self._started_ray = False
 
     def start(self) -> None:
@@ -74,10 +76,11 @@ class RayRanks:
 
     def call(self, method: str, args: list[tuple]) -> list:
         """Run `method(*args[r])` on every rank r; their results in rank order."""
-        if self.broken:
-            raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
-        refs = [getattr(a, method).remote(*rank_args) for a, rank_args in zip(self.actors, args)]
-        return self._get(refs, method)
+        with self._lock:  # one call at a time: every rank must see the calls in the same order
+            if self.broken:
+                raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
+            refs = [getattr(a, method).remote(*rank_args) for a, rank_args in zip(self.actors, args)]
+            return self._get(refs, method)
 
     def call_all(self, method: str, *args) -> list:
         return self.call(method, [args] * self.world_size)
