@@ -1,11 +1,12 @@
 """Actor ranks as Ray actors on a two-node `ray.cluster_utils.Cluster`: one rank per node, reward workers on
-both nodes, three tiny-rule steps that equal the same steps on one rank."""
+both nodes, three tiny-rule steps that equal the same steps on one rank; a rank killed with SIGKILL is named."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -44,8 +45,6 @@ def _rows(run):
 
 
 def test_ranks_one_per_node_train_as_one_rank(two_nodes, tmp_path, capfd):
-    import re
-
     ray_sets = ["actor.world_size=2", "actor.ranks_on=ray", "actor.placement=STRICT_SPREAD",
                 "reward.executor=ray", "reward.num_workers=2"]  # fmt: skip
     spread = start_run(load_profile("tiny-rule", overrides=[*SMALL, *ray_sets]), tmp_path / "ray")
@@ -62,3 +61,41 @@ def test_ranks_one_per_node_train_as_one_rank(two_nodes, tmp_path, capfd):
         for key, value in x.items():
             if not key.startswith(TIMING) and isinstance(value, (int, float)):
                 assert y[key] == pytest.approx(value, abs=1e-5), (x["step"], key)
+
+
+def test_a_rank_killed_with_sigkill_is_named_with_its_node(two_nodes, tmp_path):
+    import signal
+    import time
+
+    import ray
+    import torch
+
+    from rlrm.engine.actor.batch import collate
+    from rlrm.engine.actor.group import RankGroupActor
+    from rlrm.engine.actor.rank import RankSpec
+    from rlrm.engine.executor.rank_procs import RankError
+    from rlrm.engine.executor.ray_ranks import RayRanks
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.inference.base import Completion
+    from rlrm.inference.loading import load_causal_lm
+
+    path = resolve_model_path("tiny:policy")
+    profile = load_profile("tiny-rule", overrides=[*SMALL, "actor.world_size=2", "actor.ranks_on=ray",
+                                                   "actor.placement=STRICT_SPREAD", "actor.collective_timeout_s=30"])
+    ranks = RayRanks(RankSpec(profile, path, None, world_size=2, device="cpu", threads=1))
+    ranks.start()
+    actor = RankGroupActor(ranks, load_causal_lm(path, "float32", "cpu"), profile)
+    try:
+        batch = collate([Completion([5, 6, 7], [8, 9], [-1.0, -1.0], "stop")] * 4, pad_token_id=0)
+        batch.group_ids = torch.tensor([0, 0, 1, 1])
+        assert actor.compute_old_log_prob(batch).shape == (4, 2)
+        pid = ray.get(ranks.actors[1].__ray_call__.remote(lambda self: os.getpid()))
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RankError, match=rf"actor rank 1 on node {re.escape(ranks.nodes[1])} died"):
+            actor.compute_old_log_prob(batch)
+        assert time.monotonic() - start < 30
+        with pytest.raises(RankError, match="stopped after an earlier failure"):
+            actor.compute_old_log_prob(batch)
+    finally:
+        actor.close()
