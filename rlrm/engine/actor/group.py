@@ -147,7 +147,8 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
 
     world = profile.actor.world_size
     cores = profile.trainer.num_threads or os.cpu_count() or 1
-    spec = RankSpec(profile, policy_path, ref_path, world_size=world, device=device, threads=max(1, cores // world))
+    threads = 1 if profile.actor.ranks_on == "ray" else max(1, cores // world)  # a Ray rank reserves one CPU
+    spec = RankSpec(profile, policy_path, ref_path, world_size=world, device=device, threads=threads)
     if profile.actor.ranks_on == "ray":
         from rlrm.engine.executor.ray_ranks import RayRanks
 
