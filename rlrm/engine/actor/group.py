@@ -20,6 +20,7 @@ optimizer with torch.distributed.checkpoint (`write_shards`).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +29,11 @@ import torch
 from rlrm.config.schema import Profile
 from rlrm.engine.actor.actor import MiniBatchSizes, UpdateLoop
 from rlrm.engine.actor.batch import RolloutBatch
+from rlrm.engine.actor.rank import RankSpec
 from rlrm.engine.actor.shards import gather_rows, split_for_ranks
+from rlrm.engine.executor.rank_procs import RankProcesses
+from rlrm.engine.executor.ray_ranks import RayRanks
+from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.errors import ConfigError
 
 
@@ -141,22 +146,13 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
         device: "cpu" or "cuda" (one GPU per rank).
         model: the trainer's copy of the policy (see RankGroupActor).
     """
-    import os
-
-    from rlrm.engine.actor.rank import RankSpec
-
     world = profile.actor.world_size
     cores = profile.trainer.num_threads or os.cpu_count() or 1
     threads = 1 if profile.actor.ranks_on == "ray" else max(1, cores // world)  # a Ray rank reserves one CPU
     spec = RankSpec(profile, policy_path, ref_path, world_size=world, device=device, threads=threads)
     if profile.actor.ranks_on == "ray":
-        from rlrm.engine.executor.ray_ranks import RayRanks
-
         ranks = RayRanks(spec, address=profile.actor.ray_address or profile.reward.ray_address)
     else:
-        from rlrm.engine.executor.rank_procs import RankProcesses
-        from rlrm.engine.rewards.legacy.workers import check_world_size
-
         try:
             check_world_size(world, device)
         except ConfigError as exc:
