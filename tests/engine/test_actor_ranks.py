@@ -20,11 +20,12 @@ N = 4  # samples per prompt
 
 
 def _completions():
-    # 4 groups of 4: groups 0 and 2 answer with 1-3 tokens, groups 1 and 3 with 9-14, so whichever
-    # way the groups are dealt, the ranks hold different numbers of tokens in every mini-batch
+    # 6 groups of 4: even groups answer with 1-3 tokens, odd ones with 9-14, so the ranks hold different
+    # numbers of tokens; mini-batches of 3 groups go 2 + 1 to the two ranks, so they also hold different
+    # numbers of sequences (the one-group rank padded with masked-out rows)
     gen = torch.Generator().manual_seed(3)
     out = []
-    for g in range(4):
+    for g in range(6):
         prompt = torch.randint(5, 400, (6 + g,), generator=gen).tolist()
         for j in range(N):
             length = (1 + j % 3) if g % 2 == 0 else (9 + j + g // 2 * 2)
@@ -44,12 +45,12 @@ def _batch(model, temperature=1.0):
 
 
 def _profile(path, mode, world_size) -> Profile:
-    # mini-batches of 2 prompts (2 optimizer steps), micro-batches of 3 samples
+    # mini-batches of 3 prompts (2 optimizer steps), micro-batches of 3 samples
     return Profile.model_validate({
         "model": {"path": str(path)},
-        "data": {"train_batch_size": 4},
+        "data": {"train_batch_size": 6},
         "rollout": {"n": N},
-        "actor": {"lr": 1e-4, "mini_batch_size": 2, "micro_batch_size": 3, "loss_agg_mode": mode,
+        "actor": {"lr": 1e-4, "mini_batch_size": 3, "micro_batch_size": 3, "loss_agg_mode": mode,
                   "world_size": world_size, "entropy_coeff": 0.01, "clip_ratio_low": 0.02, "clip_ratio_high": 0.02},
     })
 
@@ -88,8 +89,9 @@ def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks
     model = load_causal_lm(str(tiny_policy_path), "float32", "cpu")
     batch = _batch(model)
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    shards = split_for_ranks(batch.select(range(2 * N)), 2)
+    shards = split_for_ranks(batch.select(range(3 * N)), 2)
     assert shards[0].batch.response_mask.sum() != shards[1].batch.response_mask.sum()  # unequal tokens per rank
+    assert sorted(len(s.rows) for s in shards) == [N, 2 * N]  # and unequal sequences
     assert torch.allclose(two_ranks.compute_old_log_prob(batch), response_log_probs(model, batch, 1.0, 64)[0], atol=1e-5)
     one = Actor(model, None, _profile(tiny_policy_path, MODES[0], 1).actor, temperature=1.0, total_steps=1, n=N)
     # the modes one after the other on both sides (two optimizer steps each), compared after each
