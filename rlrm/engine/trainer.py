@@ -282,13 +282,17 @@ class _TrainLoop:
     def _perf(self, row: dict, step_s: float) -> dict:
         tokens = row.get("perf/total_num_tokens", 0)
         n_samples = row.get("batch/num_samples", 0)
-        return {
+        perf = {
             "perf/throughput": tokens / step_s,
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
             "perf/max_memory_gb": _peak_memory_gb(),
             "perf/wall_s": time.perf_counter() - self.t0,
         }
+        rank_memory = getattr(self.parts.actor, "peak_memory_gb", None)  # actor.world_size > 1: the ranks' own
+        if rank_memory is not None:
+            perf["perf/actor_max_memory_gb"] = rank_memory()
+        return perf
 
     def _validation_set(self) -> tuple[list, list]:
         p = self.profile

@@ -57,6 +57,7 @@ def test_resume_at_two_ranks_equals_an_uninterrupted_run_and_a_changed_world_siz
     train(part)
     _same_rows(_rows(whole), _rows(part))
     assert len(_rows(part)) == 4
+    assert all(r["perf/actor_max_memory_gb"] > 0.05 for r in _rows(part))  # the ranks' own peak memory
 
     config = part / "config.yaml"
     raw = yaml.safe_load(config.read_text())

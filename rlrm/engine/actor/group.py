@@ -100,6 +100,10 @@ class RankGroupActor(UpdateLoop):
     def step_scheduler(self) -> float:
         return self.ranks.call_all("step_scheduler")[0]
 
+    def peak_memory_gb(self) -> float:
+        """The largest peak memory of any rank (CUDA allocations on GPU, resident set on CPU)."""
+        return max(self.ranks.call_all("peak_memory_gb"))
+
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """The full policy, gathered from the shards on rank 0, loaded into the trainer's copy too."""
         full = self.ranks.call_all("full_state_dict")[0]
