@@ -84,7 +84,7 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), or an unreadable local dataset, more local actor ranks than devices."""
+    reward), an unreadable local dataset, or more local actor ranks than devices."""
     check_trackers(profile.logging)
     check_actor_ranks(profile)
     reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
