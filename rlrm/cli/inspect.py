@@ -57,10 +57,10 @@ def reward(
     resolved = load_profile(profile or "tiny-disrm", overrides)
     settings = None
     if invariance:
-        from rlrm.engine.rewards.invariance import InvarianceSettings
-
         if resolved.reward.model_kind != "disrm":
             raise ConfigError(f"--invariance checks a DisRM's scores; reward.kind={resolved.reward.kind} serves no DisRM")
+        from rlrm.engine.rewards.invariance import InvarianceSettings
+
         settings = InvarianceSettings(max_batch=resolved.reward.server.max_batch, dtype=resolved.reward.server.dtype)
     if input is not None:
         batch = sample_source.read_inspect_file(input)[:n]
