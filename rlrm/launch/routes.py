@@ -175,6 +175,10 @@ def add_routes(app, cfg, backend) -> None:
     async def classify(body: ClassifyRequest):
         need("classify")
         sequences = _classify_inputs(body, backend)
+        if body.padding_side == "left":
+            from rlrm.launch.backends import LeftPadded
+
+            sequences = [LeftPadded(s) for s in sequences]
         activation = body.use_activation if body.use_activation is not None else body.activation
         try:
             logits = await backend.batcher.submit(sequences)
