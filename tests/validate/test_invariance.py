@@ -6,30 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rlrm.engine.rewards.invariance import InvarianceSettings, check_invariance, compare_scores, settings_to_run
 
-LEAKY_SERVER = textwrap.dedent('''
-    """Stand-in: the embedded DisRM server with a batch-dependent model (each score + 0.05 x the batch mean)."""
-    import sys
-
-    from rlrm.launch import backends
-
-    plain = backends.ClassifierBackend._last_token_logits
-
-    def leaky(self, ids, mask, position_ids=None):
-        scores = plain(self, ids, mask, position_ids)
-        return scores + 0.05 * scores.mean()
-
-    backends.ClassifierBackend._last_token_logits = leaky
-    from rlrm.launch.server import main
-
-    main(sys.argv[1:])
-''')
+LEAKY_SERVER = Path(__file__).with_name("leaky_server.py")  # the stand-in batch-dependent DisRM server
 
 
 def test_compare_scores_by_hand():
@@ -81,16 +65,14 @@ def _check(url, path, conversations):
     return asyncio.run(run())
 
 
-def test_a_healthy_served_disrm_passes_and_a_batch_dependent_one_fails(spread_disrm_path, arithmetic_conversations, tmp_path):
-    script = tmp_path / "leaky_server.py"
-    script.write_text(LEAKY_SERVER)
+def test_a_healthy_served_disrm_passes_and_a_batch_dependent_one_fails(spread_disrm_path, arithmetic_conversations):
     with _server([sys.executable, "-m", "rlrm.launch.server"], spread_disrm_path) as healthy:
         good = _check(healthy.url, spread_disrm_path, arithmetic_conversations)
     assert good["passed"], good["comparisons"]
     assert [c["name"] for c in good["comparisons"]] == [name for name, _, _ in settings_to_run(24, 16)]
     assert all(c["max_abs_diff"] <= good["tolerance"] and c["rank_flips"] == 0 for c in good["comparisons"])
     assert good["tolerance"] == pytest.approx(1e-4 * max(1.0, float(np.sqrt(np.mean(np.square(good["reference_scores"]))))))
-    with _server([sys.executable, str(script)], spread_disrm_path) as leaky:
+    with _server([sys.executable, str(LEAKY_SERVER)], spread_disrm_path) as leaky:
         bad = _check(leaky.url, spread_disrm_path, arithmetic_conversations)
     assert not bad["passed"]
     assert all(not c["passed"] and c["max_abs_diff"] > 10 * bad["tolerance"] for c in bad["comparisons"])

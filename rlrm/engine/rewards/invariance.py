@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlrm.reward_errors import BadRequest
+
 # Allowed |difference| per dtype, relative to max(1, RMS of the reference scores): a few units in the
 # last place of the dtype's mantissa, after a reduction order change (float32 2^-23, bf16 2^-8, fp16 2^-11).
 DTYPE_TOLERANCE = {"float32": 1e-4, "bfloat16": 2**-5, "float16": 2**-8}
@@ -81,16 +83,29 @@ async def check_invariance(balancer, model: str | None, ids: list[list[int]], gr
     finite = reference[np.isfinite(reference)].astype(np.float64)
     scale = max(1.0, float(np.sqrt(np.mean(finite**2)))) if len(finite) else 1.0
     tolerance = settings.tolerance if settings.tolerance is not None else DTYPE_TOLERANCE[settings.dtype] * scale
-    comparisons = []
+    comparisons, skipped = [], []
     for name, batch, side in settings_to_run(len(ids), settings.max_batch):
-        scores = await score_batches(balancer, model, ids, batch, side, timeout_s)
+        try:
+            scores = await score_batches(balancer, model, ids, batch, side, timeout_s)
+        except BadRequest as exc:
+            if side != "left":
+                raise
+            skipped.append(f"{name}: the server refused padding_side (not rlrm's server?): {exc}")
+            continue
         comparisons.append({"name": name, "batch": batch, "padding": side, **compare_scores(reference, scores, groups, tolerance)})
+    worst = max(comparisons, key=lambda c: c["max_abs_diff"], default=None)
     return {
         "samples": len(ids),
         "dtype": settings.dtype,
         "tolerance": tolerance,
         "max_batch": settings.max_batch,
         "passed": bool(np.isfinite(reference).all()) and all(c["passed"] for c in comparisons),
+        # the headline numbers, flat (rlrm report lists a summary's scalars)
+        "max_abs_diff": worst["max_abs_diff"] if worst else 0.0,
+        "p99_abs_diff": max((c["p99_abs_diff"] for c in comparisons), default=0.0),
+        "rank_flips": sum(c["rank_flips"] for c in comparisons),
+        "worst_setting": worst["name"] if worst else None,
+        "skipped": skipped,
         "comparisons": comparisons,
         "reference_scores": reference.tolist(),
     }
