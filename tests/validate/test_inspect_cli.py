@@ -82,3 +82,26 @@ def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
     report = json.loads(broken.output)
     assert {f["lint"] for f in report["lints"]} == {"judge-template-missing-response", "verdict-unparsed", "truncated"}
     assert all(r["score"] is None and r["parse_error"] for r in report["samples"])
+
+
+@pytest.mark.slow
+def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_server():
+    import sys
+    from pathlib import Path
+
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.ports import free_port
+    from rlrm.launch.process import ServerProcess
+
+    args = ("--profile", "tiny-disrm", "--n", "16", "--invariance", "--json", "--set", "reward.server.max_batch=16")
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    inv = json.loads(result.output)["invariance"]
+    assert inv["passed"] and inv["samples"] == 16 and len(inv["comparisons"]) == 4 and inv["max_abs_diff"] <= inv["tolerance"]
+    script = Path(__file__).with_name("leaky_server.py")  # the stand-in batch-dependent DisRM server
+    argv = [sys.executable, str(script), "--model", resolve_model_path("tiny:disrm"), "--role", "disrm",
+            "--port", str(free_port()), "--threads", "1"]
+    with ServerProcess(argv) as leaky:
+        result = invoke(*args, "--set", f"reward.server.addresses={leaky.url}")
+    assert result.exit_code == 1, result.output
+    assert not json.loads(result.output)["invariance"]["passed"]
