@@ -16,7 +16,7 @@ def visible(text: str | None) -> str:
     if text is None:
         return "-"
     shown = text if len(text) <= SHOW_CHARS else f"... ({len(text) - SHOW_CHARS} chars) " + text[-SHOW_CHARS:]
-    return shown.replace("\n", "\\n\n")
+    return shown.replace("\n", "\\n\n").rstrip("\n")  # a final newline stays visible as \n, without an empty line
 
 
 def sample_rows(r: dict) -> list[tuple[str, str]]:
