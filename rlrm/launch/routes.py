@@ -8,7 +8,7 @@ import random
 import time
 
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.launch.backends import GENERATIVE_ROLES
+from rlrm.launch.backends import GENERATIVE_ROLES, LeftPadded
 from rlrm.launch.batcher import ForwardFailed, Overloaded
 from rlrm.launch.protocol import (
     ChatCompletionRequest,
@@ -176,8 +176,6 @@ def add_routes(app, cfg, backend) -> None:
         need("classify")
         sequences = _classify_inputs(body, backend)
         if body.padding_side == "left":
-            from rlrm.launch.backends import LeftPadded
-
             sequences = [LeftPadded(s) for s in sequences]
         activation = body.use_activation if body.use_activation is not None else body.activation
         try:

@@ -21,14 +21,22 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.service import RewardService
 from rlrm.validate import details
+from rlrm.validate.invariance_run import run_invariance
 from rlrm.validate.lints import LintContext, run_lints
 from rlrm.validate.recorder import Recorder
 
 RULE_NOTE = (
     "reward.kind=rule has no reward model to inspect: shown instead is the answer the GSM8K rule extracts "
     "from each response ({method}) and the score it gives"
+)
+
+
+CUSTOM_NOTE = (
+    "reward.kind=custom calls your function in-process: shown is what it received and returned (its score and "
+    "extra keys); it has no served model to inspect"
 )
 
 
@@ -73,14 +81,14 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
     records = []
     for sample, result in zip(samples, results):
         record = details.common(sample, result)
-        if kind is None or cfg.kind == "composite":
+        if cfg.kind in ("rule", "composite"):
             record.update(details.rule_detail(sample, cfg))
         if kind == "disrm":
             record.update(details.disrm_detail(sample, recorder.last(sample.index), rm_tok, cfg))
         elif kind == "genrm":
             record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))
         records.append(record)
-    notes = [RULE_NOTE.format(method=f"method {cfg.method}")] if kind is None else []
+    notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
     findings = run_lints(records, LintContext(kind=kind or "rule", policy_tokenizer=policy_tok, rm_tokenizer=rm_tok))
     return InspectReport(cfg.kind, cfg.server.model if kind else None, records, findings, notes, inv)
 
@@ -97,8 +105,6 @@ async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
         results = await service.loop.score_all(samples)
         inv = None
         if invariance is not None:
-            from rlrm.validate.invariance_run import run_invariance
-
             inv = await run_invariance(service, cfg, samples, invariance)
         await service.sleep()
     finally:
@@ -113,6 +119,4 @@ def _tokenizer(path: str):
 
 
 def _policy_tokenizer(profile):
-    from rlrm.engine.models.tiny import resolve_model_path
-
     return _tokenizer(resolve_model_path(profile.model.path))

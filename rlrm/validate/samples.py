@@ -12,17 +12,24 @@ problem is a DataError that names the file and the row.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+from rlrm.engine.data.dataset import load_splits
+from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 from rlrm.errors import DataError
+from rlrm.inference.hf import HFRolloutEngine
+from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
 REQUIRED = ("prompt", "response")
 
 
-def read_jsonl(path: Path, what: str) -> list[dict]:
-    """The rows of a .jsonl file (a bad line or an empty file is a DataError naming it)."""
+def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
+    """(line number, row) of each row of a .jsonl file (a bad line or an empty file is a DataError naming it)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what} {path} does not exist")
@@ -91,16 +98,7 @@ def policy_samples(profile, k: int, seed: int = 0) -> list[RewardSample]:
     `reward_samples`), so they are what the reward meets in training; the test split keeps the
     check apart from the prompts a run trains on.
     """
-    import asyncio
-
     import torch
-
-    from rlrm.engine.data.dataset import load_splits
-    from rlrm.engine.data.prompts import encode_prompts
-    from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
-    from rlrm.inference.hf import HFRolloutEngine
-    from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 
     torch.manual_seed(seed)
     _, test, _ = load_splits(profile.data)

@@ -45,6 +45,19 @@ def test_rule_profile_says_what_is_shown_instead():
     assert record["extracted_answer"] == "8" and record["score"] == 1.0 and report["lints"] == []
 
 
+def test_custom_reward_shows_what_the_function_returned(tmp_path):
+    fn = tmp_path / "length_reward.py"
+    fn.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                  "    return {'score': len(solution_str) / 100, 'chars': len(solution_str)}\n")
+    result = invoke("--profile", "tiny-rule", "--set", "reward.kind=custom", "--set", f"reward.custom.path={fn}",
+                    "--prompt", QUESTION, "--response", "2 + 6 = 8\n#### 8", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    (record,) = report["samples"]
+    assert "reward.kind=custom" in report["notes"][0] and "extracted_answer" not in record
+    assert record["score"] == 0.16 and record["extra"] == {"chars": 16}  # "2 + 6 = 8\n#### 8": 16 characters
+
+
 def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path):
     clean = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}
     eos = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8<|im_end|>", "ground_truth": "8"}
