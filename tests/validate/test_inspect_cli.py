@@ -73,7 +73,8 @@ def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path)
     assert first["truncation"] is None and third["truncation"]["tokens_removed"] == third["tokens_before_truncation"] - 60
     for r in report["samples"]:
         assert float(r["raw_score_float32"]) == pytest.approx(r["score"], abs=0, rel=0)  # the loop's score is the raw logit
-    assert first["score"] > third["score"] - 100  # finite numbers from the served model
+    # the EOS text left in a response is rendered as a second turn end, and moves the score: why the lint exists
+    assert second["rendered_text"].endswith("#### 8<|im_end|><|im_end|>\n") and second["score"] != first["score"]
     assert {(f["lint"], tuple(f["samples"])) for f in report["lints"]} == {("eos-in-response", (1,)), ("truncated", (2,))}
     strict = invoke(*args[:-1], "--strict")
     assert strict.exit_code == 1 and "eos-in-response" in strict.output and "rendered for the DisRM" in strict.output
