@@ -44,7 +44,8 @@ def reward(
     conversation with its special tokens, token count, truncation, the scored token and the raw float32
     score; for a GenRM the judge prompt as sent, the raw verdict and its parse, token usage; for the rule
     the extracted answer. Without --input or --prompt the samples are the profile's policy's responses to
-    the first K prompts of its test split. Lints are printed after (see the README)."""
+    the first K prompts of its test split. Lints are printed after (see the README). The profile defaults
+    to tiny-disrm."""
     from rlrm.config.loader import load_profile
     from rlrm.validate import samples as sample_source
     from rlrm.validate.inspect import inspect_reward
