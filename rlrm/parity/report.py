@@ -88,8 +88,8 @@ def summary_table(cell):
     if inv:
         rows.append((
             "invariance: batch 1 / 8 / max, right / left pad",
-            f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
-            f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})",
+            (f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
+             f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})"),
         ))
     for name, value in rows:
         table.add_row(name, value)

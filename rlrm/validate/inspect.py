@@ -18,10 +18,10 @@ import math
 from dataclasses import dataclass, field
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.service import RewardService
 from rlrm.validate import details
 from rlrm.validate.invariance_run import run_invariance

@@ -20,10 +20,19 @@ from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
+from rlrm.engine.scheduling.requests import (
+    generate_groups,
+    reward_samples,
+    sampling_params,
+)
 from rlrm.errors import DataError
 from rlrm.inference.hf import HFRolloutEngine
-from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.inference.loading import (
+    eos_token_ids,
+    load_causal_lm,
+    load_tokenizer,
+    pick_device,
+)
 
 REQUIRED = ("prompt", "response")
 

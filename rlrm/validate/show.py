@@ -41,8 +41,8 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
             ("judge prompt as sent", visible(r["judge_prompt_text"])),
             ("verdict", visible(r["verdict"])),
             ("parsed score", f"{r['parsed_score']:g}" if r["parsed_score"] is not None else f"none: {r['parse_error']}"),
-            ("finish / tokens", f"{r['finish_reason']} / prompt {usage.get('prompt_tokens', '-')}, "
-             f"completion {usage.get('completion_tokens', '-')} (max_tokens {r['max_tokens']})"),
+            ("finish / tokens", (f"{r['finish_reason']} / prompt {usage.get('prompt_tokens', '-')}, "
+                                 f"completion {usage.get('completion_tokens', '-')} (max_tokens {r['max_tokens']})")),
         ]
     if "extracted_answer" in r:
         rows.append(("rule: extracted answer", f"{r['extracted_answer']!r} ({r['method']}) -> {r['rule_score']:g}"))

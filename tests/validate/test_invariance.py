@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlrm.engine.rewards.invariance import InvarianceSettings, check_invariance, compare_scores, settings_to_run
+from rlrm.engine.rewards.invariance import (
+    InvarianceSettings,
+    check_invariance,
+    compare_scores,
+    settings_to_run,
+)
 
 LEAKY_SERVER = Path(__file__).with_name("leaky_server.py")  # the stand-in batch-dependent DisRM server
 

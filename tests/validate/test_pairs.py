@@ -14,7 +14,13 @@ from rlrm.cli.main import app
 from rlrm.engine.models.pairs_file import synthetic_pairs, write_pairs_file
 from rlrm.engine.rewards.gsm8k import compute_score
 from rlrm.errors import DataError
-from rlrm.validate.pairs import Pair, ScoredPair, accuracy_table, bootstrap_interval, read_pairs
+from rlrm.validate.pairs import (
+    Pair,
+    ScoredPair,
+    accuracy_table,
+    bootstrap_interval,
+    read_pairs,
+)
 
 runner = CliRunner()
 # The tiny DisRM separates right from near-miss answers on held-out problems (measured: 192 / 192 pairs);
