@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from rlrm.cli import bench, doctor, launch, models, parity, profiles, report, train
+from rlrm.cli import bench, doctor, evaluate, inspect, launch, models, parity, profiles, report, train
 
 app = typer.Typer(
     name="rlrm",
@@ -30,6 +30,8 @@ app.add_typer(models.app, name="models")
 app.add_typer(launch.app, name="launch")
 app.add_typer(bench.app, name="bench")
 app.add_typer(parity.app, name="parity")
+app.add_typer(inspect.app, name="inspect")
+app.add_typer(evaluate.app, name="eval")
 
 
 def main() -> None:

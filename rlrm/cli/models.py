@@ -26,14 +26,18 @@ def prepare(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
 ) -> None:
     """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data
-    (the same --seed builds the same weights).
+    (the same --seed builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them:
+    chosen/rejected pairs of held-out problems for `rlrm eval rm --pairs`.
 
     The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM
     start from it and are trained briefly to tell correct answers from wrong ones.
     """
-    from rlrm.engine.models.tiny import TINY_MODELS, prepare_tiny, summary
+    from rlrm.engine.models.pairs_file import write_pairs_file
+    from rlrm.engine.models.tiny import TINY_MODELS, default_cache_dir, prepare_tiny, summary
 
     names = tuple(name) if name else TINY_MODELS
     paths = prepare_tiny(names, cache_dir=cache_dir, seed=seed, force=force, log=typer.echo)
     for model_name, path in paths.items():
         typer.echo(f"{model_name}: {path}  {summary(model_name, path)}")
+    pairs = write_pairs_file(cache_dir or default_cache_dir(), seed)
+    typer.echo(f"pairs: {pairs}  (rlrm eval rm --profile tiny-disrm --pairs {pairs})")

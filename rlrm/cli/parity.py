@@ -80,6 +80,9 @@ def disrm(
     out: OutOption = None,
     dry_run: DryRunOption = False,
     score_offset: Annotated[int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")] = 0,
+    invariance: Annotated[
+        bool, typer.Option("--invariance/--no-invariance", help="Also check that served scores do not depend on batch size or padding side (fails the verdict).")
+    ] = True,
     train_steps: Annotated[
         Optional[int],
         typer.Option(help="Also train N steps twice (legacy vs loop scorer, same seed) and compare the reward curves.", min=1),

@@ -132,6 +132,41 @@ class ActorConfig(_Section):
         ),
     )
     max_nonfinite_steps: int = Field(3, gt=0, description="Stop after this many non-finite losses in a row.")
+    world_size: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Training ranks: 1 trains in the trainer process; N > 1 starts N rank processes (torch.distributed: gloo "
+            "on CPU, nccl on GPU, one GPU per rank) holding the policy (and reference) sharded with FSDP2 per decoder "
+            "layer, each training its share of every mini-batch, with the loss normalised over the whole mini-batch "
+            "(N ranks update the weights as one does)."
+        ),
+    )
+    ranks_on: Literal["local", "ray"] = Field(
+        "local",
+        description=(
+            "Where the ranks run when world_size > 1: local (torch.multiprocessing spawn on this machine) or ray "
+            "(Ray actors in a placement group on the cluster at actor.ray_address, or a local Ray)."
+        ),
+    )
+    placement: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK",
+        description=(
+            "Ray placement-group strategy of the ranks (ranks_on=ray): PACK (as few nodes as possible), SPREAD "
+            "(across nodes), STRICT_PACK (all on one node), STRICT_SPREAD (one rank per node)."
+        ),
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster the ranks join (ranks_on=ray; None: reward.ray_address, else a local Ray)."
+    )
+    collective_timeout_s: float = Field(
+        120.0,
+        gt=0.0,
+        description=(
+            "Rank start-up and collective timeout: a rank that dies stops the run within about this long (usually "
+            "at once: its process exit is seen by the trainer)."
+        ),
+    )
 
     @field_validator("recompute_old_log_prob", mode="before")
     @classmethod

@@ -2,6 +2,8 @@
 
     step_<k>/model/          the policy in HF format (loadable with from_pretrained)
     step_<k>/state.pt        optimizer, scheduler, data cursor, RNG states, step, counters
+    step_<k>/shards/         actor.world_size > 1: each rank's shard of the model and optimizer
+                             (torch.distributed.checkpoint); state.pt then holds no optimizer
 
 A checkpoint is written to `step_<k>.tmp` and renamed when complete, so a crash mid-save never
 leaves a half-written checkpoint that resume would pick up.
@@ -27,7 +29,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int) -> Path | None:
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep`.
 
     A policy whose weights hold NaN or inf is not saved (one warning line names the step): the
@@ -41,6 +43,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
         tokenizer: saved next to the model so the folder loads on its own.
         state: trainer state (actor, loader, counters); RNG states are added here.
         keep: how many checkpoints to keep.
+        write_extra: called with the unfinished checkpoint folder to add to it (the actor ranks write
+            their torch.distributed.checkpoint shards under `shards/`), before it is renamed into place.
 
     Returns:
         The checkpoint folder, or None when the weights were not finite.
@@ -60,6 +64,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
     tokenizer.save_pretrained(tmp / "model")
     payload = dict(state, step=step, rng=_rng_state())
     torch.save(payload, tmp / "state.pt")
+    if write_extra is not None:
+        write_extra(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     for old in list_checkpoints(run_dir)[:-keep]:

@@ -32,7 +32,7 @@ class Components:
     tokenizer: Any  # a transformers tokenizer with a chat template and a pad token
     policy: Any  # the actor's model (a transformers causal LM, trained in place)
     engine: RolloutEngine  # holds its own copy of the policy weights
-    actor: Actor
+    actor: Actor  # or a RankGroupActor (same interface) when actor.world_size > 1
     train_examples: list[Example]
     test_examples: list[Example]
     reward: RewardService  # started by the trainer
@@ -60,7 +60,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     tokenizer = load_tokenizer(path)
     policy = load_causal_lm(path, profile.model.dtype, device)
     ref = None
-    if profile.actor.use_kl_loss:
+    if profile.actor.use_kl_loss and profile.actor.world_size == 1:
         ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
@@ -74,13 +74,20 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             max_batch_size=profile.rollout.max_batch_size,
             batch_wait_ms=profile.rollout.batch_wait_ms,
         )
-    actor = Actor(
-        policy,
-        ref,
-        profile.actor,
-        temperature=profile.rollout.temperature,
-        total_steps=profile.trainer.total_steps,
-        n=profile.rollout.n,
-    )
-    train, test, info = load_splits(profile.data)
+    train, test, info = load_splits(profile.data)  # before the ranks start: a bad dataset fails with nothing to stop
+    if profile.actor.world_size > 1:  # the ranks load their own shards; the trainer keeps a full copy
+        from rlrm.engine.actor.group import start_rank_group
+
+        use_ref = profile.actor.use_kl_loss
+        ref_path = (resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path) if use_ref else None
+        actor = start_rank_group(profile, path, ref_path, device, policy)
+    else:
+        actor = Actor(
+            policy,
+            ref,
+            profile.actor,
+            temperature=profile.rollout.temperature,
+            total_steps=profile.trainer.total_steps,
+            n=profile.rollout.n,
+        )
     return Components(profile, tokenizer, policy, engine, actor, train, test, RewardService(profile.reward, profile.trainer.seed), device, info)

@@ -38,11 +38,13 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import check_failure_budget
+from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.validation import validate
-from rlrm.errors import RunFolderError
+from rlrm.errors import ConfigError, RunFolderError
+from rlrm.inference.loading import pick_device
 
 
 @dataclass
@@ -82,8 +84,9 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), or an unreadable local dataset."""
+    reward), an unreadable local dataset, or more local actor ranks than devices."""
     check_trackers(profile.logging)
+    check_actor_ranks(profile)
     reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
@@ -91,6 +94,17 @@ def check_inputs(profile: Profile) -> None:
     data = profile.data
     if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
         load_splits(data)
+
+
+def check_actor_ranks(profile: Profile) -> None:
+    """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
+    if profile.actor.world_size == 1 or profile.actor.ranks_on == "ray":
+        return  # Ray's placement group says whether the cluster can hold them
+    try:
+        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device))
+    except ConfigError as exc:
+        raise ConfigError(f"{str(exc).replace('--world-size', 'actor.world_size')}; or place ranks on a Ray cluster "
+                          "with actor.ranks_on=ray") from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
@@ -177,6 +191,9 @@ class _TrainLoop:
                 await self.scheduler.close()
             await parts.reward.close()
             await parts.engine.close()
+            close_actor = getattr(parts.actor, "close", None)  # the rank processes of actor.world_size > 1
+            if close_actor is not None:
+                close_actor()
 
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
@@ -215,7 +232,7 @@ class _TrainLoop:
         if ckpts:
             state = load_state(ckpts[-1])
             resume = state["loader"]
-            parts.actor.load_state_dict(state["actor"])
+            parts.actor.load_state_dict(state["actor"], ckpt_dir=ckpts[-1])
             loader.load_state_dict(state["loader"])
             step = state["step"]
             parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
@@ -269,13 +286,17 @@ class _TrainLoop:
     def _perf(self, row: dict, step_s: float) -> dict:
         tokens = row.get("perf/total_num_tokens", 0)
         n_samples = row.get("batch/num_samples", 0)
-        return {
+        perf = {
             "perf/throughput": tokens / step_s,
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
             "perf/max_memory_gb": _peak_memory_gb(),
             "perf/wall_s": time.perf_counter() - self.t0,
         }
+        rank_memory = getattr(self.parts.actor, "peak_memory_gb", None)  # actor.world_size > 1: the ranks' own
+        if rank_memory is not None:
+            perf["perf/actor_max_memory_gb"] = rank_memory()
+        return perf
 
     def _validation_set(self) -> tuple[list, list]:
         p = self.profile
@@ -293,12 +314,15 @@ class _TrainLoop:
         step = self.result.last_step
         if step == 0 or self.scheduler is None:
             return
+        if getattr(self.parts.actor, "broken", None):  # a rank died: its shards are gone, keep the last checkpoint
+            return
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
             return
         state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
         save_checkpoint(
-            self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints
+            self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints,
+            write_extra=getattr(self.parts.actor, "write_shards", None),
         )
 
     def _stream_trace(self) -> None:

@@ -58,6 +58,11 @@ class CausalLMBackend:
         await self.engine.close()
 
 
+class LeftPadded(list):
+    """Token ids to score left-padded in their batch (`/classify` with `padding_side: left`), for
+    invariance checks: a correct server gives the same score either way, up to float noise."""
+
+
 class ClassifierBackend:
     """Scores for /classify: one float32 logit per input (num_labels must be 1)."""
 
@@ -92,6 +97,18 @@ class ClassifierBackend:
         self.batcher = DynamicBatcher(self._forward, max_batch=cfg.max_batch, max_queue=cfg.max_queue)
 
     def _forward(self, sequences: list[list[int]]) -> list[float]:
+        """One score per sequence; a `LeftPadded` sequence is batched with the other left-padded ones."""
+        left = [i for i, s in enumerate(sequences) if isinstance(s, LeftPadded)]
+        if not left:
+            return self._forward_side(sequences, left_pad=False)
+        right = [i for i, s in enumerate(sequences) if not isinstance(s, LeftPadded)]
+        scores: list[float] = [0.0] * len(sequences)
+        for part, left_pad in ((right, False), (left, True)):
+            for i, value in zip(part, self._forward_side([sequences[i] for i in part], left_pad) if part else []):
+                scores[i] = value
+        return scores
+
+    def _forward_side(self, sequences: list[list[int]], left_pad: bool) -> list[float]:
         import torch
 
         scores: list[float] = []
@@ -102,24 +119,31 @@ class ClassifierBackend:
                 ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
                 for i, seq in enumerate(chunk):
-                    ids[i, : len(seq)] = torch.tensor(seq)
-                    mask[i, : len(seq)] = 1
-                scores.extend(self._last_token_logits(ids.to(self.device), mask.to(self.device)).float().cpu().tolist())
+                    where = slice(width - len(seq), width) if left_pad else slice(0, len(seq))
+                    ids[i, where] = torch.tensor(seq)
+                    mask[i, where] = 1
+                # left padding: positions count real tokens only, so a row's positions do not depend on its batch-mates
+                positions = (mask.cumsum(-1) - 1).clamp(min=0).to(self.device) if left_pad else None
+                logits = self._last_token_logits(ids.to(self.device), mask.to(self.device), positions)
+                scores.extend(logits.float().cpu().tolist())
         return scores
 
-    def _last_token_logits(self, ids, mask):
+    def _last_token_logits(self, ids, mask, position_ids=None):
         """[b] the score at each row's last real token, found from the attention mask.
 
         transformers pools at the last token that is not the pad id, which is the wrong token
-        when the pad id also ends a turn (pad = eos); the mask never is.
+        when the pad id also ends a turn (pad = eos); the mask never is. Left-padded rows end at
+        the last column and come with `position_ids` counted from their first real token.
         """
         import torch
 
-        last = mask.sum(-1) - 1  # [b] right padding: the last real position
+        width = ids.shape[1]
+        # [b] the last real position: the row's length - 1 right-padded, the last column left-padded
+        last = mask.sum(-1) - 1 if position_ids is None else torch.full((len(ids),), width - 1, device=ids.device)
         head = getattr(self.model, "score", None)
         if head is None:  # other heads: trust transformers' own pooling
-            return self.model(input_ids=ids, attention_mask=mask).logits[:, 0]
-        hidden = self.model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, T, H]
+            return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, 0]
+        hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids).last_hidden_state  # [b, T, H]
         return head(hidden[torch.arange(len(ids), device=ids.device), last])[:, 0]
 
     async def close(self) -> None:

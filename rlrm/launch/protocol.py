@@ -117,3 +117,5 @@ class ClassifyRequest(_Body):
     activation: bool | None = None  # older vLLM name of use_activation
     truncate_prompt_tokens: int | None = None
     user: str | None = None
+    # rlrm's own: pad the batch on this side (score-invariance checks; vLLM has no such field)
+    padding_side: Literal["right", "left"] | None = None

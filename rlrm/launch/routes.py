@@ -8,7 +8,7 @@ import random
 import time
 
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.launch.backends import GENERATIVE_ROLES
+from rlrm.launch.backends import GENERATIVE_ROLES, LeftPadded
 from rlrm.launch.batcher import ForwardFailed, Overloaded
 from rlrm.launch.protocol import (
     ChatCompletionRequest,
@@ -181,6 +181,8 @@ def add_routes(app, cfg, backend) -> None:
     async def classify(body: ClassifyRequest):
         need("classify")
         sequences = _classify_inputs(body, backend)
+        if body.padding_side == "left":
+            sequences = [LeftPadded(s) for s in sequences]
         activation = body.use_activation if body.use_activation is not None else body.activation
         try:
             logits = await backend.batcher.submit(sequences)

@@ -47,6 +47,9 @@ class ParityConfig(BaseModel):
     adv_eps: float = Field(1e-6, gt=0, description="GRPO std epsilon (the profile's algorithm.adv_eps).")
     norm_adv_by_std: bool = Field(True, description="GRPO divides by the group std (algorithm.norm_adv_by_std).")
     score_offset: int = Field(0, ge=0, description="Debugging: legacy reads the score this many tokens early.")
+    invariance: bool = Field(
+        True, description="Also check the served DisRM's score invariance (batch 1 / 8 / max, right / left padding); fails the verdict."
+    )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="The profile's reward section (loop settings).")
 
     def tolerances(self):

@@ -21,7 +21,8 @@ import numpy as np
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rewards.disrm import make_disrm_reward
+from rlrm.engine.rewards.disrm import make_disrm_reward, render_conversation
+from rlrm.engine.rewards.invariance import InvarianceSettings, check_invariance
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.engine.rewards.service import RewardService
 from rlrm.parity.inputs import ParitySample
@@ -36,6 +37,7 @@ class LoopScores:
     truncated: list[bool]  # the client cut the conversation to reward.disrm.max_length
     seconds: float  # wall time of scoring the batch (servers already up and warm)
     errors: dict[int, str] = field(default_factory=dict)  # sample index -> why it has no score
+    invariance: dict | None = None  # rlrm.engine.rewards.invariance.check_invariance on the same server, when asked
 
 
 def loop_reward_config(
@@ -54,7 +56,8 @@ def loop_reward_config(
 
 
 def score_with_loop(
-    samples: list[ParitySample], cfg: RewardConfig, tokenizer=None, warmup: bool = True, repeats: int = 1
+    samples: list[ParitySample], cfg: RewardConfig, tokenizer=None, warmup: bool = True, repeats: int = 1,
+    invariance: bool = False,
 ) -> LoopScores:
     """Start the reward service, score every sample through its reward loop, stop it again.
 
@@ -64,11 +67,14 @@ def score_with_loop(
         warmup: score a few samples first, untimed (first-request setup is not throughput).
         repeats: score the batch this many times and report the fastest (benchmarks); the scores
             are the last pass's.
+        invariance: also score the samples one at a time, in batches of 8 and of the server's max,
+            right- and left-padded, on the same server (`rlrm.engine.rewards.invariance`).
     """
-    return asyncio.run(_score(samples, cfg, tokenizer, warmup, repeats))
+    return asyncio.run(_score(samples, cfg, tokenizer, warmup, repeats, invariance))
 
 
-async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int) -> LoopScores:
+async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int,
+                 invariance: bool) -> LoopScores:
     batch = [
         RewardSample(uid=s.group_id, index=i, data_source="parity", prompt=s.prompt, solution_str=s.response, ground_truth="")
         for i, s in enumerate(samples)
@@ -85,6 +91,7 @@ async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warm
             start = time.perf_counter()
             results = await service.loop.score_all(batch)
             seconds = min(seconds, time.perf_counter() - start)
+        checked = await _invariance(service, cfg, samples, tokenizer) if invariance else None
     finally:
         await service.close()
     scores = np.full(len(batch), np.nan, dtype=np.float32)
@@ -96,4 +103,14 @@ async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warm
             errors[i] = str(extra.get("reward_error", "dropped by the reward loop"))
         else:
             scores[i] = np.float32(result.score)
-    return LoopScores(scores, truncated, seconds, errors)
+    return LoopScores(scores, truncated, seconds, errors, checked)
+
+
+async def _invariance(service, cfg: RewardConfig, samples: list[ParitySample], tokenizer) -> dict:
+    from transformers import AutoTokenizer
+
+    tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(service.model_path)
+    limit = cfg.disrm.max_length
+    ids = [render_conversation(tok, s.prompt, s.response)[-limit:] for s in samples]
+    settings = InvarianceSettings(max_batch=cfg.server.max_batch, dtype=cfg.server.dtype)
+    return await check_invariance(service.balancer, cfg.server.model, ids, [s.group_id for s in samples], settings, cfg.timeout_s)

@@ -63,6 +63,7 @@ class ParityOptions:
     min_spearman: float | None
     max_rank_flips: int | None
     score_offset: int
+    invariance: bool = True
 
     @classmethod
     def of(cls, arguments: dict) -> ParityOptions:
@@ -110,6 +111,7 @@ def build_config(opts: ParityOptions, profile) -> ParityConfig:
         addresses=list(opts.addresses), **_tolerances(opts),
         adv_eps=profile.algorithm.adv_eps,
         norm_adv_by_std=profile.algorithm.norm_adv_by_std, score_offset=opts.score_offset, reward=profile.reward,
+        invariance=opts.invariance,
     )
 
 

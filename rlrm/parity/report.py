@@ -84,6 +84,13 @@ def summary_table(cell):
         ("GRPO adv sign agreement", _pct(st["adv_sign_agreement"])),
         ("samples/s: legacy / loop", f"{s['legacy']['samples_per_s']:.1f} / {s['loop']['samples_per_s']:.1f}"),
     ]
+    inv = s.get("invariance")
+    if inv:
+        rows.append((
+            "invariance: batch 1 / 8 / max, right / left pad",
+            (f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
+             f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})"),
+        ))
     for name, value in rows:
         table.add_row(name, value)
     for reason in cell.reasons:

@@ -31,6 +31,7 @@ class PathScores:
     seconds: float
     truncated: list[bool]
     errors: dict[int, str]
+    invariance: dict | None = None  # the loop side's score-invariance check (rlrm.engine.rewards.invariance)
 
 
 @dataclass
@@ -96,14 +97,21 @@ def _score_legacy(cfg: ParityConfig, dtype: str, encoded: Encoded, pad_token_id:
 
 def _score_loop(cfg: ParityConfig, dtype: str, samples: list[ParitySample], tokenizer) -> PathScores:
     reward_cfg = loop_reward_config(cfg.reward, cfg.model, dtype, cfg.max_length, cfg.addresses)
-    out = score_with_loop(samples, reward_cfg, tokenizer if cfg.template is not None else None)
-    return PathScores(out.scores.astype(np.float64), out.seconds, out.truncated, out.errors)
+    out = score_with_loop(samples, reward_cfg, tokenizer if cfg.template is not None else None, invariance=cfg.invariance)
+    return PathScores(out.scores.astype(np.float64), out.seconds, out.truncated, out.errors, out.invariance)
 
 
 def _cell(cfg: ParityConfig, samples, encoded: Encoded, legacy_dtype: str, legacy: PathScores, loop_dtype: str, loop: PathScores) -> Cell:
     tol = cfg.tolerances()
     cmp = compare(legacy.scores, loop.scores, [s.group_id for s in samples], tol, cfg.adv_eps, cfg.norm_adv_by_std)
     passed, reasons = verdict(cmp.summary, tol)
+    if loop.invariance is not None and not loop.invariance["passed"]:
+        inv = loop.invariance
+        passed = False
+        reasons.append(
+            f"served scores depend on the batch: {inv['worst_setting']} differs from one at a time by up to "
+            f"{inv['max_abs_diff']:.3g} (tolerance {inv['tolerance']:.3g} for {inv['dtype']}), {inv['rank_flips']} rank flips"
+        )
     n = len(samples)
     summary = {
         "verdict": "pass" if passed else "fail",
@@ -137,6 +145,7 @@ def _cell(cfg: ParityConfig, samples, encoded: Encoded, legacy_dtype: str, legac
             "loop": [{"sample_id": samples[i].sample_id, "error": loop.errors.get(i)} for i in np.flatnonzero(~np.isfinite(loop.scores))],
         },
         "worst": _worst(samples, legacy.scores, loop.scores, cmp.abs_diff),
+        "invariance": loop.invariance,
         "config": cfg.model_dump(mode="json"),
     }
     argmax = summary["stats"].get("abs_diff_argmax")

@@ -104,3 +104,12 @@ def test_two_replicas_behind_the_sglang_router_learn_and_survive_a_kill(tmp_path
     assert sum(r["rollout/retries"] for r in trained) >= 1  # the dead replica's requests went to the other one
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
     assert after >= before + 0.08, f"held-out accuracy {before:.3f} -> {after:.3f}"
+
+
+@pytest.mark.slow
+def test_two_actor_ranks_hand_their_gathered_weights_to_the_rollout_servers(tmp_path, tiny_policy_path):
+    """actor.world_size=2 (FSDP2 ranks, gloo) with rollout.backend=server samples what it samples in process."""
+    ranks = ["actor.world_size=2", "actor.recompute_old_log_prob=always"]
+    hf_dir, _ = _run(tmp_path, "hf", 3, ranks)
+    sv_dir, result = _run(tmp_path, "served", 3, SERVED + ranks)
+    assert result.last_step == 3 and _samples(sv_dir) == _samples(hf_dir)

@@ -123,6 +123,8 @@ def test_models_prepare_builds_all_and_reports_auc(tmp_path, tiny_policy_path, m
     assert "policy: " in result.output and "held-out greedy accuracy" in result.output
     assert "judge: " in result.output and "held-out ROC AUC 0.930" in result.output and "verdict accuracy 0.910" in result.output
     assert "disrm: " in result.output
+    pairs = tmp_path / f"pairs-v{tiny.RECIPE_VERSION}-seed0.jsonl"  # for `rlrm eval rm --pairs`, next to the models
+    assert f"pairs: {pairs}" in result.output and len(pairs.read_text().splitlines()) == 192
     result = CliRunner().invoke(app, ["models", "prepare", "--cache-dir", str(tmp_path), "--name", "disrm"])
     assert result.exit_code == 0 and "judge" not in result.output and "tiny disrm is ready" in result.output
 

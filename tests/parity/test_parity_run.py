@@ -72,3 +72,27 @@ def test_a_nan_from_the_server_is_reported_per_sample_never_zeroed(tmp_path, ran
     assert nonfinite["legacy"] == [s.sample_id for s in samples]
     assert [e["sample_id"] for e in nonfinite["loop"]] == [s.sample_id for s in samples]
     assert all("DisRM returned" in e["error"] for e in nonfinite["loop"])
+
+
+def test_served_scores_that_depend_on_the_batch_fail_the_verdict(spread_disrm_path, spread_disrm_server, arithmetic_samples):
+    """Score invariance rides along: it passes on a healthy server, and a stand-in server whose model leaks the
+    batch mean into each score (tests/validate/test_invariance.py) fails the verdict, legacy and loop agreeing or not."""
+    import sys
+
+    from rlrm.launch.ports import free_port
+    from rlrm.launch.process import ServerProcess
+
+    healthy = parity(spread_disrm_path, spread_disrm_server, arithmetic_samples, legacy_dtypes=["fp32"])
+    inv = healthy.summary["invariance"]
+    assert healthy.passed and inv["passed"] and inv["samples"] == 24 and inv["max_abs_diff"] <= inv["tolerance"]
+    assert {c["name"] for c in inv["comparisons"]} == {"batch 8, right-padded", "batch 24, right-padded",
+                                                        "batch 8, left-padded", "batch 24, left-padded"}
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "validate" / "leaky_server.py"  # the stand-in batch-dependent DisRM server
+    argv = [sys.executable, str(script), "--model", str(spread_disrm_path), "--role", "disrm", "--port", str(free_port()), "--threads", "1"]
+    with ServerProcess(argv) as leaky:
+        cell = parity(spread_disrm_path, leaky, arithmetic_samples, legacy_dtypes=["fp32"], max_outside_frac=1.0,
+                      min_spearman=-1.0, max_rank_flips=1000, atol=100.0)
+    assert not cell.passed and not cell.summary["invariance"]["passed"]
+    assert [r for r in cell.reasons if r.startswith("served scores depend on the batch")], cell.reasons

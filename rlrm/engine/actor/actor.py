@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
@@ -25,7 +26,7 @@ from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
-from rlrm.errors import TrainingError
+from rlrm.errors import ConfigError, TrainingError
 
 # (epoch, index, mini_batch, start_s, end_s) after each optimizer step.
 MiniBatchHook = Callable[[int, int, RolloutBatch, float, float], None]
@@ -34,51 +35,15 @@ MiniBatchHook = Callable[[int, int, RolloutBatch, float, float], None]
 _TOKEN_MEANS = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
 
 
-class Actor:
-    """Policy (trained), optional frozen reference, AdamW with linear warmup, PPO-clip updates.
+class UpdateLoop:
+    """The epoch loop over mini-batches, shared by the in-process actor and the rank group's proxy.
 
-    Args:
-        model: the policy, a causal LM (its parameters are optimised in place).
-        ref_model: the frozen reference for the KL loss, or None.
-        cfg: the profile's `actor` section.
-        temperature: the rollout sampling temperature (log-probs are taken at it).
-        total_steps: training steps of the run (kept for schedules; the lr is constant after warmup).
-        n: samples per prompt (the GRPO group size).
+    Subclasses set `cfg` (ActorConfig) and `n`, and implement `train_mini_batch(mb) -> stats` (one
+    optimizer step) and `step_scheduler() -> lr`.
     """
 
-    def __init__(self, model, ref_model, cfg: ActorConfig, temperature: float, total_steps: int, n: int):
-        self.model, self.ref_model, self.cfg = model, ref_model, cfg
-        self.temperature, self.total_steps, self.n = temperature, total_steps, n
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
-        )
-        # Linear warmup that starts at lr/warmup, not 0 (a first step at lr 0 would be wasted),
-        # reaches lr after `warmup` updates and stays there.
-        warmup = cfg.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-        )
-        self.nonfinite_in_row = 0
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The policy's parameter dtype."""
-        return next(self.model.parameters()).dtype
-
-    @torch.no_grad()
-    def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
-        """Log-probs [B, R] of the responses under the current policy, before the update."""
-        self.model.eval()
-        return response_log_probs(self.model, batch, self.temperature, self.cfg.micro_batch_size)[0]
-
-    @torch.no_grad()
-    def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
-        """Log-probs [B, R] under the frozen reference model."""
-        if self.ref_model is None:
-            raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
-        self.ref_model.eval()
-        return response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+    cfg: ActorConfig
+    n: int
 
     def update(self, batch: RolloutBatch | Iterable[RolloutBatch], on_mini_batch: MiniBatchHook | None = None) -> dict:
         """PPO epochs over mini-batches, one optimizer step each; one scheduler step per call.
@@ -126,26 +91,10 @@ class Actor:
         if self.cfg.use_kl_loss and batch.ref_log_prob is None:
             raise ValueError("actor.use_kl_loss is on but the batch has no ref_log_prob (compute_ref_log_prob)")
 
-    def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
-        """One optimizer step on one mini-batch.
-
-        Returns:
-            The step's statistics for `end_update` (a `skipped` flag among them).
-        """
-        self.model.train()
-        try:
-            return self._mini_batch_step(mb)
-        finally:
-            self.model.eval()
-
     def end_update(self, history: list[dict[str, float]]) -> dict[str, float]:
         """Close one update (one scheduler step) and average the mini-batch statistics."""
         skipped = sum(int(h.pop("skipped")) for h in history)
-        lr = self.optimizer.param_groups[0]["lr"]
-        with warnings.catch_warnings():
-            # Expected when every step so far was skipped as non-finite: the schedule still advances.
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
-            self.scheduler.step()
+        lr = self.step_scheduler()
         metrics = {f"actor/{k}": _nanmean([h[k] for h in history]) for k in history[0]} if history else {}
         metrics["actor/lr"] = lr
         metrics["actor/nonfinite_skipped"] = skipped
@@ -170,23 +119,113 @@ class Actor:
             for s in range(0, len(groups), size)
         ]
 
+class Actor(UpdateLoop):
+    """Policy (trained), optional frozen reference, AdamW with linear warmup, PPO-clip updates.
+
+    Args:
+        model: the policy, a causal LM (its parameters are optimised in place).
+        ref_model: the frozen reference for the KL loss, or None.
+        cfg: the profile's `actor` section.
+        temperature: the rollout sampling temperature (log-probs are taken at it).
+        total_steps: training steps of the run (kept for schedules; the lr is constant after warmup).
+        n: samples per prompt (the GRPO group size).
+    """
+
+    def __init__(self, model, ref_model, cfg: ActorConfig, temperature: float, total_steps: int, n: int):
+        self.model, self.ref_model, self.cfg = model, ref_model, cfg
+        self.temperature, self.total_steps, self.n = temperature, total_steps, n
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+        )
+        # Linear warmup that starts at lr/warmup, not 0 (a first step at lr 0 would be wasted),
+        # reaches lr after `warmup` updates and stays there.
+        warmup = cfg.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
+        self.nonfinite_in_row = 0
+        # Rank actors average gradients over `world_size` ranks (FSDP's reduce-scatter): they scale
+        # each loss back up so the averaged gradient is the whole mini-batch's (1 here).
+        self.grad_scale = 1.0
+        self.share_prompts: bool | None = None  # see response_log_probs; rank actors fix it to True
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The policy's parameter dtype."""
+        return next(self.model.parameters()).dtype
+
+    @torch.no_grad()
+    def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
+        """Log-probs [B, R] of the responses under the current policy, before the update."""
+        self.model.eval()
+        return response_log_probs(self.model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+
+    @torch.no_grad()
+    def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
+        """Log-probs [B, R] under the frozen reference model."""
+        if self.ref_model is None:
+            raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
+        self.ref_model.eval()
+        return response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+
+    def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
+        """One optimizer step on one mini-batch.
+
+        Returns:
+            The step's statistics for `end_update` (a `skipped` flag among them).
+        """
+        self.model.train()
+        try:
+            return self._mini_batch_step(mb)
+        finally:
+            self.model.eval()
+
+    def step_scheduler(self) -> float:
+        """Advance the learning-rate schedule by one update; returns the rate the update used."""
+        lr = self.optimizer.param_groups[0]["lr"]
+        with warnings.catch_warnings():
+            # Expected when every step so far was skipped as non-finite: the schedule still advances.
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)` before")
+            self.scheduler.step()
+        return lr
+
+    def mini_batch_sizes(self, mb: RolloutBatch) -> MiniBatchSizes:
+        """The valid tokens and sequences of the whole mini-batch (a rank's share is all of it here)."""
+        return MiniBatchSizes.of(mb.response_mask)
+
+    def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
+        """Sums over every rank's share of the mini-batch (one rank: the sums themselves)."""
+        return sums
+
+    def clip_grad_norm(self) -> float:
+        """Clip the gradient to `cfg.grad_clip`; returns the norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip).item()
+
     def _mini_batch_step(self, mb: RolloutBatch) -> dict[str, float]:
-        """Accumulate the mini-batch gradient over micro-batches, clip, step (or skip if non-finite)."""
+        """Accumulate the mini-batch gradient over micro-batches, clip, step (or skip if non-finite).
+
+        Each micro-batch's loss is weighted by its share of the *whole* mini-batch's tokens or
+        sequences (`mini_batch_sizes`), so the gradient is the mini-batch loss's whatever the split,
+        across micro-batches here and across ranks in a rank actor (`rlrm.engine.actor.rank`).
+        """
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         loss_sum = 0.0
-        mini_tokens = max(mb.response_mask.sum().item(), 1.0)
+        sizes = self.mini_batch_sizes(mb)
         for start in range(0, len(mb), cfg.micro_batch_size):
             micro = mb.select(torch.arange(start, min(start + cfg.micro_batch_size, len(mb))))
-            weight = _micro_weight(cfg.loss_agg_mode, micro.response_mask, mb.response_mask)
-            token_share = micro.response_mask.sum().item() / mini_tokens
+            weight = _micro_weight(cfg.loss_agg_mode, micro.response_mask, sizes)
+            token_share = micro.response_mask.sum().item() / max(sizes.tokens, 1.0)
             loss, parts = self._micro_loss(micro)
-            (loss * weight).backward()
+            (loss * (weight * self.grad_scale)).backward()
             loss_sum += loss.item() * weight
             for key, value in parts.items():
                 totals[key] = totals.get(key, 0.0) + value * (token_share if key in _TOKEN_MEANS else weight)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip).item()
+        totals = self.reduce_sums({**totals, "loss": loss_sum})
+        loss_sum = totals.pop("loss")
+        grad_norm = self.clip_grad_norm()
         totals["grad_norm"] = grad_norm
         if math.isfinite(loss_sum) and math.isfinite(grad_norm):
             self.optimizer.step()
@@ -206,7 +245,8 @@ class Actor:
         """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
         cfg = self.cfg
         log_prob, entropy = response_log_probs(
-            self.model, micro, self.temperature, len(micro), with_entropy=True, entropy_grad=cfg.entropy_coeff > 0
+            self.model, micro, self.temperature, len(micro), with_entropy=True, entropy_grad=cfg.entropy_coeff > 0,
+            share_prompts=self.share_prompts,
         )  # [b, R] each
         mask = micro.response_mask
         old_log_prob = micro.old_log_prob if micro.old_log_prob is not None else micro.rollout_log_prob
@@ -242,25 +282,52 @@ class Actor:
             "nonfinite_in_row": self.nonfinite_in_row,
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore what `state_dict` saved (the model's weights must already be loaded)."""
+    def load_state_dict(self, state: dict, ckpt_dir=None) -> None:
+        """Restore what `state_dict` saved (the model's weights must already be loaded).
+
+        Raises:
+            ConfigError: the state was written by several ranks (its optimizer is sharded).
+        """
+        if state.get("sharded"):
+            raise ConfigError(
+                f"the checkpoint was written by {state.get('world_size')} actor ranks but this run has "
+                f"actor.world_size=1; resume with actor.world_size={state.get('world_size')}"
+            )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 
 
-def _micro_weight(mode: str, micro_mask: torch.Tensor, mini_mask: torch.Tensor) -> float:
+@dataclass(frozen=True)
+class MiniBatchSizes:
+    """What the loss of a whole mini-batch divides by: its valid tokens, valid sequences, and R.
+
+    R (the padded response width) matters for seq-mean-token-sum-norm, whose divisor it is: ranks
+    (and micro-batches) must use the mini-batch's R, not the width of their own rows.
+    """
+
+    tokens: float
+    seqs: int
+    width: int
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> MiniBatchSizes:
+        """The sizes of the rows of `mask` ([B, R] response mask)."""
+        return cls(float(mask.sum().item()), _valid_rows(mask), int(mask.shape[-1]))
+
+
+def _micro_weight(mode: str, micro_mask: torch.Tensor, mini: MiniBatchSizes) -> float:
     """The share of the mini-batch loss that a micro-batch's aggregated loss stands for.
 
     token-mean divides by the valid tokens and seq-mean-* by the valid sequences, so a
-    micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the fixed width R
-    (the same in every micro-batch), so the micro-batch losses simply add up.
+    micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the width R, so a
+    micro-batch of width r weighs r / R (1 when it has the mini-batch's width).
     """
     if mode == "token-mean":
-        return micro_mask.sum().item() / max(mini_mask.sum().item(), 1.0)
+        return micro_mask.sum().item() / max(mini.tokens, 1.0)
     if mode == "seq-mean-token-sum-norm":
-        return 1.0
-    return _valid_rows(micro_mask) / max(_valid_rows(mini_mask), 1)
+        return micro_mask.shape[-1] / mini.width
+    return _valid_rows(micro_mask) / max(mini.seqs, 1)
 
 
 def _valid_rows(mask: torch.Tensor) -> int:

@@ -30,6 +30,7 @@ def response_log_probs(
     with_entropy: bool = False,
     *,
     entropy_grad: bool = True,
+    share_prompts: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, R] of each response token (and entropy [B, R] if asked), micro-batched.
 
@@ -46,6 +47,9 @@ def response_log_probs(
         with_entropy: also return the entropy of each position's (tempered) distribution.
         entropy_grad: keep the entropy in the autograd graph; False computes it detached (a
             metric only), which saves a [b, R, V] activation per micro-batch.
+        share_prompts: None runs shared prompts once when a micro-batch has any; True always takes
+            the two-pass (prompt, then responses) path, so every FSDP rank runs the same number of
+            forward passes whatever its rows (their collectives must line up); False never does.
 
     Returns:
         (log_probs [B, R], entropy [B, R] or None), float32.
@@ -55,14 +59,14 @@ def response_log_probs(
     outs, ents = [], []
     for start in range(0, len(batch), micro_batch_size):
         mb = batch.select(torch.arange(start, min(start + micro_batch_size, len(batch))))
-        lp, ent = _forward(model, mb, temperature, with_entropy, entropy_grad, keep_kw)
+        lp, ent = _forward(model, mb, temperature, with_entropy, entropy_grad, keep_kw, share_prompts)
         outs.append(lp)
         ents.append(ent)
     return torch.cat(outs), (torch.cat(ents) if with_entropy else None)
 
 
-def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, entropy_grad: bool, keep_kw):
-    logits = _response_logits(model, mb, keep_kw).float() / temperature  # [b, R, V]
+def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, entropy_grad: bool, keep_kw, share):
+    logits = _response_logits(model, mb, keep_kw, share).float() / temperature  # [b, R, V]
     targets = mb.input_ids[:, -mb.response_length :]  # [b, R]
     # log_softmax(x)[y] = x[y] - logsumexp(x), without a second [b, R, V] tensor
     log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -76,7 +80,7 @@ def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, en
     return log_probs, entropy
 
 
-def _response_logits(model, mb: RolloutBatch, keep_kw) -> torch.Tensor:
+def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None) -> torch.Tensor:
     """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1).
 
     Rows that share a prompt (a GRPO group) run it once (see `rlrm.inference.kv_cache`).
@@ -87,7 +91,7 @@ def _response_logits(model, mb: RolloutBatch, keep_kw) -> torch.Tensor:
     first = int(mb.attention_mask.any(0).nonzero()[0]) if mb.attention_mask.any() else 0
     first = min(first, width_p - 1)
     index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
-    if len(index) < len(mb):
+    if share or (share is None and len(index) < len(mb)):
         logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw)
         if logits is not None:
             return logits

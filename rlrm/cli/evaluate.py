@@ -1,0 +1,61 @@
+"""`rlrm eval rm`: pairwise accuracy of a profile's reward on chosen/rejected pairs.
+
+    rlrm eval rm --profile tiny-disrm --pairs ~/.cache/rlrm/models/pairs-v2-seed0.jsonl
+    rlrm eval rm --profile tiny-genrm --pairs pairs.jsonl --json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from rlrm.cli.common import console, friendly_errors
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption
+
+app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
+
+
+@app.command("rm")
+@friendly_errors
+def rm(
+    pairs: Annotated[Path, typer.Option("--pairs", help="RewardBench-shaped .jsonl: prompt, chosen, rejected, optional subset (and ground_truth).")],
+    profile: ProfileOption = None,
+    overrides: SetOption = [],
+    seed: SeedOption = 0,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Score every chosen and rejected response with the profile's reward (default tiny-disrm), through the
+    reward loop and servers training uses, all at once (the loop's workers and concurrency), and print
+    pairwise accuracy per subset and overall with a bootstrap 95% interval (seeded by --seed). Ties are
+    not wins and are counted apart; pairs with identical chosen and rejected are skipped with a warning."""
+    from rlrm.config.loader import load_profile
+    from rlrm.validate.pairs import accuracy_table, read_pairs, score_pairs
+
+    resolved = load_profile(profile or "tiny-disrm", overrides)
+    rows, identical = read_pairs(pairs)
+    if identical:
+        print(f"warning: {len(identical)} pair(s) with identical chosen and rejected skipped "
+              f"({', '.join(identical[:5])}{', ...' if len(identical) > 5 else ''})", file=sys.stderr)
+    table = accuracy_table(score_pairs(resolved.reward, rows[:limit]), seed=seed)
+    if as_json:
+        typer.echo(json.dumps({"pairs_file": str(pairs), "reward": resolved.reward.kind, "model": resolved.reward.server.model,
+                               "identical_skipped": len(identical), "subsets": table}, indent=2))
+        return
+    _print(table, f"{resolved.reward.kind} {resolved.reward.server.model or ''}".strip(), len(identical))
+
+
+def _print(table: list[dict], what: str, identical: int) -> None:
+    from rich.table import Table
+
+    out = Table(title=f"pairwise accuracy of {what}" + (f" ({identical} identical pairs skipped)" if identical else ""))
+    for name in ("subset", "pairs", "won", "ties", "lost", "failed", "accuracy", "95% interval"):
+        out.add_column(name, justify="left" if name == "subset" else "right")
+    for r in table:
+        out.add_row(r["subset"], str(r["pairs"]), str(r["won"]), str(r["ties"]), str(r["lost"]), str(r["failed"]),
+                    f"{r['accuracy']:.3f}", f"{r['ci95_low']:.3f} - {r['ci95_high']:.3f}")
+    console().print(out)

@@ -1,0 +1,194 @@
+"""Training ranks as processes on this machine (torch.multiprocessing, spawn), owned by the trainer.
+
+    ranks = RankProcesses(spec)                       # spec.world_size ranks
+    ranks.start()                                     # process group up, models sharded (or RankError)
+    outs = ranks.call("train", [(shard_0, sizes), (shard_1, sizes)])   # one result per rank, in rank order
+    ranks.close()                                     # always (by the processes' own objects)
+
+Each rank is a `RankWorker` (rlrm/engine/actor/rank.py) answering calls from its own queue; the
+group rendezvouses over TCP on a free local port. A call waits for every rank, and watches them:
+a rank that exits (killed, out of memory) fails the call at once with a RankError naming the rank,
+its node and its exit code, and the group refuses further calls (the survivors may be stuck in a
+collective; `close` ends them). A rank that raises fails the call with its error; a TrainingError
+raised on the ranks (too many non-finite steps) comes back as a TrainingError.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import socket
+import threading
+import time
+
+from rlrm.errors import TrainingError
+from rlrm.launch.ports import free_port
+
+# Seconds a failed call waits for a rank's exit to show, so a dead rank is named instead of the
+# survivor whose collective broke when it died.
+_DEATH_GRACE_S = 2.0
+
+
+class RankError(TrainingError):
+    """A training rank died, could not start, or failed a call."""
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """(kind, one line) of an exception raised on a rank."""
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__, (lines[0] if lines else type(exc).__name__)
+
+
+def raise_rank_error(rank: int, node: str, method: str, kind: str, message: str) -> None:
+    """Raise a rank's error here: TrainingError stays one (its message is the actor's), others name the rank."""
+    if kind == "TrainingError":
+        raise TrainingError(message)
+    raise RankError(f"actor rank {rank} on node {node} failed in {method}: {kind}: {message}")
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class RankProcesses:
+    """`spec.world_size` spawned rank processes (see the module docstring)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.world_size = spec.world_size
+        self.nodes = [socket.gethostname()] * spec.world_size
+        self._procs: list = []
+        self._inboxes: list = []
+        self._outbox = None
+        self.broken: str | None = None  # why the group stopped serving
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the ranks and wait (up to actor.collective_timeout_s) until each has its shard of the models."""
+        import torch.multiprocessing as mp
+
+        timeout = self.spec.profile.actor.collective_timeout_s
+        port = free_port()
+        ctx = mp.get_context("spawn")
+        self._outbox = ctx.Queue()
+        try:
+            for rank in range(self.world_size):
+                inbox = ctx.Queue()
+                proc = ctx.Process(target=_rank_main, args=(self.spec, rank, port, inbox, self._outbox), daemon=True)
+                proc.start()
+                self._procs.append(proc)
+                self._inboxes.append(inbox)
+            self.nodes = self._collect("setup", timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, method: str, args: list[tuple]) -> list:
+        """Run `method(*args[r])` on every rank r; their results in rank order."""
+        with self._lock:  # one call at a time: every rank must see the calls in the same order
+            if self.broken:
+                raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
+            for inbox, rank_args in zip(self._inboxes, args):
+                inbox.put((method, rank_args))
+            return self._collect(method, None)
+
+    def call_all(self, method: str, *args) -> list:
+        """`call` with the same arguments on every rank."""
+        return self.call(method, [args] * self.world_size)
+
+    def _collect(self, method: str, timeout_s: float | None) -> list:
+        pending, got = set(range(self.world_size)), {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            try:
+                status, rank, payload = self._outbox.get(timeout=0.2)
+            except queue.Empty:
+                self._raise_if_dead(method)
+                if deadline is not None and time.monotonic() > deadline:
+                    self.broken = f"ranks {sorted(pending)} not done with {method} after {timeout_s:g} s"
+                    raise RankError(f"actor {self.broken}; raise actor.collective_timeout_s if the model is large") from None
+                continue
+            if status == "error":
+                self._raise_if_dead(method, grace_s=_DEATH_GRACE_S)
+                self.broken = f"rank {rank} failed in {method}"
+                raise_rank_error(rank, self.nodes[rank], method, *payload)
+            got[rank] = payload
+            pending.discard(rank)
+        return [got[r] for r in range(self.world_size)]
+
+    def _raise_if_dead(self, method: str, grace_s: float = 0.0) -> None:
+        end = time.monotonic() + grace_s
+        while True:
+            for rank, proc in enumerate(self._procs):
+                if proc.exitcode is not None:
+                    self.broken = f"rank {rank} on node {self.nodes[rank]} died ({exit_text(proc.exitcode)})"
+                    raise RankError(
+                        f"actor {self.broken} during {method}; the run stops here. Its last checkpoint is intact: "
+                        "continue with `rlrm train --resume RUN_DIR`"
+                    )
+            if time.monotonic() >= end:
+                return
+            time.sleep(0.1)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def close(self) -> None:
+        """Stop every rank (by its own process object): ask, then terminate, then kill."""
+        for inbox in self._inboxes:
+            try:
+                inbox.put(None)
+            except (OSError, ValueError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5.0 if not self.broken else 0.5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self._procs, self._inboxes = [], []
+
+
+def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
+    """A spawned rank: set up, then run the calls that arrive until None."""
+    import os
+
+    from rlrm.engine.actor.rank import RankWorker
+
+    parent = os.getppid()
+    worker = RankWorker(spec)
+    try:
+        try:
+            node = worker.setup(rank, rank, "127.0.0.1", port)
+        except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
+            outbox.put(("error", rank, describe(exc)))
+            return
+        outbox.put(("ok", rank, node))
+        while (job := _next_job(inbox, parent)) is not None:
+            method, args = job
+            try:
+                outbox.put(("ok", rank, getattr(worker, method)(*args)))
+            except Exception as exc:  # noqa: BLE001 - reported; the rank stays up so that only a death reads as one
+                outbox.put(("error", rank, describe(exc)))
+    finally:
+        worker.close()
+
+
+
+def _next_job(inbox, parent: int):
+    """The next call, or None when told to stop or when the trainer is gone (killed: no rank outlives it)."""
+    import os
+
+    while True:
+        try:
+            return inbox.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return None

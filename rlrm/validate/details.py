@@ -1,0 +1,102 @@
+"""Per-sample detail of what a reward received and returned, one function per reward kind.
+
+Each takes the sample, the reward loop's result and the recorded exchange with the server (see
+`recorder.py`) and returns a plain dict (what `--json` prints):
+
+- DisRM: the conversation rendered with the reward model's chat template (special tokens shown as
+  text), its token count, what truncation removed (side and tokens), the token whose logit is the
+  score, and the raw float32 score the server returned.
+- GenRM: the judge conversation as sent and as the judge's template renders it, the raw verdict, the
+  parsed score or why it did not parse, the finish reason and token usage.
+- Rule: the answer the GSM8K rule extracts and the score it gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards import gsm8k
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.rewards.genrm import parse_verdict
+
+VERDICT_FORMS = {"score": "'Score: N'", "boxed": "'\\boxed{N}'"}
+
+
+def common(sample: RewardSample, result: RewardResult | None) -> dict:
+    """What every kind shows: the sample as the reward got it, the loop's score or its error."""
+    extra = result.extra if result is not None else {}
+    failed = result is None or bool(extra.get("reward_failed"))
+    return {
+        "index": sample.index,
+        "uid": sample.uid,
+        "prompt": sample.prompt,
+        "response": sample.solution_str,
+        "ground_truth": sample.ground_truth,
+        "score": None if failed else float(result.score),
+        "extra": {k: v for k, v in extra.items() if k not in ("reward_failed", "reward_error")},
+        "error": (extra.get("reward_error") or "dropped by the reward loop") if failed else None,
+    }
+
+
+def rule_detail(sample: RewardSample, cfg: RewardConfig) -> dict:
+    answer = gsm8k.extract_solution(sample.solution_str, method=cfg.method)
+    return {
+        "method": cfg.method,
+        "extracted_answer": answer,
+        "rule_score": gsm8k.compute_score(sample.solution_str, sample.ground_truth, cfg.method, cfg.format_score, cfg.score),
+    }
+
+
+def disrm_detail(sample: RewardSample, exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
+    full = render_conversation(tokenizer, sample.prompt, sample.solution_str)
+    sent = list(exchange["request"]["input"]) if exchange else full[-cfg.disrm.max_length :]
+    removed = len(full) - len(sent)
+    raw = None
+    if exchange and "response" in exchange:
+        raw = exchange["response"]["data"][-1]["probs"][-1]
+    return {
+        "rendered_text": tokenizer.decode(sent, skip_special_tokens=False),
+        "tokens": len(sent),
+        "tokens_before_truncation": len(full),
+        "max_length": cfg.disrm.max_length,
+        "truncation": {"side": "left (the start is cut, the end kept)", "tokens_removed": removed,
+                       "removed_text": tokenizer.decode(full[:removed], skip_special_tokens=False)} if removed > 0 else None,
+        "score_token": {"id": sent[-1], "text": tokenizer.decode([sent[-1]], skip_special_tokens=False),
+                        "token": tokenizer.convert_ids_to_tokens(sent[-1]), "position": len(sent) - 1} if sent else None,
+        "raw_score_float32": None if raw is None else repr(float(np.float32(raw))),
+        "server_error": exchange.get("error") if exchange else None,
+    }
+
+
+def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
+    g = cfg.genrm
+    if not exchange:
+        return {"judge_messages": None, "judge_prompt_text": None, "verdict": None, "parsed_score": None,
+                "parse_error": "no request reached the judge", "finish_reason": None, "usage": None}
+    messages = exchange["request"]["messages"]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # as the server renders it
+    answer = exchange.get("response")
+    if answer is None:
+        verdict, finish, usage = None, None, None
+        parsed, why = None, f"the judge request failed: {exchange.get('error')}"
+    else:
+        choice = answer["choices"][0]
+        verdict, finish, usage = choice["message"]["content"] or "", choice.get("finish_reason"), answer.get("usage")
+        parsed = parse_verdict(verdict, g.verdict, g.max_score)
+        why = None
+        if parsed is None:
+            why = f"no {VERDICT_FORMS[g.verdict]} in the verdict (reward.genrm.verdict={g.verdict})"
+            if finish == "length":
+                why += f"; the judge stopped at reward.genrm.max_tokens={g.max_tokens}"
+    return {
+        "judge_messages": messages,
+        "judge_prompt_text": text,
+        "verdict": verdict,
+        "parsed_score": parsed,
+        "parse_error": why,
+        "finish_reason": finish,
+        "max_tokens": g.max_tokens,
+        "usage": usage,
+    }

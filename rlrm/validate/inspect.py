@@ -1,0 +1,122 @@
+"""`rlrm inspect reward`: score a few samples through the trainer's reward loop and servers, and show
+per sample what the reward received and returned, with named lints.
+
+    report = inspect_reward(profile, samples)             # servers started and stopped here
+    report.records, report.findings, report.notes
+
+The reward section is the profile's, with three changes that make each sample's outcome visible
+rather than change it: latency/failure injection is off, a failed sample keeps its error (instead
+of `reward.default_score`), and the reward function runs in-process (`executor: local`, the served
+DisRM scorer), so its requests can be recorded. The servers, the balancer or router, the reward
+function and the reward loop are the ones `rlrm train` starts (`RewardService`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.rewards.service import RewardService
+from rlrm.validate import details
+from rlrm.validate.invariance_run import run_invariance
+from rlrm.validate.lints import LintContext, run_lints
+from rlrm.validate.recorder import Recorder
+
+RULE_NOTE = (
+    "reward.kind=rule has no reward model to inspect: shown instead is the answer the GSM8K rule extracts "
+    "from each response ({method}) and the score it gives"
+)
+
+
+CUSTOM_NOTE = (
+    "reward.kind=custom calls your function in-process: shown is what it received and returned (its score and "
+    "extra keys); it has no served model to inspect"
+)
+
+
+@dataclass
+class InspectReport:
+    kind: str  # rule | disrm | genrm | composite
+    model: str | None
+    records: list[dict]
+    findings: list[dict]
+    notes: list[str] = field(default_factory=list)
+    invariance: dict | None = None
+
+    @property
+    def warnings(self) -> list[dict]:
+        return [f for f in self.findings if f["severity"] == "warning"]
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "model": self.model, "notes": self.notes, "samples": self.records,
+                "lints": self.findings, "invariance": self.invariance}
+
+
+def inspect_config(reward: RewardConfig) -> RewardConfig:
+    """The profile's reward section, set to show each sample's outcome (see the module docstring)."""
+    raw = reward.model_dump()
+    raw.update(inject={}, on_failure="default", default_score=math.nan, executor="local", max_failure_rate=1.0)
+    raw["disrm"]["scorer"] = "served"
+    return RewardConfig.model_validate(raw)
+
+
+def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> InspectReport:
+    """Score `samples` with the profile's reward and return what it received and gave, and the lints.
+
+    Args:
+        invariance: an `InvarianceSettings` to also run the score-invariance check on the same
+            samples (DisRM only), against the same server.
+    """
+    cfg = inspect_config(profile.reward)
+    kind = cfg.model_kind
+    results, recorder, model_path, inv = asyncio.run(_score(cfg, samples, invariance))
+    policy_tok = _policy_tokenizer(profile)
+    rm_tok = _tokenizer(model_path) if model_path else None
+    records = []
+    for sample, result in zip(samples, results):
+        record = details.common(sample, result)
+        if cfg.kind in ("rule", "composite"):
+            record.update(details.rule_detail(sample, cfg))
+        if kind == "disrm":
+            record.update(details.disrm_detail(sample, recorder.last(sample.index), rm_tok, cfg))
+        elif kind == "genrm":
+            record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))
+        records.append(record)
+    notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
+    findings = run_lints(records, LintContext(kind=kind or "rule", policy_tokenizer=policy_tok, rm_tokenizer=rm_tok))
+    return InspectReport(cfg.kind, cfg.server.model if kind else None, records, findings, notes, inv)
+
+
+async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
+    service = RewardService(cfg)
+    try:
+        await service.start()
+        recorder, model_path = None, getattr(service, "model_path", None)
+        if cfg.model_kind is not None:
+            recorder = Recorder(service.balancer)
+            service.loop = RewardLoop(recorder.wrap(build_reward_fn(cfg, recorder, model_path)), cfg)
+        await service.wake()
+        results = await service.loop.score_all(samples)
+        inv = None
+        if invariance is not None:
+            inv = await run_invariance(service, cfg, samples, invariance)
+        await service.sleep()
+    finally:
+        await service.close()
+    return results, recorder, model_path, inv
+
+
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _policy_tokenizer(profile):
+    return _tokenizer(resolve_model_path(profile.model.path))

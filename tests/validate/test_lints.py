@@ -1,0 +1,142 @@
+"""Each lint of `rlrm inspect reward` fires on a sample crafted to trigger it and stays silent on a clean one.
+
+The records are built by the same functions `inspect_reward` uses (`rlrm.validate.details`), from
+the tiny tokenizers and exchanges shaped like the servers' answers; no server is started here.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.validate import details
+from rlrm.validate.lints import LintContext, injected_system_prompt, run_lints
+
+QUESTION = "Kim has 2 pens. She buys 6 more pens. How many pens does Kim have now?"
+CLEAN = "2 + 6 = 8\n#### 8"
+# A Qwen2.5-style template: a default system prompt when the conversation has none, and a <think> prefill.
+PREFILL_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a careful grader.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}<think>\n{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_policy_path)
+
+
+@pytest.fixture(scope="module")
+def prefill_tokenizer(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = PREFILL_TEMPLATE
+    return tok
+
+
+def sample(response: str = CLEAN, index: int = 0) -> RewardSample:
+    return RewardSample(uid=f"u{index}", index=index, data_source="t", prompt=[{"role": "user", "content": QUESTION}],
+                        solution_str=response, ground_truth="8", extra_info={"question": QUESTION})
+
+
+def disrm_record(tok, response: str = CLEAN, max_length: int = 256) -> dict:
+    cfg = RewardConfig(kind="disrm", server={"model": "x"}, disrm={"max_length": max_length})
+    s = sample(response)
+    record = details.common(s, RewardResult(0.5))
+    record.update(details.disrm_detail(s, None, tok, cfg))
+    return record
+
+
+def genrm_record(tok, response: str = CLEAN, template: str | None = None, verdict: str = "8 vs 8 correct\nScore: 10",
+                 finish: str = "stop") -> dict:
+    from rlrm.engine.rewards.genrm import judge_messages
+
+    cfg = RewardConfig(kind="genrm", server={"model": "x"}, genrm={"template": template} if template else {})
+    s = sample(response)
+    exchange = {"path": "/v1/chat/completions", "request": {"messages": judge_messages(cfg.genrm.template, s)},
+                "response": {"choices": [{"message": {"content": verdict}, "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 90, "completion_tokens": 9}}}
+    record = details.common(s, RewardResult(1.0))
+    record.update(details.genrm_detail(exchange, tok, cfg))
+    return record
+
+
+def fired(records, ctx) -> set[str]:
+    return {f["lint"] for f in run_lints(records, ctx)}
+
+
+def test_clean_disrm_and_genrm_samples_trigger_nothing(tokenizer):
+    assert fired([disrm_record(tokenizer)], LintContext("disrm", tokenizer, tokenizer)) == set()
+    assert fired([genrm_record(tokenizer)], LintContext("genrm", tokenizer, tokenizer)) == set()
+
+
+def test_eos_text_left_in_the_response_is_named(tokenizer):
+    findings = run_lints([disrm_record(tokenizer, CLEAN + "<|im_end|>")], LintContext("disrm", tokenizer, tokenizer))
+    assert [(f["lint"], f["samples"], f["severity"]) for f in findings] == [("eos-in-response", [0], "warning")]
+    assert "<|im_end|>" in findings[0]["message"]
+
+
+def test_other_special_tokens_in_the_response_are_named(tokenizer):
+    findings = run_lints([disrm_record(tokenizer, CLEAN + "<|endoftext|>")], LintContext("disrm", tokenizer, tokenizer))
+    assert [f["lint"] for f in findings] == ["special-tokens-in-response"]
+    assert "<|endoftext|>" in findings[0]["message"]
+
+
+def test_a_template_that_prefills_think_and_a_system_prompt_is_caught(tokenizer, prefill_tokenizer):
+    record = disrm_record(prefill_tokenizer)
+    assert "<think>" in record["rendered_text"] and "You are a careful grader." in record["rendered_text"]
+    found = fired([record], LintContext("disrm", tokenizer, prefill_tokenizer))
+    assert {"template-think-prefill", "template-system-prompt"} <= found
+    assert injected_system_prompt(prefill_tokenizer, [{"role": "user", "content": "q"}]) == "You are a careful grader."
+    assert injected_system_prompt(tokenizer, [{"role": "user", "content": "q"}]) is None
+    # a <think> that the response itself holds is not a prefill
+    plain = disrm_record(tokenizer, "<think>\n" + CLEAN)
+    assert "template-think-prefill" not in fired([plain], LintContext("disrm", tokenizer, tokenizer))
+
+
+def test_a_system_prompt_the_policy_also_saw_is_not_flagged(prefill_tokenizer):
+    found = fired([disrm_record(prefill_tokenizer)], LintContext("disrm", prefill_tokenizer, prefill_tokenizer))
+    assert "template-system-prompt" not in found and "template-think-prefill" in found
+
+
+def test_truncated_disrm_conversation_and_cut_verdict(tokenizer):
+    record = disrm_record(tokenizer, max_length=20)
+    assert record["tokens"] == 20 and record["truncation"]["tokens_removed"] == record["tokens_before_truncation"] - 20
+    assert record["rendered_text"].endswith("#### 8<|im_end|>\n")  # the end is kept, the start cut
+    findings = run_lints([record], LintContext("disrm", tokenizer, tokenizer))
+    assert [f["lint"] for f in findings] == ["truncated"]
+    cut = genrm_record(tokenizer, verdict="8 vs 8 corr", finish="length")
+    found = {(f["lint"], f["message"][:20]) for f in run_lints([cut], LintContext("genrm", tokenizer, tokenizer))}
+    assert {name for name, _ in found} == {"truncated", "verdict-unparsed"}
+
+
+def test_a_different_reward_tokenizer_is_info_only(tokenizer):
+    other = copy.deepcopy(tokenizer)
+    other.add_special_tokens({"additional_special_tokens": ["<|rm_extra|>"]})
+    findings = run_lints([disrm_record(tokenizer)], LintContext("disrm", tokenizer, other))
+    assert [(f["lint"], f["severity"]) for f in findings] == [("tokenizer-differs", "info")]
+    assert "459 vs 460" in findings[0]["message"]
+
+
+def test_judge_template_without_the_response_is_caught(tokenizer):
+    # `{{response}}` passes the profile check (the text holds "{response}") but formats to a literal
+    escaped = "Is this right? {question}\nAnswer: {{response}}\nEnd with Score: 10 or Score: 0."
+    record = genrm_record(tokenizer, template=escaped)
+    assert CLEAN not in record["judge_prompt_text"]
+    assert [f["lint"] for f in run_lints([record], LintContext("genrm", tokenizer, tokenizer))] == [
+        "judge-template-missing-response"
+    ]
+
+
+def test_unparsed_verdicts_are_counted_over_the_first_k(tokenizer):
+    records = [genrm_record(tokenizer), genrm_record(tokenizer, verdict="looks right to me")]
+    records[1]["index"] = 1
+    findings = run_lints(records, LintContext("genrm", tokenizer, tokenizer))
+    assert [(f["lint"], f["samples"]) for f in findings] == [("verdict-unparsed", [1])]
+    assert findings[0]["message"].startswith("1 of the first 2 verdicts")
+    assert records[1]["parse_error"].startswith("no 'Score: N' in the verdict")
