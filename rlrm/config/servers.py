@@ -167,7 +167,8 @@ class RolloutServerConfig(ServerFleetConfig):
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "
-        "folder every replica can read; None: /dev/shm when it exists, else the system temp folder).",
+        "folder every replica can read; None: /dev/shm when it exists, else the system temp folder). Replicas placed "
+        "on other machines (launch_on=ray) read it at the same path: name a shared filesystem (checked at start).",
     )
     sync_timeout_s: float = Field(300.0, gt=0, description="Longest a replica may take to load new weights.")
     request_timeout_s: float = Field(600.0, gt=0, description="Longest one /generate request may take.")

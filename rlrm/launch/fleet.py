@@ -153,7 +153,7 @@ class ServerFleet:
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
                 if self.on_ray:
-                    where = ", ".join(f"replica {i} on {n}" for i, n in enumerate(self.replica_nodes))
+                    where = ", ".join(f"replica {i} on {n} at {u}" for i, (n, u) in enumerate(zip(self.replica_nodes, self.replica_urls)))
                     print(f"{self.section}: {cfg.replicas} replica{'s' * (cfg.replicas > 1)} (ray): {where}", file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
             if use_router:
