@@ -97,8 +97,10 @@ class ServerPool:
                 raises, the replica is killed again (never left half-ready) and retried next round.
         """
         while not self._stopping:
-            for server in self.servers:
-                if not server.alive() and not self._stopping:
+            # off the event loop: a replica on a Ray node answers over Ray (rlrm/launch/ray_replicas.py)
+            alive = await asyncio.to_thread(lambda: [s.alive() for s in self.servers])
+            for server, up in zip(self.servers, alive):
+                if not up and not self._stopping:
                     self.restarts += 1
                     await self._restart(server, on_restart)
             await asyncio.sleep(interval_s)
