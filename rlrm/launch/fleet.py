@@ -122,6 +122,13 @@ class ServerFleet:
             return []
         return [f"{s.host} ({s.node_id[:12]})" if hasattr(s, "node_id") else "local" for s in self.pool.servers]
 
+    def _placed_line(self) -> str:
+        """`rollout.server: 2 replicas (ray): replica 0 on 10.0.0.2 (<node id>) at http://10.0.0.2:41234, ...`"""
+        n = self.cfg.replicas
+        where = ", ".join(f"replica {i} on {node} at {url}"
+                          for i, (node, url) in enumerate(zip(self.replica_nodes, self.replica_urls)))
+        return f"{self.section}: {n} replica{'s' * (n > 1)} (ray): {where}"
+
     def extra_args(self) -> list[str]:
         """The section's extra_args, after the batching flags of embedded policy replicas."""
         c = self.cfg
@@ -153,8 +160,7 @@ class ServerFleet:
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
                 if self.on_ray:
-                    where = ", ".join(f"replica {i} on {n} at {u}" for i, (n, u) in enumerate(zip(self.replica_nodes, self.replica_urls)))
-                    print(f"{self.section}: {cfg.replicas} replica{'s' * (cfg.replicas > 1)} (ray): {where}", file=sys.stderr, flush=True)
+                    print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
             if use_router:
                 self.router = sglang_router(self.replica_urls)
