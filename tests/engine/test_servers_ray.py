@@ -79,3 +79,74 @@ def test_ranks_rollout_and_reward_servers_run_where_the_profile_puts_them(two_no
             httpx.get(url + "/health", timeout=5.0)
     groups = ray.util.placement_group_table().values()
     assert all(g["state"] == "REMOVED" for g in groups), [g["state"] for g in groups]
+
+
+def _reward_server(**keys):
+    profile = load_profile("tiny-disrm", ["reward.server.launch_on=ray", *(f"reward.server.{k}={v}" for k, v in keys.items())])
+    return profile.reward.server
+
+
+def test_a_node_resource_no_node_offers_is_one_line_listing_the_cluster_s(two_nodes):
+    import asyncio
+
+    from rlrm.errors import ConfigError
+    from rlrm.launch.fleet import ServerFleet
+
+    fleet = ServerFleet(_reward_server(node_resource="gpu_host"), role="disrm", model_path="unused")
+    with pytest.raises(ConfigError, match=r"reward\.server\.node_resource 'gpu_host' is on no node of the Ray cluster "
+                                          r"\(its nodes offer: .*reward_host, rollout_host\); start the chosen nodes with "
+                                          r"ray start --resources='\{\"gpu_host\": N\}'"):
+        asyncio.run(fleet.start())
+    assert fleet.pool is None and fleet.placer is None
+
+
+def test_a_placed_replica_is_restarted_on_its_node_and_dies_with_its_actor(two_nodes, tmp_path):
+    """kill -9 of the server: the supervisor starts it again on the same node and port; ray.kill of its owning
+    actor (as when the actor's node goes): the server process goes with it."""
+    import asyncio
+    import signal
+    import time
+
+    import httpx
+    import ray
+
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.fleet import ServerFleet
+
+    _, second = two_nodes
+
+    async def scenario():
+        fleet = ServerFleet(_reward_server(node_resource="reward_host"), role="disrm",
+                            model_path=str(resolve_model_path("tiny:disrm")))
+        await fleet.start()
+        try:
+            (replica,) = fleet.pool.servers
+            assert replica.node_id == second and fleet.replica_urls == [replica.url]
+            first_pid = replica.pid()
+            os.kill(first_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 120
+            while fleet.restarts < 1 or not await asyncio.to_thread(replica.alive):
+                assert time.monotonic() < deadline, "the supervisor did not restart the replica"
+                await asyncio.sleep(0.5)
+            await asyncio.to_thread(replica.wait_ready)
+            assert httpx.get(replica.url + "/health", timeout=5.0).status_code == 200  # same node, same port
+            pid = replica.pid()
+            assert pid != first_pid
+            fleet._supervisor.cancel()  # no restart from here: the actor's death is what is tested
+            ray.kill(replica.actor)
+            deadline = time.monotonic() + 10
+            while os.path.exists(f"/proc/{pid}") and _state(pid) not in ("Z", "X"):
+                assert time.monotonic() < deadline, "the server outlived its owning actor"
+                await asyncio.sleep(0.1)
+        finally:
+            await fleet.close()
+
+    asyncio.run(scenario())
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return "X"
