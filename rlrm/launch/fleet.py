@@ -112,8 +112,8 @@ class ServerFleet:
         if not self.on_ray:
             return "this node (local subprocesses)"
         bundle = RayReplicas(self.cfg, self.section).bundle()
-        return (f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, "
-                f"on the cluster at {self.ray_address or 'the address Ray is given (or a local Ray)'}")
+        cluster = f"the Ray cluster at {self.ray_address}" if self.ray_address else "the Ray cluster the run joins (else a local Ray)"
+        return f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, on {cluster}"
 
     @property
     def replica_nodes(self) -> list[str]:
