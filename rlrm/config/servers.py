@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.launch.auth import key_from_env
 
 ServerBackend = Literal["embedded", "vllm", "sglang"]
+RayStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+# resources every Ray node has: they say how much a replica takes, not where it goes
+_RAY_BUILTIN = {"CPU", "GPU", "memory", "object_store_memory"}
 
 
 class ServerFleetConfig(BaseModel):
@@ -50,6 +53,27 @@ class ServerFleetConfig(BaseModel):
         "auto: sglang when installed and it can route.",
     )
     start_timeout_s: float = Field(180.0, gt=0, description="Total time allowed for servers to become healthy.")
+    launch_on: Literal["local", "ray"] = Field(
+        "local",
+        description="local: the replicas are subprocesses on the trainer's node; ray: each replica is owned by a small "
+        "Ray actor on the node Ray places it on (one placement-group bundle per replica, on the cluster the actor ranks "
+        "or reward workers join), which starts it there on a free port of that node and stops it with the run.",
+    )
+    placement: RayStrategy = Field(
+        "PACK",
+        description="launch_on=ray: placement-group strategy of the replicas, as actor.placement: PACK (as few nodes as "
+        "possible), SPREAD, STRICT_SPREAD (one replica per node), STRICT_PACK (all on one node).",
+    )
+    node_resource: str | None = Field(
+        None,
+        description="launch_on=ray: the Ray resource that picks the replicas' nodes; each replica takes one unit. A "
+        "custom resource (`ray start --resources='{\"rollout_server\": 2}'` on the nodes that host them, 2 replicas "
+        "each), or `node:<IP>` (Ray's own resource of the node with that IP: one replica there). None: any node with room.",
+    )
+    gpus_per_replica: int = Field(
+        0, ge=0, description="launch_on=ray: GPUs Ray reserves for each replica (it sets CUDA_VISIBLE_DEVICES; gpu_ids "
+        "is for local replicas)."
+    )
 
     @field_validator("addresses", "extra_args", "gpu_ids", mode="before")
     @classmethod
@@ -76,6 +100,48 @@ class ServerFleetConfig(BaseModel):
                 )
         return urls
 
+    @field_validator("node_resource")
+    @classmethod
+    def _node_resource_names_nodes(cls, name: str | None) -> str | None:
+        import ipaddress
+
+        from pydantic_core import PydanticCustomError
+
+        if name is None:
+            return None
+        if name in _RAY_BUILTIN or not name.strip() or name != name.strip():
+            raise PydanticCustomError(
+                "node_resource", "{name} does not pick nodes; name a custom Ray resource the chosen nodes were started "
+                "with (ray start --resources={example}) or node:<IP>",
+                {"name": repr(name), "example": """'{"rollout_server": 2}'"""},
+            )
+        if name.startswith("node:"):
+            try:
+                ipaddress.ip_address(name[len("node:"):])
+            except ValueError:
+                raise PydanticCustomError(
+                    "node_resource", "{name} is not node:<IP> (Ray names each node's own resource by its IP, such as "
+                    "node:10.0.0.2); for a label, start the nodes with a custom resource and name it",
+                    {"name": repr(name)},
+                ) from None
+        return name
+
+    @model_validator(mode="after")
+    def _ray_keys_need_ray(self):
+        s = self.section
+        if self.launch_on == "local":
+            if self.node_resource is not None or self.gpus_per_replica:
+                key = "node_resource" if self.node_resource is not None else "gpus_per_replica"
+                raise ValueError(f"{s}.{key} places replicas with Ray: set {s}.launch_on=ray too")
+        else:
+            if self.addresses:
+                raise ValueError(f"{s}.launch_on=ray launches replicas, but {s}.addresses names running servers; "
+                                 "drop one of them")
+            if self.gpu_ids:
+                raise ValueError(f"{s}.gpu_ids is for local replicas; with launch_on=ray use {s}.gpus_per_replica "
+                                 "(Ray assigns the devices)")
+        return self
+
     def read_api_key(self) -> str | None:
         """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
         return key_from_env(self.api_key_env, f"{self.section}.api_key_env") if self.api_key_env else None
@@ -101,7 +167,8 @@ class RolloutServerConfig(ServerFleetConfig):
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "
-        "folder every replica can read; None: /dev/shm when it exists, else the system temp folder).",
+        "folder every replica can read; None: /dev/shm when it exists, else the system temp folder). Replicas placed "
+        "on other machines (launch_on=ray) read it at the same path: name a shared filesystem (checked at start).",
     )
     sync_timeout_s: float = Field(300.0, gt=0, description="Longest a replica may take to load new weights.")
     request_timeout_s: float = Field(600.0, gt=0, description="Longest one /generate request may take.")

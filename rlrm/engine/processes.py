@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from rlrm.config.schema import Profile
-from rlrm.engine.served import fleet_config
+from rlrm.engine.served import fleet_config, ray_address
 from rlrm.launch.engines import engine_env
 from rlrm.launch.fleet import ServerFleet
 
@@ -22,12 +22,17 @@ def planned_processes(profile: Profile) -> list[str]:
     """One `# <section> <what>: <argv>` line per process, as YAML comments."""
     fleets = []
     if profile.rollout.backend == "server":
-        fleets.append(ServerFleet(fleet_config(profile), role="policy", model_path=profile.model.path))
+        fleets.append(ServerFleet(fleet_config(profile), role="policy", model_path=profile.model.path,
+                                  ray_address=ray_address(profile)))
     reward = profile.reward
     if reward.model_kind and not (reward.model_kind == "disrm" and reward.disrm.scorer == "legacy"):
-        fleets.append(ServerFleet(reward.server, role=reward.model_kind, model_path=reward.server.model or ""))
+        fleets.append(ServerFleet(reward.server, role=reward.model_kind, model_path=reward.server.model or "",
+                                  ray_address=reward.ray_address))
     lines = []
     for k, fleet in enumerate(fleets):
+        if fleet.on_ray:  # local replicas go on this node, as they always did
+            n = fleet.cfg.replicas
+            lines.append(f"# {fleet.section}: {n} replica{'s' * (n > 1)} on {fleet.where()}")
         argvs = fleet.argvs(base_port=8000 + 100 * k, router_port=30000 + 10 * k)
         launched = 0 if fleet.cfg.addresses else fleet.cfg.replicas
         for i, argv in enumerate(argvs):

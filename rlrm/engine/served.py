@@ -19,13 +19,18 @@ def fleet_config(profile: Profile):
     return cfg.model_copy(update={"max_batch": cfg.max_batch or profile.rollout.max_batch_size})
 
 
+def ray_address(profile: Profile) -> str | None:
+    """The Ray cluster servers placed with `launch_on: ray` join when no Ray is initialised yet."""
+    return profile.actor.ray_address or profile.reward.ray_address
+
+
 def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> ServerRolloutEngine:
     """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
     cfg = fleet_config(profile)
     api_key = cfg.read_api_key()
     # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
     role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
-    fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key)
+    fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile))
     expect = TrainerModel(
         name=profile.model.path, vocab_size=policy.get_input_embeddings().num_embeddings, tokenizer_size=len(tokenizer),
         chat_template_sha256=chat_template_digest(tokenizer),

@@ -4,24 +4,29 @@
     await fleet.start()              # launched replicas healthy (or running addresses checked), router up
     fleet.urls                       # where requests go: the router, or the replicas for rlrm's balancer
     fleet.replica_urls               # every replica itself (weight sync, sleep/wake)
+    fleet.replica_nodes              # where each launched replica runs ("local", or its Ray node's IP and id)
     await fleet.close()              # in `finally`: router and replicas stopped by pid
 
 The config is any `ServerFleetConfig` (rlrm/config/servers.py: `reward.server`, `rollout.server`),
 read by attribute so that launch stays independent of config. Launch, readiness, supervision,
 the SGLang router in front and teardown live here once; the roles differ only in the endpoint
 their readiness probe calls and in what a restarted replica must be given before it serves.
+With `launch_on: ray` the replicas are placed on Ray nodes (rlrm/launch/ray_replicas.py: a placement
+group, one small actor per replica owning its process there); the pool supervises them as local ones.
 """
 
 from __future__ import annotations
 
 import asyncio
 import shlex
+import sys
 from typing import Awaitable, Callable
 
 from rlrm.errors import ConfigError
 from rlrm.launch.engines import require_backend
 from rlrm.launch.health import check_servers
 from rlrm.launch.pool import ServerPool, replica_argv
+from rlrm.launch.ray_replicas import RayReplicas
 from rlrm.launch.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 
 # what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server.py)
@@ -40,11 +45,15 @@ class ServerFleet:
         on_restart: awaited with a restarted replica's URL before it may serve again (the policy
             fleet loads the current weights into it); launched embedded policy replicas are then
             restarted with `--wait-for-weights`.
+        ray_address: the Ray cluster `launch_on: ray` replicas join when Ray is not initialised yet
+            (None: a local Ray).
     """
 
     def __init__(self, cfg, role: str, model_path: str, api_key: str | None = None,
-                 on_restart: Callable[[str], Awaitable[None]] | None = None):
+                 on_restart: Callable[[str], Awaitable[None]] | None = None, ray_address: str | None = None):
         self.cfg, self.role, self.model_path, self.api_key = cfg, role, model_path, api_key
+        self.ray_address = ray_address
+        self.placer: RayReplicas | None = None
         self.section = getattr(cfg, "section", "server")
         self.on_restart = on_restart
         self.pool: ServerPool | None = None
@@ -82,16 +91,43 @@ class ServerFleet:
             replicas, out = list(self.cfg.addresses), []
         else:
             ports = [base_port + i for i in range(self.cfg.replicas)]  # illustrative: real runs take free ports
-            replicas = [f"http://127.0.0.1:{p}" for p in ports]
-            out = [self._argv(p) for p in ports]
+            host = "NODE_IP" if self.on_ray else "127.0.0.1"  # on Ray: the IP of the node it is placed on
+            replicas = [f"http://{host}:{p}" for p in ports]
+            out = [self._argv(p, host) for p in ports]
         if self.uses_router():
             out.append(sglang_router_argv(replicas, router_port, router_port + 1))
         return out
 
-    def _argv(self, port: int) -> list[str]:
+    def _argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
         c = self.cfg
         return replica_argv(c.backend, self.model_path, self.role, port, c.threads, c.dtype, c.max_batch or 64, self.api_key,
-                            self.extra_args())
+                            self.extra_args(), host=host)
+
+    @property
+    def on_ray(self) -> bool:
+        return getattr(self.cfg, "launch_on", "local") == "ray" and not self.cfg.addresses
+
+    def where(self) -> str:
+        """Where launched replicas go, in words (`--dry-run` prints it)."""
+        if not self.on_ray:
+            return "this node (local subprocesses)"
+        bundle = RayReplicas(self.cfg, self.section).bundle()
+        cluster = f"the Ray cluster at {self.ray_address}" if self.ray_address else "the Ray cluster the run joins (else a local Ray)"
+        return f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, on {cluster}"
+
+    @property
+    def replica_nodes(self) -> list[str]:
+        """Where each launched replica runs: "local", or "<node IP> (<node id>)" on Ray."""
+        if self.pool is None:
+            return []
+        return [f"{s.host} ({s.node_id[:12]})" if hasattr(s, "node_id") else "local" for s in self.pool.servers]
+
+    def _placed_line(self) -> str:
+        """`rollout.server: 2 replicas (ray): replica 0 on 10.0.0.2 (<node id>) at http://10.0.0.2:41234, ...`"""
+        n = self.cfg.replicas
+        where = ", ".join(f"replica {i} on {node} at {url}"
+                          for i, (node, url) in enumerate(zip(self.replica_nodes, self.replica_urls)))
+        return f"{self.section}: {n} replica{'s' * (n > 1)} (ray): {where}"
 
     def extra_args(self) -> list[str]:
         """The section's extra_args, after the batching flags of embedded policy replicas."""
@@ -113,13 +149,18 @@ class ServerFleet:
                 if cfg.backend != "embedded":
                     require_backend(cfg.backend)
                 gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
-                self.pool = ServerPool(
-                    self.model_path, role=self.role, replicas=cfg.replicas, threads=cfg.threads, dtype=cfg.dtype,
-                    max_batch=cfg.max_batch or 64, api_key=self.api_key, backend=cfg.backend, gpu_ids=cfg.gpu_ids,
-                    extra_args=self.extra_args(), restart_args=WAIT_FOR_WEIGHTS if gated else None,
+                if self.on_ray:
+                    self.placer = RayReplicas(cfg, self.section, self.ray_address)
+                self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
+                    ServerPool, self.model_path, role=self.role, replicas=cfg.replicas, threads=cfg.threads,
+                    dtype=cfg.dtype, max_batch=cfg.max_batch or 64, api_key=self.api_key, backend=cfg.backend,
+                    gpu_ids=cfg.gpu_ids, extra_args=self.extra_args(), restart_args=WAIT_FOR_WEIGHTS if gated else None,
+                    placer=self.placer,
                 )
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
+                if self.on_ray:
+                    print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
             if use_router:
                 self.router = sglang_router(self.replica_urls)
@@ -142,6 +183,9 @@ class ServerFleet:
             await asyncio.to_thread(self.router.stop)
         if self.pool is not None:
             await asyncio.to_thread(self.pool.stop)
+        if self.placer is not None:
+            await asyncio.to_thread(self.placer.close)
+            self.placer = None
 
 
 def describe_argvs(fleet: ServerFleet) -> list[str]:

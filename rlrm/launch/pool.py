@@ -25,29 +25,46 @@ from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server
 
 
 def replica_argv(backend: str, model_path: str, role: str, port: int, threads: int = 1, dtype: str = "float32",
-                 max_batch: int = 64, api_key: str | None = None, extra_args: list[str] | None = None) -> list[str]:
+                 max_batch: int = 64, api_key: str | None = None, extra_args: list[str] | None = None,
+                 host: str = "127.0.0.1") -> list[str]:
     """The command line of one replica (the argv `--dry-run` prints)."""
     if backend == "embedded":
         extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
         if api_key:
             extra += ["--api-key-env", ENV_VAR]
-        return embedded_server_argv(model_path, role, port, extra=extra + list(extra_args or []))
-    return engine_argv(backend, model_path, role, port, dtype=dtype, max_batch=max_batch, api_key=api_key) + list(extra_args or [])
+        return embedded_server_argv(model_path, role, port, host=host, extra=extra + list(extra_args or []))
+    return engine_argv(backend, model_path, role, port, host=host, dtype=dtype, max_batch=max_batch,
+                       api_key=api_key) + list(extra_args or [])
 
 
 class ServerPool:
+    """Replicas of one model (see the module docstring).
+
+    Args:
+        placer: None: local subprocesses on free ports here. Else an object whose
+            `place(n, make_argv(host, port), envs)` returns n servers with ServerProcess's interface,
+            each on its own node (rlrm/launch/ray_replicas.py): the pool supervises them the same way.
+    """
+
     def __init__(self, model_path: str, role: str, replicas: int = 1, threads: int = 1, dtype: str = "float32",
                  max_batch: int = 64, api_key: str | None = None, backend: str = "embedded",
                  gpu_ids: list[int] | None = None, extra_args: list[str] | None = None,
-                 restart_args: list[str] | None = None):
-        self.servers: list[ServerProcess] = []
+                 restart_args: list[str] | None = None, placer=None):
+        envs = []
         for i in range(replicas):
-            argv = replica_argv(backend, model_path, role, free_port(), threads, dtype, max_batch, api_key, extra_args)
             # the key travels in the environment, which only the owner can read; None: no inherited key either
             env = {ENV_VAR: api_key or None, **engine_env(backend, api_key, role)}
             if gpu_ids:
                 env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids[i % len(gpu_ids)])
-            self.servers.append(ServerProcess(argv, env=env))
+            envs.append(env)
+
+        def make_argv(host: str, port: int) -> list[str]:
+            return replica_argv(backend, model_path, role, port, threads, dtype, max_batch, api_key, extra_args, host=host)
+
+        if placer is None:
+            self.servers = [ServerProcess(make_argv("127.0.0.1", free_port()), env=env) for env in envs]
+        else:
+            self.servers = placer.place(replicas, make_argv, envs)
         self.restart_args = list(restart_args or [])
         self.restarts = 0
         self.restarting: set[str] = set()  # URLs of replicas being restarted (not to be synced directly)
@@ -80,8 +97,10 @@ class ServerPool:
                 raises, the replica is killed again (never left half-ready) and retried next round.
         """
         while not self._stopping:
-            for server in self.servers:
-                if not server.alive() and not self._stopping:
+            # off the event loop: a replica on a Ray node answers over Ray (rlrm/launch/ray_replicas.py)
+            alive = await asyncio.to_thread(lambda: [s.alive() for s in self.servers])
+            for server, up in zip(self.servers, alive):
+                if not up and not self._stopping:
                     self.restarts += 1
                     await self._restart(server, on_restart)
             await asyncio.sleep(interval_s)

@@ -27,12 +27,22 @@ def embedded_server_argv(model: str, role: str, port: int, host: str = "127.0.0.
     return [sys.executable, "-m", "rlrm.launch.server", "--model", model, "--role", role, "--host", host, "--port", str(port), *(extra or [])]
 
 
+# Run before the server's own argv (exec'd in place, same pid): SIGKILL when the process that launched it dies
+# (Linux PR_SET_PDEATHSIG, kept across exec), and exit at once if it already died. Done in the child after
+# exec rather than in a preexec_fn, which is unsafe in a parent with threads (a Ray actor has many).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+    "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
 class ServerProcess:
     """A server subprocess with readiness polling and teardown in `finally`."""
 
     def __init__(self, argv: list[str], host: str = "127.0.0.1", port: int | None = None, health_path: str = "/health",
-                 start_timeout_s: float = 120.0, env: dict | None = None):
+                 start_timeout_s: float = 120.0, env: dict | None = None, die_with_parent: bool = False):
         self.argv = list(argv)
+        self.die_with_parent = die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/ray_replicas.py)
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
         self.url = f"http://{host}:{self.port}"
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
@@ -55,8 +65,9 @@ class ServerProcess:
         if self._log is None:
             self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
         env = {**os.environ, **(self.env or {})}
+        guard = self.die_with_parent and sys.platform == "linux"
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
+            [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.argv] if guard else self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
             env={k: v for k, v in env.items() if v is not None},  # None in `env` removes an inherited variable
         )
 

@@ -37,6 +37,7 @@ from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.ray_replicas import check_weights_reach
 from rlrm.launch.wire import int_or_none
 from rlrm.reward_errors import BadRequest, TransientError
 
@@ -104,6 +105,8 @@ class ServerRolloutEngine:
             return
         try:
             await self.fleet.start(check_timeout_s=min(self.request_timeout_s, 60.0))
+            if self.fleet.pool is not None:  # replicas on other nodes must see the weights folder
+                await asyncio.to_thread(check_weights_reach, self.fleet.pool.servers, self.files.parent)
             self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
             await self.balancer.wait_healthy(self.fleet.cfg.start_timeout_s, what="rollout servers")
             versions = await asyncio.to_thread(self._check_replicas)

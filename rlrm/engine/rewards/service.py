@@ -53,7 +53,8 @@ class RewardService:
         server = self.cfg.server
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
-        self.fleet = ServerFleet(server, role=kind, model_path=self.model_path, api_key=self.api_key)
+        self.fleet = ServerFleet(server, role=kind, model_path=self.model_path, api_key=self.api_key,
+                                 ray_address=self.cfg.ray_address)
         await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
         self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
