@@ -207,7 +207,8 @@ class GRPOStep:
             timer.add("update_actor", "trainer", start, end)
             timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
 
-        metrics = self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+        with timer.cpu_time("update_actor"):
+            metrics = self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
         with timer("update_weights"):
             self.engine.update_weights(self.actor.policy_state_dict(), version=step)
         return metrics

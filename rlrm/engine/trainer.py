@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import resource
 import shutil
 import sys
@@ -292,6 +293,7 @@ class _TrainLoop:
             "perf/time_per_step": step_s,
             "perf/max_memory_gb": _peak_memory_gb(),
             "perf/wall_s": time.perf_counter() - self.t0,
+            "perf/cpu_cores": _cpu_cores(),
         }
         rank_memory = getattr(self.parts.actor, "peak_memory_gb", None)  # actor.world_size > 1: the ranks' own
         if rank_memory is not None:
@@ -345,3 +347,11 @@ def _peak_memory_gb() -> float:
         return torch.cuda.max_memory_allocated() / 2**30
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return rss_kb / 2**20 if sys.platform != "darwin" else rss_kb / 2**30
+
+
+def _cpu_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1

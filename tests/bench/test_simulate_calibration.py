@@ -90,3 +90,23 @@ def test_missing_or_short_traces_say_what_is_needed(synthetic_run, tmp_path):
     (short / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(RunFolderError, match="too short to fit: 2 step.*at least 3 steps"):
         calibrate([short])
+
+
+def test_colocated_slowdown_is_fitted_from_the_cores_each_phase_keeps_busy(synthetic_run, tmp_path):
+    import shutil
+
+    assert {k: v for k, v, _ in calibrate([synthetic_run]).params}["rollout.colocated_slowdown"] == 2.0  # no cpu_s: assumed
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # generation kept 1.4 cores busy, the update 1.7, on 2 cores
+        row.update({"timing_s/gen": 1.0, "cpu_s/gen": 1.4, "cpu_s/update_actor": 1.7 * row.get("timing_s/update_actor", 0.0),
+                    "perf/cpu_cores": 2})  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fitted = {k: (v, note) for k, v, note in calibrate([run]).params}
+    value, note = fitted["rollout.colocated_slowdown"]
+    assert value == pytest.approx((1.4 + 1.7) / 2, abs=1e-3) and "1.40" in note and "1.70" in note
+    for row in rows:  # on 8 cores the two fit side by side: no slowdown
+        row["perf/cpu_cores"] = 8
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert {k: v for k, v, _ in calibrate([run]).params}["rollout.colocated_slowdown"] == 1.0

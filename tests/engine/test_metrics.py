@@ -45,6 +45,31 @@ def test_step_timer_accumulates_and_keeps_spans():
     assert metrics["timing_s/gen"] == pytest.approx(sum(s.end_s - s.start_s for s in timer.spans))
 
 
+def test_step_timer_records_cpu_time_only_when_asked():
+    import time
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    timer = StepTimer(measure_cpu=True)
+    with timer("gen", cpu=True):
+        spin(0.05)  # computes: CPU time close to wall time
+    with timer("reward", cpu=True):
+        time.sleep(0.05)  # waits: next to no CPU time
+    with timer("adv"):  # not asked: wall time only
+        spin(0.01)
+    metrics = timer.metrics()
+    assert metrics["cpu_s/gen"] > 0.5 * metrics["timing_s/gen"]
+    assert metrics["cpu_s/reward"] < 0.5 * metrics["timing_s/reward"]
+    assert "cpu_s/adv" not in metrics
+    off = StepTimer()  # overlapping modes: the process's CPU time is not one phase's, so nothing is recorded
+    with off("gen", cpu=True), off.cpu_time("update_actor"):
+        spin(0.01)
+    assert not any(k.startswith("cpu_s/") for k in off.metrics())
+
+
 def test_metrics_writer_flushes_and_truncates_on_resume(tmp_path):
     path = tmp_path / "metrics.jsonl"
     writer = MetricsWriter(path)

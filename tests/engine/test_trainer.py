@@ -53,6 +53,8 @@ def test_run_folder_layout(tmp_path, tiny_policy_path):
         assert key in rows[1], key
     assert 0.0 <= rows[1]["critic/score/mean"] <= 1.0
     assert rows[1]["batch/num_samples"] == 16
+    # sync: the CPU time of generation and of the update alone (what bench simulate's calibration reads)
+    assert 0 < rows[1]["cpu_s/gen"] and 0 < rows[1]["cpu_s/update_actor"] and rows[1]["perf/cpu_cores"] >= 1
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]
     assert (run_dir / "checkpoints" / "step_2" / "model" / "config.json").is_file()
     trace = json.loads((run_dir / "trace.json").read_text())

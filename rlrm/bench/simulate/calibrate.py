@@ -52,6 +52,7 @@ class _Steps:
     overhead: list[float] = field(default_factory=list)
     first: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)  # step 1: decode obs + trainer s + tokens
     lengths: list[tuple[float, float, float, float, float]] = field(default_factory=list)  # mean, min, max, clip, prompt mean
+    cores: list[tuple[float, float, float, float, float]] = field(default_factory=list)  # sync: gen cpu, wall; update cpu, wall; cores
 
 
 def calibrate(run_dirs: list[Path]) -> Calibration:
@@ -154,6 +155,9 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
             into.append((timing[phase], size))
     obs.minibatch.extend((sec, tokens * s / samples) for sec, s in minis)
     obs.update_end.append(timing.get("update_actor", 0.0) - sum(sec for sec, _ in minis) + timing.get("update_weights", 0.0))
+    if sync and "cpu_s/gen" in row and "cpu_s/update_actor" in row and "perf/cpu_cores" in row:
+        obs.cores.append((row["cpu_s/gen"], timing.get("gen", 0.0), row["cpu_s/update_actor"], timing.get("update_actor", 0.0),
+                          float(row["perf/cpu_cores"])))  # fmt: skip
     obs.lengths.append((row.get("response_length/mean", 0.0), row.get("response_length/min", 0.0), longest,
                         row.get("response_length/clip_ratio", 0.0), row.get("prompt_length/mean", 0.0)))  # fmt: skip
     if requests and decodes:
@@ -266,8 +270,7 @@ def _rollout(p: _Profile, obs: _Steps, put) -> None:
     put("rollout.batching", "static", "")
     put("rollout.max_running", int(p.get("rollout.max_batch_size", 64)), "")
     put("rollout.batch_wait_s", float(p.get("rollout.batch_wait_ms", 2.0)) / 1000, "")
-    put("rollout.colocated_slowdown", 2.0, "not fitted (nothing overlaps in a sync run): rlrm's hf engine decodes on the "
-        "trainer's device, so the two are taken to split it evenly while both compute")
+    put("rollout.colocated_slowdown", *_colocated_slowdown(obs))
     d = np.array(obs.decode).reshape(-1, 4)
     fit = fit_cost(d[:, 0], {"resp": d[:, 1], "longest": d[:, 3], "prompt": d[:, 2]}, proportional_to="resp")
     note = _note(fit, "decode batches vs their tokens")
@@ -281,6 +284,21 @@ def _rollout(p: _Profile, obs: _Steps, put) -> None:
         put("rollout.first_batch_extra_s", max(0.0, float(excess.mean())), "step 1's decode batch over the fitted model (warm-up)")
     put("rollout.submit_s", _median(obs.submit), f"step start to first decode batch, median of {len(obs.submit)} sync steps")
     put("rollout.return_s", _median(obs.returned), f"last decode batch end to last request returned, median of {len(obs.returned)} steps")
+
+
+def _colocated_slowdown(obs: _Steps) -> tuple[float, str]:
+    """How much generation and training slow each other while both compute in one process (rlrm's hf engine
+    shares the trainer's cores). Nothing overlaps in a sync run, but its `cpu_s/*` say how many cores each
+    phase keeps busy alone; overlapped, they share the machine's: slowdown = (gen + train) / cores, at least 1."""
+    c = np.array(obs.cores).reshape(-1, 5)
+    c = c[(c[:, 1] > 0) & (c[:, 3] > 0)]
+    if not len(c):
+        return 2.0, ("not fitted (the sync steps hold no cpu_s/gen, cpu_s/update_actor, perf/cpu_cores: runs made "
+                     "before rlrm recorded them): generation and training are taken to split the cores evenly")
+    gen, train, cores = c[:, 0].sum() / c[:, 1].sum(), c[:, 2].sum() / c[:, 3].sum(), float(np.median(c[:, 4]))
+    slowdown = max(1.0, (gen + train) / cores)
+    return round(slowdown, 3), (f"generation kept {gen:.2f} and training {train:.2f} of {cores:.0f} cores busy alone "
+                                f"(cpu_s / timing_s over {len(c)} sync steps); overlapped: (gen + train) / cores")
 
 
 def _reward(p: _Profile, obs: _Steps, put) -> None:

@@ -29,7 +29,8 @@ class SyncScheduler:
         run, p = self.run, self.run.profile
         n = p.rollout.n
         prompts = run.prompts.take()
-        with timer("gen", lane="gen_wait"):
+        timer.measure_cpu = True  # nothing overlaps in sync: the process's CPU time is the phase's own
+        with timer("gen", lane="gen_wait", cpu=True):
             completions = await generate_groups(
                 run.engine, prompts.prompt_ids, sampling_params(p), n, p.trainer.seed, step, timer
             )
