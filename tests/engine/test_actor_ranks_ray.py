@@ -20,7 +20,7 @@ pytestmark = [
 
 SMALL = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "trainer.val_every=0",
          "trainer.num_threads=1", "trainer.total_steps=3", "logging.console=none"]  # fmt: skip
-TIMING = ("timing_s/", "perf/", "idle/", "reward/latency")
+TIMING = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency")
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "trainer.val_every=0",
          "trainer.num_threads=1", "trainer.save_every=2", "actor.world_size=2", "logging.console=none"]  # fmt: skip
-TIMING = ("timing_s/", "perf/", "idle/", "reward/latency")
+TIMING = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency")
 
 
 def _rows(run: Path) -> list[dict]:

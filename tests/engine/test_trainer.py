@@ -35,7 +35,7 @@ def _run(tmp_path, name, steps, extra=()):
 
 
 def _comparable(row):
-    return {k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/", "reward/latency", "idle/"))}
+    return {k: v for k, v in row.items() if not k.startswith(("timing_s/", "cpu_s/", "perf/", "reward/latency", "idle/"))}
 
 
 def test_run_folder_layout(tmp_path, tiny_policy_path):
