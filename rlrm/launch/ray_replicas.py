@@ -17,11 +17,15 @@ Ray is imported only here, inside functions.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, ServerStartError
+
+# Resources Ray derives from placement groups: `<name>_group_<pg id>`, `<name>_group_<index>_<pg id>`.
+_PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")
 
 
 class ReplicaHost:
@@ -234,7 +238,8 @@ class RayReplicas:
         name = self.cfg.node_resource
         if name and name not in offered:
             labels = sorted(k for k in offered if k not in ("CPU", "GPU", "memory", "object_store_memory")
-                            and not k.startswith("node:__") and not k.startswith("accelerator_type"))
+                            and not k.startswith("node:__") and not k.startswith("accelerator_type")
+                            and not _PLACEMENT_GROUP_RESOURCE.search(k))  # Ray's own, one per reserved bundle
             raise ConfigError(
                 f"{self.section}.node_resource {name!r} is on no node of the Ray cluster (its nodes offer: "
                 f"{', '.join(labels) or 'no custom resources'}); start the chosen nodes with "
