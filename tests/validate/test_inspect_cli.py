@@ -39,7 +39,7 @@ def test_rows_missing_fields_are_named(tmp_path):
 def test_rule_profile_says_what_is_shown_instead():
     result = invoke("--profile", "tiny-rule", "--prompt", QUESTION, "--response", "2 + 6 = 8\n#### 8", "--ground-truth", "8", "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert "has no reward model to inspect" in report["notes"][0]
     (record,) = report["samples"]
     assert record["extracted_answer"] == "8" and record["score"] == 1.0 and report["lints"] == []
@@ -52,7 +52,7 @@ def test_custom_reward_shows_what_the_function_returned(tmp_path):
     result = invoke("--profile", "tiny-rule", "--set", "reward.kind=custom", "--set", f"reward.custom.path={fn}",
                     "--prompt", QUESTION, "--response", "2 + 6 = 8\n#### 8", "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     (record,) = report["samples"]
     assert "reward.kind=custom" in report["notes"][0] and "extracted_answer" not in record
     assert record["score"] == 0.16 and record["extra"] == {"chars": 16}  # "2 + 6 = 8\n#### 8": 16 characters
@@ -66,7 +66,7 @@ def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path)
     args = ("--profile", "tiny-disrm", "--input", path, "--set", "reward.disrm.max_length=60", "--json")
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     first, second, third = report["samples"]
     assert first["rendered_text"].startswith("<|im_start|>user\n") and first["rendered_text"].endswith("#### 8<|im_end|>\n")
     assert first["score_token"]["text"] == "\n" and first["score_token"]["position"] == first["tokens"] - 1
@@ -85,7 +85,7 @@ def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
     path = write_rows(tmp_path / "in.jsonl", [{"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}] * 2)
     result = invoke("--profile", "tiny-genrm", "--input", path, "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["lints"] == []
     for r in report["samples"]:
         assert "Reference answer: 8" in r["judge_prompt_text"] and r["judge_prompt_text"].endswith("<|im_start|>assistant\n")
@@ -93,7 +93,7 @@ def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
     broken = invoke("--profile", "tiny-genrm", "--input", path, "--json", "--set", "reward.genrm.max_tokens=3",
                     "--set", "reward.genrm.template=Problem: {question}\nAnswer: {{response}}\nReference: {reference}")
     assert broken.exit_code == 0, broken.output
-    report = json.loads(broken.output)
+    report = json.loads(broken.stdout)
     assert {f["lint"] for f in report["lints"]} == {"judge-template-missing-response", "verdict-unparsed", "truncated"}
     assert all(r["score"] is None and r["parse_error"] for r in report["samples"])
 
@@ -110,7 +110,7 @@ def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_serv
     args = ("--profile", "tiny-disrm", "--n", "16", "--invariance", "--json", "--set", "reward.server.max_batch=16")
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-    inv = json.loads(result.output)["invariance"]
+    inv = json.loads(result.stdout)["invariance"]
     assert inv["passed"] and inv["samples"] == 16 and len(inv["comparisons"]) == 4 and inv["max_abs_diff"] <= inv["tolerance"]
     script = Path(__file__).with_name("leaky_server.py")  # the stand-in batch-dependent DisRM server
     argv = [sys.executable, str(script), "--model", resolve_model_path("tiny:disrm"), "--role", "disrm",
@@ -118,4 +118,4 @@ def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_serv
     with ServerProcess(argv) as leaky:
         result = invoke(*args, "--set", f"reward.server.addresses={leaky.url}")
     assert result.exit_code == 1, result.output
-    assert not json.loads(result.output)["invariance"]["passed"]
+    assert not json.loads(result.stdout)["invariance"]["passed"]
