@@ -23,6 +23,7 @@ from collections.abc import Callable
 from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, ServerStartError
+from rlrm.launch.ray_release import release_ray
 
 # Resources Ray derives from placement groups: `<name>_group_<pg id>`, `<name>_group_<index>_<pg id>`.
 _PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")
@@ -248,16 +249,5 @@ class RayReplicas:
         return bundle
 
     def close(self) -> None:
-        import ray
-
-        for actor in self.actors:
-            ray.kill(actor)  # the replica's process dies with it (PR_SET_PDEATHSIG)
-        self.actors = []
-        if self.group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self.group)
-            self.group = None
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        release_ray(self.actors, self.group, shutdown=self._started_ray)  # replicas die with their actors
+        self.actors, self.group, self._started_ray = [], None, False

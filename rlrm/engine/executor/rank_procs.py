@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 
+from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.errors import TrainingError
 from rlrm.launch.ports import free_port
 
@@ -140,19 +141,7 @@ class RankProcesses:
 
     def close(self) -> None:
         """Stop every rank (by its own process object): ask, then terminate, then kill."""
-        for inbox in self._inboxes:
-            try:
-                inbox.put(None)
-            except (OSError, ValueError):
-                pass
-        for proc in self._procs:
-            proc.join(timeout=5.0 if not self.broken else 0.5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        stop_spawned(self._procs, self._inboxes, grace_s=5.0 if not self.broken else 0.5)
         self._procs, self._inboxes = [], []
 
 

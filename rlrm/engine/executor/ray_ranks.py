@@ -21,6 +21,7 @@ import threading
 import time
 
 from rlrm.engine.executor.rank_procs import RankError, raise_rank_error
+from rlrm.launch.ray_release import release_ray
 
 
 class RayRanks:
@@ -118,19 +119,8 @@ class RayRanks:
         )
 
     def close(self) -> None:
-        import ray
-
-        for actor in self.actors:
-            ray.kill(actor)
-        self.actors = []
-        if self.group is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self.group)
-            self.group = None
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        release_ray(self.actors, self.group, shutdown=self._started_ray)
+        self.actors, self.group, self._started_ray = [], None, False
 
 
 def _dead(ref) -> bool:

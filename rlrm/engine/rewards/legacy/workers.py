@@ -26,6 +26,7 @@ import queue
 import time
 from dataclasses import dataclass, replace
 
+from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.errors import ConfigError, RlrmError
 from rlrm.launch.ports import free_port
@@ -155,19 +156,7 @@ class LegacyWorkerGroup:
         if self._local is not None:
             _destroy_group()
             self._local = None
-        for inbox in self._inboxes:
-            try:
-                inbox.put(None)
-            except (OSError, ValueError):
-                pass
-        for proc in self._procs:
-            proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        stop_spawned(self._procs, self._inboxes)
         self._procs, self._inboxes = [], []
 
 

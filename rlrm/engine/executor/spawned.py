@@ -1,0 +1,23 @@
+"""Stopping processes that rlrm spawned itself (actor ranks, legacy DisRM ranks), by their process objects.
+
+    stop_spawned(procs, inboxes, grace_s=5.0)   # ask (None in each inbox), then terminate, then kill
+"""
+
+from __future__ import annotations
+
+
+def stop_spawned(procs: list, inboxes: list, grace_s: float = 5.0) -> None:
+    """Ask each process to stop (None in its inbox), wait `grace_s`, then terminate, then kill."""
+    for inbox in inboxes:
+        try:
+            inbox.put(None)
+        except (OSError, ValueError):  # the queue is already closed
+            pass
+    for proc in procs:
+        proc.join(timeout=grace_s)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=5.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
