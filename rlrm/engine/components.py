@@ -59,9 +59,10 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     path = policy_path or base_path
     tokenizer = load_tokenizer(path)
     policy = load_causal_lm(path, profile.model.dtype, device)
-    ref = None
-    if profile.actor.use_kl_loss and profile.actor.world_size == 1:
+    ref, ref_path = None, None
+    if profile.actor.use_kl_loss:
         ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
+    if ref_path and profile.actor.world_size == 1:  # with ranks, each rank loads its shard of the reference
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
     if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
@@ -78,8 +79,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     if profile.actor.world_size > 1:  # the ranks load their own shards; the trainer keeps a full copy
         from rlrm.engine.actor.group import start_rank_group
 
-        use_ref = profile.actor.use_kl_loss
-        ref_path = (resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path) if use_ref else None
         actor = start_rank_group(profile, path, ref_path, device, policy)
     else:
         actor = Actor(

@@ -102,10 +102,9 @@ def check_actor_ranks(profile: Profile) -> None:
     if profile.actor.world_size == 1 or profile.actor.ranks_on == "ray":
         return  # Ray's placement group says whether the cluster can hold them
     try:
-        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device))
+        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device), key="actor.world_size")
     except ConfigError as exc:
-        raise ConfigError(f"{str(exc).replace('--world-size', 'actor.world_size')}; or place ranks on a Ray cluster "
-                          "with actor.ranks_on=ray") from None
+        raise ConfigError(f"{exc}; or place ranks on a Ray cluster with actor.ranks_on=ray") from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:

@@ -157,10 +157,7 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
     if profile.actor.ranks_on == "ray":
         ranks = RayRanks(spec, address=profile.actor.ray_address or profile.reward.ray_address)
     else:
-        try:
-            check_world_size(world, device)
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("--world-size", "actor.world_size")) from None
+        check_world_size(world, device, key="actor.world_size")
         ranks = RankProcesses(spec)
     ranks.start()
     where = ", ".join(f"rank {r} on {node}" for r, node in enumerate(ranks.nodes))

@@ -47,21 +47,22 @@ class LegacyScores:
         return self.token_level.sum(-1)
 
 
-def check_world_size(world_size: int, device: str) -> None:
-    """Refuse a world size the machine cannot give every rank a device (GPU) or a core (CPU)."""
+def check_world_size(world_size: int, device: str, key: str = "--world-size") -> None:
+    """Refuse a world size the machine cannot give every rank a device (GPU) or a core (CPU); `key` names the
+    setting in the message (the parity option, or `actor.world_size`)."""
     if world_size < 1:
-        raise ConfigError(f"--world-size must be >= 1, got {world_size}")
+        raise ConfigError(f"{key} must be >= 1, got {world_size}")
     if device == "cuda":
         import torch
 
         gpus = torch.cuda.device_count()
         if world_size > gpus:
-            raise ConfigError(f"--world-size {world_size} needs {world_size} GPUs (one per nccl rank); {gpus} visible")
+            raise ConfigError(f"{key} {world_size} needs {world_size} GPUs (one per nccl rank); {gpus} visible")
         return
     cores = os.cpu_count() or 1
     if world_size > cores:
         raise ConfigError(
-            f"--world-size {world_size} on CPU needs a core per gloo rank; this machine has {cores} "
+            f"{key} {world_size} on CPU needs a core per gloo rank; this machine has {cores} "
             f"(more ranks would measure contention, not sharding)"
         )
 
