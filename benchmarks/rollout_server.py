@@ -1,6 +1,7 @@
 """Rollout through servers vs in process: tokens/s and the share of step time spent syncing weights.
 
     .venv/bin/python benchmarks/rollout_server.py [--pairs 3] [--steps 8] [--warmup 2] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/rollout_server.py --sync [--replicas 2] [--pairs 3] [--steps 6]
 
 Runs `rlrm train --profile tiny-rule` (sync mode, no validation, no checkpoints) as separate
 processes, alternating A B1 B2 C2 A B1 B2 C2 ...: A generates in process (`rollout.backend=hf`), B1
@@ -16,6 +17,12 @@ threads each, as the in-process engine has. From each run's metrics.jsonl, after
 Printed per run, then per pair the ratios B1/A, B2/A and C2/A of tokens/s and their medians. On 2 CPU
 cores two replicas share the cores the trainer also uses: they cannot be faster here, the figure
 shows the overhead; their speed-up needs replicas on other devices or nodes.
+
+`--sync` compares the two weight syncs instead, alternating D X D X ...: D writes safetensors that
+every replica loads (`rollout.server.weight_sync=disk`), X broadcasts over a gloo group
+(`weight_sync=distributed`), both with `--replicas` replicas behind rlrm's balancer. Per run: the
+median sync time per step (`timing_s/update_weights`) and the sync share of step time; per pair
+the ratio X/D of the sync time, and its median.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ CONFIGS = {
     "server-2": ["rollout.backend=server", "rollout.server.replicas=2"],
     "server-2-client": ["rollout.backend=server", "rollout.server.replicas=2", "rollout.server.router=client"],
 }
+SYNC_CONFIGS = {
+    "disk": ["rollout.backend=server", "rollout.server.router=client", "rollout.server.weight_sync=disk"],
+    "distributed": ["rollout.backend=server", "rollout.server.router=client", "rollout.server.weight_sync=distributed"],
+}
 
 
 def run(name: str, steps: int, threads: int, overrides: list[str], out: Path) -> list[dict]:
@@ -45,7 +56,7 @@ def run(name: str, steps: int, threads: int, overrides: list[str], out: Path) ->
         "--set", "trainer.save_every=0", "--set", f"trainer.num_threads={threads}",
         "--set", f"rollout.server.threads={threads}",
     ]
-    for item in CONFIGS[name] + overrides:
+    for item in {**CONFIGS, **SYNC_CONFIGS}[name] + overrides:
         argv += ["--set", item]
     subprocess.run(argv, check=True, env=os.environ.copy(), stdout=subprocess.DEVNULL)
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -60,6 +71,7 @@ def summarise(rows: list[dict], warmup: int) -> dict:
         "gen_tokens_per_s": tokens / sum(r["timing_s/gen"] for r in rows),
         "sync_share": sum(r["timing_s/update_weights"] for r in rows) / step_s,
         "step_s": statistics.median(r["timing_s/step"] for r in rows),
+        "sync_s": statistics.median(r["timing_s/update_weights"] for r in rows),
         "retries": sum(r.get("rollout/retries", 0) for r in rows),
     }
 
@@ -71,7 +83,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the trainer and of each replica")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--sync", action="store_true", help="compare weight_sync=disk and distributed instead")
+    parser.add_argument("--replicas", type=int, default=2, help="--sync: replicas of both runs")
     args = parser.parse_args()
+    if args.sync:
+        compare_syncs(args)
+        return
     results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
@@ -87,6 +104,24 @@ def main() -> None:
         shares = [b["sync_share"] for b in results[name]]
         print(f"{name}: tokens/s vs hf per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
               f"generation only: median {statistics.median(gen):.3f}; sync share median {statistics.median(shares):.1%}")
+
+
+def compare_syncs(args) -> None:
+    """D X D X ...: disk and distributed weight sync, the same replicas and steps; medians of pair ratios."""
+    results: dict[str, list[dict]] = {name: [] for name in SYNC_CONFIGS}
+    overrides = [f"rollout.server.replicas={args.replicas}", *args.overrides]
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            for name in SYNC_CONFIGS:
+                stats = summarise(run(name, args.steps + args.warmup, args.threads, overrides, Path(tmp)), args.warmup)
+                results[name].append(stats)
+                print(f"pair {pair} {name:11s} sync per step {stats['sync_s'] * 1e3:7.1f} ms  sync share "
+                      f"{stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  tokens/s {stats['tokens_per_s']:8.1f}",
+                      flush=True)
+    ratios = [x["sync_s"] / d["sync_s"] for d, x in zip(results["disk"], results["distributed"])]
+    print(f"distributed/disk sync time per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
+          f"sync share median: disk {statistics.median(r['sync_share'] for r in results['disk']):.1%}, distributed "
+          f"{statistics.median(r['sync_share'] for r in results['distributed']):.1%}")
 
 
 if __name__ == "__main__":

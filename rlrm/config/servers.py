@@ -170,6 +170,30 @@ class RolloutServerConfig(ServerFleetConfig):
         "folder every replica can read; None: /dev/shm when it exists, else the system temp folder). Replicas placed "
         "on other machines (launch_on=ray) read it at the same path: name a shared filesystem (checked at start).",
     )
-    sync_timeout_s: float = Field(300.0, gt=0, description="Longest a replica may take to load new weights.")
+    weight_sync: Literal["disk", "distributed"] = Field(
+        "disk",
+        description="How new weights reach the replicas: disk (safetensors in weights_dir, then SGLang's "
+        "/update_weights_from_disk on every replica) or distributed (the trainer joins a process group with the "
+        "replicas, SGLang's /init_weights_update_group, and broadcasts every tensor to them with "
+        "/update_weights_from_distributed: no file written or read). Embedded and sglang replicas; not vllm.",
+    )
+    weight_sync_backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto",
+        description="weight_sync=distributed: the process group's backend. nccl (GPU tensors; the trainer and every "
+        "replica on CUDA) or gloo (CPU tensors, over TCP); auto: nccl when the replicas run on GPUs (backend sglang, "
+        "gpu_ids or gpus_per_replica set) and the trainer has CUDA, else gloo.",
+    )
+    sync_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Longest a replica may take to load new weights (distributed: also to join the weight-update "
+        "group, and each broadcast).",
+    )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest one /generate request may take.")
     max_retries: int = Field(3, ge=0, description="Retries of a failed /generate on another replica (counted as rollout/retries).")
+
+    @model_validator(mode="after")
+    def _distributed_sync_needs_sglang_api(self):
+        if self.weight_sync == "distributed" and self.backend == "vllm":
+            raise ValueError("rollout.server.weight_sync=distributed is not served by vllm (it documents no equivalent of "
+                             "SGLang's update_weights_from_distributed); use rollout.server.weight_sync=disk")
+        return self

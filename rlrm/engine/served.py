@@ -38,5 +38,17 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
     return ServerRolloutEngine(
         fleet, wire_for(cfg.backend, policy_path), WeightFiles(cfg.weights_dir, config_from=policy_path), expect=expect,
         api_key=api_key, request_timeout_s=cfg.request_timeout_s, sync_timeout_s=cfg.sync_timeout_s,
-        max_retries=cfg.max_retries,
+        max_retries=cfg.max_retries, weight_sync=cfg.weight_sync, sync_backend=sync_backend(cfg),
     )
+
+
+def sync_backend(cfg) -> str:
+    """`weight_sync_backend` resolved: auto is nccl when the replicas run on GPUs and the trainer has CUDA, else gloo."""
+    if cfg.weight_sync_backend != "auto":
+        return cfg.weight_sync_backend
+    on_gpus = cfg.backend == "sglang" or bool(cfg.gpu_ids) or cfg.gpus_per_replica > 0
+    if not on_gpus:
+        return "gloo"
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"

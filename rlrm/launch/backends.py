@@ -32,6 +32,7 @@ class ServerConfig:
     wait_for_weights: bool = False  # policy replica restarted by a fleet: 503 until its first weight update
     batch_wait_ms: float = 2.0  # the longest a generation batch waits for more requests after its first
     batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
+    weight_sync_timeout_s: float = 300.0  # bound on joining a weight-update group and on each broadcast
 
     @property
     def model_name(self) -> str:

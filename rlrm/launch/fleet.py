@@ -130,11 +130,13 @@ class ServerFleet:
         return f"{self.section}: {n} replica{'s' * (n > 1)} (ray): {where}"
 
     def extra_args(self) -> list[str]:
-        """The section's extra_args, after the batching flags of embedded policy replicas."""
+        """The section's extra_args, after the batching flags (and weight-sync timeout) of embedded policy replicas."""
         c = self.cfg
         batching = []
         if c.backend == "embedded" and self.role == "policy" and hasattr(c, "batch_gap_ms"):
             batching = ["--batch-wait-ms", f"{c.batch_wait_ms:g}", "--batch-gap-ms", f"{c.batch_gap_ms:g}"]
+            if getattr(c, "weight_sync", "disk") == "distributed":  # the replicas' side of the group's timeout
+                batching += ["--weight-sync-timeout-s", f"{c.sync_timeout_s:g}"]
         return batching + list(c.extra_args)
 
     async def start(self, check_timeout_s: float = 30.0) -> None:

@@ -23,6 +23,17 @@ to load them (rlrm/launch/wire.py); a replica that refuses fails the step with i
 its message. A launched replica whose process is dead is skipped (`rollout/sync_skipped`): the
 supervisor restarts it with `--wait-for-weights` and loads the current version into it before
 it reports healthy.
+
+With `weight_sync: distributed` (rlrm/launch/weight_broadcast.py) nothing is written: at start the
+trainer builds a process group with the replicas (SGLang's /init_weights_update_group) and
+`update_weights` broadcasts every tensor to them (/update_weights_from_distributed,
+`timing_s/weight_broadcast`). The group is rebuilt (destroyed on the survivors, joined again by
+everyone on a fresh port) whenever its members change: a dead replica is left out and counted in
+`rollout/sync_skipped`; a broadcast that fails because a member died is sent again to the others.
+A restarted replica cannot be given the current weights from disk (none are written, and the
+trainer's tensors move on in place while it trains), so it waits with `--wait-for-weights`, out of
+rotation, until the next broadcast includes it; before the first update the policy's own files
+are the current weights and it loads those at once.
 """
 
 from __future__ import annotations
@@ -38,9 +49,9 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.fleet import ServerFleet
 from rlrm.launch.ray_replicas import check_weights_reach
+from rlrm.launch.weight_broadcast import FleetBroadcast, WeightBroadcast
 from rlrm.launch.wire import int_or_none
 from rlrm.reward_errors import BadRequest, TransientError
-
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
 MAX_COALESCE = 64
@@ -74,12 +85,13 @@ class ServerRolloutEngine:
         wire: the backend's request and weight-update shapes.
         files: where each version's weights are written.
         expect: the trainer's model, compared with every replica's `/get_model_info` at start.
-        api_key, request_timeout_s, sync_timeout_s, max_retries: as `rollout.server` says.
+        api_key, request_timeout_s, sync_timeout_s, max_retries, weight_sync: as `rollout.server` says.
+        sync_backend: weight_sync=distributed: gloo or nccl (`weight_sync_backend` resolved).
     """
 
     def __init__(self, fleet: ServerFleet, wire, files: WeightFiles, expect: TrainerModel | None = None,
                  api_key: str | None = None, request_timeout_s: float = 600.0, sync_timeout_s: float = 300.0,
-                 max_retries: int = 3):
+                 max_retries: int = 3, weight_sync: str = "disk", sync_backend: str = "gloo"):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
         self.api_key = api_key
         self.request_timeout_s, self.sync_timeout_s, self.max_retries = request_timeout_s, sync_timeout_s, max_retries
@@ -88,7 +100,10 @@ class ServerRolloutEngine:
         self.max_context: int | None = None
         self.balancer = None
         self.counters = {"rollout/retries": 0, "rollout/stale_refused": 0, "rollout/sync_skipped": 0}
-        self.sync_times = {"write_s": 0.0, "load_s": 0.0}
+        self.sync_times = {"write_s": 0.0, "load_s": 0.0, "broadcast_s": 0.0}
+        self.broadcast = (FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key))
+                          if weight_sync == "distributed" else None)
+        self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
         self._queue: list[_Item] = []
@@ -114,6 +129,8 @@ class ServerRolloutEngine:
                 await asyncio.to_thread(self._push_all, self.files.current, self.version)
             else:
                 await asyncio.to_thread(self._reset_trained, versions)
+            if self.broadcast is not None:
+                await asyncio.to_thread(self.broadcast.open)
             self._started = True
         except BaseException:
             await self.close()
@@ -231,10 +248,16 @@ class ServerRolloutEngine:
         Raises:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
+        if self.broadcast is not None and self._started:
+            self.version = version
+            t0 = time.perf_counter()
+            self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version)
+            self.sync_times["broadcast_s"] += time.perf_counter() - t0
+            return
         t0 = time.perf_counter()
         path = self.files.write(state_dict, version)
         self.sync_times["write_s"] += time.perf_counter() - t0
-        self.version = version  # a replica restarted from here on loads this one
+        self.version = self._file_version = version  # a replica restarted from here on loads this one
         if not self._started:
             return  # loaded into every replica at start
         t1 = time.perf_counter()
@@ -282,6 +305,8 @@ class ServerRolloutEngine:
     async def _load_into_restarted(self, url: str) -> None:
         """The supervisor's hook: the current weights into a restarted replica before it may serve."""
         while True:
+            if self.broadcast is not None and self.version != self._file_version:
+                return await self.broadcast.await_broadcast(url)
             version, path = self.version, self.files.current
             if path is None:  # nothing trained yet: the base weights are the current ones
                 path = self.fleet.model_path
@@ -344,6 +369,7 @@ class ServerRolloutEngine:
         out["rollout/replica_restarts"] = float(restarts - self._restarts_seen)
         self._restarts_seen = restarts
         out["timing_s/weight_write"], out["timing_s/weight_load"] = self.sync_times["write_s"], self.sync_times["load_s"]
+        out["timing_s/weight_broadcast"] = self.sync_times["broadcast_s"]
         if self.fleet.router_counters is not None:  # the router retries a dead replica's requests by itself
             router = {k.replace("reward/", "rollout/"): v for k, v in self.fleet.router_counters.take().items()}
             out.update(router)
@@ -365,6 +391,8 @@ class ServerRolloutEngine:
         if self.balancer is not None:
             await self.balancer.close()
             self.balancer = None
+        if self.broadcast is not None:
+            await asyncio.to_thread(self.broadcast.close)
         await self.fleet.close()
         self.files.close()
         self._started = False

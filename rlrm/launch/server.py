@@ -7,7 +7,8 @@ Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/comp
 POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
 POST /wake_up, GET /is_sleeping) for colocated placement, and for policy servers SGLang's weight
 updates (POST /update_weights_from_disk, GET /get_model_info, GET /get_weight_version: see
-rlrm/launch/weights_routes.py). Bad requests get 400 with an OpenAI-style
+rlrm/launch/weights_routes.py; POST /init_weights_update_group, /update_weights_from_distributed,
+/destroy_weights_update_group: see rlrm/launch/distributed_routes.py). Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
 (RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
@@ -22,6 +23,7 @@ from rlrm.inference.loading import check_model_path
 from rlrm.launch import routes
 from rlrm.launch.auth import ENV_VAR, authorized, key_from_env
 from rlrm.launch.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.distributed_routes import WeightGroups, add_distributed_routes
 from rlrm.launch.ports import ensure_port_free
 from rlrm.launch.protocol import RequestError
 from rlrm.launch.sleep import SleepState, add_sleep_routes
@@ -97,6 +99,7 @@ def create_app(cfg: ServerConfig):
     routes.add_routes(app, cfg, backend)
     add_sleep_routes(app, sleep_state)
     add_weight_routes(app, cfg, backend, weight_state)
+    add_distributed_routes(app, cfg, WeightGroups(weight_state, backend.device, cfg.weight_sync_timeout_s))
 
     def _error(status: int, message: str, kind: str, headers: dict | None = None):
         body = {"error": {"message": message, "type": kind, "code": status}}
@@ -168,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-gap-ms", type=float, default=None,
                         help="close a generation batch once no request arrived for this long (with a larger --batch-wait-ms)")
     parser.add_argument("--wait-for-weights", action="store_true",
-                        help="answer /health and generation with 503 until the first POST /update_weights_from_disk")
+                        help="answer /health and generation with 503 until the first weight update (from disk or distributed)")
+    parser.add_argument("--weight-sync-timeout-s", type=float, default=300.0,
+                        help="bound on joining a weight-update group (/init_weights_update_group) and on each broadcast")
     args = parser.parse_args(argv)
 
     try:
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
             model_path=check_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
             max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
             device=args.device, wait_for_weights=args.wait_for_weights, batch_wait_ms=args.batch_wait_ms,
-            batch_gap_ms=args.batch_gap_ms,
+            batch_gap_ms=args.batch_gap_ms, weight_sync_timeout_s=args.weight_sync_timeout_s,
         )
         serve(cfg, args.host, args.port)
     except RlrmError as exc:

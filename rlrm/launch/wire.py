@@ -10,7 +10,9 @@ SGLang (and rlrm's embedded server): `POST /generate` with `input_ids`, `samplin
 the answer has `output_ids` and `meta_info` {output_token_logprobs [[logprob, id, text]...],
 finish_reason {type}, weight_version}. Weights: `POST /update_weights_from_disk` {model_path,
 load_format, weight_version, abort_all_requests} -> {success, message, num_paused_requests}
-(SGLang's UpdateWeightFromDiskReqInput / ...ReqOutput).
+(SGLang's UpdateWeightFromDiskReqInput / ...ReqOutput); or, with `weight_sync: distributed`,
+`POST /init_weights_update_group`, `/update_weights_from_distributed` and
+`/destroy_weights_update_group` (`group_calls`; rlrm/launch/weight_broadcast.py drives them).
 
 vLLM: `POST /v1/completions` with the prompt as token ids, `logprobs: 0` and `return_token_ids`
 (the sampled ids come back in `choices[0].token_ids`; older releases without it are refused at
@@ -81,9 +83,30 @@ class SGLangWire:
             "model_path": str(path), "load_format": None, "weight_version": str(version), "abort_all_requests": False,
         })]
 
+    def init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int, backend: str,
+                   group_name: str = "weight_update_group") -> tuple[str, dict]:
+        """SGLang's InitWeightsUpdateGroupReqInput: join the trainer's weight-update group as `rank_offset`."""
+        return "/init_weights_update_group", {
+            "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
+            "world_size": world_size, "group_name": group_name, "backend": backend,
+        }
+
+    def update_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int,
+                           group_name: str = "weight_update_group") -> tuple[str, dict]:
+        """SGLang's UpdateWeightsFromDistributedReqInput: receive these tensors by broadcast from rank 0, in order."""
+        return "/update_weights_from_distributed", {
+            "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True,
+            "abort_all_requests": False, "weight_version": str(version), "load_format": None,
+        }
+
+    def destroy_group(self, group_name: str = "weight_update_group") -> tuple[str, dict]:
+        """SGLang's DestroyWeightsUpdateGroupReqInput."""
+        return "/destroy_weights_update_group", {"group_name": group_name}
+
     def sync_failure(self, path: str, body) -> str | None:
         """What the (JSON, or None) answer to a sync call says went wrong, or None."""
-        if path == "/update_weights_from_disk":
+        if path in ("/update_weights_from_disk", "/init_weights_update_group", "/update_weights_from_distributed",
+                    "/destroy_weights_update_group"):
             if not isinstance(body, dict):
                 return "answered 200 without SGLang's {success, message} body"
             if not body.get("success", False):

@@ -30,8 +30,8 @@ def _samples(run_dir):
     return [(r["step"], r["response"]) for r in map(json.loads, (run_dir / "samples.jsonl").read_text().splitlines())]
 
 
-def _weights(run_dir):
-    return load_file(str(run_dir / "checkpoints" / "step_5" / "model" / "model.safetensors"))
+def _weights(run_dir, step=5):
+    return load_file(str(run_dir / "checkpoints" / f"step_{step}" / "model" / "model.safetensors"))
 
 
 def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_path):
@@ -49,6 +49,19 @@ def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_pa
     assert all(r["rollout/retries"] == 0 and r["rollout/stale_refused"] == 0 for r in rows)
     assert all(r["async/staleness_max"] == 0 for r in rows)  # every sample from the version in place
     assert all(r["timing_s/weight_load"] > 0 for r in rows)
+
+
+def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_policy_path):
+    """rollout.server.weight_sync=distributed (gloo broadcast, no files) against the default disk sync."""
+    disk_dir, _ = _run(tmp_path, "disk", 3, SERVED)
+    dist_dir, result = _run(tmp_path, "distributed", 3, SERVED + ["rollout.server.weight_sync=distributed"])
+    assert result.last_step == 3 and _samples(dist_dir) == _samples(disk_dir)  # every step sampled from the synced weights
+    a, b = _weights(disk_dir, 3), _weights(dist_dir, 3)
+    assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+    rows = read_metrics(dist_dir / "metrics.jsonl")
+    assert all(r["timing_s/weight_broadcast"] > 0 and r["timing_s/weight_write"] == 0 for r in rows)
+    assert all(r["rollout/stale_refused"] == 0 and r["rollout/sync_skipped"] == 0 for r in rows)
+    assert all(r["timing_s/weight_broadcast"] == 0 for r in read_metrics(disk_dir / "metrics.jsonl"))
 
 
 @pytest.mark.slow

@@ -4,9 +4,12 @@
 
 It answers the requests rlrm's rollout engine sends (vLLM: /v1/completions with token ids,
 /collective_rpc reload_weights, /reset_prefix_cache; SGLang: /generate, /update_weights_from_disk,
-/get_model_info) in the shapes their documentation gives, samples nothing real (a deterministic
-function of prompt and seed), and appends every call to `--log` as one JSON line, with whether
-the weights folder it was told to load held a safetensors file at that moment.
+/get_model_info, and the distributed path: /init_weights_update_group, /update_weights_from_distributed,
+/destroy_weights_update_group) in the shapes their documentation gives, samples nothing real (a
+deterministic function of prompt and seed), and appends every call to `--log` as one JSON line, with
+whether the weights folder it was told to load held a safetensors file at that moment, and for a
+distributed update the sum of every tensor it received (it joins the trainer's gloo group for real:
+without a member the trainer's broadcast would wait).
 """
 
 from __future__ import annotations
@@ -88,6 +91,52 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
                 return {"success": False, "message": "Failed to update weights: shape mismatch (stand-in)", "num_paused_requests": 0}
             state["version"] = body.get("weight_version") or state["version"]
             return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+
+        groups = {}
+
+        @app.post("/init_weights_update_group")
+        async def init_weights_update_group(request: Request):
+            import asyncio
+
+            from rlrm.launch.weight_group import join_group
+
+            body = await request.json()
+            record("/init_weights_update_group", body)
+            groups[body["group_name"]] = await asyncio.to_thread(
+                join_group, body["master_address"], body["master_port"], body["rank_offset"], body["world_size"],
+                body["group_name"], body["backend"], 60.0)
+            return {"success": True, "message": "Succeeded to initialize custom process group."}
+
+        @app.post("/update_weights_from_distributed")
+        async def update_weights_from_distributed(request: Request):
+            import asyncio
+
+            import torch
+
+            body = await request.json()
+            group = groups[body["group_name"]]
+
+            def receive() -> list[float]:
+                sums = []
+                for dtype, shape in zip(body["dtypes"], body["shapes"]):
+                    buffer = torch.empty(shape, dtype=getattr(torch, dtype))
+                    group.broadcast(buffer)
+                    sums.append(buffer.double().sum().item())
+                return sums
+
+            sums = await asyncio.to_thread(receive)
+            record("/update_weights_from_distributed", {**body, "received_sums": sums})
+            state["version"] = body.get("weight_version") or state["version"]
+            return {"success": True, "message": "Succeeded to update parameter online."}
+
+        @app.post("/destroy_weights_update_group")
+        async def destroy_weights_update_group(request: Request):
+            body = await request.json()
+            record("/destroy_weights_update_group", body)
+            group = groups.pop(body["group_name"], None)
+            if group is not None:
+                group.close()
+            return {"success": True, "message": "Succeeded to destroy custom process group."}
 
         @app.get("/get_model_info")
         async def get_model_info():

@@ -113,6 +113,39 @@ def test_sglang_sync_and_a_replica_reporting_the_base_version_is_never_trusted(t
     assert all(set(p) >= {"temperature", "top_p", "top_k", "max_new_tokens", "sampling_seed"} for p in batched["sampling_params"])
 
 
+def test_sglang_distributed_sync_sends_sglangs_request_bodies(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    with _standin("sglang", log) as server:
+        cfg = RolloutServerConfig(backend="sglang", addresses=[server.url], router="client", weight_sync="distributed")
+        engine = ServerRolloutEngine(ServerFleet(cfg, role="policy", model_path="standin"), wire_for("sglang"),
+                                     WeightFiles(str(tmp_path / "w")), request_timeout_s=10, sync_timeout_s=30,
+                                     weight_sync="distributed", sync_backend="gloo")
+        state = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(4, dtype=torch.bfloat16)}
+
+        async def scenario():
+            await engine.start()
+            try:
+                engine.update_weights(state, version=3)
+                done = await engine.generate([5, 6], SamplingParams(max_new_tokens=3, seed=1))
+                return done, engine.take_metrics()
+            finally:
+                await engine.close()
+
+        done, metrics = asyncio.run(scenario())
+    calls = {c["path"]: c["body"] for c in _calls(log) if c["path"] != "/generate"}
+    init = calls["/init_weights_update_group"]
+    assert init == {"master_address": "127.0.0.1", "master_port": init["master_port"], "rank_offset": 1, "world_size": 2,
+                    "group_name": "weight_update_group", "backend": "gloo"}
+    update = calls["/update_weights_from_distributed"]
+    assert update.pop("received_sums") == [15.0, 4.0]  # the stand-in received the tensors, in the order of `names`
+    assert update == {"names": ["w", "b"], "dtypes": ["float32", "bfloat16"], "shapes": [[2, 3], [4]],
+                      "group_name": "weight_update_group", "flush_cache": True, "abort_all_requests": False,
+                      "weight_version": "3", "load_format": None}
+    assert calls["/destroy_weights_update_group"] == {"group_name": "weight_update_group"}  # at close
+    assert "/update_weights_from_disk" not in calls and not (tmp_path / "w").exists()  # nothing written to disk
+    assert done.policy_version == 3 and metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
+
+
 def test_engine_command_lines_for_policy_and_reward_servers():
     vllm = replica_argv("vllm", "Qwen/Qwen2.5-1.5B-Instruct", "policy", 8000, dtype="bfloat16", extra_args=["--gpu-memory-utilization", "0.5"])
     assert vllm[1:3] == ["serve", "Qwen/Qwen2.5-1.5B-Instruct"] and vllm[-2:] == ["--gpu-memory-utilization", "0.5"]

@@ -1,0 +1,144 @@
+"""SGLang's distributed weight update on the embedded policy server: the trainer broadcasts, replicas receive.
+
+    POST /init_weights_update_group {master_address, master_port, rank_offset, world_size,
+         group_name="weight_update_group", backend="nccl"}                       -> {success, message}
+    POST /update_weights_from_distributed {names, dtypes, shapes, group_name, flush_cache,
+         abort_all_requests, weight_version, load_format}                         -> {success, message}
+    POST /destroy_weights_update_group {group_name}                               -> {success, message}
+
+The shapes of SGLang's io_struct requests (InitWeightsUpdateGroupReqInput,
+UpdateWeightsFromDistributedReqInput, DestroyWeightsUpdateGroupReqInput). The trainer is rank 0;
+this server (one rank) joins as `rank_offset`; the init call returns once every member joined
+(rlrm/launch/weight_group.py). An update receives each tensor by broadcast from rank 0 in the order
+of `names` into fresh buffers, always all of them (a member that skips one deadlocks the group),
+THEN checks names, shapes and dtypes against the model as /update_weights_from_disk does, THEN puts
+them in place under the same lock (rlrm/launch/weights_routes.py: a decode batch never mixes
+versions). A refused update answers success false with the reason, keeps the served version and
+leaves the group usable for the next one. `load_format` (SGLang's "flattened_bucket") is refused:
+the embedded server receives tensor by tensor. Joining and each broadcast are bounded by
+`--weight-sync-timeout-s`. Policy servers only, like the disk path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, ConfigDict
+
+from rlrm.errors import RolloutServerError
+from rlrm.launch.protocol import RequestError
+from rlrm.launch.weight_group import WeightGroup, join_group, torch_dtype
+from rlrm.launch.weights_routes import WeightState, check_fits
+
+GROUP = "weight_update_group"
+
+
+class InitWeightsUpdateGroupRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    group_name: str = GROUP
+    backend: str = "nccl"
+
+
+class UpdateWeightsFromDistributedRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # flush_cache: no prefix cache here; abort_all_requests: nothing is aborted
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = GROUP
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | int | None = None
+    load_format: str | None = None
+
+
+class DestroyWeightsUpdateGroupRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    group_name: str = GROUP
+
+
+class WeightGroups:
+    """The groups this server joined, by name; updates go through `state` (its lock and version)."""
+
+    def __init__(self, state: WeightState, device, timeout_s: float):
+        self.state, self.device, self.timeout_s = state, device, timeout_s
+        self.groups: dict[str, WeightGroup] = {}
+
+    async def init(self, body: InitWeightsUpdateGroupRequest) -> dict:
+        if not 1 <= body.rank_offset < body.world_size:
+            return _no(f"rank_offset {body.rank_offset} is outside 1..{body.world_size - 1} (rank 0 is the trainer)")
+        old = self.groups.pop(body.group_name, None)
+        if old is not None:  # joined again (as SGLang does): the old group is left first
+            old.close()
+        device = self.device if body.backend == "nccl" else None
+        try:
+            group = await asyncio.to_thread(join_group, body.master_address, body.master_port, body.rank_offset,
+                                            body.world_size, body.group_name, body.backend, self.timeout_s, device)
+        except (RolloutServerError, RuntimeError, TimeoutError, ValueError) as exc:
+            return _no(f"could not join weight-update group {body.group_name!r}: {exc}")
+        self.groups[body.group_name] = group
+        return {"success": True, "message": f"joined {body.group_name!r} as rank {body.rank_offset} of {body.world_size}"}
+
+    async def update(self, body: UpdateWeightsFromDistributedRequest) -> dict:
+        group = self.groups.get(body.group_name)
+        if group is None:
+            return _no(f"no weight-update group {body.group_name!r}: POST /init_weights_update_group first")
+        if not len(body.names) == len(body.dtypes) == len(body.shapes):
+            return _no(f"{len(body.names)} names, {len(body.dtypes)} dtypes and {len(body.shapes)} shapes: one of each per tensor")
+        if body.load_format is not None:
+            return _no(f"load_format {body.load_format!r} is not served here; send tensors one by one (load_format null)")
+        try:
+            dtypes = [torch_dtype(d) for d in body.dtypes]
+        except ValueError as exc:
+            return _no(str(exc))
+        model = self.state.backend.model
+
+        def receive() -> dict:
+            import torch
+
+            tensors = {}
+            for name, dtype, shape in zip(body.names, dtypes, body.shapes):  # every one, even after a bad name
+                buffer = torch.empty(shape, dtype=dtype, device=group.device)
+                group.broadcast(buffer)
+                tensors[name] = buffer
+            return check_fits(tensors, model, "the broadcast weights")
+
+        return await self.state.load(receive, body.weight_version)
+
+    def destroy(self, body: DestroyWeightsUpdateGroupRequest) -> dict:
+        group = self.groups.pop(body.group_name, None)
+        if group is None:
+            return _no(f"no weight-update group {body.group_name!r}")
+        group.close()
+        return {"success": True, "message": f"left {body.group_name!r}"}
+
+
+def _no(message: str) -> dict:
+    return {"success": False, "message": message}
+
+
+def add_distributed_routes(app, cfg, groups: WeightGroups) -> None:
+    def policy_only() -> None:
+        if cfg.role != "policy":
+            raise RequestError(f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404)
+
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(body: InitWeightsUpdateGroupRequest):
+        policy_only()
+        return await groups.init(body)
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(body: UpdateWeightsFromDistributedRequest):
+        policy_only()
+        return await groups.update(body)
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(body: DestroyWeightsUpdateGroupRequest):
+        policy_only()
+        return await asyncio.to_thread(groups.destroy, body)

@@ -1,0 +1,223 @@
+"""The trainer's side of `rollout.server.weight_sync: distributed`: one process group with the replicas, weights broadcast.
+
+    sync = WeightBroadcast(SGLangWire(), backend="gloo", timeout_s=300)
+    failures, error = sync.open(replica_urls)        # every replica POSTed /init_weights_update_group while rank 0 joins
+    failures, error = sync.send(state_dict, version)  # POST /update_weights_from_distributed to all, then broadcast
+    sync.close()                                      # /destroy_weights_update_group on every member, group left
+
+    fleet_sync = FleetBroadcast(fleet, sync)          # what ServerRolloutEngine uses: over a fleet's replicas
+    fleet_sync.open(); skipped = fleet_sync.send(state_dict, version)   # rebuilt when members change
+
+The trainer is rank 0 and each replica i of `members` joins as rank 1 + i (an embedded or SGLang
+server with one rank; SGLang adds its tensor-parallel rank to the offset). SGLang's calls block
+until the collective is done, so they are made from threads while this thread takes part in it:
+joining, then broadcasting every tensor in the order of `names`. Calls return `{url: why}` for the
+members that failed (empty when all succeeded) and the trainer's own error, if any; the rollout
+engine (rlrm/launch/served_engine.py) decides what a failure means (a dead replica is skipped and
+the group rebuilt without it; a refusal fails the step: `FleetBroadcast`). The master address is 127.0.0.1 when
+every replica is on this machine, else this machine's address on the route to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from rlrm.errors import RolloutServerError
+from rlrm.launch.ports import free_port
+from rlrm.launch.weight_group import (
+    WeightGroup,
+    dtype_name,
+    is_loopback,
+    join_group,
+    local_ip_towards,
+)
+
+GROUP = "weight_update_group"
+DESTROY_TIMEOUT_S = 10.0
+
+
+def master_address(urls: list[str]) -> str:
+    """Where the replicas at `urls` reach the trainer: loopback when all are local, else the route's address."""
+    remote = [h for h in (urlsplit(u).hostname or "127.0.0.1" for u in urls) if not is_loopback(h)]
+    return local_ip_towards(remote[0]) if remote else "127.0.0.1"
+
+
+class WeightBroadcast:
+    """The group between the trainer and `members`; see the module docstring.
+
+    Args:
+        wire: SGLang's request shapes (rlrm/launch/wire.py `SGLangWire`).
+        backend: gloo or nccl.
+        timeout_s: bound on joining and on each broadcast (the HTTP calls get a little more).
+        api_key: the replicas' bearer key, or None.
+    """
+
+    def __init__(self, wire, backend: str, timeout_s: float, api_key: str | None = None):
+        self.wire, self.backend, self.timeout_s, self.api_key = wire, backend, timeout_s, api_key
+        self.group: WeightGroup | None = None
+        self.members: list[str] = []
+
+    def open(self, members: list[str]) -> tuple[dict[str, str], str | None]:
+        """A new group of the trainer and `members` (the old one destroyed first)."""
+        self.close()
+        if not members:
+            return {}, None
+        master = master_address(members)
+        port = free_port("127.0.0.1" if master == "127.0.0.1" else "")
+        world = 1 + len(members)
+        calls = {u: self.wire.init_group(master, port, 1 + i, world, self.backend, GROUP) for i, u in enumerate(members)}
+
+        def join() -> None:
+            self.group = join_group(master, port, 0, world, GROUP, self.backend, self.timeout_s)
+
+        failures, error = self._during_calls(calls, join)
+        if failures or error:
+            self.close(members)
+        else:
+            self.members = list(members)
+        return failures, error
+
+    def send(self, state_dict: dict, version: int) -> tuple[dict[str, str], str | None]:
+        """Every tensor of `state_dict` to every member, as weights version `version`."""
+        device = self.group.device
+        names, tensors = list(state_dict), []
+        for value in state_dict.values():
+            t = value.detach()
+            tensors.append((t if t.device == device else t.to(device)).contiguous())
+        call = self.wire.update_distributed(names, [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors],
+                                            version, GROUP)
+
+        def broadcast() -> None:
+            for t in tensors:
+                self.group.broadcast(t)
+
+        return self._during_calls(dict.fromkeys(self.members, call), broadcast)
+
+    def close(self, members: list[str] | None = None) -> None:
+        """Destroy the group on its members (best effort: a dead one answers nothing) and leave it."""
+        members = self.members if members is None else members
+        self.members = []
+        if members:
+            path, body = self.wire.destroy_group(GROUP)
+            with ThreadPoolExecutor(max_workers=len(members)) as pool:
+                list(pool.map(lambda u: self._post(u, path, body, DESTROY_TIMEOUT_S), members))
+        self._leave()
+
+    def _leave(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            group.close()
+
+    def _during_calls(self, calls: dict[str, tuple[str, dict]], work) -> tuple[dict[str, str], str | None]:
+        """POST every call from a thread while `work()` runs here; ({url: why}, the trainer's own error or None)."""
+        error = None
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            futures = {u: pool.submit(self._post, u, path, body, self.timeout_s + 30.0) for u, (path, body) in calls.items()}
+            try:
+                work()
+            except Exception as exc:  # noqa: BLE001 - gloo/nccl raise RuntimeError subclasses, TCPStore TimeoutError
+                error = f"{type(exc).__name__}: {exc}"
+                self._leave()  # members still waiting on the collective fail now instead of at the timeout
+            failures = {u: f.result() for u, f in futures.items()}
+        return {u: why for u, why in failures.items() if why}, error
+
+    def _post(self, url: str, path: str, body: dict, timeout_s: float) -> str | None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            resp = httpx.post(url + path, json=body, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if resp.status_code != 200:
+            return f"POST {path} answered {resp.status_code}: {resp.text[:200]}"
+        try:
+            answer = resp.json()
+        except ValueError:
+            answer = None
+        return self.wire.sync_failure(path, answer)
+
+
+class FleetBroadcast:
+    """Distributed weight sync over a fleet's replicas: who takes part, when the group is rebuilt, who waits.
+
+    Args:
+        fleet: the policy fleet (rlrm/launch/fleet.py), started.
+        group: the WeightBroadcast doing the calls and the collective.
+    """
+
+    def __init__(self, fleet, group: WeightBroadcast):
+        self.fleet, self.group = fleet, group
+        self.awaiting: set[str] = set()  # restarted replicas waiting (503) for the next broadcast
+        self._restarts = 0  # the fleet's restarts when the group was built: a restarted member has left it
+
+    def open(self) -> None:
+        """The group with every replica, at start: one that cannot join is named (RolloutServerError)."""
+        self._restarts = self.fleet.restarts
+        failures, error = self.group.open(list(self.fleet.replica_urls))
+        if failures or error:
+            url, why = next(iter(failures.items())) if failures else ("(the trainer)", error)
+            raise RolloutServerError(f"rollout replica {url} could not join the weight-update group: {why}")
+
+    def send(self, state_dict: dict, version: int) -> int:
+        """Broadcast `version` to every live replica and every restarted one waiting; returns how many were skipped.
+
+        The group is rebuilt first when its members changed; a member that died during the broadcast
+        is left out and the version sent again to the others (each replica puts a version in place
+        only once it received all of it).
+
+        Raises:
+            RolloutServerError: a live replica refused the weights (named, with its reason), or the
+                collective failed with no member dead.
+        """
+        urls = list(self.fleet.replica_urls)
+        for _ in range(len(urls) + 1):
+            members = [u for u in urls if u in self.awaiting or not self._down(u)]
+            failures, error = {}, None
+            if members != self.group.members or self.fleet.restarts != self._restarts:
+                self._restarts = self.fleet.restarts
+                failures, error = self.group.open(members)
+            if not failures and error is None:
+                failures, error = self.group.send(state_dict, version)
+            if not failures and error is None:
+                self.awaiting.difference_update(members)  # their restart hooks return: they serve `version`
+                return len(urls) - len(members)
+            if any(self._gone(u) for u in members):  # a member died meanwhile: again without it
+                self.group.close()
+                continue
+            url, why = next(iter(failures.items())) if failures else ("(the trainer)", error)
+            raise RolloutServerError(f"rollout replica {url} refused weights version {version}: {why}")
+        raise RolloutServerError(f"weights version {version} reached no stable set of rollout replicas: they keep dying")
+
+    async def await_broadcast(self, url: str) -> None:
+        """The restart hook: hold a restarted replica (503 while it waits for weights) until a broadcast reached it.
+
+        Raises:
+            RolloutServerError: it died meanwhile (the supervisor kills and restarts it again).
+        """
+        self.awaiting.add(url)
+        try:
+            while url in self.awaiting:
+                if not await asyncio.to_thread(self._alive, url):
+                    raise RolloutServerError(f"restarted rollout replica {url} died while waiting for weights")
+                await asyncio.sleep(0.2)
+        finally:
+            self.awaiting.discard(url)
+
+    def close(self) -> None:
+        self.group.close()
+
+    def _alive(self, url: str) -> bool:
+        pool = self.fleet.pool
+        return pool is None or any(s.url == url and s.alive() for s in pool.servers)
+
+    def _down(self, url: str) -> bool:
+        """Dead or being restarted (launched replicas only; running `addresses` are never left out)."""
+        pool = self.fleet.pool
+        return pool is not None and (url in pool.restarting or not self._alive(url))
+
+    def _gone(self, url: str) -> bool:
+        """A member that cannot take part: its process died, or it restarts without waiting for a broadcast."""
+        return self._down(url) and (url not in self.awaiting or not self._alive(url))

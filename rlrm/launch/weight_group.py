@@ -1,0 +1,128 @@
+"""A weight-update process group between the trainer (rank 0) and rollout replicas, outside the default group.
+
+    group = join_group("127.0.0.1", port, rank=1, world_size=3, group_name="weight_update_group",
+                       backend="gloo", timeout_s=300)          # blocks until every member joined
+    group.broadcast(tensor)                                    # rank 0 sends, the others receive in place
+    group.close()
+
+What SGLang's `init_weights_update_group` builds, made without `torch.distributed.init_process_group`:
+the trainer may already hold the default group for its FSDP ranks, and a server must be able to
+join, leave and join again. A TCPStore (rank 0 is its master) under a PrefixStore named after the
+group, then ProcessGroupGloo (CPU tensors) or ProcessGroupNCCL (CUDA tensors; needs a CUDA build of
+torch and a GPU on every member; not run on this machine). Each call and the joining itself are
+bounded by `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from rlrm.errors import RolloutServerError
+
+BACKENDS = ("gloo", "nccl")
+
+
+def torch_dtype(name: str):
+    """The torch dtype SGLang's `dtypes` entry names ("bfloat16"; "torch.bfloat16" too); ValueError when none."""
+    import torch
+
+    short = name.removeprefix("torch.")
+    dtype = getattr(torch, short, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype {name!r} is not a torch dtype (such as float32 or bfloat16)")
+    return dtype
+
+
+def dtype_name(dtype) -> str:
+    """`torch.bfloat16` -> "bfloat16", the form SGLang's `getattr(torch, dtype)` reads."""
+    return str(dtype).removeprefix("torch.")
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def local_ip_towards(host: str) -> str:
+    """This machine's address on the route to `host` (a UDP socket is connected, nothing is sent)."""
+    if is_loopback(host):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((host, 9))
+            return sock.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+class WeightGroup:
+    """One member's handle on a joined group: `broadcast` from rank 0, `close` to leave."""
+
+    def __init__(self, pg, store, rank: int, world_size: int, device, timeout_s: float):
+        self.pg, self.store, self.rank, self.world_size = pg, store, rank, world_size
+        self.device, self.timeout_s = device, timeout_s
+
+    def broadcast(self, tensor) -> None:
+        """Rank 0's `tensor` into every member's `tensor` (same shape and dtype everywhere); raises on failure."""
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor = 0, 0
+        self.pg.broadcast([tensor], opts).wait()
+
+    def close(self) -> None:
+        """Leave the group (the other members' next call fails instead of waiting out the timeout)."""
+        pg, self.pg, self.store = self.pg, None, None
+        if pg is not None:
+            try:
+                pg.shutdown()
+            except (RuntimeError, AttributeError):
+                pass
+
+
+def join_group(master_address: str, master_port: int, rank: int, world_size: int, group_name: str, backend: str,
+               timeout_s: float, device=None) -> WeightGroup:
+    """Join (rank 0: host) a weight-update group; returns once every member joined.
+
+    Args:
+        master_address, master_port: where rank 0's TCPStore listens.
+        rank, world_size: this member's rank and the group's size (trainer 0, replicas 1..).
+        group_name: prefix of the group's keys in the store.
+        backend: gloo (CPU tensors) or nccl (CUDA tensors).
+        timeout_s: bound on joining and on every broadcast.
+        device: nccl only: the CUDA device this member's tensors live on.
+
+    Raises:
+        RolloutServerError: nccl without CUDA, or an unknown backend.
+        RuntimeError, TimeoutError: the other members did not join in time.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise RolloutServerError(f"weight-update group backend {backend!r} is not served; use one of {', '.join(BACKENDS)}")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if backend == "nccl" and (not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL")):
+        raise RolloutServerError("backend nccl needs CUDA on every member of the weight-update group; this process has "
+                                 "none: use rollout.server.weight_sync_backend=gloo")
+    store = dist.TCPStore(master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout,
+                          wait_for_workers=False)
+    prefixed = dist.PrefixStore(group_name, store)
+    if backend == "gloo":
+        opts = dist.ProcessGroupGloo._Options()
+        opts._timeout = timeout
+        # every member on this machine: loopback; else the interface that reaches rank 0
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(master_address))]
+        pg = dist.ProcessGroupGloo(prefixed, rank, world_size, opts)
+        return WeightGroup(pg, store, rank, world_size, torch.device("cpu"), timeout_s)
+    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    opts = dist.ProcessGroupNCCL.Options()
+    opts._timeout = timeout
+    pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
+    return WeightGroup(pg, store, rank, world_size, device, timeout_s)
