@@ -81,6 +81,8 @@ class WeightBroadcast:
 
     def send(self, state_dict: dict, version: int) -> tuple[dict[str, str], str | None]:
         """Every tensor of `state_dict` to every member, as weights version `version`."""
+        if self.group is None:  # no member left (every replica down): nothing to send to
+            return {}, None
         device = self.group.device
         names, tensors = list(state_dict), []
         for value in state_dict.values():
