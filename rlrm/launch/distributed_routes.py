@@ -107,6 +107,7 @@ class WeightGroups:
                 buffer = torch.empty(shape, dtype=dtype, device=group.device)
                 group.broadcast(buffer)
                 tensors[name] = buffer
+            group.synchronize()
             return check_fits(tensors, model, "the broadcast weights")
 
         return await self.state.load(receive, body.weight_version)

@@ -94,6 +94,7 @@ class WeightBroadcast:
         def broadcast() -> None:
             for t in tensors:
                 self.group.broadcast(t)
+            self.group.synchronize()
 
         return self._during_calls(dict.fromkeys(self.members, call), broadcast)
 

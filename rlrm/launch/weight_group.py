@@ -73,6 +73,13 @@ class WeightGroup:
         opts.rootRank, opts.rootTensor = 0, 0
         self.pg.broadcast([tensor], opts).wait()
 
+    def synchronize(self) -> None:
+        """Wait for the broadcasts queued on the GPU (nccl's `wait` only orders the stream); nothing to do on CPU."""
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
     def close(self) -> None:
         """Leave the group (the other members' next call fails instead of waiting out the timeout)."""
         pg, self.pg, self.store = self.pg, None, None
