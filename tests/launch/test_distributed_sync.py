@@ -84,7 +84,7 @@ def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replica
         failures, error = sync.send(renamed, version=8)
         assert error is None and set(failures) == {a.url, b.url}
         assert failures[a.url].startswith(f"weights not loaded, still version {before[2]}: the broadcast weights do not "
-                                          "fit this model: missing ['model.embed_tokens.weight']")
+                                          "fit this model: missing ['model.embed_tokens.weight'")
         wrong = dict(state, **{"model.norm.weight": torch.ones(7)})
         failures, error = sync.send(wrong, version=8)
         assert error is None and "model.norm.weight has shape (7,), the model's is (" in failures[b.url]
