@@ -154,6 +154,8 @@ class FleetBroadcast:
     def __init__(self, fleet, group: WeightBroadcast):
         self.fleet, self.group = fleet, group
         self.awaiting: set[str] = set()  # restarted replicas waiting (503) for the next broadcast
+        # restarted replicas a broadcast reached, before the supervisor marks them done: {url: fleet restarts then}
+        self.loaded: dict[str, int] = {}
         self._restarts = 0  # the fleet's restarts when the group was built: a restarted member has left it
 
     def open(self) -> None:
@@ -200,12 +202,14 @@ class FleetBroadcast:
         Raises:
             RolloutServerError: it died meanwhile (the supervisor kills and restarts it again).
         """
+        self.loaded.pop(url, None)
         self.awaiting.add(url)
         try:
             while url in self.awaiting:
                 if not await asyncio.to_thread(self._alive, url):
                     raise RolloutServerError(f"restarted rollout replica {url} died while waiting for weights")
                 await asyncio.sleep(0.2)
+            self.loaded[url] = self.fleet.restarts  # a member from now on, while the supervisor checks its health
         finally:
             self.awaiting.discard(url)
 
@@ -219,7 +223,11 @@ class FleetBroadcast:
     def _down(self, url: str) -> bool:
         """Dead or being restarted (launched replicas only; running `addresses` are never left out)."""
         pool = self.fleet.pool
-        return pool is not None and (url in pool.restarting or not self._alive(url))
+        if pool is None:
+            return False
+        if url in pool.restarting and self.loaded.get(url) != self.fleet.restarts:
+            return True  # launching, or waiting: not a member unless it waits for this broadcast
+        return not self._alive(url)
 
     def _gone(self, url: str) -> bool:
         """A member that cannot take part: its process died, or it restarts without waiting for a broadcast."""
