@@ -95,13 +95,17 @@ def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replica
         sync.close()
 
 
-def test_distributed_sync_is_refused_with_vllm_in_one_line():
+def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas_timeout():
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match=r"weight_sync=distributed is not served by vllm .*use "
                        r"rollout.server.weight_sync=disk"):
         RolloutServerConfig(backend="vllm", weight_sync="distributed")
     assert RolloutServerConfig().weight_sync == "disk" and RolloutServerConfig().weight_sync_backend == "auto"
+    # launched embedded replicas get the group's timeout; disk sync adds nothing
+    cfg = RolloutServerConfig(weight_sync="distributed", sync_timeout_s=42)
+    assert ServerFleet(cfg, role="policy", model_path="m").extra_args()[-2:] == ["--weight-sync-timeout-s", "42"]
+    assert "--weight-sync-timeout-s" not in ServerFleet(RolloutServerConfig(), role="policy", model_path="m").extra_args()
 
 
 @pytest.mark.slow
