@@ -187,6 +187,8 @@ class FleetBroadcast:
             if not failures and error is None:
                 failures, error = self.group.send(state_dict, version)
             if not failures and error is None:
+                for url in self.awaiting.intersection(members):  # members from now on, while the supervisor checks health
+                    self.loaded[url] = self.fleet.restarts
                 self.awaiting.difference_update(members)  # their restart hooks return: they serve `version`
                 return len(urls) - len(members)
             if any(self._gone(u) for u in members):  # a member died meanwhile: again without it
@@ -209,7 +211,6 @@ class FleetBroadcast:
                 if not await asyncio.to_thread(self._alive, url):
                     raise RolloutServerError(f"restarted rollout replica {url} died while waiting for weights")
                 await asyncio.sleep(0.2)
-            self.loaded[url] = self.fleet.restarts  # a member from now on, while the supervisor checks its health
         finally:
             self.awaiting.discard(url)
 
