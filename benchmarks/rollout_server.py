@@ -1,6 +1,6 @@
 """Rollout through servers vs in process: tokens/s and the share of step time spent syncing weights.
 
-    .venv/bin/python benchmarks/rollout_server.py [--pairs 3] [--steps 8] [--warmup 2] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/rollout_server.py [--pairs 3] [--steps 8] [--warmup 2] [--configs server-1,...] [--set KEY=VALUE ...]
     .venv/bin/python benchmarks/rollout_server.py --sync [--replicas 2] [--pairs 3] [--steps 6]
 
 Runs `rlrm train --profile tiny-rule` (sync mode, no validation, no checkpoints) as separate
@@ -83,22 +83,24 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the trainer and of each replica")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"which of {', '.join(CONFIGS)} (hf always runs)")
     parser.add_argument("--sync", action="store_true", help="compare weight_sync=disk and distributed instead")
     parser.add_argument("--replicas", type=int, default=2, help="--sync: replicas of both runs")
     args = parser.parse_args()
     if args.sync:
         compare_syncs(args)
         return
-    results: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    names = ["hf", *(n for n in args.configs.split(",") if n in CONFIGS and n != "hf")]
+    results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
-            for name in CONFIGS:  # A B1 B2, A B1 B2, ...
+            for name in names:  # A B1 B2, A B1 B2, ...
                 stats = summarise(run(name, args.steps + args.warmup, args.threads, args.overrides, Path(tmp)), args.warmup)
                 results[name].append(stats)
                 print(f"pair {pair} {name:9s} tokens/s {stats['tokens_per_s']:8.1f}  gen tokens/s {stats['gen_tokens_per_s']:8.1f}"
                       f"  sync share {stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  retries {stats['retries']:.0f}",
                       flush=True)
-    for name in ("server-1", "server-2", "server-2-client"):
+    for name in names[1:]:
         ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         gen = [b["gen_tokens_per_s"] / a["gen_tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         shares = [b["sync_share"] for b in results[name]]

@@ -11,7 +11,7 @@ def _console():
     from rich.console import Console
 
     console = Console()
-    console.width = max(console.width, 150)
+    console.width = max(console.width, 190)  # the tables are the point: never squash them into "…"
     return console
 
 
@@ -60,18 +60,22 @@ def print_validation(check) -> None:
     from rich.table import Table
 
     table = Table(title=f"predicted vs measured under {check.latency}")
-    for col in ("mode", "speedup", "predicted", "error", "idle trainer", "predicted", "diff.", "compute speed",
-                "predicted at it", "error", "idle at it"):  # fmt: skip
+    for col in ("mode", "speedup", "predicted", "error", "idle trainer", "predicted", "diff.", "fresh draws", "error",
+                "compute speed", "predicted at it", "error", "idle at it"):  # fmt: skip
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
     for r in check.table:
         table.add_row(r["mode"], f"{r['measured_speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x", f"{r['speedup_error']:+.1%}",
                       f"{r['measured_idle_trainer']:.2f}", f"{r['predicted_idle_trainer']:.2f}", f"{r['idle_trainer_error']:+.2f}",
+                      f"{r['drawn_speedup']:.2f}x", f"{r['drawn_error']:+.1%}",
                       _fmt(r["compute_speed"], "{:.2f}x"), _fmt(r["at_speed_speedup"], "{:.2f}x"),
                       _fmt(r["at_speed_error"], "{:+.1%}"), _fmt(r["at_speed_idle_trainer"], "{:.2f}"))  # fmt: skip
     _console().print(table)
+    on = (f"on the reward latencies the benchmark's {check.replayed} repeats drew (read from their traces)" if check.replayed
+          else "on fresh latency draws (the runs' traces do not record theirs)")
     typer.echo(
-        "speedup, idle trainer: measured (means over the benchmark's repeats). compute speed: the runs' training per "
-        "token (mini-batches no decode batch overlapped) against the zero-latency run's, medians; away from 1x the "
-        "machine ran at another speed than the costs were fitted at. Predicted at it: each mode's (and sync's) "
-        "compute costs divided by its speed"
+        f"speedup, idle trainer: measured (means over the benchmark's repeats); predicted {on}, with costs fitted to "
+        "the zero-latency sync runs alone. Fresh draws: the same prediction over newly drawn latencies (the "
+        "expectation). Compute speed: the runs' training per token (mini-batches no decode batch overlapped) against "
+        "the zero-latency run's, medians; away from 1x the machine ran at another speed than the costs were fitted at. "
+        "Predicted at it: each mode's (and sync's) compute costs divided by its speed"
     )

@@ -127,8 +127,9 @@ class ActorConfig(_Section):
         "auto",
         description=(
             "Old log-probs of on-policy batches: always recompute them with the actor, never (use the rollout "
-            "engine's), or auto: recompute only when ppo_epochs > 1 or the engine may score differently (another "
-            "process, another dtype). Off-policy batches always use the engine's. true/false mean always/never."
+            "engine's), or auto: recompute only when ppo_epochs > 1 or the engine may score differently (vLLM or "
+            "SGLang servers, another dtype; rlrm's embedded servers run the in-process code). Off-policy batches "
+            "always use the engine's. true/false mean always/never."
         ),
     )
     max_nonfinite_steps: int = Field(3, gt=0, description="Stop after this many non-finite losses in a row.")

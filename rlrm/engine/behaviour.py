@@ -24,13 +24,15 @@ def needs_recompute(
         setting: `actor.recompute_old_log_prob`. `always` and `never` decide alone (on-policy);
             `auto` recomputes only when the engine's log-probs may differ from the actor's by more
             than float noise or are reused over several epochs: `ppo_epochs > 1`, or an engine whose
-            parameter dtype is unknown (`None`: another process, e.g. a served engine) or differs
-            from the actor's.
+            parameter dtype is unknown (`None`: code that scores tokens its own way, e.g. vLLM or
+            SGLang servers) or differs from the actor's. rlrm's embedded policy servers run the
+            in-process engine's code and report their dtype, so they count as that engine.
         off_policy: the samples may come from older policies (one-step-off, fully-async). The
             engine's log-probs are then the behaviour policy's and the actor no longer holds the
             weights that sampled them, so they are never recomputed, whatever the setting.
         ppo_epochs: passes over the batch (`actor.ppo_epochs`).
-        engine_dtype: the rollout engine's parameter dtype, or None when it cannot say.
+        engine_dtype: the rollout engine's parameter dtype (torch.dtype or its name), or None when
+            its log-probs come from other code.
         actor_dtype: the actor's parameter dtype.
     """
     if setting not in ("auto", "always", "never"):
@@ -39,4 +41,9 @@ def needs_recompute(
         return False
     if setting == "always":
         return True
-    return ppo_epochs > 1 or engine_dtype is None or engine_dtype != actor_dtype
+    return ppo_epochs > 1 or engine_dtype is None or _name(engine_dtype) != _name(actor_dtype)
+
+
+def _name(dtype: object) -> str:
+    """The dtype's name, e.g. float32 for torch.float32 (a served engine reports a name, the actor a torch.dtype)."""
+    return str(dtype).removeprefix("torch.")

@@ -50,6 +50,7 @@ from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.fleet import ServerFleet
 from rlrm.launch.ray_replicas import check_weights_reach
 from rlrm.launch.weight_broadcast import FleetBroadcast, WeightBroadcast
+from rlrm.launch.weights_routes import ENGINE_NAME
 from rlrm.launch.wire import int_or_none
 from rlrm.reward_errors import BadRequest, TransientError
 
@@ -112,7 +113,9 @@ class ServerRolloutEngine:
         self._started = False
         self._start_lock: asyncio.Lock | None = None
 
-    dtype = None  # another process: its log-probs may differ from the actor's (rlrm/engine/behaviour.py)
+    # the replicas' dtype when every one is rlrm's embedded server (the in-process engine's code, so its log-probs
+    # are the actor's up to float noise); None otherwise: vLLM/SGLang score tokens their own way (rlrm/engine/behaviour.py)
+    dtype: str | None = None
 
     async def start(self) -> None:
         """Start (or reach) the replicas, check them against the trainer's model, load pending weights."""
@@ -338,6 +341,7 @@ class ServerRolloutEngine:
         import httpx
 
         versions: dict[str, int | None] = {}
+        engines = set()
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         contexts = []
         for url in self.fleet.replica_urls:
@@ -347,6 +351,7 @@ class ServerRolloutEngine:
             except (httpx.HTTPError, ValueError):
                 info = {}
             versions[url] = int_or_none(info.get("weight_version"))
+            engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
             if self.expect is None:
                 continue
             for key, label in (("vocab_size", "vocabulary (embedding rows)"), ("tokenizer_size", "tokenizer size"),
@@ -360,6 +365,7 @@ class ServerRolloutEngine:
             if isinstance(info.get("max_context_length"), int):
                 contexts.append(info["max_context_length"])
         self.max_context = min(contexts) if contexts else None
+        self.dtype = engines.pop()[1] if len(engines) == 1 and None not in engines else None
         return versions
 
     def take_metrics(self) -> dict:

@@ -137,6 +137,10 @@ def _fill_tied(model, tensors: dict) -> None:
                 tensors[name] = tensors[present[0]]
 
 
+# what the embedded server's /get_model_info calls its engine: rlrm's batched HF code, as the in-process hf backend
+ENGINE_NAME = "rlrm-hf"
+
+
 def chat_template_digest(tokenizer) -> str | None:
     """sha256 of the tokenizer's chat template (a trainer compares it with its own), or None."""
     template = getattr(tokenizer, "chat_template", None)
@@ -157,6 +161,8 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
             "weight_version": str(state.version) if hasattr(backend, "engine") else None,
             "vocab_size": backend.vocab_size, "tokenizer_size": len(backend.tokenizer),
             "max_context_length": backend.max_len, "chat_template_sha256": chat_template_digest(backend.tokenizer),
+            # rlrm's own fields: which code computes the log-probs, and in which dtype (rlrm/engine/behaviour.py)
+            "engine": ENGINE_NAME, "dtype": cfg.dtype,
         }
 
     @app.get("/get_weight_version")

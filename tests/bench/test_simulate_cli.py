@@ -78,6 +78,9 @@ def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
     assert table["compute_speed"].between(0.95, 1.05).all()
     assert (table["at_speed_speedup"] - table["predicted_speedup"]).abs().max() < 0.05
     assert "predicted vs measured" in result.output and "rollout.iteration_s_per_seq" in result.output
+    # the sync runs' traces record every sample's latency: each repeat is predicted on the latencies it drew
+    assert "on the reward latencies the benchmark's 2 repeats drew" in result.output
+    assert table["drawn_error"].notna().all()
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.behaviour import needs_recompute
@@ -19,7 +20,9 @@ F32, BF16 = "float32", "bfloat16"
         ("auto", False, 1, F32, F32, False),  # sync/stream/pipeline, one epoch, same weights and dtype: same numbers
         ("auto", False, 2, F32, F32, True),  # reused over epochs: the ratio must start at exactly 1
         ("auto", False, 1, BF16, F32, True),  # another precision scores differently
-        ("auto", False, 1, None, F32, True),  # an engine that cannot say (another process): assume it differs
+        ("auto", False, 1, None, F32, True),  # other code scoring tokens (vLLM, SGLang): assume it differs
+        ("auto", False, 1, F32, torch.float32, False),  # an embedded replica names its dtype; the actor has a torch.dtype
+        ("auto", False, 1, F32, torch.bfloat16, True),
         ("always", False, 1, F32, F32, True),
         ("never", False, 2, BF16, F32, False),
         ("auto", True, 2, BF16, F32, False),  # off-policy: the engine's log-probs are the behaviour policy's

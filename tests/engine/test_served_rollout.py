@@ -35,11 +35,10 @@ def _weights(run_dir, step=5):
 
 
 def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_path):
-    # `auto` would recompute old log-probs for the served engine only (another process, rlrm/engine/behaviour.py):
-    # both runs recompute, so the only thing that may differ is what the engines sampled
-    same = ["actor.recompute_old_log_prob=always"]
-    hf_dir, _ = _run(tmp_path, "hf", 5, same)
-    sv_dir, result = _run(tmp_path, "served", 5, SERVED + same)
+    # `auto` on both sides: neither recomputes old log-probs (an embedded replica runs the in-process engine's
+    # code in its dtype, rlrm/engine/behaviour.py), so the PPO ratio is built on each engine's own log-probs
+    hf_dir, _ = _run(tmp_path, "hf", 5)
+    sv_dir, result = _run(tmp_path, "served", 5, SERVED)
     assert result.last_step == 5 and not result.interrupted
     assert _samples(sv_dir) == _samples(hf_dir)  # token for token, every step: the weights were synced each time
     a, b = _weights(hf_dir), _weights(sv_dir)
@@ -49,6 +48,7 @@ def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_pa
     assert all(r["rollout/retries"] == 0 and r["rollout/stale_refused"] == 0 for r in rows)
     assert all(r["async/staleness_max"] == 0 for r in rows)  # every sample from the version in place
     assert all(r["timing_s/weight_load"] > 0 for r in rows)
+    assert not any("rollout/log_prob_diff_max" in r for r in rows)  # no recompute: the served log-probs were used
 
 
 def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_policy_path):

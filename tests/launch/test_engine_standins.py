@@ -104,6 +104,7 @@ def test_sglang_sync_and_a_replica_reporting_the_base_version_is_never_trusted(t
 
         done, metrics = asyncio.run(scenario())
     assert all(c.policy_version == 2 for c in done)  # every sample from version 2, none from the "default" replica
+    assert engine.dtype is None  # SGLang's own kernels: `auto` recomputes the old log-probs with the actor
     assert metrics["rollout/stale_refused"] >= 1 and metrics["rollout/retries"] >= metrics["rollout/stale_refused"]
     sync = next(c for c in _calls(good_log) if c["path"] == "/update_weights_from_disk")
     assert sync["body"]["weight_version"] == "2" and sync["body"]["abort_all_requests"] is False and sync["had_weights"]

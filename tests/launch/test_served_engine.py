@@ -89,6 +89,8 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_a
     assert direct["output_ids"] == other["output_ids"] and direct["meta_info"]["weight_version"] == "2"
     assert metrics["rollout/replica_restarts"] == 1 and metrics["rollout/sync_skipped"] == 1
     assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid
+    # rlrm's own engine code in float32 on every replica: `auto` trusts its log-probs as the in-process engine's
+    assert info["engine"] == "rlrm-hf" and engine.dtype == "float32"
 
 
 @pytest.mark.slow

@@ -55,11 +55,13 @@ class Draws:
     latency_mean: np.ndarray  # [steps] mean injected latency of the successful attempts
 
 
-def draw_workload(spec, latency: bool = True, lengths: Draws | None = None) -> Draws:
+def draw_workload(spec, latency: bool = True, lengths: Draws | None = None, first_latency: np.ndarray | None = None) -> Draws:
     """Draw every sample of `spec`'s run; `latency=False` draws the zero-latency baseline's.
 
     `lengths`: draws of the same spec whose prompt and response lengths to reuse (they do not
     depend on the latency; the same seed would draw them again).
+    `first_latency`: [steps, N] seconds, the first attempt's latency of every sample as a measured
+    run drew it (rlrm/bench/simulate/replay.py), instead of drawing it; retries still draw theirs.
     """
     w, r = spec.workload, spec.reward
     steps, p, n = w.steps, w.prompts_per_step, w.samples_per_prompt
@@ -72,10 +74,12 @@ def draw_workload(spec, latency: bool = True, lengths: Draws | None = None) -> D
         resp = np.clip(resp, 1, w.max_response_tokens).astype(np.int64)
     dist = parse_latency(r.latency).scaled(r.latency_scale) if latency else parse_latency("none")
     reward_rng = np.random.default_rng([w.seed, 2, int(latency)])
-    return Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n)))
+    if first_latency is not None and first_latency.shape != (steps, p * n):
+        raise ValueError(f"first_latency has shape {first_latency.shape}, the run has {(steps, p * n)} samples")
+    return Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency))
 
 
-def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape):
+def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: np.ndarray | None = None):
     """The reward loop's attempts per sample, as rlrm/engine/rewards/loop.py makes them.
 
     An attempt sleeps its latency, then fails with `fail_rate` or runs the function (`base_s`);
@@ -85,7 +89,7 @@ def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape):
     steps, width = shape
     count = lambda where, weights=None: np.bincount(where // width, weights=weights, minlength=steps)  # noqa: E731
     # The first attempt of every sample, on whole [steps, N] arrays.
-    latency = sample(dist, rng, shape)
+    latency = sample(dist, rng, shape) if first is None else np.asarray(first, dtype=float)
     injected_fail = rng.random(shape) < r.fail_rate if r.fail_rate > 0 else np.zeros(shape, dtype=bool)
     spent = latency + np.where(injected_fail, 0.0, r.base_s) if r.fail_rate > 0 else latency + r.base_s
     timed_out = spent > r.timeout_s

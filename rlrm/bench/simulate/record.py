@@ -133,7 +133,7 @@ def _sample_spans(batch, spec) -> list[Span]:
         group = i // n
         out.append(Span("generate", "generate", arrive, float(batch.gen_done[i]), {"batch": batch.k, "group": group}))
         start, done = float(times["reward_start"][i]), float(times["reward_done"][i])
-        args = {"batch": batch.k, "group": group, "injected_latency_s": max(0.0, float(batch.reward_s[i]) - base)}
+        args = {"batch": batch.k, "group": group, "sample": i, "injected_latency_s": max(0.0, float(batch.reward_s[i]) - base)}
         out.append(Span("reward", "reward", start, done, args))
     return out
 

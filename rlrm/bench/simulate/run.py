@@ -40,8 +40,12 @@ class SimResult:
 
 
 def run_simulation(spec: SimSpec, out: Path | None, sweep: tuple[str, list[str]] | None = None,
-                   repeats: int = 1, write: bool = True) -> SimResult:  # fmt: skip
-    """Simulate `spec` under each of its modes, at each sweep point; write the folder unless `write` is off."""
+                   repeats: int = 1, write: bool = True, latencies: list | None = None) -> SimResult:  # fmt: skip
+    """Simulate `spec` under each of its modes, at each sweep point; write the folder unless `write` is off.
+
+    `latencies`: one [steps, N] array of first-attempt reward latencies per repeat (a benchmark's
+    own, rlrm/bench/simulate/replay.py): repeat r replays latencies[r] instead of drawing them.
+    """
     if out is not None and write:
         out = Path(out)
         if out.exists() and any(out.iterdir()):
@@ -54,7 +58,7 @@ def run_simulation(spec: SimSpec, out: Path | None, sweep: tuple[str, list[str]]
         value = override.partition("=")[2] if override else None
         label = _label(key, value)
         started = time.perf_counter()
-        point_rows, point_runs = _simulate_point(point, repeats, label)
+        point_rows, point_runs = _simulate_point(point, repeats, label, latencies)
         seconds += time.perf_counter() - started
         for row in point_rows:
             row.update(sweep_key=key, sweep_value=value)
@@ -68,16 +72,16 @@ def run_simulation(spec: SimSpec, out: Path | None, sweep: tuple[str, list[str]]
     return SimResult(out, rows, summary, seconds, notes)
 
 
-def _simulate_point(spec: SimSpec, repeats: int, label: str) -> tuple[list[dict], dict]:
+def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | None) -> tuple[list[dict], dict]:
     rows, runs = [], {}
     latency = parse_latency(spec.reward.latency).scaled(spec.reward.latency_scale)
     try:
         mean_latency = latency.mean()
     except ValueError:
         mean_latency = math.inf
-    for repeat in range(repeats):
+    for repeat in range(len(latencies) if latencies else repeats):
         seeded = spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": spec.workload.seed + repeat})})
-        draws = draw_workload(seeded)
+        draws = draw_workload(seeded, first_latency=latencies[repeat] if latencies else None)
         plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", 0.0)]
         # as the benchmark writes it: the --latency spec (its scale apart); "none" marks the baseline only
         plan += [(mode, mode, draws, spec.reward.latency, mean_latency) for mode in spec.modes]

@@ -5,7 +5,11 @@
 
 Only the benchmark's zero-latency `sync` runs (`runs/sync-nolatency-r*`) are read for the costs;
 the latency (spec and scale), steps, repeats, seed and reward concurrency are the benchmark's own
-(results.csv, summary.json), so the prediction sees nothing of the runs it is compared with.
+(results.csv, summary.json), so the prediction sees none of the timings of the runs it is compared with.
+Their input it may see: when the sync runs' traces record each sample's injected latency, each
+repeat is simulated on the latencies that repeat's runs drew (the same for every mode of a repeat),
+so a heavy tail's rare 30-s timeout hits the prediction where it hit the measurement. The
+prediction over fresh draws (the expectation, `drawn_speedup`) is in the table too.
 
 The table also gives each mode's `compute_speed`: how fast its runs trained per token against
 the zero-latency run (medians over the mini-batches no decode batch overlapped, steps after the
@@ -25,6 +29,7 @@ from pathlib import Path
 
 from rlrm.bench.results import mode_means
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
+from rlrm.bench.simulate.replay import injected_latencies
 from rlrm.bench.simulate.run import SimResult, run_simulation
 from rlrm.bench.simulate.spec import MODES, load_spec, spec_from_mapping
 from rlrm.errors import RunFolderError
@@ -36,6 +41,7 @@ class Validation:
     result: SimResult
     table: list[dict]  # mode, measured/predicted speedup and idle_trainer, errors
     latency: str
+    replayed: int = 0  # repeats predicted on the latencies the benchmark drew (0: on fresh draws)
 
 
 def is_bench_folder(path: Path) -> bool:
@@ -67,14 +73,19 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
     spec = load_spec(overrides=[*sets, *overrides], base=cal.spec_values)
     # the expectation over draws, not one realisation: a heavy tail's slowest sample moves a step by seconds
     repeats = max(int(summary.get("repeats", 1)), SIMULATED_REPEATS)
-    result = run_simulation(spec, out, repeats=repeats, write=write)
+    # and, when the runs' traces hold them, on the latencies the benchmark drew (rlrm/bench/simulate/replay.py):
+    # the prediction then meets the runs' own input, and the written folder is that one
+    replayed = _measured_latencies(folder, records, latency, spec)
+    drawn = run_simulation(spec, out, repeats=repeats, write=write and not replayed)
+    result = run_simulation(spec, out, repeats=repeats, write=write, latencies=replayed) if replayed else drawn
     simulated = next((r["latency"] for r in result.rows if r["latency"] != "none"), "none")
     predicted = mode_means(result.rows, simulated)
     base_speed = _per_token_update([folder / r["run_dir"] for r in base])
     speeds = {mode: base_speed / _per_token_update([folder / r["run_dir"] for r in records
                                                     if r["mode"] == mode and r["latency"] == latency])
               for mode in modes}  # fmt: skip
-    at_speed = _at_speed(spec, speeds, repeats)
+    at_speed = _at_speed(spec, speeds, repeats, replayed)
+    fresh = mode_means(drawn.rows, simulated)
     table = []
     for mode in modes:
         m, p = measured[mode], predicted[mode]
@@ -85,6 +96,8 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
             "measured_idle_trainer": m["idle_trainer"], "predicted_idle_trainer": p["idle_trainer"],
             "idle_trainer_error": p["idle_trainer"] - m["idle_trainer"],
             "measured_tokens_per_s": m["tokens_per_s"], "predicted_tokens_per_s": p["tokens_per_s"],
+            "drawn_speedup": fresh[mode]["speedup_vs_sync"],
+            "drawn_error": fresh[mode]["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
             "compute_speed": speeds[mode],
             "at_speed_speedup": at_speed.get(mode, (math.nan,))[0],
             "at_speed_error": at_speed.get(mode, (math.nan,))[0] / m["speedup_vs_sync"] - 1,
@@ -92,7 +105,7 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
         })  # fmt: skip
     if write and out is not None:
         pd.DataFrame(table).to_csv(Path(out) / "validation.csv", index=False)
-    return Validation(cal, result, table, latency)
+    return Validation(cal, result, table, latency, replayed=len(replayed) if replayed else 0)
 
 
 SIMULATED_REPEATS = 5  # simulated runs per mode at least
@@ -106,7 +119,17 @@ COMPUTE_COSTS = {  # the spec's seconds that scale with the machine's speed (not
 }  # fmt: skip
 
 
-def _at_speed(spec, speeds: dict[str, float], repeats: int) -> dict[str, tuple[float, float]]:
+def _measured_latencies(folder: Path, records: list[dict], latency: str, spec) -> list | None:
+    """Per repeat of the benchmark, the reward latencies its sync run drew (every mode of a repeat draws the
+    same ones), or None when one is not in its trace."""
+    runs = sorted((r for r in records if r["mode"] == "sync" and r["latency"] == latency), key=lambda r: int(r["repeat"]))
+    w = spec.workload
+    found = [injected_latencies(folder / r["run_dir"], w.steps, w.prompts_per_step * w.samples_per_prompt,
+                                spec.reward.timeout_s) for r in runs]  # fmt: skip
+    return found if found and all(f is not None for f in found) else None
+
+
+def _at_speed(spec, speeds: dict[str, float], repeats: int, latencies: list | None) -> dict[str, tuple[float, float]]:
     """Per mode, the predicted (speedup, idle/trainer) with its compute costs divided by its measured speed."""
     throughput, idle = {}, {}
     for mode, speed in speeds.items():
@@ -117,7 +140,7 @@ def _at_speed(spec, speeds: dict[str, float], repeats: int) -> dict[str, tuple[f
             for key in keys:
                 raw[section][key] /= speed
         raw["modes"] = [mode]
-        rows = run_simulation(spec_from_mapping(raw), None, repeats=repeats, write=False).rows
+        rows = run_simulation(spec_from_mapping(raw), None, repeats=repeats, write=False, latencies=latencies).rows
         mine = [r for r in rows if r["latency"] != "none"]
         throughput[mode] = sum(r["tokens_per_s"] for r in mine) / len(mine)
         idle[mode] = sum(r["idle_trainer"] for r in mine) / len(mine)
