@@ -51,7 +51,7 @@ from rlrm.launch.fleet import ServerFleet
 from rlrm.launch.ray_replicas import check_weights_reach
 from rlrm.launch.weight_broadcast import FleetBroadcast, WeightBroadcast
 from rlrm.launch.weights_routes import ENGINE_NAME
-from rlrm.launch.wire import int_or_none
+from rlrm.launch.wire import int_or_none, post_sync_call
 from rlrm.reward_errors import BadRequest, TransientError
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
@@ -280,22 +280,14 @@ class ServerRolloutEngine:
         """Load version `version` into one replica; None when done (or skipped: dead, restarted later), else why not."""
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         for call, payload in self.wire.sync_calls(str(path), version):
             try:
-                resp = httpx.post(url + call, json=payload, headers=headers, timeout=self.sync_timeout_s)
+                failure = post_sync_call(url, call, payload, self.wire, self.api_key, self.sync_timeout_s)
             except httpx.TransportError as exc:
                 if may_be_dead and self._dead(url):
                     self.counters["rollout/sync_skipped"] += 1
                     return None  # the supervisor restarts it and loads the current version first
                 return f"{type(exc).__name__}: {exc}"
-            if resp.status_code != 200:
-                return f"POST {call} answered {resp.status_code}: {resp.text[:200]}"
-            try:
-                answer = resp.json()
-            except ValueError:
-                answer = None  # vLLM's /reset_prefix_cache answers an empty 200
-            failure = self.wire.sync_failure(call, answer)
             if failure:
                 return failure
         return None

@@ -33,6 +33,7 @@ from rlrm.launch.weight_group import (
     join_group,
     local_ip_towards,
 )
+from rlrm.launch.wire import post_sync_call
 
 GROUP = "weight_update_group"
 DESTROY_TIMEOUT_S = 10.0
@@ -129,18 +130,10 @@ class WeightBroadcast:
     def _post(self, url: str, path: str, body: dict, timeout_s: float) -> str | None:
         import httpx
 
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            resp = httpx.post(url + path, json=body, headers=headers, timeout=timeout_s)
+            return post_sync_call(url, path, body, self.wire, self.api_key, timeout_s)
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}"
-        if resp.status_code != 200:
-            return f"POST {path} answered {resp.status_code}: {resp.text[:200]}"
-        try:
-            answer = resp.json()
-        except ValueError:
-            answer = None
-        return self.wire.sync_failure(path, answer)
 
 
 class FleetBroadcast:

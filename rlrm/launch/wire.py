@@ -161,6 +161,22 @@ class VllmWire:
         return None  # vLLM answers an error status when the reload fails
 
 
+def post_sync_call(url: str, path: str, body: dict, wire, api_key: str | None, timeout_s: float) -> str | None:
+    """POST one weight-sync call to a replica: None when it took, else what went wrong (its status, or
+    what `wire.sync_failure` reads in the answer). A connection that fails raises httpx.TransportError."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    resp = httpx.post(url + path, json=body, headers=headers, timeout=timeout_s)
+    if resp.status_code != 200:
+        return f"POST {path} answered {resp.status_code}: {resp.text[:200]}"
+    try:
+        answer = resp.json()
+    except ValueError:
+        answer = None  # vLLM's /reset_prefix_cache answers an empty 200
+    return wire.sync_failure(path, answer)
+
+
 def wire_for(backend: str, model_name: str = "") -> SGLangWire | VllmWire:
     return VllmWire(model_name) if backend == "vllm" else SGLangWire()
 
