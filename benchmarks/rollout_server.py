@@ -91,15 +91,9 @@ def main() -> None:
         compare_syncs(args)
         return
     names = ["hf", *(n for n in args.configs.split(",") if n in CONFIGS and n != "hf")]
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    with tempfile.TemporaryDirectory() as tmp:
-        for pair in range(args.pairs):
-            for name in names:  # A B1 B2, A B1 B2, ...
-                stats = summarise(run(name, args.steps + args.warmup, args.threads, args.overrides, Path(tmp)), args.warmup)
-                results[name].append(stats)
-                print(f"pair {pair} {name:9s} tokens/s {stats['tokens_per_s']:8.1f}  gen tokens/s {stats['gen_tokens_per_s']:8.1f}"
-                      f"  sync share {stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  retries {stats['retries']:.0f}",
-                      flush=True)
+    results = alternate(names, args, args.overrides, lambda s: (
+        f"tokens/s {s['tokens_per_s']:8.1f}  gen tokens/s {s['gen_tokens_per_s']:8.1f}  sync share {s['sync_share']:6.1%}"
+        f"  median step {s['step_s']:.3f} s  retries {s['retries']:.0f}"))
     for name in names[1:]:
         ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         gen = [b["gen_tokens_per_s"] / a["gen_tokens_per_s"] for a, b in zip(results["hf"], results[name])]
@@ -108,18 +102,24 @@ def main() -> None:
               f"generation only: median {statistics.median(gen):.3f}; sync share median {statistics.median(shares):.1%}")
 
 
-def compare_syncs(args) -> None:
-    """D X D X ...: disk and distributed weight sync, the same replicas and steps; medians of pair ratios."""
-    results: dict[str, list[dict]] = {name: [] for name in SYNC_CONFIGS}
-    overrides = [f"rollout.server.replicas={args.replicas}", *args.overrides]
+def alternate(names: list[str], args, overrides: list[str], line) -> dict[str, list[dict]]:
+    """`args.pairs` rounds of A B ... (each a fresh run of `names` in order); per name its runs' summaries."""
+    results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
-            for name in SYNC_CONFIGS:
+            for name in names:
                 stats = summarise(run(name, args.steps + args.warmup, args.threads, overrides, Path(tmp)), args.warmup)
                 results[name].append(stats)
-                print(f"pair {pair} {name:11s} sync per step {stats['sync_s'] * 1e3:7.1f} ms  sync share "
-                      f"{stats['sync_share']:6.1%}  median step {stats['step_s']:.3f} s  tokens/s {stats['tokens_per_s']:8.1f}",
-                      flush=True)
+                print(f"pair {pair} {name:15s} {line(stats)}", flush=True)
+    return results
+
+
+def compare_syncs(args) -> None:
+    """D X D X ...: disk and distributed weight sync, the same replicas and steps; medians of pair ratios."""
+    overrides = [f"rollout.server.replicas={args.replicas}", *args.overrides]
+    results = alternate(list(SYNC_CONFIGS), args, overrides, lambda s: (
+        f"sync per step {s['sync_s'] * 1e3:7.1f} ms  sync share {s['sync_share']:6.1%}  median step {s['step_s']:.3f} s"
+        f"  tokens/s {s['tokens_per_s']:8.1f}"))
     ratios = [x["sync_s"] / d["sync_s"] for d, x in zip(results["disk"], results["distributed"])]
     print(f"distributed/disk sync time per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
           f"sync share median: disk {statistics.median(r['sync_share'] for r in results['disk']):.1%}, distributed "

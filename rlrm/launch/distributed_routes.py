@@ -26,11 +26,9 @@ import asyncio
 from pydantic import BaseModel, ConfigDict
 
 from rlrm.errors import RolloutServerError
-from rlrm.launch.protocol import RequestError
 from rlrm.launch.weight_group import WeightGroup, join_group, torch_dtype
-from rlrm.launch.weights_routes import WeightState, check_fits
-
-GROUP = "weight_update_group"
+from rlrm.launch.weights_routes import WeightState, check_fits, require_policy
+from rlrm.launch.wire import GROUP
 
 
 class InitWeightsUpdateGroupRequest(BaseModel):
@@ -125,21 +123,17 @@ def _no(message: str) -> dict:
 
 
 def add_distributed_routes(app, cfg, groups: WeightGroups) -> None:
-    def policy_only() -> None:
-        if cfg.role != "policy":
-            raise RequestError(f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404)
-
     @app.post("/init_weights_update_group")
     async def init_weights_update_group(body: InitWeightsUpdateGroupRequest):
-        policy_only()
+        require_policy(cfg)
         return await groups.init(body)
 
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(body: UpdateWeightsFromDistributedRequest):
-        policy_only()
+        require_policy(cfg)
         return await groups.update(body)
 
     @app.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(body: DestroyWeightsUpdateGroupRequest):
-        policy_only()
+        require_policy(cfg)
         return await asyncio.to_thread(groups.destroy, body)

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 from rlrm.launch.auth import ENV_VAR
 from rlrm.launch.engines import engine_argv, engine_env
 from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.process import ServerProcess, embedded_server_argv
 
 
 def replica_argv(backend: str, model_path: str, role: str, port: int, threads: int = 1, dtype: str = "float32",
@@ -73,6 +73,10 @@ class ServerPool:
     @property
     def urls(self) -> list[str]:
         return [s.url for s in self.servers]
+
+    def alive(self, url: str) -> bool:
+        """Whether the process of the replica at `url` runs (restarting or not)."""
+        return any(s.url == url and s.alive() for s in self.servers)
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Start every replica at once, then wait for all of them (one total deadline)."""

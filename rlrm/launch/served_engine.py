@@ -295,7 +295,7 @@ class ServerRolloutEngine:
     def _dead(self, url: str) -> bool:
         """A launched replica that is down or being restarted (its restart loads the current version)."""
         pool = self.fleet.pool
-        return pool is not None and (url in pool.restarting or any(s.url == url and not s.alive() for s in pool.servers))
+        return pool is not None and (url in pool.restarting or not pool.alive(url))
 
     async def _load_into_restarted(self, url: str) -> None:
         """The supervisor's hook: the current weights into a restarted replica before it may serve."""

@@ -33,9 +33,8 @@ from rlrm.launch.weight_group import (
     join_group,
     local_ip_towards,
 )
-from rlrm.launch.wire import post_sync_call
+from rlrm.launch.wire import GROUP, post_sync_call
 
-GROUP = "weight_update_group"
 DESTROY_TIMEOUT_S = 10.0
 
 
@@ -212,7 +211,7 @@ class FleetBroadcast:
 
     def _alive(self, url: str) -> bool:
         pool = self.fleet.pool
-        return pool is None or any(s.url == url and s.alive() for s in pool.servers)
+        return pool is None or pool.alive(url)
 
     def _down(self, url: str) -> bool:
         """Dead or being restarted (launched replicas only; running `addresses` are never left out)."""

@@ -147,11 +147,16 @@ def chat_template_digest(tokenizer) -> str | None:
     return hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None
 
 
+def require_policy(cfg) -> None:
+    """404 on a server that is not a policy server: weights are updated on policy servers only."""
+    if cfg.role != "policy":
+        raise RequestError(f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404)
+
+
 def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(body: UpdateWeightsFromDiskRequest):
-        if cfg.role != "policy":
-            raise RequestError(f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404)
+        require_policy(cfg)
         return await state.update(body)
 
     @app.get("/get_model_info")

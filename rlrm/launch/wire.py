@@ -12,7 +12,8 @@ finish_reason {type}, weight_version}. Weights: `POST /update_weights_from_disk`
 load_format, weight_version, abort_all_requests} -> {success, message, num_paused_requests}
 (SGLang's UpdateWeightFromDiskReqInput / ...ReqOutput); or, with `weight_sync: distributed`,
 `POST /init_weights_update_group`, `/update_weights_from_distributed` and
-`/destroy_weights_update_group` (`group_calls`; rlrm/launch/weight_broadcast.py drives them).
+`/destroy_weights_update_group` (`init_group`, `update_distributed`, `destroy_group`;
+rlrm/launch/weight_broadcast.py drives them).
 
 vLLM: `POST /v1/completions` with the prompt as token ids, `logprobs: 0` and `return_token_ids`
 (the sampled ids come back in `choices[0].token_ids`; older releases without it are refused at
@@ -35,6 +36,9 @@ from rlrm.inference.base import SamplingParams
 def _float32(values) -> list[float]:
     """The values rounded to float32, as the in-process engine returns them."""
     return array("f", values).tolist()
+
+
+GROUP = "weight_update_group"  # SGLang's default name of the trainer's weight-update group
 
 
 class SGLangWire:
@@ -84,7 +88,7 @@ class SGLangWire:
         })]
 
     def init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int, backend: str,
-                   group_name: str = "weight_update_group") -> tuple[str, dict]:
+                   group_name: str = GROUP) -> tuple[str, dict]:
         """SGLang's InitWeightsUpdateGroupReqInput: join the trainer's weight-update group as `rank_offset`."""
         return "/init_weights_update_group", {
             "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
@@ -92,25 +96,23 @@ class SGLangWire:
         }
 
     def update_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int,
-                           group_name: str = "weight_update_group") -> tuple[str, dict]:
+                           group_name: str = GROUP) -> tuple[str, dict]:
         """SGLang's UpdateWeightsFromDistributedReqInput: receive these tensors by broadcast from rank 0, in order."""
         return "/update_weights_from_distributed", {
             "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True,
             "abort_all_requests": False, "weight_version": str(version), "load_format": None,
         }
 
-    def destroy_group(self, group_name: str = "weight_update_group") -> tuple[str, dict]:
+    def destroy_group(self, group_name: str = GROUP) -> tuple[str, dict]:
         """SGLang's DestroyWeightsUpdateGroupReqInput."""
         return "/destroy_weights_update_group", {"group_name": group_name}
 
     def sync_failure(self, path: str, body) -> str | None:
         """What the (JSON, or None) answer to a sync call says went wrong, or None."""
-        if path in ("/update_weights_from_disk", "/init_weights_update_group", "/update_weights_from_distributed",
-                    "/destroy_weights_update_group"):
-            if not isinstance(body, dict):
-                return "answered 200 without SGLang's {success, message} body"
-            if not body.get("success", False):
-                return str(body.get("message") or "success: false")
+        if not isinstance(body, dict):  # every SGLang weight call answers {success, message}
+            return f"{path} answered 200 without SGLang's {{success, message}} body"
+        if not body.get("success", False):
+            return str(body.get("message") or "success: false")
         return None
 
 
