@@ -28,8 +28,14 @@ def random_qwen2(
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512, pad_token_id=pad_token_id,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        pad_token_id=pad_token_id,
         **({"num_labels": num_labels} if num_labels is not None else {}),
     )
     return (Qwen2ForCausalLM if num_labels is None else Qwen2ForSequenceClassification)(config).eval()

@@ -50,7 +50,9 @@ def _batch(model):
         prompt = torch.randint(5, 400, (int(torch.randint(36, 52, (1,), generator=gen)),), generator=gen).tolist()
         for _ in range(8):
             length = int(torch.randint(6, 21, (1,), generator=gen))
-            completions.append(Completion(prompt, torch.randint(5, 400, (length,), generator=gen).tolist(), [-2.0] * length, "stop"))
+            completions.append(
+                Completion(prompt, torch.randint(5, 400, (length,), generator=gen).tolist(), [-2.0] * length, "stop")
+            )
     batch = collate(completions, pad_token_id=0)
     batch.group_ids = torch.arange(len(batch)) // 8
     batch.advantages = torch.randn(len(batch), generator=gen)
@@ -67,8 +69,9 @@ def _step(actor, batch) -> float:
 
 def _baseline_actor_class(ref: str):
     """The Actor class of `ref` (its actor.py loaded beside today's modules)."""
-    source = subprocess.run(["git", "show", f"{ref}:rlrm/engine/actor/actor.py"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{ref}:rlrm/engine/actor/actor.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "baseline_actor.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("baseline_actor", path)
@@ -100,8 +103,12 @@ def main() -> None:
         group.start()
         return RankGroupActor(group, load_causal_lm(path, "float32", "cpu"), profiles[world])
 
-    variants = {"baseline": local(_baseline_actor_class(args.baseline_ref)), "ws1": local(Actor),
-                "ranks1": ranks(1, 2), "ranks2": ranks(2, 1)}
+    variants = {
+        "baseline": local(_baseline_actor_class(args.baseline_ref)),
+        "ws1": local(Actor),
+        "ranks1": ranks(1, 2),
+        "ranks2": ranks(2, 1),
+    }
     times = {name: [] for name in variants}
     try:
         for name, actor in variants.items():  # warm-up
@@ -109,20 +116,28 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, actor in variants.items():
                 times[name].append(_step(actor, batch.to(args.device) if name in ("baseline", "ws1") else batch))
-        memory = {name: a.ranks.call_all("peak_memory_gb") for name, a in variants.items() if isinstance(a, RankGroupActor)}
+        memory = {
+            name: a.ranks.call_all("peak_memory_gb") for name, a in variants.items() if isinstance(a, RankGroupActor)
+        }
     finally:
         for actor in variants.values():
             if isinstance(actor, RankGroupActor):
                 actor.close()
     for name, values in times.items():
         print(f"{name:9s} median {statistics.median(values):.3f} s  ({', '.join(f'{v:.3f}' for v in values)})")
+
     def ratio(a, b):
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
-    print(f"ws1/baseline {ratio('ws1', 'baseline'):.3f}   ranks1/baseline {ratio('ranks1', 'baseline'):.3f}   "
-          f"ranks2/baseline {ratio('ranks2', 'baseline'):.3f}   ranks2/ranks1 {ratio('ranks2', 'ranks1'):.3f}")
+
+    print(
+        f"ws1/baseline {ratio('ws1', 'baseline'):.3f}   ranks1/baseline {ratio('ranks1', 'baseline'):.3f}   "
+        f"ranks2/baseline {ratio('ranks2', 'baseline'):.3f}   ranks2/ranks1 {ratio('ranks2', 'ranks1'):.3f}"
+    )
     trainer_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"peak memory GB: trainer process {trainer_gb:.2f} (holds A, B and the full copies); "
-          + "; ".join(f"{n}: " + ", ".join(f"rank {r} {g:.2f}" for r, g in enumerate(v)) for n, v in memory.items()))
+    print(
+        f"peak memory GB: trainer process {trainer_gb:.2f} (holds A, B and the full copies); "
+        + "; ".join(f"{n}: " + ", ".join(f"rank {r} {g:.2f}" for r, g in enumerate(v)) for n, v in memory.items())
+    )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ def main() -> None:
             with torch.inference_mode():
                 padded_forward(model, [ids], 0)
         single_s = time.perf_counter() - start
-        argv = embedded_server_argv(str(path), "disrm", free_port(),
-                                    extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)])
+        argv = embedded_server_argv(
+            str(path), "disrm", free_port(), extra=["--threads", str(args.threads), "--max-batch", str(args.max_batch)]
+        )
         with ServerProcess(argv) as server:
             url = server.url + "/classify"
             rounds = asyncio.run(_concurrent(url, inputs, args.rounds))
@@ -72,12 +73,18 @@ def main() -> None:
                 sequential_s = time.perf_counter() - start
     n = len(inputs)
     params = sum(p.numel() for p in model.parameters())
-    print(f"{n} inputs, {params / 1e6:.1f} M-parameter DisRM, {args.threads} threads (server and in-process forward), "
-          f"median of {args.rounds} rounds")
+    print(
+        f"{n} inputs, {params / 1e6:.1f} M-parameter DisRM, {args.threads} threads (server and in-process forward), "
+        f"median of {args.rounds} rounds"
+    )
     print(f"one batched forward (in process)   {n / batched_s:10,.0f} samples/s")
-    print(f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, .5)} ms  p99 {_ms(latencies, .99)} ms")
+    print(
+        f"{n} concurrent clients over HTTP   {n / concurrent_s:10,.0f} samples/s   p50 {_ms(latencies, 0.5)} ms  p99 {_ms(latencies, 0.99)} ms"
+    )
     print(f"one request at a time over HTTP    {n / sequential_s:10,.0f} samples/s")
-    print(f"one input per forward (in process) {n / single_s:10,.0f} samples/s   (batching gain here: {single_s / batched_s:.1f}x)")
+    print(
+        f"one input per forward (in process) {n / single_s:10,.0f} samples/s   (batching gain here: {single_s / batched_s:.1f}x)"
+    )
     print(f"concurrent / batched forward       {batched_s / concurrent_s:10.2f}")
     print(f"concurrent / one at a time         {sequential_s / concurrent_s:10.2f}")
 
@@ -87,6 +94,7 @@ async def _concurrent(url: str, inputs: list[list[int]], rounds: int) -> list[tu
     import aiohttp  # httpx's async pool is the bottleneck at this concurrency (see rlrm/launch/balancer.py)
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+
         async def one(ids) -> float:
             t = time.perf_counter()
             async with client.post(url, json={"input": ids, "use_activation": False}) as resp:

@@ -23,8 +23,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlrm.engine.data.synthetic import synthetic_splits
     from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
+    from rlrm.engine.data.synthetic import synthetic_splits
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.launch.ports import free_port
     from rlrm.launch.process import ServerProcess, embedded_server_argv
@@ -40,33 +40,47 @@ def main() -> None:
     path = resolve_model_path(args.model)
     _, test = synthetic_splits(SyntheticConfig(num_train=1, num_test=args.clients, seed=7), PROMPT_SUFFIX)
     messages = [ex.prompt for ex in test]
-    argv = embedded_server_argv(path, "genrm", free_port(), extra=["--threads", str(args.threads), "--max-batch", str(args.clients)])
+    argv = embedded_server_argv(
+        path, "genrm", free_port(), extra=["--threads", str(args.threads), "--max-batch", str(args.clients)]
+    )
     with ServerProcess(argv) as server:
         rounds = asyncio.run(_rounds(server.url, messages, args.max_tokens, args.rounds))
     served_s = statistics.median(s for s, _ in rounds)
     served_tokens = rounds[0][1]
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    prompts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages]
+    prompts = [
+        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False) for m in messages
+    ]
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + list(p) for p in prompts])
     mask = (ids != tok.pad_token_id).long()
     for i, p in enumerate(prompts):
-        mask[i, width - len(p):] = 1
+        mask[i, width - len(p) :] = 1
     times = []
     for _ in range(1 + args.rounds):  # the first is a warm-up
         start = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_tokens, do_sample=False,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=args.max_tokens,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
         times.append(time.perf_counter() - start)
     batched_s = statistics.median(times[1:])
     new = out[:, width:]
     batched_tokens = int(sum(_length(row.tolist(), tok.eos_token_id, tok.pad_token_id) for row in new))
-    print(f"{args.clients} judge requests, greedy, max {args.max_tokens} tokens, {args.threads} threads, "
-          f"median of {args.rounds} rounds")
+    print(
+        f"{args.clients} judge requests, greedy, max {args.max_tokens} tokens, {args.threads} threads, "
+        f"median of {args.rounds} rounds"
+    )
     print(f"one batched generate (in process)   {batched_tokens / batched_s:10,.0f} tokens/s ({batched_tokens} tokens)")
-    print(f"{args.clients} concurrent chat clients      {served_tokens / served_s:10,.0f} tokens/s ({served_tokens} tokens)")
+    print(
+        f"{args.clients} concurrent chat clients      {served_tokens / served_s:10,.0f} tokens/s ({served_tokens} tokens)"
+    )
     print(f"served / batched                    {(served_tokens / served_s) / (batched_tokens / batched_s):10.2f}")
 
 
@@ -80,6 +94,7 @@ async def _rounds(url: str, messages: list, max_tokens: int, rounds: int) -> lis
     import aiohttp
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+
         async def one(m) -> int:
             body = {"model": "judge", "messages": m, "max_tokens": max_tokens, "temperature": 0}
             async with client.post(url + "/v1/chat/completions", json=body) as resp:

@@ -31,8 +31,15 @@ def build_model(dest: Path, tokenizer_path: str, hidden: int, layers: int) -> st
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
-    model = random_qwen2(len(tok), hidden, layers, num_labels=1, heads=max(1, hidden // 32), kv_heads=max(1, hidden // 64),
-                         pad_token_id=tok.pad_token_id)
+    model = random_qwen2(
+        len(tok),
+        hidden,
+        layers,
+        num_labels=1,
+        heads=max(1, hidden // 32),
+        kv_heads=max(1, hidden // 64),
+        pad_token_id=tok.pad_token_id,
+    )
     model.save_pretrained(dest)
     tok.save_pretrained(dest)
     return str(dest)
@@ -96,16 +103,23 @@ def main() -> None:
     enc = encode_samples(tok, samples, max_length=512)
     n = len(enc.ids)
     params = sum(p.numel() for p in AutoModelForSequenceClassification.from_pretrained(model_path).parameters())
-    print(f"{n} samples, {sum(map(len, enc.ids))} tokens, model {params / 1e6:.2f} M params, "
-          f"micro-batch {args.micro_batch_size}, {args.threads} thread(s)")
+    print(
+        f"{n} samples, {sum(map(len, enc.ids))} tokens, model {params / 1e6:.2f} M params, "
+        f"micro-batch {args.micro_batch_size}, {args.threads} thread(s)"
+    )
 
     plain = AutoModelForSequenceClassification.from_pretrained(model_path).eval()
     fns = {"plain": lambda: plain_forward(plain, enc.ids, args.micro_batch_size, tok.pad_token_id)}
     groups = []
     try:
         for dtype in ("fp32", "bf16"):
-            cfg = LegacyConfig(model_path, dtype=dtype, micro_batch_size=args.micro_batch_size,
-                               pad_token_id=tok.pad_token_id, threads=args.threads)
+            cfg = LegacyConfig(
+                model_path,
+                dtype=dtype,
+                micro_batch_size=args.micro_batch_size,
+                pad_token_id=tok.pad_token_id,
+                threads=args.threads,
+            )
             groups.append(LegacyWorkerGroup(cfg, spawn=dtype != "fp32"))  # one in-process rank at a time
             groups[-1].start()
             fns[f"legacy-{dtype}"] = lambda g=groups[-1]: g.score(enc.ids, enc.response_tokens)

@@ -43,7 +43,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
-        runs = [write_run(tmp / f"run-{i}", steps=args.steps, mode=modes[i % len(modes)], seed=i) for i in range(args.runs)]
+        runs = [
+            write_run(tmp / f"run-{i}", steps=args.steps, mode=modes[i % len(modes)], seed=i) for i in range(args.runs)
+        ]
         size_mb = sum(f.stat().st_size for run in runs for f in run.iterdir()) / 2**20
         print(f"wrote {args.runs} runs x {args.steps} steps ({size_mb:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
         cmd = [sys.executable, "-c", _CLI, *map(str, runs), "--out", str(tmp / "report"), "--format", args.format]
@@ -58,8 +60,10 @@ def main() -> None:
                 sys.exit(f"rlrm report failed:\n{done.stderr}")
         print(done.stdout.strip())
         times.sort()
-        print(f"rlrm report, {args.runs} runs x {args.steps} steps: best {times[0]:.2f} s, "
-              f"median {times[len(times) // 2]:.2f} s over {len(times)} renders (target < 10 s)")
+        print(
+            f"rlrm report, {args.runs} runs x {args.steps} steps: best {times[0]:.2f} s, "
+            f"median {times[len(times) // 2]:.2f} s over {len(times)} renders (target < 10 s)"
+        )
 
 
 if __name__ == "__main__":

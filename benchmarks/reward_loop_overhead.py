@@ -26,8 +26,14 @@ def main() -> None:
     cfg = RewardConfig()
     fn = make_rule_reward(cfg)
     samples = [
-        RewardSample(uid=f"p{i // 8}", index=i, data_source="synthetic/arith", prompt=[{"role": "user", "content": "q"}],
-                     solution_str=f"{i} + 1 = {i + 1}\n#### {i + 1}", ground_truth=str(i + 1))
+        RewardSample(
+            uid=f"p{i // 8}",
+            index=i,
+            data_source="synthetic/arith",
+            prompt=[{"role": "user", "content": "q"}],
+            solution_str=f"{i} + 1 = {i + 1}\n#### {i + 1}",
+            ground_truth=str(i + 1),
+        )
         for i in range(args.samples)
     ]
 

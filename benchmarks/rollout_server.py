@@ -51,10 +51,28 @@ SYNC_CONFIGS = {
 def run(name: str, steps: int, threads: int, overrides: list[str], out: Path) -> list[dict]:
     run_dir = out / f"{name}-{len(list(out.iterdir()))}"
     argv = [
-        sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(run_dir), "--console", "none",
-        "--steps", str(steps), "--set", "trainer.val_every=0", "--set", "trainer.val_before_train=false",
-        "--set", "trainer.save_every=0", "--set", f"trainer.num_threads={threads}",
-        "--set", f"rollout.server.threads={threads}",
+        sys.executable,
+        "-m",
+        "rlrm",
+        "train",
+        "--profile",
+        "tiny-rule",
+        "--out",
+        str(run_dir),
+        "--console",
+        "none",
+        "--steps",
+        str(steps),
+        "--set",
+        "trainer.val_every=0",
+        "--set",
+        "trainer.val_before_train=false",
+        "--set",
+        "trainer.save_every=0",
+        "--set",
+        f"trainer.num_threads={threads}",
+        "--set",
+        f"rollout.server.threads={threads}",
     ]
     for item in {**CONFIGS, **SYNC_CONFIGS}[name] + overrides:
         argv += ["--set", item]
@@ -91,15 +109,23 @@ def main() -> None:
         compare_syncs(args)
         return
     names = ["hf", *(n for n in args.configs.split(",") if n in CONFIGS and n != "hf")]
-    results = alternate(names, args, args.overrides, lambda s: (
-        f"tokens/s {s['tokens_per_s']:8.1f}  gen tokens/s {s['gen_tokens_per_s']:8.1f}  sync share {s['sync_share']:6.1%}"
-        f"  median step {s['step_s']:.3f} s  retries {s['retries']:.0f}"))
+    results = alternate(
+        names,
+        args,
+        args.overrides,
+        lambda s: (
+            f"tokens/s {s['tokens_per_s']:8.1f}  gen tokens/s {s['gen_tokens_per_s']:8.1f}  sync share {s['sync_share']:6.1%}"
+            f"  median step {s['step_s']:.3f} s  retries {s['retries']:.0f}"
+        ),
+    )
     for name in names[1:]:
         ratios = [b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         gen = [b["gen_tokens_per_s"] / a["gen_tokens_per_s"] for a, b in zip(results["hf"], results[name])]
         shares = [b["sync_share"] for b in results[name]]
-        print(f"{name}: tokens/s vs hf per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
-              f"generation only: median {statistics.median(gen):.3f}; sync share median {statistics.median(shares):.1%}")
+        print(
+            f"{name}: tokens/s vs hf per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
+            f"generation only: median {statistics.median(gen):.3f}; sync share median {statistics.median(shares):.1%}"
+        )
 
 
 def alternate(names: list[str], args, overrides: list[str], line) -> dict[str, list[dict]]:
@@ -117,13 +143,21 @@ def alternate(names: list[str], args, overrides: list[str], line) -> dict[str, l
 def compare_syncs(args) -> None:
     """D X D X ...: disk and distributed weight sync, the same replicas and steps; medians of pair ratios."""
     overrides = [f"rollout.server.replicas={args.replicas}", *args.overrides]
-    results = alternate(list(SYNC_CONFIGS), args, overrides, lambda s: (
-        f"sync per step {s['sync_s'] * 1e3:7.1f} ms  sync share {s['sync_share']:6.1%}  median step {s['step_s']:.3f} s"
-        f"  tokens/s {s['tokens_per_s']:8.1f}"))
+    results = alternate(
+        list(SYNC_CONFIGS),
+        args,
+        overrides,
+        lambda s: (
+            f"sync per step {s['sync_s'] * 1e3:7.1f} ms  sync share {s['sync_share']:6.1%}  median step {s['step_s']:.3f} s"
+            f"  tokens/s {s['tokens_per_s']:8.1f}"
+        ),
+    )
     ratios = [x["sync_s"] / d["sync_s"] for d, x in zip(results["disk"], results["distributed"])]
-    print(f"distributed/disk sync time per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
-          f"sync share median: disk {statistics.median(r['sync_share'] for r in results['disk']):.1%}, distributed "
-          f"{statistics.median(r['sync_share'] for r in results['distributed']):.1%}")
+    print(
+        f"distributed/disk sync time per pair {[round(r, 3) for r in ratios]}, median {statistics.median(ratios):.3f}; "
+        f"sync share median: disk {statistics.median(r['sync_share'] for r in results['disk']):.1%}, distributed "
+        f"{statistics.median(r['sync_share'] for r in results['distributed']):.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,15 @@ def main() -> None:
     def hf_generate() -> None:
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=0,
             )
         assert out.shape[1] == width + new_tokens
 
@@ -86,12 +93,16 @@ def main() -> None:
 
     hf_rates, engine_rates = asyncio.run(rounds())
     hf_med, engine_med = statistics.median(hf_rates), statistics.median(engine_rates)
-    print(f"{args.requests} requests x {new_tokens} new tokens, device {args.device}, {args.threads} threads, "
-          f"{args.repeats} alternating rounds, {engine.batches_run} engine batches")
+    print(
+        f"{args.requests} requests x {new_tokens} new tokens, device {args.device}, {args.threads} threads, "
+        f"{args.repeats} alternating rounds, {engine.batches_run} engine batches"
+    )
     print(f"model.generate (one batch)     median {hf_med:10,.0f} tokens/s   best {max(hf_rates):10,.0f}")
     print(f"engine.generate (concurrent)   median {engine_med:10,.0f} tokens/s   best {max(engine_rates):10,.0f}")
-    print(f"ratio engine / model.generate  median {engine_med / hf_med:10.2f}          "
-          f"best {max(engine_rates) / max(hf_rates):10.2f}")
+    print(
+        f"ratio engine / model.generate  median {engine_med / hf_med:10.2f}          "
+        f"best {max(engine_rates) / max(hf_rates):10.2f}"
+    )
 
 
 def _sync(device: str) -> None:

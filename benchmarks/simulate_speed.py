@@ -29,12 +29,14 @@ def main() -> None:
     parser.add_argument("--spec", default=str(REPO / "examples" / "cluster-gpu.yaml"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    spec = load_spec(args.spec, [f"workload.steps={args.steps}", "workload.prompts_per_step=1024",
-                                 "workload.samples_per_prompt=5"])  # fmt: skip
+    spec = load_spec(
+        args.spec, [f"workload.steps={args.steps}", "workload.prompts_per_step=1024", "workload.samples_per_prompt=5"]
+    )
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
     total_cpu, total_wall = 0.0, 0.0
+
     def both_draws():
         with_latency = draw_workload(spec)
         return with_latency, draw_workload(spec, latency=False, lengths=with_latency)
@@ -54,8 +56,10 @@ def main() -> None:
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         total_cpu, total_wall = total_cpu + cpu, total_wall + wall
         print(f"{name:22s} cpu {cpu:6.2f} s  wall {wall:6.2f} s")
-    print(f"{'total':22s} cpu {total_cpu:6.2f} s  wall {total_wall:6.2f} s  ({args.steps} steps x 1024 x 5 samples, "
-          f"{len(spec.modes)} modes + baseline)")  # fmt: skip
+    print(
+        f"{'total':22s} cpu {total_cpu:6.2f} s  wall {total_wall:6.2f} s  ({args.steps} steps x 1024 x 5 samples, "
+        f"{len(spec.modes)} modes + baseline)"
+    )
     if profiler:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(15)

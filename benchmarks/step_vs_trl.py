@@ -70,7 +70,9 @@ _RLRM = (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trl-python", default=os.environ.get("RLRM_TRL_PYTHON"), help="interpreter with trl installed")
+    parser.add_argument(
+        "--trl-python", default=os.environ.get("RLRM_TRL_PYTHON"), help="interpreter with trl installed"
+    )
     parser.add_argument("--pairs", type=int, default=3, help="alternated (rlrm, TRL) process pairs")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of each process")
@@ -98,16 +100,24 @@ def main() -> None:
             rlrm = run_rlrm(tmp / f"rlrm-{k}", overrides, total, env)
             trl = run_trl(args.trl_python, job, tmp / f"trl-{k}.json", env)
             pairs.append((rlrm, trl))
-            print(f"pair {k + 1}: rlrm median {_median(rlrm['step_s'], args.warmup):.3f} s "
-                  f"({_median(rlrm['cpu_s'], args.warmup):.3f} CPU s), TRL median "
-                  f"{_median(trl['step_s'], args.warmup):.3f} s ({_median(trl['cpu_s'], args.warmup):.3f} CPU s)",
-                  flush=True)
+            print(
+                f"pair {k + 1}: rlrm median {_median(rlrm['step_s'], args.warmup):.3f} s "
+                f"({_median(rlrm['cpu_s'], args.warmup):.3f} CPU s), TRL median "
+                f"{_median(trl['step_s'], args.warmup):.3f} s ({_median(trl['cpu_s'], args.warmup):.3f} CPU s)",
+                flush=True,
+            )
     report(pairs, args)
 
 
 def _rlrm_overrides(threads: int, extra: list[str]) -> list[str]:
-    fixed = ["trainer.save_every=0", "trainer.val_every=0", "trainer.val_before_train=false",
-             "trainer.device=cpu", "trainer.mode=sync", f"trainer.num_threads={threads}"]
+    fixed = [
+        "trainer.save_every=0",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+        "trainer.device=cpu",
+        "trainer.mode=sync",
+        f"trainer.num_threads={threads}",
+    ]
     return fixed + list(extra)
 
 
@@ -157,8 +167,20 @@ def _trl_job(tmp: Path, overrides: list[str], total: int, args) -> Path:
 
 def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict:
     """`rlrm train` in a subprocess; step times from the end-of-step wall clock in metrics.jsonl."""
-    cmd = [sys.executable, "-c", _RLRM, "train", "--profile", PROFILE, "--steps", str(total), "--out", str(run_dir),
-           "--console", "none"]
+    cmd = [
+        sys.executable,
+        "-c",
+        _RLRM,
+        "train",
+        "--profile",
+        PROFILE,
+        "--steps",
+        str(total),
+        "--out",
+        str(run_dir),
+        "--console",
+        "none",
+    ]
     for item in overrides:
         cmd += ["--set", item]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, env=env)
@@ -171,14 +193,18 @@ def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict
         "cpu_s": [cpu[0]] + [b - a for a, b in zip(cpu, cpu[1:])],
         "length": [r["response_length/mean"] for r in rows],
         "score": [r["critic/score/mean"] for r in rows],
-        "phases": [{k[len("timing_s/"):]: v for k, v in r.items() if k.startswith("timing_s/")} for r in rows],
+        "phases": [{k[len("timing_s/") :]: v for k, v in r.items() if k.startswith("timing_s/")} for r in rows],
     }
 
 
 def run_trl(python: str, job: Path, out: Path, env: dict) -> dict:
     with out.open("w") as stdout:
-        subprocess.run([python, str(Path(__file__).resolve()), "--worker", "trl", "--job", str(job)], check=True,
-                       stdout=stdout, env=env)
+        subprocess.run(
+            [python, str(Path(__file__).resolve()), "--worker", "trl", "--job", str(job)],
+            check=True,
+            stdout=stdout,
+            env=env,
+        )
     return json.loads(out.read_text().splitlines()[-1])
 
 
@@ -214,15 +240,34 @@ def trl_worker(job: dict) -> None:
             cpu.append(time.process_time())
 
     config = GRPOConfig(
-        output_dir=job["out_dir"], use_cpu=True, use_vllm=False, bf16=False, beta=0.0,
-        num_generations=job["n"], per_device_train_batch_size=job["batch"], gradient_accumulation_steps=1,
-        max_completion_length=job["max_new_tokens"], temperature=job["temperature"], top_p=1.0, top_k=0,
-        learning_rate=job["lr"], epsilon=job["clip"], max_grad_norm=job["grad_clip"], num_iterations=1,
-        max_steps=job["steps"], shuffle_dataset=False, gradient_checkpointing=job["gradient_checkpointing"],
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        output_dir=job["out_dir"],
+        use_cpu=True,
+        use_vllm=False,
+        bf16=False,
+        beta=0.0,
+        num_generations=job["n"],
+        per_device_train_batch_size=job["batch"],
+        gradient_accumulation_steps=1,
+        max_completion_length=job["max_new_tokens"],
+        temperature=job["temperature"],
+        top_p=1.0,
+        top_k=0,
+        learning_rate=job["lr"],
+        epsilon=job["clip"],
+        max_grad_norm=job["grad_clip"],
+        num_iterations=1,
+        max_steps=job["steps"],
+        shuffle_dataset=False,
+        gradient_checkpointing=job["gradient_checkpointing"],
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
     )
-    trainer = GRPOTrainer(model=job["model"], reward_funcs=gsm8k_rule, args=config,
-                          train_dataset=Dataset.from_list(job["prompts"]))
+    trainer = GRPOTrainer(
+        model=job["model"], reward_funcs=gsm8k_rule, args=config, train_dataset=Dataset.from_list(job["prompts"])
+    )
 
     class Lengths(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -246,23 +291,36 @@ def report(pairs: list[tuple[dict, dict]], args) -> None:
     skip = args.warmup
     ratios = [_median(r["step_s"], skip) / _median(t["step_s"], skip) for r, t in pairs]
     cpu_ratios = [_median(r["cpu_s"], skip) / _median(t["cpu_s"], skip) for r, t in pairs]
-    print(f"\n{PROFILE}, sync, {args.threads} threads, CPU: {len(pairs)} alternated pairs x {args.steps} timed steps "
-          f"(after {args.warmup} warm-up){'; OMP_WAIT_POLICY=PASSIVE' if args.passive else ''}; "
-          f"rlrm overrides: {' '.join(args.overrides) or 'none'}")
+    print(
+        f"\n{PROFILE}, sync, {args.threads} threads, CPU: {len(pairs)} alternated pairs x {args.steps} timed steps "
+        f"(after {args.warmup} warm-up){'; OMP_WAIT_POLICY=PASSIVE' if args.passive else ''}; "
+        f"rlrm overrides: {' '.join(args.overrides) or 'none'}"
+    )
     print(f"{'':6} {'median s':>9} {'min s':>7} {'max s':>7} {'CPU s/step':>11} {'resp. len':>10}")
     for name, side in (("rlrm", 0), ("TRL", 1)):
         times = [x for pair in pairs for x in pair[side]["step_s"][skip:]]
         cpu = [x for pair in pairs for x in pair[side]["cpu_s"][skip:]]
         length = statistics.mean(x for pair in pairs for x in pair[side]["length"][skip:] or [float("nan")])
-        print(f"{name:6} {statistics.median(times):9.3f} {min(times):7.3f} {max(times):7.3f} "
-              f"{statistics.median(cpu):11.3f} {length:10.2f}")
-    print("pair ratios rlrm/TRL, step time: " + ", ".join(f"{x:.2f}" for x in ratios)
-          + f"   median {statistics.median(ratios):.2f}")
-    print("pair ratios rlrm/TRL, CPU time:  " + ", ".join(f"{x:.2f}" for x in cpu_ratios)
-          + f"   median {statistics.median(cpu_ratios):.2f}")
+        print(
+            f"{name:6} {statistics.median(times):9.3f} {min(times):7.3f} {max(times):7.3f} "
+            f"{statistics.median(cpu):11.3f} {length:10.2f}"
+        )
+    print(
+        "pair ratios rlrm/TRL, step time: "
+        + ", ".join(f"{x:.2f}" for x in ratios)
+        + f"   median {statistics.median(ratios):.2f}"
+    )
+    print(
+        "pair ratios rlrm/TRL, CPU time:  "
+        + ", ".join(f"{x:.2f}" for x in cpu_ratios)
+        + f"   median {statistics.median(cpu_ratios):.2f}"
+    )
     phases = [ph for r, _ in pairs for ph in r["phases"][skip:]]
     keys = [k for k in phases[0] if k != "step"]
-    print("rlrm phases (median s): " + ", ".join(f"{k} {statistics.median(p.get(k, 0.0) for p in phases):.3f}" for k in keys))
+    print(
+        "rlrm phases (median s): "
+        + ", ".join(f"{k} {statistics.median(p.get(k, 0.0) for p in phases):.3f}" for k in keys)
+    )
 
 
 if __name__ == "__main__":

@@ -29,22 +29,43 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "rlrm.cli", "train", "--profile", args.profile, "--steps", str(args.steps),
-               "--out", str(run_dir), "--console", "none",
-               "--set", "trainer.save_every=0", "--set", "trainer.val_every=0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlrm.cli",
+            "train",
+            "--profile",
+            args.profile,
+            "--steps",
+            str(args.steps),
+            "--out",
+            str(run_dir),
+            "--console",
+            "none",
+            "--set",
+            "trainer.save_every=0",
+            "--set",
+            "trainer.val_every=0",
+        ]
         for item in args.overrides:
             cmd += ["--set", item]
         subprocess.run(cmd, check=True)
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 0) >= 2]
+
     def share(*keys):
         return statistics.mean(sum(r.get(f"timing_s/{k}", 0.0) for k in keys) / r["timing_s/step"] for r in rows)
+
     gen = share("gen")
     update = share("old_log_prob", "ref", "update_actor", "update_weights")
     actor_only = share("update_actor")
-    print(f"steps measured: {len(rows)} (after warm-up), mean step {statistics.mean(r['timing_s/step'] for r in rows):.3f} s")
+    print(
+        f"steps measured: {len(rows)} (after warm-up), mean step {statistics.mean(r['timing_s/step'] for r in rows):.3f} s"
+    )
     print(f"generation share          {gen:.3f}")
-    print(f"update share              {update:.3f}  (old log-probs {share('old_log_prob'):.3f}, actor {actor_only:.3f}, weight sync {share('update_weights'):.3f})")
+    print(
+        f"update share              {update:.3f}  (old log-probs {share('old_log_prob'):.3f}, actor {actor_only:.3f}, weight sync {share('update_weights'):.3f})"
+    )
     print(f"rewards share             {share('reward'):.3f}")
     print(f"outside gen + update      {1 - gen - update:.3f}")
     print(f"tokens/s (mean)           {statistics.mean(r['perf/throughput'] for r in rows):,.0f}")

@@ -1,6 +1,6 @@
 """Summary statistics shared by the reward loop, the benchmark tables and the parity report. Pure.
 
-    quantile([3.0, 1.0, 2.0, 4.0], 0.5)   # 2.5: linear interpolation, as numpy.quantile by default
+quantile([3.0, 1.0, 2.0, 4.0], 0.5)   # 2.5: linear interpolation, as numpy.quantile by default
 """
 
 from __future__ import annotations

@@ -50,8 +50,16 @@ def _random_disrm(path: Path, tokenizer_path: Path, **config) -> Path:
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
     torch.manual_seed(0)
     model_config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tok.pad_token_id, **config,
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+        **config,
     )
     Qwen2ForSequenceClassification(model_config).save_pretrained(path)
     tok.save_pretrained(path)

@@ -41,7 +41,9 @@ def test_a_user_set_malloc_arena_max_wins():
     assert applied == "False" and arenas > 1
 
 
-@pytest.mark.parametrize("argv", [["train", "--profile", "tiny-rule", "--dry-run"], ["bench", "reward-latency", "--modes", "nope"]])
+@pytest.mark.parametrize(
+    "argv", [["train", "--profile", "tiny-rule", "--dry-run"], ["bench", "reward-latency", "--modes", "nope"]]
+)
 def test_training_commands_apply_the_cap_first(monkeypatch, argv):
     from typer.testing import CliRunner
 

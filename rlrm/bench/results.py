@@ -15,10 +15,27 @@ import math
 from rlrm.stats import quantile
 
 COLUMNS = [
-    "mode", "repeat", "latency", "run_dir", "steps", "tokens_per_s", "samples_per_s", "steps_per_hour",
-    "step_time_p50", "step_time_p90", "idle_trainer", "idle_rollout", "idle_reward_wait", "staleness_mean",
-    "staleness_max", "reward_failures", "final_reward", "val_accuracy", "speedup_vs_sync", "hiding_efficiency",
-]  # fmt: skip
+    "mode",
+    "repeat",
+    "latency",
+    "run_dir",
+    "steps",
+    "tokens_per_s",
+    "samples_per_s",
+    "steps_per_hour",
+    "step_time_p50",
+    "step_time_p90",
+    "idle_trainer",
+    "idle_rollout",
+    "idle_reward_wait",
+    "staleness_mean",
+    "staleness_max",
+    "reward_failures",
+    "final_reward",
+    "val_accuracy",
+    "speedup_vs_sync",
+    "hiding_efficiency",
+]
 
 
 def run_row(rows: list[dict]) -> dict:
@@ -52,6 +69,7 @@ def run_row(rows: list[dict]) -> dict:
 def compare(rows: list[dict]) -> list[dict]:
     """Add `speedup_vs_sync` (over sync's mean throughput under the same latency) and
     `hiding_efficiency` (over the zero-latency sync baseline's mean throughput)."""
+
     def mean_tps(pred) -> float:
         values = [r["tokens_per_s"] for r in rows if pred(r)]
         return sum(values) / len(values) if values else math.nan
@@ -60,7 +78,9 @@ def compare(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         sync = mean_tps(lambda s, lat=r["latency"]: s["mode"] == "sync" and s["latency"] == lat)
-        out.append({**r, "speedup_vs_sync": r["tokens_per_s"] / sync, "hiding_efficiency": r["tokens_per_s"] / baseline})
+        out.append(
+            {**r, "speedup_vs_sync": r["tokens_per_s"] / sync, "hiding_efficiency": r["tokens_per_s"] / baseline}
+        )
     return out
 
 

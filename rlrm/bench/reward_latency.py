@@ -104,8 +104,13 @@ class RewardLatencyBench:
                     raise
                 if result.interrupted:
                     raise KeyboardInterrupt
-                row = {"mode": item.mode, "repeat": item.repeat, "latency": item.latency,
-                       "run_dir": f"runs/{item.name}", **run_row(read_metrics(run_dir / "metrics.jsonl"))}  # fmt: skip
+                row = {
+                    "mode": item.mode,
+                    "repeat": item.repeat,
+                    "latency": item.latency,
+                    "run_dir": f"runs/{item.name}",
+                    **run_row(read_metrics(run_dir / "metrics.jsonl")),
+                }
                 self.rows.append(row)
                 self._write()
                 if on_run:

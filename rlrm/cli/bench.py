@@ -26,7 +26,9 @@ def reward_latency(
     ),
     latency_scale: Annotated[
         Optional[float],
-        typer.Option(help="Multiply the latency by this (default: mean latency = half a zero-latency sync step).", min=0),
+        typer.Option(
+            help="Multiply the latency by this (default: mean latency = half a zero-latency sync step).", min=0
+        ),
     ] = None,
     steps: StepsOption = 10,
     repeats: Annotated[int, typer.Option(help="Runs per mode.", min=1)] = 1,
@@ -67,12 +69,16 @@ def reward_latency(
                 f"reward.max_concurrency {summary['reward_max_concurrency']} per worker"
             )
             printed_scale = True
-        typer.echo(f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s")
+        typer.echo(
+            f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s"
+        )
 
     try:
         summary = bench.run(on_run=on_run)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: {len(bench.rows)} runs kept in {folder}; missing: {', '.join(bench.missing)}", err=True)
+        typer.echo(
+            f"interrupted: {len(bench.rows)} runs kept in {folder}; missing: {', '.join(bench.missing)}", err=True
+        )
         raise typer.Exit(130) from None
     _print_table(summary)
     typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
@@ -83,8 +89,18 @@ def _print_table(summary: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample)")
-    for col in ("mode", "tok/s", "speedup vs sync", "hiding eff.", "idle trainer", "idle rollout", "reward wait",
-                "stale max", "reward", "val acc"):  # fmt: skip
+    for col in (
+        "mode",
+        "tok/s",
+        "speedup vs sync",
+        "hiding eff.",
+        "idle trainer",
+        "idle rollout",
+        "reward wait",
+        "stale max",
+        "reward",
+        "val acc",
+    ):
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
     base = summary["baseline"]
     rows = [("sync, no latency", base)] + list(summary["modes"].items())
@@ -117,16 +133,25 @@ def _fmt(value, pattern: str) -> str:
 def simulate(
     from_: Annotated[
         Optional[Path],
-        typer.Option("--from", help="Calibrate on a run folder, or validate against a reward-latency benchmark folder."),
+        typer.Option(
+            "--from", help="Calibrate on a run folder, or validate against a reward-latency benchmark folder."
+        ),
     ] = None,
-    spec: Annotated[Optional[Path], typer.Option(help="YAML cluster spec (e.g. examples/cluster-gpu.yaml), applied over --from's fit.")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="Spec override, e.g. rollout.replicas=64 (repeatable).")] = [],
+    spec: Annotated[
+        Optional[Path],
+        typer.Option(help="YAML cluster spec (e.g. examples/cluster-gpu.yaml), applied over --from's fit."),
+    ] = None,
+    set_: Annotated[
+        list[str], typer.Option("--set", help="Spec override, e.g. rollout.replicas=64 (repeatable).")
+    ] = [],
     sweep: Annotated[Optional[str], typer.Option(help="KEY=V1,V2,...: one result row per value and mode.")] = None,
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes (default: the spec's).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")
+    ] = False,
 ) -> None:
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
     import time
@@ -143,7 +168,9 @@ def simulate(
         check = validate_bench(plan.bench, folder, extra)
         view.print_params(check.calibration)
         view.print_validation(check)
-        typer.echo(f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})")
+        typer.echo(
+            f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
+        )
         return
     if dry_run:
         from rlrm.bench.simulate.spec import dump_spec
@@ -154,4 +181,6 @@ def simulate(
         view.print_params(plan.calibration)
     result = run_simulation(plan.spec, folder, plan.sweep, repeats)
     view.print_results(result)
-    typer.echo(f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
+    typer.echo(
+        f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})"
+    )

@@ -1,7 +1,7 @@
 """`rlrm eval rm`: pairwise accuracy of a profile's reward on chosen/rejected pairs.
 
-    rlrm eval rm --profile tiny-disrm --pairs ~/.cache/rlrm/models/pairs-v2-seed0.jsonl
-    rlrm eval rm --profile tiny-genrm --pairs pairs.jsonl --json
+rlrm eval rm --profile tiny-disrm --pairs ~/.cache/rlrm/models/pairs-v2-seed0.jsonl
+rlrm eval rm --profile tiny-genrm --pairs pairs.jsonl --json
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_he
 @app.command("rm")
 @friendly_errors
 def rm(
-    pairs: Annotated[Path, typer.Option("--pairs", help="RewardBench-shaped .jsonl: prompt, chosen, rejected, optional subset (and ground_truth).")],
+    pairs: Annotated[
+        Path,
+        typer.Option(
+            "--pairs", help="RewardBench-shaped .jsonl: prompt, chosen, rejected, optional subset (and ground_truth)."
+        ),
+    ],
     profile: ProfileOption = None,
     overrides: SetOption = [],
     seed: SeedOption = 0,
@@ -39,12 +44,25 @@ def rm(
     resolved = load_profile(profile or "tiny-disrm", overrides)
     rows, identical = read_pairs(pairs)
     if identical:
-        print(f"warning: {len(identical)} pair(s) with identical chosen and rejected skipped "
-              f"({', '.join(identical[:5])}{', ...' if len(identical) > 5 else ''})", file=sys.stderr)
+        print(
+            f"warning: {len(identical)} pair(s) with identical chosen and rejected skipped "
+            f"({', '.join(identical[:5])}{', ...' if len(identical) > 5 else ''})",
+            file=sys.stderr,
+        )
     table = accuracy_table(score_pairs(resolved.reward, rows[:limit]), seed=seed)
     if as_json:
-        typer.echo(json.dumps({"pairs_file": str(pairs), "reward": resolved.reward.kind, "model": resolved.reward.server.model,
-                               "identical_skipped": len(identical), "subsets": table}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "pairs_file": str(pairs),
+                    "reward": resolved.reward.kind,
+                    "model": resolved.reward.server.model,
+                    "identical_skipped": len(identical),
+                    "subsets": table,
+                },
+                indent=2,
+            )
+        )
         return
     _print(table, f"{resolved.reward.kind} {resolved.reward.server.model or ''}".strip(), len(identical))
 
@@ -56,6 +74,14 @@ def _print(table: list[dict], what: str, identical: int) -> None:
     for name in ("subset", "pairs", "won", "ties", "lost", "failed", "accuracy", "95% interval"):
         out.add_column(name, justify="left" if name == "subset" else "right")
     for r in table:
-        out.add_row(r["subset"], str(r["pairs"]), str(r["won"]), str(r["ties"]), str(r["lost"]), str(r["failed"]),
-                    f"{r['accuracy']:.3f}", f"{r['ci95_low']:.3f} - {r['ci95_high']:.3f}")
+        out.add_row(
+            r["subset"],
+            str(r["pairs"]),
+            str(r["won"]),
+            str(r["ties"]),
+            str(r["lost"]),
+            str(r["failed"]),
+            f"{r['accuracy']:.3f}",
+            f"{r['ci95_low']:.3f} - {r['ci95_high']:.3f}",
+        )
     console().print(out)

@@ -29,15 +29,30 @@ app = typer.Typer(help="Show what a reward setup sees before training on it.", n
 def reward(
     profile: ProfileOption = None,
     overrides: SetOption = [],
-    input: Annotated[Optional[Path], typer.Option("--input", help=".jsonl of prompt, response (optional ground_truth, group_id).")] = None,
-    prompt: Annotated[Optional[str], typer.Option("--prompt", help="One prompt (a user turn); needs --response.")] = None,
+    input: Annotated[
+        Optional[Path], typer.Option("--input", help=".jsonl of prompt, response (optional ground_truth, group_id).")
+    ] = None,
+    prompt: Annotated[
+        Optional[str], typer.Option("--prompt", help="One prompt (a user turn); needs --response.")
+    ] = None,
     response: Annotated[Optional[str], typer.Option("--response", help="The response to score with --prompt.")] = None,
-    ground_truth: Annotated[Optional[str], typer.Option("--ground-truth", help="Reference answer for --prompt (rule, judges with {reference}).")] = None,
-    n: Annotated[int, typer.Option("--n", help="Samples: the first K of --input, or K policy responses to test prompts.", min=1)] = 8,
+    ground_truth: Annotated[
+        Optional[str],
+        typer.Option("--ground-truth", help="Reference answer for --prompt (rule, judges with {reference})."),
+    ] = None,
+    n: Annotated[
+        int, typer.Option("--n", help="Samples: the first K of --input, or K policy responses to test prompts.", min=1)
+    ] = 8,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a warning lint fires.")] = False,
-    invariance: Annotated[bool, typer.Option("--invariance", help="DisRM: also score the samples one at a time, in batches of 8 and of the server's max, right- and left-padded, and compare.")] = False,
+    invariance: Annotated[
+        bool,
+        typer.Option(
+            "--invariance",
+            help="DisRM: also score the samples one at a time, in batches of 8 and of the server's max, right- and left-padded, and compare.",
+        ),
+    ] = False,
 ) -> None:
     """Score K samples through the profile's reward loop and servers (started and stopped as in
     training) and show, per sample, what the reward received and returned: for a DisRM the rendered
@@ -59,7 +74,9 @@ def reward(
     settings = None
     if invariance:
         if resolved.reward.model_kind != "disrm":
-            raise ConfigError(f"--invariance checks a DisRM's scores; reward.kind={resolved.reward.kind} serves no DisRM")
+            raise ConfigError(
+                f"--invariance checks a DisRM's scores; reward.kind={resolved.reward.kind} serves no DisRM"
+            )
         from rlrm.engine.rewards.invariance import InvarianceSettings
 
         settings = InvarianceSettings(max_batch=resolved.reward.server.max_batch, dtype=resolved.reward.server.dtype)

@@ -15,9 +15,13 @@ app = typer.Typer(help="Launch inference servers.", no_args_is_help=True)
 @friendly_errors
 def server(
     model: Annotated[str, typer.Option(help="HF folder, hub id, or tiny:NAME.")],
-    role: Annotated[str, typer.Option(
-        help="policy (rollout server: POST /generate with input_ids, POST /update_weights_from_disk, GET /get_model_info; "
-        "use it as rollout.server.addresses), genrm (judge) or disrm (sequence classifier).")] = "genrm",
+    role: Annotated[
+        str,
+        typer.Option(
+            help="policy (rollout server: POST /generate with input_ids, POST /update_weights_from_disk, GET /get_model_info; "
+            "use it as rollout.server.addresses), genrm (judge) or disrm (sequence classifier)."
+        ),
+    ] = "genrm",
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
@@ -34,7 +38,9 @@ def server(
     api_key_env: Annotated[Optional[str], typer.Option(help="Read the API key from this environment variable.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Name reported by /v1/models.")] = None,
     backend: Annotated[str, typer.Option(help="embedded (transformers), vllm or sglang.")] = "embedded",
-    start_timeout: Annotated[float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")] = 600.0,
+    start_timeout: Annotated[
+        float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
+    ] = 600.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the vllm/sglang command and stop.")] = False,
 ) -> None:
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
@@ -49,21 +55,30 @@ def server(
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
     if backend != "embedded":
-        return _external(backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run)
+        return _external(
+            backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+        )
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
     cfg = ServerConfig(
-        model_path=resolve_model_path(model), role=role, dtype=dtype, max_batch=max_batch, max_queue=max_queue,
-        api_key=api_key, served_model_name=served_model_name or model,
+        model_path=resolve_model_path(model),
+        role=role,
+        dtype=dtype,
+        max_batch=max_batch,
+        max_queue=max_queue,
+        api_key=api_key,
+        served_model_name=served_model_name or model,
     )
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
     serve(cfg, host, port)
 
 
-def _external(backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run) -> None:
+def _external(
+    backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+) -> None:
     """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C."""
     import shlex
     import time

@@ -17,10 +17,12 @@ app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=
 @friendly_errors
 def prepare(
     name: Annotated[
-        Optional[list[str]], typer.Option("--name", help="Tiny model(s) to build: policy, judge, disrm (default: all three).")
+        Optional[list[str]],
+        typer.Option("--name", help="Tiny model(s) to build: policy, judge, disrm (default: all three)."),
     ] = None,
     cache_dir: Annotated[
-        Optional[Path], typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models).")
+        Optional[Path],
+        typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models)."),
     ] = None,
     seed: SeedOption = 0,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,

@@ -18,7 +18,12 @@ ProfileOption = Annotated[
 SetOption = Annotated[
     list[str], typer.Option("--set", help="Override a profile value, e.g. --set actor.lr=2e-4 (repeatable).")
 ]
-StepsOption = Annotated[Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)]
+StepsOption = Annotated[
+    Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)
+]
 SeedOption = Annotated[Optional[int], typer.Option("--seed", help="Seed: the same seed gives the same numbers.")]
-OutOption = Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: a new, timestamped one; the command's help says where).")]
+OutOption = Annotated[
+    Optional[Path],
+    typer.Option("--out", help="Output folder (default: a new, timestamped one; the command's help says where)."),
+]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")]

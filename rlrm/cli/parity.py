@@ -40,7 +40,11 @@ def exit_2_on_error(fn):
             if os.environ.get("RLRM_DEBUG"):
                 raise
             text = (str(exc).strip().splitlines() or [""])[0]
-            shown = text if isinstance(exc, RlrmError) else f"unexpected {type(exc).__name__}: {text} (RLRM_DEBUG=1 shows the traceback)"
+            shown = (
+                text
+                if isinstance(exc, RlrmError)
+                else f"unexpected {type(exc).__name__}: {text} (RLRM_DEBUG=1 shows the traceback)"
+            )
             print(f"error: {shown}", file=sys.stderr)
             raise typer.Exit(EXIT_ERROR) from None
 
@@ -52,40 +56,92 @@ def exit_2_on_error(fn):
 def disrm(
     profile: ProfileOption = None,
     overrides: SetOption = [],
-    model: Annotated[Optional[str], typer.Option(help="Reward model (folder, hub id or tiny:NAME) instead of the profile's.")] = None,
-    input: Annotated[Optional[Path], typer.Option("--input", help=".jsonl/.parquet of prompt, response, group_id (instead of generating).")] = None,
-    samples: Annotated[int, typer.Option(help="Prompts to generate for (the first of the profile's train split).", min=1)] = 16,
-    n: Annotated[Optional[int], typer.Option("--n", help="Responses per prompt (default: the profile's rollout.n).", min=1)] = None,
+    model: Annotated[
+        Optional[str], typer.Option(help="Reward model (folder, hub id or tiny:NAME) instead of the profile's.")
+    ] = None,
+    input: Annotated[
+        Optional[Path],
+        typer.Option("--input", help=".jsonl/.parquet of prompt, response, group_id (instead of generating)."),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(help="Prompts to generate for (the first of the profile's train split).", min=1)
+    ] = 16,
+    n: Annotated[
+        Optional[int], typer.Option("--n", help="Responses per prompt (default: the profile's rollout.n).", min=1)
+    ] = None,
     seed: SeedOption = 0,
     legacy_dtype: Annotated[str, typer.Option(help="Legacy FSDP2 compute dtype: bf16, fp16 or fp32.")] = "bf16",
     loop_dtype: Annotated[str, typer.Option(help="Served DisRM dtype: fp32 or bf16.")] = "fp32",
-    matrix: Annotated[bool, typer.Option("--matrix", help="Every legacy dtype against every loop dtype; prints the grid.")] = False,
+    matrix: Annotated[
+        bool, typer.Option("--matrix", help="Every legacy dtype against every loop dtype; prints the grid.")
+    ] = False,
     world_size: Annotated[int, typer.Option(help="Legacy ranks (processes; gloo on CPU, nccl on GPU).", min=1)] = 1,
     micro_batch_size: Annotated[int, typer.Option(help="Legacy samples per forward.", min=1)] = 8,
-    max_tokens_per_batch: Annotated[Optional[int], typer.Option(help="Legacy token budget per forward (dynamic batch size).", min=1)] = None,
+    max_tokens_per_batch: Annotated[
+        Optional[int], typer.Option(help="Legacy token budget per forward (dynamic batch size).", min=1)
+    ] = None,
     rmpad: Annotated[bool, typer.Option("--rmpad/--no-rmpad", help="Legacy padding-free forward.")] = False,
-    max_length: Annotated[Optional[int], typer.Option(help="Longest conversation in tokens (default: reward.disrm.max_length, capped by the model).", min=1)] = None,
+    max_length: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Longest conversation in tokens (default: reward.disrm.max_length, capped by the model).", min=1
+        ),
+    ] = None,
     truncation: Annotated[
-        str, typer.Option("--legacy-truncation", help="keep-end: as the reward loop; keep-start: as verl's legacy worker (truncation: right).")
+        str,
+        typer.Option(
+            "--legacy-truncation",
+            help="keep-end: as the reward loop; keep-start: as verl's legacy worker (truncation: right).",
+        ),
     ] = "keep-end",
-    template: Annotated[Optional[Path], typer.Option(help="Chat template file for a reward tokenizer that has none (both paths).")] = None,
-    addresses: Annotated[list[str], typer.Option("--address", help="Score the loop side with this running server (repeatable).")] = [],
+    template: Annotated[
+        Optional[Path], typer.Option(help="Chat template file for a reward tokenizer that has none (both paths).")
+    ] = None,
+    addresses: Annotated[
+        list[str], typer.Option("--address", help="Score the loop side with this running server (repeatable).")
+    ] = [],
     device: Annotated[str, typer.Option(help="Legacy ranks' device: auto, cpu or cuda.")] = "auto",
     threads: Annotated[int, typer.Option(help="torch threads per legacy rank (0: cores / world size).", min=0)] = 0,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute score tolerance (default 2^-5); a sample passes within atol + rtol * max(|loop|, RMS).", min=0)] = None,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative score tolerance, of max(|loop score|, RMS of the loop scores) (default 2^-3).", min=0)] = None,
-    max_outside_frac: Annotated[Optional[float], typer.Option(help="Share of samples allowed outside the band (default 0.01; NaN never).", min=0, max=1)] = None,
-    min_spearman: Annotated[Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")] = None,
-    max_rank_flips: Annotated[Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)] = None,
+    atol: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Absolute score tolerance (default 2^-5); a sample passes within atol + rtol * max(|loop|, RMS).",
+            min=0,
+        ),
+    ] = None,
+    rtol: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Relative score tolerance, of max(|loop score|, RMS of the loop scores) (default 2^-3).", min=0
+        ),
+    ] = None,
+    max_outside_frac: Annotated[
+        Optional[float],
+        typer.Option(help="Share of samples allowed outside the band (default 0.01; NaN never).", min=0, max=1),
+    ] = None,
+    min_spearman: Annotated[
+        Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")
+    ] = None,
+    max_rank_flips: Annotated[
+        Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
+    ] = None,
     out: OutOption = None,
     dry_run: DryRunOption = False,
-    score_offset: Annotated[int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")] = 0,
+    score_offset: Annotated[
+        int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")
+    ] = 0,
     invariance: Annotated[
-        bool, typer.Option("--invariance/--no-invariance", help="Also check that served scores do not depend on batch size or padding side (fails the verdict).")
+        bool,
+        typer.Option(
+            "--invariance/--no-invariance",
+            help="Also check that served scores do not depend on batch size or padding side (fails the verdict).",
+        ),
     ] = True,
     train_steps: Annotated[
         Optional[int],
-        typer.Option(help="Also train N steps twice (legacy vs loop scorer, same seed) and compare the reward curves.", min=1),
+        typer.Option(
+            help="Also train N steps twice (legacy vs loop scorer, same seed) and compare the reward curves.", min=1
+        ),
     ] = None,
 ) -> None:
     """Score the same samples with the legacy FSDP2 DisRM worker and the reward loop; compare scores,
@@ -100,13 +156,19 @@ def disrm(
     resolved = load_parity_profile(opts)
     cfg = build_config(opts, resolved)
     if dry_run:
-        source = str(input) if input is not None else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
+        source = (
+            str(input)
+            if input is not None
+            else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
+        )
         typer.echo(json.dumps({"samples": source, **cfg.model_dump(mode="json", exclude={"reward"})}, indent=2))
         return
     if train_steps is not None and profile is None:
         raise ConfigError("--train-steps trains a profile's policy: pass --profile (e.g. tiny-disrm)")
     if train_steps is not None and (matrix or addresses):
-        raise ConfigError("--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address")
+        raise ConfigError(
+            "--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address"
+        )
     out = out or Path("runs") / timestamped("parity-disrm")
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out} is a file; give a folder")
@@ -123,9 +185,18 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
     from rlrm.parity.train_curves import train_parity
 
     term = console()
-    term.print(f"[dim]training {steps} steps twice: legacy {cfg.legacy_dtypes[0]} vs reward loop {cfg.loop_dtypes[0]}[/dim]")
+    term.print(
+        f"[dim]training {steps} steps twice: legacy {cfg.legacy_dtypes[0]} vs reward loop {cfg.loop_dtypes[0]}[/dim]"
+    )
     curves = train_parity(
-        profile, cfg.model, steps, cfg.legacy_dtypes[0], cfg.loop_dtypes[0], cfg.world_size, cfg.max_length, out / "train"
+        profile,
+        cfg.model,
+        steps,
+        cfg.legacy_dtypes[0],
+        cfg.loop_dtypes[0],
+        cfg.world_size,
+        cfg.max_length,
+        out / "train",
     )
     path = out / "summary.json"
     summary = json.loads(path.read_text())
@@ -155,4 +226,3 @@ def _run(cfg, samples, out: Path) -> int:
     failed = [c for c in cells if not c.passed]
     term.print(f"{'FAIL' if failed else 'PASS'}: scores.parquet and summary.json in {out}")
     return EXIT_FAIL if failed else EXIT_PASS
-

@@ -11,6 +11,7 @@ from rlrm.cli.options import SetOption
 
 app = typer.Typer(help="List and show profiles (YAML training setups).", no_args_is_help=True)
 
+
 @app.command("list")
 @friendly_errors
 def list_() -> None:

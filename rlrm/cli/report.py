@@ -19,24 +19,29 @@ from rlrm.cli.options import OutOption
 @friendly_errors
 def report(
     paths: Annotated[
-        list[Path], typer.Argument(metavar="PATH", help="Run, benchmark or parity folders (kind found from their files).")
+        list[Path],
+        typer.Argument(metavar="PATH", help="Run, benchmark or parity folders (kind found from their files)."),
     ],
     out: OutOption = None,
     x: Annotated[str, typer.Option("--x", help="x-axis of curves: step, time (perf/wall_s) or samples.")] = "step",
     smooth: Annotated[float, typer.Option(help="EMA smoothing weight in [0, 1), e.g. 0.9; 0 = off.")] = 0.0,
     metrics: Annotated[
-        list[str], typer.Option("--metrics", help="Curves of these metrics: globs, repeatable or comma-separated ('actor/*').")
+        list[str],
+        typer.Option("--metrics", help="Curves of these metrics: globs, repeatable or comma-separated ('actor/*')."),
     ] = [],
     fmt: Annotated[str, typer.Option("--format", help="Figure files: png, svg or pdf.")] = "png",
-    html: Annotated[bool, typer.Option("--html", help="Also write report.html (self-contained, opens offline).")] = False,
+    html: Annotated[
+        bool, typer.Option("--html", help="Also write report.html (self-contained, opens offline).")
+    ] = False,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Timeline window A:B of steps (default 2:4).")] = None,
 ) -> None:
     """Plot training curves, benchmark idle ratios and speedups, timelines and parity checks (into --out,
     default reports/<time>)."""
     from rlrm.report.build import ReportOptions, build_report
 
-    options = ReportOptions(out=out or _default_out(), x=x, smooth=smooth, metrics=list(metrics), fmt=fmt,
-                            html=html, steps=steps)
+    options = ReportOptions(
+        out=out or _default_out(), x=x, smooth=smooth, metrics=list(metrics), fmt=fmt, html=html, steps=steps
+    )
     result = build_report(list(paths), options)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

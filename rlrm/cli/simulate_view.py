@@ -39,16 +39,33 @@ def print_results(result) -> None:
 
     sweep = result.summary.get("sweep")
     table = Table(title="simulated" + (f", sweep over {sweep['key']}" if sweep else ""))
-    cols = (["point"] if sweep else []) + ["mode", "latency", "tok/s", "speedup vs sync", "hiding eff.", "idle trainer",
-                                           "idle rollout", "reward wait", "stale max"]  # fmt: skip
+    cols = (["point"] if sweep else []) + [
+        "mode",
+        "latency",
+        "tok/s",
+        "speedup vs sync",
+        "hiding eff.",
+        "idle trainer",
+        "idle rollout",
+        "reward wait",
+        "stale max",
+    ]
     for col in cols:
         table.add_column(col, justify="left" if col in ("point", "mode", "latency") else "right", no_wrap=True)
     for r in result.rows:
         name = "sync, no latency" if r["run_dir"].rsplit("/", 1)[-1].startswith("sync-nolatency") else r["mode"]
-        table.add_row(*([str(r["sweep_value"])] if sweep else []), name, str(r["latency"]), f"{r['tokens_per_s']:,.0f}",
-                      _fmt(r["speedup_vs_sync"], "{:.2f}x"), _fmt(r["hiding_efficiency"], "{:.2f}"),
-                      _fmt(r["idle_trainer"], "{:.2f}"), _fmt(r["idle_rollout"], "{:.2f}"),
-                      _fmt(r["idle_reward_wait"], "{:.2f}"), _fmt(r["staleness_max"], "{:.0f}"))  # fmt: skip
+        table.add_row(
+            *([str(r["sweep_value"])] if sweep else []),
+            name,
+            str(r["latency"]),
+            f"{r['tokens_per_s']:,.0f}",
+            _fmt(r["speedup_vs_sync"], "{:.2f}x"),
+            _fmt(r["hiding_efficiency"], "{:.2f}"),
+            _fmt(r["idle_trainer"], "{:.2f}"),
+            _fmt(r["idle_rollout"], "{:.2f}"),
+            _fmt(r["idle_reward_wait"], "{:.2f}"),
+            _fmt(r["staleness_max"], "{:.0f}"),
+        )
     _console().print(table)
     for note in result.notes:
         typer.echo(f"note: {note}")
@@ -60,18 +77,44 @@ def print_validation(check) -> None:
     from rich.table import Table
 
     table = Table(title=f"predicted vs measured under {check.latency}")
-    for col in ("mode", "speedup", "predicted", "error", "idle trainer", "predicted", "diff.", "fresh draws", "error",
-                "compute speed", "predicted at it", "error", "idle at it"):  # fmt: skip
+    for col in (
+        "mode",
+        "speedup",
+        "predicted",
+        "error",
+        "idle trainer",
+        "predicted",
+        "diff.",
+        "fresh draws",
+        "error",
+        "compute speed",
+        "predicted at it",
+        "error",
+        "idle at it",
+    ):
         table.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
     for r in check.table:
-        table.add_row(r["mode"], f"{r['measured_speedup']:.2f}x", f"{r['predicted_speedup']:.2f}x", f"{r['speedup_error']:+.1%}",
-                      f"{r['measured_idle_trainer']:.2f}", f"{r['predicted_idle_trainer']:.2f}", f"{r['idle_trainer_error']:+.2f}",
-                      f"{r['drawn_speedup']:.2f}x", f"{r['drawn_error']:+.1%}",
-                      _fmt(r["compute_speed"], "{:.2f}x"), _fmt(r["at_speed_speedup"], "{:.2f}x"),
-                      _fmt(r["at_speed_error"], "{:+.1%}"), _fmt(r["at_speed_idle_trainer"], "{:.2f}"))  # fmt: skip
+        table.add_row(
+            r["mode"],
+            f"{r['measured_speedup']:.2f}x",
+            f"{r['predicted_speedup']:.2f}x",
+            f"{r['speedup_error']:+.1%}",
+            f"{r['measured_idle_trainer']:.2f}",
+            f"{r['predicted_idle_trainer']:.2f}",
+            f"{r['idle_trainer_error']:+.2f}",
+            f"{r['drawn_speedup']:.2f}x",
+            f"{r['drawn_error']:+.1%}",
+            _fmt(r["compute_speed"], "{:.2f}x"),
+            _fmt(r["at_speed_speedup"], "{:.2f}x"),
+            _fmt(r["at_speed_error"], "{:+.1%}"),
+            _fmt(r["at_speed_idle_trainer"], "{:.2f}"),
+        )
     _console().print(table)
-    on = (f"on the reward latencies the benchmark's {check.replayed} repeats drew (read from their traces)" if check.replayed
-          else "on fresh latency draws (the runs' traces do not record theirs)")
+    on = (
+        f"on the reward latencies the benchmark's {check.replayed} repeats drew (read from their traces)"
+        if check.replayed
+        else "on fresh latency draws (the runs' traces do not record theirs)"
+    )
     typer.echo(
         f"speedup, idle trainer: measured (means over the benchmark's repeats); predicted {on}, with costs fitted to "
         "the zero-latency sync runs alone. Fresh draws: the same prediction over newly drawn latencies (the "

@@ -80,9 +80,10 @@ def train(
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: leave no half-made run behind
         raise
     if result.interrupted:
-        typer.echo(f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}")
+        typer.echo(
+            f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}"
+        )
         raise typer.Exit(130)
     acc = result.metrics.get("val/accuracy")
     tail = f", val/accuracy {acc:.3f}" if acc is not None else ""
     typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
-

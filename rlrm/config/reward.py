@@ -31,12 +31,16 @@ class RewardServerConfig(ServerFleetConfig):
 
     section: ClassVar[str] = "reward.server"
 
-    model: str | None = Field(None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite).")
+    model: str | None = Field(
+        None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite)."
+    )
 
 
 class DisRMConfig(_Section):
     max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")
-    too_long: Literal["truncate", "error"] = Field("truncate", description="Keep the last max_length tokens, or fail the sample.")
+    too_long: Literal["truncate", "error"] = Field(
+        "truncate", description="Keep the last max_length tokens, or fail the sample."
+    )
     scorer: Literal["served", "legacy"] = Field(
         "served",
         description=(
@@ -50,7 +54,9 @@ class DisRMConfig(_Section):
 
 
 class GenRMConfig(_Section):
-    template: str = Field(DEFAULT_JUDGE_TEMPLATE, description="Judge prompt with {question}, {response} and optionally {reference}.")
+    template: str = Field(
+        DEFAULT_JUDGE_TEMPLATE, description="Judge prompt with {question}, {response} and optionally {reference}."
+    )
     verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
     max_tokens: int = Field(48, gt=0, description="Judge response budget.")
@@ -58,7 +64,9 @@ class GenRMConfig(_Section):
 
 
 class CompositeConfig(_Section):
-    mode: Literal["weighted", "gate"] = Field("weighted", description="Weighted sum of rule and model, or the rule gating the model.")
+    mode: Literal["weighted", "gate"] = Field(
+        "weighted", description="Weighted sum of rule and model, or the rule gating the model."
+    )
     rule_weight: float = Field(0.5, description="Weight of the rule score (weighted mode).")
     model_weight: float = Field(0.5, description="Weight of the model score (weighted mode).")
     model_kind: Literal["disrm", "genrm"] = Field("genrm", description="Which model kind the composite calls.")
@@ -70,8 +78,12 @@ class CustomRewardConfig(_Section):
     `score` and any extra keys; `reward_router_address` and `reward_model_tokenizer` are passed as None when the
     function takes them). A sync function runs in a thread. The file is imported as Python code: only name files you trust."""
 
-    path: str | None = Field(None, description="The Python file that defines the function (needed by reward.kind=custom).")
-    name: str = Field("compute_score", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The function's name in that file.")
+    path: str | None = Field(
+        None, description="The Python file that defines the function (needed by reward.kind=custom)."
+    )
+    name: str = Field(
+        "compute_score", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The function's name in that file."
+    )
 
     @field_validator("path")
     @classmethod
@@ -79,7 +91,9 @@ class CustomRewardConfig(_Section):
         from pathlib import Path
 
         if value is not None and (not value.endswith(".py") or not Path(value).expanduser().is_file()):
-            raise ValueError(f"{value!r} is not a Python file (.py) that exists; give the file defining the reward function")
+            raise ValueError(
+                f"{value!r} is not a Python file (.py) that exists; give the file defining the reward function"
+            )
         # absolute, so that config.yaml names the same file whatever folder a resumed run starts from
         return None if value is None else str(Path(value).expanduser().resolve())
 
@@ -139,15 +153,20 @@ class RewardConfig(_Section):
     format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
     score: float = Field(1.0, description="Rule score of a correct answer.")
     num_workers: int = Field(4, ge=1, description="Reward-loop workers.")
-    executor: Literal["local", "ray"] = Field("local", description="Workers as in-process async tasks, or Ray actors spread over the cluster's nodes.")
-    ray_address: str | None = Field(None, description="Ray cluster to join (None: the one already initialised, or a new local one).")
+    executor: Literal["local", "ray"] = Field(
+        "local", description="Workers as in-process async tasks, or Ray actors spread over the cluster's nodes."
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join (None: the one already initialised, or a new local one)."
+    )
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")
     timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")
     backoff_s: float = Field(0.1, ge=0, description="First retry delay; doubles each retry, with jitter.")
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay.")
     on_failure: Literal["default", "drop-group", "fail"] = Field(
-        "default", description="After the last retry: a set score (counted), drop the sample's group (counted), or stop."
+        "default",
+        description="After the last retry: a set score (counted), drop the sample's group (counted), or stop.",
     )
     max_failure_rate: float = Field(
         0.5,
@@ -157,7 +176,9 @@ class RewardConfig(_Section):
         "samples failed after their retries, whether defaulted or dropped; 1: never stop.",
     )
     default_score: float = Field(
-        0.0, allow_inf_nan=True, description="Score used by on_failure=default (NaN allowed: parity reports NaN scores as failures)."
+        0.0,
+        allow_inf_nan=True,
+        description="Score used by on_failure=default (NaN allowed: parity reports NaN scores as failures).",
     )
     placement: Literal["standalone", "colocated"] = Field(
         "standalone",
@@ -185,7 +206,9 @@ class RewardConfig(_Section):
         if "{response}" not in self.genrm.template:
             raise ValueError("genrm.template must contain {response}")
         if self.kind == "custom" and not self.custom.path:
-            raise ValueError("reward.kind=custom needs reward.custom.path (the Python file defining the reward function)")
+            raise ValueError(
+                "reward.kind=custom needs reward.custom.path (the Python file defining the reward function)"
+            )
         if self.model_kind and not self.server.model:
             raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
         if self.disrm.scorer == "legacy" and (self.kind != "disrm" or self.executor == "ray" or self.server.addresses):

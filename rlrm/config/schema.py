@@ -105,7 +105,9 @@ class RolloutConfig(_Section):
 class ActorConfig(_Section):
     """Policy optimisation: PPO-clip loss, optimizer, batching."""
 
-    lr: float = Field(1e-4, gt=0.0, le=1.0, description="AdamW learning rate (at most 1; a larger one overflows float32).")
+    lr: float = Field(
+        1e-4, gt=0.0, le=1.0, description="AdamW learning rate (at most 1; a larger one overflows float32)."
+    )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps of the learning rate.")
@@ -229,7 +231,9 @@ class LoggingConfig(_Section):
     console: Literal["rich", "plain", "none"] = Field("rich", description="Live display style.")
     save_samples: bool = Field(False, description="Write prompts, responses and scores to samples.jsonl.")
     trace_detail_steps: int = Field(
-        100, ge=0, description="Steps whose every request, reward call and mini-batch go to trace.json (later: phases only)."
+        100,
+        ge=0,
+        description="Steps whose every request, reward call and mini-batch go to trace.json (later: phases only).",
     )
     trackers: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list,

@@ -38,9 +38,12 @@ class ServerFleetConfig(BaseModel):
         description="GPU ids handed out to replicas round-robin through CUDA_VISIBLE_DEVICES (empty: inherit the environment).",
     )
     extra_args: list[str] = Field(
-        default_factory=list, description="Extra command-line arguments appended to every launched server (engine flags)."
+        default_factory=list,
+        description="Extra command-line arguments appended to every launched server (engine flags).",
     )
-    addresses: list[str] = Field(default_factory=list, description="Use these running servers (http://host:port) instead.")
+    addresses: list[str] = Field(
+        default_factory=list, description="Use these running servers (http://host:port) instead."
+    )
     api_key_env: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -71,8 +74,10 @@ class ServerFleetConfig(BaseModel):
         "each), or `node:<IP>` (Ray's own resource of the node with that IP: one replica there). None: any node with room.",
     )
     gpus_per_replica: int = Field(
-        0, ge=0, description="launch_on=ray: GPUs Ray reserves for each replica (it sets CUDA_VISIBLE_DEVICES; gpu_ids "
-        "is for local replicas)."
+        0,
+        ge=0,
+        description="launch_on=ray: GPUs Ray reserves for each replica (it sets CUDA_VISIBLE_DEVICES; gpu_ids "
+        "is for local replicas).",
     )
 
     @field_validator("addresses", "extra_args", "gpu_ids", mode="before")
@@ -93,9 +98,16 @@ class ServerFleetConfig(BaseModel):
                 parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
             except ValueError:
                 parts = None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            if (
+                parts is None
+                or parts.scheme not in ("http", "https")
+                or not parts.hostname
+                or parts.query
+                or parts.fragment
+            ):
                 raise PydanticCustomError(
-                    "address", "entry {i} ({url}) is not an http(s) URL of a server, such as http://127.0.0.1:8000",
+                    "address",
+                    "entry {i} ({url}) is not an http(s) URL of a server, such as http://127.0.0.1:8000",
                     {"i": i, "url": repr(url)},
                 )
         return urls
@@ -111,16 +123,18 @@ class ServerFleetConfig(BaseModel):
             return None
         if name in _RAY_BUILTIN or not name.strip() or name != name.strip():
             raise PydanticCustomError(
-                "node_resource", "{name} does not pick nodes; name a custom Ray resource the chosen nodes were started "
+                "node_resource",
+                "{name} does not pick nodes; name a custom Ray resource the chosen nodes were started "
                 "with (ray start --resources={example}) or node:<IP>",
                 {"name": repr(name), "example": """'{"rollout_server": 2}'"""},
             )
         if name.startswith("node:"):
             try:
-                ipaddress.ip_address(name[len("node:"):])
+                ipaddress.ip_address(name[len("node:") :])
             except ValueError:
                 raise PydanticCustomError(
-                    "node_resource", "{name} is not node:<IP> (Ray names each node's own resource by its IP, such as "
+                    "node_resource",
+                    "{name} is not node:<IP> (Ray names each node's own resource by its IP, such as "
                     "node:10.0.0.2); for a label, start the nodes with a custom resource and name it",
                     {"name": repr(name)},
                 ) from None
@@ -135,11 +149,14 @@ class ServerFleetConfig(BaseModel):
                 raise ValueError(f"{s}.{key} places replicas with Ray: set {s}.launch_on=ray too")
         else:
             if self.addresses:
-                raise ValueError(f"{s}.launch_on=ray launches replicas, but {s}.addresses names running servers; "
-                                 "drop one of them")
+                raise ValueError(
+                    f"{s}.launch_on=ray launches replicas, but {s}.addresses names running servers; drop one of them"
+                )
             if self.gpu_ids:
-                raise ValueError(f"{s}.gpu_ids is for local replicas; with launch_on=ray use {s}.gpus_per_replica "
-                                 "(Ray assigns the devices)")
+                raise ValueError(
+                    f"{s}.gpu_ids is for local replicas; with launch_on=ray use {s}.gpus_per_replica "
+                    "(Ray assigns the devices)"
+                )
         return self
 
     def read_api_key(self) -> str | None:
@@ -153,17 +170,18 @@ class RolloutServerConfig(ServerFleetConfig):
     section: ClassVar[str] = "rollout.server"
 
     max_batch: int | None = Field(
-        None, gt=0, description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process)."
+        None,
+        gt=0,
+        description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process).",
     )
 
     batch_wait_ms: float = Field(
-        100.0, ge=0.0,
+        100.0,
+        ge=0.0,
         description="Embedded replicas: the longest a generation batch waits for more requests after its first (they "
         "arrive over HTTP one by one)...",
     )
-    batch_gap_ms: float = Field(
-        5.0, ge=0.0, description="...closing it sooner once no request arrived for this long."
-    )
+    batch_gap_ms: float = Field(5.0, ge=0.0, description="...closing it sooner once no request arrived for this long.")
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "
@@ -184,16 +202,21 @@ class RolloutServerConfig(ServerFleetConfig):
         "gpu_ids or gpus_per_replica set) and the trainer has CUDA, else gloo.",
     )
     sync_timeout_s: float = Field(
-        300.0, gt=0,
+        300.0,
+        gt=0,
         description="Longest a replica may take to load new weights (distributed: also to join the weight-update "
         "group, and each broadcast).",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest one /generate request may take.")
-    max_retries: int = Field(3, ge=0, description="Retries of a failed /generate on another replica (counted as rollout/retries).")
+    max_retries: int = Field(
+        3, ge=0, description="Retries of a failed /generate on another replica (counted as rollout/retries)."
+    )
 
     @model_validator(mode="after")
     def _distributed_sync_needs_sglang_api(self):
         if self.weight_sync == "distributed" and self.backend == "vllm":
-            raise ValueError("rollout.server.weight_sync=distributed is not served by vllm (it documents no equivalent of "
-                             "SGLang's update_weights_from_distributed); use rollout.server.weight_sync=disk")
+            raise ValueError(
+                "rollout.server.weight_sync=distributed is not served by vllm (it documents no equivalent of "
+                "SGLang's update_weights_from_distributed); use rollout.server.weight_sync=disk"
+            )
         return self

@@ -29,7 +29,9 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None) -> Path | None:
+def save_checkpoint(
+    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None
+) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep`.
 
     A policy whose weights hold NaN or inf is not saved (one warning line names the step): the
@@ -53,7 +55,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict, kee
 
     bad = nonfinite_parameter(model.state_dict().items())
     if bad is not None:
-        print(f"warning: checkpoint step_{step} not saved: parameter {bad} holds NaN or inf", file=sys.stderr, flush=True)
+        print(
+            f"warning: checkpoint step_{step} not saved: parameter {bad} holds NaN or inf", file=sys.stderr, flush=True
+        )
         return None
     root = Path(run_dir) / "checkpoints"
     final = root / f"step_{step}"
@@ -153,8 +157,13 @@ def _rng_state() -> dict:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
 

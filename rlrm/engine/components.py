@@ -89,4 +89,15 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             total_steps=profile.trainer.total_steps,
             n=profile.rollout.n,
         )
-    return Components(profile, tokenizer, policy, engine, actor, train, test, RewardService(profile.reward, profile.trainer.seed), device, info)
+    return Components(
+        profile,
+        tokenizer,
+        policy,
+        engine,
+        actor,
+        train,
+        test,
+        RewardService(profile.reward, profile.trainer.seed),
+        device,
+        info,
+    )

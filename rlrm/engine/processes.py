@@ -22,12 +22,21 @@ def planned_processes(profile: Profile) -> list[str]:
     """One `# <section> <what>: <argv>` line per process, as YAML comments."""
     fleets = []
     if profile.rollout.backend == "server":
-        fleets.append(ServerFleet(fleet_config(profile), role="policy", model_path=profile.model.path,
-                                  ray_address=ray_address(profile)))
+        fleets.append(
+            ServerFleet(
+                fleet_config(profile), role="policy", model_path=profile.model.path, ray_address=ray_address(profile)
+            )
+        )
     reward = profile.reward
     if reward.model_kind and not (reward.model_kind == "disrm" and reward.disrm.scorer == "legacy"):
-        fleets.append(ServerFleet(reward.server, role=reward.model_kind, model_path=reward.server.model or "",
-                                  ray_address=reward.ray_address))
+        fleets.append(
+            ServerFleet(
+                reward.server,
+                role=reward.model_kind,
+                model_path=reward.server.model or "",
+                ray_address=reward.ray_address,
+            )
+        )
     lines = []
     for k, fleet in enumerate(fleets):
         if fleet.on_ray:  # local replicas go on this node, as they always did

@@ -1,6 +1,6 @@
 """`rollout.backend: server`: the rollout engine a profile's `rollout.server` section describes.
 
-    engine = served_engine(profile, policy_path, tokenizer, policy)   # not started: the trainer starts it
+engine = served_engine(profile, policy_path, tokenizer, policy)   # not started: the trainer starts it
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from rlrm.config.schema import Profile
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.fleet import ServerFleet
 from rlrm.launch.served_engine import ServerRolloutEngine, TrainerModel
-from rlrm.launch.wire import wire_for
 from rlrm.launch.weights_routes import chat_template_digest
+from rlrm.launch.wire import wire_for
 
 
 def fleet_config(profile: Profile):
@@ -32,13 +32,22 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
     role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
     fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile))
     expect = TrainerModel(
-        name=profile.model.path, vocab_size=policy.get_input_embeddings().num_embeddings, tokenizer_size=len(tokenizer),
+        name=profile.model.path,
+        vocab_size=policy.get_input_embeddings().num_embeddings,
+        tokenizer_size=len(tokenizer),
         chat_template_sha256=chat_template_digest(tokenizer),
     )
     return ServerRolloutEngine(
-        fleet, wire_for(cfg.backend, policy_path), WeightFiles(cfg.weights_dir, config_from=policy_path), expect=expect,
-        api_key=api_key, request_timeout_s=cfg.request_timeout_s, sync_timeout_s=cfg.sync_timeout_s,
-        max_retries=cfg.max_retries, weight_sync=cfg.weight_sync, sync_backend=sync_backend(cfg),
+        fleet,
+        wire_for(cfg.backend, policy_path),
+        WeightFiles(cfg.weights_dir, config_from=policy_path),
+        expect=expect,
+        api_key=api_key,
+        request_timeout_s=cfg.request_timeout_s,
+        sync_timeout_s=cfg.sync_timeout_s,
+        max_retries=cfg.max_retries,
+        weight_sync=cfg.weight_sync,
+        sync_backend=sync_backend(cfg),
     )
 
 

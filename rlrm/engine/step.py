@@ -154,8 +154,11 @@ class GRPOStep:
     def _recompute(self, off_policy: bool) -> bool:
         actor = self.actor
         return needs_recompute(
-            self.settings.recompute_old_log_prob, off_policy=off_policy, ppo_epochs=actor.cfg.ppo_epochs,
-            engine_dtype=getattr(self.engine, "dtype", None), actor_dtype=actor.dtype,
+            self.settings.recompute_old_log_prob,
+            off_policy=off_policy,
+            ppo_epochs=actor.cfg.ppo_epochs,
+            engine_dtype=getattr(self.engine, "dtype", None),
+            actor_dtype=actor.dtype,
         )
 
     def score(

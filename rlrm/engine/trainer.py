@@ -88,7 +88,9 @@ def check_inputs(profile: Profile) -> None:
     reward), an unreadable local dataset, or more local actor ranks than devices."""
     check_trackers(profile.logging)
     check_actor_ranks(profile)
-    reward_model = profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
+    reward_model = (
+        profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
+    )
     for path in (profile.model.path, profile.model.ref_path, reward_model):
         if path and not path.startswith("tiny:"):
             resolve_model_path(path)
@@ -111,7 +113,9 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     """The profile a run folder was started with (optionally with a new step budget)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
-        raise RunFolderError(f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote")
+        raise RunFolderError(
+            f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote"
+        )
     raw = _read_run_config(path)
     if total_steps is not None:
         raw.setdefault("trainer", {})["total_steps"] = total_steps
@@ -238,7 +242,9 @@ class _TrainLoop:
             parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
         self.result.last_step = step
         prompts = PromptSource(loader, parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
-        grpo = GRPOStep(parts.actor, parts.engine, StepSettings.from_profile(p, parts.tokenizer.pad_token_id, parts.device))
+        grpo = GRPOStep(
+            parts.actor, parts.engine, StepSettings.from_profile(p, parts.tokenizer.pad_token_id, parts.device)
+        )
         run = RunParts(p, prompts, parts.engine, parts.reward, parts.tokenizer, grpo, self.spans)
         self.scheduler = make_scheduler(p.trainer.mode, run, step, resume)
         return step
@@ -322,7 +328,12 @@ class _TrainLoop:
             return
         state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
         save_checkpoint(
-            self.run_dir, step, self.parts.policy, self.parts.tokenizer, state, self.profile.trainer.keep_checkpoints,
+            self.run_dir,
+            step,
+            self.parts.policy,
+            self.parts.tokenizer,
+            state,
+            self.profile.trainer.keep_checkpoints,
             write_extra=getattr(self.parts.actor, "write_shards", None),
         )
 

@@ -11,7 +11,9 @@ from rlrm.engine.rewards.rule import make_rule_reward
 from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 
 
-async def validate(engine, tokenizer, profile: Profile, examples: list, prompt_ids: list[list[int]]) -> dict[str, float]:
+async def validate(
+    engine, tokenizer, profile: Profile, examples: list, prompt_ids: list[list[int]]
+) -> dict[str, float]:
     """`val/accuracy` (exact answers), `val/format_rate` (answers found at all), mean response length."""
     if not examples:
         return {}

@@ -317,8 +317,11 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         feed = torch.where(active, token, torch.full_like(token, pad_id))
         out = model(
-            input_ids=feed[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-            past_key_values=past, use_cache=True,
+            input_ids=feed[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            past_key_values=past,
+            use_cache=True,
         )
         past, logits = out.past_key_values, out.logits[:, -1, :].float()
         next_pos = next_pos + 1

@@ -24,7 +24,9 @@ def key_from_env(name: str, what: str) -> str:
     """The key held by environment variable `name`; a one-line error naming `what` when it is unset or empty."""
     value = os.environ.get(name, "")
     if not value.strip():
-        raise ConfigError(f"{what} names the environment variable {name}, which is not set (or empty) here; export {name}=<key>")
+        raise ConfigError(
+            f"{what} names the environment variable {name}, which is not set (or empty) here; export {name}=<key>"
+        )
     return value.strip()
 
 

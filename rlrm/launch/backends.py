@@ -49,8 +49,12 @@ class CausalLMBackend:
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
         self.vocab_size = model.get_input_embeddings().num_embeddings  # token ids must be below it
         self.engine = HFRolloutEngine(
-            model, eos_token_ids(self.tokenizer, model), self.tokenizer.pad_token_id, max_batch_size=cfg.max_batch,
-            batch_wait_ms=cfg.batch_wait_ms, batch_gap_ms=cfg.batch_gap_ms,
+            model,
+            eos_token_ids(self.tokenizer, model),
+            self.tokenizer.pad_token_id,
+            max_batch_size=cfg.max_batch,
+            batch_wait_ms=cfg.batch_wait_ms,
+            batch_gap_ms=cfg.batch_gap_ms,
         )
         self.model, self.device = model, device
         self.lock = self.engine._lock  # held by the engine for a whole decode batch
@@ -144,7 +148,9 @@ class ClassifierBackend:
         head = getattr(self.model, "score", None)
         if head is None:  # other heads: trust transformers' own pooling
             return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[:, 0]
-        hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids).last_hidden_state  # [b, T, H]
+        hidden = self.model.base_model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids
+        ).last_hidden_state  # [b, T, H]
         return head(hidden[torch.arange(len(ids), device=ids.device), last])[:, 0]
 
     async def close(self) -> None:

@@ -89,7 +89,9 @@ class ReplicaBalancer:
         import aiohttp
 
         if self._client is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)  # no cap: the loop bounds concurrency
+            connector = aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=KEEPALIVE_S
+            )  # no cap: the loop bounds concurrency
             self._client = aiohttp.ClientSession(connector=connector)
         return self._client
 

@@ -49,7 +49,9 @@ class _Job:
 
 
 class DynamicBatcher:
-    def __init__(self, run_batch: Callable[[list], list], max_batch: int = 64, max_queue: int = 1024, wait_ms: float = 2.0):
+    def __init__(
+        self, run_batch: Callable[[list], list], max_batch: int = 64, max_queue: int = 1024, wait_ms: float = 2.0
+    ):
         self.run_batch, self.max_batch, self.max_queue = run_batch, max_batch, max_queue
         self.wait_s = wait_ms / 1000.0
         self.batches_run = 0

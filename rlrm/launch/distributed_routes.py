@@ -43,7 +43,9 @@ class InitWeightsUpdateGroupRequest(BaseModel):
 
 
 class UpdateWeightsFromDistributedRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # flush_cache: no prefix cache here; abort_all_requests: nothing is aborted
+    model_config = ConfigDict(
+        extra="allow"
+    )  # flush_cache: no prefix cache here; abort_all_requests: nothing is aborted
 
     names: list[str]
     dtypes: list[str]
@@ -76,21 +78,37 @@ class WeightGroups:
             old.close()
         device = self.device if body.backend == "nccl" else None
         try:
-            group = await asyncio.to_thread(join_group, body.master_address, body.master_port, body.rank_offset,
-                                            body.world_size, body.group_name, body.backend, self.timeout_s, device)
+            group = await asyncio.to_thread(
+                join_group,
+                body.master_address,
+                body.master_port,
+                body.rank_offset,
+                body.world_size,
+                body.group_name,
+                body.backend,
+                self.timeout_s,
+                device,
+            )
         except (RolloutServerError, RuntimeError, TimeoutError, ValueError) as exc:
             return _no(f"could not join weight-update group {body.group_name!r}: {exc}")
         self.groups[body.group_name] = group
-        return {"success": True, "message": f"joined {body.group_name!r} as rank {body.rank_offset} of {body.world_size}"}
+        return {
+            "success": True,
+            "message": f"joined {body.group_name!r} as rank {body.rank_offset} of {body.world_size}",
+        }
 
     async def update(self, body: UpdateWeightsFromDistributedRequest) -> dict:
         group = self.groups.get(body.group_name)
         if group is None:
             return _no(f"no weight-update group {body.group_name!r}: POST /init_weights_update_group first")
         if not len(body.names) == len(body.dtypes) == len(body.shapes):
-            return _no(f"{len(body.names)} names, {len(body.dtypes)} dtypes and {len(body.shapes)} shapes: one of each per tensor")
+            return _no(
+                f"{len(body.names)} names, {len(body.dtypes)} dtypes and {len(body.shapes)} shapes: one of each per tensor"
+            )
         if body.load_format is not None:
-            return _no(f"load_format {body.load_format!r} is not served here; send tensors one by one (load_format null)")
+            return _no(
+                f"load_format {body.load_format!r} is not served here; send tensors one by one (load_format null)"
+            )
         try:
             dtypes = [torch_dtype(d) for d in body.dtypes]
         except ValueError as exc:

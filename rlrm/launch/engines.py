@@ -19,21 +19,56 @@ BACKENDS = ("embedded", "vllm", "sglang")
 
 
 def engine_argv(
-    backend: str, model: str, role: str, port: int, host: str = "127.0.0.1", dtype: str = "bfloat16",
-    max_batch: int = 256, api_key: str | None = None, served_model_name: str | None = None,
+    backend: str,
+    model: str,
+    role: str,
+    port: int,
+    host: str = "127.0.0.1",
+    dtype: str = "bfloat16",
+    max_batch: int = 256,
+    api_key: str | None = None,
+    served_model_name: str | None = None,
 ) -> list[str]:
     """The argv that serves `model` in `role` with `backend` (vllm or sglang)."""
     name = served_model_name or model
     if backend == "vllm":
         exe = shutil.which("vllm")
-        argv = [exe or "vllm", "serve", model, "--host", host, "--port", str(port), "--dtype", dtype,
-                "--served-model-name", name, "--max-num-seqs", str(max_batch)]
+        argv = [
+            exe or "vllm",
+            "serve",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            dtype,
+            "--served-model-name",
+            name,
+            "--max-num-seqs",
+            str(max_batch),
+        ]
         if role == "disrm":
             argv += ["--runner", "pooling", "--convert", "classify"]  # serves /classify with raw scores
         return argv  # the key goes in VLLM_API_KEY (engine_env), out of `ps`
     if backend == "sglang":
-        argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port),
-                "--dtype", dtype, "--served-model-name", name, "--max-running-requests", str(max_batch)]
+        argv = [
+            sys.executable,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--dtype",
+            dtype,
+            "--served-model-name",
+            name,
+            "--max-running-requests",
+            str(max_batch),
+        ]
         if role == "disrm":
             argv += ["--is-embedding"]  # reward models are served as embedding/classification models
         if api_key:  # SGLang's documented way to take a key is this flag (visible in `ps`)

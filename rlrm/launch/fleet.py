@@ -49,8 +49,15 @@ class ServerFleet:
             (None: a local Ray).
     """
 
-    def __init__(self, cfg, role: str, model_path: str, api_key: str | None = None,
-                 on_restart: Callable[[str], Awaitable[None]] | None = None, ray_address: str | None = None):
+    def __init__(
+        self,
+        cfg,
+        role: str,
+        model_path: str,
+        api_key: str | None = None,
+        on_restart: Callable[[str], Awaitable[None]] | None = None,
+        ray_address: str | None = None,
+    ):
         self.cfg, self.role, self.model_path, self.api_key = cfg, role, model_path, api_key
         self.ray_address = ray_address
         self.placer: RayReplicas | None = None
@@ -74,7 +81,9 @@ class ServerFleet:
             return False
         if choice == "sglang":
             if self.role == "disrm":
-                raise ConfigError(f"sglang-router does not route /classify; use {self.section}.router=client for a DisRM")
+                raise ConfigError(
+                    f"sglang-router does not route /classify; use {self.section}.router=client for a DisRM"
+                )
             if not sglang_router_available():
                 raise ConfigError(f"{self.section}.router=sglang needs sglang-router: pip install 'rlrm[router]'")
             return True
@@ -100,8 +109,18 @@ class ServerFleet:
 
     def _argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
         c = self.cfg
-        return replica_argv(c.backend, self.model_path, self.role, port, c.threads, c.dtype, c.max_batch or 64, self.api_key,
-                            self.extra_args(), host=host)
+        return replica_argv(
+            c.backend,
+            self.model_path,
+            self.role,
+            port,
+            c.threads,
+            c.dtype,
+            c.max_batch or 64,
+            self.api_key,
+            self.extra_args(),
+            host=host,
+        )
 
     @property
     def on_ray(self) -> bool:
@@ -112,8 +131,14 @@ class ServerFleet:
         if not self.on_ray:
             return "this node (local subprocesses)"
         bundle = RayReplicas(self.cfg, self.section).bundle()
-        cluster = f"the Ray cluster at {self.ray_address}" if self.ray_address else "the Ray cluster the run joins (else a local Ray)"
-        return f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, on {cluster}"
+        cluster = (
+            f"the Ray cluster at {self.ray_address}"
+            if self.ray_address
+            else "the Ray cluster the run joins (else a local Ray)"
+        )
+        return (
+            f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, on {cluster}"
+        )
 
     @property
     def replica_nodes(self) -> list[str]:
@@ -125,8 +150,10 @@ class ServerFleet:
     def _placed_line(self) -> str:
         """`rollout.server: 2 replicas (ray): replica 0 on 10.0.0.2 (<node id>) at http://10.0.0.2:41234, ...`"""
         n = self.cfg.replicas
-        where = ", ".join(f"replica {i} on {node} at {url}"
-                          for i, (node, url) in enumerate(zip(self.replica_nodes, self.replica_urls)))
+        where = ", ".join(
+            f"replica {i} on {node} at {url}"
+            for i, (node, url) in enumerate(zip(self.replica_nodes, self.replica_urls))
+        )
         return f"{self.section}: {n} replica{'s' * (n > 1)} (ray): {where}"
 
     def extra_args(self) -> list[str]:
@@ -145,8 +172,15 @@ class ServerFleet:
         use_router = self.uses_router()  # a wrong choice fails before anything starts
         try:
             if cfg.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
-                await check_servers(self.replica_urls, self.role, self.api_key, getattr(cfg, "model", None),
-                                    cfg.start_timeout_s, check_timeout_s, what=f"{self.section}.addresses")
+                await check_servers(
+                    self.replica_urls,
+                    self.role,
+                    self.api_key,
+                    getattr(cfg, "model", None),
+                    cfg.start_timeout_s,
+                    check_timeout_s,
+                    what=f"{self.section}.addresses",
+                )
             else:
                 if cfg.backend != "embedded":
                     require_backend(cfg.backend)
@@ -154,16 +188,27 @@ class ServerFleet:
                 if self.on_ray:
                     self.placer = RayReplicas(cfg, self.section, self.ray_address)
                 self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
-                    ServerPool, self.model_path, role=self.role, replicas=cfg.replicas, threads=cfg.threads,
-                    dtype=cfg.dtype, max_batch=cfg.max_batch or 64, api_key=self.api_key, backend=cfg.backend,
-                    gpu_ids=cfg.gpu_ids, extra_args=self.extra_args(), restart_args=WAIT_FOR_WEIGHTS if gated else None,
+                    ServerPool,
+                    self.model_path,
+                    role=self.role,
+                    replicas=cfg.replicas,
+                    threads=cfg.threads,
+                    dtype=cfg.dtype,
+                    max_batch=cfg.max_batch or 64,
+                    api_key=self.api_key,
+                    backend=cfg.backend,
+                    gpu_ids=cfg.gpu_ids,
+                    extra_args=self.extra_args(),
+                    restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
                 )
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
-                self._supervisor = asyncio.get_running_loop().create_task(self.pool.supervise(on_restart=self.on_restart))
+                self._supervisor = asyncio.get_running_loop().create_task(
+                    self.pool.supervise(on_restart=self.on_restart)
+                )
             if use_router:
                 self.router = sglang_router(self.replica_urls)
                 await asyncio.to_thread(self.router.start)

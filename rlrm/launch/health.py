@@ -19,28 +19,56 @@ from rlrm.launch.process import ServerStartError
 
 PROBES = {
     "disrm": ("/classify", lambda model: {"model": model, "input": "ok", "use_activation": False}),
-    "genrm": ("/v1/chat/completions", lambda model: {
-        "model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1, "temperature": 0,
-    }),
+    "genrm": (
+        "/v1/chat/completions",
+        lambda model: {
+            "model": model,
+            "messages": [{"role": "user", "content": "Say OK."}],
+            "max_tokens": 1,
+            "temperature": 0,
+        },
+    ),
     # rollout servers: SGLang's native /generate with token ids (embedded, sglang), or vLLM's completions
-    "policy": ("/generate", lambda model: {
-        "input_ids": [1], "sampling_params": {"max_new_tokens": 1, "temperature": 0}, "return_logprob": True,
-    }),
-    "policy-vllm": ("/v1/completions", lambda model: {
-        "model": model, "prompt": [1], "max_tokens": 1, "temperature": 0, "logprobs": 0,
-    }),
+    "policy": (
+        "/generate",
+        lambda model: {
+            "input_ids": [1],
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+            "return_logprob": True,
+        },
+    ),
+    "policy-vllm": (
+        "/v1/completions",
+        lambda model: {
+            "model": model,
+            "prompt": [1],
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": 0,
+        },
+    ),
 }
 
 
-async def check_servers(urls: list[str], role: str, api_key: str | None, model: str | None, timeout_s: float,
-                        request_timeout_s: float = 30.0, what: str = "reward.server.addresses") -> None:
+async def check_servers(
+    urls: list[str],
+    role: str,
+    api_key: str | None,
+    model: str | None,
+    timeout_s: float,
+    request_timeout_s: float = 30.0,
+    what: str = "reward.server.addresses",
+) -> None:
     """Return when every server in `urls` is healthy and serves `role`'s endpoint; else ServerStartError."""
     import aiohttp
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with aiohttp.ClientSession(headers=headers) as session:
         outcomes = await asyncio.gather(
-            *(_check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0]) for url in urls)
+            *(
+                _check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0])
+                for url in urls
+            )
         )
     for i, (url, failure) in enumerate(zip(urls, outcomes)):
         if failure:
@@ -48,8 +76,9 @@ async def check_servers(urls: list[str], role: str, api_key: str | None, model: 
             raise ServerStartError(f"{what}[{i}] {url} cannot serve {served}: {failure}")
 
 
-async def _check_one(session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float,
-                     section: str) -> str | None:
+async def _check_one(
+    session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float, section: str
+) -> str | None:
     """None when the server passes, else what failed last."""
     path, body = PROBES[role]
     deadline = time.monotonic() + timeout_s
@@ -62,7 +91,9 @@ async def _check_one(session, url: str, role: str, model: str | None, timeout_s:
         await asyncio.sleep(0.5)
 
 
-async def _probe(session, url: str, path: str, body: dict, timeout_s: float, section: str = "reward.server") -> tuple[str | None, bool]:
+async def _probe(
+    session, url: str, path: str, body: dict, timeout_s: float, section: str = "reward.server"
+) -> tuple[str | None, bool]:
     """(what failed or None, whether that failure is final)."""
     import aiohttp
 
@@ -78,7 +109,10 @@ async def _probe(session, url: str, path: str, body: dict, timeout_s: float, sec
     except aiohttp.ClientError as exc:
         return f"{type(exc).__name__}: {exc}", False
     if status in (401, 403):
-        return f"POST {path} answered {status} ({_message(text)}): set {section}.api_key_env to the variable holding its key", True
+        return (
+            f"POST {path} answered {status} ({_message(text)}): set {section}.api_key_env to the variable holding its key",
+            True,
+        )
     if status >= 500 or status == 429:
         return f"POST {path} answered {status}: {_message(text)}", False
     if status >= 400:

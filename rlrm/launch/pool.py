@@ -24,17 +24,27 @@ from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, embedded_server_argv
 
 
-def replica_argv(backend: str, model_path: str, role: str, port: int, threads: int = 1, dtype: str = "float32",
-                 max_batch: int = 64, api_key: str | None = None, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1") -> list[str]:
+def replica_argv(
+    backend: str,
+    model_path: str,
+    role: str,
+    port: int,
+    threads: int = 1,
+    dtype: str = "float32",
+    max_batch: int = 64,
+    api_key: str | None = None,
+    extra_args: list[str] | None = None,
+    host: str = "127.0.0.1",
+) -> list[str]:
     """The command line of one replica (the argv `--dry-run` prints)."""
     if backend == "embedded":
         extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
         if api_key:
             extra += ["--api-key-env", ENV_VAR]
         return embedded_server_argv(model_path, role, port, host=host, extra=extra + list(extra_args or []))
-    return engine_argv(backend, model_path, role, port, host=host, dtype=dtype, max_batch=max_batch,
-                       api_key=api_key) + list(extra_args or [])
+    return engine_argv(
+        backend, model_path, role, port, host=host, dtype=dtype, max_batch=max_batch, api_key=api_key
+    ) + list(extra_args or [])
 
 
 class ServerPool:
@@ -46,10 +56,21 @@ class ServerPool:
             each on its own node (rlrm/launch/ray_replicas.py): the pool supervises them the same way.
     """
 
-    def __init__(self, model_path: str, role: str, replicas: int = 1, threads: int = 1, dtype: str = "float32",
-                 max_batch: int = 64, api_key: str | None = None, backend: str = "embedded",
-                 gpu_ids: list[int] | None = None, extra_args: list[str] | None = None,
-                 restart_args: list[str] | None = None, placer=None):
+    def __init__(
+        self,
+        model_path: str,
+        role: str,
+        replicas: int = 1,
+        threads: int = 1,
+        dtype: str = "float32",
+        max_batch: int = 64,
+        api_key: str | None = None,
+        backend: str = "embedded",
+        gpu_ids: list[int] | None = None,
+        extra_args: list[str] | None = None,
+        restart_args: list[str] | None = None,
+        placer=None,
+    ):
         envs = []
         for i in range(replicas):
             # the key travels in the environment, which only the owner can read; None: no inherited key either
@@ -59,7 +80,9 @@ class ServerPool:
             envs.append(env)
 
         def make_argv(host: str, port: int) -> list[str]:
-            return replica_argv(backend, model_path, role, port, threads, dtype, max_batch, api_key, extra_args, host=host)
+            return replica_argv(
+                backend, model_path, role, port, threads, dtype, max_batch, api_key, extra_args, host=host
+            )
 
         if placer is None:
             self.servers = [ServerProcess(make_argv("127.0.0.1", free_port()), env=env) for env in envs]
@@ -92,7 +115,9 @@ class ServerPool:
             self.stop()
             raise
 
-    async def supervise(self, interval_s: float = 1.0, on_restart: Callable[[str], Awaitable[None]] | None = None) -> None:
+    async def supervise(
+        self, interval_s: float = 1.0, on_restart: Callable[[str], Awaitable[None]] | None = None
+    ) -> None:
         """Restart replicas that died (run as a task; cancelled at shutdown).
 
         Args:
@@ -111,7 +136,7 @@ class ServerPool:
 
     async def _restart(self, server: ServerProcess, on_restart) -> None:
         gated = bool(self.restart_args) and on_restart is not None
-        if gated and not server.argv[-len(self.restart_args):] == self.restart_args:
+        if gated and not server.argv[-len(self.restart_args) :] == self.restart_args:
             server.argv += self.restart_args
         self.restarting.add(server.url)
         try:

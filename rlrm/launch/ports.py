@@ -39,7 +39,9 @@ def ensure_port_free(host: str, port: int) -> None:
             if exc.errno == errno.EADDRNOTAVAIL:
                 raise RlrmError(f"--host {host} is not an address of this machine; {_HOSTS}") from None
             if exc.errno == errno.EACCES:
-                raise RlrmError(f"port {port} needs administrator rights to listen on; pick one above 1023 with --port") from None
+                raise RlrmError(
+                    f"port {port} needs administrator rights to listen on; pick one above 1023 with --port"
+                ) from None
             raise RlrmError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 

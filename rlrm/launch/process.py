@@ -22,9 +22,24 @@ class ServerStartError(RlrmError):
     """A server did not become healthy in time, or exited while starting."""
 
 
-def embedded_server_argv(model: str, role: str, port: int, host: str = "127.0.0.1", extra: list[str] | None = None) -> list[str]:
+def embedded_server_argv(
+    model: str, role: str, port: int, host: str = "127.0.0.1", extra: list[str] | None = None
+) -> list[str]:
     """The command line of an embedded server."""
-    return [sys.executable, "-m", "rlrm.launch.server", "--model", model, "--role", role, "--host", host, "--port", str(port), *(extra or [])]
+    return [
+        sys.executable,
+        "-m",
+        "rlrm.launch.server",
+        "--model",
+        model,
+        "--role",
+        role,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *(extra or []),
+    ]
 
 
 # Run before the server's own argv (exec'd in place, same pid): SIGKILL when the process that launched it dies
@@ -39,10 +54,20 @@ _DIE_WITH_PARENT = (
 class ServerProcess:
     """A server subprocess with readiness polling and teardown in `finally`."""
 
-    def __init__(self, argv: list[str], host: str = "127.0.0.1", port: int | None = None, health_path: str = "/health",
-                 start_timeout_s: float = 120.0, env: dict | None = None, die_with_parent: bool = False):
+    def __init__(
+        self,
+        argv: list[str],
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        health_path: str = "/health",
+        start_timeout_s: float = 120.0,
+        env: dict | None = None,
+        die_with_parent: bool = False,
+    ):
         self.argv = list(argv)
-        self.die_with_parent = die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/ray_replicas.py)
+        self.die_with_parent = (
+            die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/ray_replicas.py)
+        )
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
         self.url = f"http://{host}:{self.port}"
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
@@ -67,7 +92,10 @@ class ServerProcess:
         env = {**os.environ, **(self.env or {})}
         guard = self.die_with_parent and sys.platform == "linux"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.argv] if guard else self.argv, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,  # own process group
+            [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.argv] if guard else self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group
             env={k: v for k, v in env.items() if v is not None},  # None in `env` removes an inherited variable
         )
 
@@ -82,7 +110,9 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}")
+                raise ServerStartError(
+                    f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}"
+                )
             try:
                 if httpx.get(self.url + self.health_path, timeout=2.0).status_code == 200:
                     return
@@ -100,13 +130,17 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}")
+                raise ServerStartError(
+                    f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}"
+                )
             try:
                 httpx.get(self.url + self.health_path, timeout=2.0)
                 return
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise ServerStartError(f"server at {self.url} not listening after {self.start_timeout_s:.0f} s: {self.log_tail()}")
+        raise ServerStartError(
+            f"server at {self.url} not listening after {self.start_timeout_s:.0f} s: {self.log_tail()}"
+        )
 
     def log_tail(self, lines: int = 5) -> str:
         if self._log is None:

@@ -95,7 +95,9 @@ class GenerateSamplingParams(BaseModel):
 class GenerateRequest(_Body):
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
-    sampling_params: GenerateSamplingParams | list[GenerateSamplingParams] = Field(default_factory=GenerateSamplingParams)
+    sampling_params: GenerateSamplingParams | list[GenerateSamplingParams] = Field(
+        default_factory=GenerateSamplingParams
+    )
     return_logprob: bool = False
     stream: bool = False
     rid: str | list[str] | None = None

@@ -1,6 +1,6 @@
 """Releasing what rlrm holds in Ray: its actors, their placement group, and Ray itself if rlrm started it.
 
-    release_ray(actors, group, shutdown=started_ray)   # actor ranks and placed server replicas alike
+release_ray(actors, group, shutdown=started_ray)   # actor ranks and placed server replicas alike
 """
 
 from __future__ import annotations

@@ -101,7 +101,9 @@ class RayReplica:
             cause = exc.cause if exc.cause is not None else exc
             raise ServerStartError(f"{self.where}: {str(cause).strip().splitlines()[0]}") from None
         except (RayActorError, GetTimeoutError) as exc:
-            raise ServerStartError(f"{self.where}: its Ray actor is gone or does not answer ({type(exc).__name__})") from None
+            raise ServerStartError(
+                f"{self.where}: its Ray actor is gone or does not answer ({type(exc).__name__})"
+            ) from None
 
     def launch(self) -> None:
         self._call("launch", self.argv, self.env, self.host)
@@ -163,8 +165,10 @@ def check_weights_reach(servers: list, folder) -> None:
         probe.parent.mkdir(parents=True, exist_ok=True)
         probe.write_text(token)
     except OSError as exc:
-        raise RolloutServerError(f"cannot write to {folder} for the policy weights: {exc.strerror or exc}; set "
-                                 "rollout.server.weights_dir to a writable folder") from None
+        raise RolloutServerError(
+            f"cannot write to {folder} for the policy weights: {exc.strerror or exc}; set "
+            "rollout.server.weights_dir to a writable folder"
+        ) from None
     try:
         for server in placed:
             if not server.reads(str(probe), token):
@@ -238,9 +242,14 @@ class RayReplicas:
         bundle = self.bundle()
         name = self.cfg.node_resource
         if name and name not in offered:
-            labels = sorted(k for k in offered if k not in ("CPU", "GPU", "memory", "object_store_memory")
-                            and not k.startswith("node:__") and not k.startswith("accelerator_type")
-                            and not _PLACEMENT_GROUP_RESOURCE.search(k))  # Ray's own, one per reserved bundle
+            labels = sorted(
+                k
+                for k in offered
+                if k not in ("CPU", "GPU", "memory", "object_store_memory")
+                and not k.startswith("node:__")
+                and not k.startswith("accelerator_type")
+                and not _PLACEMENT_GROUP_RESOURCE.search(k)
+            )  # Ray's own, one per reserved bundle
             raise ConfigError(
                 f"{self.section}.node_resource {name!r} is on no node of the Ray cluster (its nodes offer: "
                 f"{', '.join(labels) or 'no custom resources'}); start the chosen nodes with "

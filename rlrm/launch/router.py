@@ -29,18 +29,33 @@ def sglang_router_available() -> bool:
 
 def sglang_router_argv(worker_urls: list[str], port: int, metrics_port: int, host: str = "127.0.0.1") -> list[str]:
     return [
-        sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
-        "--worker-urls", *worker_urls, "--prometheus-port", str(metrics_port), "--prometheus-host", host,
+        sys.executable,
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--worker-urls",
+        *worker_urls,
+        "--prometheus-port",
+        str(metrics_port),
+        "--prometheus-host",
+        host,
         # power-of-two choices needs two workers to choose from
-        "--policy", "power_of_two" if len(worker_urls) > 1 else "round_robin", "--log-level", "warn",
+        "--policy",
+        "power_of_two" if len(worker_urls) > 1 else "round_robin",
+        "--log-level",
+        "warn",
     ]
 
 
 def sglang_router(worker_urls: list[str], host: str = "127.0.0.1", start_timeout_s: float = 60.0) -> ServerProcess:
     """A router process over `worker_urls` (not started), on free ports; `.metrics_url` is its Prometheus page."""
     port, metrics_port = free_port(host), free_port(host)
-    router = ServerProcess(sglang_router_argv(worker_urls, port, metrics_port, host), host=host, port=port,
-                           start_timeout_s=start_timeout_s)
+    router = ServerProcess(
+        sglang_router_argv(worker_urls, port, metrics_port, host), host=host, port=port, start_timeout_s=start_timeout_s
+    )
     router.metrics_url = f"http://{host}:{metrics_port}/metrics"
     return router
 
@@ -68,8 +83,8 @@ def parse_router_counters(text: str) -> dict[str, float]:
 class RouterCounters:
     """Per-call deltas of a router's retry and upstream-error counters.
 
-        counters = RouterCounters(router.metrics_url)
-        counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
+    counters = RouterCounters(router.metrics_url)
+    counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
     """
 
     def __init__(self, metrics_url: str, timeout_s: float = 2.0):

@@ -63,7 +63,9 @@ def add_routes(app, cfg, backend) -> None:
                 f"the model's {backend.max_len}-token context; shorten it or lower max_tokens"
             )
         if state["inflight"] + n > cfg.max_queue:
-            raise RequestError("server overloaded: too many requests in flight", status=503, headers={"Retry-After": RETRY_AFTER_S})
+            raise RequestError(
+                "server overloaded: too many requests in flight", status=503, headers={"Retry-After": RETRY_AFTER_S}
+            )
         base = sampling.seed if sampling.seed is not None else random.getrandbits(62)
         state["inflight"] += n
         try:
@@ -100,12 +102,20 @@ def add_routes(app, cfg, backend) -> None:
             text, finish = decode(comp, body.stop)
             if body.echo:
                 text = (body.prompt if isinstance(body.prompt, str) else backend.tokenizer.decode(ids)) + text
-            logprobs = {"token_logprobs": comp.log_probs, "tokens": _token_strings(backend, comp)} if body.logprobs else None
+            logprobs = (
+                {"token_logprobs": comp.log_probs, "tokens": _token_strings(backend, comp)} if body.logprobs else None
+            )
             choices.append({"index": i, "text": text, "finish_reason": finish, "logprobs": logprobs})
-        return respond({
-            "id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()), "model": cfg.model_name,
-            "choices": choices, "usage": usage(len(ids), comps),
-        })
+        return respond(
+            {
+                "id": new_id("cmpl"),
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": cfg.model_name,
+                "choices": choices,
+                "usage": usage(len(ids), comps),
+            }
+        )
 
     @post("/v1/chat/completions", ChatCompletionRequest)
     async def chat_completions(body: ChatCompletionRequest):
@@ -114,7 +124,11 @@ def add_routes(app, cfg, backend) -> None:
         messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
         ids = list(
             backend.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **(body.chat_template_kwargs or {})
+                messages,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **(body.chat_template_kwargs or {}),
             )
         )
         sampling = _sampling(body, default_max=min(256, max(1, backend.max_len - len(ids))))
@@ -131,12 +145,23 @@ def add_routes(app, cfg, backend) -> None:
                     ]
                 }
             choices.append(
-                {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": finish, "logprobs": logprobs}
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                    "logprobs": logprobs,
+                }
             )
-        return respond({
-            "id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": cfg.model_name,
-            "choices": choices, "usage": usage(len(ids), comps),
-        })
+        return respond(
+            {
+                "id": new_id("chatcmpl"),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": cfg.model_name,
+                "choices": choices,
+                "usage": usage(len(ids), comps),
+            }
+        )
 
     @post("/generate", GenerateRequest)
     async def generate_native(body: GenerateRequest):
@@ -154,12 +179,20 @@ def add_routes(app, cfg, backend) -> None:
                 prompts = [check_ids(list(body.input_ids), backend, "input_ids")]
             else:
                 prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(body.input_ids)]
-        params = body.sampling_params if isinstance(body.sampling_params, list) else [body.sampling_params] * len(prompts)
+        params = (
+            body.sampling_params if isinstance(body.sampling_params, list) else [body.sampling_params] * len(prompts)
+        )
         if len(params) != len(prompts):  # SGLang's batch shape: one sampling_params per prompt, or one for all
-            raise RequestError(f"{len(prompts)} prompts but {len(params)} sampling_params; send one per prompt or one for all")
+            raise RequestError(
+                f"{len(prompts)} prompts but {len(params)} sampling_params; send one per prompt or one for all"
+            )
         samplings = [
             SamplingParams(
-                temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, max_new_tokens=sp.max_new_tokens, seed=sp.seed,
+                temperature=sp.temperature,
+                top_p=sp.top_p,
+                top_k=sp.top_k,
+                max_new_tokens=sp.max_new_tokens,
+                seed=sp.seed,
                 stop_token_ids=sp.stop_token_ids,
             )
             for sp in params
@@ -169,8 +202,11 @@ def add_routes(app, cfg, backend) -> None:
         for ids, sp, (comp,) in zip(prompts, params, results):
             text, finish = decode(comp, sp.stop)
             meta = {
-                "id": new_id("gen"), "prompt_tokens": len(ids), "completion_tokens": len(comp.token_ids),
-                "finish_reason": {"type": finish}, "weight_version": str(comp.policy_version),  # a string, as SGLang's
+                "id": new_id("gen"),
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(comp.token_ids),
+                "finish_reason": {"type": finish},
+                "weight_version": str(comp.policy_version),  # a string, as SGLang's
             }
             if body.return_logprob:
                 meta["output_token_logprobs"] = [[lp, tid, None] for lp, tid in zip(comp.log_probs, comp.token_ids)]
@@ -187,7 +223,9 @@ def add_routes(app, cfg, backend) -> None:
         try:
             logits = await backend.batcher.submit(sequences)
         except Overloaded as exc:
-            raise RequestError(f"server overloaded: {exc}", status=503, headers={"Retry-After": RETRY_AFTER_S}) from None
+            raise RequestError(
+                f"server overloaded: {exc}", status=503, headers={"Retry-After": RETRY_AFTER_S}
+            ) from None
         except ForwardFailed as exc:  # run alone, it still failed: its input (422) or the server (500)
             if exc.input_error:
                 raise RequestError(f"the model cannot score this input: {exc}", status=422) from None
@@ -195,12 +233,20 @@ def add_routes(app, cfg, backend) -> None:
         data = []
         for i, logit in enumerate(logits):
             value = 1.0 / (1.0 + math.exp(-logit)) if (activation is not False and math.isfinite(logit)) else logit
-            data.append({"index": i, "label": None, "probs": [value if math.isfinite(value) else None], "num_classes": 1})
+            data.append(
+                {"index": i, "label": None, "probs": [value if math.isfinite(value) else None], "num_classes": 1}
+            )
         tokens = sum(len(s) for s in sequences)
-        return respond({
-            "id": new_id("classify"), "object": "list", "created": int(time.time()), "model": cfg.model_name,
-            "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        })
+        return respond(
+            {
+                "id": new_id("classify"),
+                "object": "list",
+                "created": int(time.time()),
+                "model": cfg.model_name,
+                "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
 
 def json_response_class():
@@ -253,7 +299,9 @@ def check_ids(ids: list[int], backend, field: str) -> list[int]:
 
 def _sampling(body, default_max: int) -> SamplingParams:
     max_new = body.max_completion_tokens or body.max_tokens or default_max
-    return SamplingParams(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_new_tokens=max_new, seed=body.seed)
+    return SamplingParams(
+        temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_new_tokens=max_new, seed=body.seed
+    )
 
 
 def _with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:

@@ -90,9 +90,19 @@ class ServerRolloutEngine:
         sync_backend: weight_sync=distributed: gloo or nccl (`weight_sync_backend` resolved).
     """
 
-    def __init__(self, fleet: ServerFleet, wire, files: WeightFiles, expect: TrainerModel | None = None,
-                 api_key: str | None = None, request_timeout_s: float = 600.0, sync_timeout_s: float = 300.0,
-                 max_retries: int = 3, weight_sync: str = "disk", sync_backend: str = "gloo"):
+    def __init__(
+        self,
+        fleet: ServerFleet,
+        wire,
+        files: WeightFiles,
+        expect: TrainerModel | None = None,
+        api_key: str | None = None,
+        request_timeout_s: float = 600.0,
+        sync_timeout_s: float = 300.0,
+        max_retries: int = 3,
+        weight_sync: str = "disk",
+        sync_backend: str = "gloo",
+    ):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
         self.api_key = api_key
         self.request_timeout_s, self.sync_timeout_s, self.max_retries = request_timeout_s, sync_timeout_s, max_retries
@@ -102,8 +112,11 @@ class ServerRolloutEngine:
         self.balancer = None
         self.counters = {"rollout/retries": 0, "rollout/stale_refused": 0, "rollout/sync_skipped": 0}
         self.sync_times = {"write_s": 0.0, "load_s": 0.0, "broadcast_s": 0.0}
-        self.broadcast = (FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key))
-                          if weight_sync == "distributed" else None)
+        self.broadcast = (
+            FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key))
+            if weight_sync == "distributed"
+            else None
+        )
         self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
@@ -217,10 +230,16 @@ class ServerRolloutEngine:
                         last = f"answered with weight version {version}, older than {item.sent_version}"
                         missing.append(item)
                     elif not item.future.done():
-                        item.future.set_result(Completion(
-                            item.prompt_ids, tokens, log_probs, finish,
-                            policy_version=item.sent_version if version is None else version, meta={"seed": item.seed},
-                        ))
+                        item.future.set_result(
+                            Completion(
+                                item.prompt_ids,
+                                tokens,
+                                log_probs,
+                                finish,
+                                policy_version=item.sent_version if version is None else version,
+                                meta={"seed": item.seed},
+                            )
+                        )
                 items = missing
                 if not items:
                     return
@@ -228,7 +247,9 @@ class ServerRolloutEngine:
         except BaseException as exc:  # every caller gets an answer, never a hang
             for item in items:
                 if not item.future.done():
-                    item.future.set_exception(exc if isinstance(exc, Exception) else RolloutServerError("rollout engine closed"))
+                    item.future.set_exception(
+                        exc if isinstance(exc, Exception) else RolloutServerError("rollout engine closed")
+                    )
             if not isinstance(exc, Exception):
                 raise
 
@@ -307,7 +328,9 @@ class ServerRolloutEngine:
                 path = self.fleet.model_path
             failure = await asyncio.to_thread(self._push_one, url, path, version)
             if failure is not None:
-                raise RolloutServerError(f"restarted rollout replica {url} did not load weights version {version}: {failure}")
+                raise RolloutServerError(
+                    f"restarted rollout replica {url} did not load weights version {version}: {failure}"
+                )
             if self.version == version:  # no newer version arrived meanwhile
                 return
 
@@ -325,8 +348,10 @@ class ServerRolloutEngine:
                 )
             failure = self._push_one(url, self.fleet.model_path, 0)
             if failure is not None:
-                raise RolloutServerError(f"rollout replica {url} serves weight version {version} and refused the "
-                                         f"policy's initial weights: {failure}")
+                raise RolloutServerError(
+                    f"rollout replica {url} serves weight version {version} and refused the "
+                    f"policy's initial weights: {failure}"
+                )
 
     def _check_replicas(self) -> dict[str, int | None]:
         """Every replica's model info against the trainer's (when the server reports it); their weight versions."""
@@ -346,8 +371,11 @@ class ServerRolloutEngine:
             engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
             if self.expect is None:
                 continue
-            for key, label in (("vocab_size", "vocabulary (embedding rows)"), ("tokenizer_size", "tokenizer size"),
-                               ("chat_template_sha256", "chat template (sha256)")):
+            for key, label in (
+                ("vocab_size", "vocabulary (embedding rows)"),
+                ("tokenizer_size", "tokenizer size"),
+                ("chat_template_sha256", "chat template (sha256)"),
+            ):
                 theirs, ours = info.get(key), getattr(self.expect, key)
                 if theirs is not None and ours is not None and theirs != ours:
                     raise RolloutServerError(
@@ -366,7 +394,10 @@ class ServerRolloutEngine:
         restarts = self.fleet.restarts
         out["rollout/replica_restarts"] = float(restarts - self._restarts_seen)
         self._restarts_seen = restarts
-        out["timing_s/weight_write"], out["timing_s/weight_load"] = self.sync_times["write_s"], self.sync_times["load_s"]
+        out["timing_s/weight_write"], out["timing_s/weight_load"] = (
+            self.sync_times["write_s"],
+            self.sync_times["load_s"],
+        )
         out["timing_s/weight_broadcast"] = self.sync_times["broadcast_s"]
         if self.fleet.router_counters is not None:  # the router retries a dead replica's requests by itself
             router = {k.replace("reward/", "rollout/"): v for k, v in self.fleet.router_counters.take().items()}

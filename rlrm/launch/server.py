@@ -57,7 +57,9 @@ def create_app(cfg: ServerConfig):
         """The error response for a request the API key or sleep mode turns away, else None."""
         if cfg.api_key and path != "/health":
             if not authorized(dict(headers).get(b"authorization", b""), cfg.api_key):
-                return _error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error")
+                return _error(
+                    401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error"
+                )
         try:
             sleep_state.check(path)
             weight_state.check(path)
@@ -155,25 +157,44 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m rlrm.launch.server", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="HF folder or hub id (`rlrm launch server` also takes tiny:NAME)")
+    parser.add_argument(
+        "--model", required=True, help="HF folder or hub id (`rlrm launch server` also takes tiny:NAME)"
+    )
     parser.add_argument("--role", choices=ROLES, default="genrm")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-queue", type=int, default=1024)
-    parser.add_argument("--api-key", default=None, help="visible to local users in ps: prefer RLRM_API_KEY or --api-key-env")
-    parser.add_argument("--api-key-env", default=None, metavar="NAME", help="read the API key from this environment variable")
+    parser.add_argument(
+        "--api-key", default=None, help="visible to local users in ps: prefer RLRM_API_KEY or --api-key-env"
+    )
+    parser.add_argument(
+        "--api-key-env", default=None, metavar="NAME", help="read the API key from this environment variable"
+    )
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--batch-wait-ms", type=float, default=2.0, help="longest a generation batch waits for more requests")
-    parser.add_argument("--batch-gap-ms", type=float, default=None,
-                        help="close a generation batch once no request arrived for this long (with a larger --batch-wait-ms)")
-    parser.add_argument("--wait-for-weights", action="store_true",
-                        help="answer /health and generation with 503 until the first weight update (from disk or distributed)")
-    parser.add_argument("--weight-sync-timeout-s", type=float, default=300.0,
-                        help="bound on joining a weight-update group (/init_weights_update_group) and on each broadcast")
+    parser.add_argument(
+        "--batch-wait-ms", type=float, default=2.0, help="longest a generation batch waits for more requests"
+    )
+    parser.add_argument(
+        "--batch-gap-ms",
+        type=float,
+        default=None,
+        help="close a generation batch once no request arrived for this long (with a larger --batch-wait-ms)",
+    )
+    parser.add_argument(
+        "--wait-for-weights",
+        action="store_true",
+        help="answer /health and generation with 503 until the first weight update (from disk or distributed)",
+    )
+    parser.add_argument(
+        "--weight-sync-timeout-s",
+        type=float,
+        default=300.0,
+        help="bound on joining a weight-update group (/init_weights_update_group) and on each broadcast",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -184,10 +205,18 @@ def main(argv: list[str] | None = None) -> None:
 
             torch.set_num_threads(args.threads)
         cfg = ServerConfig(
-            model_path=check_model_path(args.model), role=args.role, dtype=args.dtype, max_batch=args.max_batch,
-            max_queue=args.max_queue, api_key=api_key, served_model_name=args.served_model_name or args.model,
-            device=args.device, wait_for_weights=args.wait_for_weights, batch_wait_ms=args.batch_wait_ms,
-            batch_gap_ms=args.batch_gap_ms, weight_sync_timeout_s=args.weight_sync_timeout_s,
+            model_path=check_model_path(args.model),
+            role=args.role,
+            dtype=args.dtype,
+            max_batch=args.max_batch,
+            max_queue=args.max_queue,
+            api_key=api_key,
+            served_model_name=args.served_model_name or args.model,
+            device=args.device,
+            wait_for_weights=args.wait_for_weights,
+            batch_wait_ms=args.batch_wait_ms,
+            batch_gap_ms=args.batch_gap_ms,
+            weight_sync_timeout_s=args.weight_sync_timeout_s,
         )
         serve(cfg, args.host, args.port)
     except RlrmError as exc:

@@ -29,7 +29,9 @@ class SleepState:
     def check(self, path: str) -> None:
         if self.sleeping and path in SLEEP_GATED:
             raise RequestError(
-                "the model is asleep (colocated placement): POST /wake_up first", status=503, headers={"Retry-After": "1"}
+                "the model is asleep (colocated placement): POST /wake_up first",
+                status=503,
+                headers={"Retry-After": "1"},
             )
 
     def _move(self, device: str) -> int:

@@ -67,7 +67,9 @@ class WeightBroadcast:
         master = master_address(members)
         port = free_port("127.0.0.1" if master == "127.0.0.1" else "")
         world = 1 + len(members)
-        calls = {u: self.wire.init_group(master, port, 1 + i, world, self.backend, GROUP) for i, u in enumerate(members)}
+        calls = {
+            u: self.wire.init_group(master, port, 1 + i, world, self.backend, GROUP) for i, u in enumerate(members)
+        }
 
         def join() -> None:
             self.group = join_group(master, port, 0, world, GROUP, self.backend, self.timeout_s)
@@ -88,8 +90,9 @@ class WeightBroadcast:
         for value in state_dict.values():
             t = value.detach()
             tensors.append((t if t.device == device else t.to(device)).contiguous())
-        call = self.wire.update_distributed(names, [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors],
-                                            version, GROUP)
+        call = self.wire.update_distributed(
+            names, [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors], version, GROUP
+        )
 
         def broadcast() -> None:
             for t in tensors:
@@ -117,7 +120,9 @@ class WeightBroadcast:
         """POST every call from a thread while `work()` runs here; ({url: why}, the trainer's own error or None)."""
         error = None
         with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-            futures = {u: pool.submit(self._post, u, path, body, self.timeout_s + 30.0) for u, (path, body) in calls.items()}
+            futures = {
+                u: pool.submit(self._post, u, path, body, self.timeout_s + 30.0) for u, (path, body) in calls.items()
+            }
             try:
                 work()
             except Exception as exc:  # noqa: BLE001 - gloo/nccl raise RuntimeError subclasses, TCPStore TimeoutError
@@ -179,7 +184,9 @@ class FleetBroadcast:
             if not failures and error is None:
                 failures, error = self.group.send(state_dict, version)
             if not failures and error is None:
-                for url in self.awaiting.intersection(members):  # members from now on, while the supervisor checks health
+                for url in self.awaiting.intersection(
+                    members
+                ):  # members from now on, while the supervisor checks health
                     self.loaded[url] = self.fleet.restarts
                 self.awaiting.difference_update(members)  # their restart hooks return: they serve `version`
                 return len(urls) - len(members)
@@ -188,7 +195,9 @@ class FleetBroadcast:
                 continue
             url, why = next(iter(failures.items())) if failures else ("(the trainer)", error)
             raise RolloutServerError(f"rollout replica {url} refused weights version {version}: {why}")
-        raise RolloutServerError(f"weights version {version} reached no stable set of rollout replicas: they keep dying")
+        raise RolloutServerError(
+            f"weights version {version} reached no stable set of rollout replicas: they keep dying"
+        )
 
     async def await_broadcast(self, url: str) -> None:
         """The restart hook: hold a restarted replica (503 while it waits for weights) until a broadcast reached it.

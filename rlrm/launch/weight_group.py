@@ -90,8 +90,16 @@ class WeightGroup:
                 pass
 
 
-def join_group(master_address: str, master_port: int, rank: int, world_size: int, group_name: str, backend: str,
-               timeout_s: float, device=None) -> WeightGroup:
+def join_group(
+    master_address: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    group_name: str,
+    backend: str,
+    timeout_s: float,
+    device=None,
+) -> WeightGroup:
     """Join (rank 0: host) a weight-update group; returns once every member joined.
 
     Args:
@@ -112,13 +120,18 @@ def join_group(master_address: str, master_port: int, rank: int, world_size: int
     import torch.distributed as dist
 
     if backend not in BACKENDS:
-        raise RolloutServerError(f"weight-update group backend {backend!r} is not served; use one of {', '.join(BACKENDS)}")
+        raise RolloutServerError(
+            f"weight-update group backend {backend!r} is not served; use one of {', '.join(BACKENDS)}"
+        )
     timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "nccl" and (not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL")):
-        raise RolloutServerError("backend nccl needs CUDA on every member of the weight-update group; this process has "
-                                 "none: use rollout.server.weight_sync_backend=gloo")
-    store = dist.TCPStore(master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout,
-                          wait_for_workers=False)
+        raise RolloutServerError(
+            "backend nccl needs CUDA on every member of the weight-update group; this process has "
+            "none: use rollout.server.weight_sync_backend=gloo"
+        )
+    store = dist.TCPStore(
+        master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout, wait_for_workers=False
+    )
     prefixed = dist.PrefixStore(group_name, store)
     if backend == "gloo":
         opts = dist.ProcessGroupGloo._Options()

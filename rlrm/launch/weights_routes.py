@@ -52,12 +52,14 @@ class WeightState:
 
     def check(self, path: str) -> None:
         if self.waiting and path in WAIT_GATED:
-            raise RequestError("waiting for weights: POST /update_weights_from_disk first", status=503,
-                               headers={"Retry-After": "1"})
+            raise RequestError(
+                "waiting for weights: POST /update_weights_from_disk first", status=503, headers={"Retry-After": "1"}
+            )
 
     async def update(self, body: UpdateWeightsFromDiskRequest) -> dict:
-        answer = await self.load(lambda: _read_checked(body.model_path, body.load_format, self.backend.model),
-                                 body.weight_version)
+        answer = await self.load(
+            lambda: _read_checked(body.model_path, body.load_format, self.backend.model), body.weight_version
+        )
         return {**answer, "num_paused_requests": 0}
 
     async def load(self, read, weight_version) -> dict:
@@ -150,7 +152,9 @@ def chat_template_digest(tokenizer) -> str | None:
 def require_policy(cfg) -> None:
     """404 on a server that is not a policy server: weights are updated on policy servers only."""
     if cfg.role != "policy":
-        raise RequestError(f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404)
+        raise RequestError(
+            f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404
+        )
 
 
 def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
@@ -162,12 +166,17 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
     @app.get("/get_model_info")
     async def get_model_info():
         return {
-            "model_path": cfg.model_path, "tokenizer_path": cfg.model_path, "is_generation": cfg.role != "disrm",
+            "model_path": cfg.model_path,
+            "tokenizer_path": cfg.model_path,
+            "is_generation": cfg.role != "disrm",
             "weight_version": str(state.version) if hasattr(backend, "engine") else None,
-            "vocab_size": backend.vocab_size, "tokenizer_size": len(backend.tokenizer),
-            "max_context_length": backend.max_len, "chat_template_sha256": chat_template_digest(backend.tokenizer),
+            "vocab_size": backend.vocab_size,
+            "tokenizer_size": len(backend.tokenizer),
+            "max_context_length": backend.max_len,
+            "chat_template_sha256": chat_template_digest(backend.tokenizer),
             # rlrm's own fields: which code computes the log-probs, and in which dtype (rlrm/engine/behaviour.py)
-            "engine": ENGINE_NAME, "dtype": cfg.dtype,
+            "engine": ENGINE_NAME,
+            "dtype": cfg.dtype,
         }
 
     @app.get("/get_weight_version")

@@ -50,8 +50,11 @@ class SGLangWire:
 
     def request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int) -> dict:
         params = {
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            "max_new_tokens": sampling.max_new_tokens, "sampling_seed": seed,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "max_new_tokens": sampling.max_new_tokens,
+            "sampling_seed": seed,
         }
         if sampling.stop_token_ids:
             params["stop_token_ids"] = list(sampling.stop_token_ids)
@@ -64,8 +67,11 @@ class SGLangWire:
         bodies = [self.request(*item) for item in items]
         if len(bodies) == 1:
             return bodies[0]
-        return {"input_ids": [b["input_ids"] for b in bodies], "sampling_params": [b["sampling_params"] for b in bodies],
-                "return_logprob": True}
+        return {
+            "input_ids": [b["input_ids"] for b in bodies],
+            "sampling_params": [b["sampling_params"] for b in bodies],
+            "return_logprob": True,
+        }
 
     def parse_many(self, body, n: int) -> list[tuple[list[int], list[float], str, int | None]]:
         answers = body if isinstance(body, list) else [body]
@@ -78,29 +84,57 @@ class SGLangWire:
         meta = body["meta_info"]
         tokens = [int(t) for t in body["output_ids"]]
         log_probs = _float32(float(entry[0]) for entry in meta["output_token_logprobs"])
-        finish = meta["finish_reason"]["type"] if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason")
+        finish = (
+            meta["finish_reason"]["type"] if isinstance(meta.get("finish_reason"), dict) else meta.get("finish_reason")
+        )
         version = meta.get("weight_version")
         return tokens, log_probs, "length" if finish == "length" else "stop", int_or_none(version)
 
     def sync_calls(self, path: str, version: int) -> list[tuple[str, dict]]:
-        return [("/update_weights_from_disk", {
-            "model_path": str(path), "load_format": None, "weight_version": str(version), "abort_all_requests": False,
-        })]
+        return [
+            (
+                "/update_weights_from_disk",
+                {
+                    "model_path": str(path),
+                    "load_format": None,
+                    "weight_version": str(version),
+                    "abort_all_requests": False,
+                },
+            )
+        ]
 
-    def init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int, backend: str,
-                   group_name: str = GROUP) -> tuple[str, dict]:
+    def init_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        backend: str,
+        group_name: str = GROUP,
+    ) -> tuple[str, dict]:
         """SGLang's InitWeightsUpdateGroupReqInput: join the trainer's weight-update group as `rank_offset`."""
         return "/init_weights_update_group", {
-            "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
-            "world_size": world_size, "group_name": group_name, "backend": backend,
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
         }
 
-    def update_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int,
-                           group_name: str = GROUP) -> tuple[str, dict]:
+    def update_distributed(
+        self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int, group_name: str = GROUP
+    ) -> tuple[str, dict]:
         """SGLang's UpdateWeightsFromDistributedReqInput: receive these tensors by broadcast from rank 0, in order."""
         return "/update_weights_from_distributed", {
-            "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": True,
-            "abort_all_requests": False, "weight_version": str(version), "load_format": None,
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "flush_cache": True,
+            "abort_all_requests": False,
+            "weight_version": str(version),
+            "load_format": None,
         }
 
     def destroy_group(self, group_name: str = GROUP) -> tuple[str, dict]:
@@ -128,9 +162,15 @@ class VllmWire:
 
     def request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int) -> dict:
         body = {
-            "model": self.model_name, "prompt": list(prompt_ids), "max_tokens": sampling.max_new_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k, "seed": seed,
-            "logprobs": 0, "return_token_ids": True,
+            "model": self.model_name,
+            "prompt": list(prompt_ids),
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "seed": seed,
+            "logprobs": 0,
+            "return_token_ids": True,
         }
         if sampling.stop_token_ids:
             body["stop_token_ids"] = list(sampling.stop_token_ids)
@@ -148,7 +188,9 @@ class VllmWire:
     def parse(self, body: dict) -> tuple[list[int], list[float], str, int | None]:
         choice = body["choices"][0]
         if choice.get("token_ids") is None:
-            raise KeyError("token_ids (this vLLM does not return sampled token ids: use a release with return_token_ids)")
+            raise KeyError(
+                "token_ids (this vLLM does not return sampled token ids: use a release with return_token_ids)"
+            )
         tokens = [int(t) for t in choice["token_ids"]]
         log_probs = _float32(float(x) for x in choice["logprobs"]["token_logprobs"])
         return tokens, log_probs, "length" if choice.get("finish_reason") == "length" else "stop", None

@@ -135,7 +135,9 @@ def tied_pairs(test, ref, bands, rows: slice = slice(None)) -> np.ndarray:
     """
     test, ref, bands = (np.asarray(v, np.float64) for v in (test, ref, bands))
     pair_band = bands[rows, None] + bands[None, :]  # [r, n]
-    return (np.abs(test[rows, None] - test[None, :]) <= pair_band) | (np.abs(ref[rows, None] - ref[None, :]) <= pair_band)
+    return (np.abs(test[rows, None] - test[None, :]) <= pair_band) | (
+        np.abs(ref[rows, None] - ref[None, :]) <= pair_band
+    )
 
 
 def band_tied_ranks(x, test, ref, bands, block: int = 1024) -> np.ndarray:
@@ -193,7 +195,9 @@ def group_ranking(test, ref, bands) -> dict:
     best = int(np.argmax(ref))
     tied_with_best = ref >= ref[best] - (bands + bands[best])  # [n]
     return {
-        "kendall_tau": float((np.sign(d_test) * np.sign(d_ref))[resolved].sum() / resolved.sum()) if resolved.any() else math.nan,
+        "kendall_tau": float((np.sign(d_test) * np.sign(d_ref))[resolved].sum() / resolved.sum())
+        if resolved.any()
+        else math.nan,
         "kendall_tau_strict": kendall_tau_b(test, ref),
         "top1": bool(tied_with_best[int(np.argmax(test))]),
         "top1_strict": int(np.argmax(test)) == best,
@@ -207,10 +211,16 @@ def grpo_advantages_np(scores, group_ids, eps: float = 1e-6, norm_by_std: bool =
     """rlrm.engine.algorithms.grpo_advantages (the trainer's own maths) as a float64 numpy array."""
     from rlrm.engine.algorithms import grpo_advantages
 
-    return grpo_advantages(np.asarray(scores, np.float32), list(group_ids), eps=eps, norm_by_std=norm_by_std).double().numpy()
+    return (
+        grpo_advantages(np.asarray(scores, np.float32), list(group_ids), eps=eps, norm_by_std=norm_by_std)
+        .double()
+        .numpy()
+    )
 
 
-def compare(legacy, loop, group_ids, tol: Tolerances = Tolerances(), adv_eps: float = 1e-6, norm_adv_by_std: bool = True) -> Comparison:
+def compare(
+    legacy, loop, group_ids, tol: Tolerances = Tolerances(), adv_eps: float = 1e-6, norm_adv_by_std: bool = True
+) -> Comparison:
     """Every parity statistic of two score vectors over the same samples.
 
     Args:
@@ -291,9 +301,9 @@ def verdict(summary: dict, tol: Tolerances) -> tuple[bool, list[str]]:
 
 def _diff_stats(abs_diff: np.ndarray, rel_diff: np.ndarray, finite: np.ndarray) -> dict:
     if not finite.any():
-        return {k: math.nan for k in ("abs_diff_mean", "abs_diff_p50", "abs_diff_p99", "abs_diff_max", "rel_diff_max")} | {
-            "abs_diff_argmax": None
-        }
+        return {
+            k: math.nan for k in ("abs_diff_mean", "abs_diff_p50", "abs_diff_p99", "abs_diff_max", "rel_diff_max")
+        } | {"abs_diff_argmax": None}
     a = abs_diff[finite]
     return {
         "abs_diff_mean": float(a.mean()),
@@ -308,7 +318,10 @@ def _diff_stats(abs_diff: np.ndarray, rel_diff: np.ndarray, finite: np.ndarray) 
 def _group_stats(per_group: list[dict]) -> dict:
     n = len(per_group)
     taus = [g["kendall_tau"] for g in per_group if not math.isnan(g["kendall_tau"])]
-    frac = lambda key: sum(g[key] for g in per_group) / n if n else math.nan
+
+    def frac(key: str) -> float:
+        return sum(g[key] for g in per_group) / n if n else math.nan
+
     return {
         "kendall_tau_mean": float(np.mean(taus)) if taus else math.nan,
         "kendall_tau_min": float(np.min(taus)) if taus else math.nan,

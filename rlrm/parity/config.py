@@ -25,15 +25,20 @@ class ParityConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str = Field(description="Reward model folder (a sequence classifier with num_labels=1).")
-    legacy_dtypes: list[LegacyDtype] = Field(["bf16"], min_length=1, description="Compute dtypes of the legacy FSDP2 scorer.")
+    legacy_dtypes: list[LegacyDtype] = Field(
+        ["bf16"], min_length=1, description="Compute dtypes of the legacy FSDP2 scorer."
+    )
     loop_dtypes: list[LoopDtype] = Field(["fp32"], min_length=1, description="Dtypes of the served DisRM.")
     world_size: int = Field(1, ge=1, description="Legacy ranks (processes) sharding the reward model.")
     micro_batch_size: int = Field(8, gt=0, description="Legacy samples per forward (without a token budget).")
-    max_tokens_per_batch: int | None = Field(None, gt=0, description="Legacy token budget per forward (dynamic batch size).")
+    max_tokens_per_batch: int | None = Field(
+        None, gt=0, description="Legacy token budget per forward (dynamic batch size)."
+    )
     rmpad: bool = Field(False, description="Legacy padding-free forward.")
     max_length: int = Field(512, gt=0, description="Longest conversation scored, in reward-model tokens.")
     truncation: Truncation = Field(
-        "keep-end", description="Legacy truncation: keep-end (as the reward loop) or keep-start (as verl's legacy worker)."
+        "keep-end",
+        description="Legacy truncation: keep-end (as the reward loop) or keep-start (as verl's legacy worker).",
     )
     template: str | None = Field(None, description="Chat template used instead of the tokenizer's (both paths).")
     device: Device = Field("cpu", description="Where the legacy ranks run.")
@@ -48,12 +53,18 @@ class ParityConfig(BaseModel):
     norm_adv_by_std: bool = Field(True, description="GRPO divides by the group std (algorithm.norm_adv_by_std).")
     score_offset: int = Field(0, ge=0, description="Debugging: legacy reads the score this many tokens early.")
     invariance: bool = Field(
-        True, description="Also check the served DisRM's score invariance (batch 1 / 8 / max, right / left padding); fails the verdict."
+        True,
+        description="Also check the served DisRM's score invariance (batch 1 / 8 / max, right / left padding); fails the verdict.",
     )
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="The profile's reward section (loop settings).")
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="The profile's reward section (loop settings)."
+    )
 
     def tolerances(self):
         return Tolerances(
-            atol=self.atol, rtol=self.rtol, max_outside_frac=self.max_outside_frac, min_spearman=self.min_spearman,
+            atol=self.atol,
+            rtol=self.rtol,
+            max_outside_frac=self.max_outside_frac,
+            min_spearman=self.min_spearman,
             max_rank_flips=self.max_rank_flips,
         )

@@ -98,7 +98,8 @@ def _to_sample(row, index: int, path: Path) -> ParitySample:
         # parquet gives arrays of dicts; anything else (a number, a list of strings) is named, not a traceback
         messages = list(prompt) if hasattr(prompt, "__iter__") and not isinstance(prompt, dict) else None
         if not messages or not all(
-            hasattr(m, "keys") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+            hasattr(m, "keys") and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
         ):
             raise DataError(
                 f"{where}: prompt must be a string or a list of {{role, content}} messages, got {_shown(prompt)}"
@@ -144,8 +145,9 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
     prompt_ids, examples, _ = encode_prompts(
         train[:num_prompts], tokenizer, profile.data.max_prompt_length, profile.data.prompt_too_long
     )
-    engine = HFRolloutEngine(policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id,
-                             max_batch_size=profile.rollout.max_batch_size)
+    engine = HFRolloutEngine(
+        policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id, max_batch_size=profile.rollout.max_batch_size
+    )
 
     async def run():
         try:

@@ -56,7 +56,11 @@ def loop_reward_config(
 
 
 def score_with_loop(
-    samples: list[ParitySample], cfg: RewardConfig, tokenizer=None, warmup: bool = True, repeats: int = 1,
+    samples: list[ParitySample],
+    cfg: RewardConfig,
+    tokenizer=None,
+    warmup: bool = True,
+    repeats: int = 1,
     invariance: bool = False,
 ) -> LoopScores:
     """Start the reward service, score every sample through its reward loop, stop it again.
@@ -73,10 +77,13 @@ def score_with_loop(
     return asyncio.run(_score(samples, cfg, tokenizer, warmup, repeats, invariance))
 
 
-async def _score(samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int,
-                 invariance: bool) -> LoopScores:
+async def _score(
+    samples: list[ParitySample], cfg: RewardConfig, tokenizer, warmup: bool, repeats: int, invariance: bool
+) -> LoopScores:
     batch = [
-        RewardSample(uid=s.group_id, index=i, data_source="parity", prompt=s.prompt, solution_str=s.response, ground_truth="")
+        RewardSample(
+            uid=s.group_id, index=i, data_source="parity", prompt=s.prompt, solution_str=s.response, ground_truth=""
+        )
         for i, s in enumerate(samples)
     ]
     service = RewardService(cfg)
@@ -113,4 +120,6 @@ async def _invariance(service, cfg: RewardConfig, samples: list[ParitySample], t
     limit = cfg.disrm.max_length
     ids = [render_conversation(tok, s.prompt, s.response)[-limit:] for s in samples]
     settings = InvarianceSettings(max_batch=cfg.server.max_batch, dtype=cfg.server.dtype)
-    return await check_invariance(service.balancer, cfg.server.model, ids, [s.group_id for s in samples], settings, cfg.timeout_s)
+    return await check_invariance(
+        service.balancer, cfg.server.model, ids, [s.group_id for s in samples], settings, cfg.timeout_s
+    )

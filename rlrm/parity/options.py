@@ -87,7 +87,9 @@ def build_config(opts: ParityOptions, profile) -> ParityConfig:
     _check_choice("--legacy-truncation", opts.truncation, TRUNCATIONS)
     _check_choice("--device", opts.device, ("auto", *DEVICES))
     if opts.matrix and opts.addresses:
-        raise ConfigError("--address servers have one dtype each; --matrix needs rlrm to start them (drop one of the two)")
+        raise ConfigError(
+            "--address servers have one dtype each; --matrix needs rlrm to start them (drop one of the two)"
+        )
     name = opts.model or profile.reward.server.model
     if not name:
         raise ConfigError("the profile names no reward model (reward.server.model); pass --model PATH")
@@ -105,12 +107,21 @@ def build_config(opts: ParityOptions, profile) -> ParityConfig:
         model=model,
         legacy_dtypes=list(ALL_LEGACY_DTYPES) if opts.matrix else [opts.legacy_dtype],
         loop_dtypes=list(ALL_LOOP_DTYPES) if opts.matrix else [opts.loop_dtype],
-        world_size=opts.world_size, micro_batch_size=opts.micro_batch_size,
-        max_tokens_per_batch=opts.max_tokens_per_batch, rmpad=opts.rmpad, max_length=max_length,
-        truncation=opts.truncation, template=_read_template(opts.template), device=device, threads=opts.threads,
-        addresses=list(opts.addresses), **_tolerances(opts),
+        world_size=opts.world_size,
+        micro_batch_size=opts.micro_batch_size,
+        max_tokens_per_batch=opts.max_tokens_per_batch,
+        rmpad=opts.rmpad,
+        max_length=max_length,
+        truncation=opts.truncation,
+        template=_read_template(opts.template),
+        device=device,
+        threads=opts.threads,
+        addresses=list(opts.addresses),
+        **_tolerances(opts),
         adv_eps=profile.algorithm.adv_eps,
-        norm_adv_by_std=profile.algorithm.norm_adv_by_std, score_offset=opts.score_offset, reward=profile.reward,
+        norm_adv_by_std=profile.algorithm.norm_adv_by_std,
+        score_offset=opts.score_offset,
+        reward=profile.reward,
         invariance=opts.invariance,
     )
 
@@ -124,8 +135,11 @@ def build_samples(opts: ParityOptions, profile) -> list:
 
 def _tolerances(opts: ParityOptions) -> dict:
     defaults = {
-        "atol": DEFAULT_ATOL, "rtol": DEFAULT_RTOL, "max_outside_frac": DEFAULT_MAX_OUTSIDE_FRAC,
-        "min_spearman": DEFAULT_MIN_SPEARMAN, "max_rank_flips": DEFAULT_MAX_RANK_FLIPS,
+        "atol": DEFAULT_ATOL,
+        "rtol": DEFAULT_RTOL,
+        "max_outside_frac": DEFAULT_MAX_OUTSIDE_FRAC,
+        "min_spearman": DEFAULT_MIN_SPEARMAN,
+        "max_rank_flips": DEFAULT_MAX_RANK_FLIPS,
     }
     return {k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()}
 
@@ -140,7 +154,9 @@ def check_reward_model(path: str) -> int:
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the reward model config of {path!r}: {str(exc).strip().splitlines()[0]}") from None
+        raise ModelError(
+            f"cannot read the reward model config of {path!r}: {str(exc).strip().splitlines()[0]}"
+        ) from None
     archs = list(getattr(config, "architectures", None) or [])
     if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
         raise ModelError(

@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 
 SCORE_COLUMNS = (
-    "sample_id", "group_id", "legacy_score", "loop_score", "abs_diff", "rel_diff", "legacy_adv", "loop_adv", "truncated",
+    "sample_id",
+    "group_id",
+    "legacy_score",
+    "loop_score",
+    "abs_diff",
+    "rel_diff",
+    "legacy_adv",
+    "loop_adv",
+    "truncated",
 )
 
 
@@ -26,19 +34,21 @@ def write_cell(out_dir: Path, samples, cell, extra: dict | None = None) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cmp = cell.comparison
-    frame = pd.DataFrame({
-        "sample_id": [s.sample_id for s in samples],
-        "group_id": [s.group_id for s in samples],
-        "legacy_score": cell.legacy.scores,
-        "loop_score": cell.loop.scores,
-        "abs_diff": cmp.abs_diff,
-        "rel_diff": cmp.rel_diff,
-        "legacy_adv": cmp.legacy_adv,
-        "loop_adv": cmp.loop_adv,
-        "truncated": np.asarray(cell.legacy.truncated, dtype=bool),
-        "within_tolerance": cmp.within_tolerance,
-        "loop_error": [cell.loop.errors.get(i) for i in range(len(samples))],
-    })
+    frame = pd.DataFrame(
+        {
+            "sample_id": [s.sample_id for s in samples],
+            "group_id": [s.group_id for s in samples],
+            "legacy_score": cell.legacy.scores,
+            "loop_score": cell.loop.scores,
+            "abs_diff": cmp.abs_diff,
+            "rel_diff": cmp.rel_diff,
+            "legacy_adv": cmp.legacy_adv,
+            "loop_adv": cmp.loop_adv,
+            "truncated": np.asarray(cell.legacy.truncated, dtype=bool),
+            "within_tolerance": cmp.within_tolerance,
+            "loop_error": [cell.loop.errors.get(i) for i in range(len(samples))],
+        }
+    )
     frame.to_parquet(out_dir / "scores.parquet", index=False)
     summary = {**cell.summary, **(extra or {})}
     (out_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
@@ -50,8 +60,13 @@ def write_matrix(out_dir: Path, samples, cells, extra: dict | None = None) -> No
     for cell in cells:
         write_cell(out_dir / f"legacy-{cell.legacy_dtype}-vs-loop-{cell.loop_dtype}", samples, cell, extra)
     grid = [
-        {"legacy_dtype": c.legacy_dtype, "loop_dtype": c.loop_dtype, "verdict": c.summary["verdict"],
-         "reasons": c.reasons, **{k: c.summary["stats"][k] for k in ("abs_diff_max", "spearman", "rank_flip_groups")}}
+        {
+            "legacy_dtype": c.legacy_dtype,
+            "loop_dtype": c.loop_dtype,
+            "verdict": c.summary["verdict"],
+            "reasons": c.reasons,
+            **{k: c.summary["stats"][k] for k in ("abs_diff_max", "spearman", "rank_flip_groups")},
+        }
         for c in cells
     ]
     (out_dir / "matrix.json").write_text(json.dumps(_json_safe({"cells": grid, **(extra or {})}), indent=2) + "\n")
@@ -63,7 +78,9 @@ def summary_table(cell):
 
     s, st = cell.summary, cell.summary["stats"]
     verdict = "[green]PASS[/green]" if cell.passed else "[red]FAIL[/red]"
-    table = Table(title=f"DisRM parity: legacy FSDP2 {cell.legacy_dtype} (world size {s['world_size']}) vs reward loop {cell.loop_dtype}: {verdict}")
+    table = Table(
+        title=f"DisRM parity: legacy FSDP2 {cell.legacy_dtype} (world size {s['world_size']}) vs reward loop {cell.loop_dtype}: {verdict}"
+    )
     table.add_column("statistic")
     table.add_column("value", justify="right")
     tol = s["tolerances"]
@@ -73,12 +90,18 @@ def summary_table(cell):
         ("abs diff mean / p50", f"{_f(st['abs_diff_mean'])} / {_f(st['abs_diff_p50'])}"),
         ("abs diff p99 / max", f"{_f(st['abs_diff_p99'])} / {_f(st['abs_diff_max'])}"),
         ("rel diff max", _f(st["rel_diff_max"])),
-        ("outside tolerance", f"{st['outside_tolerance']} (atol {tol['atol']:g}, rtol {tol['rtol']:g} of scale {_f(st['score_scale'])}, allowed {_pct(tol['max_outside_frac'])})"),
+        (
+            "outside tolerance",
+            f"{st['outside_tolerance']} (atol {tol['atol']:g}, rtol {tol['rtol']:g} of scale {_f(st['score_scale'])}, allowed {_pct(tol['max_outside_frac'])})",
+        ),
         ("non-finite (legacy / loop)", f"{st['nonfinite_legacy']} / {st['nonfinite_loop']}"),
         ("Pearson / Spearman", f"{_f(st['pearson'], 5)} / {_f(st['spearman'], 5)} (min {tol['min_spearman']:g})"),
         ("Kendall tau per group: mean / min", f"{_f(st['kendall_tau_mean'], 4)} / {_f(st['kendall_tau_min'], 4)}"),
         ("top-1 agreement (ties / strict)", f"{_pct(st['top1_agreement'])} / {_pct(st['top1_agreement_strict'])}"),
-        ("groups flipping rank (resolved / strict)", f"{st['rank_flip_groups']} / {st['rank_flip_groups_strict']} (max {tol['max_rank_flips']})"),
+        (
+            "groups flipping rank (resolved / strict)",
+            f"{st['rank_flip_groups']} / {st['rank_flip_groups_strict']} (max {tol['max_rank_flips']})",
+        ),
         ("constant groups", str(st["constant_groups"])),
         ("GRPO adv: max / mean abs diff", f"{_f(st['adv_max_abs_diff'])} / {_f(st['adv_mean_abs_diff'])}"),
         ("GRPO adv sign agreement", _pct(st["adv_sign_agreement"])),
@@ -86,11 +109,15 @@ def summary_table(cell):
     ]
     inv = s.get("invariance")
     if inv:
-        rows.append((
-            "invariance: batch 1 / 8 / max, right / left pad",
-            (f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
-             f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})"),
-        ))
+        rows.append(
+            (
+                "invariance: batch 1 / 8 / max, right / left pad",
+                (
+                    f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
+                    f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})"
+                ),
+            )
+        )
     for name, value in rows:
         table.add_row(name, value)
     for reason in cell.reasons:
@@ -108,8 +135,13 @@ def matrix_table(cells):
     for c in cells:
         st = c.summary["stats"]
         table.add_row(
-            c.legacy_dtype, c.loop_dtype, "[green]pass[/green]" if c.passed else "[red]fail[/red]",
-            _f(st["abs_diff_max"]), _f(st["abs_diff_p99"]), _f(st["spearman"], 5), str(st["rank_flip_groups"]),
+            c.legacy_dtype,
+            c.loop_dtype,
+            "[green]pass[/green]" if c.passed else "[red]fail[/red]",
+            _f(st["abs_diff_max"]),
+            _f(st["abs_diff_p99"]),
+            _f(st["spearman"], 5),
+            str(st["rank_flip_groups"]),
             _f(st["adv_max_abs_diff"]),
         )
     return table

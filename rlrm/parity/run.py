@@ -53,7 +53,9 @@ def load_rm_tokenizer(path: str, template: str | None = None):
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load the tokenizer of the reward model {path!r}: {str(exc).strip().splitlines()[0]}") from None
+        raise ModelError(
+            f"cannot load the tokenizer of the reward model {path!r}: {str(exc).strip().splitlines()[0]}"
+        ) from None
     if template is not None:
         tok.chat_template = template
     if not tok.chat_template:
@@ -66,7 +68,9 @@ def load_rm_tokenizer(path: str, template: str | None = None):
     return tok
 
 
-def run_parity(cfg: ParityConfig, samples: list[ParitySample], log: Callable[[str], None] = lambda _: None) -> list[Cell]:
+def run_parity(
+    cfg: ParityConfig, samples: list[ParitySample], log: Callable[[str], None] = lambda _: None
+) -> list[Cell]:
     """Score `samples` both ways in every requested dtype and compare every (legacy, loop) pair."""
     tokenizer = load_rm_tokenizer(cfg.model, cfg.template)
     encoded = encode_samples(tokenizer, samples, cfg.max_length, cfg.truncation)
@@ -83,9 +87,16 @@ def run_parity(cfg: ParityConfig, samples: list[ParitySample], log: Callable[[st
 
 def _score_legacy(cfg: ParityConfig, dtype: str, encoded: Encoded, pad_token_id: int) -> PathScores:
     legacy_cfg = LegacyConfig(
-        model_path=cfg.model, dtype=dtype, world_size=cfg.world_size, micro_batch_size=cfg.micro_batch_size,
-        max_tokens_per_batch=cfg.max_tokens_per_batch, rmpad=cfg.rmpad, device=cfg.device, pad_token_id=pad_token_id,
-        threads=cfg.threads, score_offset=cfg.score_offset,
+        model_path=cfg.model,
+        dtype=dtype,
+        world_size=cfg.world_size,
+        micro_batch_size=cfg.micro_batch_size,
+        max_tokens_per_batch=cfg.max_tokens_per_batch,
+        rmpad=cfg.rmpad,
+        device=cfg.device,
+        pad_token_id=pad_token_id,
+        threads=cfg.threads,
+        score_offset=cfg.score_offset,
     )
     with LegacyWorkerGroup(legacy_cfg) as group:
         warm = min(len(encoded.ids), cfg.world_size * cfg.micro_batch_size)
@@ -97,11 +108,21 @@ def _score_legacy(cfg: ParityConfig, dtype: str, encoded: Encoded, pad_token_id:
 
 def _score_loop(cfg: ParityConfig, dtype: str, samples: list[ParitySample], tokenizer) -> PathScores:
     reward_cfg = loop_reward_config(cfg.reward, cfg.model, dtype, cfg.max_length, cfg.addresses)
-    out = score_with_loop(samples, reward_cfg, tokenizer if cfg.template is not None else None, invariance=cfg.invariance)
+    out = score_with_loop(
+        samples, reward_cfg, tokenizer if cfg.template is not None else None, invariance=cfg.invariance
+    )
     return PathScores(out.scores.astype(np.float64), out.seconds, out.truncated, out.errors, out.invariance)
 
 
-def _cell(cfg: ParityConfig, samples, encoded: Encoded, legacy_dtype: str, legacy: PathScores, loop_dtype: str, loop: PathScores) -> Cell:
+def _cell(
+    cfg: ParityConfig,
+    samples,
+    encoded: Encoded,
+    legacy_dtype: str,
+    legacy: PathScores,
+    loop_dtype: str,
+    loop: PathScores,
+) -> Cell:
     tol = cfg.tolerances()
     cmp = compare(legacy.scores, loop.scores, [s.group_id for s in samples], tol, cfg.adv_eps, cfg.norm_adv_by_std)
     passed, reasons = verdict(cmp.summary, tol)
@@ -129,20 +150,31 @@ def _cell(cfg: ParityConfig, samples, encoded: Encoded, legacy_dtype: str, legac
         "truncation_differs": int(sum(encoded.truncated)) if cfg.truncation != "keep-end" else 0,
         "longest_conversation": max(encoded.full_lengths),
         "legacy": {
-            "dtype": legacy_dtype, "world_size": cfg.world_size, "micro_batch_size": cfg.micro_batch_size,
-            "max_tokens_per_batch": cfg.max_tokens_per_batch, "rmpad": cfg.rmpad, "device": cfg.device,
-            "seconds": legacy.seconds, "samples_per_s": n / legacy.seconds if legacy.seconds > 0 else math.inf,
+            "dtype": legacy_dtype,
+            "world_size": cfg.world_size,
+            "micro_batch_size": cfg.micro_batch_size,
+            "max_tokens_per_batch": cfg.max_tokens_per_batch,
+            "rmpad": cfg.rmpad,
+            "device": cfg.device,
+            "seconds": legacy.seconds,
+            "samples_per_s": n / legacy.seconds if legacy.seconds > 0 else math.inf,
         },
         "loop": {
-            "dtype": loop_dtype, "replicas": cfg.reward.server.replicas, "addresses": cfg.addresses,
-            "seconds": loop.seconds, "samples_per_s": n / loop.seconds if loop.seconds > 0 else math.inf,
+            "dtype": loop_dtype,
+            "replicas": cfg.reward.server.replicas,
+            "addresses": cfg.addresses,
+            "seconds": loop.seconds,
+            "samples_per_s": n / loop.seconds if loop.seconds > 0 else math.inf,
             "failures": len(loop.errors),
         },
         "tolerances": tol.as_dict(),
         "stats": {k: v for k, v in cmp.summary.items() if k not in ("samples", "groups")},
         "nonfinite": {
             "legacy": [samples[i].sample_id for i in np.flatnonzero(~np.isfinite(legacy.scores))],
-            "loop": [{"sample_id": samples[i].sample_id, "error": loop.errors.get(i)} for i in np.flatnonzero(~np.isfinite(loop.scores))],
+            "loop": [
+                {"sample_id": samples[i].sample_id, "error": loop.errors.get(i)}
+                for i in np.flatnonzero(~np.isfinite(loop.scores))
+            ],
         },
         "worst": _worst(samples, legacy.scores, loop.scores, cmp.abs_diff),
         "invariance": loop.invariance,
@@ -158,7 +190,12 @@ def _worst(samples, legacy: np.ndarray, loop: np.ndarray, abs_diff: np.ndarray, 
     key = np.where(np.isnan(abs_diff), np.inf, abs_diff)
     order = np.argsort(-key, kind="stable")[:k]
     return [
-        {"sample_id": samples[i].sample_id, "group_id": samples[i].group_id, "legacy": float(legacy[i]),
-         "loop": float(loop[i]), "abs_diff": float(abs_diff[i])}
+        {
+            "sample_id": samples[i].sample_id,
+            "group_id": samples[i].group_id,
+            "legacy": float(legacy[i]),
+            "loop": float(loop[i]),
+            "abs_diff": float(abs_diff[i]),
+        }
         for i in order
     ]

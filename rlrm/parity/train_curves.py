@@ -21,7 +21,14 @@ LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def train_parity(
-    profile, model_path: str, steps: int, legacy_dtype: str, loop_dtype: str, world_size: int, max_length: int, out: Path
+    profile,
+    model_path: str,
+    steps: int,
+    legacy_dtype: str,
+    loop_dtype: str,
+    world_size: int,
+    max_length: int,
+    out: Path,
 ) -> dict:
     """Run both trainings into `out/legacy` and `out/loop`; return the curve comparison."""
     base = profile.model_dump(mode="json")

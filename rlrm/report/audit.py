@@ -136,15 +136,25 @@ def check_divergence(series: dict, settings: AuditSettings = AuditSettings()) ->
             tried = True
             if reward.t >= settings.t_min and truth.change <= -settings.min_drop and truth.t <= -settings.t_min:
                 seen = in_window(series[key], low, high)[1]
-                return Finding(name, "flagged", (
-                    f"steps {low:g}-{high:g}: {REWARD} rising (slope {reward.slope:+.3g}/step, t {_t(reward.t)}) while "
-                    f"{key} went {seen[0]:.3g} -> {seen[-1]:.3g} (fitted change {truth.change:+.3g}, t {_t(truth.t)}, "
-                    f"{truth.points} points)"
-                ))
+                return Finding(
+                    name,
+                    "flagged",
+                    (
+                        f"steps {low:g}-{high:g}: {REWARD} rising (slope {reward.slope:+.3g}/step, t {_t(reward.t)}) while "
+                        f"{key} went {seen[0]:.3g} -> {seen[-1]:.3g} (fitted change {truth.change:+.3g}, t {_t(truth.t)}, "
+                        f"{truth.points} points)"
+                    ),
+                )
     if not tried:
-        return Finding(name, "n/a", f"fewer than {MIN_POINTS} points of the reward and of {' or '.join(truths)} in any window")
-    return Finding(name, "ok", f"no window of {settings.window} steps where {REWARD} rose (t >= {settings.t_min:g}) while "
-                                 f"{' or '.join(truths)} fell by >= {settings.min_drop:g} (t <= -{settings.t_min:g})")
+        return Finding(
+            name, "n/a", f"fewer than {MIN_POINTS} points of the reward and of {' or '.join(truths)} in any window"
+        )
+    return Finding(
+        name,
+        "ok",
+        f"no window of {settings.window} steps where {REWARD} rose (t >= {settings.t_min:g}) while "
+        f"{' or '.join(truths)} fell by >= {settings.min_drop:g} (t <= -{settings.t_min:g})",
+    )
 
 
 def check_length_drift(series: dict, settings: AuditSettings = AuditSettings()) -> Finding:
@@ -159,13 +169,17 @@ def check_length_drift(series: dict, settings: AuditSettings = AuditSettings()) 
             continue
         relative = trend.change / trend.start
         seen = in_window(series[LENGTH], low, high)[1]
-        last = (f"steps {low:g}-{high:g}: {LENGTH} went {seen[0]:.3g} -> {seen[-1]:.3g} (fitted change {relative:+.0%} "
-                f"of {trend.start:.3g}, t {_t(trend.t)})")
+        last = (
+            f"steps {low:g}-{high:g}: {LENGTH} went {seen[0]:.3g} -> {seen[-1]:.3g} (fitted change {relative:+.0%} "
+            f"of {trend.start:.3g}, t {_t(trend.t)})"
+        )
         if abs(relative) >= settings.length_drift and abs(trend.t) >= settings.t_min:
             return Finding(name, "flagged", last)
     if last is None:
         return Finding(name, "n/a", f"fewer than {MIN_POINTS} points of {LENGTH}")
-    return Finding(name, "ok", f"no window moved it by >= {settings.length_drift:.0%} (t >= {settings.t_min:g}); last {last}")
+    return Finding(
+        name, "ok", f"no window moved it by >= {settings.length_drift:.0%} (t >= {settings.t_min:g}); last {last}"
+    )
 
 
 def check_concentration(series: dict, settings: AuditSettings = AuditSettings()) -> Finding:
@@ -181,7 +195,9 @@ def check_concentration(series: dict, settings: AuditSettings = AuditSettings())
         median = _median(values)
         last = f"steps {low:g}-{high:g}: median {CONCENTRATION} {median:.3g}"
         if median > settings.concentration:
-            return Finding(name, "flagged", f"{last} (over {settings.concentration:g}; a binary reward gives at most 0.2)")
+            return Finding(
+                name, "flagged", f"{last} (over {settings.concentration:g}; a binary reward gives at most 0.2)"
+            )
     if last is None:
         return Finding(name, "n/a", f"no value of {CONCENTRATION}")
     return Finding(name, "ok", f"no window with a median over {settings.concentration:g}; last {last}")
@@ -189,7 +205,11 @@ def check_concentration(series: dict, settings: AuditSettings = AuditSettings())
 
 def audit_run(series: dict, settings: AuditSettings = AuditSettings()) -> list[Finding]:
     """Every check on one run's series: {metric: (steps, values)}."""
-    return [check_divergence(series, settings), check_length_drift(series, settings), check_concentration(series, settings)]
+    return [
+        check_divergence(series, settings),
+        check_length_drift(series, settings),
+        check_concentration(series, settings),
+    ]
 
 
 def run_series(metrics) -> dict:

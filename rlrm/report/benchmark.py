@@ -15,10 +15,32 @@ from rlrm.report.timeline import events_frame, read_trace
 
 MODE_ORDER = MODES
 IDLE_COLUMNS = {"idle_trainer": "trainer", "idle_rollout": "rollout", "idle_reward_wait": "reward wait"}
-PHASE_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing", "save_checkpoint")
-TABLE_COLUMNS = ("tokens_per_s", "samples_per_s", "speedup_vs_sync", "hiding_efficiency", "idle_trainer",
-                 "idle_rollout", "idle_reward_wait", "step_time_p50", "step_time_p90", "staleness_mean",
-                 "staleness_max", "final_reward", "val_accuracy")
+PHASE_ORDER = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "adv",
+    "update_actor",
+    "update_weights",
+    "testing",
+    "save_checkpoint",
+)
+TABLE_COLUMNS = (
+    "tokens_per_s",
+    "samples_per_s",
+    "speedup_vs_sync",
+    "hiding_efficiency",
+    "idle_trainer",
+    "idle_rollout",
+    "idle_reward_wait",
+    "step_time_p50",
+    "step_time_p90",
+    "staleness_mean",
+    "staleness_max",
+    "final_reward",
+    "val_accuracy",
+)
 
 
 def split_baseline(results):
@@ -50,6 +72,7 @@ def is_sweep(rows) -> bool:
 
 def ordered(labels) -> list[str]:
     """Known modes first in their natural order (sync -> fully-async), then the rest sorted."""
+
     def key(label: str):
         mode = label.split(" @ ")[0]
         return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), label)
@@ -131,8 +154,15 @@ def idle_figure(bench):
     for i, col in enumerate(present):
         mean = table[col].to_numpy()
         err = np.vstack([mean - table[f"{col}_min"].to_numpy(), table[f"{col}_max"].to_numpy() - mean])
-        ax.bar(pos + (i - (len(present) - 1) / 2) * width, mean, width, yerr=err, capsize=2,
-               color=color(i), label=IDLE_COLUMNS[col])
+        ax.bar(
+            pos + (i - (len(present) - 1) / 2) * width,
+            mean,
+            width,
+            yerr=err,
+            capsize=2,
+            color=color(i),
+            label=IDLE_COLUMNS[col],
+        )
     ax.set_xticks(pos, list(table.index))
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of wall time idle")
@@ -223,8 +253,10 @@ def injected_latencies(bench, notes: list[str]) -> dict[str, object]:
                 from_metrics.setdefault(label, []).append(values)
     source = from_trace or from_metrics
     if source is from_metrics and from_metrics:
-        notes.append(f"{bench.name}: no per-sample injected latencies in the traces; "
-                     "the latency figure uses per-step means (reward/injected_latency_mean)")
+        notes.append(
+            f"{bench.name}: no per-sample injected latencies in the traces; "
+            "the latency figure uses per-step means (reward/injected_latency_mean)"
+        )
     merged = {label: np.concatenate(parts) for label, parts in source.items()}
     return {label: merged[label] for label in ordered(merged) if len(merged[label])}
 
@@ -305,6 +337,13 @@ def _bars(ax, table, col: str) -> None:
     mean = table[col].to_numpy()
     err = np.vstack([mean - table[f"{col}_min"].to_numpy(), table[f"{col}_max"].to_numpy() - mean])
     labels = list(table.index)
-    ax.bar(range(len(labels)), mean, 0.6, yerr=err, capsize=3, color=[color(i) for i in range(len(labels))],
-           label="mean over repeats (min-max)")
+    ax.bar(
+        range(len(labels)),
+        mean,
+        0.6,
+        yerr=err,
+        capsize=3,
+        color=[color(i) for i in range(len(labels))],
+        label="mean over repeats (min-max)",
+    )
     ax.set_xticks(range(len(labels)), labels)

@@ -13,8 +13,18 @@ import re
 from pathlib import Path
 
 FORMATS = ("png", "svg", "pdf")
-PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-           "tab:gray", "tab:olive", "tab:cyan")
+PALETTE = (
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:gray",
+    "tab:olive",
+    "tab:cyan",
+)
 _RC = {"svg.fonttype": "none", "axes.grid": True, "axes.axisbelow": True, "grid.alpha": 0.3, "path.simplify": True}
 
 
@@ -51,7 +61,7 @@ def embeddable(fig, saved: Path, alt: str) -> str:
     saved = Path(saved)
     if saved.suffix == ".svg":
         svg = saved.read_text(encoding="utf-8")
-        svg = svg[svg.index("<svg"):]  # drop the XML declaration and DOCTYPE
+        svg = svg[svg.index("<svg") :]  # drop the XML declaration and DOCTYPE
         return re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.DOTALL)
     if saved.suffix == ".png":
         png = saved.read_bytes()

@@ -53,5 +53,7 @@ def _block(block) -> str:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
     if isinstance(block, FigureRef):
         body = block.embed or f"<p>(figure {html.escape(block.file)} not embedded)</p>"
-        return f'<figure id="{html.escape(block.name)}">{body}<figcaption>{html.escape(block.file)}</figcaption></figure>'
+        return (
+            f'<figure id="{html.escape(block.name)}">{body}<figcaption>{html.escape(block.file)}</figcaption></figure>'
+        )
     return f"<p>{html.escape(block)}</p>"

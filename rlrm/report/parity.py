@@ -97,10 +97,29 @@ def rank_flip_figure(flips):
     return fig
 
 
-SUMMARY_ORDER = ("verdict", "reasons", "legacy_dtype", "loop_dtype", "samples", "groups", "max_abs_diff", "abs_diff_max",
-                 "mean_abs_diff", "abs_diff_mean", "p99_abs_diff", "abs_diff_p99", "pearson", "spearman",
-                 "kendall_tau_mean", "top1_agreement", "rank_flips", "rank_flip_groups", "rank_flip_groups_strict",
-                 "adv_max_abs_diff", "adv_sign_agreement")
+SUMMARY_ORDER = (
+    "verdict",
+    "reasons",
+    "legacy_dtype",
+    "loop_dtype",
+    "samples",
+    "groups",
+    "max_abs_diff",
+    "abs_diff_max",
+    "mean_abs_diff",
+    "abs_diff_mean",
+    "p99_abs_diff",
+    "abs_diff_p99",
+    "pearson",
+    "spearman",
+    "kendall_tau_mean",
+    "top1_agreement",
+    "rank_flips",
+    "rank_flip_groups",
+    "rank_flip_groups_strict",
+    "adv_max_abs_diff",
+    "adv_sign_agreement",
+)
 
 
 def summary_stats(summary: dict) -> list[tuple[str, object]]:
@@ -149,9 +168,17 @@ def train_figure(train: dict):
         top, bottom = axes[0, col], axes[1, col]
         for frame, name, line_color in ((legacy, "legacy", LEGACY_COLOR), (loop, "reward loop", LOOP_COLOR)):
             part = frame[["step", key]].dropna()
-            top.plot(part["step"], part[key], color=line_color, label=name, marker="o" if len(part) <= 30 else None,
-                     markersize=3)
-        both = pd.merge(legacy[["step", key]].dropna(), loop[["step", key]].dropna(), on="step", suffixes=("_legacy", "_loop"))
+            top.plot(
+                part["step"],
+                part[key],
+                color=line_color,
+                label=name,
+                marker="o" if len(part) <= 30 else None,
+                markersize=3,
+            )
+        both = pd.merge(
+            legacy[["step", key]].dropna(), loop[["step", key]].dropna(), on="step", suffixes=("_legacy", "_loop")
+        )
         bottom.plot(both["step"], both[f"{key}_loop"] - both[f"{key}_legacy"], color="0.2", label="loop - legacy")
         bottom.axhline(0.0, color="0.5", linestyle=":", linewidth=1)
         top.set_title(key)

@@ -35,7 +35,9 @@ def runs_section(doc: Document, all_runs: list[RunData], options, steps, writer)
         return
     check_x_axis(usable, options.x)
     for name, key, title in _curve_keys(doc, usable, options.metrics):
-        writer.emit(section, name, functools.partial(curves.curve_figure, usable, key, options.x, options.smooth, title))
+        writer.emit(
+            section, name, functools.partial(curves.curve_figure, usable, key, options.x, options.smooth, title)
+        )
     _timeline(section, usable, steps, writer, "timeline")
 
 
@@ -64,9 +66,18 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
         section.text("No run flagged.")
     having = [run for run in usable if has_metric(run.metrics, AGREEMENT)]
     if having:
-        writer.emit(section, "curve_rule_agreement", functools.partial(
-            curves.curve_figure, having, AGREEMENT, "step", 0.0, f"Agreement of the reward with the rule: {AGREEMENT}"
-        ))
+        writer.emit(
+            section,
+            "curve_rule_agreement",
+            functools.partial(
+                curves.curve_figure,
+                having,
+                AGREEMENT,
+                "step",
+                0.0,
+                f"Agreement of the reward with the rule: {AGREEMENT}",
+            ),
+        )
 
 
 def _curve_keys(doc: Document, usable: list[RunData], globs: list[str]) -> list[tuple[str, str, str]]:
@@ -94,25 +105,52 @@ def _curve_keys(doc: Document, usable: list[RunData], globs: list[str]) -> list[
 
 
 def _run_table(all_runs: list[RunData]) -> tuple[list[str], list[list]]:
-    headers = ["run", "mode", "last step", "rows", "skipped lines", "final reward", "best val acc", "last val acc",
-               "mean tokens/s", "wall s", "idle trainer", "idle rollout", "idle reward wait"]
+    headers = [
+        "run",
+        "mode",
+        "last step",
+        "rows",
+        "skipped lines",
+        "final reward",
+        "best val acc",
+        "last val acc",
+        "mean tokens/s",
+        "wall s",
+        "idle trainer",
+        "idle rollout",
+        "idle reward wait",
+    ]
     rows = []
     for run in all_runs:
         m = run.metrics
-        rows.append([
-            run.name, run.mode or "n/a", run.last_step, len(m), run.skipped_rows,
-            _last(m, "critic/score/mean"), _agg(m, "val/accuracy", "max"), _last(m, "val/accuracy"),
-            _agg(m, "perf/throughput", "mean"), _last(m, "perf/wall_s"),
-            _agg(m, "idle/trainer", "mean"), _agg(m, "idle/rollout", "mean"), _agg(m, "idle/reward_wait", "mean"),
-        ])
+        rows.append(
+            [
+                run.name,
+                run.mode or "n/a",
+                run.last_step,
+                len(m),
+                run.skipped_rows,
+                _last(m, "critic/score/mean"),
+                _agg(m, "val/accuracy", "max"),
+                _last(m, "val/accuracy"),
+                _agg(m, "perf/throughput", "mean"),
+                _last(m, "perf/wall_s"),
+                _agg(m, "idle/trainer", "mean"),
+                _agg(m, "idle/rollout", "mean"),
+                _agg(m, "idle/reward_wait", "mean"),
+            ]
+        )
     return headers, rows
 
 
 def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) -> None:
     """Per-mode table and figures of one benchmark folder."""
     section = doc.section(f"Benchmark {data.name}")
-    facts = [f"{k} {data.summary[k]}" for k in ("profile", "latency", "latency_scale", "mean_latency_s", "steps",
-                                                 "repeats", "seed") if k in data.summary]
+    facts = [
+        f"{k} {data.summary[k]}"
+        for k in ("profile", "latency", "latency_scale", "mean_latency_s", "steps", "repeats", "seed")
+        if k in data.summary
+    ]
     if data.summary.get("simulated"):
         facts.insert(0, "simulated by rlrm bench simulate")
     if facts:
@@ -123,7 +161,9 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
         doc.notes.append(f"{data.name}: no per-mode table ({skip})")
         return
     cols = [c for c in benchmark.TABLE_COLUMNS if c in table.columns]
-    section.table(["mode", "runs", *cols], [[label, row["runs"], *(row[c] for c in cols)] for label, row in table.iterrows()])
+    section.table(
+        ["mode", "runs", *cols], [[label, row["runs"], *(row[c] for c in cols)] for label, row in table.iterrows()]
+    )
     _, base = benchmark.split_baseline(data.results)
     if not base.empty:
         section.text("Zero-latency baseline (sync, latency none), mean over its repeats:")
@@ -186,9 +226,11 @@ def parity_section(doc: Document, data: ParityData, prefix: str, writer) -> None
         doc.notes.append(f"figure {prefix}_rank_flips skipped: {skip}")
     else:
         counts = parity.flip_counts(flips)
-        section.text(f"Rank flips (strict: any discordant pair): {int(flips['flips'].sum())} of "
-                     f"{int(flips['pairs'].sum())} pairs in {len(flips)} groups; "
-                     f"top-1 agreement {flips['top1_agree'].mean():.4g}")
+        section.text(
+            f"Rank flips (strict: any discordant pair): {int(flips['flips'].sum())} of "
+            f"{int(flips['pairs'].sum())} pairs in {len(flips)} groups; "
+            f"top-1 agreement {flips['top1_agree'].mean():.4g}"
+        )
         section.table(["flips in group", "groups"], [[k, v] for k, v in counts.items()])
         writer.emit(section, f"{prefix}_rank_flips", lambda: parity.rank_flip_figure(flips))
     if data.train:

@@ -1,7 +1,7 @@
 """Pure helpers for curves: EMA smoothing, the x-axis of a run, metric globs and shared metrics.
 
-    ema([0.0, 1.0], 0.5)            # [0.0, 0.667]: debiased, as TensorBoard's smoothing slider
-    x_values(run.metrics, "samples") # cumulative batch/num_samples
+ema([0.0, 1.0], 0.5)            # [0.0, 0.667]: debiased, as TensorBoard's smoothing slider
+x_values(run.metrics, "samples") # cumulative batch/num_samples
 """
 
 from __future__ import annotations
@@ -120,11 +120,15 @@ def decimate(xs, ys, low=None, high=None, max_points: int = 2000):
     size = -(-n // buckets)  # ceil: every bucket but the last is full, the last holds >= 1 point
 
     def grid(values):  # [buckets, size], padded with NaN
-        return np.concatenate([np.asarray(values, dtype=float), np.full(size * buckets - n, np.nan)]).reshape(buckets, size)
+        return np.concatenate([np.asarray(values, dtype=float), np.full(size * buckets - n, np.nan)]).reshape(
+            buckets, size
+        )
 
     offsets = np.arange(buckets) * size
     ys_grid = grid(ys)
-    keep = np.unique(np.concatenate([np.nanargmin(ys_grid, axis=1), np.nanargmax(ys_grid, axis=1)]) + np.tile(offsets, 2))
+    keep = np.unique(
+        np.concatenate([np.nanargmin(ys_grid, axis=1), np.nanargmax(ys_grid, axis=1)]) + np.tile(offsets, 2)
+    )
     bucket = keep // size
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a bucket of NaN band values stays NaN

@@ -29,17 +29,32 @@ def run_rows(steps: int, seed: int = 0, gen_s: float = 0.4, reward_s: float = 0.
         wall += step_s
         row = {
             "step": step,
-            "critic/score/mean": score, "critic/score/min": 0.0, "critic/score/max": 1.0,
-            "response_length/mean": 14.0 + rng.normal(0, 0.5), "response_length/min": 8, "response_length/max": 20,
-            "actor/pg_loss": float(rng.normal(0, 0.01)), "actor/ppo_kl": abs(float(rng.normal(0, 1e-3))),
-            "actor/entropy": 0.3 - 0.1 * progress, "actor/grad_norm": 0.3 + abs(float(rng.normal(0, 0.05))),
-            "actor/lr": 1e-4, "batch/num_samples": 256,
-            "perf/throughput": 7000.0 + rng.normal(0, 100), "perf/samples_per_s": 256 / step_s,
-            "perf/time_per_step": step_s, "perf/wall_s": wall, "perf/total_num_tokens": 14000,
-            "idle/trainer": (gen_s + reward_s) / step_s, "idle/rollout": 1 - gen_s / step_s,
-            "idle/reward_wait": reward_s / step_s, "async/staleness_mean": 0.0, "async/staleness_max": 0,
-            "reward/injected_latency_mean": reward_s, "reward/latency_p50": reward_s,
-            **{f"timing_s/{name}": seconds for name, seconds in timing.items()}, "timing_s/step": step_s,
+            "critic/score/mean": score,
+            "critic/score/min": 0.0,
+            "critic/score/max": 1.0,
+            "response_length/mean": 14.0 + rng.normal(0, 0.5),
+            "response_length/min": 8,
+            "response_length/max": 20,
+            "actor/pg_loss": float(rng.normal(0, 0.01)),
+            "actor/ppo_kl": abs(float(rng.normal(0, 1e-3))),
+            "actor/entropy": 0.3 - 0.1 * progress,
+            "actor/grad_norm": 0.3 + abs(float(rng.normal(0, 0.05))),
+            "actor/lr": 1e-4,
+            "batch/num_samples": 256,
+            "perf/throughput": 7000.0 + rng.normal(0, 100),
+            "perf/samples_per_s": 256 / step_s,
+            "perf/time_per_step": step_s,
+            "perf/wall_s": wall,
+            "perf/total_num_tokens": 14000,
+            "idle/trainer": (gen_s + reward_s) / step_s,
+            "idle/rollout": 1 - gen_s / step_s,
+            "idle/reward_wait": reward_s / step_s,
+            "async/staleness_mean": 0.0,
+            "async/staleness_max": 0,
+            "reward/injected_latency_mean": reward_s,
+            "reward/latency_p50": reward_s,
+            **{f"timing_s/{name}": seconds for name, seconds in timing.items()},
+            "timing_s/step": step_s,
         }
         if val_every and step % val_every == 0:
             row["val/accuracy"] = 0.2 + 0.4 * progress
@@ -56,7 +71,15 @@ def trace_events(rows: list[dict], samples_per_step: int = 4, seed: int = 0) -> 
     events = []
 
     def span(lane: str, name: str, start: float, dur: float, args: dict | None = None) -> None:
-        event = {"name": name, "cat": lane, "ph": "X", "pid": 0, "tid": lanes[lane], "ts": start * 1e6, "dur": dur * 1e6}
+        event = {
+            "name": name,
+            "cat": lane,
+            "ph": "X",
+            "pid": 0,
+            "tid": lanes[lane],
+            "ts": start * 1e6,
+            "dur": dur * 1e6,
+        }
         if args:
             event["args"] = args
         events.append(event)
@@ -70,7 +93,9 @@ def trace_events(rows: list[dict], samples_per_step: int = 4, seed: int = 0) -> 
         for j in range(samples_per_step):
             span("generate", "generate", t, gen * (0.5 + 0.5 * (j + 1) / samples_per_step), {"batch": row["step"]})
             latency = float(rng.exponential(reward))
-            span("reward", "reward", t + gen, min(latency, reward), {"batch": row["step"], "injected_latency_s": latency})
+            span(
+                "reward", "reward", t + gen, min(latency, reward), {"batch": row["step"], "injected_latency_s": latency}
+            )
         span("reward_wait", "reward", t + gen, reward)
         t += gen + reward
         for name, seconds in TRAINER_PHASES:
@@ -108,11 +133,22 @@ def bench_rows(modes=("sync", "stream", "one-step-off"), repeats: int = 2) -> li
 def _bench_row(mode: str, repeat: int, latency: str, tokens_per_s: float, speedup: float) -> dict:
     slug = f"{mode}-{'base' if latency == 'none' else 'lat'}-r{repeat}"
     return {
-        "mode": mode, "repeat": repeat, "latency": latency, "run_dir": f"runs/{slug}",
-        "tokens_per_s": tokens_per_s, "samples_per_s": tokens_per_s / 50, "step_time_p50": 2.0 / speedup,
-        "step_time_p90": 2.5 / speedup, "idle_trainer": round(0.5 / speedup, 4), "idle_rollout": round(0.6 / speedup, 4),
-        "idle_reward_wait": round(0.3 / speedup, 4), "staleness_mean": 0.0, "staleness_max": 0,
-        "final_reward": 0.5, "val_accuracy": 0.4, "speedup_vs_sync": speedup,
+        "mode": mode,
+        "repeat": repeat,
+        "latency": latency,
+        "run_dir": f"runs/{slug}",
+        "tokens_per_s": tokens_per_s,
+        "samples_per_s": tokens_per_s / 50,
+        "step_time_p50": 2.0 / speedup,
+        "step_time_p90": 2.5 / speedup,
+        "idle_trainer": round(0.5 / speedup, 4),
+        "idle_rollout": round(0.6 / speedup, 4),
+        "idle_reward_wait": round(0.3 / speedup, 4),
+        "staleness_mean": 0.0,
+        "staleness_max": 0,
+        "final_reward": 0.5,
+        "val_accuracy": 0.4,
+        "speedup_vs_sync": speedup,
         "hiding_efficiency": round(1.0 - 1.0 / speedup, 4),
     }
 
@@ -130,10 +166,17 @@ def write_bench(path: Path, modes=("sync", "stream", "one-step-off"), repeats: i
         write_run(path / row["run_dir"], steps=steps, mode=row["mode"], seed=i, reward_s=reward_s)
     frame = pd.DataFrame(rows[repeats:])
     summary = {
-        "profile": "tiny-rule", "latency": "exp:1.0", "latency_scale": 1.0, "mean_latency_s": 1.0, "steps": steps,
-        "repeats": repeats, "seed": 0, "baseline": rows[0],
+        "profile": "tiny-rule",
+        "latency": "exp:1.0",
+        "latency_scale": 1.0,
+        "mean_latency_s": 1.0,
+        "steps": steps,
+        "repeats": repeats,
+        "seed": 0,
+        "baseline": rows[0],
         "modes": {
-            mode: part.drop(columns=["mode", "latency", "run_dir"]).mean().to_dict() for mode, part in frame.groupby("mode")
+            mode: part.drop(columns=["mode", "latency", "run_dir"]).mean().to_dict()
+            for mode, part in frame.groupby("mode")
         },
         "missing": [],
     }
@@ -141,7 +184,9 @@ def write_bench(path: Path, modes=("sync", "stream", "one-step-off"), repeats: i
     return path
 
 
-def write_parity(path: Path, groups: int = 20, n: int = 4, train_steps: int = 0, seed: int = 0, noise: float = 0.2) -> Path:
+def write_parity(
+    path: Path, groups: int = 20, n: int = 4, train_steps: int = 0, seed: int = 0, noise: float = 0.2
+) -> Path:
     """A parity folder: scores.parquet, summary.json and optionally train/{legacy,loop} run folders."""
     import numpy as np
     import pandas as pd
@@ -152,15 +197,28 @@ def write_parity(path: Path, groups: int = 20, n: int = 4, train_steps: int = 0,
     legacy = rng.normal(0, 1, groups * n)
     loop = legacy + rng.normal(0, noise, groups * n)  # enough noise that some groups flip rankings
     group_id = np.repeat(np.arange(groups), n)
-    scores = pd.DataFrame({
-        "sample_id": np.arange(groups * n), "group_id": group_id, "legacy_score": legacy, "loop_score": loop,
-        "abs_diff": np.abs(loop - legacy), "rel_diff": np.abs(loop - legacy) / (np.abs(legacy) + 1e-6),
-        "legacy_adv": legacy, "loop_adv": loop, "truncated": False,
-    })
+    scores = pd.DataFrame(
+        {
+            "sample_id": np.arange(groups * n),
+            "group_id": group_id,
+            "legacy_score": legacy,
+            "loop_score": loop,
+            "abs_diff": np.abs(loop - legacy),
+            "rel_diff": np.abs(loop - legacy) / (np.abs(legacy) + 1e-6),
+            "legacy_adv": legacy,
+            "loop_adv": loop,
+            "truncated": False,
+        }
+    )
     scores.to_parquet(path / "scores.parquet")
-    summary = {"max_abs_diff": float(scores["abs_diff"].max()), "mean_abs_diff": float(scores["abs_diff"].mean()),
-               "pearson": float(np.corrcoef(legacy, loop)[0, 1]), "verdict": "pass",
-               "legacy_dtype": "bfloat16", "loop_dtype": "float32"}
+    summary = {
+        "max_abs_diff": float(scores["abs_diff"].max()),
+        "mean_abs_diff": float(scores["abs_diff"].mean()),
+        "pearson": float(np.corrcoef(legacy, loop)[0, 1]),
+        "verdict": "pass",
+        "legacy_dtype": "bfloat16",
+        "loop_dtype": "float32",
+    }
     (path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     if train_steps:
         write_run(path / "train" / "legacy", steps=train_steps, seed=seed, trace=False)

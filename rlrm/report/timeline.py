@@ -94,8 +94,16 @@ def events_frame(events: list[dict], window: tuple[float, float] | None = None, 
         if lanes is not None and lane not in lanes:
             continue
         args = ev.get("args") or {}
-        rows.append((lane, ev.get("name", ""), ts / 1e6, end / 1e6, args.get("step", args.get("batch")),
-                     args.get("injected_latency_s")))
+        rows.append(
+            (
+                lane,
+                ev.get("name", ""),
+                ts / 1e6,
+                end / 1e6,
+                args.get("step", args.get("batch")),
+                args.get("injected_latency_s"),
+            )
+        )
     frame = pd.DataFrame(rows, columns=["lane", "name", "start_s", "end_s", "step", "injected_latency_s"])
     for col in ("step", "injected_latency_s"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
@@ -140,7 +148,9 @@ def _metrics_step_spans(metrics) -> dict[int, tuple[float, float]]:
         return {}
     total = metrics["timing_s/step"] if "timing_s/step" in metrics.columns else metrics["perf/time_per_step"]
     spans = {}
-    for step, wall, per_step, whole in zip(metrics["step"], metrics["perf/wall_s"], metrics["perf/time_per_step"], total):
+    for step, wall, per_step, whole in zip(
+        metrics["step"], metrics["perf/wall_s"], metrics["perf/time_per_step"], total
+    ):
         if math.isnan(wall) or math.isnan(per_step):  # a val-only row has no step time
             continue
         start = wall - per_step

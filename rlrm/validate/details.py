@@ -45,7 +45,9 @@ def rule_detail(sample: RewardSample, cfg: RewardConfig) -> dict:
     return {
         "method": cfg.method,
         "extracted_answer": answer,
-        "rule_score": gsm8k.compute_score(sample.solution_str, sample.ground_truth, cfg.method, cfg.format_score, cfg.score),
+        "rule_score": gsm8k.compute_score(
+            sample.solution_str, sample.ground_truth, cfg.method, cfg.format_score, cfg.score
+        ),
     }
 
 
@@ -61,10 +63,21 @@ def disrm_detail(sample: RewardSample, exchange: dict | None, tokenizer, cfg: Re
         "tokens": len(sent),
         "tokens_before_truncation": len(full),
         "max_length": cfg.disrm.max_length,
-        "truncation": {"side": "left (the start is cut, the end kept)", "tokens_removed": removed,
-                       "removed_text": tokenizer.decode(full[:removed], skip_special_tokens=False)} if removed > 0 else None,
-        "score_token": {"id": sent[-1], "text": tokenizer.decode([sent[-1]], skip_special_tokens=False),
-                        "token": tokenizer.convert_ids_to_tokens(sent[-1]), "position": len(sent) - 1} if sent else None,
+        "truncation": {
+            "side": "left (the start is cut, the end kept)",
+            "tokens_removed": removed,
+            "removed_text": tokenizer.decode(full[:removed], skip_special_tokens=False),
+        }
+        if removed > 0
+        else None,
+        "score_token": {
+            "id": sent[-1],
+            "text": tokenizer.decode([sent[-1]], skip_special_tokens=False),
+            "token": tokenizer.convert_ids_to_tokens(sent[-1]),
+            "position": len(sent) - 1,
+        }
+        if sent
+        else None,
         "raw_score_float32": None if raw is None else repr(float(np.float32(raw))),
         "server_error": exchange.get("error") if exchange else None,
     }
@@ -73,10 +86,19 @@ def disrm_detail(sample: RewardSample, exchange: dict | None, tokenizer, cfg: Re
 def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
     g = cfg.genrm
     if not exchange:
-        return {"judge_messages": None, "judge_prompt_text": None, "verdict": None, "parsed_score": None,
-                "parse_error": "no request reached the judge", "finish_reason": None, "usage": None}
+        return {
+            "judge_messages": None,
+            "judge_prompt_text": None,
+            "verdict": None,
+            "parsed_score": None,
+            "parse_error": "no request reached the judge",
+            "finish_reason": None,
+            "usage": None,
+        }
     messages = exchange["request"]["messages"]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # as the server renders it
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )  # as the server renders it
     answer = exchange.get("response")
     if answer is None:
         verdict, finish, usage = None, None, None

@@ -54,8 +54,14 @@ class InspectReport:
         return [f for f in self.findings if f["severity"] == "warning"]
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "model": self.model, "notes": self.notes, "samples": self.records,
-                "lints": self.findings, "invariance": self.invariance}
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "notes": self.notes,
+            "samples": self.records,
+            "lints": self.findings,
+            "invariance": self.invariance,
+        }
 
 
 def inspect_config(reward: RewardConfig) -> RewardConfig:

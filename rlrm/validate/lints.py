@@ -43,14 +43,23 @@ def special_strings(tokenizer) -> set[str]:
 
 
 def _finding(lint: str, severity: str, samples: list[int], message: str) -> list[dict]:
-    return [{"lint": lint, "severity": severity, "samples": samples, "message": message}] if samples or severity == "info" else []
+    return (
+        [{"lint": lint, "severity": severity, "samples": samples, "message": message}]
+        if samples or severity == "info"
+        else []
+    )
 
 
 def eos_in_response(records: list[dict], ctx: LintContext) -> list[dict]:
     eos = {t.eos_token for t in (ctx.policy_tokenizer, ctx.rm_tokenizer) if t is not None and t.eos_token}
     hits = [r["index"] for r in records if any(e in r["response"] for e in eos)]
-    return _finding("eos-in-response", "warning", hits, f"the response holds the EOS text ({', '.join(sorted(eos))}); "
-                    "decode responses with skip_special_tokens=True, as the trainer does")
+    return _finding(
+        "eos-in-response",
+        "warning",
+        hits,
+        f"the response holds the EOS text ({', '.join(sorted(eos))}); "
+        "decode responses with skip_special_tokens=True, as the trainer does",
+    )
 
 
 def special_tokens_in_response(records: list[dict], ctx: LintContext) -> list[dict]:
@@ -62,8 +71,12 @@ def special_tokens_in_response(records: list[dict], ctx: LintContext) -> list[di
         if seen:
             found[r["index"]] = seen
     tokens = sorted(set().union(*found.values())) if found else []
-    return _finding("special-tokens-in-response", "warning", sorted(found),
-                    f"the response holds special tokens {', '.join(tokens)}: the reward model reads them as structure, not text")
+    return _finding(
+        "special-tokens-in-response",
+        "warning",
+        sorted(found),
+        f"the response holds special tokens {', '.join(tokens)}: the reward model reads them as structure, not text",
+    )
 
 
 def template_think_prefill(records: list[dict], ctx: LintContext) -> list[dict]:
@@ -72,12 +85,18 @@ def template_think_prefill(records: list[dict], ctx: LintContext) -> list[dict]:
         rendered = r.get("rendered_text") or r.get("judge_prompt_text")
         if rendered is None:
             continue
-        given = r["response"].count(THINK) + sum(m["content"].count(THINK) for m in (r.get("judge_messages") or r["prompt"]))
+        given = r["response"].count(THINK) + sum(
+            m["content"].count(THINK) for m in (r.get("judge_messages") or r["prompt"])
+        )
         if rendered.count(THINK) > given:
             hits.append(r["index"])
     where = "the judge prompt" if ctx.kind == "genrm" else "the DisRM's rendering of the conversation"
-    return _finding("template-think-prefill", "warning", hits,
-                    f"the reward model's chat template adds {THINK} to {where}: scores depend on a prefill the policy never wrote")
+    return _finding(
+        "template-think-prefill",
+        "warning",
+        hits,
+        f"the reward model's chat template adds {THINK} to {where}: scores depend on a prefill the policy never wrote",
+    )
 
 
 def injected_system_prompt(tokenizer, messages: list[dict]) -> str | None:
@@ -89,11 +108,11 @@ def injected_system_prompt(tokenizer, messages: list[dict]) -> str | None:
     at = with_system.find(_PROBE)
     if at <= 0:
         return None
-    header, after = with_system[:at], with_system[at + len(_PROBE):]
+    header, after = with_system[:at], with_system[at + len(_PROBE) :]
     start = plain.find(header)
     if start < 0:
         return None
-    rest = plain[start + len(header):]
+    rest = plain[start + len(header) :]
     end = rest.find(after[:8]) if after[:8] else -1
     text = rest[:end] if end > 0 else ""
     return text.strip() or None
@@ -114,8 +133,12 @@ def template_system_prompt(records: list[dict], ctx: LintContext) -> list[dict]:
             hits.append(r["index"])
             texts.add(injected)
     shown = "; ".join(repr(t[:60]) for t in sorted(texts))
-    return _finding("template-system-prompt", "warning", hits,
-                    f"the reward model's chat template adds a system prompt the policy never saw ({shown})")
+    return _finding(
+        "template-system-prompt",
+        "warning",
+        hits,
+        f"the reward model's chat template adds a system prompt the policy never saw ({shown})",
+    )
 
 
 def truncated(records: list[dict], ctx: LintContext) -> list[dict]:
@@ -124,10 +147,17 @@ def truncated(records: list[dict], ctx: LintContext) -> list[dict]:
     out = []
     if cut:
         removed = max(r["truncation"]["tokens_removed"] for r in records if r.get("truncation"))
-        out += _finding("truncated", "warning", cut, f"conversations longer than reward.disrm.max_length lost their start "
-                        f"(up to {removed} tokens); raise reward.disrm.max_length")
+        out += _finding(
+            "truncated",
+            "warning",
+            cut,
+            f"conversations longer than reward.disrm.max_length lost their start "
+            f"(up to {removed} tokens); raise reward.disrm.max_length",
+        )
     if stopped:
-        out += _finding("truncated", "warning", stopped, "the judge's verdict was cut at reward.genrm.max_tokens; raise it")
+        out += _finding(
+            "truncated", "warning", stopped, "the judge's verdict was cut at reward.genrm.max_tokens; raise it"
+        )
     return out
 
 
@@ -142,32 +172,63 @@ def tokenizer_differs(records: list[dict], ctx: LintContext) -> list[dict]:
         parts.append("chat templates differ")
     if not parts:
         return []
-    return _finding("tokenizer-differs", "info", [], f"the reward model's tokenizer is not the policy's: {', '.join(parts)}; "
-                    "the reward sees the response re-tokenized (lengths and truncation are in its tokens)")
+    return _finding(
+        "tokenizer-differs",
+        "info",
+        [],
+        f"the reward model's tokenizer is not the policy's: {', '.join(parts)}; "
+        "the reward sees the response re-tokenized (lengths and truncation are in its tokens)",
+    )
 
 
 def judge_template_missing_response(records: list[dict], ctx: LintContext) -> list[dict]:
-    hits = [r["index"] for r in records if r.get("judge_messages") is not None and r["response"].strip()
-            and not any(r["response"] in m["content"] for m in r["judge_messages"])]
-    return _finding("judge-template-missing-response", "warning", hits,
-                    "the judge prompt as sent does not hold the response: reward.genrm.template needs a {response} field "
-                    "(not an escaped {{response}})")
+    hits = [
+        r["index"]
+        for r in records
+        if r.get("judge_messages") is not None
+        and r["response"].strip()
+        and not any(r["response"] in m["content"] for m in r["judge_messages"])
+    ]
+    return _finding(
+        "judge-template-missing-response",
+        "warning",
+        hits,
+        "the judge prompt as sent does not hold the response: reward.genrm.template needs a {response} field "
+        "(not an escaped {{response}})",
+    )
 
 
 def verdict_unparsed(records: list[dict], ctx: LintContext) -> list[dict]:
     judged = [r for r in records if "parse_error" in r]
     hits = [r["index"] for r in judged if r["parse_error"]]
-    return _finding("verdict-unparsed", "warning", hits, f"{len(hits)} of the first {len(judged)} verdicts did not parse "
-                    "(each would be a failed reward in training); check reward.genrm.verdict and max_tokens")
+    return _finding(
+        "verdict-unparsed",
+        "warning",
+        hits,
+        f"{len(hits)} of the first {len(judged)} verdicts did not parse "
+        "(each would be a failed reward in training); check reward.genrm.verdict and max_tokens",
+    )
 
 
 LINTS = (
-    eos_in_response, special_tokens_in_response, template_think_prefill, template_system_prompt, truncated,
-    tokenizer_differs, judge_template_missing_response, verdict_unparsed,
+    eos_in_response,
+    special_tokens_in_response,
+    template_think_prefill,
+    template_system_prompt,
+    truncated,
+    tokenizer_differs,
+    judge_template_missing_response,
+    verdict_unparsed,
 )
 LINT_NAMES = (
-    "eos-in-response", "special-tokens-in-response", "template-think-prefill", "template-system-prompt", "truncated",
-    "tokenizer-differs", "judge-template-missing-response", "verdict-unparsed",
+    "eos-in-response",
+    "special-tokens-in-response",
+    "template-think-prefill",
+    "template-system-prompt",
+    "truncated",
+    "tokenizer-differs",
+    "judge-template-missing-response",
+    "verdict-unparsed",
 )
 
 

@@ -60,8 +60,12 @@ def read_pairs(path) -> tuple[list[Pair], list[str]]:
             if not isinstance(row[key], str):
                 raise DataError(f"{where}: {key} must be text, got {type(row[key]).__name__}")
         pair = Pair(
-            id=str(row.get("id", i)), subset=str(row.get("subset") or "all"), prompt=messages_of(row["prompt"], where),
-            chosen=row["chosen"], rejected=row["rejected"], ground_truth=str(row.get("ground_truth") or ""),
+            id=str(row.get("id", i)),
+            subset=str(row.get("subset") or "all"),
+            prompt=messages_of(row["prompt"], where),
+            chosen=row["chosen"],
+            rejected=row["rejected"],
+            ground_truth=str(row.get("ground_truth") or ""),
         )
         if pair.chosen == pair.rejected:
             identical.append(pair.id)
@@ -85,10 +89,17 @@ def score_pairs(reward: RewardConfig, pairs: list[Pair]) -> list[ScoredPair]:
     samples = []
     for i, p in enumerate(pairs):
         for j, response in enumerate((p.chosen, p.rejected)):
-            samples.append(RewardSample(
-                uid=p.id, index=2 * i + j, data_source="pairs", prompt=p.prompt, solution_str=response,
-                ground_truth=p.ground_truth, extra_info={"question": p.prompt[-1]["content"]},
-            ))
+            samples.append(
+                RewardSample(
+                    uid=p.id,
+                    index=2 * i + j,
+                    data_source="pairs",
+                    prompt=p.prompt,
+                    solution_str=response,
+                    ground_truth=p.ground_truth,
+                    extra_info={"question": p.prompt[-1]["content"]},
+                )
+            )
     results = asyncio.run(_score(eval_config(reward), samples))
     scores = [math.nan if r is None or r.extra.get("reward_failed") else float(r.score) for r in results]
     return [ScoredPair(p, scores[2 * i], scores[2 * i + 1]) for i, p in enumerate(pairs)]
@@ -124,9 +135,17 @@ def accuracy_table(scored: list[ScoredPair], seed: int = 0, resamples: int = BOO
         wins = np.array([float(s.chosen > s.rejected) for s in ok])
         ties = sum(1 for s in ok if s.chosen == s.rejected)
         low, high = bootstrap_interval(wins, rng, resamples)
-        rows.append({
-            "subset": name, "pairs": len(part), "won": int(wins.sum()), "ties": ties, "lost": len(ok) - int(wins.sum()) - ties,
-            "failed": len(part) - len(ok), "accuracy": float(wins.mean()) if len(ok) else math.nan,
-            "ci95_low": low, "ci95_high": high,
-        })
+        rows.append(
+            {
+                "subset": name,
+                "pairs": len(part),
+                "won": int(wins.sum()),
+                "ties": ties,
+                "lost": len(ok) - int(wins.sum()) - ties,
+                "failed": len(part) - len(ok),
+                "accuracy": float(wins.mean()) if len(ok) else math.nan,
+                "ci95_low": low,
+                "ci95_high": high,
+            }
+        )
     return rows

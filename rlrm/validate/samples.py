@@ -64,8 +64,12 @@ def messages_of(prompt, where: str) -> list[dict]:
     """A prompt field as chat messages: a string is one user turn."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list) and prompt and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+        )
     ):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise DataError(f"{where}: prompt must be a string or a list of {{role, content}} messages")
@@ -81,8 +85,16 @@ def read_inspect_file(path: Path) -> list[RewardSample]:
             raise DataError(f"{where}: missing field(s) {', '.join(missing)} (each row needs {', '.join(REQUIRED)})")
         if not isinstance(row["response"], str):
             raise DataError(f"{where}: response must be text, got {type(row['response']).__name__}")
-        samples.append(_sample(i, messages_of(row["prompt"], where), row["response"], row.get("ground_truth"),
-                               row.get("data_source"), row.get("group_id")))
+        samples.append(
+            _sample(
+                i,
+                messages_of(row["prompt"], where),
+                row["response"],
+                row.get("ground_truth"),
+                row.get("data_source"),
+                row.get("group_id"),
+            )
+        )
     return samples
 
 
@@ -91,12 +103,18 @@ def one_sample(prompt: str, response: str, ground_truth: str | None = None) -> R
     return _sample(0, [{"role": "user", "content": prompt}], response, ground_truth)
 
 
-def _sample(index: int, prompt: list[dict], response: str, ground_truth=None, data_source=None, group_id=None) -> RewardSample:
+def _sample(
+    index: int, prompt: list[dict], response: str, ground_truth=None, data_source=None, group_id=None
+) -> RewardSample:
     question = prompt[-1]["content"]
     return RewardSample(
-        uid=str(group_id) if group_id is not None else f"input/{index}", index=index,
-        data_source=str(data_source or "input"), prompt=prompt, solution_str=response,
-        ground_truth="" if ground_truth is None else str(ground_truth), extra_info={"question": question},
+        uid=str(group_id) if group_id is not None else f"input/{index}",
+        index=index,
+        data_source=str(data_source or "input"),
+        prompt=prompt,
+        solution_str=response,
+        ground_truth="" if ground_truth is None else str(ground_truth),
+        extra_info={"question": question},
     )
 
 
@@ -117,9 +135,12 @@ def policy_samples(profile, k: int, seed: int = 0) -> list[RewardSample]:
     path = resolve_model_path(profile.model.path)
     tokenizer = load_tokenizer(path)
     policy = load_causal_lm(path, profile.model.dtype, pick_device(profile.trainer.device))
-    prompt_ids, kept, _ = encode_prompts(examples, tokenizer, profile.data.max_prompt_length, profile.data.prompt_too_long)
-    engine = HFRolloutEngine(policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id,
-                             max_batch_size=profile.rollout.max_batch_size)
+    prompt_ids, kept, _ = encode_prompts(
+        examples, tokenizer, profile.data.max_prompt_length, profile.data.prompt_too_long
+    )
+    engine = HFRolloutEngine(
+        policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id, max_batch_size=profile.rollout.max_batch_size
+    )
 
     async def run():
         try:

@@ -29,10 +29,19 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
         rows += [
             ("rendered for the DisRM", visible(r["rendered_text"])),
             ("tokens", f"{r['tokens']} (max_length {r['max_length']})"),
-            ("truncation", f"{cut['tokens_removed']} tokens removed from the {cut['side']}: {cut['removed_text']!r}" if cut else "none"),
-            ("score token", f"{r['score_token']['text']!r} (token {r['score_token']['token']!r}, id {r['score_token']['id']}, "
-             f"position {r['score_token']['position']}: the last one)"
-             if r.get("score_token") else "-"),
+            (
+                "truncation",
+                f"{cut['tokens_removed']} tokens removed from the {cut['side']}: {cut['removed_text']!r}"
+                if cut
+                else "none",
+            ),
+            (
+                "score token",
+                f"{r['score_token']['text']!r} (token {r['score_token']['token']!r}, id {r['score_token']['id']}, "
+                f"position {r['score_token']['position']}: the last one)"
+                if r.get("score_token")
+                else "-",
+            ),
             ("raw score (float32)", r["raw_score_float32"] or "-"),
         ]
     if "judge_prompt_text" in r:
@@ -40,9 +49,17 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
         rows += [
             ("judge prompt as sent", visible(r["judge_prompt_text"])),
             ("verdict", visible(r["verdict"])),
-            ("parsed score", f"{r['parsed_score']:g}" if r["parsed_score"] is not None else f"none: {r['parse_error']}"),
-            ("finish / tokens", (f"{r['finish_reason']} / prompt {usage.get('prompt_tokens', '-')}, "
-                                 f"completion {usage.get('completion_tokens', '-')} (max_tokens {r['max_tokens']})")),
+            (
+                "parsed score",
+                f"{r['parsed_score']:g}" if r["parsed_score"] is not None else f"none: {r['parse_error']}",
+            ),
+            (
+                "finish / tokens",
+                (
+                    f"{r['finish_reason']} / prompt {usage.get('prompt_tokens', '-')}, "
+                    f"completion {usage.get('completion_tokens', '-')} (max_tokens {r['max_tokens']})"
+                ),
+            ),
         ]
     if "extracted_answer" in r:
         rows.append(("rule: extracted answer", f"{r['extracted_answer']!r} ({r['method']}) -> {r['rule_score']:g}"))
@@ -83,12 +100,19 @@ def invariance_table(inv: dict):
     from rich.table import Table
 
     verdict = "[green]PASS[/green]" if inv["passed"] else "[red]FAIL[/red]"
-    table = Table(title=f"score invariance ({inv['samples']} samples, {inv['dtype']}, tolerance {inv['tolerance']:.3g}): {verdict}")
+    table = Table(
+        title=f"score invariance ({inv['samples']} samples, {inv['dtype']}, tolerance {inv['tolerance']:.3g}): {verdict}"
+    )
     for name in ("against one at a time", "max abs diff", "p99 abs diff", "rank flips", "within tolerance"):
         table.add_column(name, justify="left" if name.startswith("against") else "right")
     for c in inv["comparisons"]:
-        table.add_row(c["name"], f"{c['max_abs_diff']:.3g}", f"{c['p99_abs_diff']:.3g}", str(c["rank_flips"]),
-                      "yes" if c["passed"] else "[red]no[/red]")
+        table.add_row(
+            c["name"],
+            f"{c['max_abs_diff']:.3g}",
+            f"{c['p99_abs_diff']:.3g}",
+            str(c["rank_flips"]),
+            "yes" if c["passed"] else "[red]no[/red]",
+        )
     return table
 
 

@@ -13,19 +13,35 @@ from rlrm.bench.simulate.spec import load_spec
 from rlrm.errors import RunFolderError
 
 TRUE = {
-    "rollout.batch_overhead_s": 0.05, "rollout.iteration_s": 0.01, "rollout.iteration_s_per_seq": 0.002,
-    "rollout.prefill_s_per_token": 0.0005, "rollout.submit_s": 0.02, "rollout.return_s": 0.003,
-    "rollout.first_batch_extra_s": 0.4, "reward.base_s": 0.01,
-    "trainer.old_log_prob_s": 0.03, "trainer.old_log_prob_s_per_token": 0.0002,
-    "trainer.minibatch_s": 0.05, "trainer.minibatch_s_per_token": 0.001,
-    "trainer.weight_sync_s": 0.006, "trainer.step_overhead_s": 0.002, "trainer.first_step_extra_s": 0.7,
-}  # fmt: skip
+    "rollout.batch_overhead_s": 0.05,
+    "rollout.iteration_s": 0.01,
+    "rollout.iteration_s_per_seq": 0.002,
+    "rollout.prefill_s_per_token": 0.0005,
+    "rollout.submit_s": 0.02,
+    "rollout.return_s": 0.003,
+    "rollout.first_batch_extra_s": 0.4,
+    "reward.base_s": 0.01,
+    "trainer.old_log_prob_s": 0.03,
+    "trainer.old_log_prob_s_per_token": 0.0002,
+    "trainer.minibatch_s": 0.05,
+    "trainer.minibatch_s_per_token": 0.001,
+    "trainer.weight_sync_s": 0.006,
+    "trainer.step_overhead_s": 0.002,
+    "trainer.first_step_extra_s": 0.7,
+}
 WORKLOAD = [
-    "modes=[sync]", "workload.steps=16", "workload.prompts_per_step=4", "workload.samples_per_prompt=2",
-    "workload.mini_batch_prompts=4", "workload.prompt_tokens=uniform:10:50", "workload.response_tokens=uniform:5:60",
-    "workload.max_response_tokens=100", "rollout.batching=static", "rollout.batch_wait_s=0.002",
+    "modes=[sync]",
+    "workload.steps=16",
+    "workload.prompts_per_step=4",
+    "workload.samples_per_prompt=2",
+    "workload.mini_batch_prompts=4",
+    "workload.prompt_tokens=uniform:10:50",
+    "workload.response_tokens=uniform:5:60",
+    "workload.max_response_tokens=100",
+    "rollout.batching=static",
+    "rollout.batch_wait_s=0.002",
     "output.trace_detail_steps=16",
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +66,19 @@ def test_calibration_recovers_known_costs(synthetic_run):
 def test_calibrated_spec_replays_the_run(synthetic_run):
     # simulating the fitted spec gives back the measured step times (same seed, same draws)
     cal = calibrate([synthetic_run])
-    spec = load_spec(overrides=["modes=[sync]", "output.trace_detail_steps=0", "workload.response_tokens=uniform:5:60",
-                                "workload.prompt_tokens=uniform:10:50"], base=cal.spec_values)  # fmt: skip
+    spec = load_spec(
+        overrides=[
+            "modes=[sync]",
+            "output.trace_detail_steps=0",
+            "workload.response_tokens=uniform:5:60",
+            "workload.prompt_tokens=uniform:10:50",
+        ],
+        base=cal.spec_values,
+    )
     replay = run_simulation(spec, None, write=False)
-    measured = [json.loads(line)["perf/time_per_step"] for line in (synthetic_run / "metrics.jsonl").read_text().splitlines()]
+    measured = [
+        json.loads(line)["perf/time_per_step"] for line in (synthetic_run / "metrics.jsonl").read_text().splitlines()
+    ]
     simulated = replay.rows[0]["steps"] / replay.rows[0]["steps_per_hour"] * 3600
     assert simulated == pytest.approx(sum(measured), rel=0.01)
 
@@ -95,13 +120,21 @@ def test_missing_or_short_traces_say_what_is_needed(synthetic_run, tmp_path):
 def test_colocated_slowdown_is_fitted_from_the_cores_each_phase_keeps_busy(synthetic_run, tmp_path):
     import shutil
 
-    assert {k: v for k, v, _ in calibrate([synthetic_run]).params}["rollout.colocated_slowdown"] == 2.0  # no cpu_s: assumed
+    assert {k: v for k, v, _ in calibrate([synthetic_run]).params}[
+        "rollout.colocated_slowdown"
+    ] == 2.0  # no cpu_s: assumed
     run = tmp_path / "run"
     shutil.copytree(synthetic_run, run)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for row in rows:  # generation kept 1.4 cores busy, the update 1.7, on 2 cores
-        row.update({"timing_s/gen": 1.0, "cpu_s/gen": 1.4, "cpu_s/update_actor": 1.7 * row.get("timing_s/update_actor", 0.0),
-                    "perf/cpu_cores": 2})  # fmt: skip
+        row.update(
+            {
+                "timing_s/gen": 1.0,
+                "cpu_s/gen": 1.4,
+                "cpu_s/update_actor": 1.7 * row.get("timing_s/update_actor", 0.0),
+                "perf/cpu_cores": 2,
+            }
+        )
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     fitted = {k: (v, note) for k, v, note in calibrate([run]).params}
     value, note = fitted["rollout.colocated_slowdown"]

@@ -15,13 +15,24 @@ from rlrm.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [
-    "workload.steps=6", "workload.prompts_per_step=4", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=2",
-    "workload.prompt_tokens=uniform:20:60", "workload.response_tokens=uniform:5:30", "workload.max_response_tokens=40",
-    "rollout.batching=static", "rollout.iteration_s=0.01", "rollout.iteration_s_per_seq=0.001",
-    "rollout.prefill_s_per_token=0.0002", "trainer.old_log_prob_s_per_token=0.0005", "trainer.minibatch_s=0.05",
-    "trainer.minibatch_s_per_token=0.002", "reward.latency=uniform:0.1:1", "output.trace_detail_steps=6",
+    "workload.steps=6",
+    "workload.prompts_per_step=4",
+    "workload.samples_per_prompt=4",
+    "workload.mini_batch_prompts=2",
+    "workload.prompt_tokens=uniform:20:60",
+    "workload.response_tokens=uniform:5:30",
+    "workload.max_response_tokens=40",
+    "rollout.batching=static",
+    "rollout.iteration_s=0.01",
+    "rollout.iteration_s_per_seq=0.001",
+    "rollout.prefill_s_per_token=0.0002",
+    "trainer.old_log_prob_s_per_token=0.0005",
+    "trainer.minibatch_s=0.05",
+    "trainer.minibatch_s_per_token=0.002",
+    "reward.latency=uniform:0.1:1",
+    "output.trace_detail_steps=6",
     "rollout.colocated_slowdown=2",  # as calibration takes rlrm's hf engine to be
-]  # fmt: skip
+]
 
 
 def _sets(items):
@@ -38,8 +49,10 @@ def simulated_bench(tmp_path_factory) -> Path:
 
 def test_spec_run_writes_the_benchmark_layout(tmp_path):
     out = tmp_path / "sim"
-    result = CliRunner().invoke(app, ["bench", "simulate", "--spec", str(REPO / "examples" / "cluster-gpu.yaml"),
-                                      "--steps", "3", "--out", str(out)])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        ["bench", "simulate", "--spec", str(REPO / "examples" / "cluster-gpu.yaml"), "--steps", "3", "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out / "results.csv")
     assert list(frame["mode"]) == ["sync", *MODES]  # the zero-latency baseline first
@@ -53,8 +66,20 @@ def test_spec_run_writes_the_benchmark_layout(tmp_path):
 
 def test_sweep_writes_one_row_per_point_and_mode(tmp_path):
     out = tmp_path / "sweep"
-    args = ["bench", "simulate", "--spec", str(REPO / "examples" / "cluster-gpu.yaml"), "--steps", "3", "--modes",
-            "sync,fully-async", "--sweep", "reward.latency_scale=0,1,2", "--out", str(out)]  # fmt: skip
+    args = [
+        "bench",
+        "simulate",
+        "--spec",
+        str(REPO / "examples" / "cluster-gpu.yaml"),
+        "--steps",
+        "3",
+        "--modes",
+        "sync,fully-async",
+        "--sweep",
+        "reward.latency_scale=0,1,2",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out / "results.csv")
@@ -101,8 +126,14 @@ def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
 def test_bad_input_is_one_line(tmp_path, args, message):
     bad = tmp_path / "bad.yaml"
     bad.write_text("trainer:\n  rank: 4\n")
-    paths = {"spec": str(REPO / "examples" / "cluster-gpu.yaml"), "bad_spec": str(bad), "nowhere": str(tmp_path / "nope")}
-    result = CliRunner().invoke(app, ["bench", "simulate", "--out", str(tmp_path / "o"), *(a.format(**paths) for a in args)])
+    paths = {
+        "spec": str(REPO / "examples" / "cluster-gpu.yaml"),
+        "bad_spec": str(bad),
+        "nowhere": str(tmp_path / "nope"),
+    }
+    result = CliRunner().invoke(
+        app, ["bench", "simulate", "--out", str(tmp_path / "o"), *(a.format(**paths) for a in args)]
+    )
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -140,7 +171,9 @@ def test_calibrate_on_a_run_and_simulate_a_bigger_fleet(simulated_bench, tmp_pat
 
 def test_dry_run_prints_a_spec_that_loads_back(simulated_bench, tmp_path):
     run = simulated_bench / "runs" / "sync-nolatency-r0"
-    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(run), "--dry-run", "--out", str(tmp_path / "x")])
+    result = CliRunner().invoke(
+        app, ["bench", "simulate", "--from", str(run), "--dry-run", "--out", str(tmp_path / "x")]
+    )
     assert result.exit_code == 0, result.output
     saved = tmp_path / "fitted.yaml"
     saved.write_text(result.output)

@@ -8,20 +8,31 @@ import pytest
 
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.engines import ContinuousEngine
-from rlrm.bench.simulate.static import StaticEngine, _Chunk, _form
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import MODES, load_spec
+from rlrm.bench.simulate.static import StaticEngine, _Chunk, _form
 
 # One prompt, two samples of 20 tokens each, per step; every cost a round number:
 # decode batch 20 iterations x 0.1 s = 2 s, reward 3 s per sample, old log-probs 0.5 s (on-policy
 # modes only), one mini-batch 1 s, weight sync 0.25 s; nothing else costs anything.
 TWO_SAMPLES = [
-    "workload.steps=3", "workload.prompts_per_step=1", "workload.samples_per_prompt=2", "workload.mini_batch_prompts=1",
-    "workload.prompt_tokens=fixed:10", "workload.response_tokens=fixed:20", "workload.max_response_tokens=64",
-    "rollout.batching=static", "rollout.iteration_s=0.1", "rollout.iteration_s_per_seq=0", "reward.latency=fixed:3",
-    "trainer.old_log_prob_s=0.5", "trainer.old_log_prob_s_per_token=0", "trainer.minibatch_s=1",
-    "trainer.minibatch_s_per_token=0", "trainer.weight_sync_s=0.25",
-]  # fmt: skip
+    "workload.steps=3",
+    "workload.prompts_per_step=1",
+    "workload.samples_per_prompt=2",
+    "workload.mini_batch_prompts=1",
+    "workload.prompt_tokens=fixed:10",
+    "workload.response_tokens=fixed:20",
+    "workload.max_response_tokens=64",
+    "rollout.batching=static",
+    "rollout.iteration_s=0.1",
+    "rollout.iteration_s_per_seq=0",
+    "reward.latency=fixed:3",
+    "trainer.old_log_prob_s=0.5",
+    "trainer.old_log_prob_s_per_token=0",
+    "trainer.minibatch_s=1",
+    "trainer.minibatch_s_per_token=0",
+    "trainer.weight_sync_s=0.25",
+]
 
 
 def _run(mode: str, overrides=()):
@@ -101,7 +112,9 @@ def test_static_batch_formation_waits_for_more_requests_up_to_the_cap():
 
 
 def _continuous(**rollout):
-    spec = load_spec(overrides=["rollout.replicas=1", "rollout.iteration_s=0.1", *(f"rollout.{k}={v}" for k, v in rollout.items())])
+    spec = load_spec(
+        overrides=["rollout.replicas=1", "rollout.iteration_s=0.1", *(f"rollout.{k}={v}" for k, v in rollout.items())]
+    )
     gen_done, version = np.full((2, 3), np.inf), np.zeros((2, 3), dtype=np.int64)
     return ContinuousEngine(spec.rollout, gen_done, version), gen_done
 
@@ -169,12 +182,22 @@ def test_retries_and_failure_policies():
 @pytest.mark.parametrize("batching", ["static", "continuous"])
 @pytest.mark.parametrize("max_staleness", [0, 1, 3])
 def test_staleness_bound_holds_under_heavy_tailed_latency(batching, max_staleness):
-    spec = load_spec(overrides=[
-        "workload.steps=40", "workload.prompts_per_step=16", "workload.samples_per_prompt=4", "workload.mini_batch_prompts=4",
-        "workload.response_tokens=uniform:5:200", "workload.max_response_tokens=200", f"workload.max_staleness={max_staleness}",
-        f"rollout.batching={batching}", "rollout.replicas=2", "rollout.max_running=32", "reward.latency=pareto:0.5:1.2",
-        "trainer.minibatch_s_per_token=0.0005",
-    ])  # fmt: skip
+    spec = load_spec(
+        overrides=[
+            "workload.steps=40",
+            "workload.prompts_per_step=16",
+            "workload.samples_per_prompt=4",
+            "workload.mini_batch_prompts=4",
+            "workload.response_tokens=uniform:5:200",
+            "workload.max_response_tokens=200",
+            f"workload.max_staleness={max_staleness}",
+            f"rollout.batching={batching}",
+            "rollout.replicas=2",
+            "rollout.max_running=32",
+            "reward.latency=pareto:0.5:1.2",
+            "trainer.minibatch_s_per_token=0.0005",
+        ]
+    )
     draws = draw_workload(spec)
     lags = {m: [r["async/staleness_max"] for r in simulate(spec, m, draws).rows] for m in MODES}
     assert all(len(v) == 40 for v in lags.values())

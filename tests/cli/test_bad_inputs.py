@@ -39,56 +39,151 @@ def _run_folder(tmp, config_text):
 
 
 def _parity(tmp, rows, model):
-    return ["parity", "disrm", "--input", str(_jsonl(tmp / "pairs.jsonl", rows)), "--model", str(model),
-            "--out", str(tmp / "parity")]  # fmt: skip
+    return [
+        "parity",
+        "disrm",
+        "--input",
+        str(_jsonl(tmp / "pairs.jsonl", rows)),
+        "--model",
+        str(model),
+        "--out",
+        str(tmp / "parity"),
+    ]
 
 
 PAIR = {"prompt": "What is 2 + 3?", "response": "#### 5", "group_id": 1}
 
 CASES = [
     # run folders and output paths
-    ("train --out is a file", lambda t, m: [*TRAIN, "--out", str(_write(t / "taken", "x"))], 1, "is a file, not a folder"),
-    ("unwritable trainer.out_dir", lambda t, m: [*TRAIN, "--set", f"trainer.out_dir={_write(t / 'f', 'x')}/runs"], 1,
-     "cannot write the run folder"),
-    ("resume with corrupt config.yaml", lambda t, m: ["train", "--resume", str(_run_folder(t, "trainer: [steps\n  a: {"))],
-     1, "config.yaml is not valid YAML (line"),
-    ("resume with config.yaml not a mapping", lambda t, m: ["train", "--resume", str(_run_folder(t, "- 1\n- 2\n"))], 1,
-     "does not hold a profile"),
+    (
+        "train --out is a file",
+        lambda t, m: [*TRAIN, "--out", str(_write(t / "taken", "x"))],
+        1,
+        "is a file, not a folder",
+    ),
+    (
+        "unwritable trainer.out_dir",
+        lambda t, m: [*TRAIN, "--set", f"trainer.out_dir={_write(t / 'f', 'x')}/runs"],
+        1,
+        "cannot write the run folder",
+    ),
+    (
+        "resume with corrupt config.yaml",
+        lambda t, m: ["train", "--resume", str(_run_folder(t, "trainer: [steps\n  a: {"))],
+        1,
+        "config.yaml is not valid YAML (line",
+    ),
+    (
+        "resume with config.yaml not a mapping",
+        lambda t, m: ["train", "--resume", str(_run_folder(t, "- 1\n- 2\n"))],
+        1,
+        "does not hold a profile",
+    ),
     ("resume a folder that is not a run", lambda t, m: ["train", "--resume", str(t)], 1, "not an rlrm run folder"),
-    ("bench --out is a file", lambda t, m: [*BENCH, "--out", str(_write(t / "taken", "x"))], 1, "is a file; give a folder"),
-    ("parity --out is a file", lambda t, m: [*_parity(t, [PAIR], m)[:-1], str(_write(t / "taken", "x"))], 2,
-     "is a file; give a folder"),
+    (
+        "bench --out is a file",
+        lambda t, m: [*BENCH, "--out", str(_write(t / "taken", "x"))],
+        1,
+        "is a file; give a folder",
+    ),
+    (
+        "parity --out is a file",
+        lambda t, m: [*_parity(t, [PAIR], m)[:-1], str(_write(t / "taken", "x"))],
+        2,
+        "is a file; give a folder",
+    ),
     # profiles and overrides
-    ("empty profile", lambda t, m: ["train", "--profile", str(_write(t / "p.yaml", "# nothing\n"))], 1,
-     "the profile is empty"),
+    (
+        "empty profile",
+        lambda t, m: ["train", "--profile", str(_write(t / "p.yaml", "# nothing\n"))],
+        1,
+        "the profile is empty",
+    ),
     ("rollout.n=1e9", lambda t, m: [*TRAIN, "--set", "rollout.n=1e9"], 1, "at most 1024 samples per prompt"),
     ("actor.lr=inf", lambda t, m: [*TRAIN, "--set", "actor.lr=inf"], 1, "actor.lr: Input should be a finite number"),
-    ("reward.timeout_s=nan", lambda t, m: [*TRAIN, "--set", "reward.timeout_s=nan"], 1, "reward.timeout_s: Input should be a finite"),
-    ("reward.max_failure_rate=2", lambda t, m: [*TRAIN, "--set", "reward.max_failure_rate=2"], 1, "reward.max_failure_rate"),
+    (
+        "reward.timeout_s=nan",
+        lambda t, m: [*TRAIN, "--set", "reward.timeout_s=nan"],
+        1,
+        "reward.timeout_s: Input should be a finite",
+    ),
+    (
+        "reward.max_failure_rate=2",
+        lambda t, m: [*TRAIN, "--set", "reward.max_failure_rate=2"],
+        1,
+        "reward.max_failure_rate",
+    ),
     ("override without =", lambda t, m: [*TRAIN, "--set", "actor.lr"], 1, "must look like section.key=value"),
     # data
-    ("data.path is one file", lambda t, m: [*GSM8K, "--set", f"data.path={_jsonl(t / 'all.jsonl', [ROW])}"], 1,
-     "both read"),
-    ("ground truth not a number", lambda t, m: [
-        *GSM8K, "--set", f"data.path={_jsonl(t / 'train.jsonl', [ROW, {'question': 'q', 'answer': '#### banana'}])}",
-        "--set", f"data.test_split={_jsonl(t / 'test.jsonl', [ROW])}"], 1,
-     "train.jsonl row 1: ground truth 'banana' is not a number"),
+    (
+        "data.path is one file",
+        lambda t, m: [*GSM8K, "--set", f"data.path={_jsonl(t / 'all.jsonl', [ROW])}"],
+        1,
+        "both read",
+    ),
+    (
+        "ground truth not a number",
+        lambda t, m: [
+            *GSM8K,
+            "--set",
+            f"data.path={_jsonl(t / 'train.jsonl', [ROW, {'question': 'q', 'answer': '#### banana'}])}",
+            "--set",
+            f"data.test_split={_jsonl(t / 'test.jsonl', [ROW])}",
+        ],
+        1,
+        "train.jsonl row 1: ground truth 'banana' is not a number",
+    ),
     # latency specs
-    ("latency with an infinite mean", lambda t, m: [*BENCH, "--latency", "pareto:1:0.5", "--out", str(t / "b")], 1,
-     "pareto:1:0.5 has an infinite mean"),
+    (
+        "latency with an infinite mean",
+        lambda t, m: [*BENCH, "--latency", "pareto:1:0.5", "--out", str(t / "b")],
+        1,
+        "pareto:1:0.5 has an infinite mean",
+    ),
     ("latency spec unknown", lambda t, m: [*BENCH, "--latency", "gamma:1:2", "--out", str(t / "b")], 1, "--latency"),
-    ("latency for a mode that cannot run", lambda t, m: [
-        *BENCH, "--latency", "fixed:1", "--out", str(t / "b"), "--set", "reward.kind=disrm",
-        "--set", "reward.server.model=/m", "--set", "reward.placement=colocated"], 1, "needs trainer.mode=sync"),
+    (
+        "latency for a mode that cannot run",
+        lambda t, m: [
+            *BENCH,
+            "--latency",
+            "fixed:1",
+            "--out",
+            str(t / "b"),
+            "--set",
+            "reward.kind=disrm",
+            "--set",
+            "reward.server.model=/m",
+            "--set",
+            "reward.placement=colocated",
+        ],
+        1,
+        "needs trainer.mode=sync",
+    ),
     # parity input rows of the wrong types
-    ("parity prompt is a number", lambda t, m: _parity(t, [PAIR, {**PAIR, "prompt": 5}], m), 2,
-     "pairs.jsonl row 2: prompt must be a string or a list of {role, content} messages, got int 5"),
-    ("parity prompt is a list of strings", lambda t, m: _parity(t, [{**PAIR, "prompt": ["hi"]}], m), 2,
-     "row 1: prompt must be a string or a list of {role, content} messages, got list ['hi']"),
-    ("parity group_id is an object", lambda t, m: _parity(t, [PAIR, PAIR, {**PAIR, "group_id": {"a": 1}}], m), 2,
-     "row 3: group_id must be a string or an integer, got dict"),
-    ("parity response is a number", lambda t, m: _parity(t, [{**PAIR, "response": 5}], m), 2,
-     "row 1: response must be text, got int"),
+    (
+        "parity prompt is a number",
+        lambda t, m: _parity(t, [PAIR, {**PAIR, "prompt": 5}], m),
+        2,
+        "pairs.jsonl row 2: prompt must be a string or a list of {role, content} messages, got int 5",
+    ),
+    (
+        "parity prompt is a list of strings",
+        lambda t, m: _parity(t, [{**PAIR, "prompt": ["hi"]}], m),
+        2,
+        "row 1: prompt must be a string or a list of {role, content} messages, got list ['hi']",
+    ),
+    (
+        "parity group_id is an object",
+        lambda t, m: _parity(t, [PAIR, PAIR, {**PAIR, "group_id": {"a": 1}}], m),
+        2,
+        "row 3: group_id must be a string or an integer, got dict",
+    ),
+    (
+        "parity response is a number",
+        lambda t, m: _parity(t, [{**PAIR, "response": 5}], m),
+        2,
+        "row 1: response must be text, got int",
+    ),
 ]
 
 

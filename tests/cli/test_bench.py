@@ -11,9 +11,14 @@ from typer.testing import CliRunner
 from rlrm.cli.main import app
 
 TINY = [
-    "data.train_batch_size=4", "actor.mini_batch_size=2", "actor.micro_batch_size=8", "rollout.n=4",
-    "rollout.max_new_tokens=12", "data.val_size=8", "trainer.num_threads=1",
-]  # fmt: skip
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=2",
+    "actor.micro_batch_size=8",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "data.val_size=8",
+    "trainer.num_threads=1",
+]
 
 
 def _args(out, modes="sync,stream,fully-async", extra=()):
@@ -57,8 +62,16 @@ def test_reward_loop_concurrency_leaves_room_for_every_sample_in_flight(tmp_path
     # = 1024 samples, 256 per worker; an explicit --set wins.
     from rlrm.bench.reward_latency import RewardLatencyBench
 
-    bench = RewardLatencyBench(profile="tiny-rule", modes=["fully-async"], latency="uniform:1:40", steps=1,
-                               repeats=1, seed=0, out=tmp_path / "b", overrides=overrides)
+    bench = RewardLatencyBench(
+        profile="tiny-rule",
+        modes=["fully-async"],
+        latency="uniform:1:40",
+        steps=1,
+        repeats=1,
+        seed=0,
+        out=tmp_path / "b",
+        overrides=overrides,
+    )
     assert bench._profile_for("fully-async", 0, 0.01).reward.max_concurrency == expected
     assert bench.summary()["reward_max_concurrency"] == expected
 

@@ -53,7 +53,9 @@ def test_bad_set_is_rejected():
 
 
 def test_dry_run_resolves_gsm8k_profile(tmp_path):
-    result = invoke("train", "--profile", "gsm8k-rule", "--dry-run", "--steps", "7", "--seed", "3", "--out", str(tmp_path / "r"))
+    result = invoke(
+        "train", "--profile", "gsm8k-rule", "--dry-run", "--steps", "7", "--seed", "3", "--out", str(tmp_path / "r")
+    )
     assert result.exit_code == 0, result.output
     body = yaml.safe_load(result.output.split("\n", 1)[1])
     assert body["trainer"]["total_steps"] == 7 and body["trainer"]["seed"] == 3
@@ -108,9 +110,27 @@ def test_models_prepare_reuses_the_cache(tiny_policy_path):
 
 def test_train_end_to_end(tmp_path, tiny_policy_path):
     run = tmp_path / "run"
-    args = ["train", "--profile", "tiny-rule", "--steps", "1", "--out", str(run), "--console", "plain",
-            "--set", "data.train_batch_size=4", "--set", "actor.mini_batch_size=4", "--set", "rollout.n=2",
-            "--set", "data.val_size=4", "--set", "trainer.num_threads=1"]
+    args = [
+        "train",
+        "--profile",
+        "tiny-rule",
+        "--steps",
+        "1",
+        "--out",
+        str(run),
+        "--console",
+        "plain",
+        "--set",
+        "data.train_batch_size=4",
+        "--set",
+        "actor.mini_batch_size=4",
+        "--set",
+        "rollout.n=2",
+        "--set",
+        "data.val_size=4",
+        "--set",
+        "trainer.num_threads=1",
+    ]
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert f"done: 1 steps in {run}" in result.output
@@ -132,8 +152,17 @@ def test_missing_model_path_leaves_no_run_folder(tmp_path):
 
 def test_missing_dataset_file_leaves_no_run_folder(tmp_path):
     run = tmp_path / "run"
-    result = invoke("train", "--profile", "gsm8k-rule", "--out", str(run), "--set", "model.path=tiny:policy",
-                    "--set", f"data.path={tmp_path}/absent.jsonl")
+    result = invoke(
+        "train",
+        "--profile",
+        "gsm8k-rule",
+        "--out",
+        str(run),
+        "--set",
+        "model.path=tiny:policy",
+        "--set",
+        f"data.path={tmp_path}/absent.jsonl",
+    )
     assert result.exit_code == 1
     assert "absent.jsonl" in result.output
     assert not run.exists()
@@ -143,7 +172,18 @@ def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
     data = tmp_path / "gsm.jsonl"
     data.write_text('{"question": "q1", "answer": "#### 1"}\n{"question": "q2"}\n')
     (tmp_path / "test.jsonl").write_text('{"question": "q1", "answer": "#### 1"}\n')
-    result = invoke("train", "--profile", "gsm8k-rule", "--out", str(tmp_path / "run"), "--set", "model.path=tiny:policy",
-                    "--set", f"data.path={data}", "--set", f"data.test_split={tmp_path / 'test.jsonl'}")
+    result = invoke(
+        "train",
+        "--profile",
+        "gsm8k-rule",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "model.path=tiny:policy",
+        "--set",
+        f"data.path={data}",
+        "--set",
+        f"data.test_split={tmp_path / 'test.jsonl'}",
+    )
     assert result.exit_code == 1
     assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output

@@ -11,14 +11,33 @@ from rlrm.launch.ports import free_port
 def test_a_dead_rollout_server_address_is_one_line_and_leaves_no_run(tmp_path, tiny_policy_path):
     dead = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, [
-        "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1", "--out", str(out),
-        "--set", "rollout.backend=server", "--set", f"rollout.server.addresses={dead}",
-        "--set", "rollout.server.start_timeout_s=1", "--set", "trainer.num_threads=1",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--profile",
+            "tiny-rule",
+            "--console",
+            "none",
+            "--steps",
+            "1",
+            "--out",
+            str(out),
+            "--set",
+            "rollout.backend=server",
+            "--set",
+            f"rollout.server.addresses={dead}",
+            "--set",
+            "rollout.server.start_timeout_s=1",
+            "--set",
+            "trainer.num_threads=1",
+        ],
+    )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: rollout.server.addresses[0] {dead} cannot serve the policy: ")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: rollout.server.addresses[0] {dead} cannot serve the policy: "
+    )
     assert lines[0].endswith("(still after 1 s: rollout.server.start_timeout_s)")
     assert not out.exists()
 

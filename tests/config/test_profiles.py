@@ -126,7 +126,9 @@ NAN_ALLOWED = {"reward.default_score"}
 
 
 def test_the_schema_walk_finds_the_float_fields():
-    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.timeout_s"} <= set(FLOAT_KEYS)
+    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.timeout_s"} <= set(
+        FLOAT_KEYS
+    )
 
 
 @pytest.mark.parametrize("key", [k for k in FLOAT_KEYS if k not in NAN_ALLOWED])
@@ -141,9 +143,13 @@ def test_non_finite_floats_are_refused_with_the_key_path(key, value):
 
 
 def test_bounds_that_catch_typos_say_why():
-    with pytest.raises(ConfigError, match=r"rollout\.n: .*at most 1024 samples per prompt: every step generates and holds"):
+    with pytest.raises(
+        ConfigError, match=r"rollout\.n: .*at most 1024 samples per prompt: every step generates and holds"
+    ):
         load_profile("tiny-rule", ["rollout.n=1e9"])
-    with pytest.raises(ConfigError, match=r"train_batch_size x rollout.n = 2,000,000 completions per step, over 1,000,000"):
+    with pytest.raises(
+        ConfigError, match=r"train_batch_size x rollout.n = 2,000,000 completions per step, over 1,000,000"
+    ):
         load_profile("tiny-rule", ["data.train_batch_size=2000", "actor.mini_batch_size=1", "rollout.n=1000"])
     with pytest.raises(ConfigError, match=r"actor\.lr: Input should be less than or equal to 1"):
         load_profile("tiny-rule", ["actor.lr=1e39"])

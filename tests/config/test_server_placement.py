@@ -11,18 +11,29 @@ from rlrm.errors import ConfigError
 RAY = ["rollout.backend=server", "rollout.server.launch_on=ray"]
 
 
-@pytest.mark.parametrize(("overrides", "needle"), [
-    ([*RAY, "rollout.server.node_resource=node:gpu-box"],
-     r"rollout\.server\.node_resource: 'node:gpu-box' is not node:<IP> \(Ray names each node's own resource by its IP"),
-    ([*RAY, "rollout.server.node_resource=CPU"],
-     r"rollout\.server\.node_resource: 'CPU' does not pick nodes; name a custom Ray resource .*ray start --resources="),
-    (["reward.server.node_resource=reward_host"],
-     r"reward\.server\.node_resource places replicas with Ray: set reward\.server\.launch_on=ray too"),
-    ([*RAY, "rollout.server.addresses=http://10.0.0.2:8000"],
-     r"rollout\.server\.launch_on=ray launches replicas, but rollout\.server\.addresses names running servers"),
-    ([*RAY, "rollout.server.gpu_ids=[0]"], r"rollout\.server\.gpu_ids is for local replicas; .*gpus_per_replica"),
-    ([*RAY, "rollout.server.placement=SPREAD_OUT"], r"rollout\.server\.placement: Input should be 'PACK'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (
+            [*RAY, "rollout.server.node_resource=node:gpu-box"],
+            r"rollout\.server\.node_resource: 'node:gpu-box' is not node:<IP> \(Ray names each node's own resource by its IP",
+        ),
+        (
+            [*RAY, "rollout.server.node_resource=CPU"],
+            r"rollout\.server\.node_resource: 'CPU' does not pick nodes; name a custom Ray resource .*ray start --resources=",
+        ),
+        (
+            ["reward.server.node_resource=reward_host"],
+            r"reward\.server\.node_resource places replicas with Ray: set reward\.server\.launch_on=ray too",
+        ),
+        (
+            [*RAY, "rollout.server.addresses=http://10.0.0.2:8000"],
+            r"rollout\.server\.launch_on=ray launches replicas, but rollout\.server\.addresses names running servers",
+        ),
+        ([*RAY, "rollout.server.gpu_ids=[0]"], r"rollout\.server\.gpu_ids is for local replicas; .*gpus_per_replica"),
+        ([*RAY, "rollout.server.placement=SPREAD_OUT"], r"rollout\.server\.placement: Input should be 'PACK'"),
+    ],
+)
 def test_bad_placement_is_one_line_naming_the_key(overrides, needle):
     with pytest.raises(ConfigError, match=needle) as info:
         load_profile("tiny-disrm", overrides)
@@ -30,13 +41,28 @@ def test_bad_placement_is_one_line_naming_the_key(overrides, needle):
 
 
 def test_dry_run_says_where_each_fleet_goes():
-    profile = load_profile("tiny-disrm", [*RAY, "rollout.server.node_resource=rollout_host", "reward.server.launch_on=ray",
-                                          "reward.server.node_resource=node:10.0.0.3", "reward.server.placement=STRICT_SPREAD"])
+    profile = load_profile(
+        "tiny-disrm",
+        [
+            *RAY,
+            "rollout.server.node_resource=rollout_host",
+            "reward.server.launch_on=ray",
+            "reward.server.node_resource=node:10.0.0.3",
+            "reward.server.placement=STRICT_SPREAD",
+        ],
+    )
     lines = planned_processes(profile)
-    assert "# rollout.server: 1 replica on Ray nodes: one placement-group bundle {'CPU': 1.0, 'rollout_host': 1.0} " \
-           "per replica, strategy PACK" in "\n".join(lines)
-    assert any(x.startswith("# reward.server: 1 replica on Ray nodes: one placement-group bundle {'CPU': 1.0, "
-                            "'node:10.0.0.3': 1.0} per replica, strategy STRICT_SPREAD") for x in lines)
+    assert (
+        "# rollout.server: 1 replica on Ray nodes: one placement-group bundle {'CPU': 1.0, 'rollout_host': 1.0} "
+        "per replica, strategy PACK" in "\n".join(lines)
+    )
+    assert any(
+        x.startswith(
+            "# reward.server: 1 replica on Ray nodes: one placement-group bundle {'CPU': 1.0, "
+            "'node:10.0.0.3': 1.0} per replica, strategy STRICT_SPREAD"
+        )
+        for x in lines
+    )
     # the replica binds the IP of the node Ray places it on
     assert any(x.startswith("# rollout.server replica 0:") and "--host NODE_IP" in x for x in lines)
     local = planned_processes(load_profile("tiny-disrm", ["rollout.backend=server"]))

@@ -12,10 +12,9 @@ from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.actor import Actor
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
+from rlrm.errors import TrainingError
 from rlrm.inference.base import Completion
 from rlrm.inference.kv_cache import distinct_rows
-from rlrm.errors import TrainingError
-
 
 SPECS = [([5, 9, 12], [4, 8]), ([7, 3], [1, 2, 3, 4]), ([11, 12, 13, 14], [9]), ([2], [6, 6, 6])]
 
@@ -103,8 +102,14 @@ def test_log_probs_match_unpadded_forward(model, micro):
 
 
 # Two GRPO groups and a lone prompt: rows that share a prompt run it once (rlrm/inference/kv_cache.py).
-SHARED = [([5, 9, 12], [4, 8]), ([5, 9, 12], [4, 1, 7]), ([7, 3], [1]), ([7, 3], [2, 3, 4, 5]), ([7, 3], [1, 9]),
-          ([11, 12, 13, 14], [9])]
+SHARED = [
+    ([5, 9, 12], [4, 8]),
+    ([5, 9, 12], [4, 1, 7]),
+    ([7, 3], [1]),
+    ([7, 3], [2, 3, 4, 5]),
+    ([7, 3], [1, 9]),
+    ([11, 12, 13, 14], [9]),
+]
 
 
 def _shared_batch(specs):

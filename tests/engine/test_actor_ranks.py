@@ -37,7 +37,9 @@ def _completions():
 def _batch(model, temperature=1.0):
     batch = collate(_completions(), pad_token_id=0)
     batch.group_ids = torch.arange(len(batch)) // N
-    batch.advantages = torch.linspace(-1.5, 1.5, len(batch))[torch.randperm(len(batch), generator=torch.Generator().manual_seed(1))]
+    batch.advantages = torch.linspace(-1.5, 1.5, len(batch))[
+        torch.randperm(len(batch), generator=torch.Generator().manual_seed(1))
+    ]
     with torch.no_grad():
         lp = response_log_probs(model, batch, temperature, 64)[0]
     batch.old_log_prob = lp + 0.05 * torch.sin(torch.arange(lp.numel()).reshape(lp.shape).float())  # ratios != 1
@@ -46,13 +48,23 @@ def _batch(model, temperature=1.0):
 
 def _profile(path, mode, world_size) -> Profile:
     # mini-batches of 3 prompts (2 optimizer steps), micro-batches of 3 samples
-    return Profile.model_validate({
-        "model": {"path": str(path)},
-        "data": {"train_batch_size": 6},
-        "rollout": {"n": N},
-        "actor": {"lr": 1e-4, "mini_batch_size": 3, "micro_batch_size": 3, "loss_agg_mode": mode,
-                  "world_size": world_size, "entropy_coeff": 0.01, "clip_ratio_low": 0.02, "clip_ratio_high": 0.02},
-    })
+    return Profile.model_validate(
+        {
+            "model": {"path": str(path)},
+            "data": {"train_batch_size": 6},
+            "rollout": {"n": N},
+            "actor": {
+                "lr": 1e-4,
+                "mini_batch_size": 3,
+                "micro_batch_size": 3,
+                "loss_agg_mode": mode,
+                "world_size": world_size,
+                "entropy_coeff": 0.01,
+                "clip_ratio_low": 0.02,
+                "clip_ratio_high": 0.02,
+            },
+        }
+    )
 
 
 def test_split_keeps_groups_whole_and_pads_with_masked_rows(tiny_policy_path):
@@ -64,7 +76,7 @@ def test_split_keeps_groups_whole_and_pads_with_masked_rows(tiny_policy_path):
     for s in shards:
         assert {int(batch.group_ids[r]) for r in s.rows} == {int(g) for g in s.batch.group_ids[: len(s.rows)]}
         assert len({int(batch.group_ids[r]) for r in s.rows}) * N == len(s.rows)  # whole groups
-        assert s.batch.response_mask[len(s.rows):].sum() == 0  # padding counts for nothing
+        assert s.batch.response_mask[len(s.rows) :].sum() == 0  # padding counts for nothing
     back = gather_rows([s.batch.response_mask for s in shards], shards, len(batch))
     assert torch.equal(back, batch.response_mask)
 
@@ -92,7 +104,9 @@ def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks
     shards = split_for_ranks(batch.select(range(3 * N)), 2)
     assert shards[0].batch.response_mask.sum() != shards[1].batch.response_mask.sum()  # unequal tokens per rank
     assert sorted(len(s.rows) for s in shards) == [N, 2 * N]  # and unequal sequences
-    assert torch.allclose(two_ranks.compute_old_log_prob(batch), response_log_probs(model, batch, 1.0, 64)[0], atol=1e-5)
+    assert torch.allclose(
+        two_ranks.compute_old_log_prob(batch), response_log_probs(model, batch, 1.0, 64)[0], atol=1e-5
+    )
     one = Actor(model, None, _profile(tiny_policy_path, MODES[0], 1).actor, temperature=1.0, total_steps=1, n=N)
     # the modes one after the other on both sides (two optimizer steps each), compared after each
     for mode in MODES:

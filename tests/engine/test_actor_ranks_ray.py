@@ -18,8 +18,15 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)"),
 ]
 
-SMALL = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "trainer.val_every=0",
-         "trainer.num_threads=1", "trainer.total_steps=3", "logging.console=none"]  # fmt: skip
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=2",
+    "rollout.n=4",
+    "trainer.val_every=0",
+    "trainer.num_threads=1",
+    "trainer.total_steps=3",
+    "logging.console=none",
+]
 TIMING = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency")
 
 
@@ -45,8 +52,13 @@ def _rows(run):
 
 
 def test_ranks_one_per_node_train_as_one_rank(two_nodes, tmp_path, capfd):
-    ray_sets = ["actor.world_size=2", "actor.ranks_on=ray", "actor.placement=STRICT_SPREAD",
-                "reward.executor=ray", "reward.num_workers=2"]  # fmt: skip
+    ray_sets = [
+        "actor.world_size=2",
+        "actor.ranks_on=ray",
+        "actor.placement=STRICT_SPREAD",
+        "reward.executor=ray",
+        "reward.num_workers=2",
+    ]
     spread = start_run(load_profile("tiny-rule", overrides=[*SMALL, *ray_sets]), tmp_path / "ray")
     train(spread)
     line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("actor: 2 ranks (ray)"))
@@ -80,8 +92,16 @@ def test_a_rank_killed_with_sigkill_is_named_with_its_node(two_nodes, tmp_path):
     from rlrm.inference.loading import load_causal_lm
 
     path = resolve_model_path("tiny:policy")
-    profile = load_profile("tiny-rule", overrides=[*SMALL, "actor.world_size=2", "actor.ranks_on=ray",
-                                                   "actor.placement=STRICT_SPREAD", "actor.collective_timeout_s=30"])
+    profile = load_profile(
+        "tiny-rule",
+        overrides=[
+            *SMALL,
+            "actor.world_size=2",
+            "actor.ranks_on=ray",
+            "actor.placement=STRICT_SPREAD",
+            "actor.collective_timeout_s=30",
+        ],
+    )
     ranks = RayRanks(RankSpec(profile, path, None, world_size=2, device="cpu", threads=1))
     ranks.start()
     actor = RankGroupActor(ranks, load_causal_lm(path, "float32", "cpu"), profile)

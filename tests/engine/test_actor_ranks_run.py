@@ -23,8 +23,16 @@ from rlrm.errors import ConfigError
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "trainer.val_every=0",
-         "trainer.num_threads=1", "trainer.save_every=2", "actor.world_size=2", "logging.console=none"]  # fmt: skip
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=2",
+    "rollout.n=4",
+    "trainer.val_every=0",
+    "trainer.num_threads=1",
+    "trainer.save_every=2",
+    "actor.world_size=2",
+    "logging.console=none",
+]
 TIMING = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency")
 
 
@@ -70,15 +78,30 @@ def test_resume_at_two_ranks_equals_an_uninterrupted_run_and_a_changed_world_siz
 
 
 def _rank_pids(parent: int) -> list[int]:
-    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(parent)], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-o", "pid=,args=", "--ppid", str(parent)], capture_output=True, text=True
+    ).stdout
     return [int(line.split()[0]) for line in out.splitlines() if "spawn_main" in line]
 
 
 def test_a_killed_rank_stops_the_run_named_and_the_run_resumes(tmp_path):
     run = tmp_path / "run"
     sets = [a for s in SMALL for a in ("--set", s)]
-    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(run), "--steps", "50",
-            "--console", "plain", *sets]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "rlrm",
+        "train",
+        "--profile",
+        "tiny-rule",
+        "--out",
+        str(run),
+        "--steps",
+        "50",
+        "--console",
+        "plain",
+        *sets,
+    ]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     try:
@@ -106,7 +129,12 @@ def test_a_killed_rank_stops_the_run_named_and_the_run_resumes(tmp_path):
     check_checkpoint(ckpts[-1])  # intact
     last = int(ckpts[-1].name.split("_")[1])
 
-    resumed = subprocess.run([sys.executable, "-m", "rlrm", "train", "--resume", str(run), "--steps", str(last + 2),
-                              "--console", "plain"], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlrm", "train", "--resume", str(run), "--steps", str(last + 2), "--console", "plain"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert [r["step"] for r in _rows(run)][-1] == last + 2

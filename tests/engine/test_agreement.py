@@ -10,8 +10,14 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 
 
 def sample(response: str, truth: str = "5", i: int = 0) -> RewardSample:
-    return RewardSample(uid=f"p{i}", index=i, data_source="synthetic", prompt=[{"role": "user", "content": "q"}],
-                        solution_str=response, ground_truth=truth)
+    return RewardSample(
+        uid=f"p{i}",
+        index=i,
+        data_source="synthetic",
+        prompt=[{"role": "user", "content": "q"}],
+        solution_str=response,
+        ground_truth=truth,
+    )
 
 
 RIGHT, WRONG = "2 + 3 = 5 #### 5", "2 + 3 = 6 #### 6"
@@ -21,18 +27,21 @@ def test_thresholds_by_kind_and_configured():
     assert verdict_threshold(RewardConfig(kind="rule")) is None
     assert verdict_threshold(RewardConfig(kind="disrm", server={"model": "m"})) == 0.0
     assert verdict_threshold(RewardConfig(kind="genrm", server={"model": "m"})) == 0.5
-    assert verdict_threshold(RewardConfig(kind="composite", server={"model": "m"}, composite={"model_kind": "disrm"})) == 0.0
+    assert (
+        verdict_threshold(RewardConfig(kind="composite", server={"model": "m"}, composite={"model_kind": "disrm"}))
+        == 0.0
+    )
     assert verdict_threshold(RewardConfig(kind="genrm", server={"model": "m"}, agreement_threshold=0.8)) == 0.8
 
 
 def test_disrm_logits_agree_by_sign():
     cfg = RewardConfig(kind="disrm", server={"model": "m"})
     pairs = [
-        (sample(RIGHT), RewardResult(2.5)),    # right, logit > 0: agree
-        (sample(RIGHT), RewardResult(-0.1)),   # right, logit < 0: disagree
-        (sample(WRONG), RewardResult(-3.0)),   # wrong, < 0: agree
-        (sample(WRONG), RewardResult(0.0)),    # wrong, exactly at the threshold counts as "correct": disagree
-        (sample(RIGHT), None),                 # dropped: not compared
+        (sample(RIGHT), RewardResult(2.5)),  # right, logit > 0: agree
+        (sample(RIGHT), RewardResult(-0.1)),  # right, logit < 0: disagree
+        (sample(WRONG), RewardResult(-3.0)),  # wrong, < 0: agree
+        (sample(WRONG), RewardResult(0.0)),  # wrong, exactly at the threshold counts as "correct": disagree
+        (sample(RIGHT), None),  # dropped: not compared
         (sample(RIGHT), RewardResult(0.0, {"reward_failed": True})),  # defaulted: not compared
         (sample(RIGHT, truth=""), RewardResult(1.0)),  # no ground truth: not compared
     ]
@@ -53,8 +62,10 @@ def test_composite_is_judged_by_its_model_part():
     pairs = [(sample(RIGHT), RewardResult(0.5, {"rule_score": 1.0, "model_score": 0.0}))]
     assert rule_agreement(weighted, pairs) == (0.0, 1)
     gate = RewardConfig(kind="composite", server={"model": "m"}, composite={"mode": "gate"})
-    pairs = [(sample(WRONG), RewardResult(0.0, {"gated": True})),   # the model never saw it
-             (sample(RIGHT), RewardResult(1.0, {"gated": False}))]  # model says right, rule says right
+    pairs = [
+        (sample(WRONG), RewardResult(0.0, {"gated": True})),  # the model never saw it
+        (sample(RIGHT), RewardResult(1.0, {"gated": False})),
+    ]  # model says right, rule says right
     assert rule_agreement(gate, pairs) == (1.0, 1)
 
 
@@ -66,7 +77,9 @@ def test_top_share_hand_checked():
     # shift and scale do not matter: logits 5 + 3x read the same
     assert top_share([5 + 3 * s for s in [0, 0] + [1] * 10]) == pytest.approx(0.1)
     # 300 samples: the top ceil(3) of 3 outliers at 100 and 297 at ~U(0, 1) (mean 0.5) hold 300 / 448.5
-    assert top_share([0.0] + [i / 295 for i in range(1, 297)] + [100.0] * 3) == pytest.approx(300 / (300 + 148), rel=1e-2)
+    assert top_share([0.0] + [i / 295 for i in range(1, 297)] + [100.0] * 3) == pytest.approx(
+        300 / (300 + 148), rel=1e-2
+    )
     # sparse: 200 samples (top 2) but only 9 above the minimum, fewer than 5 x 2 -> no figure
     assert top_share([0] * 191 + [1] * 9) is None
     assert top_share([0] * 190 + [1] * 10) == pytest.approx(0.2)  # at the edge: binary gives 2 / 10
@@ -77,15 +90,26 @@ def test_metrics_of_a_step():
     pairs = [(sample(RIGHT if i % 2 else WRONG, i=i), RewardResult(float(i % 2))) for i in range(24)]
     m = agreement_metrics(cfg, pairs)
     # 24 samples: the top 1 of the 12 scored 1 holds 1 / 12
-    assert m == {"reward/rule_agreement": 1.0, "reward/rule_agreement_samples": 24, "reward/top1pct_share": pytest.approx(1 / 12)}
+    assert m == {
+        "reward/rule_agreement": 1.0,
+        "reward/rule_agreement_samples": 24,
+        "reward/top1pct_share": pytest.approx(1 / 12),
+    }
 
 
 def test_the_step_row_carries_them_in_every_mode():
     """GRPOStep.finish, which every scheduling mode calls, writes the numbers from the step's samples."""
     from rlrm.engine.step import GRPOStep, Scored, StepRecord, StepSettings
 
-    settings = StepSettings(n=2, pad_token_id=0, device="cpu", adv_eps=1e-6, norm_adv_by_std=True,
-                            recompute_old_log_prob="never", reward=RewardConfig(kind="disrm", server={"model": "m"}))
+    settings = StepSettings(
+        n=2,
+        pad_token_id=0,
+        device="cpu",
+        adv_eps=1e-6,
+        norm_adv_by_std=True,
+        recompute_old_log_prob="never",
+        reward=RewardConfig(kind="disrm", server={"model": "m"}),
+    )
     triples = [(sample(RIGHT, i=0), RewardResult(1.0), None), (sample(WRONG, i=1), RewardResult(1.0), None)]
     record = StepRecord(step=1, scored=[Scored(None, [], 1)], completions=[], samples=triples)
     row = GRPOStep(None, None, settings).finish(record).metrics
@@ -106,13 +130,27 @@ def test_every_mode_writes_the_agreement_of_its_samples(tmp_path, tiny_policy_pa
     from rlrm.engine.trainer import start_run, train
 
     length_reward = Path(__file__).resolve().parents[1] / "fixtures" / "length_reward.py"
-    profile = load_profile("tiny-rule", [
-        "data.train_batch_size=4", "actor.mini_batch_size=4", "actor.micro_batch_size=8", "rollout.n=4",
-        "rollout.max_new_tokens=12", "trainer.val_every=0", "trainer.val_before_train=false", "trainer.save_every=0",
-        "trainer.num_threads=1", "logging.console=none", "logging.save_samples=true", f"trainer.mode={mode}",
-        "trainer.total_steps=2", "reward.kind=custom", f"reward.custom.path={length_reward}",
-        "reward.agreement_threshold=0.3",  # ~18 characters: the tiny policy's answers fall on both sides
-    ])
+    profile = load_profile(
+        "tiny-rule",
+        [
+            "data.train_batch_size=4",
+            "actor.mini_batch_size=4",
+            "actor.micro_batch_size=8",
+            "rollout.n=4",
+            "rollout.max_new_tokens=12",
+            "trainer.val_every=0",
+            "trainer.val_before_train=false",
+            "trainer.save_every=0",
+            "trainer.num_threads=1",
+            "logging.console=none",
+            "logging.save_samples=true",
+            f"trainer.mode={mode}",
+            "trainer.total_steps=2",
+            "reward.kind=custom",
+            f"reward.custom.path={length_reward}",
+            "reward.agreement_threshold=0.3",  # ~18 characters: the tiny policy's answers fall on both sides
+        ],
+    )
     run_dir = start_run(profile, tmp_path / mode)
     train(run_dir)
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]

@@ -21,7 +21,14 @@ F32, BF16 = "float32", "bfloat16"
         ("auto", False, 2, F32, F32, True),  # reused over epochs: the ratio must start at exactly 1
         ("auto", False, 1, BF16, F32, True),  # another precision scores differently
         ("auto", False, 1, None, F32, True),  # other code scoring tokens (vLLM, SGLang): assume it differs
-        ("auto", False, 1, F32, torch.float32, False),  # an embedded replica names its dtype; the actor has a torch.dtype
+        (
+            "auto",
+            False,
+            1,
+            F32,
+            torch.float32,
+            False,
+        ),  # an embedded replica names its dtype; the actor has a torch.dtype
         ("auto", False, 1, F32, torch.bfloat16, True),
         ("always", False, 1, F32, F32, True),
         ("never", False, 2, BF16, F32, False),
@@ -48,17 +55,27 @@ def test_setting_defaults_to_auto_and_reads_old_booleans():
 
 
 SMALL = [
-    "data.train_batch_size=4", "actor.mini_batch_size=4", "actor.micro_batch_size=8", "rollout.n=4",
-    "rollout.max_new_tokens=12", "trainer.val_every=0", "trainer.val_before_train=false", "trainer.save_every=0",
-    "trainer.num_threads=1", "logging.console=none", "trainer.total_steps=1",
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "actor.micro_batch_size=8",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "trainer.save_every=0",
+    "trainer.num_threads=1",
+    "logging.console=none",
+    "trainer.total_steps=1",
 ]
 
 
 @pytest.mark.parametrize(("setting", "recomputed"), [("auto", False), ("always", True), ("auto-2-epochs", True)])
 def test_sync_step_recomputes_only_when_told(tmp_path, tiny_policy_path, setting, recomputed):
-    extra = ["actor.ppo_epochs=2", "actor.recompute_old_log_prob=auto"] if setting == "auto-2-epochs" else [
-        f"actor.recompute_old_log_prob={setting}"
-    ]
+    extra = (
+        ["actor.ppo_epochs=2", "actor.recompute_old_log_prob=auto"]
+        if setting == "auto-2-epochs"
+        else [f"actor.recompute_old_log_prob={setting}"]
+    )
     run_dir = start_run(load_profile("tiny-rule", SMALL + extra), tmp_path / setting)
     train(run_dir)
     (row,) = read_metrics(run_dir / "metrics.jsonl")

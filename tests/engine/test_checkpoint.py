@@ -19,10 +19,17 @@ from rlrm.engine.trainer import start_run, train
 from rlrm.errors import TrainingError
 
 SMALL = [
-    "data.train_batch_size=4", "actor.mini_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8",
-    "data.val_size=4", "trainer.val_every=0", "trainer.save_every=1", "trainer.keep_checkpoints=10",
-    "trainer.num_threads=1", "logging.console=none",
-]  # fmt: skip
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "rollout.n=2",
+    "rollout.max_new_tokens=8",
+    "data.val_size=4",
+    "trainer.val_every=0",
+    "trainer.save_every=1",
+    "trainer.keep_checkpoints=10",
+    "trainer.num_threads=1",
+    "logging.console=none",
+]
 
 
 class _Payload:
@@ -112,11 +119,15 @@ def test_state_loads_with_weights_only_and_restores_every_rng_exactly(tmp_path, 
     np.random.seed(2)
     torch.manual_seed(3)
     np.random.normal()  # numpy now holds a cached gaussian: part of its state
-    ckpt = save_checkpoint(tmp_path, 1, model, tok, {"actor": actor.state_dict(), "loader": {"epoch": 0, "cursor": 4}}, keep=2)
+    ckpt = save_checkpoint(
+        tmp_path, 1, model, tok, {"actor": actor.state_dict(), "loader": {"epoch": 0, "cursor": 4}}, keep=2
+    )
     expected = (random.random(), np.random.normal(), torch.rand(3).tolist())
 
     raw = torch.load(ckpt / "state.pt", weights_only=True)  # the only way rlrm reads it
-    assert isinstance(raw["rng"]["numpy"]["keys"], torch.Tensor) and isinstance(raw["rng"]["python"]["state"], torch.Tensor)
+    assert isinstance(raw["rng"]["numpy"]["keys"], torch.Tensor) and isinstance(
+        raw["rng"]["python"]["state"], torch.Tensor
+    )
     state = load_state(ckpt)
     assert (random.random(), np.random.normal(), torch.rand(3).tolist()) == expected
     assert state["step"] == 1 and state["loader"] == {"epoch": 0, "cursor": 4}

@@ -16,14 +16,39 @@ from rlrm.cli.main import app
 from rlrm.report.timeline import read_trace
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = ["--set", "data.train_batch_size=4", "--set", "actor.mini_batch_size=4", "--set", "rollout.n=2",
-        "--set", "trainer.val_every=0", "--set", "trainer.num_threads=1", "--set", "trainer.save_every=2"]  # fmt: skip
+TINY = [
+    "--set",
+    "data.train_batch_size=4",
+    "--set",
+    "actor.mini_batch_size=4",
+    "--set",
+    "rollout.n=2",
+    "--set",
+    "trainer.val_every=0",
+    "--set",
+    "trainer.num_threads=1",
+    "--set",
+    "trainer.save_every=2",
+]
 
 
 def _train_until_step(run: Path, step: int, timeout_s: float = 300.0) -> list[str]:
     """Start `rlrm train` in a subprocess, kill -9 it once it printed `step <step>/`; its output lines."""
-    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(run), "--steps", "50",
-            "--console", "plain", *TINY]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "rlrm",
+        "train",
+        "--profile",
+        "tiny-rule",
+        "--out",
+        str(run),
+        "--steps",
+        "50",
+        "--console",
+        "plain",
+        *TINY,
+    ]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, deadline = [], time.monotonic() + timeout_s
     try:

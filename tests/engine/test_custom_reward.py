@@ -12,8 +12,15 @@ from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.errors import ConfigError
 
-SAMPLE = RewardSample(uid="p0", index=0, data_source="synthetic", prompt=[{"role": "user", "content": "q"}],
-                      solution_str="abcdef #### 4", ground_truth="4", extra_info={"k": 1})
+SAMPLE = RewardSample(
+    uid="p0",
+    index=0,
+    data_source="synthetic",
+    prompt=[{"role": "user", "content": "q"}],
+    solution_str="abcdef #### 4",
+    ground_truth="4",
+    extra_info={"k": 1},
+)
 
 
 def write(tmp_path, source: str):
@@ -29,16 +36,22 @@ def score(cfg: RewardConfig):
 
 
 def test_sync_function_with_verl_arguments(tmp_path):
-    path = write(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                           "    return {'score': len(solution_str) / 10, 'seen': [data_source, ground_truth, extra_info['k']]}\n")
+    path = write(
+        tmp_path,
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return {'score': len(solution_str) / 10, 'seen': [data_source, ground_truth, extra_info['k']]}\n",
+    )
     result, metrics = score(RewardConfig(kind="custom", custom={"path": str(path)}))
     assert result.score == pytest.approx(1.3) and result.extra["seen"] == ["synthetic", "4", 1]
     assert metrics["reward/failures"] == 0
 
 
 def test_async_function_with_a_name_and_optional_keywords(tmp_path):
-    path = write(tmp_path, "async def judge(data_source, solution_str, ground_truth, extra_info, reward_router_address=1):\n"
-                           "    return 2.0 if reward_router_address is None else -1.0\n")
+    path = write(
+        tmp_path,
+        "async def judge(data_source, solution_str, ground_truth, extra_info, reward_router_address=1):\n"
+        "    return 2.0 if reward_router_address is None else -1.0\n",
+    )
     result, _ = score(RewardConfig(kind="custom", custom={"path": str(path), "name": "judge"}))
     assert result.score == 2.0
 

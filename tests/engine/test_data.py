@@ -38,7 +38,9 @@ def test_synthetic_difficulty_knobs():
     train, _ = synthetic_splits(cfg, "")
     assert all(ex.extra_info["solution"].count("*") == 2 for ex in train)
     other, _ = synthetic_splits(SyntheticConfig(num_train=100, num_test=10, seed=99), "")
-    assert [e.prompt for e in other] != [e.prompt for e in synthetic_splits(SyntheticConfig(num_train=100, num_test=10), "")[0]]
+    assert [e.prompt for e in other] != [
+        e.prompt for e in synthetic_splits(SyntheticConfig(num_train=100, num_test=10), "")[0]
+    ]
 
 
 def test_synthetic_too_few_distinct_problems_is_an_error():
@@ -112,7 +114,9 @@ def test_ground_truths_that_are_not_numbers_are_bad_rows(tmp_path):
 def test_train_and_test_from_one_source_are_refused(tmp_path):
     one = tmp_path / "all.jsonl"
     one.write_text("\n".join(json.dumps(r) for r in RAW))
-    with pytest.raises(DataError, match=r"train_split and data\.test_split both read .*all\.jsonl, so validation would score"):
+    with pytest.raises(
+        DataError, match=r"train_split and data\.test_split both read .*all\.jsonl, so validation would score"
+    ):
         load_splits(DataConfig(source="gsm8k", path=str(one)))
     with pytest.raises(DataError, match=r"both read openai/gsm8k\[train\]"):  # no hub access needed to see it
         load_splits(DataConfig(source="gsm8k", path="openai/gsm8k", test_split="train"))
@@ -132,7 +136,10 @@ def test_missing_file_and_bad_json(tmp_path):
 
 
 def _examples(n):
-    return [Example(uid=str(i), prompt=[{"role": "user", "content": str(i)}], ground_truth="0", data_source="t") for i in range(n)]
+    return [
+        Example(uid=str(i), prompt=[{"role": "user", "content": str(i)}], ground_truth="0", data_source="t")
+        for i in range(n)
+    ]
 
 
 def test_loader_resume_gives_identical_batches():
@@ -156,7 +163,10 @@ class _CharTokenizer:
 
 
 def test_prompt_length_policies():
-    exs = [Example("a", [{"role": "user", "content": "abc"}], "0", "t"), Example("b", [{"role": "user", "content": "abcdefgh"}], "0", "t")]
+    exs = [
+        Example("a", [{"role": "user", "content": "abc"}], "0", "t"),
+        Example("b", [{"role": "user", "content": "abcdefgh"}], "0", "t"),
+    ]
     tok = _CharTokenizer()
     with pytest.raises(DataError, match=r"prompt b has 8 tokens.*max_prompt_length=5"):
         encode_prompts(exs, tok, 5, "error")

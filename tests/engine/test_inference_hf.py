@@ -25,8 +25,13 @@ def model():
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
     )
     return Qwen2ForCausalLM(config).eval()
 
@@ -79,8 +84,10 @@ def test_greedy_matches_hf_generate_in_one_batch(model):
         assert out.token_ids == ref[0, len(prompt) :].tolist()
         assert torch.allclose(torch.tensor(out.log_probs), model_log_probs(model, prompt, out.token_ids), atol=1e-4)
     # top-k 1 and a tiny top-p leave only the best token, whatever the seed and temperature
-    narrow = [SamplingParams(temperature=1.3, top_k=1, max_new_tokens=10, seed=3),
-              SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=10, seed=4)]
+    narrow = [
+        SamplingParams(temperature=1.3, top_k=1, max_new_tokens=10, seed=3),
+        SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=10, seed=4),
+    ]
     for out in generate(make_engine(model), [PROMPTS[1]] * 2, narrow):
         assert out.token_ids == outs[1].token_ids
 
@@ -90,8 +97,10 @@ def test_seeded_request_is_independent_of_its_batch(model):
     filtered = SamplingParams(temperature=0.8, top_k=8, top_p=0.9, max_new_tokens=12, seed=77)
     # a crowd with other lengths, temperatures and filters: rows finish early and the batch shrinks
     crowd_prompts = [PROMPTS[i % 4] + [i % 60 + 1] * (i % 3) for i in range(64)]
-    crowd = [SamplingParams(temperature=0.5 + 0.1 * (i % 5), top_k=(-1, 5)[i % 2], max_new_tokens=2 + i % 7, seed=i)
-             for i in range(64)]
+    crowd = [
+        SamplingParams(temperature=0.5 + 0.1 * (i % 5), top_k=(-1, 5)[i % 2], max_new_tokens=2 + i % 7, seed=i)
+        for i in range(64)
+    ]
     crowd_prompts[9], crowd[9] = PROMPTS[0], plain
     crowd_prompts[4], crowd[4] = PROMPTS[3], filtered
     engine = make_engine(model, max_batch_size=64)

@@ -21,8 +21,14 @@ from rlrm.reward_errors import InjectedFailure
 
 
 def sample(i=0, uid=None):
-    return RewardSample(uid=uid or f"p{i // 4}", index=i, data_source="t", prompt=[{"role": "user", "content": "Q?"}],
-                        solution_str="#### 3", ground_truth="3")
+    return RewardSample(
+        uid=uid or f"p{i // 4}",
+        index=i,
+        data_source="t",
+        prompt=[{"role": "user", "content": "Q?"}],
+        solution_str="#### 3",
+        ground_truth="3",
+    )
 
 
 async def one(s):
@@ -96,7 +102,9 @@ def test_inactive_section_leaves_the_function_alone():
 
 def test_every_attempt_failing_defaults_and_is_counted():
     assert InjectedFailure.retryable and InjectedFailure.kind == "injected"
-    cfg = RewardConfig(inject={"fail_rate": 1.0}, max_retries=2, backoff_s=0.0, on_failure="default", default_score=-1.0)
+    cfg = RewardConfig(
+        inject={"fail_rate": 1.0}, max_retries=2, backoff_s=0.0, on_failure="default", default_score=-1.0
+    )
     loop = RewardLoop(build_reward_fn(cfg), cfg)
     results = run(loop.score_all([sample(i) for i in range(8)]))
     assert all(r.score == -1.0 and "injected failure" in r.extra["reward_error"] for r in results)

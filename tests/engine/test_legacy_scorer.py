@@ -58,8 +58,13 @@ def test_fp32_legacy_scores_match_a_plain_forward(random_disrm_path, arithmetic_
 def test_world_size_two_gives_the_scores_of_world_size_one(spread_disrm_path, arithmetic_conversations):
     # 23 samples, an odd number: the driver pads the batch to a multiple of the world size
     tok, _, ids, response_tokens = encode(spread_disrm_path, arithmetic_conversations[:23])
-    base = dict(model_path=str(spread_disrm_path), dtype="bf16", pad_token_id=tok.pad_token_id, threads=1,
-                max_tokens_per_batch=150)  # uneven token counts per rank: the ranks agree on the micro-batch count
+    base = dict(
+        model_path=str(spread_disrm_path),
+        dtype="bf16",
+        pad_token_id=tok.pad_token_id,
+        threads=1,
+        max_tokens_per_batch=150,
+    )  # uneven token counts per rank: the ranks agree on the micro-batch count
     with LegacyWorkerGroup(LegacyConfig(**base, world_size=1)) as one:
         single = one.score(ids, response_tokens)
     with LegacyWorkerGroup(LegacyConfig(**base, world_size=2)) as two:

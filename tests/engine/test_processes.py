@@ -17,28 +17,52 @@ def test_served_tiny_rule_lists_both_replicas_and_the_router():
     lines = planned_processes(load_profile("tiny-rule-served"))
     replicas = [line for line in lines if line.startswith("# rollout.server replica")]
     assert len(replicas) == 2
-    assert all("-m rlrm.launch.server --model tiny:policy --role policy" in r and "--max-batch 256" in r for r in replicas)
+    assert all(
+        "-m rlrm.launch.server --model tiny:policy --role policy" in r and "--max-batch 256" in r for r in replicas
+    )
     assert any(line.startswith("# rollout.server router:") for line in lines) == ROUTER
 
 
 def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
-    profile = load_profile("gsm8k-rule-served", ["rollout.server.gpu_ids=[1]", "reward.kind=genrm",
-                                                 "reward.server.model=judge", "reward.server.backend=sglang"])
+    profile = load_profile(
+        "gsm8k-rule-served",
+        [
+            "rollout.server.gpu_ids=[1]",
+            "reward.kind=genrm",
+            "reward.server.model=judge",
+            "reward.server.backend=sglang",
+        ],
+    )
     lines = planned_processes(profile)
-    assert lines[0].startswith("# rollout.server replica 0: VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve "
-                               "Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 --dtype bfloat16")
+    assert lines[0].startswith(
+        "# rollout.server replica 0: VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve "
+        "Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 --dtype bfloat16"
+    )
     assert lines[0].endswith("--max-num-seqs 320 --gpu-memory-utilization 0.4")
     assert not any(line.startswith("# rollout.server router") for line in lines)  # vLLM policy: rlrm's balancer
-    assert any("reward.server replica 0:" in line and "-m sglang.launch_server --model-path judge" in line for line in lines)
+    assert any(
+        "reward.server replica 0:" in line and "-m sglang.launch_server --model-path judge" in line for line in lines
+    )
 
 
 def test_running_addresses_launch_nothing():
-    lines = planned_processes(load_profile("tiny-rule", ["rollout.backend=server", "rollout.server.router=client",
-                                                         "rollout.server.addresses=http://10.0.0.5:30000"]))
+    lines = planned_processes(
+        load_profile(
+            "tiny-rule",
+            [
+                "rollout.backend=server",
+                "rollout.server.router=client",
+                "rollout.server.addresses=http://10.0.0.5:30000",
+            ],
+        )
+    )
     assert lines == ["# rollout.server: running servers http://10.0.0.5:30000 (nothing launched)"]
 
 
 def test_vllm_rollout_servers_need_sync_mode():
-    with pytest.raises(ConfigError, match=r"rollout.server.backend=vllm reports no weight version per request.*needs "
-                       r"trainer.mode=sync \(got fully-async\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"rollout.server.backend=vllm reports no weight version per request.*needs "
+        r"trainer.mode=sync \(got fully-async\)",
+    ):
         load_profile("gsm8k-rule-served", ["trainer.mode=fully-async"])

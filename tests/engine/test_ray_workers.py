@@ -46,8 +46,17 @@ def two_node_cluster():
 
 
 def samples(n):
-    return [RewardSample(uid=f"p{i // 4}", index=i, data_source="t", prompt=[{"role": "user", "content": "q"}],
-                         solution_str=f"#### {i if i % 3 else i + 1}", ground_truth=str(i)) for i in range(n)]
+    return [
+        RewardSample(
+            uid=f"p{i // 4}",
+            index=i,
+            data_source="t",
+            prompt=[{"role": "user", "content": "q"}],
+            solution_str=f"#### {i if i % 3 else i + 1}",
+            ground_truth=str(i),
+        )
+        for i in range(n)
+    ]
 
 
 def test_workers_spread_over_nodes_and_score_like_local(two_node_cluster):
@@ -70,8 +79,15 @@ def test_workers_spread_over_nodes_and_score_like_local(two_node_cluster):
 def test_remote_failures_keep_their_kind(two_node_cluster):
     from rlrm.engine.executor.ray_workers import RayRewardWorkers
 
-    cfg = RewardConfig(executor="ray", num_workers=1, kind="genrm", server={"model": "unused"},
-                       max_retries=1, backoff_s=0.0, timeout_s=5)
+    cfg = RewardConfig(
+        executor="ray",
+        num_workers=1,
+        kind="genrm",
+        server={"model": "unused"},
+        max_retries=1,
+        backoff_s=0.0,
+        timeout_s=5,
+    )
     # a judge address where nothing listens: connection errors, retried, then defaulted and counted
     workers = RayRewardWorkers(cfg, urls=["http://127.0.0.1:9"], model_path=None)
     workers.start()

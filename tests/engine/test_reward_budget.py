@@ -14,11 +14,18 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.metrics.display import _summary
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
-from rlrm.reward_errors import TransientError
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.reward_errors import TransientError
 
-ROW = {"reward/samples": 16, "reward/failures": 9, "reward/defaulted": 9, "reward/dropped_groups": 0,
-       "reward/timeouts": 27, "reward/injected_failures": 0, "reward/retries": 27}  # fmt: skip
+ROW = {
+    "reward/samples": 16,
+    "reward/failures": 9,
+    "reward/defaulted": 9,
+    "reward/dropped_groups": 0,
+    "reward/timeouts": 27,
+    "reward/injected_failures": 0,
+    "reward/retries": 27,
+}
 
 
 def test_over_the_budget_stops_with_the_kinds_and_the_last_error():
@@ -26,8 +33,13 @@ def test_over_the_budget_stops_with_the_kinds_and_the_last_error():
         check_failure_budget(4, ROW, RewardConfig(), "no reward within\nreward.timeout_s=30 s")
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("step 4: 9 of 16 reward samples failed after 3 retries (56%, over reward.max_failure_rate=0.5)")
-    assert "9 defaulted, 0 groups dropped; timeouts 27, retries 27; last error: no reward within reward.timeout_s=30 s." in message
+    assert message.startswith(
+        "step 4: 9 of 16 reward samples failed after 3 retries (56%, over reward.max_failure_rate=0.5)"
+    )
+    assert (
+        "9 defaulted, 0 groups dropped; timeouts 27, retries 27; last error: no reward within reward.timeout_s=30 s."
+        in message
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,7 +60,10 @@ def test_the_loop_counts_samples_and_keeps_the_last_error_across_steps():
         raise TransientError(f"connection refused ({sample.uid})")
 
     loop = RewardLoop(dead, RewardConfig(max_retries=1, backoff_s=0.0))
-    samples = [RewardSample(uid=f"p{i}", index=i, data_source="t", prompt=[], solution_str="", ground_truth="1") for i in range(3)]
+    samples = [
+        RewardSample(uid=f"p{i}", index=i, data_source="t", prompt=[], solution_str="", ground_truth="1")
+        for i in range(3)
+    ]
     asyncio.run(loop.score_all(samples))
     metrics = loop.take_metrics()
     assert metrics["reward/samples"] == 3 and metrics["reward/failures"] == 3 and metrics["reward/retries"] == 3
@@ -59,13 +74,30 @@ def test_the_loop_counts_samples_and_keeps_the_last_error_across_steps():
 def test_the_display_shows_failures_whenever_there_are_any():
     quiet = _summary({"critic/score/mean": 0.5, "reward/failures": 0, "reward/defaulted": 0})
     assert "failures" not in quiet
-    shown = _summary({"critic/score/mean": 0.5, "reward/failures": 3, "reward/defaulted": 1, "reward/dropped_groups": 1})
+    shown = _summary(
+        {"critic/score/mean": 0.5, "reward/failures": 3, "reward/defaulted": 1, "reward/dropped_groups": 1}
+    )
     assert shown.endswith("reward failures 3 (1 defaulted, 1 groups dropped)")
 
 
-TINY = ["--steps", "3", "--set", "data.train_batch_size=4", "--set", "actor.mini_batch_size=4", "--set", "rollout.n=2",
-        "--set", "data.val_size=4", "--set", "trainer.num_threads=1", "--set", "trainer.val_every=0",
-        "--set", "reward.backoff_s=0"]  # fmt: skip
+TINY = [
+    "--steps",
+    "3",
+    "--set",
+    "data.train_batch_size=4",
+    "--set",
+    "actor.mini_batch_size=4",
+    "--set",
+    "rollout.n=2",
+    "--set",
+    "data.val_size=4",
+    "--set",
+    "trainer.num_threads=1",
+    "--set",
+    "trainer.val_every=0",
+    "--set",
+    "reward.backoff_s=0",
+]
 
 
 def _train(tmp_path, *extra):
@@ -88,8 +120,17 @@ def test_a_run_whose_every_reward_fails_stops_with_a_clear_line(tmp_path, tiny_p
 
 
 def test_a_run_with_a_few_failures_completes_and_shows_them(tmp_path, tiny_policy_path):
-    run, result = _train(tmp_path, "--console", "plain", "--set", "reward.inject.fail_rate=0.3",
-                         "--set", "reward.inject.seed=1", "--set", "reward.max_retries=1")
+    run, result = _train(
+        tmp_path,
+        "--console",
+        "plain",
+        "--set",
+        "reward.inject.fail_rate=0.3",
+        "--set",
+        "reward.inject.seed=1",
+        "--set",
+        "reward.max_retries=1",
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     failed = [r["reward/failures"] for r in rows]

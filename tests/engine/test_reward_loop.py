@@ -15,8 +15,15 @@ from rlrm.reward_errors import BadRequest, TransientError, UnparsedVerdict
 
 
 def sample(i=0, uid="p0"):
-    return RewardSample(uid=uid, index=i, data_source="t", prompt=[{"role": "user", "content": "Q?"}],
-                        solution_str="#### 3", ground_truth="3", extra_info={"question": "What is 1+2?"})
+    return RewardSample(
+        uid=uid,
+        index=i,
+        data_source="t",
+        prompt=[{"role": "user", "content": "Q?"}],
+        solution_str="#### 3",
+        ground_truth="3",
+        extra_info={"question": "What is 1+2?"},
+    )
 
 
 def cfg(**kw):

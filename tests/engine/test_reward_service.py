@@ -15,8 +15,15 @@ from rlrm.engine.rewards.service import RewardService
 
 def samples(n):
     return [
-        RewardSample(uid=f"p{i // 2}", index=i, data_source="t", prompt=[{"role": "user", "content": f"What is {i} + 1?"}],
-                     solution_str=f"{i} + 1 = {i + 1}\n#### {i + 1}", ground_truth=str(i + 1), extra_info={})
+        RewardSample(
+            uid=f"p{i // 2}",
+            index=i,
+            data_source="t",
+            prompt=[{"role": "user", "content": f"What is {i} + 1?"}],
+            solution_str=f"{i} + 1 = {i + 1}\n#### {i + 1}",
+            ground_truth=str(i + 1),
+            extra_info={},
+        )
         for i in range(n)
     ]
 
@@ -24,7 +31,9 @@ def samples(n):
 def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path), "replicas": 2}, timeout_s=10, backoff_s=0.05)
+    cfg = RewardConfig(
+        kind="disrm", server={"model": str(random_disrm_path), "replicas": 2}, timeout_s=10, backoff_s=0.05
+    )
     tok = AutoTokenizer.from_pretrained(random_disrm_path)
     model = AutoModelForSequenceClassification.from_pretrained(random_disrm_path).eval()
     batch = samples(8)
@@ -43,7 +52,10 @@ def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_
 
     first, second, metrics, _ = asyncio.run(scenario())
     with torch.no_grad():
-        direct = [model(input_ids=torch.tensor([render_conversation(tok, s.prompt, s.solution_str)])).logits[0, 0].item() for s in batch]
+        direct = [
+            model(input_ids=torch.tensor([render_conversation(tok, s.prompt, s.solution_str)])).logits[0, 0].item()
+            for s in batch
+        ]
     assert [r.score for r in first] == pytest.approx(direct, abs=1e-5)
     assert [r.score for r in second] == pytest.approx(direct, abs=1e-5)  # every sample scored after the kill
     assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
@@ -51,8 +63,14 @@ def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_
 
 def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
     # the tiny policy is no judge: it answers arithmetic, never "Score: N"
-    cfg = RewardConfig(kind="genrm", server={"model": str(tiny_policy_path)}, genrm={"max_tokens": 8},
-                       on_failure="default", default_score=0.5, timeout_s=20)
+    cfg = RewardConfig(
+        kind="genrm",
+        server={"model": str(tiny_policy_path)},
+        genrm={"max_tokens": 8},
+        on_failure="default",
+        default_score=0.5,
+        timeout_s=20,
+    )
 
     async def scenario():
         service = RewardService(cfg)
@@ -71,8 +89,12 @@ def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"), reason="sglang-router not installed")
 def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_policy_path):
-    cfg = RewardConfig(kind="genrm", server={"model": str(tiny_policy_path), "replicas": 2, "router": "sglang"},
-                       genrm={"max_tokens": 4}, timeout_s=20)
+    cfg = RewardConfig(
+        kind="genrm",
+        server={"model": str(tiny_policy_path), "replicas": 2, "router": "sglang"},
+        genrm={"max_tokens": 4},
+        timeout_s=20,
+    )
     body = {"model": "judge", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 4}
 
     async def scenario():
@@ -83,6 +105,7 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
             before = await asyncio.gather(*(service.balancer.post("/v1/chat/completions", body, 20) for _ in range(4)))
             quiet = service.loop.take_metrics()
             service.pool.servers[0].kill()
+
             async def with_retries(attempts=5):  # as the reward loop does: the router may still pick the dead one
                 from rlrm.reward_errors import TransientError
 

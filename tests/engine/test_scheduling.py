@@ -42,7 +42,13 @@ def _weights(run_dir, step):
 
 def _assert_same_training(run_a, rows_a, run_b, rows_b, steps):
     for a, b in zip(rows_a, rows_b):
-        for key in ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm", "perf/total_num_tokens"):
+        for key in (
+            "critic/score/mean",
+            "critic/advantages/max",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "perf/total_num_tokens",
+        ):
             assert b[key] == a[key], (a["step"], key)
     wa, wb = _weights(run_a, steps), _weights(run_b, steps)
     assert wa.keys() == wb.keys()
@@ -61,7 +67,12 @@ def test_stream_equals_sync_at_zero_latency(tmp_path, tiny_policy_path):
 def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(tmp_path, tiny_policy_path, mode):
     # Seeded injected failures fail the same samples in every mode; their groups must leave the
     # update the same way (stream and pipeline compute log-probs before the scores are known).
-    extra = ["reward.inject.fail_rate=0.15", "reward.inject.seed=5", "reward.max_retries=0", "reward.on_failure=drop-group"]
+    extra = [
+        "reward.inject.fail_rate=0.15",
+        "reward.inject.seed=5",
+        "reward.max_retries=0",
+        "reward.on_failure=drop-group",
+    ]
     sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2, extra=extra)
     other_dir, other_rows = _run(tmp_path, mode, mode, steps=2, extra=extra)
     assert [r["reward/dropped_groups"] for r in sync_rows] == [r["reward/dropped_groups"] for r in other_rows]
@@ -126,8 +137,13 @@ def test_overlap_mode_traces_every_request_and_reward(tmp_path, tiny_policy_path
 
 
 def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
-    extra = ["reward.inject.fail_rate=1.0", "reward.max_retries=1", "reward.backoff_s=0", "reward.on_failure=drop-group",
-             "reward.max_failure_rate=1"]  # go on although every sample failed: what is counted is under test
+    extra = [
+        "reward.inject.fail_rate=1.0",
+        "reward.max_retries=1",
+        "reward.backoff_s=0",
+        "reward.on_failure=drop-group",
+        "reward.max_failure_rate=1",
+    ]  # go on although every sample failed: what is counted is under test
     _, rows = _run(tmp_path, "fail", "stream", steps=1, extra=extra)
     row = rows[0]
     assert row["reward/injected_failures"] == 16 * 2  # every attempt of every sample
@@ -137,7 +153,9 @@ def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
 
 @pytest.mark.parametrize("mode", ["sync", "stream"])
 def test_samples_log_and_bounded_trace(tmp_path, tiny_policy_path, mode):
-    run_dir, rows = _run(tmp_path, mode, mode, steps=2, extra=["logging.save_samples=true", "logging.trace_detail_steps=1"])
+    run_dir, rows = _run(
+        tmp_path, mode, mode, steps=2, extra=["logging.save_samples=true", "logging.trace_detail_steps=1"]
+    )
     lines = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1] * 16 + [2] * 16
     assert all(r["score"] in (0.0, 1.0) and r["response"] and r["prompt"][-1]["role"] == "user" for r in lines)

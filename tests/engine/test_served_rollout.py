@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from rlrm.config.loader import load_profile
@@ -13,9 +12,18 @@ from rlrm.engine.metrics.tracker import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 SMALL = [
-    "data.train_batch_size=4", "actor.mini_batch_size=2", "actor.micro_batch_size=4", "rollout.n=4",
-    "rollout.max_new_tokens=12", "data.val_size=8", "trainer.val_every=0", "trainer.val_before_train=false",
-    "trainer.save_every=0", "trainer.num_threads=1", "logging.console=none", "logging.save_samples=true",
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=2",
+    "actor.micro_batch_size=4",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "data.val_size=8",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "trainer.save_every=0",
+    "trainer.num_threads=1",
+    "logging.console=none",
+    "logging.save_samples=true",
 ]
 SERVED = ["rollout.backend=server", "rollout.server.router=client", "rollout.server.threads=1"]
 
@@ -55,7 +63,9 @@ def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_poli
     """rollout.server.weight_sync=distributed (gloo broadcast, no files) against the default disk sync."""
     disk_dir, _ = _run(tmp_path, "disk", 3, SERVED)
     dist_dir, result = _run(tmp_path, "distributed", 3, SERVED + ["rollout.server.weight_sync=distributed"])
-    assert result.last_step == 3 and _samples(dist_dir) == _samples(disk_dir)  # every step sampled from the synced weights
+    assert result.last_step == 3 and _samples(dist_dir) == _samples(
+        disk_dir
+    )  # every step sampled from the synced weights
     a, b = _weights(disk_dir, 3), _weights(dist_dir, 3)
     assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
     rows = read_metrics(dist_dir / "metrics.jsonl")
@@ -88,10 +98,19 @@ def test_two_replicas_behind_the_sglang_router_learn_and_survive_a_kill(tmp_path
     steps, engines = 20, []
     build = components.served_engine
     monkeypatch.setattr(components, "served_engine", lambda *a, **k: engines.append(build(*a, **k)) or engines[-1])
-    profile = load_profile("tiny-rule", [
-        f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.save_every=0", "trainer.num_threads=1",
-        "logging.console=none", "rollout.backend=server", "rollout.server.replicas=2", "rollout.server.router=sglang",
-    ])
+    profile = load_profile(
+        "tiny-rule",
+        [
+            f"trainer.total_steps={steps}",
+            f"trainer.val_every={steps}",
+            "trainer.save_every=0",
+            "trainer.num_threads=1",
+            "logging.console=none",
+            "rollout.backend=server",
+            "rollout.server.replicas=2",
+            "rollout.server.router=sglang",
+        ],
+    )
     run_dir = start_run(profile, tmp_path / "learn")
     stop = threading.Event()
 
@@ -112,7 +131,9 @@ def test_two_replicas_behind_the_sglang_router_learn_and_survive_a_kill(tmp_path
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert result.last_step == steps
     trained = [r for r in rows if r["step"] > 0]
-    assert all(r["batch/num_samples"] == 256 and r["async/staleness_max"] == 0 for r in trained)  # nothing lost, never stale
+    assert all(
+        r["batch/num_samples"] == 256 and r["async/staleness_max"] == 0 for r in trained
+    )  # nothing lost, never stale
     assert sum(r["rollout/replica_restarts"] for r in trained) == 1
     assert sum(r["rollout/retries"] for r in trained) >= 1  # the dead replica's requests went to the other one
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]

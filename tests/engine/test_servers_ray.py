@@ -19,13 +19,30 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)"),
 ]
 
-SMALL = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "rollout.max_new_tokens=12",
-         "trainer.val_every=0", "trainer.val_before_train=false", "trainer.save_every=0", "trainer.num_threads=1",
-         "trainer.total_steps=3", "logging.console=none"]  # fmt: skip
-PLACED = ["actor.world_size=2", "actor.ranks_on=ray", "actor.placement=STRICT_SPREAD",
-          "rollout.backend=server", "rollout.server.router=client", "rollout.server.threads=1",
-          "rollout.server.launch_on=ray", "rollout.server.node_resource=rollout_host",
-          "reward.server.launch_on=ray", "reward.server.node_resource=reward_host"]  # fmt: skip
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=2",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "trainer.save_every=0",
+    "trainer.num_threads=1",
+    "trainer.total_steps=3",
+    "logging.console=none",
+]
+PLACED = [
+    "actor.world_size=2",
+    "actor.ranks_on=ray",
+    "actor.placement=STRICT_SPREAD",
+    "rollout.backend=server",
+    "rollout.server.router=client",
+    "rollout.server.threads=1",
+    "rollout.server.launch_on=ray",
+    "rollout.server.node_resource=rollout_host",
+    "reward.server.launch_on=ray",
+    "reward.server.node_resource=reward_host",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +52,10 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                                                            "resources": {"rollout_host": 1}})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "include_dashboard": False, "resources": {"rollout_host": 1}},
+    )
     second = cluster.add_node(num_cpus=2, resources={"reward_host": 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
@@ -82,7 +101,9 @@ def test_ranks_rollout_and_reward_servers_run_where_the_profile_puts_them(two_no
 
 
 def _reward_server(**keys):
-    profile = load_profile("tiny-disrm", ["reward.server.launch_on=ray", *(f"reward.server.{k}={v}" for k, v in keys.items())])
+    profile = load_profile(
+        "tiny-disrm", ["reward.server.launch_on=ray", *(f"reward.server.{k}={v}" for k, v in keys.items())]
+    )
     return profile.reward.server
 
 
@@ -93,9 +114,12 @@ def test_a_node_resource_no_node_offers_is_one_line_listing_the_cluster_s(two_no
     from rlrm.launch.fleet import ServerFleet
 
     fleet = ServerFleet(_reward_server(node_resource="gpu_host"), role="disrm", model_path="unused")
-    with pytest.raises(ConfigError, match=r"reward\.server\.node_resource 'gpu_host' is on no node of the Ray cluster "
-                                          r"\(its nodes offer: .*reward_host, rollout_host\); start the chosen nodes with "
-                                          r"ray start --resources='\{\"gpu_host\": N\}'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"reward\.server\.node_resource 'gpu_host' is on no node of the Ray cluster "
+        r"\(its nodes offer: .*reward_host, rollout_host\); start the chosen nodes with "
+        r"ray start --resources='\{\"gpu_host\": N\}'",
+    ):
         asyncio.run(fleet.start())
     assert fleet.pool is None and fleet.placer is None
 
@@ -116,8 +140,9 @@ def test_a_placed_replica_is_restarted_on_its_node_and_dies_with_its_actor(two_n
     _, second = two_nodes
 
     async def scenario():
-        fleet = ServerFleet(_reward_server(node_resource="reward_host"), role="disrm",
-                            model_path=str(resolve_model_path("tiny:disrm")))
+        fleet = ServerFleet(
+            _reward_server(node_resource="reward_host"), role="disrm", model_path=str(resolve_model_path("tiny:disrm"))
+        )
         await fleet.start()
         try:
             (replica,) = fleet.pool.servers

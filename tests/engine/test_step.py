@@ -11,8 +11,8 @@ from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.actor import Actor
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.base import RewardResult
-from rlrm.inference.base import Completion
 from rlrm.engine.step import GRPOStep, Scored, StepRecord, StepSettings
+from rlrm.inference.base import Completion
 
 
 class RecordingEngine:
@@ -28,8 +28,9 @@ class RecordingEngine:
 def step_with(model, n=2, mini_batch_size=1, ppo_epochs=1, recompute="always"):
     cfg = ActorConfig(lr=1e-3, mini_batch_size=mini_batch_size, micro_batch_size=4, ppo_epochs=ppo_epochs)
     actor = Actor(model, None, cfg, temperature=1.0, total_steps=10, n=n)
-    settings = StepSettings(n=n, pad_token_id=0, device="cpu", adv_eps=1e-6, norm_adv_by_std=True,
-                            recompute_old_log_prob=recompute)
+    settings = StepSettings(
+        n=n, pad_token_id=0, device="cpu", adv_eps=1e-6, norm_adv_by_std=True, recompute_old_log_prob=recompute
+    )
     return GRPOStep(actor, RecordingEngine(), settings)
 
 
@@ -135,4 +136,6 @@ def test_a_step_without_samples_trains_nothing(model):
     batch, metrics = grpo.prepare([], off_policy=True, timer=StepTimer())
     scored = grpo.score(batch, [], StepTimer())
     assert batch is None and scored.batch is None and scored.dropped_groups == 0
-    assert grpo.finish(StepRecord(step=1, scored=[scored], completions=[], samples=[])).metrics["batch/num_samples"] == 0
+    assert (
+        grpo.finish(StepRecord(step=1, scored=[scored], completions=[], samples=[])).metrics["batch/num_samples"] == 0
+    )

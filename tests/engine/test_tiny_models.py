@@ -54,7 +54,9 @@ def test_concurrent_prepare_builds_once(tmp_path, tiny_policy_path, monkeypatch)
     monkeypatch.setitem(tiny._BUILDERS, "policy", copy_build)
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(prepare_tiny(("policy",), cache_dir=tmp_path, log=lambda _: None)))
+        threading.Thread(
+            target=lambda: results.append(prepare_tiny(("policy",), cache_dir=tmp_path, log=lambda _: None))
+        )
         for _ in range(3)
     ]
     for t in threads:
@@ -76,7 +78,9 @@ def test_resolve_model_path(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["judge", "disrm"])
-def test_reward_models_resolve_and_start_from_the_same_seed_policy(name, tmp_path, tiny_policy_path, monkeypatch, capsys):
+def test_reward_models_resolve_and_start_from_the_same_seed_policy(
+    name, tmp_path, tiny_policy_path, monkeypatch, capsys
+):
     """`tiny:judge` / `tiny:disrm` prepare the policy of their seed first, then record what they measured."""
     import shutil
 
@@ -88,7 +92,13 @@ def test_reward_models_resolve_and_start_from_the_same_seed_policy(name, tmp_pat
     def fake_build(dest, seed, log, policy_dir):  # the recipe itself is tested below and in the slow tier
         started_from.append(policy_dir)
         shutil.copytree(policy_dir, dest)
-        return {"auc": 0.95, "auc_policy_samples": 0.94, "auc_near_misses": 0.96, "verdict_accuracy": 0.9, "build_s": 1.0}
+        return {
+            "auc": 0.95,
+            "auc_policy_samples": 0.94,
+            "auc_near_misses": 0.96,
+            "verdict_accuracy": 0.9,
+            "build_s": 1.0,
+        }
 
     monkeypatch.setattr(tiny, f"build_{name}", fake_build)
     path = resolve_model_path(f"tiny:{name}", cache_dir=tmp_path)
@@ -113,7 +123,10 @@ def test_models_prepare_builds_all_and_reports_auc(tmp_path, tiny_policy_path, m
             shutil.copytree(tiny_policy_path, dest)
             if name != "policy":
                 metrics = {"auc": 0.93, "auc_policy_samples": 0.92, "auc_near_misses": 0.94}
-                (dest / "meta.json").write_text(json.dumps(metrics | ({"verdict_accuracy": 0.91} if name == "judge" else {})))
+                (dest / "meta.json").write_text(
+                    json.dumps(metrics | ({"verdict_accuracy": 0.91} if name == "judge" else {}))
+                )
+
         return build
 
     for name in TINY_MODELS:
@@ -121,7 +134,11 @@ def test_models_prepare_builds_all_and_reports_auc(tmp_path, tiny_policy_path, m
     result = CliRunner().invoke(app, ["models", "prepare", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "policy: " in result.output and "held-out greedy accuracy" in result.output
-    assert "judge: " in result.output and "held-out ROC AUC 0.930" in result.output and "verdict accuracy 0.910" in result.output
+    assert (
+        "judge: " in result.output
+        and "held-out ROC AUC 0.930" in result.output
+        and "verdict accuracy 0.910" in result.output
+    )
     assert "disrm: " in result.output
     pairs = tmp_path / f"pairs-v{tiny.RECIPE_VERSION}-seed0.jsonl"  # for `rlrm eval rm --pairs`, next to the models
     assert f"pairs: {pairs}" in result.output and len(pairs.read_text().splitlines()) == 192
@@ -181,7 +198,9 @@ def test_reward_model_builds_are_deterministic(name, tmp_path, tiny_policy_path)
         metrics.append(build(tmp_path / str(run), seed, lambda _: None, tiny_policy_path, Recipe.smoke()))
         hashes.append(_state_hash(loader.from_pretrained(tmp_path / str(run))))
     assert hashes[0] == hashes[1] != hashes[2]
-    assert {k: v for k, v in metrics[0].items() if k != "build_s"} == {k: v for k, v in metrics[1].items() if k != "build_s"}
+    assert {k: v for k, v in metrics[0].items() if k != "build_s"} == {
+        k: v for k, v in metrics[1].items() if k != "build_s"
+    }
     assert 0.0 <= metrics[0]["auc"] <= 1.0 and metrics[0]["heldout_pairs"] > 0
 
 
@@ -213,7 +232,14 @@ def test_judge_output_is_what_the_genrm_client_parses():
     from rlrm.config.loader import load_profile
     from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
     from rlrm.engine.data.synthetic import synthetic_splits
-    from rlrm.engine.models.tiny_judge import JUDGE_TEMPLATE, MAX_NEW_TOKENS, MAX_SCORE, VERDICT, judge_answer, judge_messages
+    from rlrm.engine.models.tiny_judge import (
+        JUDGE_TEMPLATE,
+        MAX_NEW_TOKENS,
+        MAX_SCORE,
+        VERDICT,
+        judge_answer,
+        judge_messages,
+    )
     from rlrm.engine.rewards.base import RewardSample
     from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
 
@@ -288,8 +314,23 @@ def test_tiny_reward_profiles_score_rl_samples_like_the_rule(kind, tmp_path, req
 
     request.getfixturevalue("tiny_judge_path" if kind == "genrm" else "tiny_disrm_path")
     run = tmp_path / "run"
-    args = ["train", "--profile", f"tiny-{kind}", "--steps", "1", "--out", str(run), "--console", "plain",
-            "--set", "logging.save_samples=true", "--set", "trainer.val_before_train=false", "--set", "trainer.num_threads=1"]
+    args = [
+        "train",
+        "--profile",
+        f"tiny-{kind}",
+        "--steps",
+        "1",
+        "--out",
+        str(run),
+        "--console",
+        "plain",
+        "--set",
+        "logging.save_samples=true",
+        "--set",
+        "trainer.val_before_train=false",
+        "--set",
+        "trainer.num_threads=1",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]

@@ -21,8 +21,21 @@ from rlrm.errors import ConfigError
 
 ROWS = [
     {"step": 0, "val/accuracy": 0.25},
-    {"step": 1, "critic/score/mean": 0.5, "response_length/mean": 13.0, "reward/failures": 0, "note": "text", "flag": True},
-    {"step": 2, "critic/score/mean": 0.75, "response_length/mean": 14.5, "reward/failures": 2, "actor/grad_norm": math.nan},
+    {
+        "step": 1,
+        "critic/score/mean": 0.5,
+        "response_length/mean": 13.0,
+        "reward/failures": 0,
+        "note": "text",
+        "flag": True,
+    },
+    {
+        "step": 2,
+        "critic/score/mean": 0.75,
+        "response_length/mean": 14.5,
+        "reward/failures": 2,
+        "actor/grad_norm": math.nan,
+    },
 ]
 SECRET = "sk-audit-test-do-not-write-0123456789"
 
@@ -84,14 +97,21 @@ def test_every_tracker_gets_the_rows_and_the_profile(tmp_path, monkeypatch):
 
     (folder,) = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
     records = wandb_records(Path(folder))
+
     def item(i):  # wandb stores a name with "/" as its parts
         return i.key or "/".join(i.nested_key)
 
-    history = [{item(i): float(i.value_json) for i in r.history.item if not item(i).startswith("_")}
-               | {"_step": r.history.step.num} for r in records if r.WhichOneof("record_type") == "history"]
-    assert history == [{"val/accuracy": 0.25, "_step": 0},
-                       {"critic/score/mean": 0.5, "response_length/mean": 13.0, "reward/failures": 0.0, "_step": 1},
-                       {"critic/score/mean": 0.75, "response_length/mean": 14.5, "reward/failures": 2.0, "_step": 2}]
+    history = [
+        {item(i): float(i.value_json) for i in r.history.item if not item(i).startswith("_")}
+        | {"_step": r.history.step.num}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
+    assert history == [
+        {"val/accuracy": 0.25, "_step": 0},
+        {"critic/score/mean": 0.5, "response_length/mean": 13.0, "reward/failures": 0.0, "_step": 1},
+        {"critic/score/mean": 0.75, "response_length/mean": 14.5, "reward/failures": 2.0, "_step": 2},
+    ]
     (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     config = {i.key: i.value_json for i in run_record.config.update}
     assert run_record.run_id == run_id(run_dir) and '"lr":0.0003' in config["actor"].replace(" ", "")
@@ -121,7 +141,10 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
     again = RunLog(run_dir, profile, keep_through_step=1)  # checkpoint at step 1: step 2 is trained again
     again.log({"step": 2, "critic/score/mean": 0.9})
     again.close()
-    assert tensorboard_scalars(run_dir / "tensorboard")["critic/score/mean"] == [(1, 0.5), (2, pytest.approx(0.9))]  # purged, rewritten
+    assert tensorboard_scalars(run_dir / "tensorboard")["critic/score/mean"] == [
+        (1, 0.5),
+        (2, pytest.approx(0.9)),
+    ]  # purged, rewritten
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
@@ -130,12 +153,23 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
 
 
 def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path):
-    profile = load_profile("tiny-rule", [
-        "data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "rollout.max_new_tokens=8",
-        "data.val_size=8", "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=0",
-        "trainer.num_threads=1", "logging.console=none", "logging.trackers=tensorboard",
-        f"logging.tracker_dir={tmp_path / 'trackers'}",
-    ])
+    profile = load_profile(
+        "tiny-rule",
+        [
+            "data.train_batch_size=4",
+            "actor.mini_batch_size=2",
+            "rollout.n=4",
+            "rollout.max_new_tokens=8",
+            "data.val_size=8",
+            "trainer.total_steps=2",
+            "trainer.val_every=2",
+            "trainer.save_every=0",
+            "trainer.num_threads=1",
+            "logging.console=none",
+            "logging.trackers=tensorboard",
+            f"logging.tracker_dir={tmp_path / 'trackers'}",
+        ],
+    )
     run_dir = start_run(profile, tmp_path / "run")
     train(run_dir)
     rows = read_metrics(run_dir / "metrics.jsonl")
@@ -148,11 +182,15 @@ def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path
 
 def test_a_missing_extra_is_one_line_with_the_pip_command(tmp_path, monkeypatch):
     monkeypatch.setitem(trackers.EXTRAS, "wandb", ("rlrm_no_such_module_for_test", "wandb"))
-    with pytest.raises(ConfigError, match=r"logging.trackers has wandb, which is not installed: pip install 'rlrm\[wandb\]'"):
+    with pytest.raises(
+        ConfigError, match=r"logging.trackers has wandb, which is not installed: pip install 'rlrm\[wandb\]'"
+    ):
         check_trackers(profile_with().logging)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", "--profile", "tiny-rule", "--set", "logging.trackers=wandb", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-rule", "--set", "logging.trackers=wandb", "--out", str(out)]
+    )
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code != 0 and len(lines) == 1 and "pip install 'rlrm[wandb]'" in lines[0], result.output
     assert not out.exists() and not (tmp_path / "runs").exists()  # refused before the run folder exists

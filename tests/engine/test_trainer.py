@@ -35,7 +35,9 @@ def _run(tmp_path, name, steps, extra=()):
 
 
 def _comparable(row):
-    return {k: v for k, v in row.items() if not k.startswith(("timing_s/", "cpu_s/", "perf/", "reward/latency", "idle/"))}
+    return {
+        k: v for k, v in row.items() if not k.startswith(("timing_s/", "cpu_s/", "perf/", "reward/latency", "idle/"))
+    }
 
 
 def test_run_folder_layout(tmp_path, tiny_policy_path):
@@ -47,8 +49,16 @@ def test_run_folder_layout(tmp_path, tiny_policy_path):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "val/accuracy" in rows[0] and "val/accuracy" in rows[2]
     for key in (
-        "timing_s/gen", "timing_s/reward", "timing_s/update_actor", "timing_s/step", "perf/throughput",
-        "actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean", "perf/max_memory_gb",
+        "timing_s/gen",
+        "timing_s/reward",
+        "timing_s/update_actor",
+        "timing_s/step",
+        "perf/throughput",
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "critic/score/mean",
+        "response_length/mean",
+        "perf/max_memory_gb",
     ):
         assert key in rows[1], key
     assert 0.0 <= rows[1]["critic/score/mean"] <= 1.0
@@ -117,10 +127,17 @@ def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypa
 
 
 def test_training_with_a_served_disrm(tmp_path, random_disrm_path):
-    run_dir, result = _run(tmp_path, "disrm", steps=2, extra=[
-        "reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.server.replicas=2",
-        "reward.disrm.max_length=64",
-    ])
+    run_dir, result = _run(
+        tmp_path,
+        "disrm",
+        steps=2,
+        extra=[
+            "reward.kind=disrm",
+            f"reward.server.model={random_disrm_path}",
+            "reward.server.replicas=2",
+            "reward.disrm.max_length=64",
+        ],
+    )
     assert result.last_step == 2
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert rows[1]["reward/failures"] == 0 and rows[1]["reward/latency_p50"] > 0
@@ -148,10 +165,20 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
 
     monkeypatch.setattr(RewardService, "start", start)
     monkeypatch.setattr(RewardLoop, "score", score)
-    run_dir, result = _run(tmp_path, "kill", steps=4, extra=[
-        "trainer.mode=stream", "reward.kind=disrm", f"reward.server.model={random_disrm_path}",
-        "reward.server.replicas=2", "reward.disrm.max_length=64", "reward.backoff_s=0.05", "reward.timeout_s=10",
-    ])
+    run_dir, result = _run(
+        tmp_path,
+        "kill",
+        steps=4,
+        extra=[
+            "trainer.mode=stream",
+            "reward.kind=disrm",
+            f"reward.server.model={random_disrm_path}",
+            "reward.server.replicas=2",
+            "reward.disrm.max_length=64",
+            "reward.backoff_s=0.05",
+            "reward.timeout_s=10",
+        ],
+    )
     assert result.last_step == 4 and len(calls) == 4 * 16
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
     assert all(r["batch/num_samples"] == 16 and r["reward/failures"] == 0 for r in rows)
@@ -170,10 +197,17 @@ def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_p
         calls.append(path)
 
     monkeypatch.setattr(RewardService, "_post_all", post_all)
-    run_dir, result = _run(tmp_path, "coloc", steps=2, extra=[
-        "reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.placement=colocated",
-        "reward.disrm.max_length=64",
-    ])
+    run_dir, result = _run(
+        tmp_path,
+        "coloc",
+        steps=2,
+        extra=[
+            "reward.kind=disrm",
+            f"reward.server.model={random_disrm_path}",
+            "reward.placement=colocated",
+            "reward.disrm.max_length=64",
+        ],
+    )
     assert result.last_step == 2
     # asleep from the start, then woken for each step's scoring and put back to sleep
     assert calls == ["/sleep?level=1"] + ["/wake_up", "/sleep?level=1"] * 2
@@ -185,15 +219,19 @@ def test_colocated_placement_needs_sync_mode():
     from rlrm.errors import ConfigError
 
     with pytest.raises(ConfigError, match="needs trainer.mode=sync"):
-        load_profile("tiny-rule", ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m",
-                                   "reward.placement=colocated"])
+        load_profile(
+            "tiny-rule",
+            ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m", "reward.placement=colocated"],
+        )
 
 
 def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path):
     # Same seed, same model, fp32 on both paths: the two trainings see the same rewards.
     served = ["reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.disrm.max_length=64"]
     _, a = _run(tmp_path, "served", steps=2, extra=served)
-    _, b = _run(tmp_path, "legacy", steps=2, extra=[*served, "reward.disrm.scorer=legacy", "reward.disrm.legacy_dtype=fp32"])
+    _, b = _run(
+        tmp_path, "legacy", steps=2, extra=[*served, "reward.disrm.scorer=legacy", "reward.disrm.legacy_dtype=fp32"]
+    )
     rows_a = read_metrics(tmp_path / "served" / "metrics.jsonl")
     rows_b = read_metrics(tmp_path / "legacy" / "metrics.jsonl")
     for ra, rb in zip(rows_a[1:], rows_b[1:]):
@@ -210,7 +248,9 @@ def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, ra
         pytest.param("tiny:judge", marks=pytest.mark.slow),  # the tiny-genrm profile as shipped
     ],
 )
-def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(tmp_path, tiny_policy_path, judge, monkeypatch):
+def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
+    tmp_path, tiny_policy_path, judge, monkeypatch
+):
     # `rlrm train --profile tiny-genrm` with two judge replicas behind the SGLang router; one is killed
     # mid-way through step 2. Every sample must still be scored by the survivor or counted.
     from rlrm.engine.rewards.loop import RewardLoop
@@ -231,11 +271,20 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(tmp_p
 
     monkeypatch.setattr(RewardService, "start", start)
     monkeypatch.setattr(RewardLoop, "score", score)
-    profile = load_profile("tiny-genrm", SMALL + [
-        "trainer.total_steps=4", "trainer.mode=stream", f"reward.server.model={judge}", "reward.server.replicas=2",
-        "reward.server.router=sglang", "reward.backoff_s=0.05", "reward.timeout_s=20",
-        "reward.max_failure_rate=1",  # tiny:policy as a judge mostly gives no verdict: counted, not a reason to stop here
-    ])  # fmt: skip
+    profile = load_profile(
+        "tiny-genrm",
+        SMALL
+        + [
+            "trainer.total_steps=4",
+            "trainer.mode=stream",
+            f"reward.server.model={judge}",
+            "reward.server.replicas=2",
+            "reward.server.router=sglang",
+            "reward.backoff_s=0.05",
+            "reward.timeout_s=20",
+            "reward.max_failure_rate=1",  # tiny:policy as a judge mostly gives no verdict: counted, not a reason to stop here
+        ],
+    )
     run_dir = start_run(profile, tmp_path / "kill")
     result = train(run_dir)
     assert services[0].router is not None  # the judge traffic went through the router

@@ -42,15 +42,29 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
         return PlainTextResponse("ok")
 
     if kind == "vllm":
+
         @app.post("/v1/completions")
         async def completions(request: Request):
             body = await request.json()
             record("/v1/completions", body)
             ids = tokens(body["prompt"], body.get("seed") or 0, body["max_tokens"])
-            return {"id": "cmpl-standin", "object": "text_completion", "model": body.get("model"),
-                    "choices": [{"index": 0, "text": "x" * len(ids), "token_ids": ids, "finish_reason": "length",
-                                 "logprobs": {"token_logprobs": [-0.1 * (i + 1) for i in range(len(ids))],
-                                              "tokens": ["x"] * len(ids)}}]}
+            return {
+                "id": "cmpl-standin",
+                "object": "text_completion",
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "x" * len(ids),
+                        "token_ids": ids,
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "token_logprobs": [-0.1 * (i + 1) for i in range(len(ids))],
+                            "tokens": ["x"] * len(ids),
+                        },
+                    }
+                ],
+            }
 
         @app.post("/collective_rpc")
         async def collective_rpc(request: Request):
@@ -65,6 +79,7 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
             record("/reset_prefix_cache", {})
             return PlainTextResponse("")
     else:
+
         @app.post("/generate")
         async def generate(request: Request):
             body = await request.json()
@@ -76,10 +91,14 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
             outs = []
             for prompt, sp in zip(prompts, params):
                 ids = tokens(prompt, sp.get("sampling_seed") or 0, sp.get("max_new_tokens", 8))
-                meta = {"id": "standin", "finish_reason": {"type": "length", "length": len(ids)},
-                        "prompt_tokens": len(prompt), "completion_tokens": len(ids),
-                        "output_token_logprobs": [[-0.25, t, None] for t in ids],
-                        "weight_version": "default" if stale else state["version"]}
+                meta = {
+                    "id": "standin",
+                    "finish_reason": {"type": "length", "length": len(ids)},
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": len(ids),
+                    "output_token_logprobs": [[-0.25, t, None] for t in ids],
+                    "weight_version": "default" if stale else state["version"],
+                }
                 outs.append({"text": "x", "output_ids": ids, "meta_info": meta})
             return outs if batch else outs[0]
 
@@ -88,7 +107,11 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
             body = await request.json()
             record("/update_weights_from_disk", body)
             if fail_reload:
-                return {"success": False, "message": "Failed to update weights: shape mismatch (stand-in)", "num_paused_requests": 0}
+                return {
+                    "success": False,
+                    "message": "Failed to update weights: shape mismatch (stand-in)",
+                    "num_paused_requests": 0,
+                }
             state["version"] = body.get("weight_version") or state["version"]
             return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
 
@@ -103,8 +126,15 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
             body = await request.json()
             record("/init_weights_update_group", body)
             groups[body["group_name"]] = await asyncio.to_thread(
-                join_group, body["master_address"], body["master_port"], body["rank_offset"], body["world_size"],
-                body["group_name"], body["backend"], 60.0)
+                join_group,
+                body["master_address"],
+                body["master_port"],
+                body["rank_offset"],
+                body["world_size"],
+                body["group_name"],
+                body["backend"],
+                60.0,
+            )
             return {"success": True, "message": "Succeeded to initialize custom process group."}
 
         @app.post("/update_weights_from_distributed")
@@ -140,8 +170,13 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
 
         @app.get("/get_model_info")
         async def get_model_info():
-            return {"model_path": "standin", "tokenizer_path": "standin", "is_generation": True,
-                    "weight_version": state["version"]}
+            return {
+                "model_path": "standin",
+                "tokenizer_path": "standin",
+                "is_generation": True,
+                "weight_version": state["version"],
+            }
+
     return app
 
 
@@ -153,7 +188,13 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--fail-reload", action="store_true")
-    parser.add_argument("--stale", action="store_true", help="always report SGLang's default version (a restarted replica)")
+    parser.add_argument(
+        "--stale", action="store_true", help="always report SGLang's default version (a restarted replica)"
+    )
     args = parser.parse_args()
-    uvicorn.run(build(args.kind, Path(args.log), args.fail_reload, args.stale), host="127.0.0.1", port=args.port,
-                log_level="warning")
+    uvicorn.run(
+        build(args.kind, Path(args.log), args.fail_reload, args.stale),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+    )

@@ -30,8 +30,9 @@ def test_authorized_accepts_bearer_in_any_case_and_only_the_key():
 
 def test_replicas_get_the_key_by_environment_not_command_line(random_disrm_path, monkeypatch):
     monkeypatch.setenv("RLRM_TEST_REWARD_KEY", KEY)
-    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path), "api_key_env": "RLRM_TEST_REWARD_KEY"},
-                       timeout_s=20)
+    cfg = RewardConfig(
+        kind="disrm", server={"model": str(random_disrm_path), "api_key_env": "RLRM_TEST_REWARD_KEY"}, timeout_s=20
+    )
     body = {"input": [[5, 6, 7]], "use_activation": False}
 
     async def scenario():
@@ -44,8 +45,12 @@ def test_replicas_get_the_key_by_environment_not_command_line(random_disrm_path,
             async with httpx.AsyncClient(base_url=server.url) as client:
                 codes = [
                     (await client.post("/classify", json=body, headers=headers)).status_code
-                    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"bearer {KEY}"},
-                                    {"Authorization": f"Bearer {KEY}"})
+                    for headers in (
+                        {},
+                        {"Authorization": "Bearer wrong"},
+                        {"Authorization": f"bearer {KEY}"},
+                        {"Authorization": f"Bearer {KEY}"},
+                    )
                 ]
             return cmdline, via_balancer, codes
         finally:
@@ -61,7 +66,10 @@ def test_an_unset_key_variable_is_one_clear_error(random_disrm_path, monkeypatch
     monkeypatch.delenv("RLRM_TEST_UNSET_KEY", raising=False)
     cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path), "api_key_env": "RLRM_TEST_UNSET_KEY"})
     service = RewardService(cfg)
-    with pytest.raises(ConfigError, match="reward.server.api_key_env names the environment variable RLRM_TEST_UNSET_KEY, which is not set"):
+    with pytest.raises(
+        ConfigError,
+        match="reward.server.api_key_env names the environment variable RLRM_TEST_UNSET_KEY, which is not set",
+    ):
         asyncio.run(service.start())
     assert service.pool is None  # refused before any server started
 
@@ -77,7 +85,9 @@ def test_config_yaml_holds_a_reference_never_the_key(tmp_path):
 
 def test_launch_server_reads_the_key_from_a_named_variable(monkeypatch):
     monkeypatch.delenv("RLRM_TEST_UNSET_KEY", raising=False)
-    result = CliRunner().invoke(app, ["launch", "server", "--model", "tiny:policy", "--api-key-env", "RLRM_TEST_UNSET_KEY"])
+    result = CliRunner().invoke(
+        app, ["launch", "server", "--model", "tiny:policy", "--api-key-env", "RLRM_TEST_UNSET_KEY"]
+    )
     assert result.exit_code == 1
     assert result.output.strip() == (
         "error: --api-key-env names the environment variable RLRM_TEST_UNSET_KEY, which is not set (or empty) here; "

@@ -37,8 +37,14 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
 @pytest.mark.parametrize("guard", [True, False])
 def test_the_server_dies_with_its_owner_only_when_asked(guard):
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", OWNER.format(guard=guard)], capture_output=True, text=True, env=env,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", OWNER.format(guard=guard)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     pid = int(out.stdout.split()[0])
     try:
         assert _gone(pid, 10.0 if guard else 1.0) == guard  # without the guard it outlives its owner

@@ -31,10 +31,17 @@ def _state(model_path, shift):
 
 
 def _generate(url, seed=3):
-    body = {"input_ids": [5, 6, 7, 8], "return_logprob": True,
-            "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed}}
+    body = {
+        "input_ids": [5, 6, 7, 8],
+        "return_logprob": True,
+        "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed},
+    }
     out = httpx.post(url + "/generate", json=body, timeout=60).json()
-    return out["output_ids"], [e[0] for e in out["meta_info"]["output_token_logprobs"]], out["meta_info"]["weight_version"]
+    return (
+        out["output_ids"],
+        [e[0] for e in out["meta_info"]["output_token_logprobs"]],
+        out["meta_info"]["weight_version"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +53,8 @@ def two_replicas(tiny_policy_path):
 
 
 def test_a_broadcast_reaches_both_replicas_as_one_version_and_equals_loading_the_same_weights_from_disk(
-        two_replicas, tiny_policy_path, tmp_path):
+    two_replicas, tiny_policy_path, tmp_path
+):
     a, b = two_replicas
     base = _generate(a.url)
     sync = WeightBroadcast(SGLangWire(), "gloo", timeout_s=30)
@@ -61,14 +69,20 @@ def test_a_broadcast_reaches_both_replicas_as_one_version_and_equals_loading_the
     assert on_a[1] != base[1]  # the weights changed
     # the same weights from disk into b: what it generates does not move by a bit
     path = WeightFiles(str(tmp_path)).write(shifted, version=6)
-    done = httpx.post(b.url + "/update_weights_from_disk", json={"model_path": str(path), "weight_version": "6"}, timeout=60)
+    done = httpx.post(
+        b.url + "/update_weights_from_disk", json={"model_path": str(path), "weight_version": "6"}, timeout=60
+    )
     assert done.json()["success"] is True
     from_disk = _generate(b.url)
     assert from_disk[:2] == on_a[:2] and from_disk[2] == "6"
     # the group is gone on both: an update now is refused at once, naming what to do
-    refused = httpx.post(a.url + "/update_weights_from_distributed", json={"names": [], "dtypes": [], "shapes": []}).json()
-    assert refused == {"success": False, "message": "no weight-update group 'weight_update_group': POST "
-                                                    "/init_weights_update_group first"}
+    refused = httpx.post(
+        a.url + "/update_weights_from_distributed", json={"names": [], "dtypes": [], "shapes": []}
+    ).json()
+    assert refused == {
+        "success": False,
+        "message": "no weight-update group 'weight_update_group': POST /init_weights_update_group first",
+    }
 
 
 def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replicas, tiny_policy_path):
@@ -83,8 +97,10 @@ def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replica
         renamed = {("model.embed.weight" if k == "model.embed_tokens.weight" else k): v for k, v in state.items()}
         failures, error = sync.send(renamed, version=8)
         assert error is None and set(failures) == {a.url, b.url}
-        assert failures[a.url].startswith(f"weights not loaded, still version {before[2]}: the broadcast weights do not "
-                                          "fit this model: missing ['model.embed_tokens.weight'")
+        assert failures[a.url].startswith(
+            f"weights not loaded, still version {before[2]}: the broadcast weights do not "
+            "fit this model: missing ['model.embed_tokens.weight'"
+        )
         wrong = dict(state, **{"model.norm.weight": torch.ones(7)})
         failures, error = sync.send(wrong, version=8)
         assert error is None and "model.norm.weight has shape (7,), the model's is (" in failures[b.url]
@@ -98,14 +114,19 @@ def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replica
 def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas_timeout():
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match=r"weight_sync=distributed is not served by vllm .*use "
-                       r"rollout.server.weight_sync=disk"):
+    with pytest.raises(
+        ValidationError,
+        match=r"weight_sync=distributed is not served by vllm .*use "
+        r"rollout.server.weight_sync=disk",
+    ):
         RolloutServerConfig(backend="vllm", weight_sync="distributed")
     assert RolloutServerConfig().weight_sync == "disk" and RolloutServerConfig().weight_sync_backend == "auto"
     # launched embedded replicas get the group's timeout; disk sync adds nothing
     cfg = RolloutServerConfig(weight_sync="distributed", sync_timeout_s=42)
     assert ServerFleet(cfg, role="policy", model_path="m").extra_args()[-2:] == ["--weight-sync-timeout-s", "42"]
-    assert "--weight-sync-timeout-s" not in ServerFleet(RolloutServerConfig(), role="policy", model_path="m").extra_args()
+    assert (
+        "--weight-sync-timeout-s" not in ServerFleet(RolloutServerConfig(), role="policy", model_path="m").extra_args()
+    )
 
 
 @pytest.mark.slow
@@ -113,8 +134,15 @@ def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, t
     """A replica dies mid-run: nothing lost, it comes back only with the current weights, and later broadcasts reach both."""
     cfg = RolloutServerConfig(router="client", threads=1, replicas=2, weight_sync="distributed", sync_timeout_s=30)
     fleet = ServerFleet(cfg, role="policy", model_path=str(tiny_policy_path))
-    engine = ServerRolloutEngine(fleet, SGLangWire(), WeightFiles(str(tmp_path)), request_timeout_s=60, sync_timeout_s=30,
-                                 weight_sync="distributed", sync_backend="gloo")
+    engine = ServerRolloutEngine(
+        fleet,
+        SGLangWire(),
+        WeightFiles(str(tmp_path)),
+        request_timeout_s=60,
+        sync_timeout_s=30,
+        weight_sync="distributed",
+        sync_backend="gloo",
+    )
     prompts = [[5, 6, 7 + i] for i in range(16)]
     sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
 
@@ -136,10 +164,16 @@ def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, t
             # still down (a restart takes seconds: python, torch, the model): left out of the group
             engine.update_weights(_state(tiny_policy_path, 0.07), version=2)
             first = engine.take_metrics()
-            await wait_for(lambda: victim.url in engine.broadcast.awaiting, "the restarted replica never waited for weights")
-            waiting = [httpx.get(victim.url + "/health").status_code,
-                       httpx.post(victim.url + "/generate", json={"input_ids": [5]}).status_code]
-            await asyncio.to_thread(engine.update_weights, _state(tiny_policy_path, 0.09), 3)  # the group rebuilt with it
+            await wait_for(
+                lambda: victim.url in engine.broadcast.awaiting, "the restarted replica never waited for weights"
+            )
+            waiting = [
+                httpx.get(victim.url + "/health").status_code,
+                httpx.post(victim.url + "/generate", json={"input_ids": [5]}).status_code,
+            ]
+            await asyncio.to_thread(
+                engine.update_weights, _state(tiny_policy_path, 0.09), 3
+            )  # the group rebuilt with it
             await wait_for(lambda: httpx.get(victim.url + "/health").status_code == 200, "it never came back")
             served = [_generate(victim.url), _generate(survivor.url)]
             await asyncio.to_thread(engine.update_weights, _state(tiny_policy_path, 0.11), 4)  # no rebuild: both in it
@@ -155,6 +189,9 @@ def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, t
     assert waiting == [503, 503]  # restarted: never serves the base model (or version 1) while it waits
     assert served[0] == served[1] and served[0][2] == "3"
     assert later[0] == later[1] and later[0][2] == "4" and later[0][1] != served[0][1]
-    assert first["rollout/replica_restarts"] + metrics["rollout/replica_restarts"] == 1 and metrics["rollout/sync_skipped"] == 0
+    assert (
+        first["rollout/replica_restarts"] + metrics["rollout/replica_restarts"] == 1
+        and metrics["rollout/sync_skipped"] == 0
+    )
     assert metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
     assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid

@@ -28,14 +28,22 @@ STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 
 def _standin(kind, log, *flags):
     port = free_port()
-    return ServerProcess([sys.executable, STANDIN, "--kind", kind, "--port", str(port), "--log", str(log), *flags], port=port)
+    return ServerProcess(
+        [sys.executable, STANDIN, "--kind", kind, "--port", str(port), "--log", str(log), *flags], port=port
+    )
 
 
 def _engine(kind, urls, tmp_path, model_dir=None):
     cfg = RolloutServerConfig(backend=kind, addresses=urls, router="client")
     fleet = ServerFleet(cfg, role="policy-vllm" if kind == "vllm" else "policy", model_path="standin")
-    return ServerRolloutEngine(fleet, wire_for(kind, "standin"), WeightFiles(str(tmp_path / "w"), config_from=model_dir),
-                               request_timeout_s=10, sync_timeout_s=10, max_retries=2)
+    return ServerRolloutEngine(
+        fleet,
+        wire_for(kind, "standin"),
+        WeightFiles(str(tmp_path / "w"), config_from=model_dir),
+        request_timeout_s=10,
+        sync_timeout_s=10,
+        max_retries=2,
+    )
 
 
 def _calls(log):
@@ -66,7 +74,10 @@ def test_vllm_generation_and_weight_reload_against_a_standin(tmp_path, tiny_poli
     assert request["prompt"] == [5, 6] and request["return_token_ids"] is True and request["logprobs"] == 0
     assert request["stop_token_ids"] == [2] and request["max_tokens"] == 4 and request["model"] == "standin"
     sync = [c for c in calls if c["path"] in ("/collective_rpc", "/reset_prefix_cache")]
-    assert [c["path"] for c in sync] == ["/collective_rpc", "/reset_prefix_cache"]  # reload, then drop the old KV blocks
+    assert [c["path"] for c in sync] == [
+        "/collective_rpc",
+        "/reset_prefix_cache",
+    ]  # reload, then drop the old KV blocks
     assert sync[0]["body"]["method"] == "reload_weights" and sync[0]["had_weights"] is True
     assert sync[0]["body"]["kwargs"]["weights_path"].endswith("/v1")
     assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())  # the run's weight files are gone
@@ -83,8 +94,11 @@ def test_a_vllm_reload_failure_names_the_replica(tmp_path):
             finally:
                 await engine.close()
 
-        with pytest.raises(RolloutServerError, match=rf"rollout replica {server.url} refused weights version 4: POST "
-                           r"/collective_rpc answered 500: .*reload_weights failed"):
+        with pytest.raises(
+            RolloutServerError,
+            match=rf"rollout replica {server.url} refused weights version 4: POST "
+            r"/collective_rpc answered 500: .*reload_weights failed",
+        ):
             asyncio.run(scenario())
 
 
@@ -97,7 +111,9 @@ def test_sglang_sync_and_a_replica_reporting_the_base_version_is_never_trusted(t
             await engine.start()
             try:
                 engine.update_weights({"w": torch.ones(3)}, version=2)
-                done = await asyncio.gather(*(engine.generate([5, i], SamplingParams(max_new_tokens=3, seed=i)) for i in range(12)))
+                done = await asyncio.gather(
+                    *(engine.generate([5, i], SamplingParams(max_new_tokens=3, seed=i)) for i in range(12))
+                )
                 return done, engine.take_metrics()
             finally:
                 await engine.close()
@@ -111,16 +127,25 @@ def test_sglang_sync_and_a_replica_reporting_the_base_version_is_never_trusted(t
     requests = [c["body"] for c in _calls(good_log) if c["path"] == "/generate" and c["body"]["input_ids"] != [1]]
     batched = next(r for r in requests if isinstance(r["input_ids"][0], list))  # the requests of one turn, in one call
     assert batched["return_logprob"] is True and len(batched["input_ids"]) == len(batched["sampling_params"]) > 1
-    assert all(set(p) >= {"temperature", "top_p", "top_k", "max_new_tokens", "sampling_seed"} for p in batched["sampling_params"])
+    assert all(
+        set(p) >= {"temperature", "top_p", "top_k", "max_new_tokens", "sampling_seed"}
+        for p in batched["sampling_params"]
+    )
 
 
 def test_sglang_distributed_sync_sends_sglangs_request_bodies(tmp_path):
     log = tmp_path / "calls.jsonl"
     with _standin("sglang", log) as server:
         cfg = RolloutServerConfig(backend="sglang", addresses=[server.url], router="client", weight_sync="distributed")
-        engine = ServerRolloutEngine(ServerFleet(cfg, role="policy", model_path="standin"), wire_for("sglang"),
-                                     WeightFiles(str(tmp_path / "w")), request_timeout_s=10, sync_timeout_s=30,
-                                     weight_sync="distributed", sync_backend="gloo")
+        engine = ServerRolloutEngine(
+            ServerFleet(cfg, role="policy", model_path="standin"),
+            wire_for("sglang"),
+            WeightFiles(str(tmp_path / "w")),
+            request_timeout_s=10,
+            sync_timeout_s=30,
+            weight_sync="distributed",
+            sync_backend="gloo",
+        )
         state = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(4, dtype=torch.bfloat16)}
 
         async def scenario():
@@ -135,20 +160,42 @@ def test_sglang_distributed_sync_sends_sglangs_request_bodies(tmp_path):
         done, metrics = asyncio.run(scenario())
     calls = {c["path"]: c["body"] for c in _calls(log) if c["path"] != "/generate"}
     init = calls["/init_weights_update_group"]
-    assert init == {"master_address": "127.0.0.1", "master_port": init["master_port"], "rank_offset": 1, "world_size": 2,
-                    "group_name": "weight_update_group", "backend": "gloo"}
+    assert init == {
+        "master_address": "127.0.0.1",
+        "master_port": init["master_port"],
+        "rank_offset": 1,
+        "world_size": 2,
+        "group_name": "weight_update_group",
+        "backend": "gloo",
+    }
     update = calls["/update_weights_from_distributed"]
     assert update.pop("received_sums") == [15.0, 4.0]  # the stand-in received the tensors, in the order of `names`
-    assert update == {"names": ["w", "b"], "dtypes": ["float32", "bfloat16"], "shapes": [[2, 3], [4]],
-                      "group_name": "weight_update_group", "flush_cache": True, "abort_all_requests": False,
-                      "weight_version": "3", "load_format": None}
+    assert update == {
+        "names": ["w", "b"],
+        "dtypes": ["float32", "bfloat16"],
+        "shapes": [[2, 3], [4]],
+        "group_name": "weight_update_group",
+        "flush_cache": True,
+        "abort_all_requests": False,
+        "weight_version": "3",
+        "load_format": None,
+    }
     assert calls["/destroy_weights_update_group"] == {"group_name": "weight_update_group"}  # at close
     assert "/update_weights_from_disk" not in calls and not (tmp_path / "w").exists()  # nothing written to disk
-    assert done.policy_version == 3 and metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
+    assert (
+        done.policy_version == 3 and metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
+    )
 
 
 def test_engine_command_lines_for_policy_and_reward_servers():
-    vllm = replica_argv("vllm", "Qwen/Qwen2.5-1.5B-Instruct", "policy", 8000, dtype="bfloat16", extra_args=["--gpu-memory-utilization", "0.5"])
+    vllm = replica_argv(
+        "vllm",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "policy",
+        8000,
+        dtype="bfloat16",
+        extra_args=["--gpu-memory-utilization", "0.5"],
+    )
     assert vllm[1:3] == ["serve", "Qwen/Qwen2.5-1.5B-Instruct"] and vllm[-2:] == ["--gpu-memory-utilization", "0.5"]
     assert engine_env("vllm", None, "policy") == {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc is a dev-mode endpoint
     assert engine_env("vllm", None, "genrm") == {}

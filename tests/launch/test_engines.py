@@ -35,8 +35,10 @@ def test_sglang_argv():
 
 
 def test_dry_run_prints_the_command():
-    result = CliRunner().invoke(app, ["launch", "server", "--backend", "vllm", "--model", "org/m", "--role", "disrm",
-                                      "--port", "8123", "--dry-run"])
+    result = CliRunner().invoke(
+        app,
+        ["launch", "server", "--backend", "vllm", "--model", "org/m", "--role", "disrm", "--port", "8123", "--dry-run"],
+    )
     assert result.exit_code == 0, result.output
     assert "vllm serve org/m" in result.output
     assert "--port 8123" in result.output and "--convert classify" in result.output
@@ -53,12 +55,15 @@ def test_missing_vllm_is_one_clear_error():
 def test_owned_process_lifecycle_with_a_stand_in_server():
     # A plain HTTP server stands in for vLLM (which cannot run here): readiness, then teardown by pid.
     port = free_port()
-    stand_in = [sys.executable, "-c",
-                "import http.server,sys\n"
-                "class H(http.server.BaseHTTPRequestHandler):\n"
-                "    def do_GET(self): self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
-                "    def log_message(self, *a): pass\n"
-                f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()"]
+    stand_in = [
+        sys.executable,
+        "-c",
+        "import http.server,sys\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self): self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+        "    def log_message(self, *a): pass\n"
+        f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()",
+    ]
     server = ServerProcess(stand_in, port=port, start_timeout_s=20)
     with server:
         assert server.alive()
@@ -71,8 +76,11 @@ def test_owned_process_lifecycle_with_a_stand_in_server():
 
 
 def test_a_server_that_exits_is_reported_with_its_log():
-    server = ServerProcess([sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"], port=free_port(),
-                           start_timeout_s=20)
+    server = ServerProcess(
+        [sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"],
+        port=free_port(),
+        start_timeout_s=20,
+    )
     with pytest.raises(ServerStartError, match="exited with code 3.*CUDA out of memory"):
         server.start()
 
@@ -88,8 +96,13 @@ def test_a_server_that_never_gets_healthy_times_out():
 def test_vllm_serves_classify(tmp_path):  # runs only where vllm is installed (a CUDA machine)
     pytest.importorskip("vllm")
     port = free_port()
-    with ServerProcess(engine_argv("vllm", "Skywork/Skywork-Reward-V2-Qwen3-0.6B", "disrm", port), port=port, start_timeout_s=900) as server:
+    with ServerProcess(
+        engine_argv("vllm", "Skywork/Skywork-Reward-V2-Qwen3-0.6B", "disrm", port), port=port, start_timeout_s=900
+    ) as server:
         import httpx
 
-        out = httpx.post(server.url + "/classify", json={"model": "Skywork/Skywork-Reward-V2-Qwen3-0.6B", "input": "hi", "use_activation": False}).json()
+        out = httpx.post(
+            server.url + "/classify",
+            json={"model": "Skywork/Skywork-Reward-V2-Qwen3-0.6B", "input": "hi", "use_activation": False},
+        ).json()
         assert isinstance(out["data"][0]["probs"][0], float)

@@ -13,10 +13,10 @@ import asyncio
 import sys
 import time
 
-from rlrm.reward_errors import TransientError
 from rlrm.launch.balancer import ReplicaBalancer
 from rlrm.launch.ports import free_port
 from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.reward_errors import TransientError
 
 # A stand-in for vLLM / SGLang: a uvicorn app with uvicorn's default keep-alive (5 s), as they use.
 STAND_IN = """
@@ -62,7 +62,9 @@ def test_the_balancer_drops_connections_idle_longer_than_servers_keep_them():
 def test_the_embedded_server_keeps_an_idle_connection_open(random_disrm_path):
     import http.client
 
-    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess(
+        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
+    ) as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
         try:
             conn.request("GET", "/health")

@@ -56,7 +56,9 @@ async def _fire(url: str, count: int, offset: int) -> collections.Counter:
 
 @pytest.mark.slow
 def test_ten_thousand_requests_at_512_concurrency(random_disrm_path):
-    argv = embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1", "--max-batch", "64"])
+    argv = embedded_server_argv(
+        str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1", "--max-batch", "64"]
+    )
     with ServerProcess(argv) as server:
         pid = server.proc.pid
         start_mb = _rss_mb(pid)
@@ -67,9 +69,11 @@ def test_ten_thousand_requests_at_512_concurrency(random_disrm_path):
         seconds = time.perf_counter() - t0
         end_mb = _rss_mb(pid)
         health = httpx.get(server.url + "/health", timeout=10)
-    print(f"\n{REQUESTS} requests at {CONCURRENCY} concurrency in {seconds:.1f} s ({REQUESTS / seconds:.0f}/s): {dict(out)}; "
-          f"RSS {start_mb:.0f} MB at start, {warm_mb:.0f} MB after {WARMUP} warm-up, {end_mb:.0f} MB after "
-          f"(+{end_mb - warm_mb:.1f} MB)")
+    print(
+        f"\n{REQUESTS} requests at {CONCURRENCY} concurrency in {seconds:.1f} s ({REQUESTS / seconds:.0f}/s): {dict(out)}; "
+        f"RSS {start_mb:.0f} MB at start, {warm_mb:.0f} MB after {WARMUP} warm-up, {end_mb:.0f} MB after "
+        f"(+{end_mb - warm_mb:.1f} MB)"
+    )
     assert sum(warm.values()) == WARMUP
     poisoned = REQUESTS // 100
     assert out == {("valid", 200): REQUESTS - poisoned, ("poisoned", 400): poisoned}  # no 5xx, no dropped connection

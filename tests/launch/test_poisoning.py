@@ -22,7 +22,9 @@ def disrm(random_disrm_path):
 
 @pytest.fixture(scope="module")
 def genrm(tiny_policy_path):
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess(
+        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
+    ) as server:
         yield server
 
 
@@ -95,7 +97,9 @@ def test_a_forward_that_raises_for_one_request_fails_only_that_request(random_di
 
     outcomes, batches = asyncio.run(scenario())
     failed = outcomes.pop(5)
-    assert isinstance(failed, batching.ForwardFailed) and failed.input_error  # its batch-mates succeeded alone: its input
+    assert (
+        isinstance(failed, batching.ForwardFailed) and failed.input_error
+    )  # its batch-mates succeeded alone: its input
     assert "IndexError" in str(failed)
     assert [o[0] for o in outcomes] == pytest.approx(alone, abs=1e-5)
     assert backend.batcher.split_batches >= 1 and batches >= 2

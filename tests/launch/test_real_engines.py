@@ -21,10 +21,17 @@ from rlrm.launch.wire import wire_for
 def _roundtrip(backend: str, model_path: str, tmp_path):
     from safetensors.torch import load_file
 
-    cfg = RolloutServerConfig(backend=backend, router="client", dtype="float32", start_timeout_s=900,
-                              extra_args=["--gpu-memory-utilization", "0.3"] if backend == "vllm" else ["--mem-fraction-static", "0.3"])
+    cfg = RolloutServerConfig(
+        backend=backend,
+        router="client",
+        dtype="float32",
+        start_timeout_s=900,
+        extra_args=["--gpu-memory-utilization", "0.3"] if backend == "vllm" else ["--mem-fraction-static", "0.3"],
+    )
     fleet = ServerFleet(cfg, role="policy", model_path=model_path)
-    engine = ServerRolloutEngine(fleet, wire_for(backend, model_path), WeightFiles(str(tmp_path), config_from=model_path))
+    engine = ServerRolloutEngine(
+        fleet, wire_for(backend, model_path), WeightFiles(str(tmp_path), config_from=model_path)
+    )
     state = load_file(f"{model_path}/model.safetensors")
 
     async def scenario():

@@ -22,9 +22,12 @@ from rlrm.launch.wire import SGLangWire
 
 
 def _engine(model_path, tmp_path, expect=None, **cfg):
-    fleet = ServerFleet(RolloutServerConfig(router="client", threads=1, **cfg), role="policy", model_path=str(model_path))
-    return ServerRolloutEngine(fleet, SGLangWire(), WeightFiles(str(tmp_path)), expect=expect, request_timeout_s=60,
-                               sync_timeout_s=60)
+    fleet = ServerFleet(
+        RolloutServerConfig(router="client", threads=1, **cfg), role="policy", model_path=str(model_path)
+    )
+    return ServerRolloutEngine(
+        fleet, SGLangWire(), WeightFiles(str(tmp_path)), expect=expect, request_timeout_s=60, sync_timeout_s=60
+    )
 
 
 def _state(model_path, shift):
@@ -48,7 +51,9 @@ def _variant(tiny_policy_path, path: Path, **changes) -> Path:
     return path
 
 
-def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_and_long_prompts_are_refused(tiny_policy_path, tmp_path):
+def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_and_long_prompts_are_refused(
+    tiny_policy_path, tmp_path
+):
     engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", 459, 459, None), replicas=2)
     prompts = [[5, 6, 7 + i] for i in range(16)]
     sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
@@ -61,7 +66,9 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_a
             victim = engine.fleet.pool.servers[0]
             victim.kill()  # kill -9 of its process group
             after = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, sampling)))
-            engine.update_weights(_state(tiny_policy_path, 0.07), version=2)  # while it is down: skipped, loaded on restart
+            engine.update_weights(
+                _state(tiny_policy_path, 0.07), version=2
+            )  # while it is down: skipped, loaded on restart
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # the first moment it says healthy, it already serves version 2
                 try:
@@ -71,12 +78,27 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_a
                     pass
                 await asyncio.sleep(0.05)
             info = httpx.get(victim.url + "/get_model_info").json()
-            direct = httpx.post(victim.url + "/generate", json={"input_ids": prompts[0], "return_logprob": True,
-                                "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
-            other = httpx.post(engine.fleet.pool.servers[1].url + "/generate", json={"input_ids": prompts[0], "return_logprob": True,
-                               "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0}}).json()
-            with pytest.raises(RolloutServerError, match=r"prompt of 500 tokens \+ 20 new tokens exceeds the rollout servers' "
-                               r"512-token context; lower data.max_prompt_length or rollout.max_new_tokens"):
+            direct = httpx.post(
+                victim.url + "/generate",
+                json={
+                    "input_ids": prompts[0],
+                    "return_logprob": True,
+                    "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0},
+                },
+            ).json()
+            other = httpx.post(
+                engine.fleet.pool.servers[1].url + "/generate",
+                json={
+                    "input_ids": prompts[0],
+                    "return_logprob": True,
+                    "sampling_params": {"max_new_tokens": 8, "sampling_seed": 0},
+                },
+            ).json()
+            with pytest.raises(
+                RolloutServerError,
+                match=r"prompt of 500 tokens \+ 20 new tokens exceeds the rollout servers' "
+                r"512-token context; lower data.max_prompt_length or rollout.max_new_tokens",
+            ):
                 await engine.generate([5] * 500, SamplingParams(max_new_tokens=20))
             return reference, after, info, direct, other, engine.take_metrics()
         finally:
@@ -97,7 +119,9 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_a
 def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_path, tmp_path):
     other = _variant(tiny_policy_path, tmp_path / "narrow", intermediate_size=256)  # same tokenizer, other shapes
     with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as odd:
-        with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as good:
+        with ServerProcess(
+            embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
+        ) as good:
             engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[good.url, odd.url])
 
             async def scenario():
@@ -110,7 +134,9 @@ def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_p
                     await engine.close()
 
             message = asyncio.run(scenario())
-    assert message.startswith(f"rollout replica {odd.url} refused weights version 1: weights not loaded, still version 0")
+    assert message.startswith(
+        f"rollout replica {odd.url} refused weights version 1: weights not loaded, still version 0"
+    )
 
 
 def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, tmp_path):
@@ -118,27 +144,44 @@ def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, 
     with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as server:
         expect = TrainerModel("tiny:policy", vocab_size=459, tokenizer_size=459, chat_template_sha256=None)
         engine = _engine(tiny_policy_path, tmp_path / "w", expect=expect, addresses=[server.url])
-        with pytest.raises(RolloutServerError, match=rf"rollout replica {server.url} serves {other} with vocabulary \(embedding "
-                           r"rows\) 600, but the trainer's policy tiny:policy has 459"):
+        with pytest.raises(
+            RolloutServerError,
+            match=rf"rollout replica {server.url} serves {other} with vocabulary \(embedding "
+            r"rows\) 600, but the trainer's policy tiny:policy has 459",
+        ):
             asyncio.run(engine.start())
 
 
 def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_path):
-    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess(
+        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
+    ) as server:
         engine = _engine(random_disrm_path, tmp_path, addresses=[server.url])
-        with pytest.raises(ServerStartError, match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
-                           r"POST /generate answered 404"):
+        with pytest.raises(
+            ServerStartError,
+            match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
+            r"POST /generate answered 404",
+        ):
             asyncio.run(engine.start())
 
 
 @pytest.mark.slow
 def test_running_servers_left_with_another_runs_weights_get_the_policys_back(tiny_policy_path, tmp_path):
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as server:
-        body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "sampling_seed": 1}, "return_logprob": True}
+    with ServerProcess(
+        embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
+    ) as server:
+        body = {
+            "input_ids": [5, 6, 7],
+            "sampling_params": {"max_new_tokens": 6, "sampling_seed": 1},
+            "return_logprob": True,
+        }
         base = httpx.post(server.url + "/generate", json=body).json()["output_ids"]
         trained = WeightFiles(str(tmp_path / "old")).write(_state(tiny_policy_path, 0.05), version=7)
-        assert httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(trained), "weight_version": "7"},
-                          timeout=60).json()["success"]
+        assert httpx.post(
+            server.url + "/update_weights_from_disk",
+            json={"model_path": str(trained), "weight_version": "7"},
+            timeout=60,
+        ).json()["success"]
         engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[server.url])
 
         async def scenario():

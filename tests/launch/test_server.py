@@ -62,13 +62,20 @@ def test_openai_client_chat_and_completions(genrm):
 
 
 def test_generate_native_with_logprobs(genrm):
-    out = httpx.post(genrm.url + "/generate", json={
-        "text": "Mia has 5 pens.", "sampling_params": {"max_new_tokens": 5, "temperature": 0}, "return_logprob": True,
-    }).json()
+    out = httpx.post(
+        genrm.url + "/generate",
+        json={
+            "text": "Mia has 5 pens.",
+            "sampling_params": {"max_new_tokens": 5, "temperature": 0},
+            "return_logprob": True,
+        },
+    ).json()
     meta = out["meta_info"]
     assert meta["completion_tokens"] == len(out["output_ids"]) == len(meta["output_token_logprobs"])
     assert all(lp <= 0 for lp, _, _ in meta["output_token_logprobs"])
-    batch = httpx.post(genrm.url + "/generate", json={"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": {"max_new_tokens": 3}}).json()
+    batch = httpx.post(
+        genrm.url + "/generate", json={"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": {"max_new_tokens": 3}}
+    ).json()
     assert isinstance(batch, list) and len(batch) == 2
 
 
@@ -99,8 +106,13 @@ def test_bad_requests_get_4xx_with_a_message(genrm, path, body, needle):
 def test_classify_returns_the_models_float32_logit(disrm, random_disrm_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    texts = ["<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n#### 4<|im_end|>\n", "a longer input with more tokens in it"]
-    resp = httpx.post(disrm.url + "/classify", json={"model": "m", "input": texts, "use_activation": False}, headers=AUTH)
+    texts = [
+        "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n#### 4<|im_end|>\n",
+        "a longer input with more tokens in it",
+    ]
+    resp = httpx.post(
+        disrm.url + "/classify", json={"model": "m", "input": texts, "use_activation": False}, headers=AUTH
+    )
     assert resp.status_code == 200, resp.text
     served = [d["probs"][0] for d in resp.json()["data"]]
     tok = AutoTokenizer.from_pretrained(random_disrm_path)
@@ -127,23 +139,32 @@ def test_classify_faults(disrm):
     over = post({"input": ["x"] * 9}, headers=AUTH)  # 9 items > max-queue 8
     assert over.status_code == 503 and over.headers["retry-after"] == "1"
     assert post({"messages": []}, headers=AUTH).status_code == 400
-    chat = httpx.post(disrm.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=AUTH)
+    chat = httpx.post(
+        disrm.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=AUTH
+    )
     assert chat.status_code == 404 and "role 'disrm'" in chat.json()["error"]["message"]
 
 
 def test_port_in_use_and_missing_model(tiny_policy_path, genrm):
-    taken = subprocess.run(embedded_server_argv(str(tiny_policy_path), "genrm", genrm.port), capture_output=True, text=True, timeout=120)
+    taken = subprocess.run(
+        embedded_server_argv(str(tiny_policy_path), "genrm", genrm.port), capture_output=True, text=True, timeout=120
+    )
     assert taken.returncode == 1 and f"port {genrm.port} on 127.0.0.1 is in use" in taken.stderr
     missing = subprocess.run(
         [sys.executable, "-m", "rlrm.launch.server", "--model", "./no/such/model", "--port", str(free_port())],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 
 
 def test_sleep_mode_turns_model_requests_away_until_woken(genrm, disrm):
     chat = {"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4}
-    for server, path, body, headers in ((genrm, "/v1/chat/completions", chat, {}), (disrm, "/classify", {"input": "x"}, AUTH)):
+    for server, path, body, headers in (
+        (genrm, "/v1/chat/completions", chat, {}),
+        (disrm, "/classify", {"input": "x"}, AUTH),
+    ):
         assert httpx.get(server.url + "/is_sleeping", headers=headers).json() == {"is_sleeping": False}
         slept = httpx.post(server.url + "/sleep", params={"level": 1}, headers=headers).json()
         assert slept["is_sleeping"] is True and slept["moved_bytes"] == 0  # CPU: nothing to move off an accelerator

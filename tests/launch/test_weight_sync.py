@@ -18,7 +18,9 @@ from rlrm.launch.process import ServerProcess, embedded_server_argv
 
 @pytest.fixture(scope="module")
 def policy_server(tiny_policy_path):
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess(
+        embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
+    ) as server:
         yield server
 
 
@@ -33,8 +35,11 @@ def shifted(tiny_policy_path, tmp_path_factory):
 
 
 def _generate(url, seed=3, **params):
-    body = {"input_ids": [5, 6, 7, 8], "return_logprob": True,
-            "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed, **params}}
+    body = {
+        "input_ids": [5, 6, 7, 8],
+        "return_logprob": True,
+        "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed, **params},
+    }
     return httpx.post(url + "/generate", json=body, timeout=60).json()
 
 
@@ -46,10 +51,19 @@ def test_generate_reports_ids_logprobs_and_weight_version(policy_server):
     assert all(e[0] <= 0 for e in meta["output_token_logprobs"]) and meta["weight_version"] == "0"
     assert _generate(policy_server.url)["output_ids"] == out["output_ids"]  # the seed decides the draw
     # SGLang's batch form, one sampling_params per prompt: each answer as if sent alone
-    batch = {"input_ids": [[5, 6, 7, 8], [9, 10]], "return_logprob": True, "sampling_params": [
-        {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 3}, {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 4}]}
+    batch = {
+        "input_ids": [[5, 6, 7, 8], [9, 10]],
+        "return_logprob": True,
+        "sampling_params": [
+            {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 3},
+            {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": 4},
+        ],
+    }
     both = httpx.post(policy_server.url + "/generate", json=batch, timeout=60).json()
-    alone = httpx.post(policy_server.url + "/generate", json={**batch, "input_ids": [9, 10], "sampling_params": batch["sampling_params"][1]}).json()
+    alone = httpx.post(
+        policy_server.url + "/generate",
+        json={**batch, "input_ids": [9, 10], "sampling_params": batch["sampling_params"][1]},
+    ).json()
     assert both[0]["output_ids"] == out["output_ids"] and both[1]["output_ids"] == alone["output_ids"]
     first = out["output_ids"][0]
     stopped = _generate(policy_server.url, stop_token_ids=[first])
@@ -61,10 +75,14 @@ def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp
     # refused: a folder without weights, and weights of another shape; the replica keeps serving version 0
     empty = tmp_path / "empty"
     empty.mkdir()
-    refused = httpx.post(policy_server.url + "/update_weights_from_disk", json={"model_path": str(empty)}, timeout=60).json()
+    refused = httpx.post(
+        policy_server.url + "/update_weights_from_disk", json={"model_path": str(empty)}, timeout=60
+    ).json()
     assert refused["success"] is False and "no safetensors" in refused["message"]
     bad = WeightFiles(str(tmp_path)).write({"model.embed_tokens.weight": torch.zeros(3, 3)}, version=9)
-    refused = httpx.post(policy_server.url + "/update_weights_from_disk", json={"model_path": str(bad)}, timeout=60).json()
+    refused = httpx.post(
+        policy_server.url + "/update_weights_from_disk", json={"model_path": str(bad)}, timeout=60
+    ).json()
     assert refused["success"] is False and "do not fit this model" in refused["message"]
     assert httpx.get(policy_server.url + "/get_model_info").json()["weight_version"] == "0"
     assert _generate(policy_server.url)["output_ids"] == before["output_ids"]  # untouched
@@ -81,15 +99,18 @@ def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp
 
 
 def test_a_replica_waiting_for_weights_serves_nothing_until_loaded(tiny_policy_path, shifted):
-    argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1", "--wait-for-weights"])
+    argv = embedded_server_argv(
+        str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1", "--wait-for-weights"]
+    )
     server = ServerProcess(argv)
     server.launch()
     try:
         server.wait_listening()
         assert httpx.get(server.url + "/health").status_code == 503  # the router and the balancer keep it out
         assert httpx.post(server.url + "/generate", json={"input_ids": [5]}).status_code == 503
-        done = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": 3},
-                          timeout=60).json()
+        done = httpx.post(
+            server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": 3}, timeout=60
+        ).json()
         assert done["success"]
         assert httpx.get(server.url + "/health").status_code == 200
         assert _generate(server.url)["meta_info"]["weight_version"] == "3"
@@ -115,7 +136,9 @@ def test_a_full_weights_dir_is_one_clear_error_and_leaves_nothing(tmp_path, monk
 
     files = WeightFiles(str(tmp_path))
     monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 20, 10 << 20, 1 << 10))
-    with pytest.raises(RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 4.0 MiB; .*rollout.server.weights_dir"):
+    with pytest.raises(
+        RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 4.0 MiB; .*rollout.server.weights_dir"
+    ):
         files.write({"w": torch.zeros(1 << 20)}, 1)
     assert list(files.root.iterdir()) == []
 
@@ -127,12 +150,22 @@ def test_a_client_gone_mid_load_leaves_one_whole_version(tiny_policy_path, shift
     with ServerProcess(argv) as server:
         old = _generate(server.url)
         with pytest.raises(httpx.TimeoutException):  # the client gives up at once, as an interrupted trainer does
-            httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": "7"},
-                       timeout=0.001)
+            httpx.post(
+                server.url + "/update_weights_from_disk",
+                json={"model_path": str(shifted), "weight_version": "7"},
+                timeout=0.001,
+            )
         seen = [_generate(server.url) for _ in range(5)]
-        httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": "7"}, timeout=60)
+        httpx.post(
+            server.url + "/update_weights_from_disk",
+            json={"model_path": str(shifted), "weight_version": "7"},
+            timeout=60,
+        )
         new = _generate(server.url)
     for out in seen:
         version = out["meta_info"]["weight_version"]
         assert version in ("0", "7")
-        assert out["meta_info"]["output_token_logprobs"] == (old if version == "0" else new)["meta_info"]["output_token_logprobs"]
+        assert (
+            out["meta_info"]["output_token_logprobs"]
+            == (old if version == "0" else new)["meta_info"]["output_token_logprobs"]
+        )

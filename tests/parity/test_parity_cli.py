@@ -25,7 +25,10 @@ def invoke(*args):
 @pytest.fixture(scope="module")
 def input_file(tmp_path_factory, arithmetic_samples):
     path = tmp_path_factory.mktemp("parity-in") / "samples.jsonl"
-    rows = [{"prompt": s.prompt, "response": s.response, "group_id": s.group_id, "sample_id": s.sample_id} for s in arithmetic_samples]
+    rows = [
+        {"prompt": s.prompt, "response": s.response, "group_id": s.group_id, "sample_id": s.sample_id}
+        for s in arithmetic_samples
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     return path
 
@@ -37,34 +40,86 @@ def one_error_line(result) -> str:
 
 
 def test_pass_writes_scores_and_summary(spread_disrm_path, spread_disrm_server, input_file, tmp_path):
-    result = invoke("--input", input_file, "--model", spread_disrm_path, "--address", spread_disrm_server.url,
-                    "--threads", 1, "--out", tmp_path)
+    result = invoke(
+        "--input",
+        input_file,
+        "--model",
+        spread_disrm_path,
+        "--address",
+        spread_disrm_server.url,
+        "--threads",
+        1,
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 0, result.output
     assert "PASS" in result.output and "Spearman" in result.output
     scores = pd.read_parquet(tmp_path / "scores.parquet")
     assert set(SCORE_COLUMNS) <= set(scores.columns) and len(scores) == 24
-    assert scores["truncated"].sum() == 6 and (scores["abs_diff"] == (scores["legacy_score"] - scores["loop_score"]).abs()).all()
+    assert (
+        scores["truncated"].sum() == 6
+        and (scores["abs_diff"] == (scores["legacy_score"] - scores["loop_score"]).abs()).all()
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["verdict"] == "pass" and summary["reasons"] == []
     assert (summary["legacy_dtype"], summary["loop_dtype"], summary["world_size"]) == ("bf16", "fp32", 1)
     assert summary["max_length"] == 64  # the model's positions cap the profile's 512
     assert summary["legacy"]["samples_per_s"] > 0 and summary["loop"]["samples_per_s"] > 0
     assert set(summary["tolerances"]) == {"atol", "rtol", "max_outside_frac", "min_spearman", "max_rank_flips"}
-    for key in ("abs_diff_mean", "abs_diff_p50", "abs_diff_p99", "abs_diff_max", "pearson", "spearman",
-                "kendall_tau_mean", "top1_agreement", "adv_max_abs_diff", "adv_sign_agreement", "rank_flip_groups"):
+    for key in (
+        "abs_diff_mean",
+        "abs_diff_p50",
+        "abs_diff_p99",
+        "abs_diff_max",
+        "pearson",
+        "spearman",
+        "kendall_tau_mean",
+        "top1_agreement",
+        "adv_max_abs_diff",
+        "adv_sign_agreement",
+        "rank_flip_groups",
+    ):
         assert summary["stats"][key] is not None, key
 
 
 def test_a_broken_legacy_path_exits_1(spread_disrm_path, spread_disrm_server, input_file, tmp_path):
-    result = invoke("--input", input_file, "--model", spread_disrm_path, "--address", spread_disrm_server.url,
-                    "--legacy-dtype", "fp32", "--score-offset", 1, "--threads", 1, "--out", tmp_path)
+    result = invoke(
+        "--input",
+        input_file,
+        "--model",
+        spread_disrm_path,
+        "--address",
+        spread_disrm_server.url,
+        "--legacy-dtype",
+        "fp32",
+        "--score-offset",
+        1,
+        "--threads",
+        1,
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 1, result.output
     assert json.loads((tmp_path / "summary.json").read_text())["verdict"] == "fail"
 
 
 def test_generated_groups_from_a_profile(spread_disrm_path, spread_disrm_server, tmp_path):
-    result = invoke("--profile", "tiny-rule", "--samples", 2, "--n", 3, "--model", spread_disrm_path,
-                    "--address", spread_disrm_server.url, "--threads", 1, "--out", tmp_path)
+    result = invoke(
+        "--profile",
+        "tiny-rule",
+        "--samples",
+        2,
+        "--n",
+        3,
+        "--model",
+        spread_disrm_path,
+        "--address",
+        spread_disrm_server.url,
+        "--threads",
+        1,
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code in (0, 1), result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["samples"], summary["groups"]) == (6, 2)
@@ -85,7 +140,9 @@ def no_template_disrm(tmp_path_factory, random_disrm_path):
     return path
 
 
-def test_a_tokenizer_without_chat_template_needs_template(no_template_disrm, random_disrm_path, random_disrm_server, input_file, tmp_path):
+def test_a_tokenizer_without_chat_template_needs_template(
+    no_template_disrm, random_disrm_path, random_disrm_server, input_file, tmp_path
+):
     from transformers import AutoTokenizer
 
     result = invoke("--input", input_file, "--model", no_template_disrm, "--address", random_disrm_server.url)
@@ -93,8 +150,22 @@ def test_a_tokenizer_without_chat_template_needs_template(no_template_disrm, ran
     assert "has no chat template" in one_error_line(result) and "--template" in result.output
     template = tmp_path / "chat.jinja"
     template.write_text(AutoTokenizer.from_pretrained(random_disrm_path).chat_template)
-    result = invoke("--input", input_file, "--model", no_template_disrm, "--address", random_disrm_server.url,
-                    "--template", template, "--legacy-dtype", "fp32", "--threads", 1, "--out", tmp_path / "out")
+    result = invoke(
+        "--input",
+        input_file,
+        "--model",
+        no_template_disrm,
+        "--address",
+        random_disrm_server.url,
+        "--template",
+        template,
+        "--legacy-dtype",
+        "fp32",
+        "--threads",
+        1,
+        "--out",
+        tmp_path / "out",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["stats"]["abs_diff_max"] <= 1e-5
 
@@ -144,7 +215,9 @@ def overflowing_disrm(tmp_path_factory, spread_disrm_path):
 
 def test_fp16_overflow_is_reported_per_sample_and_fails(overflowing_disrm, input_file, tmp_path):
     # no --address: rlrm starts (and stops) the reward server itself
-    result = invoke("--input", input_file, "--model", overflowing_disrm, "--legacy-dtype", "fp16", "--threads", 1, "--out", tmp_path)
+    result = invoke(
+        "--input", input_file, "--model", overflowing_disrm, "--legacy-dtype", "fp16", "--threads", 1, "--out", tmp_path
+    )
     assert result.exit_code == 1, result.output
     summary = json.loads((tmp_path / "summary.json").read_text())
     scores = pd.read_parquet(tmp_path / "scores.parquet")
@@ -169,11 +242,35 @@ def test_train_steps_trains_twice_and_compares_the_reward_curves(spread_disrm_pa
     # moved a score by 1 ulp from run to run; two identical responses then tied in one path and not in
     # the other (measured: 2 of 4 runs). The verdict now treats such near-ties as ties; this makes the
     # numbers themselves repeat.
-    small = ["data.train_batch_size=4", "actor.mini_batch_size=2", "rollout.n=4", "rollout.max_new_tokens=12",
-             "trainer.val_every=0", "trainer.num_threads=1", "reward.server.max_batch=1"]  # fmt: skip
+    small = [
+        "data.train_batch_size=4",
+        "actor.mini_batch_size=2",
+        "rollout.n=4",
+        "rollout.max_new_tokens=12",
+        "trainer.val_every=0",
+        "trainer.num_threads=1",
+        "reward.server.max_batch=1",
+    ]
     sets = [a for s in small for a in ("--set", s)]
-    result = invoke("--profile", "tiny-rule", *sets, "--samples", 2, "--n", 3, "--model", spread_disrm_path,
-                    "--legacy-dtype", "fp32", "--threads", 1, "--train-steps", 2, "--out", out)
+    result = invoke(
+        "--profile",
+        "tiny-rule",
+        *sets,
+        "--samples",
+        2,
+        "--n",
+        3,
+        "--model",
+        spread_disrm_path,
+        "--legacy-dtype",
+        "fp32",
+        "--threads",
+        1,
+        "--train-steps",
+        2,
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["spearman"] == 1.0 and summary["stats"]["adv_max_abs_diff"] < 1e-5

@@ -28,7 +28,10 @@ def test_jsonl_and_parquet_give_the_same_samples(tmp_path):
     ("rows", "needle"),
     [
         ([{"prompt": "q", "group_id": 1}], "row 1: missing field(s) response"),
-        ([{"prompt": "q", "response": "r", "group_id": 1}, {"response": "r"}], "row 2: missing field(s) prompt, group_id"),
+        (
+            [{"prompt": "q", "response": "r", "group_id": 1}, {"response": "r"}],
+            "row 2: missing field(s) prompt, group_id",
+        ),
         ([{"prompt": [{"role": "user"}], "response": "r", "group_id": 1}], "list of {role, content} messages"),
         ([{"prompt": "q", "response": "r", "group_id": 1, "sample_id": "x"}] * 2, "'x' appears more than once"),
     ],
@@ -47,7 +50,9 @@ def test_truncation_keeps_the_end_like_the_loop_or_the_start_like_verl(tiny_poli
     from rlrm.engine.rewards.disrm import render_conversation
 
     tok = AutoTokenizer.from_pretrained(tiny_policy_path)
-    sample = ParitySample("0", "g", [{"role": "user", "content": "Mia has 12 pens. How many pens?"}], "12 + 7 = 19\n#### 19")
+    sample = ParitySample(
+        "0", "g", [{"role": "user", "content": "Mia has 12 pens. How many pens?"}], "12 + 7 = 19\n#### 19"
+    )
     full = render_conversation(tok, sample.prompt, sample.response)
     end = encode_samples(tok, [sample], max_length=10, truncation="keep-end")
     start = encode_samples(tok, [sample], max_length=10, truncation="keep-start")

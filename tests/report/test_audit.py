@@ -8,7 +8,12 @@ import random
 import pytest
 
 from rlrm.report.audit import (
-    AuditSettings, check_concentration, check_divergence, check_length_drift, fit_trend, windows,
+    AuditSettings,
+    check_concentration,
+    check_divergence,
+    check_length_drift,
+    fit_trend,
+    windows,
 )
 
 
@@ -34,8 +39,18 @@ def test_fit_trend_by_hand():
 
 def test_windows_cover_the_run():
     assert windows([1, 2, 3], 20) == [(1, 3)]  # a run shorter than the window: one window, the whole run
-    assert windows(list(range(1, 31)), 20) == [(1, 21), (2, 22), (3, 23), (4, 24), (5, 25), (6, 26), (7, 27), (8, 28),
-                                               (9, 29), (10, 30)]
+    assert windows(list(range(1, 31)), 20) == [
+        (1, 21),
+        (2, 22),
+        (3, 23),
+        (4, 24),
+        (5, 25),
+        (6, 26),
+        (7, 27),
+        (8, 28),
+        (9, 29),
+        (10, 30),
+    ]
 
 
 def test_divergence_flagged_when_reward_rises_and_accuracy_falls():
@@ -59,7 +74,10 @@ def test_divergence_needs_a_real_fall_and_a_real_rise():
     falling_agreement = (steps, noisy(lambda s: 0.9 - 0.01 * s, steps, 3, 0.02))
     tiny_fall = (steps, noisy(lambda s: 0.9 - 0.001 * s, steps, 4, 0.001))  # t far below -2, but only -0.02 per window
     assert check_divergence({"critic/score/mean": (steps, rising), "reward/rule_agreement": falling_agreement}).flagged
-    assert check_divergence({"critic/score/mean": (steps, flat), "reward/rule_agreement": falling_agreement}).status == "ok"
+    assert (
+        check_divergence({"critic/score/mean": (steps, flat), "reward/rule_agreement": falling_agreement}).status
+        == "ok"
+    )
     assert check_divergence({"critic/score/mean": (steps, rising), "reward/rule_agreement": tiny_fall}).status == "ok"
 
 
@@ -71,8 +89,10 @@ def test_divergence_in_a_late_window_names_it():
     # flat, then a hinge at step 30: in [b-20, b] the fitted fall of the agreement grows with b and first
     # reaches min_drop 0.05 at b = 35 (observed 0.9 -> 0.8, fitted -0.0675); at b = 34 it is -0.049
     assert found.flagged and found.detail.startswith("steps 15-35:") and "fitted change -0.0675" in found.detail
-    early = {k: (v[0][:34], v[1][:34]) for k, v in {"critic/score/mean": (steps, reward),
-                                                      "reward/rule_agreement": (steps, agreement)}.items()}
+    early = {
+        k: (v[0][:34], v[1][:34])
+        for k, v in {"critic/score/mean": (steps, reward), "reward/rule_agreement": (steps, agreement)}.items()
+    }
     assert check_divergence(early).status == "ok"
 
 

@@ -48,9 +48,24 @@ def full_report(folders, tmp_path_factory):
 def test_every_figure_is_written(full_report):
     out, result = full_report
     expected = {
-        "curve_reward", "curve_val_accuracy", "curve_response_length", "curve_kl", "curve_entropy", "curve_grad_norm",
-        "curve_throughput", "timeline", "bench_throughput", "bench_idle", "bench_hiding", "bench_step_time",
-        "bench_latency", "bench_timeline", "parity_scatter", "parity_residuals", "parity_rank_flips", "parity_train",
+        "curve_reward",
+        "curve_val_accuracy",
+        "curve_response_length",
+        "curve_kl",
+        "curve_entropy",
+        "curve_grad_norm",
+        "curve_throughput",
+        "timeline",
+        "bench_throughput",
+        "bench_idle",
+        "bench_hiding",
+        "bench_step_time",
+        "bench_latency",
+        "bench_timeline",
+        "parity_scatter",
+        "parity_residuals",
+        "parity_rank_flips",
+        "parity_train",
     }
     assert {p.stem for p in out.glob("*.png")} == expected
     assert f"wrote {len(expected)} figures, summary.md and report.html to {out}" in result.output
@@ -93,9 +108,18 @@ def test_html_renders_in_headless_chromium(full_report, tmp_path):
 
     shot = tmp_path / "shot.png"
     subprocess.run(
-        ["chromium", "--headless", "--disable-gpu", "--no-sandbox", f"--screenshot={shot}", "--window-size=1200,2000",
-         (full_report[0] / "report.html").as_uri()],
-        check=True, timeout=60, capture_output=True,
+        [
+            "chromium",
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            f"--screenshot={shot}",
+            "--window-size=1200,2000",
+            (full_report[0] / "report.html").as_uri(),
+        ],
+        check=True,
+        timeout=60,
+        capture_output=True,
     )
     image = Image.open(shot).convert("L")
     low, high = image.getextrema()
@@ -134,7 +158,9 @@ def test_time_axis_and_smoothing(folders, tmp_path):
 
 
 def test_cli_module_imports_nothing_heavy():
-    code = "import sys, rlrm.cli.report; print(','.join(m for m in ('matplotlib', 'pandas', 'torch') if m in sys.modules))"
+    code = (
+        "import sys, rlrm.cli.report; print(','.join(m for m in ('matplotlib', 'pandas', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -142,7 +168,12 @@ def test_cli_module_imports_nothing_heavy():
 def test_pdf_figures_embed_as_png(folders, tmp_path):
     result = invoke(folders["parity"], "--out", tmp_path, "--html", "--format", "pdf")
     assert result.exit_code == 0, result.output
-    assert {p.stem for p in tmp_path.glob("*.pdf")} == {"parity_scatter", "parity_residuals", "parity_rank_flips", "parity_train"}
+    assert {p.stem for p in tmp_path.glob("*.pdf")} == {
+        "parity_scatter",
+        "parity_residuals",
+        "parity_rank_flips",
+        "parity_train",
+    }
     assert (tmp_path / "report.html").read_text().count('src="data:image/png;base64,') == 4
 
 

@@ -11,13 +11,15 @@ from rlrm.report.folders import load_folder
 
 
 def test_group_flips_by_hand():
-    scores = pd.DataFrame({
-        "group_id": [0, 0, 0, 1, 1, 1],
-        # group 0: legacy order a < b < c, loop a < c < b -> pair (b, c) flips; best differs (c vs b)
-        # group 1: same order, shifted -> no flips; ties in legacy (2, 2) are not flips
-        "legacy_score": [0.1, 0.5, 0.9, 2.0, 2.0, 3.0],
-        "loop_score": [0.1, 0.95, 0.9, 2.1, 2.5, 3.1],
-    })
+    scores = pd.DataFrame(
+        {
+            "group_id": [0, 0, 0, 1, 1, 1],
+            # group 0: legacy order a < b < c, loop a < c < b -> pair (b, c) flips; best differs (c vs b)
+            # group 1: same order, shifted -> no flips; ties in legacy (2, 2) are not flips
+            "legacy_score": [0.1, 0.5, 0.9, 2.0, 2.0, 3.0],
+            "loop_score": [0.1, 0.95, 0.9, 2.1, 2.5, 3.1],
+        }
+    )
     flips = parity.group_flips(scores)
     assert flips["flips"].tolist() == [1, 0]
     assert flips["pairs"].tolist() == [3, 3]
@@ -70,11 +72,20 @@ def test_missing_scores_skip(notes):
 
 def test_summary_stats_flatten_nested_stats():
     summary = {
-        "verdict": "fail", "reasons": ["2 groups flip their ranking"], "legacy_dtype": "bfloat16",
+        "verdict": "fail",
+        "reasons": ["2 groups flip their ranking"],
+        "legacy_dtype": "bfloat16",
         "stats": {"abs_diff_max": 0.08, "spearman": 0.995, "rank_flip_groups": 2},
-        "tolerances": {"atol": 0.03125}, "legacy": {"dtype": "bfloat16", "device": "cpu"},
+        "tolerances": {"atol": 0.03125},
+        "legacy": {"dtype": "bfloat16", "device": "cpu"},
     }
     rows = parity.summary_stats(summary)
-    assert rows[:6] == [("verdict", "fail"), ("reasons", "2 groups flip their ranking"), ("legacy_dtype", "bfloat16"),
-                        ("abs_diff_max", 0.08), ("spearman", 0.995), ("rank_flip_groups", 2)]
+    assert rows[:6] == [
+        ("verdict", "fail"),
+        ("reasons", "2 groups flip their ranking"),
+        ("legacy_dtype", "bfloat16"),
+        ("abs_diff_max", 0.08),
+        ("spearman", 0.995),
+        ("rank_flip_groups", 2),
+    ]
     assert ("tolerances.atol", 0.03125) in rows and ("legacy.device", "cpu") in rows

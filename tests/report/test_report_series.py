@@ -39,11 +39,13 @@ def test_decimate_keeps_extremes():
 
 
 def test_x_values_samples_and_time():
-    frame = metrics_frame([
-        {"step": 0, "val/accuracy": 0.1},
-        {"step": 1, "batch/num_samples": 8, "perf/wall_s": 2.0},
-        {"step": 2, "batch/num_samples": 6, "perf/wall_s": 3.5},
-    ])
+    frame = metrics_frame(
+        [
+            {"step": 0, "val/accuracy": 0.1},
+            {"step": 1, "batch/num_samples": 8, "perf/wall_s": 2.0},
+            {"step": 2, "batch/num_samples": 6, "perf/wall_s": 3.5},
+        ]
+    )
     assert list(x_values(frame, "samples")) == [0.0, 8.0, 14.0]  # cumulative; the val-only row adds nothing
     assert list(x_values(frame, "time")) == [0.0, 2.0, 3.5]
     assert list(x_values(frame, "step")) == [0.0, 1.0, 2.0]
@@ -52,7 +54,10 @@ def test_x_values_samples_and_time():
 def test_glob_matching_and_close_names():
     names = ["actor/entropy", "actor/kl_loss", "actor/ppo_kl", "critic/score/mean"]
     assert match_metrics(split_globs(["actor/*kl*", "critic/score/mean"]), names) == [
-        "actor/kl_loss", "actor/ppo_kl", "critic/score/mean"]
+        "actor/kl_loss",
+        "actor/ppo_kl",
+        "critic/score/mean",
+    ]
     with pytest.raises(ConfigError, match="close names: actor/kl_loss"):
         match_metrics(["actor/kl_los"], names)
 

@@ -12,10 +12,18 @@ from rlrm.report.build import ReportOptions, build_report
 from rlrm.report.folders import load_folder
 
 SPEC = [
-    "modes=[sync,stream,one-step-off]", "workload.steps=4", "workload.prompts_per_step=4", "workload.samples_per_prompt=2",
-    "workload.mini_batch_prompts=2", "workload.response_tokens=uniform:5:30", "workload.max_response_tokens=32",
-    "rollout.iteration_s=0.01", "trainer.minibatch_s=0.2", "reward.latency=fixed:1", "output.trace_detail_steps=4",
-]  # fmt: skip
+    "modes=[sync,stream,one-step-off]",
+    "workload.steps=4",
+    "workload.prompts_per_step=4",
+    "workload.samples_per_prompt=2",
+    "workload.mini_batch_prompts=2",
+    "workload.response_tokens=uniform:5:30",
+    "workload.max_response_tokens=32",
+    "rollout.iteration_s=0.01",
+    "trainer.minibatch_s=0.2",
+    "reward.latency=fixed:1",
+    "output.trace_detail_steps=4",
+]
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,13 @@ def test_gantt_has_one_collection_per_lane(folders, notes):
     assert len(fig.axes) == 2
     ax = fig.axes[0]
     labels = [c.get_label() for c in ax.collections]
-    assert labels == ["generation (requests)", "reward", "training", "trainer waits: generation", "trainer waits: reward"]
+    assert labels == [
+        "generation (requests)",
+        "reward",
+        "training",
+        "trainer waits: generation",
+        "trainer waits: reward",
+    ]
     assert [len(c.get_paths()) for c in ax.collections] == [4, 4, 4, 1, 1]
     assert [t.get_text() for t in ax.get_yticklabels()] == labels
     assert "b (stream), step 5" in fig.axes[1].get_title(loc="left")

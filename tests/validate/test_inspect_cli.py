@@ -37,7 +37,17 @@ def test_rows_missing_fields_are_named(tmp_path):
 
 
 def test_rule_profile_says_what_is_shown_instead():
-    result = invoke("--profile", "tiny-rule", "--prompt", QUESTION, "--response", "2 + 6 = 8\n#### 8", "--ground-truth", "8", "--json")
+    result = invoke(
+        "--profile",
+        "tiny-rule",
+        "--prompt",
+        QUESTION,
+        "--response",
+        "2 + 6 = 8\n#### 8",
+        "--ground-truth",
+        "8",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert "has no reward model to inspect" in report["notes"][0]
@@ -47,10 +57,23 @@ def test_rule_profile_says_what_is_shown_instead():
 
 def test_custom_reward_shows_what_the_function_returned(tmp_path):
     fn = tmp_path / "length_reward.py"
-    fn.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                  "    return {'score': len(solution_str) / 100, 'chars': len(solution_str)}\n")
-    result = invoke("--profile", "tiny-rule", "--set", "reward.kind=custom", "--set", f"reward.custom.path={fn}",
-                    "--prompt", QUESTION, "--response", "2 + 6 = 8\n#### 8", "--json")
+    fn.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return {'score': len(solution_str) / 100, 'chars': len(solution_str)}\n"
+    )
+    result = invoke(
+        "--profile",
+        "tiny-rule",
+        "--set",
+        "reward.kind=custom",
+        "--set",
+        f"reward.custom.path={fn}",
+        "--prompt",
+        QUESTION,
+        "--response",
+        "2 + 6 = 8\n#### 8",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (record,) = report["samples"]
@@ -61,37 +84,63 @@ def test_custom_reward_shows_what_the_function_returned(tmp_path):
 def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path):
     clean = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}
     eos = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8<|im_end|>", "ground_truth": "8"}
-    long = {"prompt": QUESTION, "response": "2 + 6 = 8. Again: 2 + 6 = 8. Once more: 2 + 6 = 8.\n#### 8", "ground_truth": "8"}
+    long = {
+        "prompt": QUESTION,
+        "response": "2 + 6 = 8. Again: 2 + 6 = 8. Once more: 2 + 6 = 8.\n#### 8",
+        "ground_truth": "8",
+    }
     path = write_rows(tmp_path / "in.jsonl", [clean, eos, long])
     args = ("--profile", "tiny-disrm", "--input", path, "--set", "reward.disrm.max_length=60", "--json")
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     first, second, third = report["samples"]
-    assert first["rendered_text"].startswith("<|im_start|>user\n") and first["rendered_text"].endswith("#### 8<|im_end|>\n")
+    assert first["rendered_text"].startswith("<|im_start|>user\n") and first["rendered_text"].endswith(
+        "#### 8<|im_end|>\n"
+    )
     assert first["score_token"]["text"] == "\n" and first["score_token"]["position"] == first["tokens"] - 1
-    assert first["truncation"] is None and third["truncation"]["tokens_removed"] == third["tokens_before_truncation"] - 60
+    assert (
+        first["truncation"] is None and third["truncation"]["tokens_removed"] == third["tokens_before_truncation"] - 60
+    )
     for r in report["samples"]:
-        assert float(r["raw_score_float32"]) == pytest.approx(r["score"], abs=0, rel=0)  # the loop's score is the raw logit
+        assert float(r["raw_score_float32"]) == pytest.approx(
+            r["score"], abs=0, rel=0
+        )  # the loop's score is the raw logit
     # the EOS text left in a response is rendered as a second turn end, and moves the score: why the lint exists
     assert second["rendered_text"].endswith("#### 8<|im_end|><|im_end|>\n") and second["score"] != first["score"]
-    assert {(f["lint"], tuple(f["samples"])) for f in report["lints"]} == {("eos-in-response", (1,)), ("truncated", (2,))}
+    assert {(f["lint"], tuple(f["samples"])) for f in report["lints"]} == {
+        ("eos-in-response", (1,)),
+        ("truncated", (2,)),
+    }
     strict = invoke(*args[:-1], "--strict")
     assert strict.exit_code == 1 and "eos-in-response" in strict.output and "rendered for the DisRM" in strict.output
 
 
 @pytest.mark.slow
 def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
-    path = write_rows(tmp_path / "in.jsonl", [{"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}] * 2)
+    path = write_rows(
+        tmp_path / "in.jsonl", [{"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}] * 2
+    )
     result = invoke("--profile", "tiny-genrm", "--input", path, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["lints"] == []
     for r in report["samples"]:
-        assert "Reference answer: 8" in r["judge_prompt_text"] and r["judge_prompt_text"].endswith("<|im_start|>assistant\n")
+        assert "Reference answer: 8" in r["judge_prompt_text"] and r["judge_prompt_text"].endswith(
+            "<|im_start|>assistant\n"
+        )
         assert r["parsed_score"] == 1.0 and r["score"] == 1.0 and r["usage"]["completion_tokens"] > 0
-    broken = invoke("--profile", "tiny-genrm", "--input", path, "--json", "--set", "reward.genrm.max_tokens=3",
-                    "--set", "reward.genrm.template=Problem: {question}\nAnswer: {{response}}\nReference: {reference}")
+    broken = invoke(
+        "--profile",
+        "tiny-genrm",
+        "--input",
+        path,
+        "--json",
+        "--set",
+        "reward.genrm.max_tokens=3",
+        "--set",
+        "reward.genrm.template=Problem: {question}\nAnswer: {{response}}\nReference: {reference}",
+    )
     assert broken.exit_code == 0, broken.output
     report = json.loads(broken.stdout)
     assert {f["lint"] for f in report["lints"]} == {"judge-template-missing-response", "verdict-unparsed", "truncated"}
@@ -111,10 +160,25 @@ def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_serv
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     inv = json.loads(result.stdout)["invariance"]
-    assert inv["passed"] and inv["samples"] == 16 and len(inv["comparisons"]) == 4 and inv["max_abs_diff"] <= inv["tolerance"]
+    assert (
+        inv["passed"]
+        and inv["samples"] == 16
+        and len(inv["comparisons"]) == 4
+        and inv["max_abs_diff"] <= inv["tolerance"]
+    )
     script = Path(__file__).with_name("leaky_server.py")  # the stand-in batch-dependent DisRM server
-    argv = [sys.executable, str(script), "--model", resolve_model_path("tiny:disrm"), "--role", "disrm",
-            "--port", str(free_port()), "--threads", "1"]
+    argv = [
+        sys.executable,
+        str(script),
+        "--model",
+        resolve_model_path("tiny:disrm"),
+        "--role",
+        "disrm",
+        "--port",
+        str(free_port()),
+        "--threads",
+        "1",
+    ]
     with ServerProcess(argv) as leaky:
         result = invoke(*args, "--set", f"reward.server.addresses={leaky.url}")
     assert result.exit_code == 1, result.output

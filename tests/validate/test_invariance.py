@@ -37,8 +37,12 @@ def test_compare_scores_by_hand():
 
 
 def test_settings_are_8_and_the_max_batch_each_side():
-    assert settings_to_run(24, 16) == [("batch 8, right-padded", 8, "right"), ("batch 16, right-padded", 16, "right"),
-                                       ("batch 8, left-padded", 8, "left"), ("batch 16, left-padded", 16, "left")]
+    assert settings_to_run(24, 16) == [
+        ("batch 8, right-padded", 8, "right"),
+        ("batch 16, right-padded", 16, "right"),
+        ("batch 8, left-padded", 8, "left"),
+        ("batch 16, left-padded", 16, "left"),
+    ]
     assert [b for _, b, _ in settings_to_run(5, 64)] == [5, 5]  # capped at the sample count
 
 
@@ -76,7 +80,9 @@ def test_a_healthy_served_disrm_passes_and_a_batch_dependent_one_fails(spread_di
     assert good["passed"], good["comparisons"]
     assert [c["name"] for c in good["comparisons"]] == [name for name, _, _ in settings_to_run(24, 16)]
     assert all(c["max_abs_diff"] <= good["tolerance"] and c["rank_flips"] == 0 for c in good["comparisons"])
-    assert good["tolerance"] == pytest.approx(1e-4 * max(1.0, float(np.sqrt(np.mean(np.square(good["reference_scores"]))))))
+    assert good["tolerance"] == pytest.approx(
+        1e-4 * max(1.0, float(np.sqrt(np.mean(np.square(good["reference_scores"])))))
+    )
     with _server([sys.executable, str(LEAKY_SERVER)], spread_disrm_path) as leaky:
         bad = _check(leaky.url, spread_disrm_path, arithmetic_conversations)
     assert not bad["passed"]

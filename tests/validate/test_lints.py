@@ -40,8 +40,15 @@ def prefill_tokenizer(tokenizer):
 
 
 def sample(response: str = CLEAN, index: int = 0) -> RewardSample:
-    return RewardSample(uid=f"u{index}", index=index, data_source="t", prompt=[{"role": "user", "content": QUESTION}],
-                        solution_str=response, ground_truth="8", extra_info={"question": QUESTION})
+    return RewardSample(
+        uid=f"u{index}",
+        index=index,
+        data_source="t",
+        prompt=[{"role": "user", "content": QUESTION}],
+        solution_str=response,
+        ground_truth="8",
+        extra_info={"question": QUESTION},
+    )
 
 
 def disrm_record(tok, response: str = CLEAN, max_length: int = 256) -> dict:
@@ -52,15 +59,25 @@ def disrm_record(tok, response: str = CLEAN, max_length: int = 256) -> dict:
     return record
 
 
-def genrm_record(tok, response: str = CLEAN, template: str | None = None, verdict: str = "8 vs 8 correct\nScore: 10",
-                 finish: str = "stop") -> dict:
+def genrm_record(
+    tok,
+    response: str = CLEAN,
+    template: str | None = None,
+    verdict: str = "8 vs 8 correct\nScore: 10",
+    finish: str = "stop",
+) -> dict:
     from rlrm.engine.rewards.genrm import judge_messages
 
     cfg = RewardConfig(kind="genrm", server={"model": "x"}, genrm={"template": template} if template else {})
     s = sample(response)
-    exchange = {"path": "/v1/chat/completions", "request": {"messages": judge_messages(cfg.genrm.template, s)},
-                "response": {"choices": [{"message": {"content": verdict}, "finish_reason": finish}],
-                             "usage": {"prompt_tokens": 90, "completion_tokens": 9}}}
+    exchange = {
+        "path": "/v1/chat/completions",
+        "request": {"messages": judge_messages(cfg.genrm.template, s)},
+        "response": {
+            "choices": [{"message": {"content": verdict}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 90, "completion_tokens": 9},
+        },
+    }
     record = details.common(s, RewardResult(1.0))
     record.update(details.genrm_detail(exchange, tok, cfg))
     return record

@@ -55,11 +55,18 @@ def test_synthetic_pairs_are_right_against_wrong_by_the_rule(pairs_file):
 
 
 def test_rows_missing_fields_are_named_and_identical_pairs_skipped(tmp_path):
-    bad = write_rows(tmp_path / "bad.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}, {"prompt": "q", "chosen": "a"}])
+    bad = write_rows(
+        tmp_path / "bad.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}, {"prompt": "q", "chosen": "a"}]
+    )
     with pytest.raises(DataError, match=r"bad.jsonl row 2: missing field\(s\) rejected"):
         read_pairs(bad)
-    same = write_rows(tmp_path / "same.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b", "id": "x"},
-                                                {"prompt": "q", "chosen": "a", "rejected": "a", "id": "y"}])
+    same = write_rows(
+        tmp_path / "same.jsonl",
+        [
+            {"prompt": "q", "chosen": "a", "rejected": "b", "id": "x"},
+            {"prompt": "q", "chosen": "a", "rejected": "a", "id": "y"},
+        ],
+    )
     pairs, identical = read_pairs(same)
     assert [p.id for p in pairs] == ["x"] and identical == ["y"] and pairs[0].subset == "all"
     only_same = write_rows(tmp_path / "only.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "a"}])
@@ -89,7 +96,11 @@ def test_rule_profile_counts_identical_pairs_and_scores_the_rest(pairs_file, tmp
     rows.append({**rows[0], "id": "same", "rejected": rows[0]["chosen"]})
     report, err = eval_rm("--profile", "tiny-rule", "--pairs", write_rows(tmp_path / "p.jsonl", rows))
     assert "1 pair(s) with identical chosen and rejected skipped (same)" in err
-    assert report["identical_skipped"] == 1 and report["subsets"][-1]["pairs"] == 6 and report["subsets"][-1]["accuracy"] == 1.0
+    assert (
+        report["identical_skipped"] == 1
+        and report["subsets"][-1]["pairs"] == 6
+        and report["subsets"][-1]["accuracy"] == 1.0
+    )
 
 
 def test_tiny_disrm_is_accurate_on_the_pairs_and_a_random_disrm_is_not(pairs_file, random_disrm_path):
@@ -97,8 +108,16 @@ def test_tiny_disrm_is_accurate_on_the_pairs_and_a_random_disrm_is_not(pairs_fil
     overall = report["subsets"][-1]
     assert overall["pairs"] == 192 and overall["failed"] == 0
     assert overall["accuracy"] >= DISRM_MIN_ACCURACY and overall["ci95_low"] >= DISRM_MIN_ACCURACY - 0.05
-    random, _ = eval_rm("--profile", "tiny-disrm", "--pairs", pairs_file, "--set", f"reward.server.model={random_disrm_path}",
-                        "--set", "reward.disrm.max_length=64")
+    random, _ = eval_rm(
+        "--profile",
+        "tiny-disrm",
+        "--pairs",
+        pairs_file,
+        "--set",
+        f"reward.server.model={random_disrm_path}",
+        "--set",
+        "reward.disrm.max_length=64",
+    )
     assert random["subsets"][-1]["failed"] == 0 and random["subsets"][-1]["accuracy"] < DISRM_MIN_ACCURACY - 0.1
 
 

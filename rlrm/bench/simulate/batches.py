@@ -20,8 +20,16 @@ import numpy as np
 class Batch:
     """Step k's prompts: n samples per prompt, prompt-major, as the rollouter launches them."""
 
-    def __init__(self, k: int, launched_s: float, draws, gen_done: np.ndarray, version: np.ndarray, n: int,
-                 score_after_all: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        k: int,
+        launched_s: float,
+        draws,
+        gen_done: np.ndarray,
+        version: np.ndarray,
+        n: int,
+        score_after_all: bool = False,
+    ):
         self.k, self.launched_s, self.n = k, launched_s, n
         self.prompt_len = np.repeat(draws.prompt_len[k - 1], n)  # [N]
         self.resp_len = draws.resp_len[k - 1]  # [N]
@@ -84,12 +92,20 @@ class RewardQueue:
         running = [(s, d) for j, (_, s, d) in self._calls.items() if j < k and d.max() > earliest]  # earlier calls
         before_s = np.concatenate([s for s, _ in running]) if running else np.zeros(0)
         before_d = np.concatenate([d for _, d in running]) if running else np.zeros(0)
-        before_w = np.concatenate([np.arange(len(s)) % self.workers for s, _ in running]) if running else np.zeros(0, int)
+        before_w = (
+            np.concatenate([np.arange(len(s)) % self.workers for s, _ in running]) if running else np.zeros(0, int)
+        )
         live = before_d > earliest
         before_s, before_d, before_w = before_s[live], before_d[live], before_w[live]
         done = arrival + batch.reward_s
-        if _most_at_once(np.concatenate([before_s, arrival]), np.concatenate([before_d, done]),
-                         np.concatenate([before_w, worker])) <= self.slots:  # fmt: skip
+        if (
+            _most_at_once(
+                np.concatenate([before_s, arrival]),
+                np.concatenate([before_d, done]),
+                np.concatenate([before_w, worker]),
+            )
+            <= self.slots
+        ):
             start = arrival
         else:
             start = self._queue(arrival, batch.reward_s, worker, before_d, before_w)
@@ -102,7 +118,7 @@ class RewardQueue:
     def _queue(self, arrival, seconds, worker, busy_until, busy_worker) -> np.ndarray:
         heaps = []
         for w in range(self.workers):
-            taken = sorted(busy_until[busy_worker == w].tolist())[-self.slots:]
+            taken = sorted(busy_until[busy_worker == w].tolist())[-self.slots :]
             heaps.append([0.0] * (self.slots - len(taken)) + taken)
             heapq.heapify(heaps[-1])
         start = np.empty_like(arrival)

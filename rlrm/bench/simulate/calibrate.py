@@ -40,7 +40,9 @@ class Calibration:
 class _Steps:
     """Per-step observations pooled over the calibration folders (steps >= 2 unless said)."""
 
-    decode: list[tuple[float, float, float, float]] = field(default_factory=list)  # (seconds, resp tok, prompt tok, longest)
+    decode: list[tuple[float, float, float, float]] = field(
+        default_factory=list
+    )  # (seconds, resp tok, prompt tok, longest)
     old: list[tuple[float, float]] = field(default_factory=list)  # (seconds, tokens)
     ref: list[tuple[float, float]] = field(default_factory=list)
     adv: list[tuple[float, float]] = field(default_factory=list)  # (seconds, samples)
@@ -50,9 +52,15 @@ class _Steps:
     returned: list[float] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
     overhead: list[float] = field(default_factory=list)
-    first: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)  # step 1: decode obs + trainer s + tokens
-    lengths: list[tuple[float, float, float, float, float]] = field(default_factory=list)  # mean, min, max, clip, prompt mean
-    cores: list[tuple[float, float, float, float, float]] = field(default_factory=list)  # sync: gen cpu, wall; update cpu, wall; cores
+    first: list[tuple[float, float, float, float, float, float]] = field(
+        default_factory=list
+    )  # step 1: decode obs + trainer s + tokens
+    lengths: list[tuple[float, float, float, float, float]] = field(
+        default_factory=list
+    )  # mean, min, max, clip, prompt mean
+    cores: list[tuple[float, float, float, float, float]] = field(
+        default_factory=list
+    )  # sync: gen cpu, wall; update cpu, wall; cores
 
 
 def calibrate(run_dirs: list[Path]) -> Calibration:
@@ -92,7 +100,9 @@ def _read(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
     try:
         data = json.loads((run_dir / "trace.json").read_text())
     except json.JSONDecodeError as exc:
-        raise RunFolderError(f"{run_dir / 'trace.json'} is not valid JSON ({exc.msg}); the run may have been killed while writing it") from None
+        raise RunFolderError(
+            f"{run_dir / 'trace.json'} is not valid JSON ({exc.msg}); the run may have been killed while writing it"
+        ) from None
     events = [e for e in (data.get("traceEvents", []) if isinstance(data, dict) else data) if e.get("ph") == "X"]
     return config, rows, events
 
@@ -101,13 +111,19 @@ def _observe(run_dir: Path, config: dict, rows: list[dict], events: list[dict], 
     by_lane: dict[str, list[tuple[float, float, dict, str]]] = {}
     for e in events:
         start = e["ts"] / 1e6
-        by_lane.setdefault(e.get("cat", ""), []).append((start, start + e.get("dur", 0.0) / 1e6, e.get("args") or {}, e.get("name", "")))
+        by_lane.setdefault(e.get("cat", ""), []).append(
+            (start, start + e.get("dur", 0.0) / 1e6, e.get("args") or {}, e.get("name", ""))
+        )
     for spans in by_lane.values():
         spans.sort(key=lambda s: s[0])
     detailed = sorted({int(s[2]["batch"]) for s in by_lane.get("generate", []) if "batch" in s[2]})
     usable = [r for r in rows if r["step"] in detailed]
     if len(usable) < MIN_STEPS or not by_lane.get("rollout"):
-        what = "no decode spans (rollout lane)" if not by_lane.get("rollout") else f"{len(usable)} step(s) with request spans"
+        what = (
+            "no decode spans (rollout lane)"
+            if not by_lane.get("rollout")
+            else f"{len(usable)} step(s) with request spans"
+        )
         raise RunFolderError(
             f"{run_dir}/trace.json is too short to fit: {what}; calibration needs at least {MIN_STEPS} steps with "
             f"request, reward and mini-batch spans (step 1 is warm-up), e.g. `rlrm bench reward-latency --steps {MIN_STEPS}` "
@@ -150,16 +166,36 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
         obs.first.extend((*d[:4], busy, tokens) for d in decode_obs[:1])
         return
     obs.decode.extend(d[:4] for d in decode_obs)
-    for phase, size, into in (("old_log_prob", tokens, obs.old), ("ref", tokens, obs.ref), ("adv", float(samples), obs.adv)):
+    for phase, size, into in (
+        ("old_log_prob", tokens, obs.old),
+        ("ref", tokens, obs.ref),
+        ("adv", float(samples), obs.adv),
+    ):
         if phase in timing:
             into.append((timing[phase], size))
     obs.minibatch.extend((sec, tokens * s / samples) for sec, s in minis)
-    obs.update_end.append(timing.get("update_actor", 0.0) - sum(sec for sec, _ in minis) + timing.get("update_weights", 0.0))
+    obs.update_end.append(
+        timing.get("update_actor", 0.0) - sum(sec for sec, _ in minis) + timing.get("update_weights", 0.0)
+    )
     if sync and "cpu_s/gen" in row and "cpu_s/update_actor" in row and "perf/cpu_cores" in row:
-        obs.cores.append((row["cpu_s/gen"], timing.get("gen", 0.0), row["cpu_s/update_actor"], timing.get("update_actor", 0.0),
-                          float(row["perf/cpu_cores"])))  # fmt: skip
-    obs.lengths.append((row.get("response_length/mean", 0.0), row.get("response_length/min", 0.0), longest,
-                        row.get("response_length/clip_ratio", 0.0), row.get("prompt_length/mean", 0.0)))  # fmt: skip
+        obs.cores.append(
+            (
+                row["cpu_s/gen"],
+                timing.get("gen", 0.0),
+                row["cpu_s/update_actor"],
+                timing.get("update_actor", 0.0),
+                float(row["perf/cpu_cores"]),
+            )
+        )
+    obs.lengths.append(
+        (
+            row.get("response_length/mean", 0.0),
+            row.get("response_length/min", 0.0),
+            longest,
+            row.get("response_length/clip_ratio", 0.0),
+            row.get("prompt_length/mean", 0.0),
+        )
+    )
     if requests and decodes:
         obs.returned.append(max(0.0, max(r[1] for r in requests) - max(d[1] for d in decodes)))
     rewards = [s for s in lanes.get("reward", []) if s[2].get("batch") == row["step"]]
@@ -184,8 +220,12 @@ def _median(values: list[float], default: float = 0.0) -> float:
 
 def _fit(profile: dict, obs: _Steps, sources: list[str], steps: int) -> Calibration:
     p = _Profile(profile)
-    if p.get("rollout.backend", "hf") != "hf" or (profile.get("simulated") and profile["spec"]["rollout"].get("batching") != "static"):
-        raise RunFolderError(f"{sources[0]}: calibration fits rlrm's hf engine (static batches); this run used another rollout backend")
+    if p.get("rollout.backend", "hf") != "hf" or (
+        profile.get("simulated") and profile["spec"]["rollout"].get("batching") != "static"
+    ):
+        raise RunFolderError(
+            f"{sources[0]}: calibration fits rlrm's hf engine (static batches); this run used another rollout backend"
+        )
     cal = Calibration(spec_values={}, sources=sources, steps=steps)
     values = cal.spec_values
 
@@ -222,16 +262,39 @@ def _profile_of_spec(spec: dict, mode: str | None) -> dict:
     w, r, rw = spec.get("workload", {}), spec.get("rollout", {}), spec.get("reward", {})
     return {
         "data": {"train_batch_size": w.get("prompts_per_step")},
-        "rollout": {"n": w.get("samples_per_prompt"), "max_new_tokens": w.get("max_response_tokens"),
-                    "max_batch_size": r.get("max_running"), "batch_wait_ms": 1000 * r.get("batch_wait_s", 0.0)},
-        "actor": {"mini_batch_size": w.get("mini_batch_prompts"), "ppo_epochs": w.get("ppo_epochs"),
-                  "recompute_old_log_prob": w.get("recompute_old_log_prob"), "use_kl_loss": w.get("use_ref")},
-        "trainer": {"mode": mode, "total_steps": w.get("steps"), "max_staleness": w.get("max_staleness"), "seed": w.get("seed")},
-        "reward": {"num_workers": rw.get("workers"), "max_concurrency": rw.get("max_concurrency"),
-                   "timeout_s": rw.get("timeout_s"), "max_retries": rw.get("max_retries"), "backoff_s": rw.get("backoff_s"),
-                   "backoff_max_s": rw.get("backoff_max_s"), "on_failure": rw.get("on_failure"),
-                   "inject": {"latency": rw.get("latency"), "scale": rw.get("latency_scale"), "fail_rate": rw.get("fail_rate")}},
-    }  # fmt: skip
+        "rollout": {
+            "n": w.get("samples_per_prompt"),
+            "max_new_tokens": w.get("max_response_tokens"),
+            "max_batch_size": r.get("max_running"),
+            "batch_wait_ms": 1000 * r.get("batch_wait_s", 0.0),
+        },
+        "actor": {
+            "mini_batch_size": w.get("mini_batch_prompts"),
+            "ppo_epochs": w.get("ppo_epochs"),
+            "recompute_old_log_prob": w.get("recompute_old_log_prob"),
+            "use_kl_loss": w.get("use_ref"),
+        },
+        "trainer": {
+            "mode": mode,
+            "total_steps": w.get("steps"),
+            "max_staleness": w.get("max_staleness"),
+            "seed": w.get("seed"),
+        },
+        "reward": {
+            "num_workers": rw.get("workers"),
+            "max_concurrency": rw.get("max_concurrency"),
+            "timeout_s": rw.get("timeout_s"),
+            "max_retries": rw.get("max_retries"),
+            "backoff_s": rw.get("backoff_s"),
+            "backoff_max_s": rw.get("backoff_max_s"),
+            "on_failure": rw.get("on_failure"),
+            "inject": {
+                "latency": rw.get("latency"),
+                "scale": rw.get("latency_scale"),
+                "fail_rate": rw.get("fail_rate"),
+            },
+        },
+    }
 
 
 def _note(fit: CostFit, what: str) -> str:
@@ -260,8 +323,11 @@ def _workload(p: _Profile, obs: _Steps, put) -> None:
     samples = int(p.get("data.train_batch_size", 32)) * n
     spread = float(np.mean(lengths[:, 2] - lengths[:, 1]) / expected_range_z(samples)) if len(lengths) else 0.0
     mu, sigma = fit_clipped_normal(float(mean), float(clip), upper, spread)
-    put("workload.response_tokens", f"normal:{mu:.4g}:{sigma:.4g}",
-        f"a normal cut at {upper} with the steps' mean response length {mean:.2f} and clip ratio {clip:.3f}")  # fmt: skip
+    put(
+        "workload.response_tokens",
+        f"normal:{mu:.4g}:{sigma:.4g}",
+        f"a normal cut at {upper} with the steps' mean response length {mean:.2f} and clip ratio {clip:.3f}",
+    )
     put("workload.prompt_tokens", f"fixed:{round(float(prompt), 2)}", "the steps' mean prompt length")
 
 
@@ -281,9 +347,21 @@ def _rollout(p: _Profile, obs: _Steps, put) -> None:
     if obs.first:
         first = np.array(obs.first)
         excess = first[:, 0] - np.array([fit.predict(resp=r[1], longest=r[3], prompt=r[2]) for r in first])
-        put("rollout.first_batch_extra_s", max(0.0, float(excess.mean())), "step 1's decode batch over the fitted model (warm-up)")
-    put("rollout.submit_s", _median(obs.submit), f"step start to first decode batch, median of {len(obs.submit)} sync steps")
-    put("rollout.return_s", _median(obs.returned), f"last decode batch end to last request returned, median of {len(obs.returned)} steps")
+        put(
+            "rollout.first_batch_extra_s",
+            max(0.0, float(excess.mean())),
+            "step 1's decode batch over the fitted model (warm-up)",
+        )
+    put(
+        "rollout.submit_s",
+        _median(obs.submit),
+        f"step start to first decode batch, median of {len(obs.submit)} sync steps",
+    )
+    put(
+        "rollout.return_s",
+        _median(obs.returned),
+        f"last decode batch end to last request returned, median of {len(obs.returned)} steps",
+    )
 
 
 def _colocated_slowdown(obs: _Steps) -> tuple[float, str]:
@@ -293,28 +371,43 @@ def _colocated_slowdown(obs: _Steps) -> tuple[float, str]:
     c = np.array(obs.cores).reshape(-1, 5)
     c = c[(c[:, 1] > 0) & (c[:, 3] > 0)]
     if not len(c):
-        return 2.0, ("not fitted (the sync steps hold no cpu_s/gen, cpu_s/update_actor, perf/cpu_cores: runs made "
-                     "before rlrm recorded them): generation and training are taken to split the cores evenly")
+        return 2.0, (
+            "not fitted (the sync steps hold no cpu_s/gen, cpu_s/update_actor, perf/cpu_cores: runs made "
+            "before rlrm recorded them): generation and training are taken to split the cores evenly"
+        )
     gen, train, cores = c[:, 0].sum() / c[:, 1].sum(), c[:, 2].sum() / c[:, 3].sum(), float(np.median(c[:, 4]))
     slowdown = max(1.0, (gen + train) / cores)
-    return round(slowdown, 3), (f"generation kept {gen:.2f} and training {train:.2f} of {cores:.0f} cores busy alone "
-                                f"(cpu_s / timing_s over {len(c)} sync steps); overlapped: (gen + train) / cores")
+    return round(slowdown, 3), (
+        f"generation kept {gen:.2f} and training {train:.2f} of {cores:.0f} cores busy alone "
+        f"(cpu_s / timing_s over {len(c)} sync steps); overlapped: (gen + train) / cores"
+    )
 
 
 def _reward(p: _Profile, obs: _Steps, put) -> None:
     put("reward.base_s", _median(obs.reward), f"reward call less its injected latency, median of {len(obs.reward)}")
-    for key, path, default in (("workers", "reward.num_workers", 4), ("max_concurrency", "reward.max_concurrency", 64),
-                               ("timeout_s", "reward.timeout_s", 30.0), ("max_retries", "reward.max_retries", 3),
-                               ("backoff_s", "reward.backoff_s", 0.1), ("backoff_max_s", "reward.backoff_max_s", 5.0),
-                               ("on_failure", "reward.on_failure", "default"), ("fail_rate", "reward.inject.fail_rate", 0.0),
-                               ("latency", "reward.inject.latency", "none"), ("latency_scale", "reward.inject.scale", 1.0)):  # fmt: skip
+    for key, path, default in (
+        ("workers", "reward.num_workers", 4),
+        ("max_concurrency", "reward.max_concurrency", 64),
+        ("timeout_s", "reward.timeout_s", 30.0),
+        ("max_retries", "reward.max_retries", 3),
+        ("backoff_s", "reward.backoff_s", 0.1),
+        ("backoff_max_s", "reward.backoff_max_s", 5.0),
+        ("on_failure", "reward.on_failure", "default"),
+        ("fail_rate", "reward.inject.fail_rate", 0.0),
+        ("latency", "reward.inject.latency", "none"),
+        ("latency_scale", "reward.inject.scale", 1.0),
+    ):
         put(f"reward.{key}", p.get(path, default), "")
 
 
 def _trainer(p: _Profile, obs: _Steps, put) -> None:
     fits = {}
-    for name, rows, size in (("adv", obs.adv, "sample"), ("old_log_prob", obs.old, "token"), ("ref", obs.ref, "token"),
-                             ("minibatch", obs.minibatch, "token")):  # fmt: skip
+    for name, rows, size in (
+        ("adv", obs.adv, "sample"),
+        ("old_log_prob", obs.old, "token"),
+        ("ref", obs.ref, "token"),
+        ("minibatch", obs.minibatch, "token"),
+    ):
         data = np.array(rows).reshape(-1, 2)
         if not len(data):
             continue
@@ -322,15 +415,38 @@ def _trainer(p: _Profile, obs: _Steps, put) -> None:
         note = _note(fit, f"{name} vs its {size}s")
         put(f"trainer.{name}_s", fit.intercept, note)
         put(f"trainer.{name}_s_per_{size}", fit.coef[size], note)
-    put("trainer.weight_sync_s", _median(obs.update_end), f"update_actor outside mini-batches + update_weights, median of {len(obs.update_end)} steps")
-    put("trainer.step_overhead_s", _median(obs.overhead), f"weight sync end to step end, median of {len(obs.overhead)} steps")
+    put(
+        "trainer.weight_sync_s",
+        _median(obs.update_end),
+        f"update_actor outside mini-batches + update_weights, median of {len(obs.update_end)} steps",
+    )
+    put(
+        "trainer.step_overhead_s",
+        _median(obs.overhead),
+        f"weight sync end to step end, median of {len(obs.overhead)} steps",
+    )
     if obs.first and "minibatch" in fits:
         samples = int(p.get("data.train_batch_size", 32)) * int(p.get("rollout.n", 8))
-        minibatches = -(-int(p.get("data.train_batch_size", 32)) // int(p.get("actor.mini_batch_size", 32))) * int(p.get("actor.ppo_epochs", 1))
+        minibatches = -(-int(p.get("data.train_batch_size", 32)) // int(p.get("actor.mini_batch_size", 32))) * int(
+            p.get("actor.ppo_epochs", 1)
+        )
         excess = []
         for *_, busy, tokens in obs.first:  # step 1's trainer phases over what the fitted models give its tokens
-            predicted = fits["minibatch"].intercept * minibatches + fits["minibatch"].coef["token"] * tokens * int(p.get("actor.ppo_epochs", 1))
-            predicted += sum(fits[k].predict(**{size: x}) for k, size, x in (("adv", "sample", samples), ("old_log_prob", "token", tokens),
-                                                                             ("ref", "token", tokens)) if k in fits)  # fmt: skip
+            predicted = fits["minibatch"].intercept * minibatches + fits["minibatch"].coef["token"] * tokens * int(
+                p.get("actor.ppo_epochs", 1)
+            )
+            predicted += sum(
+                fits[k].predict(**{size: x})
+                for k, size, x in (
+                    ("adv", "sample", samples),
+                    ("old_log_prob", "token", tokens),
+                    ("ref", "token", tokens),
+                )
+                if k in fits
+            )
             excess.append(busy - predicted)
-        put("trainer.first_step_extra_s", max(0.0, float(np.mean(excess))), "step 1's trainer phases over the fitted models (warm-up)")
+        put(
+            "trainer.first_step_extra_s",
+            max(0.0, float(np.mean(excess))),
+            "step 1's trainer phases over the fitted models (warm-up)",
+        )

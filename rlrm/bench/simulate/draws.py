@@ -55,7 +55,9 @@ class Draws:
     latency_mean: np.ndarray  # [steps] mean injected latency of the successful attempts
 
 
-def draw_workload(spec, latency: bool = True, lengths: Draws | None = None, first_latency: np.ndarray | None = None) -> Draws:
+def draw_workload(
+    spec, latency: bool = True, lengths: Draws | None = None, first_latency: np.ndarray | None = None
+) -> Draws:
     """Draw every sample of `spec`'s run; `latency=False` draws the zero-latency baseline's.
 
     `lengths`: draws of the same spec whose prompt and response lengths to reuse (they do not
@@ -118,5 +120,11 @@ def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: 
         idx = idx[~ok]
     failed = np.zeros(steps * width, dtype=bool)
     failed[idx] = True
-    return (total.reshape(shape), failed.reshape(shape), attempts.reshape(shape), timeouts, injected,
-            lat_sum / np.maximum(lat_count, 1))
+    return (
+        total.reshape(shape),
+        failed.reshape(shape),
+        attempts.reshape(shape),
+        timeouts,
+        injected,
+        lat_sum / np.maximum(lat_count, 1),
+    )

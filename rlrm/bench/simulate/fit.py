@@ -1,8 +1,8 @@
 """Pure fitting helpers for calibration: non-negative linear cost models and a clipped-normal length.
 
-    fit = fit_cost(y, {"per_token": tokens, "per_iteration": longest})   # y ~ a + sum(b_i * x_i), all >= 0
-    fit.coef["per_token"], fit.intercept, fit.rel_error, fit.dropped
-    mu, sigma = fit_clipped_normal(mean=13.2, clip_ratio=0.01, upper=20)
+fit = fit_cost(y, {"per_token": tokens, "per_iteration": longest})   # y ~ a + sum(b_i * x_i), all >= 0
+fit.coef["per_token"], fit.intercept, fit.rel_error, fit.dropped
+mu, sigma = fit_clipped_normal(mean=13.2, clip_ratio=0.01, upper=20)
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ def _fit_once(y: np.ndarray, xs: dict[str, np.ndarray], proportional_to: str | N
     dropped = [k for k in xs if k not in usable]
     if not usable and proportional_to is not None and xs[proportional_to].mean() > 0:
         slope = float(y.sum() / xs[proportional_to].sum())
-        fit = CostFit(0.0, {k: (slope if k == proportional_to else 0.0) for k in xs}, 0.0, y.size, dropped, proportional_to)
+        fit = CostFit(
+            0.0, {k: (slope if k == proportional_to else 0.0) for k in xs}, 0.0, y.size, dropped, proportional_to
+        )
         fit.rel_error = _rel_error(y, slope * xs[proportional_to])
         return fit
     best = None
@@ -107,7 +109,9 @@ def clipped_mean(mu: float, sigma: float, upper: float) -> float:
     return mu - (sigma * _phi(a) - (upper - mu) * (1 - _cdf(a)))
 
 
-def fit_clipped_normal(mean: float, clip_ratio: float, upper: float, spread: float | None = None) -> tuple[float, float]:
+def fit_clipped_normal(
+    mean: float, clip_ratio: float, upper: float, spread: float | None = None
+) -> tuple[float, float]:
     """(mu, sigma) of a normal that, cut at `upper`, has this mean and puts `clip_ratio` at the cut.
 
     Without clipping (ratio 0 or 1) the share at the cut says nothing: then sigma is `spread`

@@ -39,7 +39,9 @@ class Kernel:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, int]] = []  # (time, seq, process id, token)
         self._procs: dict[int, Generator] = {}
-        self._waiting: dict[int, tuple[Callable[[], float | None], float | None]] = {}  # pid -> (condition, scheduled time)
+        self._waiting: dict[
+            int, tuple[Callable[[], float | None], float | None]
+        ] = {}  # pid -> (condition, scheduled time)
         self._tokens: dict[int, int] = {}
         self._seq = itertools.count()
         self.events = 0

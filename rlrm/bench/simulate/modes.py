@@ -38,8 +38,15 @@ def rollouter(sim):
     for k in range(1, spec.workload.steps + 1):
         yield sim.kernel.until(lambda k=k: sim.kernel.now if sim.version >= k - 1 - max_ahead else None)
         launched = sim.kernel.now
-        batch = Batch(k, launched, sim.draws, sim.gen_done[k - 1], sim.version_of[k - 1],
-                      spec.workload.samples_per_prompt, score_after_all=sim.mode == "sync")  # fmt: skip
+        batch = Batch(
+            k,
+            launched,
+            sim.draws,
+            sim.gen_done[k - 1],
+            sim.version_of[k - 1],
+            spec.workload.samples_per_prompt,
+            score_after_all=sim.mode == "sync",
+        )
         if submit > 0:
             yield sim.kernel.at(launched + submit)
         sim.add_batch(batch)
@@ -227,5 +234,7 @@ def _check_failures(sim, batch: Batch, groups: np.ndarray | None = None) -> None
         return
     failed = batch.group_failed if groups is None else batch.group_failed[groups]
     if failed.any():
-        raise StopRun(f"a reward failed after {sim.spec.reward.max_retries} retries in batch {batch.k} "
-                      "and reward.on_failure is fail")  # fmt: skip
+        raise StopRun(
+            f"a reward failed after {sim.spec.reward.max_retries} retries in batch {batch.k} "
+            "and reward.on_failure is fail"
+        )

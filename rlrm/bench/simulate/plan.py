@@ -29,13 +29,19 @@ class Plan:
 def make_plan(from_: Path | None, spec_file: Path | None, overrides: list[str], sweep: str | None) -> Plan:
     """Check every input and resolve the spec (calibrating when asked); raise one clear error otherwise."""
     if from_ is not None and not Path(from_).exists():
-        raise RunFolderError(f"--from {from_} does not exist; give a run folder (rlrm train) or a benchmark folder (rlrm bench reward-latency)")
+        raise RunFolderError(
+            f"--from {from_} does not exist; give a run folder (rlrm train) or a benchmark folder (rlrm bench reward-latency)"
+        )
     if from_ is not None and is_bench_folder(from_):
         if spec_file is not None or sweep is not None:
-            raise ConfigError("--from a benchmark folder validates against it; drop --spec and --sweep (or give --from a run folder)")
+            raise ConfigError(
+                "--from a benchmark folder validates against it; drop --spec and --sweep (or give --from a run folder)"
+            )
         return Plan(spec=None, bench=Path(from_))
     if from_ is None and spec_file is None:
-        raise ConfigError("give --from RUN_DIR (calibrate on a run), --from BENCH_DIR (validate) or --spec FILE (a cluster spec)")
+        raise ConfigError(
+            "give --from RUN_DIR (calibrate on a run), --from BENCH_DIR (validate) or --spec FILE (a cluster spec)"
+        )
     calibration = calibrate([Path(from_)]) if from_ is not None else None
     base = calibration.spec_values if calibration is not None else None
     spec = load_spec(spec_file, overrides, base=base)

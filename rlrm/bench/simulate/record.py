@@ -50,7 +50,9 @@ class Recorder:
 
     def minibatch(self, k: int, start: float, end: float, index: int, epoch: int, samples: int) -> None:
         if k <= self.detail:
-            self.spans.append(Span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": samples}))
+            self.spans.append(
+                Span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": samples})
+            )
 
     def trained(self, k: int, chosen: list) -> None:
         """The samples step k trained on: (batch, groups) pairs; counts, tokens, staleness, failures."""
@@ -61,21 +63,25 @@ class Recorder:
         lag = (k - 1) - np.concatenate([b.version[i] for b, i in rows]) if rows else np.zeros(1)
         failed = sum(int(b.failed[i].sum()) for b, i in rows)
         on_failure = self.spec.reward.on_failure
-        self._row.update({
-            "batch/num_samples": int(resp.size),
-            "perf/total_num_tokens": int(resp.sum() + prompt.sum()),
-            "perf/response_tokens": int(resp.sum()),
-            "response_length/mean": float(resp.mean()) if resp.size else 0.0,
-            "response_length/max": int(resp.max(initial=0)),
-            "response_length/min": int(resp.min(initial=0)),
-            "response_length/clip_ratio": float((resp >= self.spec.workload.max_response_tokens).mean()) if resp.size else 0.0,
-            "prompt_length/mean": float(prompt.mean()) if prompt.size else 0.0,
-            "async/staleness_mean": float(lag.mean()) if lag.size else 0.0,
-            "async/staleness_max": int(lag.max(initial=0)),
-            "reward/failures": failed,
-            "reward/retries": sum(int((b.attempts[i] - 1).sum()) for b, i in rows),
-            "reward/defaulted": failed if on_failure == "default" else 0,
-        })  # fmt: skip
+        self._row.update(
+            {
+                "batch/num_samples": int(resp.size),
+                "perf/total_num_tokens": int(resp.sum() + prompt.sum()),
+                "perf/response_tokens": int(resp.sum()),
+                "response_length/mean": float(resp.mean()) if resp.size else 0.0,
+                "response_length/max": int(resp.max(initial=0)),
+                "response_length/min": int(resp.min(initial=0)),
+                "response_length/clip_ratio": float((resp >= self.spec.workload.max_response_tokens).mean())
+                if resp.size
+                else 0.0,
+                "prompt_length/mean": float(prompt.mean()) if prompt.size else 0.0,
+                "async/staleness_mean": float(lag.mean()) if lag.size else 0.0,
+                "async/staleness_max": int(lag.max(initial=0)),
+                "reward/failures": failed,
+                "reward/retries": sum(int((b.attempts[i] - 1).sum()) for b, i in rows),
+                "reward/defaulted": failed if on_failure == "default" else 0,
+            }
+        )
 
     def dropped(self, groups: int) -> None:
         self._row["reward/dropped_groups"] = groups
@@ -84,15 +90,17 @@ class Recorder:
         row = self._row
         wall = t - row["_start"]
         busy = sum(row.get(f"timing_s/{p}", 0.0) for p in TRAINER_PHASES)
-        row.update({
-            "perf/time_per_step": wall,
-            "timing_s/step": wall,
-            "perf/wall_s": t,
-            "perf/throughput": row.get("perf/total_num_tokens", 0) / wall if wall > 0 else 0.0,
-            "perf/samples_per_s": row.get("batch/num_samples", 0) / wall if wall > 0 else 0.0,
-            "idle/trainer": max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0,
-            "idle/reward_wait": row.get("timing_s/reward", 0.0) / wall if wall > 0 else 0.0,
-        })  # fmt: skip
+        row.update(
+            {
+                "perf/time_per_step": wall,
+                "timing_s/step": wall,
+                "perf/wall_s": t,
+                "perf/throughput": row.get("perf/total_num_tokens", 0) / wall if wall > 0 else 0.0,
+                "perf/samples_per_s": row.get("batch/num_samples", 0) / wall if wall > 0 else 0.0,
+                "idle/trainer": max(0.0, 1.0 - busy / wall) if wall > 0 else 0.0,
+                "idle/reward_wait": row.get("timing_s/reward", 0.0) / wall if wall > 0 else 0.0,
+            }
+        )
         self.rows.append(row)
 
     def finish(self, engine, batches: dict, draws) -> tuple[list[dict], list[Span]]:
@@ -110,7 +118,9 @@ class Recorder:
             row.setdefault("reward/dropped_groups", 0)
             row.pop("_start")
         spans = list(self.spans)
-        horizon = self.rows[min(self.detail, len(self.rows)) - 1]["perf/wall_s"] if self.rows and self.detail else -np.inf
+        horizon = (
+            self.rows[min(self.detail, len(self.rows)) - 1]["perf/wall_s"] if self.rows and self.detail else -np.inf
+        )
         many = engine.replicas > 4  # a fleet: decode stretches of the detailed steps only
         for r, s, e in zip(replica.tolist(), start.tolist(), end.tolist()):
             if not many or s < horizon:
@@ -133,7 +143,12 @@ def _sample_spans(batch, spec) -> list[Span]:
         group = i // n
         out.append(Span("generate", "generate", arrive, float(batch.gen_done[i]), {"batch": batch.k, "group": group}))
         start, done = float(times["reward_start"][i]), float(times["reward_done"][i])
-        args = {"batch": batch.k, "group": group, "sample": i, "injected_latency_s": max(0.0, float(batch.reward_s[i]) - base)}
+        args = {
+            "batch": batch.k,
+            "group": group,
+            "sample": i,
+            "injected_latency_s": max(0.0, float(batch.reward_s[i]) - base),
+        }
         out.append(Span("reward", "reward", start, done, args))
     return out
 

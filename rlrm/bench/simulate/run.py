@@ -39,8 +39,14 @@ class SimResult:
     notes: list[str] = field(default_factory=list)
 
 
-def run_simulation(spec: SimSpec, out: Path | None, sweep: tuple[str, list[str]] | None = None,
-                   repeats: int = 1, write: bool = True, latencies: list | None = None) -> SimResult:  # fmt: skip
+def run_simulation(
+    spec: SimSpec,
+    out: Path | None,
+    sweep: tuple[str, list[str]] | None = None,
+    repeats: int = 1,
+    write: bool = True,
+    latencies: list | None = None,
+) -> SimResult:
     """Simulate `spec` under each of its modes, at each sweep point; write the folder unless `write` is off.
 
     `latencies`: one [steps, N] array of first-attempt reward latencies per repeat (a benchmark's
@@ -80,7 +86,9 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
     except ValueError:
         mean_latency = math.inf
     for repeat in range(len(latencies) if latencies else repeats):
-        seeded = spec.model_copy(update={"workload": spec.workload.model_copy(update={"seed": spec.workload.seed + repeat})})
+        seeded = spec.model_copy(
+            update={"workload": spec.workload.model_copy(update={"seed": spec.workload.seed + repeat})}
+        )
         draws = draw_workload(seeded, first_latency=latencies[repeat] if latencies else None)
         plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", 0.0)]
         # as the benchmark writes it: the --latency spec (its scale apart); "none" marks the baseline only
@@ -88,8 +96,15 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
         for name, mode, mode_draws, latency_text, mean in plan:
             run = simulate(seeded, mode, mode_draws)
             run_dir = "/".join(p for p in ("runs", label, f"{name}-r{repeat}") if p)
-            row = {"mode": mode, "repeat": repeat, "latency": latency_text, "run_dir": run_dir,
-                   **run_row(run.rows), "mean_latency_s": mean, "stopped": run.stopped}  # fmt: skip
+            row = {
+                "mode": mode,
+                "repeat": repeat,
+                "latency": latency_text,
+                "run_dir": run_dir,
+                **run_row(run.rows),
+                "mean_latency_s": mean,
+                "stopped": run.stopped,
+            }
             rows.append(row)
             runs[run_dir] = (mode, seeded, run)
     return rows, runs
@@ -118,11 +133,18 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
         summary["modes"] = mode_means(rows, spec.reward.latency)
     else:
         summary["points"] = {
-            value: {r["mode"]: {"speedup_vs_sync": r["speedup_vs_sync"], "hiding_efficiency": r["hiding_efficiency"],
-                                "tokens_per_s": r["tokens_per_s"], "idle_trainer": r["idle_trainer"]}
-                    for r in rows if r["sweep_value"] == value and r["latency"] != "none"}
+            value: {
+                r["mode"]: {
+                    "speedup_vs_sync": r["speedup_vs_sync"],
+                    "hiding_efficiency": r["hiding_efficiency"],
+                    "tokens_per_s": r["tokens_per_s"],
+                    "idle_trainer": r["idle_trainer"],
+                }
+                for r in rows
+                if r["sweep_value"] == value and r["latency"] != "none"
+            }
             for value in values
-        }  # fmt: skip
+        }
     return summary
 
 

@@ -1,9 +1,9 @@
 """One simulated training run of one mode: the kernel, the engines, the reward loop and the two processes.
 
-    draws = draw_workload(spec)
-    run = simulate(spec, "one-step-off", draws)
-    run.rows          # one metrics.jsonl row per step (perf/*, timing_s/*, idle/*, async/*, reward/*)
-    run.spans         # trace.json spans (rlrm.engine.metrics.timing.Span)
+draws = draw_workload(spec)
+run = simulate(spec, "one-step-off", draws)
+run.rows          # one metrics.jsonl row per step (perf/*, timing_s/*, idle/*, async/*, reward/*)
+run.spans         # trace.json spans (rlrm.engine.metrics.timing.Span)
 """
 
 from __future__ import annotations

@@ -44,14 +44,23 @@ class WorkloadSpec(_Section):
     steps: int = Field(100, gt=0, description="Training steps simulated per mode.")
     prompts_per_step: int = Field(1024, gt=0, description="Prompts per step (data.train_batch_size).")
     samples_per_prompt: int = Field(5, gt=0, description="Samples per prompt, the GRPO group (rollout.n).")
-    prompt_tokens: str = Field("fixed:512", description="Prompt length in tokens: a distribution in the latency grammar (fixed:S, uniform:A:B, lognormal:MU:SIGMA, trace:PATH, ...).")
-    response_tokens: str = Field("uniform:100:1000", description="Response length in tokens, same grammar; clipped to [1, max_response_tokens].")
+    prompt_tokens: str = Field(
+        "fixed:512",
+        description="Prompt length in tokens: a distribution in the latency grammar (fixed:S, uniform:A:B, lognormal:MU:SIGMA, trace:PATH, ...).",
+    )
+    response_tokens: str = Field(
+        "uniform:100:1000", description="Response length in tokens, same grammar; clipped to [1, max_response_tokens]."
+    )
     max_response_tokens: int = Field(1024, gt=0, description="Longest response (rollout.max_new_tokens).")
     mini_batch_prompts: int = Field(256, gt=0, description="Prompts per optimizer step (actor.mini_batch_size).")
     ppo_epochs: int = Field(1, gt=0, description="Passes over each step's batch (actor.ppo_epochs).")
-    recompute_old_log_prob: bool = Field(True, description="On-policy modes recompute old log-probs with the actor (actor.recompute_old_log_prob).")
+    recompute_old_log_prob: bool = Field(
+        True, description="On-policy modes recompute old log-probs with the actor (actor.recompute_old_log_prob)."
+    )
     use_ref: bool = Field(False, description="Reference log-probs are computed every step (actor.use_kl_loss).")
-    max_staleness: int = Field(2, ge=0, description="fully-async: most policy versions a trained sample may lag (trainer.max_staleness).")
+    max_staleness: int = Field(
+        2, ge=0, description="fully-async: most policy versions a trained sample may lag (trainer.max_staleness)."
+    )
     seed: int = Field(0, description="Seed of every draw (lengths, latencies, failures); modes share the draws.")
 
     @field_validator("prompt_tokens", "response_tokens", mode="before")
@@ -69,17 +78,29 @@ class RolloutSpec(_Section):
         description="continuous: sequences join and leave every iteration (vLLM, SGLang); static: a batch of queued "
         "requests decodes until its longest is done and returns together (rlrm's hf engine).",
     )
-    max_running: int = Field(256, gt=0, description="Sequences one engine decodes at once (static: rollout.max_batch_size).")
+    max_running: int = Field(
+        256, gt=0, description="Sequences one engine decodes at once (static: rollout.max_batch_size)."
+    )
     iteration_s: float = Field(0.02, ge=0, description="Seconds of one decode iteration, fixed part.")
     iteration_s_per_seq: float = Field(0.0, ge=0, description="Seconds added to an iteration per sequence in it.")
-    prefill_s_per_token: float = Field(0.0, ge=0, description="Seconds of prefill per prompt token (the engine decodes nothing meanwhile).")
+    prefill_s_per_token: float = Field(
+        0.0, ge=0, description="Seconds of prefill per prompt token (the engine decodes nothing meanwhile)."
+    )
     batch_overhead_s: float = Field(0.0, ge=0, description="static: fixed seconds per decode batch.")
-    batch_wait_s: float = Field(0.0, ge=0, description="static: wait for more requests before a batch starts (rollout.batch_wait_ms).")
-    submit_s: float = Field(0.0, ge=0, description="From a batch's launch until its requests are queued at the engines.")
-    return_s: float = Field(0.0, ge=0, description="From a request's last token until its completion reaches the rollouter.")
+    batch_wait_s: float = Field(
+        0.0, ge=0, description="static: wait for more requests before a batch starts (rollout.batch_wait_ms)."
+    )
+    submit_s: float = Field(
+        0.0, ge=0, description="From a batch's launch until its requests are queued at the engines."
+    )
+    return_s: float = Field(
+        0.0, ge=0, description="From a request's last token until its completion reaches the rollouter."
+    )
     first_batch_extra_s: float = Field(0.0, ge=0, description="Warm-up: added to the first decode batch of a run.")
     colocated_slowdown: float = Field(
-        1.0, ge=1.0, allow_inf_nan=False,
+        1.0,
+        ge=1.0,
+        allow_inf_nan=False,
         description="static, one engine on the trainer's device (rlrm's hf engine): while it decodes and the trainer "
         "computes, both run this many times slower (1: separate devices; 2: they split the device evenly).",
     )
@@ -88,18 +109,31 @@ class RolloutSpec(_Section):
 class RewardSpec(_Section):
     """The reward loop: per-sample latency, concurrency, retries and the failure policy (profile `reward.*`)."""
 
-    latency: str = Field("none", description="Latency per reward call in the latency grammar (reward.inject.latency), e.g. uniform:1:40.")
-    latency_scale: float = Field(1.0, ge=0, allow_inf_nan=False, description="Multiplies every latency drawn (reward.inject.scale).")
+    latency: str = Field(
+        "none", description="Latency per reward call in the latency grammar (reward.inject.latency), e.g. uniform:1:40."
+    )
+    latency_scale: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="Multiplies every latency drawn (reward.inject.scale)."
+    )
     base_s: float = Field(0.0, ge=0, description="The reward function's own seconds per call, added to the latency.")
-    workers: int = Field(4, gt=0, description="Reward-loop workers (reward.num_workers); sample i goes to worker i mod workers.")
-    max_concurrency: int = Field(64, gt=0, description="Calls in flight per worker (reward.max_concurrency); more wait in line.")
+    workers: int = Field(
+        4, gt=0, description="Reward-loop workers (reward.num_workers); sample i goes to worker i mod workers."
+    )
+    max_concurrency: int = Field(
+        64, gt=0, description="Calls in flight per worker (reward.max_concurrency); more wait in line."
+    )
     fail_rate: float = Field(0.0, ge=0, le=1, description="Chance that an attempt fails (reward.inject.fail_rate).")
-    timeout_s: float = Field(30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.timeout_s).")
+    timeout_s: float = Field(
+        30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.timeout_s)."
+    )
     max_retries: int = Field(3, ge=0, le=1000, description="Retries of a failed attempt (reward.max_retries).")
-    backoff_s: float = Field(0.1, ge=0, description="First retry delay, doubling, with jitter x[0.5, 1.5) (reward.backoff_s).")
+    backoff_s: float = Field(
+        0.1, ge=0, description="First retry delay, doubling, with jitter x[0.5, 1.5) (reward.backoff_s)."
+    )
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (reward.backoff_max_s).")
     on_failure: Literal["default", "drop-group", "fail"] = Field(
-        "default", description="After the last retry: keep the sample with a set score, drop its group, or stop the run."
+        "default",
+        description="After the last retry: keep the sample with a set score, drop its group, or stop the run.",
     )
 
     @field_validator("latency", mode="before")
@@ -114,29 +148,47 @@ class TrainerSpec(_Section):
     ranks: int = Field(1, gt=0, description="Training ranks (actor.world_size) sharing every per-token cost.")
     adv_s: float = Field(0.0, ge=0, description="Collating a batch and its advantages: fixed seconds.")
     adv_s_per_sample: float = Field(0.0, ge=0, description="Collating: seconds per sample.")
-    old_log_prob_s: float = Field(0.0, ge=0, description="Old log-probs (on-policy modes, when recomputed): fixed seconds.")
-    old_log_prob_s_per_token: float = Field(0.0, ge=0, description="Old log-probs: one rank's seconds per token (prompt + response).")
+    old_log_prob_s: float = Field(
+        0.0, ge=0, description="Old log-probs (on-policy modes, when recomputed): fixed seconds."
+    )
+    old_log_prob_s_per_token: float = Field(
+        0.0, ge=0, description="Old log-probs: one rank's seconds per token (prompt + response)."
+    )
     ref_s: float = Field(0.0, ge=0, description="Reference log-probs (workload.use_ref): fixed seconds.")
     ref_s_per_token: float = Field(0.0, ge=0, description="Reference log-probs: one rank's seconds per token.")
     minibatch_s: float = Field(0.0, ge=0, description="One optimizer step on a mini-batch: fixed seconds.")
-    minibatch_s_per_token: float = Field(1e-4, ge=0, description="One optimizer step: one rank's seconds per token of the mini-batch.")
-    weight_sync_s: float = Field(0.0, ge=0, description="Ending the update and pushing weights to the rollout engines (the engines pause).")
-    step_overhead_s: float = Field(0.0, ge=0, description="Serial bookkeeping per step outside the phases above (metrics, prompt encoding).")
+    minibatch_s_per_token: float = Field(
+        1e-4, ge=0, description="One optimizer step: one rank's seconds per token of the mini-batch."
+    )
+    weight_sync_s: float = Field(
+        0.0, ge=0, description="Ending the update and pushing weights to the rollout engines (the engines pause)."
+    )
+    step_overhead_s: float = Field(
+        0.0, ge=0, description="Serial bookkeeping per step outside the phases above (metrics, prompt encoding)."
+    )
     first_step_extra_s: float = Field(0.0, ge=0, description="Warm-up: added to the first step's trainer work.")
 
 
 class OutputSpec(_Section):
     """What the simulated trace.json of each mode holds."""
 
-    trace_detail_steps: int = Field(5, ge=0, description="Steps whose requests, reward calls and mini-batches become trace spans (phases: every step).")
-    trace_max_samples: int = Field(512, gt=0, description="Most requests and reward calls per step in the trace (an even subset beyond).")
+    trace_detail_steps: int = Field(
+        5,
+        ge=0,
+        description="Steps whose requests, reward calls and mini-batches become trace spans (phases: every step).",
+    )
+    trace_max_samples: int = Field(
+        512, gt=0, description="Most requests and reward calls per step in the trace (an even subset beyond)."
+    )
 
 
 class SimSpec(_Section):
     """A complete simulation input."""
 
     description: str = Field("", description="One line saying what this spec models.")
-    modes: list[Literal[MODES]] = Field(list(MODES), min_length=1, description="Scheduling modes simulated (trainer.mode values).")  # type: ignore[valid-type]
+    modes: list[Literal[MODES]] = Field(
+        list(MODES), min_length=1, description="Scheduling modes simulated (trainer.mode values)."
+    )  # type: ignore[valid-type]
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)
@@ -147,9 +199,11 @@ class SimSpec(_Section):
     def _check_batches(self) -> "SimSpec":
         w = self.workload
         if self.rollout.colocated_slowdown > 1 and (self.rollout.batching != "static" or self.rollout.replicas != 1):
-            raise ValueError("rollout.colocated_slowdown > 1 models one static engine on the trainer's device (rlrm's hf "
-                             "engine; a calibration sets it): with rollout.replicas > 1 or continuous batching, the "
-                             "engines have devices of their own: set rollout.colocated_slowdown=1")
+            raise ValueError(
+                "rollout.colocated_slowdown > 1 models one static engine on the trainer's device (rlrm's hf "
+                "engine; a calibration sets it): with rollout.replicas > 1 or continuous batching, the "
+                "engines have devices of their own: set rollout.colocated_slowdown=1"
+            )
         if w.prompts_per_step % w.mini_batch_prompts:
             raise ValueError(
                 f"workload.prompts_per_step ({w.prompts_per_step}) must be a multiple of "
@@ -162,7 +216,9 @@ class SimSpec(_Section):
         return MAX_AHEAD_FIXED.get(mode, self.workload.max_staleness)
 
 
-def load_spec(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: dict | None = None) -> SimSpec:
+def load_spec(
+    path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), base: dict | None = None
+) -> SimSpec:
     """A spec from a YAML file (or `base`, or the defaults), with `a.b=c` overrides applied.
 
     Raises:
@@ -203,7 +259,11 @@ def check_key(key: str) -> None:
             raise ConfigError(f"spec key {key!r}: {'.'.join(walked)} has no sub-keys")
         fields = model.model_fields
         if part not in fields:
-            raise ConfigError(_unknown_key_message(".".join(walked + [part]), part, list(fields)).replace("unknown key", "unknown spec key"))
+            raise ConfigError(
+                _unknown_key_message(".".join(walked + [part]), part, list(fields)).replace(
+                    "unknown key", "unknown spec key"
+                )
+            )
         walked.append(part)
         annotation = fields[part].annotation
         model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None

@@ -48,7 +48,9 @@ class _Replica:
     locked_until: float = 0.0  # end of the last weight sync
     started: bool = False  # a batch has started (the first one carries the warm-up)
     plan: list[_Batch] = field(default_factory=list)  # running and queued batches, as planned at `t`
-    segments: list[tuple[float, float, int, bool]] = field(default_factory=list)  # (t0, t1, batch in plan or -1, trainer on)
+    segments: list[tuple[float, float, int, bool]] = field(
+        default_factory=list
+    )  # (t0, t1, batch in plan or -1, trainer on)
 
 
 class StaticEngine(_Engine):
@@ -101,9 +103,13 @@ class StaticEngine(_Engine):
 
     def _work(self, ids: np.ndarray, first: bool) -> float:
         cfg = self.cfg
-        return (cfg.batch_overhead_s + cfg.prefill_s_per_token * self._prompt[ids].sum()
-                + cfg.iteration_s * self._resp[ids].max() + cfg.iteration_s_per_seq * self._resp[ids].sum()
-                + (cfg.first_batch_extra_s if first else 0.0))  # fmt: skip
+        return (
+            cfg.batch_overhead_s
+            + cfg.prefill_s_per_token * self._prompt[ids].sum()
+            + cfg.iteration_s * self._resp[ids].max()
+            + cfg.iteration_s_per_seq * self._resp[ids].sum()
+            + (cfg.first_batch_extra_s if first else 0.0)
+        )
 
     def _project(self, r: int) -> None:
         """Plan replica r from its reference time on; write its requests' finish times and versions."""

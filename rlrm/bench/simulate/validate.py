@@ -66,8 +66,13 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
         raise RunFolderError(f"{folder}/summary.json does not say the benchmark's latency and latency_scale")
     measured = mode_means(records, latency)
     modes = [m for m in MODES if m in measured]
-    sets = [f"reward.latency={latency}", f"reward.latency_scale={scale!r}", f"workload.steps={int(summary.get('steps', 10))}",
-            f"workload.seed={int(summary.get('seed', 0))}", f"modes=[{','.join(modes)}]"]  # fmt: skip
+    sets = [
+        f"reward.latency={latency}",
+        f"reward.latency_scale={scale!r}",
+        f"workload.steps={int(summary.get('steps', 10))}",
+        f"workload.seed={int(summary.get('seed', 0))}",
+        f"modes=[{','.join(modes)}]",
+    ]
     if summary.get("reward_max_concurrency"):
         sets.append(f"reward.max_concurrency={int(summary['reward_max_concurrency'])}")
     spec = load_spec(overrides=[*sets, *overrides], base=cal.spec_values)
@@ -81,28 +86,35 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
     simulated = next((r["latency"] for r in result.rows if r["latency"] != "none"), "none")
     predicted = mode_means(result.rows, simulated)
     base_speed = _per_token_update([folder / r["run_dir"] for r in base])
-    speeds = {mode: base_speed / _per_token_update([folder / r["run_dir"] for r in records
-                                                    if r["mode"] == mode and r["latency"] == latency])
-              for mode in modes}  # fmt: skip
+    speeds = {
+        mode: base_speed
+        / _per_token_update([folder / r["run_dir"] for r in records if r["mode"] == mode and r["latency"] == latency])
+        for mode in modes
+    }
     at_speed = _at_speed(spec, speeds, repeats, replayed)
     fresh = mode_means(drawn.rows, simulated)
     table = []
     for mode in modes:
         m, p = measured[mode], predicted[mode]
-        table.append({
-            "mode": mode,
-            "measured_speedup": m["speedup_vs_sync"], "predicted_speedup": p["speedup_vs_sync"],
-            "speedup_error": p["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
-            "measured_idle_trainer": m["idle_trainer"], "predicted_idle_trainer": p["idle_trainer"],
-            "idle_trainer_error": p["idle_trainer"] - m["idle_trainer"],
-            "measured_tokens_per_s": m["tokens_per_s"], "predicted_tokens_per_s": p["tokens_per_s"],
-            "drawn_speedup": fresh[mode]["speedup_vs_sync"],
-            "drawn_error": fresh[mode]["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
-            "compute_speed": speeds[mode],
-            "at_speed_speedup": at_speed.get(mode, (math.nan,))[0],
-            "at_speed_error": at_speed.get(mode, (math.nan,))[0] / m["speedup_vs_sync"] - 1,
-            "at_speed_idle_trainer": at_speed.get(mode, (math.nan, math.nan))[1],
-        })  # fmt: skip
+        table.append(
+            {
+                "mode": mode,
+                "measured_speedup": m["speedup_vs_sync"],
+                "predicted_speedup": p["speedup_vs_sync"],
+                "speedup_error": p["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
+                "measured_idle_trainer": m["idle_trainer"],
+                "predicted_idle_trainer": p["idle_trainer"],
+                "idle_trainer_error": p["idle_trainer"] - m["idle_trainer"],
+                "measured_tokens_per_s": m["tokens_per_s"],
+                "predicted_tokens_per_s": p["tokens_per_s"],
+                "drawn_speedup": fresh[mode]["speedup_vs_sync"],
+                "drawn_error": fresh[mode]["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
+                "compute_speed": speeds[mode],
+                "at_speed_speedup": at_speed.get(mode, (math.nan,))[0],
+                "at_speed_error": at_speed.get(mode, (math.nan,))[0] / m["speedup_vs_sync"] - 1,
+                "at_speed_idle_trainer": at_speed.get(mode, (math.nan, math.nan))[1],
+            }
+        )
     if write and out is not None:
         pd.DataFrame(table).to_csv(Path(out) / "validation.csv", index=False)
     return Validation(cal, result, table, latency, replayed=len(replayed) if replayed else 0)
@@ -111,21 +123,45 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
 SIMULATED_REPEATS = 5  # simulated runs per mode at least
 
 COMPUTE_COSTS = {  # the spec's seconds that scale with the machine's speed (not the reward latency)
-    "rollout": ("iteration_s", "iteration_s_per_seq", "prefill_s_per_token", "batch_overhead_s", "submit_s", "return_s",
-                "first_batch_extra_s"),
-    "trainer": ("adv_s", "adv_s_per_sample", "old_log_prob_s", "old_log_prob_s_per_token", "ref_s", "ref_s_per_token",
-                "minibatch_s", "minibatch_s_per_token", "weight_sync_s", "step_overhead_s", "first_step_extra_s"),
+    "rollout": (
+        "iteration_s",
+        "iteration_s_per_seq",
+        "prefill_s_per_token",
+        "batch_overhead_s",
+        "submit_s",
+        "return_s",
+        "first_batch_extra_s",
+    ),
+    "trainer": (
+        "adv_s",
+        "adv_s_per_sample",
+        "old_log_prob_s",
+        "old_log_prob_s_per_token",
+        "ref_s",
+        "ref_s_per_token",
+        "minibatch_s",
+        "minibatch_s_per_token",
+        "weight_sync_s",
+        "step_overhead_s",
+        "first_step_extra_s",
+    ),
     "reward": ("base_s",),
-}  # fmt: skip
+}
 
 
 def _measured_latencies(folder: Path, records: list[dict], latency: str, spec) -> list | None:
     """Per repeat of the benchmark, the reward latencies its sync run drew (every mode of a repeat draws the
     same ones), or None when one is not in its trace."""
-    runs = sorted((r for r in records if r["mode"] == "sync" and r["latency"] == latency), key=lambda r: int(r["repeat"]))
+    runs = sorted(
+        (r for r in records if r["mode"] == "sync" and r["latency"] == latency), key=lambda r: int(r["repeat"])
+    )
     w = spec.workload
-    found = [injected_latencies(folder / r["run_dir"], w.steps, w.prompts_per_step * w.samples_per_prompt,
-                                spec.reward.timeout_s) for r in runs]  # fmt: skip
+    found = [
+        injected_latencies(
+            folder / r["run_dir"], w.steps, w.prompts_per_step * w.samples_per_prompt, spec.reward.timeout_s
+        )
+        for r in runs
+    ]
     return found if found and all(f is not None for f in found) else None
 
 
@@ -158,8 +194,11 @@ def _per_token_update(run_dirs: list[Path]) -> float:
         if not (run_dir / "trace.json").is_file() or not (run_dir / "metrics.jsonl").is_file():
             continue
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        windows = [(r["perf/wall_s"] - r["perf/time_per_step"], r["perf/wall_s"], r) for r in rows
-                   if r.get("step", 0) > 1 and "perf/time_per_step" in r and r.get("batch/num_samples")]  # fmt: skip
+        windows = [
+            (r["perf/wall_s"] - r["perf/time_per_step"], r["perf/wall_s"], r)
+            for r in rows
+            if r.get("step", 0) > 1 and "perf/time_per_step" in r and r.get("batch/num_samples")
+        ]
         events = json.loads((run_dir / "trace.json").read_text()).get("traceEvents", [])
         spans = [(e["ts"] / 1e6, (e["ts"] + e.get("dur", 0)) / 1e6, e) for e in events if e.get("ph") == "X"]
         decodes = [(s0, s1) for s0, s1, e in spans if e.get("cat") == "rollout"]
@@ -168,7 +207,9 @@ def _per_token_update(run_dirs: list[Path]) -> float:
                 continue
             row = next((r for w0, w1, r in windows if w0 <= s0 < w1), None)
             if row is not None:
-                tokens = row["perf/total_num_tokens"] * (e.get("args") or {}).get("samples", 0) / row["batch/num_samples"]
+                tokens = (
+                    row["perf/total_num_tokens"] * (e.get("args") or {}).get("samples", 0) / row["batch/num_samples"]
+                )
                 if tokens > 0:
                     values.append((s1 - s0) / tokens)
     return statistics.median(values) if values else math.nan

@@ -119,6 +119,7 @@ class UpdateLoop:
             for s in range(0, len(groups), size)
         ]
 
+
 class Actor(UpdateLoop):
     """Policy (trained), optional frozen reference, AdamW with linear warmup, PPO-clip updates.
 
@@ -245,7 +246,12 @@ class Actor(UpdateLoop):
         """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
         cfg = self.cfg
         log_prob, entropy = response_log_probs(
-            self.model, micro, self.temperature, len(micro), with_entropy=True, entropy_grad=cfg.entropy_coeff > 0,
+            self.model,
+            micro,
+            self.temperature,
+            len(micro),
+            with_entropy=True,
+            entropy_grad=cfg.entropy_coeff > 0,
             share_prompts=self.share_prompts,
         )  # [b, R] each
         mask = micro.response_mask

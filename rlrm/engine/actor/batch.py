@@ -98,9 +98,7 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
         if not c.prompt_ids:
             raise ValueError(f"completion {i} has an empty prompt; every response needs a prompt token before it")
         if len(c.log_probs) != len(c.token_ids):
-            raise ValueError(
-                f"completion {i} has {len(c.log_probs)} log-probs for {len(c.token_ids)} response tokens"
-            )
+            raise ValueError(f"completion {i} has {len(c.log_probs)} log-probs for {len(c.token_ids)} response tokens")
     rows = len(completions)
     width_p = max(len(c.prompt_ids) for c in completions)
     width_r = max(max(len(c.token_ids) for c in completions), 1)  # keep R >= 1 so shapes stay 2-D

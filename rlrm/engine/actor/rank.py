@@ -112,8 +112,11 @@ class RankWorker:
             torch.cuda.set_device(local_rank)
         device = torch.device(f"cuda:{local_rank}") if spec.device == "cuda" else torch.device("cpu")
         dist.init_process_group(
-            "nccl" if spec.device == "cuda" else "gloo", init_method=f"tcp://{master}:{port}", rank=rank,
-            world_size=spec.world_size, timeout=timedelta(seconds=profile.actor.collective_timeout_s),
+            "nccl" if spec.device == "cuda" else "gloo",
+            init_method=f"tcp://{master}:{port}",
+            rank=rank,
+            world_size=spec.world_size,
+            timeout=timedelta(seconds=profile.actor.collective_timeout_s),
         )
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -126,8 +129,13 @@ class RankWorker:
             ref.requires_grad_(False)
             shard_model(ref, mesh, spec.device, profile.model.dtype)
         self.actor = RankActor(
-            policy, ref, profile.actor, temperature=profile.rollout.temperature,
-            total_steps=profile.trainer.total_steps, n=profile.rollout.n, world_size=spec.world_size,
+            policy,
+            ref,
+            profile.actor,
+            temperature=profile.rollout.temperature,
+            total_steps=profile.trainer.total_steps,
+            n=profile.rollout.n,
+            world_size=spec.world_size,
         )
         self.device = device
         return _node_name()
@@ -138,7 +146,11 @@ class RankWorker:
         model.eval()
         with torch.no_grad():
             out = response_log_probs(
-                model, shard.to(self.device), self.actor.temperature, self.actor.cfg.micro_batch_size, share_prompts=True
+                model,
+                shard.to(self.device),
+                self.actor.temperature,
+                self.actor.cfg.micro_batch_size,
+                share_prompts=True,
             )
         return out[0].cpu()
 
@@ -177,8 +189,9 @@ class RankWorker:
         model_sd, optim_sd = get_state_dict(self.actor.model, self.actor.optimizer)
         loaded = {"model": model_sd, "optim": optim_sd}
         dcp.load(loaded, checkpoint_id=folder)
-        set_state_dict(self.actor.model, self.actor.optimizer, model_state_dict=loaded["model"],
-                       optim_state_dict=loaded["optim"])
+        set_state_dict(
+            self.actor.model, self.actor.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"]
+        )
         self.actor.scheduler.load_state_dict(state["scheduler"])
         self.actor.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 
@@ -243,4 +256,3 @@ def _node_ip() -> str:
     except ImportError:
         pass
     return os.environ.get("RLRM_NODE_IP", "127.0.0.1")
-

@@ -19,7 +19,9 @@ def encode_prompts(
     """
     ids_out, kept, dropped = [], [], 0
     for ex in examples:
-        ids = list(tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+        ids = list(
+            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
         if len(ids) > max_prompt_length:
             if policy == "error":
                 raise DataError(

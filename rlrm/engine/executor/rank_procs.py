@@ -112,7 +112,9 @@ class RankProcesses:
                 self._raise_if_dead(method)
                 if deadline is not None and time.monotonic() > deadline:
                     self.broken = f"ranks {sorted(pending)} not done with {method} after {timeout_s:g} s"
-                    raise RankError(f"actor {self.broken}; raise actor.collective_timeout_s if the model is large") from None
+                    raise RankError(
+                        f"actor {self.broken}; raise actor.collective_timeout_s if the model is large"
+                    ) from None
                 continue
             if status == "error":
                 self._raise_if_dead(method, grace_s=_DEATH_GRACE_S)
@@ -168,7 +170,6 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
                 outbox.put(("error", rank, describe(exc)))
     finally:
         worker.close()
-
 
 
 def _next_job(inbox, parent: int):

@@ -68,9 +68,7 @@ class RayRanks:
                     options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": "1"}}
                 self.actors.append(remote.options(**options).remote(self.spec))
             master, port = self._get([self.actors[0].address.remote()], "address", ranks=[0])[0]
-            self.nodes = self._get(
-                [a.setup.remote(r, 0, master, port) for r, a in enumerate(self.actors)], "setup"
-            )
+            self.nodes = self._get([a.setup.remote(r, 0, master, port) for r, a in enumerate(self.actors)], "setup")
         except BaseException:
             self.close()
             raise
@@ -108,7 +106,9 @@ class RayRanks:
                     rank = ranks[refs.index(ref)]
                     self.broken = f"rank {rank} failed in {method}"
                     cause = exc.cause if exc.cause is not None else exc
-                    raise_rank_error(rank, self.nodes[rank], method, type(cause).__name__, str(cause).strip().splitlines()[0])
+                    raise_rank_error(
+                        rank, self.nodes[rank], method, type(cause).__name__, str(cause).strip().splitlines()[0]
+                    )
         return ray.get(refs)
 
     def _raise_dead(self, rank: int, method: str) -> None:

@@ -24,10 +24,18 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.launch.balancer import ReplicaBalancer
 
-_ERRORS = {cls.__name__: cls for cls in (
-    reward_errors.RewardCallError, reward_errors.TransientError, reward_errors.RequestTimeout,
-    reward_errors.BadRequest, reward_errors.UnparsedVerdict, reward_errors.NonFiniteScore, reward_errors.InjectedFailure,
-)}
+_ERRORS = {
+    cls.__name__: cls
+    for cls in (
+        reward_errors.RewardCallError,
+        reward_errors.TransientError,
+        reward_errors.RequestTimeout,
+        reward_errors.BadRequest,
+        reward_errors.UnparsedVerdict,
+        reward_errors.NonFiniteScore,
+        reward_errors.InjectedFailure,
+    )
+}
 
 
 class RewardWorker:
@@ -40,7 +48,6 @@ class RewardWorker:
 
     async def score(self, sample: RewardSample):
         if self.fn is None:  # built lazily, inside the actor's own event loop
-
             balancer = ReplicaBalancer(self.urls, api_key=self.api_key) if self.urls else None
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path)
         try:
@@ -75,7 +82,9 @@ class RayRewardWorkers:
         cfg = self.cfg.model_dump(mode="json")
         for i in range(self.cfg.num_workers):
             strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
-            self.actors.append(actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path, self.api_key))
+            self.actors.append(
+                actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path, self.api_key)
+            )
 
     async def score(self, sample: RewardSample) -> RewardResult:
         """Score on the actor that owns this sample's index (the next one if it died); failures raised with their kind."""

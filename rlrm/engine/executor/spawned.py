@@ -1,6 +1,6 @@
 """Stopping processes that rlrm spawned itself (actor ranks, legacy DisRM ranks), by their process objects.
 
-    stop_spawned(procs, inboxes, grace_s=5.0)   # ask (None in each inbox), then terminate, then kill
+stop_spawned(procs, inboxes, grace_s=5.0)   # ask (None in each inbox), then terminate, then kill
 """
 
 from __future__ import annotations

@@ -72,7 +72,9 @@ class TensorBoardTracker:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops the events a resumed run writes again (steps after its checkpoint)
-        self.writer = SummaryWriter(str(root / "tensorboard"), purge_step=keep_through_step + 1 if keep_through_step else None)
+        self.writer = SummaryWriter(
+            str(root / "tensorboard"), purge_step=keep_through_step + 1 if keep_through_step else None
+        )
         if not keep_through_step:
             self.writer.add_text("config", "```yaml\n" + profile_yaml + "```", 0)
 
@@ -91,8 +93,15 @@ class WandbTracker:
 
         settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True, save_code=False)
         self.run = wandb.init(
-            project=profile.logging.project, name=Path(run_dir).name, id=run_id(run_dir), resume="allow",
-            dir=str(root), mode=mode, config=profile.model_dump(mode="json"), settings=settings, reinit="create_new",
+            project=profile.logging.project,
+            name=Path(run_dir).name,
+            id=run_id(run_dir),
+            resume="allow",
+            dir=str(root),
+            mode=mode,
+            config=profile.model_dump(mode="json"),
+            settings=settings,
+            reinit="create_new",
         )
 
     def log(self, step: int, values: dict[str, float]) -> None:

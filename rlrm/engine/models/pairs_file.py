@@ -41,10 +41,16 @@ def synthetic_pairs(seed: int = 0, count: int = PAIRS) -> list[dict]:
         wrong = wrong_response(ex, rng)
         while wrong.label == 1:  # a misread operand can land on the right answer: draw again
             wrong = wrong_response(ex, rng)
-        rows.append({
-            "id": f"pair-{i}", "prompt": ex.prompt[-1]["content"], "chosen": ex.extra_info["solution"],
-            "rejected": wrong.response, "subset": SUBSETS[wrong.kind], "ground_truth": ex.ground_truth,
-        })
+        rows.append(
+            {
+                "id": f"pair-{i}",
+                "prompt": ex.prompt[-1]["content"],
+                "chosen": ex.extra_info["solution"],
+                "rejected": wrong.response,
+                "subset": SUBSETS[wrong.kind],
+                "ground_truth": ex.ground_truth,
+            }
+        )
     return rows
 
 

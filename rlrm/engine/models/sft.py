@@ -83,7 +83,9 @@ def generate(model, tokenizer, conversations: list[list[dict]], repeat: int = 1,
 
     ids, mask = left_pad([chat_prompt(tokenizer, c) for c in conversations], tokenizer.pad_token_id)
     with torch.no_grad():
-        out = model.generate(input_ids=ids.repeat_interleave(repeat, 0), attention_mask=mask.repeat_interleave(repeat, 0), **kwargs)
+        out = model.generate(
+            input_ids=ids.repeat_interleave(repeat, 0), attention_mask=mask.repeat_interleave(repeat, 0), **kwargs
+        )
     return out, ids.shape[1]
 
 

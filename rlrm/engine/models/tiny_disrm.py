@@ -76,10 +76,14 @@ class DisRMRecipe:
     @classmethod
     def smoke(cls) -> "DisRMRecipe":
         """A few steps on a few problems: the same code path in seconds (determinism tests)."""
-        return replace(cls(), num_train=64, num_test=8, policy_problems=8, arithmetic_steps=3, steps=3, pairs_per_step=2)
+        return replace(
+            cls(), num_train=64, num_test=8, policy_problems=8, arithmetic_steps=3, steps=3, pairs_per_step=2
+        )
 
 
-def build_disrm(dest: Path, seed: int, log: Callable[[str], None], policy_dir: Path, recipe: DisRMRecipe = DisRMRecipe()) -> dict:
+def build_disrm(
+    dest: Path, seed: int, log: Callable[[str], None], policy_dir: Path, recipe: DisRMRecipe = DisRMRecipe()
+) -> dict:
     """Build the tiny DisRM into `dest` (created; must not exist) and return its held-out metrics.
 
     Returns `auc_report`'s keys (`auc`, `auc_policy_samples`, `auc_near_misses`, ...) plus
@@ -168,7 +172,9 @@ def new_classifier(lm, tokenizer, layers: int):
     return model
 
 
-def train_classifier(model, lm_norm, tokenizer, train: list, mistakes: list[Labelled], recipe: DisRMRecipe, rng, log) -> None:
+def train_classifier(
+    model, lm_norm, tokenizer, train: list, mistakes: list[Labelled], recipe: DisRMRecipe, rng, log
+) -> None:
     """BCE + Bradley-Terry on (right, wrong) pairs, plus the language-model loss on the body's output."""
     import torch
     import torch.nn.functional as F
@@ -177,7 +183,9 @@ def train_classifier(model, lm_norm, tokenizer, train: list, mistakes: list[Labe
     head = list(model.score.parameters())
     rest = [p for n, p in model.named_parameters() if not n.startswith("score.")] + list(body_norm.parameters())
     optimizer = torch.optim.AdamW(
-        [{"params": rest, "base_lr": recipe.lr}, {"params": head, "base_lr": recipe.head_lr}], lr=recipe.lr, weight_decay=0.0
+        [{"params": rest, "base_lr": recipe.lr}, {"params": head, "base_lr": recipe.head_lr}],
+        lr=recipe.lr,
+        weight_decay=0.0,
     )
     model.train()
     for step in range(recipe.steps):

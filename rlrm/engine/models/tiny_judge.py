@@ -94,7 +94,9 @@ def judge_answer(response: str, reference: str) -> str:
     # by its own check: the check compares two tokens a fixed distance back, and the verdict then
     # only has to look for a " wrong" (numbers in the module docstring).
     width = max(len(final), len(reference))
-    pairs = " ".join(f"{x}-{y} {'correct' if x == y else 'wrong'}" for x, y in zip(final.zfill(width), reference.zfill(width)))
+    pairs = " ".join(
+        f"{x}-{y} {'correct' if x == y else 'wrong'}" for x, y in zip(final.zfill(width), reference.zfill(width))
+    )
     return f"{pairs}\nScore: {10 if final == reference else 0}"
 
 
@@ -104,7 +106,9 @@ def judge_messages(ex, response: str) -> list[dict]:
     return genrm.judge_messages(JUDGE_TEMPLATE, sample)
 
 
-def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: Path, recipe: JudgeRecipe = JudgeRecipe()) -> dict:
+def build_judge(
+    dest: Path, seed: int, log: Callable[[str], None], policy_dir: Path, recipe: JudgeRecipe = JudgeRecipe()
+) -> dict:
     """Build the tiny judge into `dest` (created; must not exist) and return its held-out metrics.
 
     Returns `auc_report`'s keys (AUC from P("Score: 1…") vs P("Score: 0") at the verdict token of
@@ -125,14 +129,20 @@ def build_judge(dest: Path, seed: int, log: Callable[[str], None], policy_dir: P
         train_problems, heldout = reward_problems(seed, recipe.num_train, recipe.num_test)
         own = sample_policy(model, tokenizer, train_problems[: recipe.policy_problems], recipe.samples_per_problem)
         test = heldout_pairs(model, tokenizer, heldout, rng)
-        written = [right_response(ex, rng) if i % 2 == 0 else wrong_response(ex, rng) for i, ex in enumerate(train_problems)]
+        written = [
+            right_response(ex, rng) if i % 2 == 0 else wrong_response(ex, rng) for i, ex in enumerate(train_problems)
+        ]
         _fine_tune(model, tokenizer, written + own, recipe, rng, log)
         scores, verdicts = judge_all(model, tokenizer, test)
         metrics = auc_report(scores, test)
-        metrics["verdict_accuracy"] = sum(v is not None and round(v) == p.label for v, p in zip(verdicts, test)) / len(test)
+        metrics["verdict_accuracy"] = sum(v is not None and round(v) == p.label for v, p in zip(verdicts, test)) / len(
+            test
+        )
         metrics["parsed"] = sum(v is not None for v in verdicts) / len(test)
     out = save_build(dest, model, tokenizer, metrics, start)
-    log(f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, {out['build_s']} s")
+    log(
+        f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, {out['build_s']} s"
+    )
     return out
 
 
@@ -144,8 +154,16 @@ def _fine_tune(model, tokenizer, train: list[Labelled], recipe: JudgeRecipe, rng
         answer = tokenizer(judge_answer(response, ex.ground_truth), add_special_tokens=False)["input_ids"] + [eos]
         pairs.append((chat_prompt(tokenizer, judge_messages(ex, response)), answer))
     fine_tune(
-        model, pairs, steps=recipe.steps, batch=recipe.batch, lr=recipe.lr, pad_id=tokenizer.pad_token_id, rng=rng,
-        log=log, label="judge", warmup=recipe.warmup_steps,
+        model,
+        pairs,
+        steps=recipe.steps,
+        batch=recipe.batch,
+        lr=recipe.lr,
+        pad_id=tokenizer.pad_token_id,
+        rng=rng,
+        log=log,
+        label="judge",
+        warmup=recipe.warmup_steps,
     )
 
 
@@ -164,7 +182,12 @@ def _judge(model, tokenizer, conversations: list[list[dict]]) -> tuple[list[floa
     import torch
 
     out, width = generate(
-        model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, output_scores=True,
+        model,
+        tokenizer,
+        conversations,
+        max_new_tokens=MAX_NEW_TOKENS,
+        do_sample=False,
+        output_scores=True,
         return_dict_in_generate=True,
     )
     new = out.sequences[:, width:]

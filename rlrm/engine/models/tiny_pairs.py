@@ -40,7 +40,9 @@ def reward_problems(seed: int, num_train: int, num_test: int) -> tuple[list, lis
     cfg = SyntheticConfig(num_train=num_train, num_test=num_test, seed=base, max_value=MAX_VALUE)
     train, test = synthetic_splits(cfg, PROMPT_SUFFIX)
     # Problems like the tiny-rule profile's; a few coincide with training problems and are left out.
-    _, small = synthetic_splits(SyntheticConfig(num_train=1, num_test=num_test, seed=base + 500, max_value=10), PROMPT_SUFFIX)
+    _, small = synthetic_splits(
+        SyntheticConfig(num_train=1, num_test=num_test, seed=base + 500, max_value=10), PROMPT_SUFFIX
+    )
     seen = {ex.extra_info["question"] for ex in train + test}
     return train, test + [ex for ex in small if ex.extra_info["question"] not in seen]
 
@@ -59,7 +61,9 @@ def right_response(ex, rng: random.Random, odd_share: float = 0.2) -> Labelled:
     if rng.random() >= odd_share:
         return Labelled(ex, ex.extra_info["solution"], 1, "correct")
     # The rule reward reads only "#### N", so this counts as correct; the policy writes such answers.
-    return Labelled(ex, f"{_equation(ex)} = {_off_by_a_little(int(ex.ground_truth), rng)}\n#### {ex.ground_truth}", 1, "odd")
+    return Labelled(
+        ex, f"{_equation(ex)} = {_off_by_a_little(int(ex.ground_truth), rng)}\n#### {ex.ground_truth}", 1, "odd"
+    )
 
 
 def wrong_response(ex, rng: random.Random) -> Labelled:
@@ -96,8 +100,15 @@ def sample_policy(model, tokenizer, examples: list, per_problem: int, batch: int
     for start in range(0, len(examples), batch):
         chunk = examples[start : start + batch]
         generated, width = generate(
-            model, tokenizer, [ex.prompt for ex in chunk], repeat=per_problem, do_sample=True,
-            temperature=SAMPLE_TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=SAMPLE_MAX_NEW_TOKENS,
+            model,
+            tokenizer,
+            [ex.prompt for ex in chunk],
+            repeat=per_problem,
+            do_sample=True,
+            temperature=SAMPLE_TEMPERATURE,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=SAMPLE_MAX_NEW_TOKENS,
         )
         texts = tokenizer.batch_decode(generated[:, width:], skip_special_tokens=True)
         for i, text in enumerate(texts):
@@ -135,6 +146,7 @@ def roc_auc(scores: list[float], labels: list[int]) -> float:
 
 def auc_report(scores: list[float], pairs: list[Labelled]) -> dict[str, float]:
     """AUC on all held-out pairs, on the policy's samples alone, and on the written near misses alone."""
+
     def auc_of(keep) -> float:
         idx = [i for i, p in enumerate(pairs) if keep(p)]
         return roc_auc([scores[i] for i in idx], [pairs[i].label for i in idx])

@@ -14,9 +14,7 @@ from rlrm.engine.models.sft import chat_prompt, fine_tune, generate
 from rlrm.engine.rewards.gsm8k import compute_score
 
 # Qwen2's pre-tokenizer split: digits one by one, words with their leading space.
-QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -111,14 +109,24 @@ def warm_start(model, tokenizer, seed: int, log: Callable[[str], None]) -> float
     """Supervised steps on worked solutions (loss on the answer only); returns held-out accuracy."""
     pairs, test = _sft_pairs(tokenizer)
     fine_tune(
-        model, pairs, steps=SFT_STEPS, batch=SFT_BATCH, lr=SFT_LR, pad_id=tokenizer.pad_token_id,
-        rng=random.Random(seed), log=log, label="warm start", log_every=50,
+        model,
+        pairs,
+        steps=SFT_STEPS,
+        batch=SFT_BATCH,
+        lr=SFT_LR,
+        pad_id=tokenizer.pad_token_id,
+        rng=random.Random(seed),
+        log=log,
+        label="warm start",
+        log_every=50,
     )
     return greedy_accuracy(model, tokenizer, test)
 
 
 def greedy_accuracy(model, tokenizer, examples: list, max_new_tokens: int = 20) -> float:
     """Share of examples whose greedy answer scores 1 under the strict GSM8K rule."""
-    out, width = generate(model, tokenizer, [ex.prompt for ex in examples], max_new_tokens=max_new_tokens, do_sample=False)
+    out, width = generate(
+        model, tokenizer, [ex.prompt for ex in examples], max_new_tokens=max_new_tokens, do_sample=False
+    )
     texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     return sum(compute_score(t, ex.ground_truth) for t, ex in zip(texts, examples)) / len(examples)

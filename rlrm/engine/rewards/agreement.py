@@ -78,7 +78,9 @@ def rule_agreement(cfg: RewardConfig, pairs) -> tuple[float, int] | None:
     return (agree / compared, compared) if compared else None
 
 
-def top_share(scores: list[float], fraction: float = TOP_FRACTION, min_ratio: int = MIN_REWARDED_PER_TOP) -> float | None:
+def top_share(
+    scores: list[float], fraction: float = TOP_FRACTION, min_ratio: int = MIN_REWARDED_PER_TOP
+) -> float | None:
     """Share of the reward mass above the step's minimum held by the top `fraction` of the samples (at least one).
 
     Example: 100 samples, 90 scored 0, 8 scored 1, 2 scored 11 (fraction 0.01 -> the top 1 sample):

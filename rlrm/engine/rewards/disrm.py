@@ -33,7 +33,9 @@ def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
             if cfg.disrm.too_long == "error":
                 raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
             ids = ids[-limit:]  # keep the end: the response is what is being judged
-        body = await balancer.post("/classify", {"model": cfg.server.model, "input": ids, "use_activation": False}, cfg.timeout_s)
+        body = await balancer.post(
+            "/classify", {"model": cfg.server.model, "input": ids, "use_activation": False}, cfg.timeout_s
+        )
         value = body["data"][-1]["probs"][-1]
         score = np.float32(value if value is not None else np.nan)
         if not np.isfinite(score):

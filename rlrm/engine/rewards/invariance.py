@@ -64,7 +64,9 @@ def compare_scores(reference: np.ndarray, other: np.ndarray, groups: list[str], 
     }
 
 
-async def score_batches(balancer, model: str | None, ids: list[list[int]], batch: int, side: str, timeout_s: float) -> np.ndarray:
+async def score_batches(
+    balancer, model: str | None, ids: list[list[int]], batch: int, side: str, timeout_s: float
+) -> np.ndarray:
     """[B] float32 scores, sent `batch` sequences per request, one request at a time."""
     out: list[float] = []
     for start in range(0, len(ids), batch):
@@ -76,8 +78,9 @@ async def score_batches(balancer, model: str | None, ids: list[list[int]], batch
     return np.asarray(out, dtype=np.float32)
 
 
-async def check_invariance(balancer, model: str | None, ids: list[list[int]], groups: list[str],
-                           settings: InvarianceSettings, timeout_s: float) -> dict:
+async def check_invariance(
+    balancer, model: str | None, ids: list[list[int]], groups: list[str], settings: InvarianceSettings, timeout_s: float
+) -> dict:
     """Every setting of `settings_to_run` against one sample per request; `passed` when all are within tolerance."""
     reference = await score_batches(balancer, model, ids, 1, "right", timeout_s)
     finite = reference[np.isfinite(reference)].astype(np.float64)
@@ -92,7 +95,9 @@ async def check_invariance(balancer, model: str | None, ids: list[list[int]], gr
                 raise
             skipped.append(f"{name}: the server refused padding_side (not rlrm's server?): {exc}")
             continue
-        comparisons.append({"name": name, "batch": batch, "padding": side, **compare_scores(reference, scores, groups, tolerance)})
+        comparisons.append(
+            {"name": name, "batch": batch, "padding": side, **compare_scores(reference, scores, groups, tolerance)}
+        )
     worst = max(comparisons, key=lambda c: c["max_abs_diff"], default=None)
     return {
         "samples": len(ids),

@@ -144,7 +144,9 @@ class RewardLoop:
         try:
             result.score = float(result.score)
         except (TypeError, ValueError):
-            raise RewardCallError(f"reward function {self.name} gave a non-numeric score {result.score!r} for sample {sample.uid}") from None
+            raise RewardCallError(
+                f"reward function {self.name} gave a non-numeric score {result.score!r} for sample {sample.uid}"
+            ) from None
         if not math.isfinite(result.score):
             raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
         return result
@@ -177,4 +179,3 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
-

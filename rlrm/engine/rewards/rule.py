@@ -15,7 +15,8 @@ def make_rule_reward(cfg: RewardConfig) -> RewardFn:
         score = gsm8k.compute_score(
             sample.solution_str, sample.ground_truth, method=cfg.method, format_score=cfg.format_score, score=cfg.score
         )
-        return RewardResult(score=score, extra={"acc": float(answer == sample.ground_truth), "has_answer": answer is not None})
+        return RewardResult(
+            score=score, extra={"acc": float(answer == sample.ground_truth), "has_answer": answer is not None}
+        )
 
     return rule_reward
-

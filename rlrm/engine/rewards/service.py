@@ -53,8 +53,9 @@ class RewardService:
         server = self.cfg.server
         self.api_key = server.read_api_key()
         self.model_path = resolve_model_path(server.model)
-        self.fleet = ServerFleet(server, role=kind, model_path=self.model_path, api_key=self.api_key,
-                                 ray_address=self.cfg.ray_address)
+        self.fleet = ServerFleet(
+            server, role=kind, model_path=self.model_path, api_key=self.api_key, ray_address=self.cfg.ray_address
+        )
         await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
         self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
@@ -79,7 +80,9 @@ class RewardService:
     async def _post_all(self, path: str) -> None:
         if self.cfg.placement != "colocated" or self.pool is None:
             return
-        await asyncio.gather(*(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls))
+        await asyncio.gather(
+            *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls)
+        )
 
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:
@@ -101,4 +104,3 @@ class RewardService:
             await self.balancer.close()
         if self.fleet is not None:
             await self.fleet.close()
-

@@ -51,9 +51,16 @@ class FullyAsyncScheduler(OverlapScheduler):
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
         self._loader_state, self._last_step = own.loader_state, step  # a step's worth of prompts consumed
-        return grpo.finish(StepRecord(
-            step, [scored], completions, triples_of(groups), {**metrics, **reward_metrics}, own.dropped_prompts,
-        ))  # fmt: skip
+        return grpo.finish(
+            StepRecord(
+                step,
+                [scored],
+                completions,
+                triples_of(groups),
+                {**metrics, **reward_metrics},
+                own.dropped_prompts,
+            )
+        )
 
     async def _take_groups(self, step: int, timer: StepTimer) -> list[Group]:
         want = self.run.profile.data.train_batch_size

@@ -79,7 +79,9 @@ class OverlapScheduler:
         while not all(g.generated for g in launched.groups):
             await self.rollouter.wait_changed()
         timer.add("gen", "gen_wait", start, time.perf_counter())
-        batch, metrics = await self.in_trainer(self.run.grpo.prepare, completions_of(launched.groups), self.off_policy, timer)
+        batch, metrics = await self.in_trainer(
+            self.run.grpo.prepare, completions_of(launched.groups), self.off_policy, timer
+        )
         return launched, batch, metrics
 
     async def scored(self, groups: list[Group], timer: StepTimer) -> None:

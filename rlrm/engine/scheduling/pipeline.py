@@ -27,10 +27,16 @@ class PipelineScheduler(OverlapScheduler):
         metrics.update(await self.in_trainer(grpo.train, arrivals, step, timer))
         metrics.update(self.run.reward.loop.take_metrics())
         self.trained(launched)
-        return grpo.finish(StepRecord(
-            step, arrivals.scored or [Scored(None, [], 0)], completions_of(groups), triples_of(groups), metrics,
-            launched.dropped_prompts,
-        ))  # fmt: skip
+        return grpo.finish(
+            StepRecord(
+                step,
+                arrivals.scored or [Scored(None, [], 0)],
+                completions_of(groups),
+                triples_of(groups),
+                metrics,
+                launched.dropped_prompts,
+            )
+        )
 
 
 class ScoredMiniBatches:

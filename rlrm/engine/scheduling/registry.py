@@ -1,6 +1,6 @@
 """The scheduler of each mode named in the config (`trainer.mode`, `rlrm train --mode`).
 
-    scheduler = make_scheduler("pipeline", run, start_step=0)
+scheduler = make_scheduler("pipeline", run, start_step=0)
 """
 
 from __future__ import annotations

@@ -21,7 +21,13 @@ class StreamScheduler(OverlapScheduler):
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
         self.trained(launched)
-        return grpo.finish(StepRecord(
-            step, [scored], completions_of(groups), triples_of(groups), {**metrics, **reward_metrics},
-            launched.dropped_prompts,
-        ))  # fmt: skip
+        return grpo.finish(
+            StepRecord(
+                step,
+                [scored],
+                completions_of(groups),
+                triples_of(groups),
+                {**metrics, **reward_metrics},
+                launched.dropped_prompts,
+            )
+        )

@@ -41,10 +41,16 @@ class SyncScheduler:
         batch, metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
         scored = run.grpo.score(batch, results, timer)
         metrics.update(run.grpo.train(scored.batch, step, timer))
-        return run.grpo.finish(StepRecord(
-            step, [scored], completions, list(zip(samples, results, completions)),
-            {**metrics, **reward_metrics}, prompts.dropped,
-        ))  # fmt: skip
+        return run.grpo.finish(
+            StepRecord(
+                step,
+                [scored],
+                completions,
+                list(zip(samples, results, completions)),
+                {**metrics, **reward_metrics},
+                prompts.dropped,
+            )
+        )
 
     async def _score(self, samples: list, step: int, timer: StepTimer) -> list:
         reward = self.run.reward

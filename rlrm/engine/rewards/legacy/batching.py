@@ -1,10 +1,10 @@
 """Micro-batching as verl's legacy workers did it, and the token-level reward tensor. Pure functions.
 
-    parts = count_micro_batches(n=10, size=4)                    # [[0..3], [4..7], [8, 9]]
-    k = num_token_micro_batches(lengths, max_tokens=4096)        # dynamic batch size ...
-    parts = balanced_partitions(lengths, k)                      # ... k micro-batches of similar token sums
-    scores = restore_order(parts, per_part_scores)               # back to the input order
-    token_level = expand_to_token_level(scores, response_tokens, width)
+parts = count_micro_batches(n=10, size=4)                    # [[0..3], [4..7], [8, 9]]
+k = num_token_micro_batches(lengths, max_tokens=4096)        # dynamic batch size ...
+parts = balanced_partitions(lengths, k)                      # ... k micro-batches of similar token sums
+scores = restore_order(parts, per_part_scores)               # back to the input order
+token_level = expand_to_token_level(scores, response_tokens, width)
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def num_token_micro_batches(lengths: list[int], max_tokens: int) -> int:
     if not lengths:
         return 0
     if max(lengths) > max_tokens:
-        raise ValueError(f"a sequence of {max(lengths)} tokens does not fit a micro-batch budget of {max_tokens} tokens")
+        raise ValueError(
+            f"a sequence of {max(lengths)} tokens does not fit a micro-batch budget of {max_tokens} tokens"
+        )
     return min(len(lengths), math.ceil(sum(lengths) / max_tokens))
 
 

@@ -38,9 +38,12 @@ class LegacyDisRM:
         d = self.cfg.disrm
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         legacy = LegacyConfig(
-            model_path=self.model_path, dtype=d.legacy_dtype, world_size=d.legacy_world_size,
-            micro_batch_size=d.legacy_micro_batch, pad_token_id=pad,
-        )  # fmt: skip
+            model_path=self.model_path,
+            dtype=d.legacy_dtype,
+            world_size=d.legacy_world_size,
+            micro_batch_size=d.legacy_micro_batch,
+            pad_token_id=pad,
+        )
         self.group = LegacyWorkerGroup(legacy)
         await asyncio.to_thread(self.group.start)
         self.batcher = DynamicBatcher(self._score_batch, max_batch=1024, max_queue=1 << 20, wait_ms=5.0)

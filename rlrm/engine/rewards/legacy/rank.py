@@ -74,7 +74,9 @@ def load_token_scorer(model_path: str) -> tuple[TokenScorer, list[str]]:
             hf_logging.enable_progress_bar()
     head = getattr(model, "score", None)
     if not isinstance(head, nn.Linear):
-        raise ModelError(f"{model_path} has no `score` head: the legacy scorer needs a decoder-only sequence classifier")
+        raise ModelError(
+            f"{model_path} has no `score` head: the legacy scorer needs a decoder-only sequence classifier"
+        )
     fresh = [k for k in info.get("missing_keys", []) if str(k).startswith("score")]
     if fresh:
         raise ModelError(
@@ -82,7 +84,9 @@ def load_token_scorer(model_path: str) -> tuple[TokenScorer, list[str]]:
             "is it a causal LM rather than a reward model?"
         )
     if head.out_features != 1:
-        raise ModelError(f"{model_path} has num_labels={head.out_features}; a DisRM must output one score (num_labels=1)")
+        raise ModelError(
+            f"{model_path} has num_labels={head.out_features}; a DisRM must output one score (num_labels=1)"
+        )
     layers = list(getattr(model, "_no_split_modules", None) or [])
     return TokenScorer(model).eval(), layers
 

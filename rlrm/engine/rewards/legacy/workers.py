@@ -144,7 +144,9 @@ class LegacyWorkerGroup:
                     if code is not None:
                         raise LegacyScorerError(f"legacy rank {rank} exited with code {code} before it was {kind}")
                 if time.monotonic() > deadline:
-                    raise LegacyScorerError(f"legacy ranks {sorted(pending)} not {kind} after {timeout_s:g} s") from None
+                    raise LegacyScorerError(
+                        f"legacy ranks {sorted(pending)} not {kind} after {timeout_s:g} s"
+                    ) from None
                 continue
             if status == "error":
                 raise LegacyScorerError(f"legacy rank {rank}: {payload}")
@@ -171,14 +173,19 @@ def _init_rank(cfg: LegacyConfig, rank: int, port: int):
     from rlrm.engine.rewards.legacy.rank import LegacyRank
 
     if dist.is_initialized():
-        raise LegacyScorerError("a torch.distributed process group already exists in this process; score with spawn=True")
+        raise LegacyScorerError(
+            "a torch.distributed process group already exists in this process; score with spawn=True"
+        )
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.device == "cuda":
         torch.cuda.set_device(rank)
     backend = "nccl" if cfg.device == "cuda" else "gloo"
     dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world_size,
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=cfg.world_size,
         timeout=timedelta(seconds=cfg.start_timeout_s),
     )
     try:
