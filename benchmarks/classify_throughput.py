@@ -31,8 +31,8 @@ def main() -> None:
     import httpx
     import torch
 
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess, embedded_server_argv
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None)
@@ -91,7 +91,7 @@ def main() -> None:
 
 async def _concurrent(url: str, inputs: list[list[int]], rounds: int) -> list[tuple[float, list[float]]]:
     """(seconds, request latencies) of each round of concurrent requests, after one warm-up round."""
-    import aiohttp  # httpx's async pool is the bottleneck at this concurrency (see rlrm/launch/balancer.py)
+    import aiohttp  # httpx's async pool is the bottleneck at this concurrency (see rlrm/launch/client/balancer.py)
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
 

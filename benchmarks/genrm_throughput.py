@@ -26,8 +26,8 @@ def main() -> None:
     from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
     from rlrm.engine.data.synthetic import synthetic_splits
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess, embedded_server_argv
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny:policy")

@@ -1,4 +1,5 @@
-"""The package's layers hold: cli -> bench/parity/report -> engine -> launch/config -> inference -> errors.
+"""The package's layers hold (cli -> bench/parity/report -> engine -> launch/config -> inference -> errors, and the
+layers inside `launch`), and the code is formatted and linted as pyproject.toml configures ruff.
 
 The contract is `[tool.importlinter]` in pyproject.toml; import-linter reads every import, the ones
 inside functions included, so a cycle cannot hide behind a lazy import.
@@ -17,4 +18,12 @@ def test_import_layers_are_kept():
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "1 kept, 0 broken" in done.stdout
+    contracts = (REPO / "pyproject.toml").read_text().count("[[tool.importlinter.contracts]]")
+    assert f"{contracts} kept, 0 broken" in done.stdout
+
+
+def test_code_is_formatted_and_linted():
+    ruff = Path(sys.executable).with_name("ruff")
+    for args in (["format", "--check"], ["check"]):
+        done = subprocess.run([str(ruff), *args, "."], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"ruff {' '.join(args)} (fix: ruff {args[0]} .):\n" + done.stdout[-3000:]

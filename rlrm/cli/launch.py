@@ -46,10 +46,10 @@ def server(
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import ConfigError
-    from rlrm.launch.auth import key_from_env
-    from rlrm.launch.backends import ROLES, ServerConfig
-    from rlrm.launch.ports import check_port, ensure_port_free
-    from rlrm.launch.server import serve
+    from rlrm.launch.common.auth import key_from_env
+    from rlrm.launch.common.ports import check_port, ensure_port_free
+    from rlrm.launch.server.app import serve
+    from rlrm.launch.server.backends import ROLES, ServerConfig
 
     check_port(port)
     if api_key_env:
@@ -83,9 +83,9 @@ def _external(
     import shlex
     import time
 
-    from rlrm.launch.engines import engine_argv, engine_env, require_backend
-    from rlrm.launch.ports import ensure_port_free
-    from rlrm.launch.process import ServerProcess
+    from rlrm.launch.common.ports import ensure_port_free
+    from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
+    from rlrm.launch.fleet.process import ServerProcess
 
     argv = engine_argv(backend, model, role, port, host, dtype, max_batch, api_key, served_model_name)
     if dry_run:

@@ -1,6 +1,6 @@
 """What every server fleet a profile launches shares: `reward.server` and `rollout.server`.
 
-One fleet abstraction (rlrm/launch/fleet.py) launches, supervises and stops the policy's rollout
+One fleet abstraction (rlrm/launch/fleet/server_fleet.py) launches, supervises and stops the policy's rollout
 servers and the reward model's servers alike; these are the keys both sections read.
 """
 
@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlrm.launch.auth import key_from_env
+from rlrm.launch.common.auth import key_from_env
 
 ServerBackend = Literal["embedded", "vllm", "sglang"]
 RayStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]

@@ -14,8 +14,8 @@ import shlex
 
 from rlrm.config.schema import Profile
 from rlrm.engine.served import fleet_config, ray_address
-from rlrm.launch.engines import engine_env
-from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.fleet.engine_argv import engine_env
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
 def planned_processes(profile: Profile) -> list[str]:

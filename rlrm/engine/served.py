@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from rlrm.config.schema import Profile
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.served_engine import ServerRolloutEngine, TrainerModel
-from rlrm.launch.weights_routes import chat_template_digest
-from rlrm.launch.wire import wire_for
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
+from rlrm.launch.client.wire import wire_for
+from rlrm.launch.common.model_info import chat_template_digest
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
 def fleet_config(profile: Profile):

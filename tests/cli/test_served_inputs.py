@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
-from rlrm.launch.ports import free_port
+from rlrm.launch.common.ports import free_port
 
 
 def test_a_dead_rollout_server_address_is_one_line_and_leaves_no_run(tmp_path, tiny_policy_path):

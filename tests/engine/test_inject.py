@@ -14,10 +14,10 @@ import pytest
 from rlrm.config.latency import parse_latency
 from rlrm.config.reward import InjectConfig, RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.errors import InjectedFailure
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.inject import inject
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.reward_errors import InjectedFailure
 
 
 def sample(i=0, uid=None):

@@ -10,8 +10,8 @@ import pytest
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.service import RewardService
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 
 
 @pytest.fixture(scope="module")

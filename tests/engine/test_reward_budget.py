@@ -9,13 +9,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from rlrm.call_errors import TransientError
 from rlrm.cli.main import app
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.metrics.display import _summary
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.reward_errors import TransientError
 
 ROW = {
     "reward/samples": 16,

@@ -7,11 +7,12 @@ import math
 
 import pytest
 
+from rlrm.call_errors import BadRequest, TransientError
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.errors import UnparsedVerdict
 from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
 from rlrm.engine.rewards.loop import RewardError, RewardLoop
-from rlrm.reward_errors import BadRequest, TransientError, UnparsedVerdict
 
 
 def sample(i=0, uid="p0"):

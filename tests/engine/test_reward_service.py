@@ -107,7 +107,7 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
             service.pool.servers[0].kill()
 
             async def with_retries(attempts=5):  # as the reward loop does: the router may still pick the dead one
-                from rlrm.reward_errors import TransientError
+                from rlrm.call_errors import TransientError
 
                 for i in range(attempts):
                     try:
@@ -138,7 +138,7 @@ def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_p
 
 
 def test_router_counters_are_read_from_a_real_prometheus_page():
-    from rlrm.launch.router import parse_router_counters
+    from rlrm.launch.fleet.router import parse_router_counters
 
     # excerpt of sglang-router 0.3.2's /metrics after one of two judge replicas was killed (32 requests)
     page = """# TYPE smg_router_upstream_responses_total counter

@@ -111,7 +111,7 @@ def test_a_node_resource_no_node_offers_is_one_line_listing_the_cluster_s(two_no
     import asyncio
 
     from rlrm.errors import ConfigError
-    from rlrm.launch.fleet import ServerFleet
+    from rlrm.launch.fleet.server_fleet import ServerFleet
 
     fleet = ServerFleet(_reward_server(node_resource="gpu_host"), role="disrm", model_path="unused")
     with pytest.raises(
@@ -135,7 +135,7 @@ def test_a_placed_replica_is_restarted_on_its_node_and_dies_with_its_actor(two_n
     import ray
 
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.launch.fleet import ServerFleet
+    from rlrm.launch.fleet.server_fleet import ServerFleet
 
     _, second = two_nodes
 

@@ -213,7 +213,7 @@ def test_disrm_scores_as_the_server_scores(tmp_path, tiny_policy_path):
     from rlrm.engine.models.tiny_disrm import DisRMRecipe, build_disrm, score
     from rlrm.engine.models.tiny_pairs import reward_problems, right_response, wrong_response
     from rlrm.engine.rewards.disrm import render_conversation
-    from rlrm.launch.backends import ClassifierBackend, ServerConfig
+    from rlrm.launch.server.backends import ClassifierBackend, ServerConfig
 
     build_disrm(tmp_path / "disrm", 0, lambda _: None, tiny_policy_path, DisRMRecipe.smoke())
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "disrm").eval()

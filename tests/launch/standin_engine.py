@@ -121,7 +121,7 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
         async def init_weights_update_group(request: Request):
             import asyncio
 
-            from rlrm.launch.weight_group import join_group
+            from rlrm.launch.common.weight_group import join_group
 
             body = await request.json()
             record("/init_weights_update_group", body)

@@ -16,7 +16,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.service import RewardService
 from rlrm.engine.trainer import start_run
 from rlrm.errors import ConfigError
-from rlrm.launch.auth import authorized
+from rlrm.launch.common.auth import authorized
 
 KEY = "k3y-only-the-owner-may-read"
 

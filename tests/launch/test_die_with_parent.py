@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSI
 
 OWNER = """
 import os, sys
-from rlrm.launch.process import ServerProcess
+from rlrm.launch.fleet.process import ServerProcess
 server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)", "--port", "1"], die_with_parent={guard})
 server.launch()
 print(server.proc.pid, flush=True)

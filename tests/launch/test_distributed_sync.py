@@ -14,12 +14,12 @@ import pytest
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
-from rlrm.launch.served_engine import ServerRolloutEngine
-from rlrm.launch.weight_broadcast import WeightBroadcast
-from rlrm.launch.wire import SGLangWire
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+from rlrm.launch.client.weight_broadcast import WeightBroadcast
+from rlrm.launch.client.wire import SGLangWire
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 ARGS = ["--threads", "1", "--weight-sync-timeout-s", "30"]
 

@@ -15,13 +15,13 @@ from rlrm.config.servers import RolloutServerConfig
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.engines import engine_argv, engine_env
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.pool import replica_argv
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess
-from rlrm.launch.served_engine import ServerRolloutEngine
-from rlrm.launch.wire import wire_for
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+from rlrm.launch.client.wire import wire_for
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.engine_argv import engine_argv, engine_env
+from rlrm.launch.fleet.pool import replica_argv
+from rlrm.launch.fleet.process import ServerProcess
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 

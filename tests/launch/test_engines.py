@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.errors import ConfigError
-from rlrm.launch.engines import engine_argv, engine_env, require_backend
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, ServerStartError
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 
 
 def test_vllm_argv_for_a_judge_and_a_disrm():

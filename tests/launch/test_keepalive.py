@@ -13,10 +13,10 @@ import asyncio
 import sys
 import time
 
-from rlrm.launch.balancer import ReplicaBalancer
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
-from rlrm.reward_errors import TransientError
+from rlrm.call_errors import TransientError
+from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 # A stand-in for vLLM / SGLang: a uvicorn app with uvicorn's default keep-alive (5 s), as they use.
 STAND_IN = """

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
-from rlrm.launch.ports import free_port
+from rlrm.launch.common.ports import free_port
 
 HOSTS = "bind 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of this machine's own addresses"
 

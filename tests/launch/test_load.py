@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 REQUESTS, CONCURRENCY, WARMUP = 10_000, 512, 1_000
 RSS_GROWTH_LIMIT_MB = 64  # after warm-up: allocator caches, not a leak (a leak of 1 KiB per request alone is 10 MB)

@@ -8,9 +8,9 @@ import asyncio
 import httpx
 import pytest
 
-from rlrm.launch import batcher as batching
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+from rlrm.launch.server import batcher as batching
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_out_of_vocabulary_ids_on_generation_endpoints_are_400_naming_the_field(
 def test_a_forward_that_raises_for_one_request_fails_only_that_request(random_disrm_path):
     """The real classifier backend and batcher, in process; the poisoned input skips the server's
     checks (as a bug or a model limit no check knows would), so the batched forward itself raises."""
-    from rlrm.launch.backends import ClassifierBackend, ServerConfig
+    from rlrm.launch.server.backends import ClassifierBackend, ServerConfig
 
     backend = ClassifierBackend(ServerConfig(model_path=str(random_disrm_path), role="disrm", max_batch=64))
     inputs = _valid_inputs(12)

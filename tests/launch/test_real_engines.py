@@ -13,9 +13,9 @@ import pytest
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.served_engine import ServerRolloutEngine
-from rlrm.launch.wire import wire_for
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+from rlrm.launch.client.wire import wire_for
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
 def _roundtrip(backend: str, model_path: str, tmp_path):

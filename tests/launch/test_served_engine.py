@@ -14,11 +14,11 @@ from rlrm.config.servers import RolloutServerConfig
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, ServerStartError, embedded_server_argv
-from rlrm.launch.served_engine import ServerRolloutEngine, TrainerModel
-from rlrm.launch.wire import SGLangWire
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
+from rlrm.launch.client.wire import SGLangWire
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
 def _engine(model_path, tmp_path, expect=None, **cfg):

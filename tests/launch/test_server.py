@@ -10,8 +10,8 @@ import httpx
 import pytest
 import torch
 
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 API_KEY = "s3cret"
 
@@ -179,8 +179,8 @@ def test_sleep_mode_turns_model_requests_away_until_woken(genrm, disrm):
 
 def test_a_causal_lm_is_refused_as_a_disrm(tiny_policy_path):
     from rlrm.errors import ModelError
-    from rlrm.launch.backends import ServerConfig
-    from rlrm.launch.server import create_app
+    from rlrm.launch.server.app import create_app
+    from rlrm.launch.server.backends import ServerConfig
 
     with pytest.raises(ModelError, match="no trained classification head"):
         create_app(ServerConfig(model_path=str(tiny_policy_path), role="disrm"))

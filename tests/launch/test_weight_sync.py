@@ -12,8 +12,8 @@ import torch
 
 from rlrm.errors import RolloutServerError
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 
 @pytest.fixture(scope="module")

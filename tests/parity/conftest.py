@@ -17,8 +17,8 @@ def arithmetic_samples(arithmetic_conversations) -> list[ParitySample]:
 
 
 def _server(path: Path):
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess, embedded_server_argv
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     return ServerProcess(embedded_server_argv(str(path), "disrm", free_port(), extra=["--threads", "1"]))
 

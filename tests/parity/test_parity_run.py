@@ -94,8 +94,8 @@ def test_served_scores_that_depend_on_the_batch_fail_the_verdict(
     batch mean into each score (tests/validate/test_invariance.py) fails the verdict, legacy and loop agreeing or not."""
     import sys
 
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess
 
     healthy = parity(spread_disrm_path, spread_disrm_server, arithmetic_samples, legacy_dtypes=["fp32"])
     inv = healthy.summary["invariance"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from rlrm.launch import backends
+from rlrm.launch.server import backends
 
 plain = backends.ClassifierBackend._last_token_logits
 
@@ -13,6 +13,6 @@ def leaky(self, ids, mask, position_ids=None):
 
 
 backends.ClassifierBackend._last_token_logits = leaky
-from rlrm.launch.server import main  # noqa: E402 (the patch above must land first)
+from rlrm.launch.server.app import main  # noqa: E402 (the patch above must land first)
 
 main(sys.argv[1:])

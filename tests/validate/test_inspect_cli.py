@@ -153,8 +153,8 @@ def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_serv
     from pathlib import Path
 
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess
 
     args = ("--profile", "tiny-disrm", "--n", "16", "--invariance", "--json", "--set", "reward.server.max_batch=16")
     result = invoke(*args)

@@ -47,8 +47,8 @@ def test_settings_are_8_and_the_max_batch_each_side():
 
 
 def _server(argv_head, path):
-    from rlrm.launch.ports import free_port
-    from rlrm.launch.process import ServerProcess
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess
 
     port = free_port()
     return ServerProcess([*argv_head, "--model", str(path), "--role", "disrm", "--port", str(port), "--threads", "1"])
@@ -58,7 +58,7 @@ def _check(url, path, conversations):
     from transformers import AutoTokenizer
 
     from rlrm.engine.rewards.disrm import render_conversation
-    from rlrm.launch.balancer import ReplicaBalancer
+    from rlrm.launch.client.balancer import ReplicaBalancer
 
     tok = AutoTokenizer.from_pretrained(path)
     ids = [render_conversation(tok, prompt, response)[-64:] for _, _, prompt, response in conversations]

@@ -23,7 +23,7 @@ import time
 
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.errors import TrainingError
-from rlrm.launch.ports import free_port
+from rlrm.launch.common.ports import free_port
 
 # Seconds a failed call waits for a rank's exit to show, so a dead rank is named instead of the
 # survivor whose collective broke when it died.

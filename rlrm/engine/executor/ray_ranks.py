@@ -21,7 +21,7 @@ import threading
 import time
 
 from rlrm.engine.executor.rank_procs import RankError, raise_rank_error
-from rlrm.launch.ray_release import release_ray
+from rlrm.launch.fleet.ray_release import release_ray
 
 
 class RayRanks:

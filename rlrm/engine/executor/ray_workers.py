@@ -18,22 +18,23 @@ from __future__ import annotations
 
 import os
 
-from rlrm import reward_errors
+from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards import errors as reward_specific
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
-from rlrm.launch.balancer import ReplicaBalancer
+from rlrm.launch.client.balancer import ReplicaBalancer
 
 _ERRORS = {
     cls.__name__: cls
     for cls in (
-        reward_errors.RewardCallError,
-        reward_errors.TransientError,
-        reward_errors.RequestTimeout,
-        reward_errors.BadRequest,
-        reward_errors.UnparsedVerdict,
-        reward_errors.NonFiniteScore,
-        reward_errors.InjectedFailure,
+        call_errors.CallError,
+        call_errors.TransientError,
+        call_errors.RequestTimeout,
+        call_errors.BadRequest,
+        reward_specific.UnparsedVerdict,
+        reward_specific.NonFiniteScore,
+        reward_specific.InjectedFailure,
     )
 }
 
@@ -52,7 +53,7 @@ class RewardWorker:
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path)
         try:
             return "ok", await self.fn(sample)
-        except reward_errors.RewardCallError as exc:
+        except call_errors.CallError as exc:
             return "error", type(exc).__name__, str(exc)
         except Exception as exc:  # noqa: BLE001 - a user function's own error, reported by name
             return "raised", type(exc).__name__, str(exc)
@@ -97,12 +98,12 @@ class RayRewardWorkers:
             except RayActorError:
                 continue
         else:
-            raise reward_errors.TransientError("every Ray reward worker is gone")
+            raise call_errors.TransientError("every Ray reward worker is gone")
         if outcome[0] == "ok":
             return outcome[1]
         _, name, message = outcome
         if outcome[0] == "error":
-            raise _ERRORS.get(name, reward_errors.RewardCallError)(message)
+            raise _ERRORS.get(name, call_errors.CallError)(message)
         raise RuntimeError(f"{name}: {message}")
 
     def node_ids(self) -> list[str]:

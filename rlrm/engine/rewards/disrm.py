@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlrm.call_errors import BadRequest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.reward_errors import BadRequest, NonFiniteScore
+from rlrm.engine.rewards.errors import NonFiniteScore
 
 
 def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:

@@ -6,7 +6,7 @@ import re
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.reward_errors import UnparsedVerdict
+from rlrm.engine.rewards.errors import UnparsedVerdict
 
 _PATTERNS = {
     "score": re.compile(r"Score:\s*(-?\d+(?:\.\d+)?)"),

@@ -22,7 +22,7 @@ from typing import Any
 from rlrm.config.latency import is_number
 from rlrm.config.reward import InjectConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
-from rlrm.reward_errors import InjectedFailure
+from rlrm.engine.rewards.errors import InjectedFailure
 
 
 def inject(fn: RewardFn, cfg: InjectConfig) -> RewardFn:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlrm.reward_errors import BadRequest
+from rlrm.call_errors import BadRequest
 
 # Allowed |difference| per dtype, relative to max(1, RMS of the reference scores): a few units in the
 # last place of the dtype's mantissa, after a reduction order change (float32 2^-23, bf16 2^-8, fp16 2^-11).

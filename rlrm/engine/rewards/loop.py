@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.errors import RlrmError
-from rlrm.reward_errors import NonFiniteScore, RequestTimeout, RewardCallError
 from rlrm.stats import quantile
 
 
@@ -103,7 +104,7 @@ class RewardLoop:
             metrics.update(self.counters())
         return metrics
 
-    async def _attempts(self, sample: RewardSample) -> RewardResult | RewardCallError:
+    async def _attempts(self, sample: RewardSample) -> RewardResult | CallError:
         cfg = self.cfg
         for attempt in range(cfg.max_retries + 1):
             try:
@@ -115,12 +116,12 @@ class RewardLoop:
                     self.stats.injected_latency_count += 1
                 return result
             except asyncio.TimeoutError:
-                error: RewardCallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
-            except RewardCallError as exc:
+                error: CallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
+            except CallError as exc:
                 error = exc
                 self._count_tokens(exc.extra)
             except Exception as exc:  # a user's function that raised: not retried, named in the message
-                error = RewardCallError(f"reward function {self.name} raised {type(exc).__name__}: {exc}")
+                error = CallError(f"reward function {self.name} raised {type(exc).__name__}: {exc}")
             self._count(error)
             if not error.retryable or attempt == cfg.max_retries:
                 return error
@@ -137,14 +138,14 @@ class RewardLoop:
         elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
             result = RewardResult(score=float(raw))
         else:
-            raise RewardCallError(
+            raise CallError(
                 f"reward function {self.name} returned {type(raw).__name__} for sample {sample.uid}; "
                 "return a float or a dict with 'score'"
             )
         try:
             result.score = float(result.score)
         except (TypeError, ValueError):
-            raise RewardCallError(
+            raise CallError(
                 f"reward function {self.name} gave a non-numeric score {result.score!r} for sample {sample.uid}"
             ) from None
         if not math.isfinite(result.score):
@@ -155,7 +156,7 @@ class RewardLoop:
         self.stats.judge_prompt_tokens += int(extra.get("judge_prompt_tokens", 0))
         self.stats.judge_completion_tokens += int(extra.get("judge_completion_tokens", 0))
 
-    def _count(self, error: RewardCallError) -> None:
+    def _count(self, error: CallError) -> None:
         if error.kind == "timeout":
             self.stats.timeouts += 1
         elif error.kind == "unparsed":
@@ -165,7 +166,7 @@ class RewardLoop:
         elif error.kind == "injected":
             self.stats.injected_failures += 1
 
-    def _on_failure(self, sample: RewardSample, error: RewardCallError) -> RewardResult | None:
+    def _on_failure(self, sample: RewardSample, error: CallError) -> RewardResult | None:
         self.stats.failures += 1
         self.last_error = str(error)
         policy = self.cfg.on_failure

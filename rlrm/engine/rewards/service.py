@@ -18,8 +18,8 @@ from rlrm.engine.rewards.base import RewardFn
 from rlrm.engine.rewards.factory import build_reward_fn, with_injection
 from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.launch.balancer import ReplicaBalancer
-from rlrm.launch.fleet import ServerFleet
+from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
 class RewardService:
@@ -33,7 +33,9 @@ class RewardService:
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
         self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
-        self.fleet = None  # the reward servers (rlrm/launch/fleet.py): launched replicas or addresses, router
+        self.fleet = (
+            None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
+        )
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 
+from rlrm.call_errors import BadRequest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
-from rlrm.launch.batcher import DynamicBatcher
-from rlrm.reward_errors import BadRequest, NonFiniteScore
+from rlrm.launch.server.batcher import DynamicBatcher
 
 
 class LegacyDisRM:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.errors import ConfigError, RlrmError
-from rlrm.launch.ports import free_port
+from rlrm.launch.common.ports import free_port
 
 
 class LegacyScorerError(RlrmError):

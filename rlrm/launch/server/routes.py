@@ -8,9 +8,9 @@ import random
 import time
 
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.launch.backends import GENERATIVE_ROLES, LeftPadded
-from rlrm.launch.batcher import ForwardFailed, Overloaded
-from rlrm.launch.protocol import (
+from rlrm.launch.server.backends import GENERATIVE_ROLES, LeftPadded
+from rlrm.launch.server.batcher import ForwardFailed, Overloaded
+from rlrm.launch.server.protocol import (
     ChatCompletionRequest,
     ClassifyRequest,
     CompletionRequest,

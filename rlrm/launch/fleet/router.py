@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess
 
 ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 
@@ -83,12 +83,12 @@ def parse_router_counters(text: str) -> dict[str, float]:
 class RouterCounters:
     """Per-call deltas of a router's retry and upstream-error counters.
 
-    counters = RouterCounters(router.metrics_url)
+    counters = RouterCounters(router.metrics_url, prefix="reward/")
     counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
     """
 
-    def __init__(self, metrics_url: str, timeout_s: float = 2.0):
-        self.metrics_url, self.timeout_s = metrics_url, timeout_s
+    def __init__(self, metrics_url: str, prefix: str, timeout_s: float = 2.0):
+        self.metrics_url, self.prefix, self.timeout_s = metrics_url, prefix, timeout_s
         self._last = dict.fromkeys(ROUTER_COUNTERS, 0.0)
 
     def take(self) -> dict[str, float]:
@@ -100,6 +100,6 @@ class RouterCounters:
                 now = parse_router_counters(resp.read().decode())
         except (OSError, ValueError):
             return {}
-        deltas = {f"reward/router_{key}": max(0.0, now[key] - self._last[key]) for key in now}
+        deltas = {f"{self.prefix}router_{key}": max(0.0, now[key] - self._last[key]) for key in now}
         self._last = now
         return deltas

@@ -11,7 +11,7 @@ The config is any `ServerFleetConfig` (rlrm/config/servers.py: `reward.server`, 
 read by attribute so that launch stays independent of config. Launch, readiness, supervision,
 the SGLang router in front and teardown live here once; the roles differ only in the endpoint
 their readiness probe calls and in what a restarted replica must be given before it serves.
-With `launch_on: ray` the replicas are placed on Ray nodes (rlrm/launch/ray_replicas.py: a placement
+With `launch_on: ray` the replicas are placed on Ray nodes (rlrm/launch/fleet/ray_replicas.py: a placement
 group, one small actor per replica owning its process there); the pool supervises them as local ones.
 """
 
@@ -23,13 +23,13 @@ import sys
 from typing import Awaitable, Callable
 
 from rlrm.errors import ConfigError
-from rlrm.launch.engines import require_backend
-from rlrm.launch.health import check_servers
-from rlrm.launch.pool import ServerPool, replica_argv
-from rlrm.launch.ray_replicas import RayReplicas
-from rlrm.launch.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
+from rlrm.launch.fleet.engine_argv import require_backend
+from rlrm.launch.fleet.health import check_servers
+from rlrm.launch.fleet.pool import ServerPool, replica_argv
+from rlrm.launch.fleet.ray_replicas import RayReplicas
+from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 
-# what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server.py)
+# what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server/app.py)
 WAIT_FOR_WEIGHTS = ["--wait-for-weights"]
 
 
@@ -68,6 +68,11 @@ class ServerFleet:
         self.router_counters = None
         self.replica_urls: list[str] = [u.rstrip("/") for u in cfg.addresses]
         self._supervisor: asyncio.Task | None = None
+
+    @property
+    def metrics_prefix(self) -> str:
+        """Where this fleet's counters go: the policy's under rollout/, the reward models' under reward/."""
+        return "rollout/" if self.role == "policy" else "reward/"
 
     @property
     def urls(self) -> list[str]:
@@ -212,7 +217,7 @@ class ServerFleet:
             if use_router:
                 self.router = sglang_router(self.replica_urls)
                 await asyncio.to_thread(self.router.start)
-                self.router_counters = RouterCounters(self.router.metrics_url)
+                self.router_counters = RouterCounters(self.router.metrics_url, prefix=self.metrics_prefix)
         except BaseException:
             await self.close()
             raise

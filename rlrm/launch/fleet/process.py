@@ -66,7 +66,7 @@ class ServerProcess:
     ):
         self.argv = list(argv)
         self.die_with_parent = (
-            die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/ray_replicas.py)
+            die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/fleet/ray_replicas.py)
         )
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
         self.url = f"http://{host}:{self.port}"

@@ -19,12 +19,12 @@ when the request was sent (a restarted replica that has not loaded the current w
 refused and retried, counted as `rollout/stale_refused`, so stale samples never reach training.
 
 `update_weights` writes the weights once (rlrm/inference/weight_files.py) and asks every replica
-to load them (rlrm/launch/wire.py); a replica that refuses fails the step with its address and
+to load them (rlrm/launch/client/wire.py); a replica that refuses fails the step with its address and
 its message. A launched replica whose process is dead is skipped (`rollout/sync_skipped`): the
 supervisor restarts it with `--wait-for-weights` and loads the current version into it before
 it reports healthy.
 
-With `weight_sync: distributed` (rlrm/launch/weight_broadcast.py) nothing is written: at start the
+With `weight_sync: distributed` (rlrm/launch/client/weight_broadcast.py) nothing is written: at start the
 trainer builds a process group with the replicas (SGLang's /init_weights_update_group) and
 `update_weights` broadcasts every tensor to them (/update_weights_from_distributed,
 `timing_s/weight_broadcast`). The group is rebuilt (destroyed on the survivors, joined again by
@@ -43,16 +43,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rlrm.call_errors import BadRequest, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.balancer import ReplicaBalancer
-from rlrm.launch.fleet import ServerFleet
-from rlrm.launch.ray_replicas import check_weights_reach
-from rlrm.launch.weight_broadcast import FleetBroadcast, WeightBroadcast
-from rlrm.launch.weights_routes import ENGINE_NAME
-from rlrm.launch.wire import int_or_none, post_sync_call
-from rlrm.reward_errors import BadRequest, TransientError
+from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
+from rlrm.launch.client.wire import int_or_none, post_sync_call
+from rlrm.launch.common.model_info import ENGINE_NAME
+from rlrm.launch.fleet.ray_replicas import check_weights_reach
+from rlrm.launch.fleet.server_fleet import ServerFleet
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
 MAX_COALESCE = 64
@@ -400,7 +400,7 @@ class ServerRolloutEngine:
         )
         out["timing_s/weight_broadcast"] = self.sync_times["broadcast_s"]
         if self.fleet.router_counters is not None:  # the router retries a dead replica's requests by itself
-            router = {k.replace("reward/", "rollout/"): v for k, v in self.fleet.router_counters.take().items()}
+            router = self.fleet.router_counters.take()
             out.update(router)
             out["rollout/retries"] += router.get("rollout/router_retries", 0.0)
         self.counters = dict.fromkeys(self.counters, 0)

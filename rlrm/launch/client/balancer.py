@@ -18,8 +18,8 @@ import asyncio
 import json
 import time
 
-from rlrm.launch.process import ServerStartError
-from rlrm.reward_errors import BadRequest, RequestTimeout, TransientError
+from rlrm.call_errors import BadRequest, RequestTimeout, TransientError
+from rlrm.launch.fleet.process import ServerStartError
 
 # Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
 # (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have

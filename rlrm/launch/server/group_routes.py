@@ -9,10 +9,10 @@
 The shapes of SGLang's io_struct requests (InitWeightsUpdateGroupReqInput,
 UpdateWeightsFromDistributedReqInput, DestroyWeightsUpdateGroupReqInput). The trainer is rank 0;
 this server (one rank) joins as `rank_offset`; the init call returns once every member joined
-(rlrm/launch/weight_group.py). An update receives each tensor by broadcast from rank 0 in the order
+(rlrm/launch/common/weight_group.py). An update receives each tensor by broadcast from rank 0 in the order
 of `names` into fresh buffers, always all of them (a member that skips one deadlocks the group),
 THEN checks names, shapes and dtypes against the model as /update_weights_from_disk does, THEN puts
-them in place under the same lock (rlrm/launch/weights_routes.py: a decode batch never mixes
+them in place under the same lock (rlrm/launch/server/weight_routes.py: a decode batch never mixes
 versions). A refused update answers success false with the reason, keeps the served version and
 leaves the group usable for the next one. `load_format` (SGLang's "flattened_bucket") is refused:
 the embedded server receives tensor by tensor. Joining and each broadcast are bounded by
@@ -26,9 +26,8 @@ import asyncio
 from pydantic import BaseModel, ConfigDict
 
 from rlrm.errors import RolloutServerError
-from rlrm.launch.weight_group import WeightGroup, join_group, torch_dtype
-from rlrm.launch.weights_routes import WeightState, check_fits, require_policy
-from rlrm.launch.wire import GROUP
+from rlrm.launch.common.weight_group import GROUP, WeightGroup, join_group, torch_dtype
+from rlrm.launch.server.weight_routes import WeightState, check_fits, require_policy
 
 
 class InitWeightsUpdateGroupRequest(BaseModel):

@@ -21,9 +21,9 @@ import re
 from collections.abc import Callable
 
 from rlrm.errors import ConfigError, RolloutServerError
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, ServerStartError
-from rlrm.launch.ray_release import release_ray
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError
+from rlrm.launch.fleet.ray_release import release_ray
 
 # Resources Ray derives from placement groups: `<name>_group_<pg id>`, `<name>_group_<index>_<pg id>`.
 _PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")

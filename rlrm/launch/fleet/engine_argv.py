@@ -79,7 +79,7 @@ def engine_argv(
 
 def engine_env(backend: str, api_key: str | None, role: str = "genrm") -> dict[str, str]:
     """Environment variables the engine process needs: vLLM reads its API key from VLLM_API_KEY, and a vLLM
-    policy server needs VLLM_SERVER_DEV_MODE=1 for `/collective_rpc` (its weight reload; rlrm/launch/wire.py)."""
+    policy server needs VLLM_SERVER_DEV_MODE=1 for `/collective_rpc` (its weight reload; rlrm/launch/client/wire.py)."""
     env = {"VLLM_API_KEY": api_key} if backend == "vllm" and api_key else {}
     if backend == "vllm" and role == "policy":
         env["VLLM_SERVER_DEV_MODE"] = "1"

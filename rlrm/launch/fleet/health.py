@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 
-from rlrm.launch.process import ServerStartError
+from rlrm.launch.fleet.process import ServerStartError
 
 PROBES = {
     "disrm": ("/classify", lambda model: {"model": model, "input": "ok", "use_activation": False}),

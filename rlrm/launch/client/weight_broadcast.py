@@ -13,7 +13,7 @@ server with one rank; SGLang adds its tensor-parallel rank to the offset). SGLan
 until the collective is done, so they are made from threads while this thread takes part in it:
 joining, then broadcasting every tensor in the order of `names`. Calls return `{url: why}` for the
 members that failed (empty when all succeeded) and the trainer's own error, if any; the rollout
-engine (rlrm/launch/served_engine.py) decides what a failure means (a dead replica is skipped and
+engine (rlrm/launch/client/rollout_engine.py) decides what a failure means (a dead replica is skipped and
 the group rebuilt without it; a refusal fails the step: `FleetBroadcast`). The master address is 127.0.0.1 when
 every replica is on this machine, else this machine's address on the route to them.
 """
@@ -25,15 +25,16 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from rlrm.errors import RolloutServerError
-from rlrm.launch.ports import free_port
-from rlrm.launch.weight_group import (
+from rlrm.launch.client.wire import post_sync_call
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.common.weight_group import (
+    GROUP,
     WeightGroup,
     dtype_name,
     is_loopback,
     join_group,
     local_ip_towards,
 )
-from rlrm.launch.wire import GROUP, post_sync_call
 
 DESTROY_TIMEOUT_S = 10.0
 
@@ -48,7 +49,7 @@ class WeightBroadcast:
     """The group between the trainer and `members`; see the module docstring.
 
     Args:
-        wire: SGLang's request shapes (rlrm/launch/wire.py `SGLangWire`).
+        wire: SGLang's request shapes (rlrm/launch/client/wire.py `SGLangWire`).
         backend: gloo or nccl.
         timeout_s: bound on joining and on each broadcast (the HTTP calls get a little more).
         api_key: the replicas' bearer key, or None.
@@ -144,7 +145,7 @@ class FleetBroadcast:
     """Distributed weight sync over a fleet's replicas: who takes part, when the group is rebuilt, who waits.
 
     Args:
-        fleet: the policy fleet (rlrm/launch/fleet.py), started.
+        fleet: the policy fleet (rlrm/launch/fleet/server_fleet.py), started.
         group: the WeightBroadcast doing the calls and the collective.
     """
 

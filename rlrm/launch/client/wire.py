@@ -13,7 +13,7 @@ load_format, weight_version, abort_all_requests} -> {success, message, num_pause
 (SGLang's UpdateWeightFromDiskReqInput / ...ReqOutput); or, with `weight_sync: distributed`,
 `POST /init_weights_update_group`, `/update_weights_from_distributed` and
 `/destroy_weights_update_group` (`init_group`, `update_distributed`, `destroy_group`;
-rlrm/launch/weight_broadcast.py drives them).
+rlrm/launch/client/weight_broadcast.py drives them).
 
 vLLM: `POST /v1/completions` with the prompt as token ids, `logprobs: 0` and `return_token_ids`
 (the sampled ids come back in `choices[0].token_ids`; older releases without it are refused at
@@ -31,14 +31,12 @@ from __future__ import annotations
 from array import array
 
 from rlrm.inference.base import SamplingParams
+from rlrm.launch.common.weight_group import GROUP
 
 
 def _float32(values) -> list[float]:
     """The values rounded to float32, as the in-process engine returns them."""
     return array("f", values).tolist()
-
-
-GROUP = "weight_update_group"  # SGLang's default name of the trainer's weight-update group
 
 
 class SGLangWire:

@@ -22,6 +22,8 @@ from rlrm.errors import RolloutServerError
 
 BACKENDS = ("gloo", "nccl")
 
+GROUP = "weight_update_group"  # SGLang's default name of the trainer's weight-update group
+
 
 def torch_dtype(name: str):
     """The torch dtype SGLang's `dtypes` entry names ("bfloat16"; "torch.bfloat16" too); ValueError when none."""

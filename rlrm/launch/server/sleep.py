@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from rlrm.launch.protocol import RequestError
+from rlrm.launch.server.protocol import RequestError
 
 SLEEP_GATED = ("/v1/completions", "/v1/chat/completions", "/generate", "/classify")
 

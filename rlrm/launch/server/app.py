@@ -7,8 +7,8 @@ Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/comp
 POST /generate (SGLang native), POST /classify (vLLM), and vLLM's sleep mode (POST /sleep,
 POST /wake_up, GET /is_sleeping) for colocated placement, and for policy servers SGLang's weight
 updates (POST /update_weights_from_disk, GET /get_model_info, GET /get_weight_version: see
-rlrm/launch/weights_routes.py; POST /init_weights_update_group, /update_weights_from_distributed,
-/destroy_weights_update_group: see rlrm/launch/distributed_routes.py). Bad requests get 400 with an OpenAI-style
+rlrm/launch/server/weight_routes.py; POST /init_weights_update_group, /update_weights_from_distributed,
+/destroy_weights_update_group: see rlrm/launch/server/group_routes.py). Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
 (RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
@@ -20,14 +20,14 @@ import time
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
-from rlrm.launch import routes
-from rlrm.launch.auth import ENV_VAR, authorized, key_from_env
-from rlrm.launch.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
-from rlrm.launch.distributed_routes import WeightGroups, add_distributed_routes
-from rlrm.launch.ports import ensure_port_free
-from rlrm.launch.protocol import RequestError
-from rlrm.launch.sleep import SleepState, add_sleep_routes
-from rlrm.launch.weights_routes import WeightState, add_weight_routes
+from rlrm.launch.common.auth import ENV_VAR, authorized, key_from_env
+from rlrm.launch.common.ports import ensure_port_free
+from rlrm.launch.server import routes
+from rlrm.launch.server.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.server.group_routes import WeightGroups, add_distributed_routes
+from rlrm.launch.server.protocol import RequestError
+from rlrm.launch.server.sleep import SleepState, add_sleep_routes
+from rlrm.launch.server.weight_routes import WeightState, add_weight_routes
 
 
 def create_app(cfg: ServerConfig):

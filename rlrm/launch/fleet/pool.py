@@ -18,10 +18,10 @@ import asyncio
 import time
 from typing import Awaitable, Callable
 
-from rlrm.launch.auth import ENV_VAR
-from rlrm.launch.engines import engine_argv, engine_env
-from rlrm.launch.ports import free_port
-from rlrm.launch.process import ServerProcess, embedded_server_argv
+from rlrm.launch.common.auth import ENV_VAR
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.engine_argv import engine_argv, engine_env
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 
 def replica_argv(
@@ -53,7 +53,7 @@ class ServerPool:
     Args:
         placer: None: local subprocesses on free ports here. Else an object whose
             `place(n, make_argv(host, port), envs)` returns n servers with ServerProcess's interface,
-            each on its own node (rlrm/launch/ray_replicas.py): the pool supervises them the same way.
+            each on its own node (rlrm/launch/fleet/ray_replicas.py): the pool supervises them the same way.
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class ServerPool:
                 raises, the replica is killed again (never left half-ready) and retried next round.
         """
         while not self._stopping:
-            # off the event loop: a replica on a Ray node answers over Ray (rlrm/launch/ray_replicas.py)
+            # off the event loop: a replica on a Ray node answers over Ray (rlrm/launch/fleet/ray_replicas.py)
             alive = await asyncio.to_thread(lambda: [s.alive() for s in self.servers])
             for server, up in zip(self.servers, alive):
                 if not up and not self._stopping:

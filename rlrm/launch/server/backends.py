@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rlrm.errors import ModelError
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
-from rlrm.launch.batcher import DynamicBatcher
+from rlrm.launch.server.batcher import DynamicBatcher
 
 GENERATIVE_ROLES = ("policy", "genrm")
 ROLES = GENERATIVE_ROLES + ("disrm",)

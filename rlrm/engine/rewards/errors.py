@@ -1,0 +1,24 @@
+"""Reward-specific failures of one sample's reward, beside the transport errors of `rlrm.call_errors`."""
+
+from __future__ import annotations
+
+from rlrm.call_errors import CallError
+
+
+class UnparsedVerdict(CallError):
+    """The judge answered without a verdict the parser recognises."""
+
+    kind = "unparsed"
+
+
+class NonFiniteScore(CallError):
+    """The reward model returned NaN or inf."""
+
+    kind = "nonfinite"
+
+
+class InjectedFailure(CallError):
+    """A failure made on purpose by `reward.inject.fail_rate`: retried like a transient error."""
+
+    retryable = True
+    kind = "injected"

@@ -1,0 +1,1 @@
+"""What more than one launch program needs: API keys, ports, model-info names, the weight-update group."""
