@@ -1,0 +1,119 @@
+"""The profile key reference, rendered from the pydantic schema (each description lives only there).
+
+`python -m rlrm.config.reference` prints the reference as Markdown; `--write docs/configuration.md`
+replaces the part of that page between the two markers below, so the page is regenerated, never
+edited by hand (tests/docs/test_docs.py fails when it is stale).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from rlrm.config.schema import Profile
+from rlrm.errors import RlrmError
+
+BEGIN = "<!-- BEGIN GENERATED: python -m rlrm.config.reference --write docs/configuration.md -->"
+END = "<!-- END GENERATED -->"
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
+
+
+def _type_name(annotation: object) -> str:
+    """`Literal['a', 'b']` as `a | b`, `list[int]` as `list[int]`, `str | None` as `str | none`."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("none" if a is type(None) else _type_name(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(_type_name(a) for a in args)}]"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return "required"
+    else:
+        value = field.default
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f"`{value!r}`" if value == "" or value != value.strip() or "\n" in value else f"`{value}`"
+    return f"`{value}`"
+
+
+def _bounds(field) -> str:
+    parts = []
+    for item in field.metadata:
+        for attr, sign in _BOUNDS.items():
+            if getattr(item, attr, None) is not None:
+                parts.append(f"{sign} {getattr(item, attr)}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _sections(model: type[BaseModel], prefix: str) -> typing.Iterator[tuple[str, type[BaseModel], list]]:
+    """(dotted section, model class, its leaf fields) for `model` and every nested model, depth first."""
+    leaves, nested = [], []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            nested.append((f"{prefix}{name}", annotation))
+        else:
+            leaves.append((name, field))
+    yield prefix.rstrip("."), model, leaves
+    for path, sub in nested:
+        yield from _sections(sub, f"{path}.")
+
+
+def render() -> str:
+    """The reference as Markdown: one table per section, with key, type, default and description."""
+    lines = []
+    for path, model, leaves in _sections(Profile, ""):
+        if not leaves:
+            continue
+        title = path or "top level"
+        doc = " ".join((model.__doc__ or "").split())
+        lines += [f"### {title}", ""] + ([doc, ""] if doc and path else [])
+        lines += ["| key | type | default | description |", "|---|---|---|---|"]
+        for name, field in leaves:
+            key = f"{path}.{name}" if path else name
+            type_name = _cell(_type_name(field.annotation)) + _bounds(field)
+            lines.append(f"| `{key}` | {type_name} | {_cell(_default(field))} | {_cell(field.description or '')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def splice(page: str, reference: str) -> str:
+    """`page` with the text between BEGIN and END replaced by `reference`."""
+    if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
+        raise RlrmError(f"the page needs the markers {BEGIN!r} and {END!r} once each, in that order")
+    head, rest = page.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n\n{reference}\n{END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--write":
+        page = Path(argv[1])
+        page.write_text(splice(page.read_text(encoding="utf-8"), render()), encoding="utf-8")
+        return 0
+    if argv:
+        print("usage: python -m rlrm.config.reference [--write docs/configuration.md]", file=sys.stderr)
+        return 2
+    sys.stdout.write(render())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
