@@ -1,0 +1,153 @@
+"""The docs stay true: links resolve, shown commands parse, the key reference matches the schema, CI runs the README.
+
+    PYTHONPATH=$PWD .venv/bin/python -m pytest -q tests/docs/test_docs.py
+
+Every relative link in README.md and docs/*.md must name a file that exists (and a heading of it, for `#anchor`);
+every `rlrm ...` command in a fenced code block must parse: `rlrm train` runs in-process with `--dry-run` (the
+profile resolves, every `--set` key exists), the others with `--help` (the command exists, every option name is
+one it takes). docs/configuration.md must hold what `python -m rlrm.config.reference` renders now.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.config import reference
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^\s*```(\S*)\s*$")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
+SHELL_SPLIT = {"&&", "||", ";", "|", ">", ">>", "<", "2>", "&"}
+
+
+def _prose_and_blocks(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The lines outside fenced code blocks, and each block as (language, lines)."""
+    prose, blocks, block = [], [], None
+    for line in text.splitlines():
+        fence = FENCE.match(line)
+        if fence and block is None:
+            block = (fence.group(1).lower(), [])
+        elif fence and block is not None:
+            blocks.append(block)
+            block = None
+        elif block is not None:
+            block[1].append(line)
+        else:
+            prose.append(line)
+    assert block is None, "a fenced code block is never closed"
+    return prose, blocks
+
+
+def github_anchors(text: str) -> set[str]:
+    """The `#anchor` GitHub gives each heading: lower case, punctuation dropped, spaces as hyphens, -1 for repeats."""
+    anchors, seen = set(), {}
+    for line in _prose_and_blocks(text)[0]:
+        match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not match:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def relative_links(page: Path) -> list[str]:
+    prose = "\n".join(_prose_and_blocks(page.read_text(encoding="utf-8"))[0])
+    prose = re.sub(r"`[^`\n]*`", "", prose)  # a link shown as code is not a link
+    return [t for t in LINK.findall(prose) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+
+
+def shown_commands() -> list[tuple[str, list[str]]]:
+    """(page name, argv after `rlrm`) for every rlrm command in a fenced shell block of the pages."""
+    found = []
+    for page in PAGES:
+        for lang, lines in _prose_and_blocks(page.read_text(encoding="utf-8"))[1]:
+            if lang not in SHELL_LANGS:
+                continue
+            for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+                if not re.search(r"(^|&&|;)\s*(\w+=\S*\s+)*(\S*/)?rlrm\s", line):
+                    continue  # output, file listings, other tools
+                words = shlex.split(line, comments=True)
+                while words:
+                    cut = next((i for i, w in enumerate(words) if w in SHELL_SPLIT), len(words))
+                    command, words = words[:cut], words[cut + 1 :]
+                    while command and re.match(r"^\w+=", command[0]):
+                        command = command[1:]  # VAR=value before the command
+                    if command and Path(command[0]).name == "rlrm":
+                        found.append((page.name, command[1:]))
+    return found
+
+
+def test_pages_exist_and_readme_is_a_front_door():
+    names = {p.name for p in PAGES}
+    for page in ("getting-started.md", "configuration.md", "reward-loop.md", "security.md", "rollout-servers.md"):
+        assert page in names
+    for page in ("scheduling.md", "scaling-out.md", "validating-rewards.md", "metrics.md", "benchmarks.md"):
+        assert page in names
+    assert "development.md" in names
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    broken = []
+    for target in relative_links(page):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in github_anchors(file.read_text(encoding="utf-8")):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {file.name}")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def test_commands_are_found():
+    commands = shown_commands()
+    assert len(commands) >= 20, commands
+    assert ("README.md", ["train", "--profile", "tiny-genrm"]) in commands
+
+
+@pytest.mark.parametrize("where, argv", shown_commands(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_shown_command_parses(where, argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a dry run writes nothing; should one write, it writes here
+    if argv[0] == "train" and "--resume" not in argv:
+        args = argv if "--dry-run" in argv else [*argv, "--dry-run"]
+    else:
+        args = [*argv, "--help"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{where}: rlrm {' '.join(args)}\n{result.output}"
+    assert not any(tmp_path.iterdir()), f"{where}: rlrm {' '.join(args)} wrote {list(tmp_path.iterdir())}"
+
+
+def test_configuration_page_is_generated_from_the_schema():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert reference.splice(page, reference.render()) == page, (
+        "docs/configuration.md is stale: run python -m rlrm.config.reference --write docs/configuration.md"
+    )
+
+
+def test_every_schema_key_is_in_the_reference():
+    from rlrm.config.schema import Profile
+
+    text = reference.render()
+    for section, model, leaves in reference._sections(Profile, ""):
+        for name, field in leaves:
+            key = f"{section}.{name}" if section else name
+            assert f"| `{key}` |" in text and field.description, key
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = next(lines for lang, lines in _prose_and_blocks(readme)[1] if lang in SHELL_LANGS)
+    test_command = next(line.strip() for line in block if line.strip().startswith("bash scripts/setup.sh --dev"))
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert [line for line in ci if line and not line.startswith("#")][-1] == test_command
