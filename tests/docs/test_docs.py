@@ -10,6 +10,7 @@ one it takes). docs/configuration.md must hold what `python -m rlrm.config.refer
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -151,3 +152,25 @@ def test_ci_runs_the_readme_test_command():
     test_command = next(line.strip() for line in block if line.strip().startswith("bash scripts/setup.sh --dev"))
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert [line for line in ci if line and not line.startswith("#")][-1] == test_command
+
+
+def table_commands() -> list[tuple[str, list[str], list[str]]]:
+    """(page name, command path, option names) for each `rlrm ...` in the first cell of a Markdown table row."""
+    found = []
+    for page in PAGES:
+        for line in _prose_and_blocks(page.read_text(encoding="utf-8"))[0]:
+            for cell in re.findall(r"^\|\s*`(rlrm [^`]*)`", line):
+                words = cell.replace("\\|", "|").split()[1:]
+                path = list(itertools.takewhile(lambda w: re.match(r"^[a-z][a-z-]*$", w), words))
+                found.append((page.name, path, sorted(set(re.findall(r"(--[a-z][a-z-]*)", cell)))))
+    return found
+
+
+@pytest.mark.parametrize(
+    "where, path, options", table_commands(), ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_table_command_options_exist(where, path, options):
+    result = CliRunner().invoke(app, [*path, "--help"], terminal_width=200)
+    assert result.exit_code == 0, f"{where}: rlrm {' '.join(path)} --help\n{result.output}"
+    missing = [o for o in options if not re.search(rf"{o}(?![a-z-])", result.output)]
+    assert not missing, f"{where}: rlrm {' '.join(path)} has no option {', '.join(missing)}"
