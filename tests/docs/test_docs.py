@@ -174,3 +174,12 @@ def test_table_command_options_exist(where, path, options):
     assert result.exit_code == 0, f"{where}: rlrm {' '.join(path)} --help\n{result.output}"
     missing = [o for o in options if not re.search(rf"{o}(?![a-z-])", result.output)]
     assert not missing, f"{where}: rlrm {' '.join(path)} has no option {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_named_repository_paths_exist(page):
+    """A path such as `rlrm/launch/fleet/pool.py` or `tests/engine/` named in a page exists (renames update the docs)."""
+    text = page.read_text(encoding="utf-8")
+    named = re.findall(r"(?<![\w./~-])((?:rlrm|tests|benchmarks|examples|scripts|profiles|docs)/[\w./-]*)", text)
+    missing = sorted({p for p in named if not (ROOT / p.rstrip(".")).exists()})
+    assert not missing, f"{page.name} names paths that do not exist: {', '.join(missing)}"
