@@ -103,10 +103,20 @@ def splice(page: str, reference: str) -> str:
     return f"{head}{BEGIN}\n\n{reference}\n{END}{tail}"
 
 
+def write(page: Path) -> None:
+    """Regenerate the reference inside `page` (the rest of the page is kept as it is)."""
+    if not page.is_file():
+        raise RlrmError(f"{page} is not a file: give the page that holds the reference (docs/configuration.md)")
+    page.write_text(splice(page.read_text(encoding="utf-8"), render()), encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--write":
-        page = Path(argv[1])
-        page.write_text(splice(page.read_text(encoding="utf-8"), render()), encoding="utf-8")
+        try:
+            write(Path(argv[1]))
+        except RlrmError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         return 0
     if argv:
         print("usage: python -m rlrm.config.reference [--write docs/configuration.md]", file=sys.stderr)

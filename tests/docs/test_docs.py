@@ -183,3 +183,22 @@ def test_named_repository_paths_exist(page):
     named = re.findall(r"(?<![\w./~-])((?:rlrm|tests|benchmarks|examples|scripts|profiles|docs)/[\w./-]*)", text)
     missing = sorted({p for p in named if not (ROOT / p.rstrip(".")).exists()})
     assert not missing, f"{page.name} names paths that do not exist: {', '.join(missing)}"
+
+
+def test_reference_write_regenerates_between_the_markers_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"# intro kept\n{reference.BEGIN}\nOLD TEXT\n{reference.END}\ntail kept\n", encoding="utf-8")
+    assert reference.main(["--write", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# intro kept\n") and text.endswith(f"{reference.END}\ntail kept\n")
+    assert "OLD TEXT" not in text and "| `actor.world_size` |" in text
+
+
+def test_reference_write_without_markers_is_one_line_error(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("no markers\n", encoding="utf-8")
+    assert reference.main(["--write", str(page)]) == 1
+    assert reference.main(["--write", str(tmp_path / "missing.md")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+    assert page.read_text(encoding="utf-8") == "no markers\n"
