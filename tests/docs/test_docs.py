@@ -202,3 +202,46 @@ def test_reference_write_without_markers_is_one_line_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
     assert page.read_text(encoding="utf-8") == "no markers\n"
+
+
+def test_named_modules_and_objects_exist():
+    """`rlrm.x.y` or `rlrm.x.y.Name` in a page names a module, or an object of one, that exists."""
+
+    names = set()
+    for page in PAGES:
+        names |= set(re.findall(r"\brlrm(?:\.\w+)+", page.read_text(encoding="utf-8")))
+    assert "rlrm.launch.server" in names
+    missing = []
+    for name in sorted(names):
+        parts = name.split(".")
+        spec = next((i for i in range(len(parts), 0, -1) if _find_spec(".".join(parts[:i]))), 0)
+        if spec < len(parts) - 1 or (spec == len(parts) - 1 and parts[-1] not in _module_names(".".join(parts[:spec]))):
+            missing.append(name)
+    assert not missing, f"no such module or object: {', '.join(missing)}"
+
+
+def _find_spec(module: str):
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a parent is a module, not a package
+        return None
+
+
+def _module_names(module: str) -> set[str]:
+    """The top-level names a module defines, read from its source (nothing imported)."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
