@@ -1,12 +1,13 @@
-"""The docs stay true: links resolve, shown commands parse, the key reference matches the schema, CI runs the README.
+"""The docs stay true: links resolve, shown commands parse, names exist, the key reference matches the schema.
 
     PYTHONPATH=$PWD .venv/bin/python -m pytest -q tests/docs/test_docs.py
 
 Every relative link in README.md and docs/*.md must name a file that exists (and a heading of it, for `#anchor`);
 every `rlrm ...` command in a fenced code block must parse: `rlrm train` runs in-process with `--dry-run` (the
 profile resolves, every `--set` key exists), the others with `--help` (the command exists, every option name is
-one it takes). docs/configuration.md must hold what `python -m rlrm.config.reference` renders now.
-"""
+one it takes); every option in a CLI table exists; every repository path and `rlrm.<module>` name exists; yaml
+examples validate as profiles; docs/configuration.md holds what `python -m rlrm.config.reference` renders now;
+.ci/run ends with the README's test command."""
 
 from __future__ import annotations
 
