@@ -59,7 +59,7 @@ def reward(
     conversation with its special tokens, token count, truncation, the scored token and the raw float32
     score; for a GenRM the judge prompt as sent, the raw verdict and its parse, token usage; for the rule
     the extracted answer. Without --input or --prompt the samples are the profile's policy's responses to
-    the first K prompts of its test split. Lints are printed after (see the README). The profile defaults
+    the first K prompts of its test split. Lints are printed after (see docs/validating-rewards.md). The profile defaults
     to tiny-disrm."""
     from rlrm.config.loader import load_profile
     from rlrm.validate import samples as sample_source
