@@ -20,7 +20,7 @@ import time
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
-from rlrm.launch.common.auth import ENV_VAR, authorized, key_from_env
+from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
 from rlrm.launch.common.ports import ensure_port_free
 from rlrm.launch.server import routes
 from rlrm.launch.server.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
@@ -51,7 +51,9 @@ def create_app(cfg: ServerConfig):
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
     sleep_state = SleepState(backend.model, backend.lock, backend.device)
-    weight_state = WeightState(backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights)
+    weight_state = WeightState(
+        backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights, weights_dir=cfg.weights_dir
+    )
 
     def gate(path: str, headers: list[tuple[bytes, bytes]]):
         """The error response for a request the API key or sleep mode turns away, else None."""
@@ -135,6 +137,10 @@ def _validation_message(exc) -> str:
     return f"{loc}: {err['msg']}"
 
 
+# On SIGTERM, requests still running (a weight-update group join waiting for its master) get this long before
+# the server stops anyway: a supervisor's stop never waits out a join's timeout.
+GRACEFUL_SHUTDOWN_S = 2
+
 # Idle connections stay open this long (uvicorn's default is 5 s): longer than clients keep them in their
 # pools (aiohttp 15 s, httpx 5 s, the SGLang router's reqwest 90 s), so a client never reuses a connection
 # the server has just closed, a request that would fail and be retried.
@@ -147,7 +153,15 @@ def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_leve
 
     ensure_port_free(host, port)
     app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEPALIVE_S)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=KEEPALIVE_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -195,11 +209,24 @@ def main(argv: list[str] | None = None) -> None:
         default=300.0,
         help="bound on joining a weight-update group (/init_weights_update_group) and on each broadcast",
     )
+    parser.add_argument(
+        "--weights-dir",
+        default=None,
+        metavar="FOLDER",
+        help="the only folder /update_weights_from_disk loads from (besides the server's own --model folder); "
+        "without it the server loads no other weights from disk",
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve on an address other than loopback without an API key (anyone who reaches it can use it)",
+    )
     args = parser.parse_args(argv)
 
     try:
         api_key = args.api_key or (key_from_env(args.api_key_env, "--api-key-env") if args.api_key_env else None)
         api_key = api_key or os.environ.get(ENV_VAR) or None
+        check_bind(args.host, api_key, args.allow_unauthenticated)
         if args.threads:
             import torch
 
@@ -217,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             batch_wait_ms=args.batch_wait_ms,
             batch_gap_ms=args.batch_gap_ms,
             weight_sync_timeout_s=args.weight_sync_timeout_s,
+            weights_dir=args.weights_dir,
         )
         serve(cfg, args.host, args.port)
     except RlrmError as exc:
