@@ -68,16 +68,27 @@ def server(
     check_port(port)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
-    check_bind(host, api_key, allow_unauthenticated)
     if backend != "embedded":
         return _external(
-            backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+            backend,
+            model,
+            role,
+            host,
+            port,
+            dtype,
+            max_batch,
+            api_key,
+            served_model_name,
+            start_timeout,
+            dry_run,
+            allow_unauthenticated,
         )
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
+    check_bind(host, api_key, allow_unauthenticated)
     cfg = ServerConfig(
         model_path=resolve_model_path(model),
         role=role,
@@ -89,16 +100,28 @@ def server(
         weights_dir=weights_dir,
     )
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
-    serve(cfg, host, port)
+    serve(cfg, host, port, allow_unauthenticated=allow_unauthenticated)
 
 
 def _external(
-    backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+    backend,
+    model,
+    role,
+    host,
+    port,
+    dtype,
+    max_batch,
+    api_key,
+    served_model_name,
+    start_timeout,
+    dry_run,
+    allow_unauthenticated=False,
 ) -> None:
     """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C."""
     import shlex
     import time
 
+    from rlrm.launch.common.auth import check_bind
     from rlrm.launch.common.ports import ensure_port_free
     from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
     from rlrm.launch.fleet.process import ServerProcess
@@ -109,6 +132,7 @@ def _external(
         return
     require_backend(backend)
     ensure_port_free(host, port)
+    check_bind(host, api_key, allow_unauthenticated)
     server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=engine_env(backend, api_key))
     try:
         server.start()

@@ -155,8 +155,9 @@ def test_no_server_listens_off_loopback_without_a_key_unless_told(tiny_policy_pa
 
     from rlrm.cli.main import app
 
-    result = CliRunner().invoke(app, ["launch", "server", "--model", str(tiny_policy_path), "--host", "::"], env=env)
-    assert result.exit_code != 0 and "refusing to serve on :: without an API key" in result.output
+    args = ["launch", "server", "--model", str(tiny_policy_path), "--host", "0.0.0.0", "--port", str(free_port())]
+    result = CliRunner().invoke(app, args, env={"RLRM_API_KEY": ""})
+    assert result.exit_code == 1 and result.output.startswith("error: refusing to serve on 0.0.0.0 without an API key")
 
 
 def test_the_bind_rule_itself():

@@ -147,11 +147,18 @@ GRACEFUL_SHUTDOWN_S = 2
 KEEPALIVE_S = 120
 
 
-def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Run the server in the foreground until interrupted."""
+def serve(
+    cfg: ServerConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    allow_unauthenticated: bool = False,
+) -> None:
+    """Run the server in the foreground until interrupted (ConfigError: off loopback with no key, unless allowed)."""
     import uvicorn
 
     ensure_port_free(host, port)
+    check_bind(host, cfg.api_key, allow_unauthenticated)
     app = create_app(cfg)
     uvicorn.run(
         app,
@@ -226,7 +233,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         api_key = args.api_key or (key_from_env(args.api_key_env, "--api-key-env") if args.api_key_env else None)
         api_key = api_key or os.environ.get(ENV_VAR) or None
-        check_bind(args.host, api_key, args.allow_unauthenticated)
         if args.threads:
             import torch
 
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
             weight_sync_timeout_s=args.weight_sync_timeout_s,
             weights_dir=args.weights_dir,
         )
-        serve(cfg, args.host, args.port)
+        serve(cfg, args.host, args.port, allow_unauthenticated=args.allow_unauthenticated)
     except RlrmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
