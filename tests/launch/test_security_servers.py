@@ -132,8 +132,8 @@ def test_a_join_flood_gets_409_loads_still_work_and_sigterm_stops_the_server(tin
         proc.stop()
 
 
-def test_bad_group_requests_are_400_at_once(tiny_policy_path):
-    extra = ["--threads", "1", "--weight-sync-timeout-s", "120"]
+def test_bad_group_requests_are_400_at_once_and_a_join_is_bounded(tiny_policy_path):
+    extra = ["--threads", "1", "--weight-sync-timeout-s", "3"]
     with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as proc:
         out_of_range = _init(proc.url, 70000, timeout=30)
         assert out_of_range.status_code == 400 and "master_port" in out_of_range.json()["error"]["message"]
@@ -141,6 +141,14 @@ def test_bad_group_requests_are_400_at_once(tiny_policy_path):
         assert empty.status_code == 400 and "master_address" in empty.json()["error"]["message"]
         rank = _init(proc.url, 29500, rank=5, timeout=30)
         assert rank.status_code == 400 and "rank_offset 5" in rank.json()["error"]["message"]
+        with _Silent() as master:  # each join gives up at its bound (torch's own store would wait forever)
+            for _ in range(3):
+                gave_up = _init(proc.url, master.port, timeout=60)
+                assert gave_up.status_code == 200 and gave_up.json()["success"] is False
+                assert "did not answer within 3 s" in gave_up.json()["message"]
+            # the threads left stuck are counted: no flood piles them up
+            assert _init(proc.url, master.port, timeout=60).status_code == 409
+        assert httpx.get(proc.url + "/health", timeout=10).status_code == 200
 
 
 def test_no_server_listens_off_loopback_without_a_key_unless_told(tiny_policy_path):

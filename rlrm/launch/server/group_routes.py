@@ -21,7 +21,8 @@ the embedded server receives tensor by tensor. Joining and each broadcast are bo
 One group at a time: while a join is pending, or while a group of another name is joined, a new
 `/init_weights_update_group` gets 409 (a flood of joins to a master that never answers holds one join, not
 every thread). A join runs in a thread of its own, never in the pool that serves loads, and never keeps
-the process from stopping: SIGTERM ends the server at once, pending join or not.
+the process from stopping: SIGTERM ends the server at once, pending join or not. The request gives up at
+`--weight-sync-timeout-s` even where torch's store would wait forever.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from rlrm.errors import RolloutServerError
 from rlrm.launch.common.weight_group import GROUP, WeightGroup, join_group, torch_dtype
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.weight_routes import WeightState, check_fits, require_policy
+
+# join threads (pending, or stuck past their bound on a master that never answers) a server keeps at most
+MAX_JOIN_THREADS = 3
 
 
 class InitWeightsUpdateGroupRequest(BaseModel):
@@ -76,6 +80,7 @@ class WeightGroups:
         self.state, self.device, self.timeout_s = state, device, timeout_s
         self.groups: dict[str, WeightGroup] = {}
         self.joining: str | None = None  # the group a pending join is for
+        self.join_threads = 0  # join threads still running, the ones given up on at the bound included
 
     async def init(self, body: InitWeightsUpdateGroupRequest) -> dict:
         if not 1 <= body.rank_offset < body.world_size:
@@ -89,8 +94,17 @@ class WeightGroups:
         device = self.device if body.backend == "nccl" else None
         args = (body.master_address, body.master_port, body.rank_offset, body.world_size, body.group_name)
         self.joining = body.group_name
+        self.join_threads += 1
         try:
-            group = await _join_in_own_thread(*args, body.backend, self.timeout_s, device)
+            # torch's TCPStore waits forever on a master that accepts and never answers: the bound is kept here,
+            # and a thread still stuck after it is left behind (counted: MAX_JOIN_THREADS)
+            joined = _join_in_own_thread((*args, body.backend, self.timeout_s, device), self._join_ended)
+            group = await asyncio.wait_for(joined, self.timeout_s)
+        except asyncio.TimeoutError:
+            return _no(
+                f"could not join weight-update group {body.group_name!r}: its master {body.master_address}:"
+                f"{body.master_port} did not answer within {self.timeout_s:g} s (--weight-sync-timeout-s)"
+            )
         except (RolloutServerError, RuntimeError, TimeoutError, ValueError, OSError) as exc:
             return _no(f"could not join weight-update group {body.group_name!r}: {exc}")
         finally:
@@ -109,6 +123,12 @@ class WeightGroups:
                 f"finish or time out ({self.timeout_s:g} s, --weight-sync-timeout-s)",
                 status=409,
             )
+        if self.join_threads >= MAX_JOIN_THREADS:
+            raise RequestError(
+                f"{self.join_threads} earlier joins to masters that never answered still hold a thread each; "
+                "one group at a time: retry once they end, or restart this server",
+                status=409,
+            )
         other = next((g for g in self.groups if g != name), None)
         if other is not None:
             raise RequestError(
@@ -116,6 +136,9 @@ class WeightGroups:
                 "POST /destroy_weights_update_group first",
                 status=409,
             )
+
+    def _join_ended(self) -> None:
+        self.join_threads -= 1
 
     async def update(self, body: UpdateWeightsFromDistributedRequest) -> dict:
         group = self.groups.get(body.group_name)
@@ -156,14 +179,16 @@ class WeightGroups:
         return {"success": True, "message": f"left {body.group_name!r}"}
 
 
-async def _join_in_own_thread(*args) -> WeightGroup:
-    """`join_group(*args)` in a daemon thread: it takes no slot of the pool loads run in, and a process told
-    to stop does not wait for it (asyncio's pool threads are joined at exit, which a pending join would hold)."""
+def _join_in_own_thread(args: tuple, on_end) -> asyncio.Future:
+    """A future of `join_group(*args)`, run in a daemon thread: it takes no slot of the pool loads run in, and a
+    process told to stop does not wait for it (asyncio's pool threads are joined at exit). `on_end()` runs on
+    the event loop once the thread ends; a group joined after the future was cancelled is left at once."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
     def settle(result, error) -> None:
-        if future.done():  # the request was cancelled (the server stops): a group joined late is left
+        on_end()
+        if future.done():  # given up (the join's bound, or the server stops)
             if error is None:
                 result.close()
         elif error is not None:
@@ -182,7 +207,7 @@ async def _join_in_own_thread(*args) -> WeightGroup:
             pass
 
     threading.Thread(target=run, name="weight-group-join", daemon=True).start()
-    return await future
+    return future
 
 
 def _no(message: str) -> dict:
