@@ -11,7 +11,9 @@ rlrm/launch/server/weight_routes.py; POST /init_weights_update_group, /update_we
 /destroy_weights_update_group: see rlrm/launch/server/group_routes.py). Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
-(RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
+(RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line. Without a key
+the server listens on loopback only, unless `--allow-unauthenticated` says otherwise; weights load from
+`--weights-dir` only (rlrm/launch/server/weight_source.py).
 """
 
 from __future__ import annotations
