@@ -191,3 +191,25 @@ def test_a_judge_given_as_a_rollout_address_is_refused_at_start(tiny_policy_path
             asyncio.run(check_servers([judge.url], "policy", None, None, 30, what="rollout.server.addresses"))
     message = str(err.value)
     assert "rollout.server.addresses[0]" in message and "role 'genrm'" in message and "\n" not in message
+
+
+def test_launched_reward_servers_get_a_fresh_key_too(random_disrm_path):
+    from rlrm.config.reward import RewardConfig
+    from rlrm.engine.rewards.service import RewardService
+
+    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path)}, timeout_s=20)  # no api_key_env
+    body = {"input": [[5, 6, 7]], "use_activation": False}
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            (server,) = service.pool.servers
+            scored = await service.balancer.post("/classify", body, 20)  # the run's own client holds the key
+            refused = httpx.post(server.url + "/classify", json=body, timeout=20).status_code
+            return service.api_key, scored, refused
+        finally:
+            await service.close()
+
+    key, scored, refused = asyncio.run(scenario())
+    assert key and len(key) >= 40 and refused == 401 and len(scored["data"][0]["probs"]) == 1
