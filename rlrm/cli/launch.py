@@ -42,11 +42,25 @@ def server(
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the vllm/sglang command and stop.")] = False,
+    weights_dir: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Policy role, embedded: the only folder POST /update_weights_from_disk loads from (besides the "
+            "model's own folder); a folder only you can write, and the trainer's rollout.server.weights_dir."
+        ),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve on an address other than loopback without an API key (anyone who reaches it can use it).",
+        ),
+    ] = False,
 ) -> None:
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.errors import ConfigError
-    from rlrm.launch.common.auth import key_from_env
+    from rlrm.launch.common.auth import check_bind, key_from_env
     from rlrm.launch.common.ports import check_port, ensure_port_free
     from rlrm.launch.server.app import serve
     from rlrm.launch.server.backends import ROLES, ServerConfig
@@ -56,13 +70,25 @@ def server(
         api_key = key_from_env(api_key_env, "--api-key-env")
     if backend != "embedded":
         return _external(
-            backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+            backend,
+            model,
+            role,
+            host,
+            port,
+            dtype,
+            max_batch,
+            api_key,
+            served_model_name,
+            start_timeout,
+            dry_run,
+            allow_unauthenticated,
         )
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
+    check_bind(host, api_key, allow_unauthenticated)
     cfg = ServerConfig(
         model_path=resolve_model_path(model),
         role=role,
@@ -71,18 +97,31 @@ def server(
         max_queue=max_queue,
         api_key=api_key,
         served_model_name=served_model_name or model,
+        weights_dir=weights_dir,
     )
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
-    serve(cfg, host, port)
+    serve(cfg, host, port, allow_unauthenticated=allow_unauthenticated)
 
 
 def _external(
-    backend, model, role, host, port, dtype, max_batch, api_key, served_model_name, start_timeout, dry_run
+    backend,
+    model,
+    role,
+    host,
+    port,
+    dtype,
+    max_batch,
+    api_key,
+    served_model_name,
+    start_timeout,
+    dry_run,
+    allow_unauthenticated=False,
 ) -> None:
     """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C."""
     import shlex
     import time
 
+    from rlrm.launch.common.auth import check_bind
     from rlrm.launch.common.ports import ensure_port_free
     from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
     from rlrm.launch.fleet.process import ServerProcess
@@ -93,6 +132,7 @@ def _external(
         return
     require_backend(backend)
     ensure_port_free(host, port)
+    check_bind(host, api_key, allow_unauthenticated)
     server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=engine_env(backend, api_key))
     try:
         server.start()

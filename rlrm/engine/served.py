@@ -10,7 +10,7 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
 from rlrm.launch.client.wire import wire_for
 from rlrm.launch.common.model_info import chat_template_digest
-from rlrm.launch.fleet.server_fleet import ServerFleet
+from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
 def fleet_config(profile: Profile):
@@ -27,7 +27,7 @@ def ray_address(profile: Profile) -> str | None:
 def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> ServerRolloutEngine:
     """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
     cfg = fleet_config(profile)
-    api_key = cfg.read_api_key()
+    api_key = fleet_key(cfg)
     # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
     role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
     fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile))

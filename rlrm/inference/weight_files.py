@@ -43,6 +43,22 @@ class WeightFiles:
         self.root = self.parent / f"rlrm-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.config_from = Path(config_from) if config_from and Path(config_from).is_dir() else None
         self.current: Path | None = None
+        self._made = False  # whether this object made `root` (the only way it comes to exist)
+
+    def create(self) -> None:
+        """Make the run's folder, readable and writable by this user only, and fail if it exists: made before any
+        server names it on its command line, so that nobody else can have put weights there first."""
+        if self._made:
+            return
+        try:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700)
+        except OSError as exc:
+            raise RolloutServerError(
+                f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
+                "to a writable local folder"
+            ) from None
+        self._made = True
 
     def write(self, state_dict: dict, version: int) -> Path:
         """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
@@ -56,13 +72,7 @@ class WeightFiles:
             seen.add(t.data_ptr())
             tensors[name] = t
         need = sum(t.numel() * t.element_size() for t in tensors.values())
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RolloutServerError(
-                f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
-                "to a writable local folder"
-            ) from None
+        self.create()
         free = shutil.disk_usage(self.root).free
         if free < need * 1.05 + (1 << 20):
             raise self._full(need, free)
@@ -101,5 +111,7 @@ class WeightFiles:
                 shutil.rmtree(entry, ignore_errors=True)
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self._made:
+            shutil.rmtree(self.root, ignore_errors=True)
         self.current = None
+        self._made = False

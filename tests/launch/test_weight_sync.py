@@ -17,10 +17,9 @@ from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 
 @pytest.fixture(scope="module")
-def policy_server(tiny_policy_path):
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
-    ) as server:
+def policy_server(tiny_policy_path, tmp_path_factory):
+    extra = ["--threads", "1", "--weights-dir", str(tmp_path_factory.getbasetemp())]  # every tmp_path is inside
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as server:
         yield server
 
 
@@ -99,9 +98,8 @@ def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp
 
 
 def test_a_replica_waiting_for_weights_serves_nothing_until_loaded(tiny_policy_path, shifted):
-    argv = embedded_server_argv(
-        str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1", "--wait-for-weights"]
-    )
+    extra = ["--threads", "1", "--wait-for-weights", "--weights-dir", str(shifted.parent)]
+    argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)
     server = ServerProcess(argv)
     server.launch()
     try:

@@ -19,7 +19,7 @@ from rlrm.engine.rewards.factory import build_reward_fn, with_injection
 from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.launch.client.balancer import ReplicaBalancer
-from rlrm.launch.fleet.server_fleet import ServerFleet
+from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
 class RewardService:
@@ -31,7 +31,7 @@ class RewardService:
         self.loop: RewardLoop | None = None
         self.workers = None  # Ray reward workers, with executor: ray
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
-        self.api_key: str | None = None  # read from reward.server.api_key_env at start, kept out of every config
+        self.api_key: str | None = None  # reward.server.api_key_env's, or a fresh one; kept out of every config
         self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
         self.fleet = (
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
@@ -53,7 +53,7 @@ class RewardService:
 
     async def _start_servers(self, kind: str) -> None:
         server = self.cfg.server
-        self.api_key = server.read_api_key()
+        self.api_key = fleet_key(server)  # launched servers: a fresh key of this run's own
         self.model_path = resolve_model_path(server.model)
         self.fleet = ServerFleet(
             server, role=kind, model_path=self.model_path, api_key=self.api_key, ray_address=self.cfg.ray_address

@@ -107,6 +107,7 @@ class ServerRolloutEngine:
         self.api_key = api_key
         self.request_timeout_s, self.sync_timeout_s, self.max_retries = request_timeout_s, sync_timeout_s, max_retries
         self.fleet.on_restart = self._load_into_restarted
+        self.fleet.weights_files = files  # launched replicas load from this run's folder only
         self.version = 0
         self.max_context: int | None = None
         self.balancer = None

@@ -84,6 +84,8 @@ async def _check_one(
     deadline = time.monotonic() + timeout_s
     while True:
         failure, final = await _probe(session, url, path, body(model), request_timeout_s, section)
+        if failure is None and role.startswith("policy"):
+            return await _not_a_policy(session, url, request_timeout_s, section)
         if failure is None or final:
             return failure
         if time.monotonic() > deadline:
@@ -120,6 +122,23 @@ async def _probe(
     if not _has_shape(path, text):
         return f"POST {path} answered 200 but not in the {path} shape: {text[:120]!r}", True
     return None, True
+
+
+async def _not_a_policy(session, url: str, timeout_s: float, section: str) -> str | None:
+    """Why a server that answers /generate is not a policy server (rlrm's embedded server names its role in
+    /v1/models: a judge generates too, but takes no weights), else None (other servers name no role)."""
+    import aiohttp
+
+    try:
+        async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            role = (await resp.json(content_type=None))["data"][0].get("role") if resp.status == 200 else None
+    except (asyncio.TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None  # no role to read: the first weight sync tells
+    if role is None or role == "policy":
+        return None
+    return (
+        f"it serves role {role!r}, which takes no weights; point {section}.addresses at policy servers (--role policy)"
+    )
 
 
 def _has_shape(path: str, text: str) -> bool:

@@ -23,6 +23,8 @@ import sys
 from typing import Awaitable, Callable
 
 from rlrm.errors import ConfigError
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.common.auth import new_run_key
 from rlrm.launch.fleet.engine_argv import require_backend
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
@@ -47,6 +49,8 @@ class ServerFleet:
             restarted with `--wait-for-weights`.
         ray_address: the Ray cluster `launch_on: ray` replicas join when Ray is not initialised yet
             (None: a local Ray).
+        weights_files: the run's weights folder, made (owner-only) just before the replicas launch: launched
+            embedded policy replicas load weights from there only (`--weights-dir`).
     """
 
     def __init__(
@@ -57,8 +61,10 @@ class ServerFleet:
         api_key: str | None = None,
         on_restart: Callable[[str], Awaitable[None]] | None = None,
         ray_address: str | None = None,
+        weights_files: WeightFiles | None = None,
     ):
         self.cfg, self.role, self.model_path, self.api_key = cfg, role, model_path, api_key
+        self.weights_files = weights_files
         self.ray_address = ray_address
         self.placer: RayReplicas | None = None
         self.section = getattr(cfg, "section", "server")
@@ -169,6 +175,8 @@ class ServerFleet:
             batching = ["--batch-wait-ms", f"{c.batch_wait_ms:g}", "--batch-gap-ms", f"{c.batch_gap_ms:g}"]
             if getattr(c, "weight_sync", "disk") == "distributed":  # the replicas' side of the group's timeout
                 batching += ["--weight-sync-timeout-s", f"{c.sync_timeout_s:g}"]
+            if self.weights_files is not None:
+                batching += ["--weights-dir", str(self.weights_files.root)]
         return batching + list(c.extra_args)
 
     async def start(self, check_timeout_s: float = 30.0) -> None:
@@ -190,6 +198,8 @@ class ServerFleet:
                 if cfg.backend != "embedded":
                     require_backend(cfg.backend)
                 gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
+                if self.weights_files is not None:  # before any replica names it: nobody else made it first
+                    await asyncio.to_thread(self.weights_files.create)
                 if self.on_ray:
                     self.placer = RayReplicas(cfg, self.section, self.ray_address)
                 self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
@@ -238,6 +248,16 @@ class ServerFleet:
         if self.placer is not None:
             await asyncio.to_thread(self.placer.close)
             self.placer = None
+
+
+def fleet_key(cfg) -> str | None:
+    """The servers' bearer key: the one `cfg.api_key_env` names; else, for servers the run launches, a fresh random
+    key (held by the trainer and the servers' environment only). None for running `addresses` without a key, and
+    for SGLang, which takes a key only on its command line, where every local user can read it."""
+    key = cfg.read_api_key()
+    if key or cfg.addresses or cfg.backend == "sglang":
+        return key
+    return new_run_key()
 
 
 def describe_argvs(fleet: ServerFleet) -> list[str]:

@@ -11,7 +11,9 @@ rlrm/launch/server/weight_routes.py; POST /init_weights_update_group, /update_we
 /destroy_weights_update_group: see rlrm/launch/server/group_routes.py). Bad requests get 400 with an OpenAI-style
 error body naming the problem; a full queue gets 503 with Retry-After; with an API key every
 endpoint but /health needs `Authorization: Bearer KEY`. The key comes from the environment
-(RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line.
+(RLRM_API_KEY, or the variable `--api-key-env` names), so it is not on the command line. Without a key
+the server listens on loopback only, unless `--allow-unauthenticated` says otherwise; weights load from
+`--weights-dir` only (rlrm/launch/server/weight_source.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
-from rlrm.launch.common.auth import ENV_VAR, authorized, key_from_env
+from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
 from rlrm.launch.common.ports import ensure_port_free
 from rlrm.launch.server import routes
 from rlrm.launch.server.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
@@ -51,7 +53,9 @@ def create_app(cfg: ServerConfig):
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
     sleep_state = SleepState(backend.model, backend.lock, backend.device)
-    weight_state = WeightState(backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights)
+    weight_state = WeightState(
+        backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights, weights_dir=cfg.weights_dir
+    )
 
     def gate(path: str, headers: list[tuple[bytes, bytes]]):
         """The error response for a request the API key or sleep mode turns away, else None."""
@@ -135,19 +139,38 @@ def _validation_message(exc) -> str:
     return f"{loc}: {err['msg']}"
 
 
+# On SIGTERM, requests still running (a weight-update group join waiting for its master) get this long before
+# the server stops anyway: a supervisor's stop never waits out a join's timeout.
+GRACEFUL_SHUTDOWN_S = 2
+
 # Idle connections stay open this long (uvicorn's default is 5 s): longer than clients keep them in their
 # pools (aiohttp 15 s, httpx 5 s, the SGLang router's reqwest 90 s), so a client never reuses a connection
 # the server has just closed, a request that would fail and be retried.
 KEEPALIVE_S = 120
 
 
-def serve(cfg: ServerConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Run the server in the foreground until interrupted."""
+def serve(
+    cfg: ServerConfig,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    allow_unauthenticated: bool = False,
+) -> None:
+    """Run the server in the foreground until interrupted (ConfigError: off loopback with no key, unless allowed)."""
     import uvicorn
 
     ensure_port_free(host, port)
+    check_bind(host, cfg.api_key, allow_unauthenticated)
     app = create_app(cfg)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, timeout_keep_alive=KEEPALIVE_S)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=KEEPALIVE_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -195,6 +218,18 @@ def main(argv: list[str] | None = None) -> None:
         default=300.0,
         help="bound on joining a weight-update group (/init_weights_update_group) and on each broadcast",
     )
+    parser.add_argument(
+        "--weights-dir",
+        default=None,
+        metavar="FOLDER",
+        help="the only folder /update_weights_from_disk loads from (besides the server's own --model folder); "
+        "without it the server loads no other weights from disk",
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve on an address other than loopback without an API key (anyone who reaches it can use it)",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -217,8 +252,9 @@ def main(argv: list[str] | None = None) -> None:
             batch_wait_ms=args.batch_wait_ms,
             batch_gap_ms=args.batch_gap_ms,
             weight_sync_timeout_s=args.weight_sync_timeout_s,
+            weights_dir=args.weights_dir,
         )
-        serve(cfg, args.host, args.port)
+        serve(cfg, args.host, args.port, allow_unauthenticated=args.allow_unauthenticated)
     except RlrmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -33,6 +33,7 @@ class ServerConfig:
     batch_wait_ms: float = 2.0  # the longest a generation batch waits for more requests after its first
     batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
     weight_sync_timeout_s: float = 300.0  # bound on joining a weight-update group and on each broadcast
+    weights_dir: str | None = None  # the only folder /update_weights_from_disk loads from (None: none)
 
     @property
     def model_name(self) -> str:

@@ -14,6 +14,10 @@ refused update leaves the replica on its old weights with its old version (`succ
 `/generate` answers carry the version as `meta_info.weight_version`. The distributed update
 (rlrm/launch/server/group_routes.py) goes through the same `WeightState.load` and `check_fits`.
 
+Refused as well: a path outside the server's weights folder (`--weights-dir`; rlrm/launch/server/weight_source.py
+says which paths load, and how every file is checked before any is read), tensors holding NaN or inf, and a
+`weight_version` that does not increase (the one way back is the server's own model folder, as version 0).
+
 A replica started with `--wait-for-weights` (restarted by the fleet's supervisor) answers /health
 and the model endpoints with 503 until its first successful update (from disk or broadcast), so neither the router nor
 the balancer sends it requests while it still holds the base model.
@@ -22,12 +26,12 @@ the balancer sends it requests while it still holds the base model.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from rlrm.launch.common.model_info import ENGINE_NAME, chat_template_digest
 from rlrm.launch.server.protocol import RequestError
+from rlrm.launch.server.weight_source import WeightSource
 
 WAIT_GATED = ("/health", "/v1/completions", "/v1/chat/completions", "/generate")
 
@@ -44,8 +48,9 @@ class UpdateWeightsFromDiskRequest(BaseModel):
 class WeightState:
     """The served weights' version and whether the replica still waits for its first weights."""
 
-    def __init__(self, backend, model_path: str, wait_for_weights: bool = False):
+    def __init__(self, backend, model_path: str, wait_for_weights: bool = False, weights_dir: str | None = None):
         self.backend, self.model_path = backend, model_path
+        self.source = WeightSource(weights_dir, model_path)
         self.waiting = wait_for_weights
         self.updates = 0
         self._lock = asyncio.Lock()  # one update at a time
@@ -57,22 +62,26 @@ class WeightState:
             )
 
     async def update(self, body: UpdateWeightsFromDiskRequest) -> dict:
+        model = self.backend.model
         answer = await self.load(
-            lambda: _read_checked(body.model_path, body.load_format, self.backend.model), body.weight_version
+            lambda: check_fits(self.source.read(body.model_path, body.load_format), model, "the weights"),
+            body.weight_version,
+            reset=self.source.is_own_model(body.model_path),
         )
         return {**answer, "num_paused_requests": 0}
 
-    async def load(self, read, weight_version) -> dict:
+    async def load(self, read, weight_version, reset: bool = False) -> dict:
         """`read()` (in a thread: checked tensors, or OSError/ValueError/RuntimeError) put in place as one version.
 
         One update at a time; a refused one answers success false and leaves the served weights as they were.
+        The version must increase, except a `reset` (the server's own model folder), which is version 0.
         """
         async with self._lock:
             try:
                 tensors = await asyncio.to_thread(read)
+                version = _next_version(weight_version, self.version, reset)
             except (OSError, ValueError, RuntimeError) as exc:
                 return {"success": False, "message": f"weights not loaded, still version {self.version}: {exc}"}
-            version = _version(weight_version, self.backend.engine.version + 1)
             # blocks while a decode batch runs: the batch finishes on the old weights
             await asyncio.to_thread(self.backend.engine.update_weights, tensors, version)
             self.waiting = False
@@ -84,29 +93,20 @@ class WeightState:
         return self.backend.engine.version
 
 
-def _version(value, default: int) -> int:
+def _next_version(value, current: int, reset: bool) -> int:
+    """The version a load puts in place: `value` (None: the next one), above `current`, or 0 for a reset."""
     if value is None:
-        return default
+        return 0 if reset else current + 1
     try:
-        return int(value)
+        version = int(value)
     except (TypeError, ValueError):
         raise ValueError(f"weight_version must be an integer, got {value!r}") from None
-
-
-def _read_checked(model_path: str, load_format: str | None, model) -> dict:
-    """Every tensor of the model from the safetensors at `model_path` (a file, or a folder of them), checked."""
-    from safetensors.torch import load_file
-
-    if load_format not in (None, "auto", "safetensors"):
-        raise ValueError(f"load_format {load_format!r} is not served here; use safetensors (or auto)")
-    path = Path(model_path)
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    if not files or not files[0].is_file():
-        raise ValueError(f"no safetensors file at {model_path}")
-    tensors: dict = {}
-    for file in files:
-        tensors.update(load_file(str(file)))
-    return check_fits(tensors, model, f"the weights at {model_path}")
+    if reset and version != 0:
+        raise ValueError(f"the server's own model folder holds the base weights, version 0, not {version}")
+    if not reset and version <= current:
+        # a version going back would let stale weights pass for new ones (every completion carries it)
+        raise ValueError(f"weight_version {version} does not increase this server's version {current}")
+    return version
 
 
 def check_fits(tensors: dict, model, what: str) -> dict:
@@ -124,6 +124,10 @@ def check_fits(tensors: dict, model, what: str) -> dict:
             raise ValueError(f"{name} has shape {tuple(got.shape)}, the model's is {tuple(ref.shape)}")
         if not got.dtype.is_floating_point == ref.dtype.is_floating_point:
             raise ValueError(f"{name} has dtype {got.dtype}, the model's is {ref.dtype}")
+    for name in expected:  # after the cheap checks: one pass over every value
+        got = tensors[name]
+        if got.dtype.is_floating_point and not bool(got.isfinite().all()):
+            raise ValueError(f"{name} holds NaN or infinite values")
     return tensors
 
 
