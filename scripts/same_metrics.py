@@ -5,7 +5,8 @@
     python scripts/same_metrics.py run /tmp/after
     python scripts/same_metrics.py diff /tmp/before /tmp/after   # exit 1 and one line per difference
 
-Timing, perf and idle keys (and anything measured in seconds) differ between any two runs and are left out.
+Timing, CPU-time, perf, idle and reward-latency keys (and anything else in seconds) differ between any two runs
+and are left out; every other key (scores, advantages, losses, grad norms, lengths, staleness, counters) is compared.
 Run from the checkout under test (the `rlrm` on PYTHONPATH is the one measured).
 """
 
@@ -17,7 +18,8 @@ import sys
 from pathlib import Path
 
 MODES = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
-TIMING_PREFIXES = ("timing_s/", "perf/", "idle/", "timing/")
+# measured, not computed: wall and CPU time, idle ratios, and the reward calls' own latency quantiles
+TIMING_PREFIXES = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency_")
 
 
 def run(out: Path, steps: int = 3) -> None:
