@@ -23,7 +23,7 @@ from rlrm.bench.results import COLUMNS, compare, finite_json, mode_means, run_ro
 from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import check_inputs, start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 

@@ -156,16 +156,16 @@ def simulate(
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
     import time
 
+    from rlrm.bench.simulate.check_vs_bench import check_against_bench
     from rlrm.bench.simulate.plan import make_plan
     from rlrm.bench.simulate.run import run_simulation
-    from rlrm.bench.simulate.validate import validate_bench
     from rlrm.cli import simulate_view as view
 
     folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
     extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
     plan = make_plan(from_, spec, extra, sweep)
     if plan.bench is not None:
-        check = validate_bench(plan.bench, folder, extra)
+        check = check_against_bench(plan.bench, folder, extra)
         view.print_params(check.calibration)
         view.print_validation(check)
         typer.echo(

@@ -39,7 +39,7 @@ def rm(
     pairwise accuracy per subset and overall with a bootstrap 95% interval (seeded by --seed). Ties are
     not wins and are counted apart; pairs with identical chosen and rejected are skipped with a warning."""
     from rlrm.config.loader import load_profile
-    from rlrm.validate.pairs import accuracy_table, read_pairs, score_pairs
+    from rlrm.reward_checks.pairs import accuracy_table, read_pairs, score_pairs
 
     resolved = load_profile(profile or "tiny-disrm", overrides)
     rows, identical = read_pairs(pairs)

@@ -62,9 +62,9 @@ def reward(
     the first K prompts of its test split. Lints are printed after (see docs/validating-rewards.md). The profile defaults
     to tiny-disrm."""
     from rlrm.config.loader import load_profile
-    from rlrm.validate import samples as sample_source
-    from rlrm.validate.inspect import inspect_reward
-    from rlrm.validate.show import print_report, to_json
+    from rlrm.reward_checks import samples as sample_source
+    from rlrm.reward_checks.inspect import inspect_reward
+    from rlrm.reward_checks.show import print_report, to_json
 
     if input is not None and (prompt is not None or response is not None):
         raise ConfigError("give either --input FILE or --prompt/--response, not both")

@@ -59,10 +59,10 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
         key, value = _parse_override(item)
         _check_key_path(key)
         _set_path(raw, key, value)
-    return validate_profile(raw, source=name_or_path)
+    return parse_profile(raw, source=name_or_path)
 
 
-def validate_profile(raw: dict, source: str = "profile") -> Profile:
+def parse_profile(raw: dict, source: str = "profile") -> Profile:
     """Validate a raw mapping, turning pydantic's report into one clear line."""
     return validate_model(raw, Profile, source)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.latency import LatencyDist, parse_latency
 from rlrm.config.servers import ServerFleetConfig
+from rlrm.launch.fleet.spec import FleetSpec
 
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -34,6 +36,10 @@ class RewardServerConfig(ServerFleetConfig):
     model: str | None = Field(
         None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite)."
     )
+
+    def fleet_spec(self) -> FleetSpec:
+        """The base settings, with the model that running `addresses` must serve."""
+        return replace(super().fleet_spec(), model=self.model)
 
 
 class DisRMConfig(_Section):

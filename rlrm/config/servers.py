@@ -6,11 +6,13 @@ servers and the reward model's servers alike; these are the keys both sections r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.launch.common.auth import key_from_env
+from rlrm.launch.fleet.spec import Batching, FleetSpec
 
 ServerBackend = Literal["embedded", "vllm", "sglang"]
 RayStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
@@ -163,6 +165,26 @@ class ServerFleetConfig(BaseModel):
         """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
         return key_from_env(self.api_key_env, f"{self.section}.api_key_env") if self.api_key_env else None
 
+    def fleet_spec(self) -> FleetSpec:
+        """The settings the fleet that launches these servers reads (rlrm/launch/fleet/spec.py)."""
+        return FleetSpec(
+            section=self.section,
+            replicas=self.replicas,
+            backend=self.backend,
+            dtype=self.dtype,
+            max_batch=self.max_batch,
+            threads=self.threads,
+            gpu_ids=tuple(self.gpu_ids),
+            extra_args=tuple(self.extra_args),
+            addresses=tuple(self.addresses),
+            router=self.router,
+            start_timeout_s=self.start_timeout_s,
+            launch_on=self.launch_on,
+            placement=self.placement,
+            node_resource=self.node_resource,
+            gpus_per_replica=self.gpus_per_replica,
+        )
+
 
 class RolloutServerConfig(ServerFleetConfig):
     """`rollout.backend: server`: the policy served by these replicas, new weights loaded into them after every update."""
@@ -220,3 +242,12 @@ class RolloutServerConfig(ServerFleetConfig):
                 "SGLang's update_weights_from_distributed); use rollout.server.weight_sync=disk"
             )
         return self
+
+    def fleet_spec(self) -> FleetSpec:
+        """The base settings, with the policy replicas' batch window and weight-sync timeout."""
+        return replace(
+            super().fleet_spec(),
+            batching=Batching(self.batch_wait_ms, self.batch_gap_ms),
+            weight_sync=self.weight_sync,
+            sync_timeout_s=self.sync_timeout_s,
+        )

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlrm.config.schema import Profile
+from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
-from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.served import served_engine
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
-
-if TYPE_CHECKING:  # torch-backed: imported where built, not at import time
-    from rlrm.engine.actor.actor import Actor
 
 
 @dataclass
@@ -32,7 +30,7 @@ class Components:
     tokenizer: Any  # a transformers tokenizer with a chat template and a pad token
     policy: Any  # the actor's model (a transformers causal LM, trained in place)
     engine: RolloutEngine  # holds its own copy of the policy weights
-    actor: Actor  # or a RankGroupActor (same interface) when actor.world_size > 1
+    actor: PolicyActor  # an Actor, or a RankGroupActor when actor.world_size > 1
     train_examples: list[Example]
     test_examples: list[Example]
     reward: RewardService  # started by the trainer

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 
 from rlrm.config.schema import Profile
-from rlrm.engine.served import fleet_config, ray_address
+from rlrm.engine.served import fleet_spec, ray_address
 from rlrm.launch.fleet.engine_argv import engine_env
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -24,14 +24,14 @@ def planned_processes(profile: Profile) -> list[str]:
     if profile.rollout.backend == "server":
         fleets.append(
             ServerFleet(
-                fleet_config(profile), role="policy", model_path=profile.model.path, ray_address=ray_address(profile)
+                fleet_spec(profile), role="policy", model_path=profile.model.path, ray_address=ray_address(profile)
             )
         )
     reward = profile.reward
     if reward.model_kind and not (reward.model_kind == "disrm" and reward.disrm.scorer == "legacy"):
         fleets.append(
             ServerFleet(
-                reward.server,
+                reward.server.fleet_spec(),
                 role=reward.model_kind,
                 model_path=reward.server.model or "",
                 ray_address=reward.ray_address,
@@ -40,21 +40,21 @@ def planned_processes(profile: Profile) -> list[str]:
     lines = []
     for k, fleet in enumerate(fleets):
         if fleet.on_ray:  # local replicas go on this node, as they always did
-            n = fleet.cfg.replicas
+            n = fleet.spec.replicas
             lines.append(f"# {fleet.section}: {n} replica{'s' * (n > 1)} on {fleet.where()}")
         argvs = fleet.argvs(base_port=8000 + 100 * k, router_port=30000 + 10 * k)
-        launched = 0 if fleet.cfg.addresses else fleet.cfg.replicas
+        launched = 0 if fleet.spec.addresses else fleet.spec.replicas
         for i, argv in enumerate(argvs):
             what = f"replica {i}" if i < launched else "router"
             env = _env(fleet, i) if i < launched else ""
             lines.append(f"# {fleet.section} {what}: {env}{shlex.join(argv)}")
-        if fleet.cfg.addresses:
-            lines.append(f"# {fleet.section}: running servers {', '.join(fleet.cfg.addresses)} (nothing launched)")
+        if fleet.spec.addresses:
+            lines.append(f"# {fleet.section}: running servers {', '.join(fleet.spec.addresses)} (nothing launched)")
     return lines
 
 
 def _env(fleet: ServerFleet, i: int) -> str:
-    env = {k: v for k, v in engine_env(fleet.cfg.backend, None, fleet.role).items()}
-    if fleet.cfg.gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = str(fleet.cfg.gpu_ids[i % len(fleet.cfg.gpu_ids)])
+    env = {k: v for k, v in engine_env(fleet.spec.backend, None, fleet.role).items()}
+    if fleet.spec.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = str(fleet.spec.gpu_ids[i % len(fleet.spec.gpu_ids)])
     return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())

@@ -5,18 +5,21 @@ engine = served_engine(profile, policy_path, tokenizer, policy)   # not started:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlrm.config.schema import Profile
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
 from rlrm.launch.client.wire import wire_for
 from rlrm.launch.common.model_info import chat_template_digest
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
+from rlrm.launch.fleet.spec import FleetSpec
 
 
-def fleet_config(profile: Profile):
-    """`rollout.server` with its defaults resolved from the rest of the profile."""
+def fleet_spec(profile: Profile) -> FleetSpec:
+    """The policy fleet's settings: `rollout.server` with its defaults resolved from the rest of the profile."""
     cfg = profile.rollout.server
-    return cfg.model_copy(update={"max_batch": cfg.max_batch or profile.rollout.max_batch_size})
+    return replace(cfg.fleet_spec(), max_batch=cfg.max_batch or profile.rollout.max_batch_size)
 
 
 def ray_address(profile: Profile) -> str | None:
@@ -26,11 +29,13 @@ def ray_address(profile: Profile) -> str | None:
 
 def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> ServerRolloutEngine:
     """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
-    cfg = fleet_config(profile)
-    api_key = fleet_key(cfg)
+    cfg = profile.rollout.server
+    api_key = fleet_key(cfg.fleet_spec(), cfg.read_api_key())
     # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
     role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
-    fleet = ServerFleet(cfg, role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile))
+    fleet = ServerFleet(
+        fleet_spec(profile), role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile)
+    )
     expect = TrainerModel(
         name=profile.model.path,
         vocab_size=policy.get_input_embeddings().num_embeddings,

@@ -3,14 +3,18 @@
     grpo = GRPOStep(actor, engine, StepSettings.from_profile(profile, pad_token_id, device))
     batch, lp_metrics = grpo.prepare(completions, off_policy=False, timer=timer)  # collate; old/ref log-probs
     scored = grpo.score(batch, results, timer)                # drop failed groups; scores, GRPO advantages
-    update = grpo.train(scored.batch, step, timer)            # Actor.update (epochs x mini-batches), weight sync
-    outcome = grpo.finish(StepRecord(...))                    # the step's metrics row and its samples
+    update = grpo.train(scored.batch, timer)                  # Actor.update (epochs x mini-batches)
+    weights.publish(step, timer)                              # the mode's call: the engine gets version `step`
+    record = StepRecord(step, [scored], ...)                  # what the mode hands the trainer
+    outcome = grpo.finish(record)                             # the trainer's call: metrics row and samples
 
 A mode (rlrm/engine/scheduling/<mode>.py) only says *when* these run and what overlaps with them:
 sync calls them one after the other; stream and one-step-off `prepare` a batch as soon as it is
 generated, while its rewards are still arriving (old and reference log-probs need the samples, not
 their scores); pipeline hands `train` its first epoch's mini-batches one by one as their groups get
 scored; fully-async runs them on whatever scored groups it takes. The maths never depends on the mode.
+Moving the new weights to the rollout engine is not maths: each mode calls `PolicyWeights.publish`
+(rlrm/engine/weights.py) where it decides that weights move.
 
 Samples arrive prompt-major: group g (the n samples of prompt g) is rows g*n ... g*n+n-1.
 """
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from rlrm.config.reward import RewardConfig
 from rlrm.config.schema import Profile
+from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.agreement import agreement_metrics
@@ -30,7 +35,6 @@ from rlrm.inference.base import RolloutEngine
 if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
     import torch
 
-    from rlrm.engine.actor.actor import Actor
     from rlrm.engine.actor.batch import RolloutBatch
 
 
@@ -77,7 +81,7 @@ class Scored:
 
 @dataclass
 class StepRecord:
-    """Everything a mode hands `finish` about one trained step.
+    """Everything a mode hands the trainer (which passes it to `finish`) about one trained step.
 
     Attributes:
         step: the step number (the policy version the update produced).
@@ -110,11 +114,11 @@ class GRPOStep:
 
     Args:
         actor: trains the policy (its `update` is the only epoch loop).
-        engine: the rollout engine that receives the new weights after each update.
+        engine: the rollout engine the samples come from (its `dtype` decides whether old log-probs are recomputed).
         settings: the profile's values these functions read.
     """
 
-    def __init__(self, actor: Actor, engine: RolloutEngine, settings: StepSettings):
+    def __init__(self, actor: PolicyActor, engine: RolloutEngine, settings: StepSettings):
         self.actor, self.engine, self.settings = actor, engine, settings
 
     def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch | None, dict]:
@@ -146,7 +150,7 @@ class GRPOStep:
                 metrics = _log_prob_gap(batch)
             else:
                 batch.old_log_prob = batch.rollout_log_prob
-        if self.actor.ref_model is not None:
+        if self.actor.has_ref_model:
             with timer("ref"):
                 batch.ref_log_prob = self.actor.compute_ref_log_prob(batch)
         return batch, metrics
@@ -157,7 +161,7 @@ class GRPOStep:
             self.settings.recompute_old_log_prob,
             off_policy=off_policy,
             ppo_epochs=actor.cfg.ppo_epochs,
-            engine_dtype=getattr(self.engine, "dtype", None),
+            engine_dtype=self.engine.dtype,
             actor_dtype=actor.dtype,
         )
 
@@ -193,13 +197,12 @@ class GRPOStep:
             out.scores, out.advantages = scores.to(self.settings.device), advantages.to(self.settings.device)
         return Scored(out, kept, dropped)
 
-    def train(self, batch: RolloutBatch | Iterable[RolloutBatch] | None, step: int, timer: StepTimer) -> dict:
-        """Update the actor on `batch`, then hand the new weights to the rollout engine as version `step`.
+    def train(self, batch: RolloutBatch | Iterable[RolloutBatch] | None, timer: StepTimer) -> dict:
+        """Update the actor on `batch` (the caller then publishes the weights, rlrm/engine/weights.py).
 
         Args:
             batch: the scored batch, or the first epoch's scored mini-batches as they become ready
                 (pipeline mode; see `Actor.update`), or None when nothing survived (no update).
-            step: the policy version the update produces.
             timer: `timing_s/update_actor` sums the mini-batches; each is a `minibatch` trace span.
 
         Returns:
@@ -211,10 +214,7 @@ class GRPOStep:
             timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
 
         with timer.cpu_time("update_actor"):
-            metrics = self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
-        with timer("update_weights"):
-            self.engine.update_weights(self.actor.policy_state_dict(), version=step)
-        return metrics
+            return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
 
     def finish(self, record: StepRecord) -> StepOutcome:
         """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained,

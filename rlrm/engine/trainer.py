@@ -23,13 +23,15 @@ from pathlib import Path
 
 import yaml
 
-from rlrm.config.loader import dump_profile, validate_profile
+from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.executor.world_size import check_world_size
+from rlrm.engine.held_out import evaluate_held_out
 from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.idle import IdleMeter
 from rlrm.engine.metrics.samples import SampleLog
@@ -39,11 +41,10 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import check_failure_budget
-from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
-from rlrm.engine.validation import validate
+from rlrm.engine.weights import PolicyWeights
 from rlrm.errors import ConfigError, RunFolderError
 from rlrm.inference.loading import pick_device
 
@@ -119,7 +120,7 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     raw = _read_run_config(path)
     if total_steps is not None:
         raw.setdefault("trainer", {})["total_steps"] = total_steps
-    profile = validate_profile(raw, source=str(path))
+    profile = parse_profile(raw, source=str(path))
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile
@@ -186,8 +187,7 @@ class _TrainLoop:
         self.scheduler = None
         try:
             await parts.reward.start()
-            if hasattr(parts.engine, "start"):  # rollout servers (rollout.backend: server)
-                await parts.engine.start()
+            await parts.engine.start()
             await self._loop(ckpts)
         finally:
             gc.unfreeze()  # what the run leaves behind is collected as usual again
@@ -195,9 +195,7 @@ class _TrainLoop:
                 await self.scheduler.close()
             await parts.reward.close()
             await parts.engine.close()
-            close_actor = getattr(parts.actor, "close", None)  # the rank processes of actor.world_size > 1
-            if close_actor is not None:
-                close_actor()
+            parts.actor.close()
 
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
@@ -205,12 +203,12 @@ class _TrainLoop:
         writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
-        self.val_examples, self.val_ids = self._validation_set()
+        self.val_examples, self.val_ids = self._held_out_set()
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
-                    writer.log({"step": 0, **await self._validate()})
+                    writer.log({"step": 0, **await self._held_out()})
                 while step < p.trainer.total_steps:
                     step += 1
                     row = await self._step(step)
@@ -233,19 +231,21 @@ class _TrainLoop:
         p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
         step, resume = 0, None
+        weights = PolicyWeights(parts.actor, parts.engine)
         if ckpts:
             state = load_state(ckpts[-1])
             resume = state["loader"]
             parts.actor.load_state_dict(state["actor"], ckpt_dir=ckpts[-1])
             loader.load_state_dict(state["loader"])
             step = state["step"]
-            parts.engine.update_weights(parts.actor.policy_state_dict(), version=step)  # same weights, right version
+            weights.publish(step)  # the engine loaded the checkpoint's weights already: this gives them their version
         self.result.last_step = step
         prompts = PromptSource(loader, parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
         grpo = GRPOStep(
             parts.actor, parts.engine, StepSettings.from_profile(p, parts.tokenizer.pad_token_id, parts.device)
         )
-        run = RunParts(p, prompts, parts.engine, parts.reward, parts.tokenizer, grpo, self.spans)
+        run = RunParts(p, prompts, parts.engine, parts.reward, parts.tokenizer, grpo, weights, self.spans)
+        self.grpo = grpo
         self.scheduler = make_scheduler(p.trainer.mode, run, step, resume)
         return step
 
@@ -253,7 +253,7 @@ class _TrainLoop:
         p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
-        outcome = await self.scheduler.step(step, timer)
+        outcome = self.grpo.finish(await self.scheduler.step(step, timer))  # the row's part the step's maths gives
         # From here the step is done: an interrupt below still checkpoints this step.
         self.result.last_step = step
         end = time.perf_counter()
@@ -261,8 +261,7 @@ class _TrainLoop:
         timed = len(timer.spans)
         self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
         row = {"step": step, **outcome.metrics, **timer.metrics()}
-        if hasattr(self.parts.engine, "take_metrics"):  # rollout/retries, ... of rollout servers
-            row.update(self.parts.engine.take_metrics())
+        row.update(self.parts.engine.take_metrics())  # rollout/retries, ... of rollout servers
         row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]
         row.update(self._perf(row, end - start))
         row.update(self.idle.measure((start, end)))
@@ -279,7 +278,7 @@ class _TrainLoop:
         if p.trainer.val_every and (step % p.trainer.val_every == 0 or step == p.trainer.total_steps):
             try:
                 with timer("testing"):
-                    row.update(await self._validate())
+                    row.update(await self._held_out())
             except asyncio.CancelledError:
                 self.pending_row = row  # the step itself is complete: keep its row
                 raise
@@ -300,12 +299,12 @@ class _TrainLoop:
             "perf/wall_s": time.perf_counter() - self.t0,
             "perf/cpu_cores": _cpu_cores(),
         }
-        rank_memory = getattr(self.parts.actor, "peak_memory_gb", None)  # actor.world_size > 1: the ranks' own
+        rank_memory = self.parts.actor.peak_memory_gb()  # actor.world_size > 1: the ranks' own
         if rank_memory is not None:
-            perf["perf/actor_max_memory_gb"] = rank_memory()
+            perf["perf/actor_max_memory_gb"] = rank_memory
         return perf
 
-    def _validation_set(self) -> tuple[list, list]:
+    def _held_out_set(self) -> tuple[list, list]:
         p = self.profile
         examples = self.parts.test_examples
         if p.data.val_size:
@@ -313,15 +312,15 @@ class _TrainLoop:
         ids, kept, _ = encode_prompts(examples, self.parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
         return kept, ids
 
-    async def _validate(self) -> dict:
+    async def _held_out(self) -> dict:
         parts = self.parts
-        return await validate(parts.engine, parts.tokenizer, self.profile, self.val_examples, self.val_ids)
+        return await evaluate_held_out(parts.engine, parts.tokenizer, self.profile, self.val_examples, self.val_ids)
 
     def _save(self, force: bool = False) -> None:
         step = self.result.last_step
         if step == 0 or self.scheduler is None:
             return
-        if getattr(self.parts.actor, "broken", None):  # a rank died: its shards are gone, keep the last checkpoint
+        if self.parts.actor.broken:  # a rank died: its shards are gone, keep the last checkpoint
             return
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
@@ -334,7 +333,7 @@ class _TrainLoop:
             self.parts.tokenizer,
             state,
             self.profile.trainer.keep_checkpoints,
-            write_extra=getattr(self.parts.actor, "write_shards", None),
+            write_extra=self.parts.actor.write_shards,
         )
 
     def _stream_trace(self) -> None:

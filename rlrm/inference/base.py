@@ -71,7 +71,20 @@ class Completion:
 
 
 class RolloutEngine(Protocol):
-    """What every generation backend offers the scheduling modes."""
+    """What every generation backend offers the trainer and the scheduling modes (nothing else is asked of one).
+
+    The in-process hf engine (rlrm/inference/hf.py) and the engine over rollout servers
+    (rlrm/launch/client/rollout_engine.py) implement all of it; an engine with nothing to start or count
+    returns at once from `start` and gives `{}` from `take_metrics`.
+    """
+
+    # The parameter dtype of the code that scores tokens (torch.dtype or its name), or None when the log-probs come
+    # from other code (vLLM/SGLang servers): with the actor's it decides whether old log-probs are recomputed.
+    dtype: object
+
+    async def start(self) -> None:
+        """Get ready to serve (start or reach servers); called once by the trainer before the first step."""
+        ...
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Generate one response to `prompt_ids`."""
@@ -79,6 +92,14 @@ class RolloutEngine(Protocol):
 
     def update_weights(self, state_dict: dict, version: int) -> None:
         """Load new policy weights; completions started after this carry `version`."""
+        ...
+
+    def take_metrics(self) -> dict:
+        """The engine's own rollout/* counters and weight-sync times since the last call (`{}`: none)."""
+        ...
+
+    def take_busy_intervals(self) -> list[tuple[float, float]]:
+        """(start, end) `time.perf_counter()` of the engine's busy time since the last call (the rollout lane)."""
         ...
 
     async def close(self) -> None:

@@ -140,6 +140,13 @@ class HFRolloutEngine:
             self.model.load_state_dict(state_dict)
             self.version = version
 
+    async def start(self) -> None:
+        """Nothing to start: the decode task starts with the first request."""
+
+    def take_metrics(self) -> dict:
+        """No counters of its own (the rollout/* counters are the servers')."""
+        return {}
+
     def take_busy_intervals(self) -> list[tuple[float, float]]:
         """The (start, end) `time.perf_counter()` of every decode batch since the last call."""
         taken, self.busy_intervals = self.busy_intervals, []

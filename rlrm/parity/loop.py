@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.disrm import make_disrm_reward, render_conversation
 from rlrm.engine.rewards.invariance import InvarianceSettings, check_invariance
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.engine.rewards.service import RewardService
 from rlrm.parity.inputs import ParitySample
 
 LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.models.tiny import resolve_model_path
-from rlrm.engine.rewards.legacy.workers import check_world_size
 from rlrm.errors import ConfigError, ModelError
 from rlrm.parity.compare import (
     DEFAULT_ATOL,

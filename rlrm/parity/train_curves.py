@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrm.config.loader import validate_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.config.loader import parse_profile
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -92,4 +92,4 @@ def _with(base: dict, steps: int, model_path: str, reward: dict):
     raw["reward"]["server"]["model"] = model_path
     for section, values in reward.items():
         raw["reward"][section].update(values)
-    return validate_profile(raw, source="parity --train-steps")
+    return parse_profile(raw, source="parity --train-steps")

@@ -67,3 +67,23 @@ def test_dry_run_says_where_each_fleet_goes():
     assert any(x.startswith("# rollout.server replica 0:") and "--host NODE_IP" in x for x in lines)
     local = planned_processes(load_profile("tiny-disrm", ["rollout.backend=server"]))
     assert not any("Ray nodes" in x for x in local) and any("--host 127.0.0.1" in x for x in local)
+
+
+def test_each_server_section_hands_its_fleet_only_its_own_settings():
+    import dataclasses
+
+    from rlrm.config.reward import RewardServerConfig
+    from rlrm.config.servers import RolloutServerConfig
+    from rlrm.launch.fleet.server_fleet import ServerFleet
+    from rlrm.launch.fleet.spec import Batching
+
+    policy = RolloutServerConfig(batch_wait_ms=7, batch_gap_ms=2, weight_sync="distributed", sync_timeout_s=42)
+    spec = policy.fleet_spec()
+    assert spec.section == "rollout.server" and spec.batching == Batching(7, 2) and spec.model is None
+    flags = ["--batch-wait-ms", "7", "--batch-gap-ms", "2", "--weight-sync-timeout-s", "42"]
+    assert ServerFleet(spec, role="policy", model_path="m").extra_args() == flags
+    reward = RewardServerConfig(model="judge", extra_args=["--x"]).fleet_spec()
+    assert reward.section == "reward.server" and reward.batching is None and reward.model == "judge"
+    assert ServerFleet(reward, role="genrm", model_path="judge").extra_args() == ["--x"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.replicas = 2

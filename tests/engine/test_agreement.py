@@ -125,7 +125,7 @@ def test_every_mode_writes_the_agreement_of_its_samples(tmp_path, tiny_policy_pa
     from pathlib import Path
 
     from rlrm.config.loader import load_profile
-    from rlrm.engine.metrics.tracker import read_metrics
+    from rlrm.engine.metrics.metrics_file import read_metrics
     from rlrm.engine.rewards import gsm8k
     from rlrm.engine.trainer import start_run, train
 

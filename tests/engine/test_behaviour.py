@@ -7,7 +7,7 @@ import torch
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.behaviour import needs_recompute
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import ConfigError
 

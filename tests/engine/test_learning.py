@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rlrm.config.loader import load_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 LEARNING_STEPS = 20

@@ -8,10 +8,11 @@ import os
 import pytest
 import torch
 
+from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.engine.rewards.legacy.rank import load_token_scorer
-from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup, check_world_size
+from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
 from rlrm.errors import ConfigError, ModelError
 
 

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from rlrm.engine.metrics.intervals import idle_ratio, union_length
+from rlrm.engine.metrics.metrics_file import MetricsWriter, read_metrics
 from rlrm.engine.metrics.timing import Span, StepTimer
 from rlrm.engine.metrics.trace import TraceStream, chrome_trace_events, read_chrome_trace, write_chrome_trace
-from rlrm.engine.metrics.tracker import MetricsWriter, read_metrics
 
 
 def test_union_merges_overlaps():

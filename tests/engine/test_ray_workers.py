@@ -60,7 +60,7 @@ def samples(n):
 
 
 def test_workers_spread_over_nodes_and_score_like_local(two_node_cluster):
-    from rlrm.engine.executor.ray_workers import RayRewardWorkers
+    from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 
     cfg = RewardConfig(executor="ray", num_workers=2)
     workers = RayRewardWorkers(cfg, urls=[], model_path=None)
@@ -77,7 +77,7 @@ def test_workers_spread_over_nodes_and_score_like_local(two_node_cluster):
 
 
 def test_remote_failures_keep_their_kind(two_node_cluster):
-    from rlrm.engine.executor.ray_workers import RayRewardWorkers
+    from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 
     cfg = RewardConfig(
         executor="ray",
@@ -104,7 +104,7 @@ def test_remote_failures_keep_their_kind(two_node_cluster):
 def test_a_lost_worker_hands_its_samples_to_the_next(two_node_cluster):
     import ray
 
-    from rlrm.engine.executor.ray_workers import RayRewardWorkers
+    from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 
     cfg = RewardConfig(executor="ray", num_workers=2)
     workers = RayRewardWorkers(cfg, urls=[], model_path=None)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.reward_service import RewardService
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 

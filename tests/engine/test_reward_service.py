@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.service import RewardService
 
 
 def samples(n):

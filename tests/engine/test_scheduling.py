@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlrm.config.loader import load_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 SMALL = [
@@ -54,6 +54,23 @@ def _assert_same_training(run_a, rows_a, run_b, rows_b, steps):
     assert wa.keys() == wb.keys()
     for name in wa:
         assert (wa[name] == wb[name]).all(), name
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
+def test_every_mode_publishes_each_steps_weights_once_in_order(tmp_path, tiny_policy_path, mode, monkeypatch):
+    # the weight sync is each mode's own call (rlrm/engine/weights.py): the engine must get version k after update k
+    from rlrm.inference.hf import HFRolloutEngine
+
+    versions = []
+    update = HFRolloutEngine.update_weights
+
+    def recording(self, state_dict, version):
+        versions.append(version)
+        update(self, state_dict, version)
+
+    monkeypatch.setattr(HFRolloutEngine, "update_weights", recording)
+    _run(tmp_path, mode, mode, steps=2)
+    assert versions == [1, 2]
 
 
 def test_stream_equals_sync_at_zero_latency(tmp_path, tiny_policy_path):

@@ -8,7 +8,7 @@ import pytest
 from safetensors.torch import load_file
 
 from rlrm.config.loader import load_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 SMALL = [

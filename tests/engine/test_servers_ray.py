@@ -113,7 +113,7 @@ def test_a_node_resource_no_node_offers_is_one_line_listing_the_cluster_s(two_no
     from rlrm.errors import ConfigError
     from rlrm.launch.fleet.server_fleet import ServerFleet
 
-    fleet = ServerFleet(_reward_server(node_resource="gpu_host"), role="disrm", model_path="unused")
+    fleet = ServerFleet(_reward_server(node_resource="gpu_host").fleet_spec(), role="disrm", model_path="unused")
     with pytest.raises(
         ConfigError,
         match=r"reward\.server\.node_resource 'gpu_host' is on no node of the Ray cluster "
@@ -141,7 +141,9 @@ def test_a_placed_replica_is_restarted_on_its_node_and_dies_with_its_actor(two_n
 
     async def scenario():
         fleet = ServerFleet(
-            _reward_server(node_resource="reward_host"), role="disrm", model_path=str(resolve_model_path("tiny:disrm"))
+            _reward_server(node_resource="reward_host").fleet_spec(),
+            role="disrm",
+            model_path=str(resolve_model_path("tiny:disrm")),
         )
         await fleet.start()
         try:

@@ -12,11 +12,14 @@ from rlrm.engine.actor.actor import Actor
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.base import RewardResult
 from rlrm.engine.step import GRPOStep, Scored, StepRecord, StepSettings
+from rlrm.engine.weights import PolicyWeights
 from rlrm.inference.base import Completion
 
 
 class RecordingEngine:
     """Stands in for the rollout engine: keeps what `update_weights` was given."""
+
+    dtype = None  # log-probs from code other than the actor's
 
     def __init__(self):
         self.versions: list[int] = []
@@ -74,11 +77,15 @@ def test_prepare_recomputes_old_log_probs_on_policy_only(model):
     assert torch.equal(off.old_log_prob, off.rollout_log_prob) and off_metrics == {}
 
 
-def test_train_syncs_weights_even_when_nothing_survived(model):
+def test_weights_are_published_even_when_nothing_survived(model):
+    # a mode publishes after every update, an empty one included: the engine gets the unchanged weights as `step`
     grpo = step_with(model)
     before = copy.deepcopy(model.state_dict())
-    assert grpo.train(None, step=3, timer=StepTimer()) == {}
-    assert grpo.engine.versions == [3]
+    assert grpo.train(None, timer=StepTimer()) == {}
+    assert grpo.engine.versions == []  # training alone moves no weights
+    weights = PolicyWeights(grpo.actor, grpo.engine)
+    weights.publish(3, StepTimer())
+    assert grpo.engine.versions == [3] and weights.version == 3
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
@@ -87,11 +94,13 @@ def test_train_times_each_mini_batch(model):
     batch, _ = grpo.prepare(completions(), off_policy=False, timer=StepTimer())
     scored = grpo.score(batch, results(1, 0, 0, 1, 3, 1), StepTimer())
     timer = StepTimer()
-    metrics = grpo.train(scored.batch, step=1, timer=timer)
+    metrics = grpo.train(scored.batch, timer=timer)
+    PolicyWeights(grpo.actor, grpo.engine).publish(1, timer)
     spans = [s for s in timer.spans if s.lane == "minibatch"]
     assert [(s.args["epoch"], s.name) for s in spans] == [(e, f"mini-batch {i}") for e in (0, 1) for i in range(3)]
     assert timer.durations["update_actor"] == pytest.approx(sum(s.end_s - s.start_s for s in spans))
     assert "actor/pg_loss" in metrics and grpo.engine.versions == [1]
+    assert "update_weights" in timer.durations
 
 
 def test_update_from_mini_batches_as_they_come_equals_the_whole_batch(model):
@@ -100,10 +109,10 @@ def test_update_from_mini_batches_as_they_come_equals_the_whole_batch(model):
     a, b = step_with(copy.deepcopy(model), ppo_epochs=2), step_with(copy.deepcopy(model), ppo_epochs=2)
     res = results(1, 0, 0, 1, 3, 1)
     batch_a, _ = a.prepare(completions(), off_policy=False, timer=StepTimer())
-    a.train(a.score(batch_a, res, StepTimer()).batch, step=1, timer=StepTimer())
+    a.train(a.score(batch_a, res, StepTimer()).batch, timer=StepTimer())
     batch_b, _ = b.prepare(completions(), off_policy=False, timer=StepTimer())
     pieces = (b.score(batch_b, res, StepTimer(), groups=[g]).batch for g in range(3))
-    b.train(pieces, step=1, timer=StepTimer())
+    b.train(pieces, timer=StepTimer())
     for (name, pa), pb in zip(a.actor.model.named_parameters(), b.actor.model.parameters()):
         assert torch.equal(pa, pb), name
 

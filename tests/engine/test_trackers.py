@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics import trackers
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.trackers import RunLog, check_trackers, run_id
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import ConfigError

@@ -9,7 +9,7 @@ import yaml
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 # Small enough for seconds per step on one thread, big enough that groups have spread.
@@ -147,8 +147,8 @@ def test_training_with_a_served_disrm(tmp_path, random_disrm_path):
 
 
 def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, random_disrm_path, monkeypatch):
+    from rlrm.engine.reward_service import RewardService
     from rlrm.engine.rewards.loop import RewardLoop
-    from rlrm.engine.rewards.service import RewardService
 
     services, calls = [], []
     real_start, real_score = RewardService.start, RewardLoop.score
@@ -187,7 +187,7 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
 
 
 def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_path, monkeypatch):
-    from rlrm.engine.rewards.service import RewardService
+    from rlrm.engine.reward_service import RewardService
 
     calls = []
     real_post_all = RewardService._post_all
@@ -253,8 +253,8 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
 ):
     # `rlrm train --profile tiny-genrm` with two judge replicas behind the SGLang router; one is killed
     # mid-way through step 2. Every sample must still be scored by the survivor or counted.
+    from rlrm.engine.reward_service import RewardService
     from rlrm.engine.rewards.loop import RewardLoop
-    from rlrm.engine.rewards.service import RewardService
 
     services, calls = [], []
     real_start, real_score = RewardService.start, RewardLoop.score

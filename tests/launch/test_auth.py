@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.trainer import start_run
 from rlrm.errors import ConfigError
 from rlrm.launch.common.auth import authorized

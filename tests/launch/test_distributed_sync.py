@@ -124,9 +124,13 @@ def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas
     assert RolloutServerConfig().weight_sync == "disk" and RolloutServerConfig().weight_sync_backend == "auto"
     # launched embedded replicas get the group's timeout; disk sync adds nothing
     cfg = RolloutServerConfig(weight_sync="distributed", sync_timeout_s=42)
-    assert ServerFleet(cfg, role="policy", model_path="m").extra_args()[-2:] == ["--weight-sync-timeout-s", "42"]
+    assert ServerFleet(cfg.fleet_spec(), role="policy", model_path="m").extra_args()[-2:] == [
+        "--weight-sync-timeout-s",
+        "42",
+    ]
     assert (
-        "--weight-sync-timeout-s" not in ServerFleet(RolloutServerConfig(), role="policy", model_path="m").extra_args()
+        "--weight-sync-timeout-s"
+        not in ServerFleet(RolloutServerConfig().fleet_spec(), role="policy", model_path="m").extra_args()
     )
 
 
@@ -134,7 +138,7 @@ def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas
 def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, tmp_path):
     """A replica dies mid-run: nothing lost, it comes back only with the current weights, and later broadcasts reach both."""
     cfg = RolloutServerConfig(router="client", threads=1, replicas=2, weight_sync="distributed", sync_timeout_s=30)
-    fleet = ServerFleet(cfg, role="policy", model_path=str(tiny_policy_path))
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
     engine = ServerRolloutEngine(
         fleet,
         SGLangWire(),

@@ -35,7 +35,7 @@ def _standin(kind, log, *flags):
 
 def _engine(kind, urls, tmp_path, model_dir=None):
     cfg = RolloutServerConfig(backend=kind, addresses=urls, router="client")
-    fleet = ServerFleet(cfg, role="policy-vllm" if kind == "vllm" else "policy", model_path="standin")
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy-vllm" if kind == "vllm" else "policy", model_path="standin")
     return ServerRolloutEngine(
         fleet,
         wire_for(kind, "standin"),
@@ -138,7 +138,7 @@ def test_sglang_distributed_sync_sends_sglangs_request_bodies(tmp_path):
     with _standin("sglang", log) as server:
         cfg = RolloutServerConfig(backend="sglang", addresses=[server.url], router="client", weight_sync="distributed")
         engine = ServerRolloutEngine(
-            ServerFleet(cfg, role="policy", model_path="standin"),
+            ServerFleet(cfg.fleet_spec(), role="policy", model_path="standin"),
             wire_for("sglang"),
             WeightFiles(str(tmp_path / "w")),
             request_timeout_s=10,
@@ -206,5 +206,5 @@ def test_engine_command_lines_for_policy_and_reward_servers():
     from rlrm.config.reward import RewardConfig
 
     reward = RewardConfig(kind="genrm", server={"model": "judge", "backend": "vllm", "replicas": 2, "router": "client"})
-    argvs = ServerFleet(reward.server, role="genrm", model_path="judge").argvs()
+    argvs = ServerFleet(reward.server.fleet_spec(), role="genrm", model_path="judge").argvs()
     assert [a[1:3] for a in argvs] == [["serve", "judge"], ["serve", "judge"]]

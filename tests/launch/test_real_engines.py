@@ -28,7 +28,7 @@ def _roundtrip(backend: str, model_path: str, tmp_path):
         start_timeout_s=900,
         extra_args=["--gpu-memory-utilization", "0.3"] if backend == "vllm" else ["--mem-fraction-static", "0.3"],
     )
-    fleet = ServerFleet(cfg, role="policy", model_path=model_path)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=model_path)
     engine = ServerRolloutEngine(
         fleet, wire_for(backend, model_path), WeightFiles(str(tmp_path), config_from=model_path)
     )

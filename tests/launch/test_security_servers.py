@@ -39,9 +39,9 @@ def _state(model_path, shift=0.0):
 
 def test_a_launched_replica_has_a_fresh_key_in_its_environment_only(tiny_policy_path, tmp_path):
     cfg = RolloutServerConfig(router="client", threads=1)
-    key = fleet_key(cfg)
-    assert key and key != fleet_key(cfg)  # fresh for every run
-    fleet = ServerFleet(cfg, role="policy", model_path=str(tiny_policy_path), api_key=key)
+    key = fleet_key(cfg.fleet_spec(), cfg.read_api_key())
+    assert key and key != fleet_key(cfg.fleet_spec(), cfg.read_api_key())  # fresh for every run
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path), api_key=key)
     files = WeightFiles(str(tmp_path))
     engine = ServerRolloutEngine(fleet, SGLangWire(), files, api_key=key, request_timeout_s=60, sync_timeout_s=60)
 
@@ -75,8 +75,10 @@ def test_a_launched_replica_has_a_fresh_key_in_its_environment_only(tiny_policy_
 
 
 def test_running_addresses_and_sglang_get_no_invented_key():
-    assert fleet_key(RolloutServerConfig(addresses=["http://127.0.0.1:1"])) is None
-    assert fleet_key(RolloutServerConfig(backend="sglang")) is None  # SGLang takes a key on its command line only
+    assert fleet_key(RolloutServerConfig(addresses=["http://127.0.0.1:1"]).fleet_spec(), None) is None
+    assert (
+        fleet_key(RolloutServerConfig(backend="sglang").fleet_spec(), None) is None
+    )  # SGLang takes a key on its command line only
 
 
 class _Silent:

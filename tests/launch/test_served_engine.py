@@ -23,7 +23,7 @@ from rlrm.launch.fleet.server_fleet import ServerFleet
 
 def _engine(model_path, tmp_path, expect=None, **cfg):
     fleet = ServerFleet(
-        RolloutServerConfig(router="client", threads=1, **cfg), role="policy", model_path=str(model_path)
+        RolloutServerConfig(router="client", threads=1, **cfg).fleet_spec(), role="policy", model_path=str(model_path)
     )
     return ServerRolloutEngine(
         fleet, SGLangWire(), WeightFiles(str(tmp_path)), expect=expect, request_timeout_s=60, sync_timeout_s=60

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlrm.config.loader import load_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 from rlrm.report.build import ReportOptions, build_report
 

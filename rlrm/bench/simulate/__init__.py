@@ -12,6 +12,6 @@ Files: spec (the input schema), draws (every sample's lengths and reward time, d
 engines and static (generation cost models), batches (a launched batch; the reward loop's
 queue), kernel (the heapq event loop), modes (the rollouter and trainer processes: the rules),
 simulation (one run of one mode), record (metrics rows, idle ratios, trace spans), run (modes x
-sweep points -> an output folder), fit and calibrate (costs from a run folder), validate
+sweep points -> an output folder), fit and calibrate (costs from a run folder), check_vs_bench
 (predicted vs a measured benchmark), plan (what the CLI was asked for).
 """

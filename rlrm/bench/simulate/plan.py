@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
+from rlrm.bench.simulate.check_vs_bench import is_bench_folder
 from rlrm.bench.simulate.spec import SimSpec, load_spec, parse_sweep
-from rlrm.bench.simulate.validate import is_bench_folder
 from rlrm.errors import ConfigError, RunFolderError
 
 

@@ -18,6 +18,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
@@ -156,6 +157,23 @@ class Actor(UpdateLoop):
         """The policy's parameter dtype."""
         return next(self.model.parameters()).dtype
 
+    @property
+    def has_ref_model(self) -> bool:
+        return self.ref_model is not None
+
+    # Nothing runs outside this process: the rest of `PolicyActor` (rlrm/engine/actor/base.py) has nothing to do.
+    broken: str | None = None
+
+    def write_shards(self, ckpt_dir: Path) -> None:
+        """Nothing to add: the checkpoint's model/ and state.pt hold everything."""
+
+    def peak_memory_gb(self) -> float | None:
+        """None: the trainer's own peak memory (perf/max_memory_gb) is this actor's."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
     @torch.no_grad()
     def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] of the responses under the current policy, before the update."""
@@ -288,7 +306,7 @@ class Actor(UpdateLoop):
             "nonfinite_in_row": self.nonfinite_in_row,
         }
 
-    def load_state_dict(self, state: dict, ckpt_dir=None) -> None:
+    def load_state_dict(self, state: dict, ckpt_dir: Path | None = None) -> None:
         """Restore what `state_dict` saved (the model's weights must already be loaded).
 
         Raises:

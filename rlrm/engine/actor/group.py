@@ -33,18 +33,8 @@ from rlrm.engine.actor.rank import RankSpec
 from rlrm.engine.actor.shards import gather_rows, split_for_ranks
 from rlrm.engine.executor.rank_procs import RankProcesses
 from rlrm.engine.executor.ray_ranks import RayRanks
-from rlrm.engine.rewards.legacy.workers import check_world_size
+from rlrm.engine.executor.world_size import check_world_size
 from rlrm.errors import ConfigError
-
-
-class _OnRanks:
-    """Stands for a model that lives on the ranks (the step only asks whether there is one)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<{self.name} on the actor ranks>"
 
 
 class RankGroupActor(UpdateLoop):
@@ -60,7 +50,7 @@ class RankGroupActor(UpdateLoop):
         self.ranks, self.model, self.cfg = ranks, model, profile.actor
         self.n = profile.rollout.n
         self.world_size = ranks.world_size
-        self.ref_model = _OnRanks("reference model") if profile.actor.use_kl_loss else None
+        self.has_ref_model = profile.actor.use_kl_loss  # each rank holds its shard of the reference model
         on_gpu = ranks.spec.device == "cuda"
         self._dtype = getattr(torch, profile.model.dtype) if on_gpu else torch.float32
         self.nonfinite_in_row = 0
@@ -79,7 +69,7 @@ class RankGroupActor(UpdateLoop):
         return self._log_probs("policy", batch)
 
     def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
-        if self.ref_model is None:
+        if not self.has_ref_model:
             raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
         return self._log_probs("ref", batch)
 

@@ -55,6 +55,10 @@ class RankSpec:
     device: str
     threads: int = 0
 
+    def worker_class(self) -> type:
+        """What each rank runs (the executor builds it as `worker_class()(spec)` on the rank)."""
+        return RankWorker
+
 
 class RankActor(Actor):
     """The actor on one rank: `Actor` with global loss normalisation and reductions over ranks."""

@@ -5,7 +5,8 @@
     outs = ranks.call("train", [(shard_0, sizes), (shard_1, sizes)])   # one result per rank, in rank order
     ranks.close()                                     # always (by the processes' own objects)
 
-Each rank is a `RankWorker` (rlrm/engine/actor/rank.py) answering calls from its own queue; the
+Each rank runs the worker its spec names (`spec.worker_class()`: the actor's `RankWorker`, rlrm/engine/actor/rank.py;
+the executor never imports it), answering calls from its own queue; the
 group rendezvouses over TCP on a free local port. A call waits for every rank, and watches them:
 a rank that exits (killed, out of memory) fails the call at once with a RankError naming the rank,
 its node and its exit code, and the group refuses further calls (the survivors may be stuck in a
@@ -151,10 +152,8 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then run the calls that arrive until None."""
     import os
 
-    from rlrm.engine.actor.rank import RankWorker
-
     parent = os.getppid()
-    worker = RankWorker(spec)
+    worker = spec.worker_class()(spec)
     try:
         try:
             node = worker.setup(rank, rank, "127.0.0.1", port)

@@ -5,7 +5,7 @@
     outs = ranks.call("train", [(shard_0, sizes), (shard_1, sizes)])
     ranks.close()
 
-Each rank is a `RankWorker` (rlrm/engine/actor/rank.py) in its own Ray actor, reserved one bundle of
+Each rank is the worker its spec names (`spec.worker_class()`, the actor's `RankWorker`) in its own Ray actor, reserved one bundle of
 a placement group: {"CPU": 1} per rank on CPU, {"CPU": 1, "GPU": 1} on GPU (Ray sets the visible
 device, so every rank uses its cuda:0). The strategy is `actor.placement`: PACK fills as few nodes as
 possible (an 8-GPU node takes 8 ranks), SPREAD and STRICT_SPREAD put ranks on different nodes,
@@ -42,8 +42,6 @@ class RayRanks:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from rlrm.engine.actor.rank import RankWorker
-
         cfg = self.spec.profile.actor
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
@@ -60,7 +58,7 @@ class RayRanks:
                     f"within {cfg.collective_timeout_s:g} s (cluster resources: {ray.cluster_resources()}); add nodes, "
                     "lower actor.world_size, or choose another actor.placement"
                 )
-            remote = ray.remote(RankWorker)
+            remote = ray.remote(self.spec.worker_class())
             for rank in range(self.world_size):
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=rank)
                 options = {"num_cpus": 1, "num_gpus": 1 if gpu else 0, "scheduling_strategy": strategy}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlrm.engine.metrics.tracker import MetricsWriter, _jsonable
+from rlrm.engine.metrics.metrics_file import MetricsWriter, _jsonable
 
 
 class SampleLog:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlrm.engine.metrics.timing import Span
+
 _LANES = ("trainer", "gen_wait", "reward_wait", "rollout", "generate", "reward")
 
 
@@ -25,7 +27,7 @@ class _RowPacker:
         self.names: list[str] = []  # thread id -> row name
         self._rows: dict[str, list[tuple[int, float]]] = {}  # lane -> (thread id, end of its last span) per row
 
-    def events(self, spans: list, origin_s: float) -> tuple[list[dict], list[int]]:
+    def events(self, spans: list[Span], origin_s: float) -> tuple[list[dict], list[int]]:
         """The "X" events of `spans` (lanes in the usual order) and the thread ids this call created."""
         by_lane: dict[str, list] = {}
         for span in spans:
@@ -50,7 +52,7 @@ class _RowPacker:
                     "ts": (span.start_s - origin_s) * 1e6,  # microseconds
                     "dur": (span.end_s - span.start_s) * 1e6,
                 }
-                if getattr(span, "args", None):
+                if span.args:
                     event["args"] = span.args
                 events.append(event)
         return events, list(range(first_new, len(self.names)))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rlrm.config.loader import dump_profile
 from rlrm.config.schema import LoggingConfig, Profile
-from rlrm.engine.metrics.tracker import MetricsWriter
+from rlrm.engine.metrics.metrics_file import MetricsWriter
 from rlrm.errors import ConfigError
 
 # tracker -> (module that must import, the extra that installs it)

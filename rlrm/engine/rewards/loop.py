@@ -92,9 +92,26 @@ class RewardLoop:
                 return outcome
             return self._on_failure(sample, outcome)
 
-    async def score_all(self, samples: list[RewardSample]) -> list[RewardResult | None]:
-        """Score samples concurrently; results keep their order."""
-        return list(await asyncio.gather(*(self.score(s) for s in samples)))
+    async def score_all(
+        self,
+        samples: list[RewardSample],
+        on_scored: Callable[[RewardSample, RewardResult | None, float, float], None] | None = None,
+    ) -> list[RewardResult | None]:
+        """Score samples concurrently; results keep their order.
+
+        Args:
+            on_scored: called as (sample, result, start_s, end_s) as each sample's scoring ends (sync mode
+                records its `reward` trace spans with it).
+        """
+
+        async def one(sample: RewardSample) -> RewardResult | None:
+            start = time.perf_counter()
+            result = await self.score(sample)
+            if on_scored is not None:
+                on_scored(sample, result, start, time.perf_counter())
+            return result
+
+        return list(await asyncio.gather(*(one(s) for s in samples)))
 
     def take_metrics(self) -> dict[str, float]:
         """Counters since the last call (then reset)."""

@@ -1,12 +1,13 @@
 """What a scheduling mode is: a `Scheduler` that trains one step when asked, from the parts it is given.
 
     scheduler = make_scheduler(mode, run, start_step=0)      # rlrm/engine/scheduling/registry.py
-    outcome = await scheduler.step(k, timer)                 # StepOutcome(metrics, samples) of step k
+    record = await scheduler.step(k, timer)                  # StepRecord of step k (weights published)
     scheduler.loader_state()                                 # the resume point after the last trained step
     await scheduler.close()
 
-Every mode trains through the same `GRPOStep` (rlrm/engine/step.py); a mode's file says only when
-each of its parts runs and what overlaps.
+Every mode trains through the same `GRPOStep` (rlrm/engine/step.py) and publishes the new weights
+itself (`run.weights.publish`, rlrm/engine/weights.py); a mode's file says only when each of its parts
+runs and what overlaps. The trainer turns the record into the step's metrics row (`GRPOStep.finish`).
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import StepTimer
-from rlrm.engine.rewards.service import RewardService
-from rlrm.engine.step import GRPOStep, StepOutcome
+from rlrm.engine.reward_service import RewardService
+from rlrm.engine.step import GRPOStep, StepRecord
+from rlrm.engine.weights import PolicyWeights
 from rlrm.inference.base import RolloutEngine
 
 
 class Scheduler(Protocol):
-    async def step(self, step: int, timer: StepTimer) -> StepOutcome:
-        """Train step `step` (1-based) and return its outcome."""
+    async def step(self, step: int, timer: StepTimer) -> StepRecord:
+        """Train step `step` (1-based), publish its weights as version `step`, and return what it trained."""
         ...
 
     def loader_state(self) -> dict:
@@ -75,4 +77,5 @@ class RunParts:
     reward: RewardService
     tokenizer: Any  # the policy's tokenizer (decodes responses for the reward functions)
     grpo: GRPOStep
+    weights: PolicyWeights  # the one place the engine gets new weights and their version
     spans: SpanLog  # receives the generate/reward spans recorded in the background

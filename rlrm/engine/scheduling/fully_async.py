@@ -20,9 +20,9 @@ import time
 
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.scheduling.base import RunParts
-from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of, triples_of
+from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of
 from rlrm.engine.scheduling.rollouter import Group
-from rlrm.engine.step import StepOutcome, StepRecord
+from rlrm.engine.step import StepRecord
 
 
 class FullyAsyncScheduler(OverlapScheduler):
@@ -41,26 +41,18 @@ class FullyAsyncScheduler(OverlapScheduler):
     def max_ahead(run: RunParts) -> int:
         return run.profile.trainer.max_staleness
 
-    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def train_step(self, step: int, timer: StepTimer) -> StepRecord:
         grpo = self.run.grpo
         groups = await self._take_groups(step, timer)
         own = self.rollouter.record(step)  # launched: its groups were due at this step
-        reward_metrics = self.run.reward.loop.take_metrics()
-        completions = completions_of(groups)
-        batch, metrics = await self.in_trainer(grpo.prepare, completions, True, timer)
+        metrics = self.run.reward.loop.take_metrics()  # every reward of the groups taken is in
+        batch, rollout_metrics = await self.in_trainer(grpo.prepare, completions_of(groups), True, timer)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
-        metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
+        metrics.update(rollout_metrics)
+        metrics.update(await self.in_trainer(grpo.train, scored.batch, timer))
+        await self.publish(step, timer)
         self._loader_state, self._last_step = own.loader_state, step  # a step's worth of prompts consumed
-        return grpo.finish(
-            StepRecord(
-                step,
-                [scored],
-                completions,
-                triples_of(groups),
-                {**metrics, **reward_metrics},
-                own.dropped_prompts,
-            )
-        )
+        return self.record(step, groups, [scored], metrics, own.dropped_prompts)
 
     async def _take_groups(self, step: int, timer: StepTimer) -> list[Group]:
         want = self.run.profile.data.train_batch_size

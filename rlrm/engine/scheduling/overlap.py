@@ -24,11 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.scheduling.base import RunParts
 from rlrm.engine.scheduling.rollouter import Group, LaunchedBatch, Rollouter
-from rlrm.engine.step import StepOutcome
+from rlrm.engine.step import Scored, StepRecord
 
 
 class OverlapScheduler:
-    """Base of the overlapping modes; a subclass sets `max_ahead`/`off_policy` and writes `train_step`."""
+    """Base of the overlapping modes; a subclass sets `max_ahead`/`off_policy` and writes `train_step`, which
+    ends with `publish` (the rollouter may then launch with the new weights) and `record`."""
 
     off_policy = False
 
@@ -43,15 +44,25 @@ class OverlapScheduler:
         """How many policy versions the rollouter may run ahead of the trainer."""
         return 0
 
-    async def step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def step(self, step: int, timer: StepTimer) -> StepRecord:
         if not self.rollouter.started:
             self.rollouter.start()
-        outcome = await self.train_step(step, timer)
-        self.rollouter.set_version(step)
-        return outcome
+        return await self.train_step(step, timer)
 
-    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def train_step(self, step: int, timer: StepTimer) -> StepRecord:
         raise NotImplementedError
+
+    async def publish(self, step: int, timer: StepTimer) -> None:
+        """The update of step `step` is done: the engine gets its weights (in the trainer thread: a weight sync
+        blocks), then the rollouter learns the version and may launch the batches it allows."""
+        weights = self.run.weights
+        await self.in_trainer(weights.publish, step, timer)
+        self.rollouter.set_version(weights.version)
+
+    @staticmethod
+    def record(step: int, groups: list[Group], scored: list[Scored], metrics: dict, dropped_prompts: int) -> StepRecord:
+        """What step `step` trained, from the groups it took."""
+        return StepRecord(step, scored, completions_of(groups), triples_of(groups), metrics, dropped_prompts)
 
     def loader_state(self) -> dict:
         return self._loader_state
@@ -89,9 +100,13 @@ class OverlapScheduler:
         if all(g.scored for g in groups):
             return
         start = time.perf_counter()
+        await self.until_scored(groups)
+        timer.add("reward", "reward_wait", start, time.perf_counter())
+
+    async def until_scored(self, groups: list[Group]) -> None:
+        """Until every group of `groups` is scored (untimed: the caller times its own wait)."""
         while not all(g.scored for g in groups):
             await self.rollouter.wait_changed()
-        timer.add("reward", "reward_wait", start, time.perf_counter())
 
     def trained(self, launched: LaunchedBatch) -> None:
         """Batch `launched` is trained: its groups are done, the loader may resume after it."""

@@ -13,30 +13,22 @@ import asyncio
 import time
 
 from rlrm.engine.metrics.timing import StepTimer
-from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of, triples_of
+from rlrm.engine.scheduling.overlap import OverlapScheduler, results_of
 from rlrm.engine.scheduling.rollouter import Group
-from rlrm.engine.step import GRPOStep, Scored, StepOutcome, StepRecord
+from rlrm.engine.step import GRPOStep, Scored, StepRecord
 
 
 class PipelineScheduler(OverlapScheduler):
-    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def train_step(self, step: int, timer: StepTimer) -> StepRecord:
         grpo = self.run.grpo
         launched, batch, metrics = await self.generated_and_prepared(step, timer)
         groups = launched.groups
         arrivals = ScoredMiniBatches(self, grpo, batch, groups, self.run.profile.actor.mini_batch_size, timer)
-        metrics.update(await self.in_trainer(grpo.train, arrivals, step, timer))
-        metrics.update(self.run.reward.loop.take_metrics())
+        metrics.update(await self.in_trainer(grpo.train, arrivals, timer))
+        metrics.update(self.run.reward.loop.take_metrics())  # the last reward came in during the update
+        await self.publish(step, timer)
         self.trained(launched)
-        return grpo.finish(
-            StepRecord(
-                step,
-                arrivals.scored or [Scored(None, [], 0)],
-                completions_of(groups),
-                triples_of(groups),
-                metrics,
-                launched.dropped_prompts,
-            )
-        )
+        return self.record(step, groups, arrivals.scored or [Scored(None, [], 0)], metrics, launched.dropped_prompts)
 
 
 class ScoredMiniBatches:
@@ -76,5 +68,5 @@ class ScoredMiniBatches:
         """Block the trainer thread until `group` is scored (the wait runs on the event loop)."""
         if not group.scored:
             start = time.perf_counter()
-            asyncio.run_coroutine_threadsafe(self.scheduler.scored([group], StepTimer()), self.loop).result()
+            asyncio.run_coroutine_threadsafe(self.scheduler.until_scored([group]), self.loop).result()
             self.timer.add("reward", "reward_wait", start, time.perf_counter())

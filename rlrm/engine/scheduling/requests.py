@@ -2,7 +2,7 @@
 
     sampling = sampling_params(profile)
     completions = await generate_groups(engine, prompt_ids, sampling, n, seed, step)
-    results = await score_samples(reward_loop, reward_samples(tokenizer, examples, completions, n))
+    results = await reward_loop.score_all(reward_samples(tokenizer, examples, completions, n))
 
 The same request (step, prompt, sample) draws the same tokens in every mode, which is what makes
 the modes comparable sample for sample.
@@ -54,23 +54,11 @@ async def generate_groups(
     return list(await asyncio.gather(*(one(i, j, ids) for i, ids in enumerate(prompt_ids) for j in range(n))))
 
 
-async def score_samples(loop, samples: list[RewardSample], timer=None, step: int = 0) -> list:
-    """Score samples concurrently through the reward loop (results keep their order).
-
-    With a `timer`, each reward call becomes a `reward` trace span.
-    """
-
-    async def one(sample: RewardSample):
-        start = time.perf_counter()
-        result = await loop.score(sample)
-        if timer is not None:
-            args = {"batch": step, "sample": sample.index}
-            if result is not None and "injected_latency_s" in result.extra:
-                args["injected_latency_s"] = result.extra["injected_latency_s"]
-            timer.span("reward", "reward", start, time.perf_counter(), args)
-        return result
-
-    return list(await asyncio.gather(*(one(s) for s in samples)))
+def reward_span_args(result, **args) -> dict:
+    """The args of a `reward` trace span: `args`, and the latency `reward.inject` added to this result, if any."""
+    if result is not None and "injected_latency_s" in result.extra:
+        args["injected_latency_s"] = result.extra["injected_latency_s"]
+    return args
 
 
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from rlrm.engine.metrics.timing import Span
 from rlrm.engine.scheduling.base import RunParts
-from rlrm.engine.scheduling.requests import request_seed, reward_sample, sampling_params
+from rlrm.engine.scheduling.requests import request_seed, reward_sample, reward_span_args, sampling_params
 
 
 @dataclass
@@ -227,9 +227,7 @@ class Rollouter:
             sample = reward_sample(run.tokenizer, group.example, completion, group.position * group.n + j)
             result = await run.reward.loop.score(sample)
             done = time.perf_counter()
-            args = {"batch": group.batch, "group": group.position}
-            if result is not None and "injected_latency_s" in result.extra:
-                args["injected_latency_s"] = result.extra["injected_latency_s"]
+            args = reward_span_args(result, batch=group.batch, group=group.position)
             run.spans.append(Span("reward", "reward", end, done, args))
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()

@@ -7,27 +7,20 @@ Same samples, same order, same maths as sync (tested bit for bit): only the wait
 from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
-from rlrm.engine.scheduling.overlap import OverlapScheduler, completions_of, results_of, triples_of
-from rlrm.engine.step import StepOutcome, StepRecord
+from rlrm.engine.scheduling.overlap import OverlapScheduler, results_of
+from rlrm.engine.step import StepRecord
 
 
 class StreamScheduler(OverlapScheduler):
-    async def train_step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def train_step(self, step: int, timer: StepTimer) -> StepRecord:
         grpo = self.run.grpo
-        launched, batch, metrics = await self.generated_and_prepared(step, timer)
+        launched, batch, rollout_metrics = await self.generated_and_prepared(step, timer)
         groups = launched.groups
         await self.scored(groups, timer)
-        reward_metrics = self.run.reward.loop.take_metrics()
+        metrics = self.run.reward.loop.take_metrics()  # every reward of the step is in
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
-        metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
+        metrics.update(rollout_metrics)
+        metrics.update(await self.in_trainer(grpo.train, scored.batch, timer))
+        await self.publish(step, timer)
         self.trained(launched)
-        return grpo.finish(
-            StepRecord(
-                step,
-                [scored],
-                completions_of(groups),
-                triples_of(groups),
-                {**metrics, **reward_metrics},
-                launched.dropped_prompts,
-            )
-        )
+        return self.record(step, groups, [scored], metrics, launched.dropped_prompts)

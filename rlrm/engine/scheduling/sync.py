@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.scheduling.base import RunParts
-from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params, score_samples
-from rlrm.engine.step import StepOutcome, StepRecord
+from rlrm.engine.scheduling.requests import generate_groups, reward_samples, reward_span_args, sampling_params
+from rlrm.engine.step import StepRecord
 
 
 class SyncScheduler:
     def __init__(self, run: RunParts, start_step: int, resume: dict | None = None):
         self.run = run
 
-    async def step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def step(self, step: int, timer: StepTimer) -> StepRecord:
         run = self.run
         state = run.prompts.state_dict()
         try:
@@ -25,7 +25,7 @@ class SyncScheduler:
             run.prompts.load_state_dict(state)  # the step never happened: replay its prompts on resume
             raise
 
-    async def _step(self, step: int, timer: StepTimer) -> StepOutcome:
+    async def _step(self, step: int, timer: StepTimer) -> StepRecord:
         run, p = self.run, self.run.profile
         n = p.rollout.n
         prompts = run.prompts.take()
@@ -37,20 +37,14 @@ class SyncScheduler:
         samples = reward_samples(run.tokenizer, prompts.examples, completions, n)
         with timer("reward", lane="reward_wait"):
             results = await self._score(samples, step, timer)
-        reward_metrics = run.reward.loop.take_metrics()
-        batch, metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
+        metrics = run.reward.loop.take_metrics()  # every reward of the step is in
+        batch, rollout_metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
         scored = run.grpo.score(batch, results, timer)
-        metrics.update(run.grpo.train(scored.batch, step, timer))
-        return run.grpo.finish(
-            StepRecord(
-                step,
-                [scored],
-                completions,
-                list(zip(samples, results, completions)),
-                {**metrics, **reward_metrics},
-                prompts.dropped,
-            )
-        )
+        metrics.update(rollout_metrics)
+        metrics.update(run.grpo.train(scored.batch, timer))
+        run.weights.publish(step, timer)
+        samples = list(zip(samples, results, completions))
+        return StepRecord(step, [scored], completions, samples, metrics, prompts.dropped)
 
     async def _score(self, samples: list, step: int, timer: StepTimer) -> list:
         reward = self.run.reward
@@ -58,7 +52,11 @@ class SyncScheduler:
         if colocated:
             with timer("reward_wake", lane="reward_wait"):
                 await reward.wake()
-        results = await score_samples(reward.loop, samples, timer, step)
+
+        def traced(sample, result, start: float, end: float) -> None:
+            timer.span("reward", "reward", start, end, reward_span_args(result, batch=step, sample=sample.index))
+
+        results = await reward.loop.score_all(samples, on_scored=traced)
         if colocated:
             with timer("reward_sleep", lane="reward_wait"):
                 await reward.sleep()

@@ -140,7 +140,7 @@ class ServerRolloutEngine:
             if self.fleet.pool is not None:  # replicas on other nodes must see the weights folder
                 await asyncio.to_thread(check_weights_reach, self.fleet.pool.servers, self.files.parent)
             self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
-            await self.balancer.wait_healthy(self.fleet.cfg.start_timeout_s, what="rollout servers")
+            await self.balancer.wait_healthy(self.fleet.spec.start_timeout_s, what="rollout servers")
             versions = await asyncio.to_thread(self._check_replicas)
             if self.files.current is not None:  # weights given before start (a resumed run)
                 await asyncio.to_thread(self._push_all, self.files.current, self.version)

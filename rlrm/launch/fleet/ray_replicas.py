@@ -1,6 +1,6 @@
 """Server replicas placed on Ray nodes (`<section>.launch_on: ray`): one small Ray actor owns each replica's process.
 
-    placed = RayReplicas(cfg, section="rollout.server", ray_address=None)
+    placed = RayReplicas(spec, section="rollout.server", ray_address=None)   # spec: a FleetSpec
     servers = placed.place(n, make_argv=lambda host, port: [...], envs=[{...}] * n)   # placement group ready
     # `servers` behave as ServerProcess: launch, wait_ready, alive, restart, kill, stop (ServerPool drives them)
     placed.close()                                     # replicas stopped, actors killed, placement group removed
@@ -24,6 +24,7 @@ from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 from rlrm.launch.fleet.ray_release import release_ray
+from rlrm.launch.fleet.spec import FleetSpec
 
 # Resources Ray derives from placement groups: `<name>_group_<pg id>`, `<name>_group_<index>_<pg id>`.
 _PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")
@@ -185,15 +186,15 @@ def check_weights_reach(servers: list, folder) -> None:
 class RayReplicas:
     """Places a fleet's replicas on Ray nodes (see the module docstring)."""
 
-    def __init__(self, cfg, section: str, ray_address: str | None = None):
-        self.cfg, self.section, self.ray_address = cfg, section, ray_address
+    def __init__(self, spec: FleetSpec, section: str, ray_address: str | None = None):
+        self.spec, self.section, self.ray_address = spec, section, ray_address
         self.group = None
         self.actors: list = []
         self._started_ray = False
 
     def bundle(self) -> dict:
         """What Ray reserves for one replica."""
-        c = self.cfg
+        c = self.spec
         bundle = {"CPU": float(max(c.threads, 1))}
         if c.gpus_per_replica:
             bundle["GPU"] = float(c.gpus_per_replica)
@@ -213,12 +214,12 @@ class RayReplicas:
             self._started_ray = True
         try:
             bundle = self._check_resources(ray.cluster_resources())
-            self.group = placement_group([bundle] * n, strategy=self.cfg.placement)
-            ready, _ = ray.wait([self.group.ready()], timeout=self.cfg.start_timeout_s)
+            self.group = placement_group([bundle] * n, strategy=self.spec.placement)
+            ready, _ = ray.wait([self.group.ready()], timeout=self.spec.start_timeout_s)
             if not ready:
                 raise ConfigError(
-                    f"Ray cannot place {n} {self.section} replicas of {bundle} with placement {self.cfg.placement} within "
-                    f"{self.cfg.start_timeout_s:g} s (cluster resources: {ray.cluster_resources()}); add nodes or "
+                    f"Ray cannot place {n} {self.section} replicas of {bundle} with placement {self.spec.placement} within "
+                    f"{self.spec.start_timeout_s:g} s (cluster resources: {ray.cluster_resources()}); add nodes or "
                     f"resources, lower {self.section}.replicas, or choose another {self.section}.placement"
                 )
             remote = ray.remote(ReplicaHost)
@@ -226,10 +227,10 @@ class RayReplicas:
             for i in range(n):
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
                 options = {"num_cpus": bundle["CPU"], "num_gpus": bundle.get("GPU", 0), "scheduling_strategy": strategy}
-                if self.cfg.node_resource:
-                    options["resources"] = {self.cfg.node_resource: 1.0}
+                if self.spec.node_resource:
+                    options["resources"] = {self.spec.node_resource: 1.0}
                 self.actors.append(remote.options(**options).remote())
-            wheres = ray.get([a.where.remote() for a in self.actors], timeout=self.cfg.start_timeout_s)
+            wheres = ray.get([a.where.remote() for a in self.actors], timeout=self.spec.start_timeout_s)
             for i, (actor, (node_id, ip, port)) in enumerate(zip(self.actors, wheres)):
                 what = f"{self.section} replica {i} on node {ip} ({node_id[:12]})"
                 servers.append(RayReplica(actor, node_id, ip, port, make_argv(ip, port), envs[i], what))
@@ -240,7 +241,7 @@ class RayReplicas:
 
     def _check_resources(self, offered: dict) -> dict:
         bundle = self.bundle()
-        name = self.cfg.node_resource
+        name = self.spec.node_resource
         if name and name not in offered:
             labels = sorted(
                 k

@@ -1,14 +1,14 @@
 """One server fleet for every role: the policy's rollout servers and the reward models' servers.
 
-    fleet = ServerFleet.from_config(profile.rollout.server, role="policy", model_path=path, api_key=None)
+    fleet = ServerFleet(profile.rollout.server.fleet_spec(), role="policy", model_path=path, api_key=None)
     await fleet.start()              # launched replicas healthy (or running addresses checked), router up
     fleet.urls                       # where requests go: the router, or the replicas for rlrm's balancer
     fleet.replica_urls               # every replica itself (weight sync, sleep/wake)
     fleet.replica_nodes              # where each launched replica runs ("local", or its Ray node's IP and id)
     await fleet.close()              # in `finally`: router and replicas stopped by pid
 
-The config is any `ServerFleetConfig` (rlrm/config/servers.py: `reward.server`, `rollout.server`),
-read by attribute so that launch stays independent of config. Launch, readiness, supervision,
+The settings are a `FleetSpec` (rlrm/launch/fleet/spec.py), which `reward.server` and `rollout.server`
+(rlrm/config/servers.py) turn themselves into. Launch, readiness, supervision,
 the SGLang router in front and teardown live here once; the roles differ only in the endpoint
 their readiness probe calls and in what a restarted replica must be given before it serves.
 With `launch_on: ray` the replicas are placed on Ray nodes (rlrm/launch/fleet/ray_replicas.py: a placement
@@ -18,7 +18,6 @@ group, one small actor per replica owning its process there); the pool supervise
 from __future__ import annotations
 
 import asyncio
-import shlex
 import sys
 from typing import Awaitable, Callable
 
@@ -30,6 +29,7 @@ from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
 from rlrm.launch.fleet.ray_replicas import RayReplicas
 from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
+from rlrm.launch.fleet.spec import FleetSpec
 
 # what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server/app.py)
 WAIT_FOR_WEIGHTS = ["--wait-for-weights"]
@@ -39,8 +39,7 @@ class ServerFleet:
     """Replicas (launched, or running `addresses`) and the router in front of them.
 
     Args:
-        cfg: a ServerFleetConfig (replicas, backend, dtype, max_batch, threads, gpu_ids, extra_args,
-            addresses, router, start_timeout_s; `section` names it in errors).
+        spec: the fleet's settings (`section` names them in errors).
         role: policy, genrm or disrm.
         model_path: the model launched replicas serve.
         api_key: the servers' bearer key (read from `api_key_env` by the caller), or None.
@@ -55,7 +54,7 @@ class ServerFleet:
 
     def __init__(
         self,
-        cfg,
+        spec: FleetSpec,
         role: str,
         model_path: str,
         api_key: str | None = None,
@@ -63,16 +62,16 @@ class ServerFleet:
         ray_address: str | None = None,
         weights_files: WeightFiles | None = None,
     ):
-        self.cfg, self.role, self.model_path, self.api_key = cfg, role, model_path, api_key
+        self.spec, self.role, self.model_path, self.api_key = spec, role, model_path, api_key
         self.weights_files = weights_files
         self.ray_address = ray_address
         self.placer: RayReplicas | None = None
-        self.section = getattr(cfg, "section", "server")
+        self.section = spec.section
         self.on_restart = on_restart
         self.pool: ServerPool | None = None
         self.router = None
         self.router_counters = None
-        self.replica_urls: list[str] = [u.rstrip("/") for u in cfg.addresses]
+        self.replica_urls: list[str] = [u.rstrip("/") for u in spec.addresses]
         self._supervisor: asyncio.Task | None = None
 
     @property
@@ -87,7 +86,7 @@ class ServerFleet:
 
     def uses_router(self) -> bool:
         """Whether an SGLang router goes in front (raises ConfigError for a choice that cannot work)."""
-        choice = self.cfg.router
+        choice = self.spec.router
         if choice == "client":
             return False
         if choice == "sglang":
@@ -101,16 +100,16 @@ class ServerFleet:
         # auto: not for /classify, not for one policy replica, and not for vLLM policy servers, whose
         # /v1/completions fields (return_token_ids) the router was never measured to pass through
         policy = self.role.startswith("policy")
-        if policy and (self.cfg.backend == "vllm" or len(self.cfg.addresses or [None] * self.cfg.replicas) < 2):
+        if policy and (self.spec.backend == "vllm" or len(self.spec.addresses or [None] * self.spec.replicas) < 2):
             return False  # one policy replica: nothing to route, and rlrm's client sends its requests batched
         return self.role != "disrm" and sglang_router_available()
 
     def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
-        if self.cfg.addresses:
-            replicas, out = list(self.cfg.addresses), []
+        if self.spec.addresses:
+            replicas, out = list(self.spec.addresses), []
         else:
-            ports = [base_port + i for i in range(self.cfg.replicas)]  # illustrative: real runs take free ports
+            ports = [base_port + i for i in range(self.spec.replicas)]  # illustrative: real runs take free ports
             host = "NODE_IP" if self.on_ray else "127.0.0.1"  # on Ray: the IP of the node it is placed on
             replicas = [f"http://{host}:{p}" for p in ports]
             out = [self._argv(p, host) for p in ports]
@@ -119,7 +118,7 @@ class ServerFleet:
         return out
 
     def _argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
-        c = self.cfg
+        c = self.spec
         return replica_argv(
             c.backend,
             self.model_path,
@@ -135,20 +134,20 @@ class ServerFleet:
 
     @property
     def on_ray(self) -> bool:
-        return getattr(self.cfg, "launch_on", "local") == "ray" and not self.cfg.addresses
+        return self.spec.on_ray
 
     def where(self) -> str:
         """Where launched replicas go, in words (`--dry-run` prints it)."""
         if not self.on_ray:
             return "this node (local subprocesses)"
-        bundle = RayReplicas(self.cfg, self.section).bundle()
+        bundle = RayReplicas(self.spec, self.section).bundle()
         cluster = (
             f"the Ray cluster at {self.ray_address}"
             if self.ray_address
             else "the Ray cluster the run joins (else a local Ray)"
         )
         return (
-            f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.cfg.placement}, on {cluster}"
+            f"Ray nodes: one placement-group bundle {bundle} per replica, strategy {self.spec.placement}, on {cluster}"
         )
 
     @property
@@ -156,11 +155,13 @@ class ServerFleet:
         """Where each launched replica runs: "local", or "<node IP> (<node id>)" on Ray."""
         if self.pool is None:
             return []
-        return [f"{s.host} ({s.node_id[:12]})" if hasattr(s, "node_id") else "local" for s in self.pool.servers]
+        if self.placer is None:  # local subprocesses
+            return ["local"] * len(self.pool.servers)
+        return [f"{s.host} ({s.node_id[:12]})" for s in self.pool.servers]  # RayReplica
 
     def _placed_line(self) -> str:
         """`rollout.server: 2 replicas (ray): replica 0 on 10.0.0.2 (<node id>) at http://10.0.0.2:41234, ...`"""
-        n = self.cfg.replicas
+        n = self.spec.replicas
         where = ", ".join(
             f"replica {i} on {node} at {url}"
             for i, (node, url) in enumerate(zip(self.replica_nodes, self.replica_urls))
@@ -169,11 +170,11 @@ class ServerFleet:
 
     def extra_args(self) -> list[str]:
         """The section's extra_args, after the batching flags (and weight-sync timeout) of embedded policy replicas."""
-        c = self.cfg
+        c = self.spec
         batching = []
-        if c.backend == "embedded" and self.role == "policy" and hasattr(c, "batch_gap_ms"):
-            batching = ["--batch-wait-ms", f"{c.batch_wait_ms:g}", "--batch-gap-ms", f"{c.batch_gap_ms:g}"]
-            if getattr(c, "weight_sync", "disk") == "distributed":  # the replicas' side of the group's timeout
+        if c.backend == "embedded" and self.role == "policy" and c.batching is not None:
+            batching = ["--batch-wait-ms", f"{c.batching.wait_ms:g}", "--batch-gap-ms", f"{c.batching.gap_ms:g}"]
+            if c.weight_sync == "distributed":  # the replicas' side of the group's timeout
                 batching += ["--weight-sync-timeout-s", f"{c.sync_timeout_s:g}"]
             if self.weights_files is not None:
                 batching += ["--weights-dir", str(self.weights_files.root)]
@@ -181,43 +182,43 @@ class ServerFleet:
 
     async def start(self, check_timeout_s: float = 30.0) -> None:
         """Launch (or check) the replicas, then the router; anything started is stopped again on failure."""
-        cfg = self.cfg
+        spec = self.spec
         use_router = self.uses_router()  # a wrong choice fails before anything starts
         try:
-            if cfg.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
+            if spec.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
                 await check_servers(
                     self.replica_urls,
                     self.role,
                     self.api_key,
-                    getattr(cfg, "model", None),
-                    cfg.start_timeout_s,
+                    spec.model,
+                    spec.start_timeout_s,
                     check_timeout_s,
                     what=f"{self.section}.addresses",
                 )
             else:
-                if cfg.backend != "embedded":
-                    require_backend(cfg.backend)
-                gated = self.role == "policy" and cfg.backend == "embedded" and self.on_restart is not None
+                if spec.backend != "embedded":
+                    require_backend(spec.backend)
+                gated = self.role == "policy" and spec.backend == "embedded" and self.on_restart is not None
                 if self.weights_files is not None:  # before any replica names it: nobody else made it first
                     await asyncio.to_thread(self.weights_files.create)
                 if self.on_ray:
-                    self.placer = RayReplicas(cfg, self.section, self.ray_address)
+                    self.placer = RayReplicas(spec, self.section, self.ray_address)
                 self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
                     ServerPool,
                     self.model_path,
                     role=self.role,
-                    replicas=cfg.replicas,
-                    threads=cfg.threads,
-                    dtype=cfg.dtype,
-                    max_batch=cfg.max_batch or 64,
+                    replicas=spec.replicas,
+                    threads=spec.threads,
+                    dtype=spec.dtype,
+                    max_batch=spec.max_batch or 64,
                     api_key=self.api_key,
-                    backend=cfg.backend,
-                    gpu_ids=cfg.gpu_ids,
+                    backend=spec.backend,
+                    gpu_ids=spec.gpu_ids,
                     extra_args=self.extra_args(),
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
                 )
-                await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
+                await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
@@ -250,16 +251,10 @@ class ServerFleet:
             self.placer = None
 
 
-def fleet_key(cfg) -> str | None:
-    """The servers' bearer key: the one `cfg.api_key_env` names; else, for servers the run launches, a fresh random
-    key (held by the trainer and the servers' environment only). None for running `addresses` without a key, and
-    for SGLang, which takes a key only on its command line, where every local user can read it."""
-    key = cfg.read_api_key()
-    if key or cfg.addresses or cfg.backend == "sglang":
-        return key
+def fleet_key(spec: FleetSpec, configured: str | None) -> str | None:
+    """The servers' bearer key: the configured one (what `api_key_env` names); else, for servers the run launches,
+    a fresh random key (held by the trainer and the servers' environment only). None for running `addresses`
+    without a key, and for SGLang, which takes a key only on its command line, where every local user can read it."""
+    if configured or spec.addresses or spec.backend == "sglang":
+        return configured
     return new_run_key()
-
-
-def describe_argvs(fleet: ServerFleet) -> list[str]:
-    """Each process of a fleet as one shell-quoted line."""
-    return [shlex.join(a) for a in fleet.argvs()]

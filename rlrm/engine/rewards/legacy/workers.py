@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass, replace
 
 from rlrm.engine.executor.spawned import stop_spawned
+from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.errors import ConfigError, RlrmError
+from rlrm.errors import RlrmError
 from rlrm.launch.common.ports import free_port
 
 
@@ -45,26 +46,6 @@ class LegacyScores:
     def scores(self):
         """[B] scores read back from the token-level tensor, still in the compute dtype."""
         return self.token_level.sum(-1)
-
-
-def check_world_size(world_size: int, device: str, key: str = "--world-size") -> None:
-    """Refuse a world size the machine cannot give every rank a device (GPU) or a core (CPU); `key` names the
-    setting in the message (the parity option, or `actor.world_size`)."""
-    if world_size < 1:
-        raise ConfigError(f"{key} must be >= 1, got {world_size}")
-    if device == "cuda":
-        import torch
-
-        gpus = torch.cuda.device_count()
-        if world_size > gpus:
-            raise ConfigError(f"{key} {world_size} needs {world_size} GPUs (one per nccl rank); {gpus} visible")
-        return
-    cores = os.cpu_count() or 1
-    if world_size > cores:
-        raise ConfigError(
-            f"{key} {world_size} on CPU needs a core per gloo rank; this machine has {cores} "
-            f"(more ranks would measure contention, not sharding)"
-        )
 
 
 class LegacyWorkerGroup:

@@ -1,6 +1,6 @@
 """Predicted against measured: calibrate on a benchmark's zero-latency sync run, simulate its modes.
 
-    check = validate_bench(Path("bench/reward-latency-1"), out=Path("sim/check"))
+    check = check_against_bench(Path("bench/reward-latency-1"), out=Path("sim/check"))
     check.table        # per mode: measured and predicted speedup vs sync and idle/trainer, and the errors
 
 Only the benchmark's zero-latency `sync` runs (`runs/sync-nolatency-r*`) are read for the costs;
@@ -36,7 +36,7 @@ from rlrm.errors import RunFolderError
 
 
 @dataclass
-class Validation:
+class BenchCheck:
     calibration: Calibration
     result: SimResult
     table: list[dict]  # mode, measured/predicted speedup and idle_trainer, errors
@@ -48,7 +48,7 @@ def is_bench_folder(path: Path) -> bool:
     return (Path(path) / "results.csv").is_file() and (Path(path) / "runs").is_dir()
 
 
-def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), write: bool = True) -> Validation:
+def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (), write: bool = True) -> BenchCheck:
     """Calibrate on `folder`'s zero-latency sync runs, simulate its modes, compare with what it measured."""
     import pandas as pd
 
@@ -117,7 +117,7 @@ def validate_bench(folder: Path, out: Path | None, overrides: list[str] = (), wr
         )
     if write and out is not None:
         pd.DataFrame(table).to_csv(Path(out) / "validation.csv", index=False)
-    return Validation(cal, result, table, latency, replayed=len(replayed) if replayed else 0)
+    return BenchCheck(cal, result, table, latency, replayed=len(replayed) if replayed else 0)
 
 
 SIMULATED_REPEATS = 5  # simulated runs per mode at least

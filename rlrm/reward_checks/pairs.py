@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rewards.service import RewardService
 from rlrm.errors import DataError
-from rlrm.validate.samples import messages_of, read_jsonl
+from rlrm.reward_checks.samples import messages_of, read_jsonl
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 BOOTSTRAP = 2000

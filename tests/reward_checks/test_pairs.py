@@ -14,7 +14,7 @@ from rlrm.cli.main import app
 from rlrm.engine.models.pairs_file import synthetic_pairs, write_pairs_file
 from rlrm.engine.rewards.gsm8k import compute_score
 from rlrm.errors import DataError
-from rlrm.validate.pairs import (
+from rlrm.reward_checks.pairs import (
     Pair,
     ScoredPair,
     accuracy_table,

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
-from rlrm.engine.rewards.service import RewardService
-from rlrm.validate import details
-from rlrm.validate.invariance_run import run_invariance
-from rlrm.validate.lints import LintContext, run_lints
-from rlrm.validate.recorder import Recorder
+from rlrm.reward_checks import details
+from rlrm.reward_checks.invariance_run import run_invariance
+from rlrm.reward_checks.lints import LintContext, run_lints
+from rlrm.reward_checks.recorder import Recorder
 
 RULE_NOTE = (
     "reward.kind=rule has no reward model to inspect: shown instead is the answer the GSM8K rule extracts "
@@ -103,7 +103,7 @@ async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
     service = RewardService(cfg)
     try:
         await service.start()
-        recorder, model_path = None, getattr(service, "model_path", None)
+        recorder, model_path = None, service.model_path
         if cfg.model_kind is not None:
             recorder = Recorder(service.balancer)
             service.loop = RewardLoop(recorder.wrap(build_reward_fn(cfg, recorder, model_path)), cfg)

@@ -1,4 +1,5 @@
-"""Validation: one greedy (by default) answer per test prompt, checked against the ground truth.
+"""Held-out accuracy (the `val/*` metrics, `trainer.val_every`): one greedy (by default) answer per test
+prompt, checked against the ground truth.
 
 Accuracy is the GSM8K rule's exact match whatever reward the run trains with, so runs with a
 judge, a DisRM or a rule are compared on the same footing (and no judge time is spent here).
@@ -11,7 +12,7 @@ from rlrm.engine.rewards.rule import make_rule_reward
 from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 
 
-async def validate(
+async def evaluate_held_out(
     engine, tokenizer, profile: Profile, examples: list, prompt_ids: list[list[int]]
 ) -> dict[str, float]:
     """`val/accuracy` (exact answers), `val/format_rate` (answers found at all), mean response length."""

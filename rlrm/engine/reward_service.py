@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.executor.ray_workers import RayRewardWorkers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardFn
 from rlrm.engine.rewards.factory import build_reward_fn, with_injection
 from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
@@ -36,6 +36,7 @@ class RewardService:
         self.fleet = (
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
         )
+        self.model_path: str | None = None  # the reward model's folder (`reward.server.model` resolved at start)
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
@@ -53,10 +54,16 @@ class RewardService:
 
     async def _start_servers(self, kind: str) -> None:
         server = self.cfg.server
-        self.api_key = fleet_key(server)  # launched servers: a fresh key of this run's own
+        self.api_key = fleet_key(
+            server.fleet_spec(), server.read_api_key()
+        )  # launched servers: a fresh key of this run's own
         self.model_path = resolve_model_path(server.model)
         self.fleet = ServerFleet(
-            server, role=kind, model_path=self.model_path, api_key=self.api_key, ray_address=self.cfg.ray_address
+            server.fleet_spec(),
+            role=kind,
+            model_path=self.model_path,
+            api_key=self.api_key,
+            ray_address=self.cfg.ray_address,
         )
         await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
@@ -90,7 +97,7 @@ class RewardService:
         if self.legacy is not None:
             return with_injection(self.legacy, self.cfg)
         urls = self.balancer.urls if self.balancer is not None else []
-        model_path = getattr(self, "model_path", None)
+        model_path = self.model_path
         if self.cfg.executor == "ray":
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()

@@ -1,6 +1,6 @@
 """Each lint of `rlrm inspect reward` fires on a sample crafted to trigger it and stays silent on a clean one.
 
-The records are built by the same functions `inspect_reward` uses (`rlrm.validate.details`), from
+The records are built by the same functions `inspect_reward` uses (`rlrm.reward_checks.details`), from
 the tiny tokenizers and exchanges shaped like the servers' answers; no server is started here.
 """
 
@@ -12,8 +12,8 @@ import pytest
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
-from rlrm.validate import details
-from rlrm.validate.lints import LintContext, injected_system_prompt, run_lints
+from rlrm.reward_checks import details
+from rlrm.reward_checks.lints import LintContext, injected_system_prompt, run_lints
 
 QUESTION = "Kim has 2 pens. She buys 6 more pens. How many pens does Kim have now?"
 CLEAN = "2 + 6 = 8\n#### 8"
