@@ -252,11 +252,11 @@ def test_yaml_examples_are_valid_profiles():
     """Each ```yaml block of the pages validates against the schema (a renamed or removed key fails here)."""
     import yaml
 
-    from rlrm.config.loader import validate_profile
+    from rlrm.config.loader import parse_profile
 
     blocks = [
         (p.name, lines) for p in PAGES for lang, lines in _prose_and_blocks(p.read_text("utf-8"))[1] if lang == "yaml"
     ]
     assert blocks, "no yaml example found"
     for name, lines in blocks:
-        validate_profile(yaml.safe_load("\n".join(lines)), source=f"the yaml example in {name}")
+        parse_profile(yaml.safe_load("\n".join(lines)), source=f"the yaml example in {name}")
