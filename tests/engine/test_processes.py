@@ -34,9 +34,10 @@ def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
         ],
     )
     lines = planned_processes(profile)
-    assert lines[0].startswith(
-        "# rollout.server replica 0: VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve "
-        "Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 --dtype bfloat16"
+    assert lines[0].startswith("# rollout.server replica 0: VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 ")
+    assert (
+        "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 "
+        in lines[0]
     )
     assert lines[0].endswith("--max-num-seqs 320 --gpu-memory-utilization 0.4")
     assert not any(line.startswith("# rollout.server router") for line in lines)  # vLLM policy: rlrm's balancer

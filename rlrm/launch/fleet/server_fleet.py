@@ -23,7 +23,7 @@ import sys
 from typing import Awaitable, Callable
 
 from rlrm.errors import ConfigError
-from rlrm.launch.fleet.engine_argv import require_backend
+from rlrm.launch.fleet.engine_argv import engine_device, require_backend
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
 from rlrm.launch.fleet.ray_replicas import RayReplicas
@@ -125,7 +125,17 @@ class ServerFleet:
             self.api_key,
             self.extra_args(),
             host=host,
+            served_model_name=self.served_name,
+            device=engine_device(c.gpu_ids),
+            gpu_memory_utilization=c.gpu_memory_utilization,
         )
+
+    @property
+    def served_name(self) -> str:
+        """The model name launched replicas answer to: served_model_name, else the profile's model name
+        (`tiny:judge`, which the reward clients send), else the folder they serve."""
+        c = self.cfg
+        return getattr(c, "served_model_name", None) or getattr(c, "model", None) or self.model_path
 
     @property
     def on_ray(self) -> bool:
@@ -181,10 +191,11 @@ class ServerFleet:
                     self.replica_urls,
                     self.role,
                     self.api_key,
-                    getattr(cfg, "model", None),
+                    getattr(cfg, "served_model_name", None) or getattr(cfg, "model", None),
                     cfg.start_timeout_s,
                     check_timeout_s,
                     what=f"{self.section}.addresses",
+                    served_model_name=getattr(cfg, "served_model_name", None),
                 )
             else:
                 if cfg.backend != "embedded":
@@ -206,6 +217,8 @@ class ServerFleet:
                     extra_args=self.extra_args(),
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
+                    served_model_name=self.served_name if cfg.backend != "embedded" else None,
+                    gpu_memory_utilization=cfg.gpu_memory_utilization,
                 )
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
