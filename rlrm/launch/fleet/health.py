@@ -50,6 +50,13 @@ PROBES = {
 }
 
 
+# a vLLM started for generation has no /classify (404), or refuses it for its runner (400)
+_CLASSIFY_HINT = (
+    "; a DisRM must be served for classification (vLLM: --runner pooling --convert classify, which rlrm adds to the "
+    "vLLM servers it launches)"
+)
+
+
 async def check_servers(
     urls: list[str],
     role: str,
@@ -123,7 +130,8 @@ async def _probe(
     if status >= 500 or status == 429:
         return f"POST {path} answered {status}: {_message(text)}", False
     if status >= 400:
-        return f"POST {path} answered {status}: {_message(text)}", True
+        hint = _CLASSIFY_HINT if path == "/classify" and status in (400, 404) else ""
+        return f"POST {path} answered {status}: {_message(text)}{hint}", True
     if not _has_shape(path, text):
         return f"POST {path} answered 200 but not in the {path} shape: {text[:120]!r}", True
     return None, True

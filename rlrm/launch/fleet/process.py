@@ -32,10 +32,14 @@ _RELAYS = ("See root cause above", "Engine core initialization failed", "EngineD
 def cause_line(text: str) -> str | None:
     """The first `SomeError: message` line of a log that is not a mere relay of another one (the root cause
     comes first in a chain of tracebacks), else None."""
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         match = _ERROR_LINE.search(line.strip())
         if match and not any(r in line for r in _RELAYS):
-            return f"{match.group(1)}: {match.group(2)}"[:400]
+            cause = f"{match.group(1)}: {match.group(2)}"
+            if "validation error" in cause:  # pydantic puts what is wrong on the next lines (vLLM's config checks)
+                cause += ": " + " ".join(x.strip() for x in lines[i + 1 : i + 3])
+            return cause[:400]
     return None
 
 
@@ -169,7 +173,7 @@ class ServerProcess:
         """Why the process stopped, in one line: its error line when its log has one, then the log's last lines."""
         cause = cause_line(self._log_text())
         tail = self.log_tail(lines)
-        return f"{cause} (log ends: {tail})" if cause and cause not in tail else tail
+        return f"{cause} (log ends: {tail})" if cause else tail
 
     def death(self) -> str:
         """One line for a process found dead: exit code, cause and log tail."""
