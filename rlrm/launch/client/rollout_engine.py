@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from rlrm.call_errors import BadRequest, TransientError
@@ -48,6 +49,7 @@ from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.client.version_gate import VersionGate
 from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
 from rlrm.launch.client.wire import int_or_none, post_sync_call
 from rlrm.launch.common.model_info import ENGINE_NAME
@@ -117,6 +119,8 @@ class ServerRolloutEngine:
             if weight_sync == "distributed"
             else None
         )
+        # vLLM answers carry no version: the client keeps each request within one (rlrm/launch/client/version_gate.py)
+        self.gate = None if wire.carries_version else VersionGate()
         self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
@@ -209,38 +213,15 @@ class ServerRolloutEngine:
                     await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
                 url = self._pick(tried)
                 tried.add(url)
-                body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
+                if self.gate is not None:  # no reload while it generates: tagged with the version in force now
+                    version = await self.gate.enter(lambda: self.version)
+                    for item in items:
+                        item.sent_version = version
                 try:
-                    answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
-                except TransientError as exc:
-                    last = str(exc)
-                    continue
-                except BadRequest as exc:
-                    raise RolloutServerError(f"a rollout server refused a request: {exc}") from None
-                try:
-                    parsed = self.wire.parse_many(answer, len(items))
-                except (KeyError, IndexError, TypeError, ValueError) as exc:
-                    raise RolloutServerError(
-                        f"a rollout server answered {self.wire.generate_path} without {exc}: is it a {self.wire.name} policy server?"
-                    ) from None
-                missing = []
-                for item, (tokens, log_probs, finish, version) in zip(items, parsed):
-                    if self._stale(version, item.sent_version):
-                        self.counters["rollout/stale_refused"] += 1
-                        last = f"answered with weight version {version}, older than {item.sent_version}"
-                        missing.append(item)
-                    elif not item.future.done():
-                        item.future.set_result(
-                            Completion(
-                                item.prompt_ids,
-                                tokens,
-                                log_probs,
-                                finish,
-                                policy_version=item.sent_version if version is None else version,
-                                meta={"seed": item.seed},
-                            )
-                        )
-                items = missing
+                    items, last = await self._attempt(items, url, last)
+                finally:
+                    if self.gate is not None:
+                        self.gate.leave()
                 if not items:
                     return
             raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
@@ -252,6 +233,40 @@ class ServerRolloutEngine:
                     )
             if not isinstance(exc, Exception):
                 raise
+
+    async def _attempt(self, items: list[_Item], url: str, last: str) -> tuple[list[_Item], str]:
+        """One call to `url`; sets the futures of the items answered. Returns the items still missing and why."""
+        body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
+        try:
+            answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
+        except TransientError as exc:
+            return items, str(exc)
+        except BadRequest as exc:
+            raise RolloutServerError(f"a rollout server refused a request: {exc}") from None
+        try:
+            parsed = self.wire.parse_many(answer, len(items))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise RolloutServerError(
+                f"a rollout server answered {self.wire.generate_path} without {exc}: is it a {self.wire.name} policy server?"
+            ) from None
+        missing = []
+        for item, (tokens, log_probs, finish, version) in zip(items, parsed):
+            if self._stale(version, item.sent_version):
+                self.counters["rollout/stale_refused"] += 1
+                last = f"answered with weight version {version}, older than {item.sent_version}"
+                missing.append(item)
+            elif not item.future.done():
+                item.future.set_result(
+                    Completion(
+                        item.prompt_ids,
+                        tokens,
+                        log_probs,
+                        finish,
+                        policy_version=item.sent_version if version is None else version,
+                        meta={"seed": item.seed},
+                    )
+                )
+        return missing, last
 
     def _pick(self, tried: set[str]) -> str:
         """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
@@ -281,11 +296,13 @@ class ServerRolloutEngine:
         t0 = time.perf_counter()
         path = self.files.write(state_dict, version)
         self.sync_times["write_s"] += time.perf_counter() - t0
-        self.version = self._file_version = version  # a replica restarted from here on loads this one
         if not self._started:
+            self.version = self._file_version = version
             return  # loaded into every replica at start
         t1 = time.perf_counter()
-        self._push_all(path, version)
+        with self.gate.reloading(self.request_timeout_s + 30.0) if self.gate is not None else nullcontext():
+            self.version = self._file_version = version  # a replica restarted from here on loads this one
+            self._push_all(path, version)
         self.sync_times["load_s"] += time.perf_counter() - t1
         self.files.keep_only(path)
 
@@ -335,22 +352,25 @@ class ServerRolloutEngine:
                 return
 
     def _reset_trained(self, versions: dict[str, int | None]) -> None:
-        """Running servers still holding another run's trained weights get the policy's own back (version 0)."""
+        """Running servers still holding another run's trained weights get the policy's own back (version 0).
+        vLLM reports no version, so its replicas always get them (a hand-started one may have served a run)."""
         from pathlib import Path
 
         for url, version in versions.items():
-            if not version:
+            if not version and self.wire.carries_version:
                 continue
+            held = f"weight version {version}" if version else "weights of unknown version (vLLM reports none)"
             if not Path(self.fleet.model_path).is_dir():
+                if not version:
+                    continue  # a hub id: nothing local to load, trust the server's own
                 raise RolloutServerError(
-                    f"rollout replica {url} serves weight version {version}, not the policy's initial weights, and "
+                    f"rollout replica {url} serves {held}, not the policy's initial weights, and "
                     f"{self.fleet.model_path} is no local folder to load them from: restart that server"
                 )
             failure = self._push_one(url, self.fleet.model_path, 0)
             if failure is not None:
                 raise RolloutServerError(
-                    f"rollout replica {url} serves weight version {version} and refused the "
-                    f"policy's initial weights: {failure}"
+                    f"rollout replica {url} serves {held} and refused the policy's initial weights: {failure}"
                 )
 
     def _check_replicas(self) -> dict[str, int | None]:
