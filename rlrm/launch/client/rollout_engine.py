@@ -58,6 +58,8 @@ from rlrm.launch.fleet.server_fleet import ServerFleet
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
 MAX_COALESCE = 64
+# most times one request waits for a dead replica's restart before each further failure counts as a retry
+MAX_RESTART_WAITS = 3
 
 
 @dataclass
@@ -205,13 +207,10 @@ class ServerRolloutEngine:
 
     async def _send(self, items: list[_Item]) -> None:
         """One batched call for `items` (retried, those still missing, on replicas not tried yet); sets their futures."""
-        tried, last = set(), "no attempt"
+        tried, last, failures, restarted = set(), "no attempt", 0, 0
         try:
-            for attempt in range(self.max_retries + 1):
-                if attempt:
-                    self.counters["rollout/retries"] += len(items)
-                    await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
-                url = self._pick(tried)
+            while True:
+                url = await self._pick(tried)
                 tried.add(url)
                 if self.gate is not None:  # no reload while it generates: tagged with the version in force now
                     version = await self.gate.enter(lambda: self.version)
@@ -224,7 +223,15 @@ class ServerRolloutEngine:
                         self.gate.leave()
                 if not items:
                     return
-            raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
+                # a replica that died is restarted by the supervisor: waiting for it uses up no retry
+                if self._dead(url) and restarted < MAX_RESTART_WAITS:
+                    restarted += 1
+                else:
+                    failures += 1
+                if failures > self.max_retries:
+                    raise RolloutServerError(f"rollout request failed after {failures} attempts; last: {last}")
+                self.counters["rollout/retries"] += len(items)
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** max(0, failures - 1)))
         except BaseException as exc:  # every caller gets an answer, never a hang
             for item in items:
                 if not item.future.done():
@@ -268,11 +275,26 @@ class ServerRolloutEngine:
                 )
         return missing, last
 
-    def _pick(self, tried: set[str]) -> str:
-        """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
-        b = self.balancer
-        fresh = [u for u in b.urls if b.healthy[u] and u not in tried]
-        return min(fresh, key=lambda u: b.outstanding[u]) if fresh else b.pick()
+    async def _pick(self, tried: set[str]) -> str:
+        """The least busy healthy replica not tried yet for this request (the router, when one is in front).
+        A replica being restarted serves only once it holds the current weights; while every launched
+        replica is down, this waits for the supervisor to bring one back (at most its start timeout)."""
+        b, deadline = self.balancer, None
+        while True:
+            usable = [u for u in b.urls if b.healthy[u] and not self._restarting(u)]
+            fresh = [u for u in usable if u not in tried] or usable
+            if fresh:
+                return min(fresh, key=lambda u: b.outstanding[u])
+            if self.fleet.pool is None:
+                return b.pick()  # running servers: nobody restarts them, the call fails and is counted
+            deadline = deadline or time.monotonic() + self.fleet.cfg.start_timeout_s + self.sync_timeout_s
+            if time.monotonic() > deadline:
+                return b.pick()
+            await asyncio.sleep(0.25)
+
+    def _restarting(self, url: str) -> bool:
+        pool = self.fleet.pool
+        return pool is not None and url in pool.restarting
 
     def _stale(self, version: int | None, sent_version: int) -> bool:
         if not self.wire.carries_version:
