@@ -49,10 +49,10 @@ from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.client.replica_info import TrainerModel, check_replicas
 from rlrm.launch.client.version_gate import VersionGate
 from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
-from rlrm.launch.client.wire import int_or_none, post_sync_call
-from rlrm.launch.common.model_info import ENGINE_NAME
+from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -70,16 +70,6 @@ class _Item:
     sent_version: int  # the version in place when the request was made: an answer from an older one is refused
     future: asyncio.Future
     start: float
-
-
-@dataclass(frozen=True)
-class TrainerModel:
-    """What the trainer's own model and tokenizer are, for the replicas to be checked against."""
-
-    name: str
-    vocab_size: int  # rows of the embedding
-    tokenizer_size: int  # len(tokenizer)
-    chat_template_sha256: str | None
 
 
 class ServerRolloutEngine:
@@ -396,38 +386,8 @@ class ServerRolloutEngine:
                 )
 
     def _check_replicas(self) -> dict[str, int | None]:
-        """Every replica's model info against the trainer's (when the server reports it); their weight versions."""
-        import httpx
-
-        versions: dict[str, int | None] = {}
-        engines = set()
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        contexts = []
-        for url in self.fleet.replica_urls:
-            try:
-                resp = httpx.get(url + "/get_model_info", headers=headers, timeout=30.0)
-                info = resp.json() if resp.status_code == 200 else {}
-            except (httpx.HTTPError, ValueError):
-                info = {}
-            versions[url] = int_or_none(info.get("weight_version"))
-            engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
-            if self.expect is None:
-                continue
-            for key, label in (
-                ("vocab_size", "vocabulary (embedding rows)"),
-                ("tokenizer_size", "tokenizer size"),
-                ("chat_template_sha256", "chat template (sha256)"),
-            ):
-                theirs, ours = info.get(key), getattr(self.expect, key)
-                if theirs is not None and ours is not None and theirs != ours:
-                    raise RolloutServerError(
-                        f"rollout replica {url} serves {info.get('model_path', '?')} with {label} {theirs}, but the trainer's "
-                        f"policy {self.expect.name} has {ours}: serve the policy's own model and tokenizer"
-                    )
-            if isinstance(info.get("max_context_length"), int):
-                contexts.append(info["max_context_length"])
-        self.max_context = min(contexts) if contexts else None
-        self.dtype = engines.pop()[1] if len(engines) == 1 and None not in engines else None
+        """Every replica's model info against the trainer's (rlrm/launch/client/replica_info.py); their versions."""
+        versions, self.max_context, self.dtype = check_replicas(self.fleet.replica_urls, self.api_key, self.expect)
         return versions
 
     def take_metrics(self) -> dict:
