@@ -9,7 +9,7 @@ import random
 
 import httpx
 import pytest
-from vllm_fleets import LoopFleets  # tests/launch/vllm_fleets.py
+from vllm_fleets import LoopFleets, policy_sized_disrm  # tests/launch/vllm_fleets.py
 
 from rlrm.config.reward import RewardServerConfig
 from rlrm.launch.fleet.health import check_servers
@@ -25,29 +25,40 @@ def fleets():
 
 
 @pytest.fixture(scope="module")
-def judge(fleets):
-    """tiny:judge on vLLM: `reward.server.backend: vllm` with the profile's model name."""
-    cfg = RewardServerConfig(backend="vllm", model="tiny:judge", router="client", start_timeout_s=600)
+def judge(fleets, tiny_policy_path):
+    """A judge on vLLM from `reward.server.backend: vllm`, served under the profile's model name (`tiny:policy`:
+    the chat contract does not need a trained judge; test_vllm_runs.py runs the trained one)."""
+    cfg = RewardServerConfig(backend="vllm", model="tiny:policy", router="client", start_timeout_s=600)
     return fleets.start(cfg, "genrm")
 
 
 @pytest.fixture(scope="module")
-def disrm(fleets):
-    cfg = RewardServerConfig(backend="vllm", model="tiny:disrm", router="client", start_timeout_s=600)
-    return fleets.start(cfg, "disrm")
+def disrm_path(tmp_path_factory, tiny_policy_path):
+    return policy_sized_disrm(tmp_path_factory.mktemp("vllm-disrm"), tiny_policy_path)
+
+
+def _disrm_config(backend: str, path) -> RewardServerConfig:
+    # served under a name of its own: the requests carry it
+    return RewardServerConfig(
+        backend=backend, model=str(path), served_model_name="rm", router="client", start_timeout_s=600
+    )
 
 
 @pytest.fixture(scope="module")
-def embedded_disrm(fleets):
-    cfg = RewardServerConfig(backend="embedded", model="tiny:disrm", router="client", start_timeout_s=300)
-    return fleets.start(cfg, "disrm")
+def disrm(fleets, disrm_path):
+    return fleets.start(_disrm_config("vllm", disrm_path), "disrm")
+
+
+@pytest.fixture(scope="module")
+def embedded_disrm(fleets, disrm_path):
+    return fleets.start(_disrm_config("embedded", disrm_path), "disrm")
 
 
 def test_judge_serves_chat_under_the_profiles_model_name(judge):
     url = judge.replica_urls[0]
-    assert [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]] == ["tiny:judge"]
+    assert [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]] == ["tiny:policy"]
     body = {
-        "model": "tiny:judge",
+        "model": "tiny:policy",
         "messages": [{"role": "user", "content": "Question: 3 + 4\nAnswer: 7\n#### 7"}],
         "max_tokens": 24,
         "temperature": 0,
@@ -69,7 +80,7 @@ def test_many_concurrent_seeded_requests_with_long_prompts_all_succeed(judge):
             async def one(i):
                 rng = random.Random(i)
                 prompt = [rng.randrange(3, 400) for _ in range(rng.randrange(60, 81))]
-                body = {"model": "tiny:judge", "prompt": prompt, "max_tokens": 8, "seed": i, "temperature": 1.0}
+                body = {"model": "tiny:policy", "prompt": prompt, "max_tokens": 8, "seed": i, "temperature": 1.0}
                 return (await client.post(url + "/v1/completions", json=body)).status_code
 
             return await asyncio.gather(*(one(i) for i in range(256)))
@@ -85,7 +96,7 @@ def test_disrm_classify_matches_the_embedded_server(disrm, embedded_disrm):
     def scores(fleet):
         out = httpx.post(
             fleet.replica_urls[0] + "/classify",
-            json={"model": "tiny:disrm", "input": inputs, "use_activation": False},
+            json={"model": "rm", "input": inputs, "use_activation": False},
             timeout=120,
         )
         assert out.status_code == 200, out.text
@@ -99,15 +110,15 @@ def test_disrm_classify_matches_the_embedded_server(disrm, embedded_disrm):
 
 
 def test_a_wrong_served_model_name_is_one_line_with_both_names(judge, fleets):
-    cfg = RewardServerConfig(model="tiny:judge", addresses=judge.replica_urls, served_model_name="judge-v2")
-    with pytest.raises(ServerStartError, match=r"serves 'tiny:judge', not reward.server.served_model_name 'judge-v2'"):
+    cfg = RewardServerConfig(model="tiny:policy", addresses=judge.replica_urls, served_model_name="judge-v2")
+    with pytest.raises(ServerStartError, match=r"serves 'tiny:policy', not reward.server.served_model_name 'judge-v2'"):
         fleets.start(cfg, "genrm")
-    right = RewardServerConfig(model="some/path", addresses=judge.replica_urls, served_model_name="tiny:judge")
+    right = RewardServerConfig(model="some/path", addresses=judge.replica_urls, served_model_name="tiny:policy")
     fleets.start(right, "genrm")  # the name it serves: passes, and the requests carry it
-    assert right.request_model == "tiny:judge"
+    assert right.request_model == "tiny:policy"
 
 
 def test_a_server_without_classify_cannot_be_the_disrm(judge):
     # a vLLM started for generation (no --runner pooling --convert classify) given as the DisRM's address
     with pytest.raises(ServerStartError, match=r"POST /classify answered 4\d\d.*--convert classify"):
-        asyncio.run(check_servers(judge.replica_urls, "disrm", None, "tiny:judge", 60))
+        asyncio.run(check_servers(judge.replica_urls, "disrm", None, "tiny:policy", 60))

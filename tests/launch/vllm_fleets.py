@@ -41,3 +41,21 @@ class LoopFleets:
             self.run(fleet.close(), 120)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def policy_sized_disrm(folder, policy_path):
+    """A DisRM with the tiny policy's body and a random score head (seed 0), saved into `folder`: the shape of
+    the tiny DisRM, without its minutes of training. (vLLM's CPU attention refuses the 8-wide heads of the
+    smaller random DisRM in tests/conftest.py: "Unsupported CPU attention configuration: head_dim=8".)"""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(policy_path)
+    model = AutoModelForSequenceClassification.from_pretrained(policy_path, num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 0.5)  # scores that spread well beyond float noise
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
