@@ -170,7 +170,8 @@ def test_tiny_rule_learns_with_rollout_on_vllm(vllm_rollout, tmp_path, mode):
     engine, _ = vllm_rollout
     running = [f"rollout.server.addresses=[{engine.fleet.replica_urls[0]}]"]
     running += [f"rollout.server.served_model_name={engine.wire.model_name}"]
-    rows = _train(tmp_path, mode, *([] if mode == "sync" else running))
+    launched = ["rollout.server.start_timeout_s=600"]  # 35-170 s to healthy on 2 busy cores
+    rows = _train(tmp_path, mode, *(launched if mode == "sync" else running))
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
     print(f"tiny-rule on vLLM, {mode}: held-out accuracy {before:.3f} -> {after:.3f}")
     # as tests/engine/test_learning.py: 128 held-out problems, +0.08 is ~10 problems, beyond greedy noise
