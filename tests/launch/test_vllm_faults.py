@@ -51,3 +51,21 @@ def test_a_taken_port_is_one_line(tiny_policy_path):
         args = ["launch", "server", "--backend", "vllm", "--model", str(tiny_policy_path), "--port", str(port)]
         result = CliRunner().invoke(app, args)
     assert result.exit_code == 1 and f"port {port} on 127.0.0.1 is in use" in result.output
+
+
+def test_a_model_that_fails_at_its_first_forward_stops_the_start(spread_disrm_path):
+    # vLLM starts a DisRM whose heads are 8 wide and answers /health, but its CPU attention refuses them at the
+    # first forward and the engine dies: the fleet's first request finds that, with vLLM's own error line.
+    import asyncio
+
+    from rlrm.config.reward import RewardServerConfig
+    from rlrm.launch.fleet.server_fleet import ServerFleet
+
+    cfg = RewardServerConfig(backend="vllm", model=str(spread_disrm_path), router="client", start_timeout_s=600)
+    fleet = ServerFleet(cfg, role="disrm", model_path=str(spread_disrm_path))
+    with pytest.raises(ServerStartError) as err:
+        asyncio.run(fleet.start())
+    line = str(err.value)
+    assert line.startswith("reward.server: vllm failed its first request: http://127.0.0.1:") and "\n" not in line
+    assert "Unsupported CPU attention configuration: head_dim=8" in line
+    assert fleet.pool is not None and not any(s.alive() for s in fleet.pool.servers)  # torn down

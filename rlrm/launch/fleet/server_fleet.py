@@ -26,6 +26,7 @@ from rlrm.errors import ConfigError
 from rlrm.launch.fleet.engine_argv import engine_device, require_backend
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
+from rlrm.launch.fleet.process import ServerStartError
 from rlrm.launch.fleet.ray_replicas import RayReplicas
 from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 
@@ -222,6 +223,8 @@ class ServerFleet:
                 )
                 await asyncio.to_thread(self.pool.start, cfg.start_timeout_s)
                 self.replica_urls = self.pool.urls
+                if cfg.backend != "embedded":
+                    await self._first_request()
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(
@@ -233,6 +236,23 @@ class ServerFleet:
                 self.router_counters = RouterCounters(self.router.metrics_url, prefix=self.metrics_prefix)
         except BaseException:
             await self.close()
+            raise
+
+    async def _first_request(self, timeout_s: float = 60.0) -> None:
+        """One request of the role's shape to every launched engine replica: an engine that is healthy but cannot
+        run the model (vLLM's CPU attention refuses some head sizes at the first forward) fails here, with the
+        error line of its log, before any training starts."""
+        probe = "policy-vllm" if self.role.startswith("policy") and self.cfg.backend == "vllm" else self.role
+        what = f"{self.section} replica"
+        try:
+            await check_servers(self.pool.urls, probe, self.api_key, self.served_name, timeout_s, timeout_s, what)
+        except ServerStartError:
+            await asyncio.sleep(2.0)  # a dying engine takes its API server down within a second or two
+            dead = [s.death() for s in self.pool.servers if hasattr(s, "death") and not s.alive()]
+            if dead:
+                raise ServerStartError(
+                    f"{self.section}: {self.cfg.backend} failed its first request: {dead[0]}"
+                ) from None
             raise
 
     @property
