@@ -44,6 +44,7 @@ trap 'rm -f "$constraint"' EXIT
 echo "rlrm is installed in $venv (activate with: source $venv/bin/activate)"
 
 if [[ $with_vllm == 1 ]]; then
+  started=$SECONDS
   vvenv=${RLRM_VLLM_VENV:-.venv-vllm}
   vpy="$vvenv/bin/python"
   probe="import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
@@ -59,6 +60,7 @@ if [[ $with_vllm == 1 ]]; then
       "$vpy" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
     fi
     "$vpy" -c "$probe"
+    echo "vLLM installed in $vvenv in $((SECONDS - started)) s"
   fi
   echo "vLLM's environment is $vvenv (rlrm finds it there; elsewhere: export RLRM_VLLM_PYTHON=$(cd "$vvenv" && pwd)/bin/python)"
 fi
