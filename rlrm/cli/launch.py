@@ -123,23 +123,25 @@ def _external(
 
     from rlrm.launch.common.auth import check_bind
     from rlrm.launch.common.ports import ensure_port_free
-    from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
+    from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env, require_backend
     from rlrm.launch.fleet.process import ServerProcess
 
-    argv = engine_argv(backend, model, role, port, host, dtype, max_batch, api_key, served_model_name)
+    device = engine_device()
+    argv = engine_argv(backend, model, role, port, host, dtype, max_batch, api_key, served_model_name, device)
     if dry_run:
         typer.echo(shlex.join(argv))
         return
     require_backend(backend)
     ensure_port_free(host, port)
     check_bind(host, api_key, allow_unauthenticated)
-    server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=engine_env(backend, api_key))
+    env = engine_env(backend, api_key, role, device)
+    server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=env)
     try:
         server.start()
         typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")
         while server.alive():
             time.sleep(1.0)
-        typer.echo(f"{backend} exited with code {server.proc.returncode}: {server.log_tail()}")
+        typer.echo(f"{backend} exited with code {server.proc.returncode}: {server.why()}")
         raise typer.Exit(1)
     except KeyboardInterrupt:
         pass

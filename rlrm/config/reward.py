@@ -41,6 +41,11 @@ class RewardServerConfig(ServerFleetConfig):
         """The base settings, with the model that running `addresses` must serve."""
         return replace(super().fleet_spec(), model=self.model)
 
+    @property
+    def request_model(self) -> str | None:
+        """The `model` every request names: served_model_name when set, else the model as written."""
+        return self.served_model_name or self.model
+
 
 class DisRMConfig(_Section):
     max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")

@@ -298,12 +298,6 @@ class Profile(_Section):
                 f"data.train_batch_size ({self.data.train_batch_size}) must be a multiple of "
                 f"actor.mini_batch_size ({self.actor.mini_batch_size})"
             )
-        if self.rollout.backend == "server" and self.rollout.server.backend == "vllm" and self.trainer.mode != "sync":
-            raise ValueError(
-                f"rollout.server.backend=vllm reports no weight version per request, so rlrm cannot prove that a request "
-                f"in flight during a weight reload used one version: it needs trainer.mode=sync (got {self.trainer.mode}); "
-                "use backend embedded or sglang for the overlapping modes"
-            )
         if self.reward.placement == "colocated" and self.trainer.mode != "sync":
             raise ValueError(
                 f"reward.placement=colocated takes turns with the policy on one device, so it needs trainer.mode=sync "

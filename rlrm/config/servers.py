@@ -46,6 +46,21 @@ class ServerFleetConfig(BaseModel):
     addresses: list[str] = Field(
         default_factory=list, description="Use these running servers (http://host:port) instead."
     )
+    served_model_name: str | None = Field(
+        None,
+        description="The model name the servers answer to (the `model` of every request). Running `addresses`: the "
+        "name they serve, checked against their /v1/models at start (a hand-started vLLM serves its --model path "
+        "unless given --served-model-name). Launched vllm/sglang replicas are started with it. None: the model's "
+        "own name (reward.server.model as written in the profile, e.g. tiny:judge; the policy's folder).",
+    )
+    gpu_memory_utilization: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="vllm/sglang replicas on a GPU: the share of the device's memory each may take "
+        "(vLLM --gpu-memory-utilization, SGLang --mem-fraction-static); lower it when roles share a GPU. "
+        "On CPU vLLM takes VLLM_CPU_KVCACHE_SPACE GiB of KV cache instead (1 unless set in the environment).",
+    )
     api_key_env: str | None = Field(
         None,
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -183,6 +198,8 @@ class ServerFleetConfig(BaseModel):
             placement=self.placement,
             node_resource=self.node_resource,
             gpus_per_replica=self.gpus_per_replica,
+            served_model_name=self.served_model_name,
+            gpu_memory_utilization=self.gpu_memory_utilization,
         )
 
 

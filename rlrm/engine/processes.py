@@ -14,7 +14,7 @@ import shlex
 
 from rlrm.config.schema import Profile
 from rlrm.engine.served import fleet_spec, ray_address
-from rlrm.launch.fleet.engine_argv import engine_env
+from rlrm.launch.fleet.engine_argv import engine_device, engine_env
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
@@ -54,7 +54,7 @@ def planned_processes(profile: Profile) -> list[str]:
 
 
 def _env(fleet: ServerFleet, i: int) -> str:
-    env = {k: v for k, v in engine_env(fleet.spec.backend, None, fleet.role).items()}
+    env = dict(engine_env(fleet.spec.backend, None, fleet.role, engine_device(fleet.spec.gpu_ids)))
     if fleet.spec.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = str(fleet.spec.gpu_ids[i % len(fleet.spec.gpu_ids)])
     return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())

@@ -44,7 +44,7 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
     )
     return ServerRolloutEngine(
         fleet,
-        wire_for(cfg.backend, policy_path),
+        wire_for(cfg.backend, fleet.served_name),  # what launched replicas serve, or served_model_name
         WeightFiles(cfg.weights_dir, config_from=policy_path),
         expect=expect,
         api_key=api_key,

@@ -42,6 +42,6 @@ def test_a_dead_rollout_server_address_is_one_line_and_leaves_no_run(tmp_path, t
     assert not out.exists()
 
 
-def test_vllm_rollout_servers_in_an_overlapping_mode_are_refused_before_anything_starts(tmp_path):
+def test_vllm_rollout_servers_in_an_overlapping_mode_are_accepted(tmp_path):
     result = CliRunner().invoke(app, ["train", "--profile", "gsm8k-rule-served", "--mode", "one-step-off", "--dry-run"])
-    assert result.exit_code != 0 and "needs trainer.mode=sync (got one-step-off)" in result.output
+    assert result.exit_code == 0, result.output

@@ -15,6 +15,7 @@ without a member the trainer's broadcast would wait).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 
-def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
+def build(
+    kind: str, log: Path, fail_reload: bool, stale: bool, token_delay: float = 0.0, dev_mode: bool = True
+) -> FastAPI:
     app = FastAPI()
-    state = {"version": "default"}
+    state = {"version": "default", "loaded": 0}
 
     def record(path: str, body: dict) -> None:
         folder = (body.get("kwargs") or {}).get("weights_path") or body.get("model_path")
@@ -48,6 +51,11 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
             body = await request.json()
             record("/v1/completions", body)
             ids = tokens(body["prompt"], body.get("seed") or 0, body["max_tokens"])
+            if token_delay:  # token by token, each naming the weights loaded when it is sampled: 1000 + version
+                ids = []
+                for _ in range(body["max_tokens"]):
+                    ids.append(1000 + state["loaded"])
+                    await asyncio.sleep(token_delay)
             return {
                 "id": "cmpl-standin",
                 "object": "text_completion",
@@ -66,13 +74,16 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
                 ],
             }
 
-        @app.post("/collective_rpc")
         async def collective_rpc(request: Request):
             body = await request.json()
             record("/collective_rpc", body)
             if fail_reload:
                 return JSONResponse({"error": {"message": "reload_weights failed: shape mismatch (stand-in)"}}, 500)
+            state["loaded"] = _version_in(Path(body["kwargs"]["weights_path"]) / "model.safetensors")
             return {"results": [None]}
+
+        if dev_mode:  # vLLM registers its development routes only with VLLM_SERVER_DEV_MODE=1
+            app.post("/collective_rpc")(collective_rpc)
 
         @app.post("/reset_prefix_cache")
         async def reset_prefix_cache(request: Request):
@@ -180,6 +191,18 @@ def build(kind: str, log: Path, fail_reload: bool, stale: bool) -> FastAPI:
     return app
 
 
+def _version_in(file: Path) -> int:
+    """The rlrm_version a weights file was written with (rlrm/inference/weight_files.py), 0 for other files."""
+    import struct
+
+    if not file.is_file():
+        return 0
+    with file.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    return int(header.get("__metadata__", {}).get("rlrm_version", 0))
+
+
 if __name__ == "__main__":
     import uvicorn
 
@@ -191,9 +214,15 @@ if __name__ == "__main__":
     parser.add_argument(
         "--stale", action="store_true", help="always report SGLang's default version (a restarted replica)"
     )
+    parser.add_argument(
+        "--token-delay", type=float, default=0.0, help="vllm: sample token by token, each 1000 + the loaded version"
+    )
+    parser.add_argument(
+        "--no-dev-mode", action="store_true", help="vllm: no /collective_rpc (VLLM_SERVER_DEV_MODE off)"
+    )
     args = parser.parse_args()
     uvicorn.run(
-        build(args.kind, Path(args.log), args.fail_reload, args.stale),
+        build(args.kind, Path(args.log), args.fail_reload, args.stale, args.token_delay, not args.no_dev_mode),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -196,9 +196,10 @@ def test_engine_command_lines_for_policy_and_reward_servers():
         dtype="bfloat16",
         extra_args=["--gpu-memory-utilization", "0.5"],
     )
-    assert vllm[1:3] == ["serve", "Qwen/Qwen2.5-1.5B-Instruct"] and vllm[-2:] == ["--gpu-memory-utilization", "0.5"]
-    assert engine_env("vllm", None, "policy") == {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc is a dev-mode endpoint
-    assert engine_env("vllm", None, "genrm") == {}
+    assert vllm[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen2.5-1.5B-Instruct"]
+    assert vllm[-2:] == ["--gpu-memory-utilization", "0.5"]
+    assert engine_env("vllm", None, "policy", "cuda") == {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc: dev mode
+    assert engine_env("vllm", None, "genrm", "cuda") == {}
     sglang = replica_argv("sglang", "m", "policy", 8001, dtype="bfloat16")
     assert sglang[1:3] == ["-m", "sglang.launch_server"] and "--is-embedding" not in sglang
     assert engine_argv("sglang", "rm", "disrm", 8002)[-1] == "--is-embedding"
@@ -207,4 +208,4 @@ def test_engine_command_lines_for_policy_and_reward_servers():
 
     reward = RewardConfig(kind="genrm", server={"model": "judge", "backend": "vllm", "replicas": 2, "router": "client"})
     argvs = ServerFleet(reward.server.fleet_spec(), role="genrm", model_path="judge").argvs()
-    assert [a[1:3] for a in argvs] == [["serve", "judge"], ["serve", "judge"]]
+    assert [a[3:5] for a in argvs] == [["--model", "judge"], ["--model", "judge"]]

@@ -1,7 +1,7 @@
-"""The same rollout contract on real vLLM / SGLang servers (GPU machines with the packages: pytest -m vllm / -m sglang).
+"""The same rollout contract on a real SGLang server (GPU machines with the package: pytest -m sglang).
 
-Neither engine installs beside rlrm's CPU torch, so these never run in the default tiers; the stand-in tests
-(test_engine_standins.py) pin the HTTP shapes they rely on.
+SGLang's wheel needs CUDA (cuda-python, flashinfer, sglang-kernel), so this never runs on CPU; the stand-in tests
+(test_engine_standins.py) pin the HTTP shapes it relies on. The real vLLM runs on CPU too: test_vllm_rollout.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _roundtrip(backend: str, model_path: str, tmp_path):
         router="client",
         dtype="float32",
         start_timeout_s=900,
-        extra_args=["--gpu-memory-utilization", "0.3"] if backend == "vllm" else ["--mem-fraction-static", "0.3"],
+        extra_args=["--mem-fraction-static", "0.3"],
     )
     fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=model_path)
     engine = ServerRolloutEngine(
@@ -48,13 +48,6 @@ def _roundtrip(backend: str, model_path: str, tmp_path):
             await engine.close()
 
     return asyncio.run(scenario())
-
-
-@pytest.mark.vllm
-def test_vllm_rollout_server_reloads_weights(tiny_policy_path, tmp_path):
-    before, after, back = _roundtrip("vllm", str(tiny_policy_path), tmp_path)
-    assert after.token_ids != before.token_ids and back.token_ids == before.token_ids
-    assert (before.policy_version, after.policy_version, back.policy_version) == (0, 1, 2)
 
 
 @pytest.mark.sglang

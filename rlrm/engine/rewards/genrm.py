@@ -39,7 +39,7 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
 
     async def genrm_reward(sample: RewardSample) -> RewardResult:
         body = {
-            "model": cfg.server.model,
+            "model": cfg.server.request_model,
             "messages": judge_messages(g.template, sample),
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from rlrm.call_errors import BadRequest, TransientError
@@ -48,14 +49,17 @@ from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.client.replica_info import TrainerModel, check_replicas
+from rlrm.launch.client.version_gate import VersionGate
 from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
-from rlrm.launch.client.wire import int_or_none, post_sync_call
-from rlrm.launch.common.model_info import ENGINE_NAME
+from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
 MAX_COALESCE = 64
+# most times one request waits for a dead replica's restart before each further failure counts as a retry
+MAX_RESTART_WAITS = 3
 
 
 @dataclass
@@ -66,16 +70,6 @@ class _Item:
     sent_version: int  # the version in place when the request was made: an answer from an older one is refused
     future: asyncio.Future
     start: float
-
-
-@dataclass(frozen=True)
-class TrainerModel:
-    """What the trainer's own model and tokenizer are, for the replicas to be checked against."""
-
-    name: str
-    vocab_size: int  # rows of the embedding
-    tokenizer_size: int  # len(tokenizer)
-    chat_template_sha256: str | None
 
 
 class ServerRolloutEngine:
@@ -118,6 +112,8 @@ class ServerRolloutEngine:
             if weight_sync == "distributed"
             else None
         )
+        # vLLM answers carry no version: the client keeps each request within one (rlrm/launch/client/version_gate.py)
+        self.gate = None if wire.carries_version else VersionGate()
         self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
@@ -202,49 +198,31 @@ class ServerRolloutEngine:
 
     async def _send(self, items: list[_Item]) -> None:
         """One batched call for `items` (retried, those still missing, on replicas not tried yet); sets their futures."""
-        tried, last = set(), "no attempt"
+        tried, last, failures, restarted = set(), "no attempt", 0, 0
         try:
-            for attempt in range(self.max_retries + 1):
-                if attempt:
-                    self.counters["rollout/retries"] += len(items)
-                    await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
-                url = self._pick(tried)
+            while True:
+                url = await self._pick(tried)
                 tried.add(url)
-                body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
+                if self.gate is not None:  # no reload while it generates: tagged with the version in force now
+                    version = await self.gate.enter(lambda: self.version)
+                    for item in items:
+                        item.sent_version = version
                 try:
-                    answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
-                except TransientError as exc:
-                    last = str(exc)
-                    continue
-                except BadRequest as exc:
-                    raise RolloutServerError(f"a rollout server refused a request: {exc}") from None
-                try:
-                    parsed = self.wire.parse_many(answer, len(items))
-                except (KeyError, IndexError, TypeError, ValueError) as exc:
-                    raise RolloutServerError(
-                        f"a rollout server answered {self.wire.generate_path} without {exc}: is it a {self.wire.name} policy server?"
-                    ) from None
-                missing = []
-                for item, (tokens, log_probs, finish, version) in zip(items, parsed):
-                    if self._stale(version, item.sent_version):
-                        self.counters["rollout/stale_refused"] += 1
-                        last = f"answered with weight version {version}, older than {item.sent_version}"
-                        missing.append(item)
-                    elif not item.future.done():
-                        item.future.set_result(
-                            Completion(
-                                item.prompt_ids,
-                                tokens,
-                                log_probs,
-                                finish,
-                                policy_version=item.sent_version if version is None else version,
-                                meta={"seed": item.seed},
-                            )
-                        )
-                items = missing
+                    items, last = await self._attempt(items, url, last)
+                finally:
+                    if self.gate is not None:
+                        self.gate.leave()
                 if not items:
                     return
-            raise RolloutServerError(f"rollout request failed after {self.max_retries + 1} attempts; last: {last}")
+                # a replica that died is restarted by the supervisor: waiting for it uses up no retry
+                if self._dead(url) and restarted < MAX_RESTART_WAITS:
+                    restarted += 1
+                else:
+                    failures += 1
+                if failures > self.max_retries:
+                    raise RolloutServerError(f"rollout request failed after {failures} attempts; last: {last}")
+                self.counters["rollout/retries"] += len(items)
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** max(0, failures - 1)))
         except BaseException as exc:  # every caller gets an answer, never a hang
             for item in items:
                 if not item.future.done():
@@ -254,11 +232,60 @@ class ServerRolloutEngine:
             if not isinstance(exc, Exception):
                 raise
 
-    def _pick(self, tried: set[str]) -> str:
-        """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
-        b = self.balancer
-        fresh = [u for u in b.urls if b.healthy[u] and u not in tried]
-        return min(fresh, key=lambda u: b.outstanding[u]) if fresh else b.pick()
+    async def _attempt(self, items: list[_Item], url: str, last: str) -> tuple[list[_Item], str]:
+        """One call to `url`; sets the futures of the items answered. Returns the items still missing and why."""
+        body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
+        try:
+            answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
+        except TransientError as exc:
+            return items, str(exc)
+        except BadRequest as exc:
+            raise RolloutServerError(f"a rollout server refused a request: {exc}") from None
+        try:
+            parsed = self.wire.parse_many(answer, len(items))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise RolloutServerError(
+                f"a rollout server answered {self.wire.generate_path} without {exc}: is it a {self.wire.name} policy server?"
+            ) from None
+        missing = []
+        for item, (tokens, log_probs, finish, version) in zip(items, parsed):
+            if self._stale(version, item.sent_version):
+                self.counters["rollout/stale_refused"] += 1
+                last = f"answered with weight version {version}, older than {item.sent_version}"
+                missing.append(item)
+            elif not item.future.done():
+                item.future.set_result(
+                    Completion(
+                        item.prompt_ids,
+                        tokens,
+                        log_probs,
+                        finish,
+                        policy_version=item.sent_version if version is None else version,
+                        meta={"seed": item.seed},
+                    )
+                )
+        return missing, last
+
+    async def _pick(self, tried: set[str]) -> str:
+        """The least busy healthy replica not tried yet for this request (the router, when one is in front).
+        A replica being restarted serves only once it holds the current weights; while every launched
+        replica is down, this waits for the supervisor to bring one back (at most its start timeout)."""
+        b, deadline = self.balancer, None
+        while True:
+            usable = [u for u in b.urls if b.healthy[u] and not self._restarting(u)]
+            fresh = [u for u in usable if u not in tried] or usable
+            if fresh:
+                return min(fresh, key=lambda u: b.outstanding[u])
+            if self.fleet.pool is None:
+                return b.pick()  # running servers: nobody restarts them, the call fails and is counted
+            deadline = deadline or time.monotonic() + self.fleet.spec.start_timeout_s + self.sync_timeout_s
+            if time.monotonic() > deadline:
+                return b.pick()
+            await asyncio.sleep(0.25)
+
+    def _restarting(self, url: str) -> bool:
+        pool = self.fleet.pool
+        return pool is not None and url in pool.restarting
 
     def _stale(self, version: int | None, sent_version: int) -> bool:
         if not self.wire.carries_version:
@@ -282,11 +309,13 @@ class ServerRolloutEngine:
         t0 = time.perf_counter()
         path = self.files.write(state_dict, version)
         self.sync_times["write_s"] += time.perf_counter() - t0
-        self.version = self._file_version = version  # a replica restarted from here on loads this one
         if not self._started:
+            self.version = self._file_version = version
             return  # loaded into every replica at start
         t1 = time.perf_counter()
-        self._push_all(path, version)
+        with self.gate.reloading(self.request_timeout_s + 30.0) if self.gate is not None else nullcontext():
+            self.version = self._file_version = version  # a replica restarted from here on loads this one
+            self._push_all(path, version)
         self.sync_times["load_s"] += time.perf_counter() - t1
         self.files.keep_only(path)
 
@@ -336,57 +365,30 @@ class ServerRolloutEngine:
                 return
 
     def _reset_trained(self, versions: dict[str, int | None]) -> None:
-        """Running servers still holding another run's trained weights get the policy's own back (version 0)."""
+        """Running servers still holding another run's trained weights get the policy's own back (version 0).
+        vLLM reports no version, so its replicas always get them (a hand-started one may have served a run)."""
         from pathlib import Path
 
         for url, version in versions.items():
-            if not version:
+            if not version and self.wire.carries_version:
                 continue
+            held = f"weight version {version}" if version else "weights of unknown version (vLLM reports none)"
             if not Path(self.fleet.model_path).is_dir():
+                if not version:
+                    continue  # a hub id: nothing local to load, trust the server's own
                 raise RolloutServerError(
-                    f"rollout replica {url} serves weight version {version}, not the policy's initial weights, and "
+                    f"rollout replica {url} serves {held}, not the policy's initial weights, and "
                     f"{self.fleet.model_path} is no local folder to load them from: restart that server"
                 )
             failure = self._push_one(url, self.fleet.model_path, 0)
             if failure is not None:
                 raise RolloutServerError(
-                    f"rollout replica {url} serves weight version {version} and refused the "
-                    f"policy's initial weights: {failure}"
+                    f"rollout replica {url} serves {held} and refused the policy's initial weights: {failure}"
                 )
 
     def _check_replicas(self) -> dict[str, int | None]:
-        """Every replica's model info against the trainer's (when the server reports it); their weight versions."""
-        import httpx
-
-        versions: dict[str, int | None] = {}
-        engines = set()
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        contexts = []
-        for url in self.fleet.replica_urls:
-            try:
-                resp = httpx.get(url + "/get_model_info", headers=headers, timeout=30.0)
-                info = resp.json() if resp.status_code == 200 else {}
-            except (httpx.HTTPError, ValueError):
-                info = {}
-            versions[url] = int_or_none(info.get("weight_version"))
-            engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
-            if self.expect is None:
-                continue
-            for key, label in (
-                ("vocab_size", "vocabulary (embedding rows)"),
-                ("tokenizer_size", "tokenizer size"),
-                ("chat_template_sha256", "chat template (sha256)"),
-            ):
-                theirs, ours = info.get(key), getattr(self.expect, key)
-                if theirs is not None and ours is not None and theirs != ours:
-                    raise RolloutServerError(
-                        f"rollout replica {url} serves {info.get('model_path', '?')} with {label} {theirs}, but the trainer's "
-                        f"policy {self.expect.name} has {ours}: serve the policy's own model and tokenizer"
-                    )
-            if isinstance(info.get("max_context_length"), int):
-                contexts.append(info["max_context_length"])
-        self.max_context = min(contexts) if contexts else None
-        self.dtype = engines.pop()[1] if len(engines) == 1 and None not in engines else None
+        """Every replica's model info against the trainer's (rlrm/launch/client/replica_info.py); their versions."""
+        versions, self.max_context, self.dtype = check_replicas(self.fleet.replica_urls, self.api_key, self.expect)
         return versions
 
     def take_metrics(self) -> dict:

@@ -21,9 +21,10 @@ the first answer). Weights: vLLM documents no versioned disk-reload endpoint; it
 server (`VLLM_SERVER_DEV_MODE=1`, which the fleet sets for policy servers) exposes
 `POST /collective_rpc` {method, kwargs}, and the workers' `reload_weights(weights_path=...)`
 reads a checkpoint folder in place; `POST /reset_prefix_cache` then drops KV blocks computed with
-the old weights. vLLM answers carry no weight version, so the engine stamps the version of the
-weights in place when the request was sent, and rlrm allows vLLM rollout servers only with
-`trainer.mode: sync` (nothing is generating while the weights change).
+the old weights (a server without VLLM_SERVER_DEV_MODE=1 answers /collective_rpc 404, reported as
+such). vLLM answers carry no weight version, so the engine stamps the version in force when the
+request was sent, and a reload waits until no request is in flight (rlrm/launch/client/version_gate.py):
+every scheduling mode runs on it.
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ class SGLangWire:
         """SGLang's DestroyWeightsUpdateGroupReqInput."""
         return "/destroy_weights_update_group", {"group_name": group_name}
 
+    def status_failure(self, path: str, status: int, text: str) -> str:
+        """What a sync call answered with another status than 200 means."""
+        return f"POST {path} answered {status}: {text[:200]}"
+
     def sync_failure(self, path: str, body) -> str | None:
         """What the (JSON, or None) answer to a sync call says went wrong, or None."""
         if not isinstance(body, dict):  # every SGLang weight call answers {success, message}
@@ -199,6 +204,15 @@ class VllmWire:
             ("/reset_prefix_cache", {}),
         ]
 
+    def status_failure(self, path: str, status: int, text: str) -> str:
+        """What a sync call answered with another status than 200 means (404: a server not in development mode)."""
+        if status == 404 and path == "/collective_rpc":
+            return (
+                "POST /collective_rpc answered 404: vLLM serves it only in development mode; start that server "
+                "with VLLM_SERVER_DEV_MODE=1 in its environment"
+            )
+        return f"POST {path} answered {status}: {text[:200]}"
+
     def sync_failure(self, path: str, body) -> str | None:
         return None  # vLLM answers an error status when the reload fails
 
@@ -211,7 +225,7 @@ def post_sync_call(url: str, path: str, body: dict, wire, api_key: str | None, t
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     resp = httpx.post(url + path, json=body, headers=headers, timeout=timeout_s)
     if resp.status_code != 200:
-        return f"POST {path} answered {resp.status_code}: {resp.text[:200]}"
+        return wire.status_failure(path, resp.status_code, resp.text)
     try:
         answer = resp.json()
     except ValueError:

@@ -50,6 +50,13 @@ PROBES = {
 }
 
 
+# a vLLM started for generation has no /classify (404), or refuses it for its runner (400)
+_CLASSIFY_HINT = (
+    "; a DisRM must be served for classification (vLLM: --runner pooling --convert classify, which rlrm adds to the "
+    "vLLM servers it launches)"
+)
+
+
 async def check_servers(
     urls: list[str],
     role: str,
@@ -58,8 +65,10 @@ async def check_servers(
     timeout_s: float,
     request_timeout_s: float = 30.0,
     what: str = "reward.server.addresses",
+    served_model_name: str | None = None,
 ) -> None:
-    """Return when every server in `urls` is healthy and serves `role`'s endpoint; else ServerStartError."""
+    """Return when every server in `urls` is healthy and serves `role`'s endpoint (and, when `served_model_name`
+    is given, lists that name in its /v1/models); else ServerStartError."""
     import aiohttp
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -70,6 +79,11 @@ async def check_servers(
                 for url in urls
             )
         )
+        if served_model_name:  # a wrong name is the likelier cause of a failed probe too (vLLM answers 404)
+            names = await asyncio.gather(
+                *(_check_name(session, url.rstrip("/"), served_model_name, what.rsplit(".", 1)[0]) for url in urls)
+            )
+            outcomes = [n if n and (not o or n.startswith("it serves")) else o for o, n in zip(outcomes, names)]
     for i, (url, failure) in enumerate(zip(urls, outcomes)):
         if failure:
             served = "the policy" if role.startswith("policy") else f"the {role} reward"
@@ -118,7 +132,8 @@ async def _probe(
     if status >= 500 or status == 429:
         return f"POST {path} answered {status}: {_message(text)}", False
     if status >= 400:
-        return f"POST {path} answered {status}: {_message(text)}", True
+        hint = _CLASSIFY_HINT if path == "/classify" and status in (400, 404) else ""
+        return f"POST {path} answered {status}: {_message(text)}{hint}", True
     if not _has_shape(path, text):
         return f"POST {path} answered 200 but not in the {path} shape: {text[:120]!r}", True
     return None, True
@@ -139,6 +154,20 @@ async def _not_a_policy(session, url: str, timeout_s: float, section: str) -> st
     return (
         f"it serves role {role!r}, which takes no weights; point {section}.addresses at policy servers (--role policy)"
     )
+
+
+async def _check_name(session, url: str, name: str, section: str) -> str | None:
+    """None when GET /v1/models lists `name`, else the one line naming both names."""
+    import aiohttp
+
+    try:
+        async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            ids = [m.get("id") for m in (await resp.json(content_type=None)).get("data", [])]
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as exc:
+        return f"GET /v1/models failed ({type(exc).__name__}), so {section}.served_model_name cannot be checked"
+    if name in ids:
+        return None
+    return f"it serves {', '.join(map(repr, ids)) or 'no model'}, not {section}.served_model_name {name!r}; set that key to the name it serves"
 
 
 def _has_shape(path: str, text: str) -> bool:

@@ -15,13 +15,16 @@ admits it before: a restarted policy replica never serves the base model.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Awaitable, Callable
 
 from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.engine_argv import engine_argv, engine_env
+from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+
+MEMORY_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
 
 
 def replica_argv(
@@ -35,6 +38,9 @@ def replica_argv(
     api_key: str | None = None,
     extra_args: list[str] | None = None,
     host: str = "127.0.0.1",
+    served_model_name: str | None = None,
+    device: str = "cpu",
+    gpu_memory_utilization: float = 0.85,
 ) -> list[str]:
     """The command line of one replica (the argv `--dry-run` prints)."""
     if backend == "embedded":
@@ -42,9 +48,21 @@ def replica_argv(
         if api_key:
             extra += ["--api-key-env", ENV_VAR]
         return embedded_server_argv(model_path, role, port, host=host, extra=extra + list(extra_args or []))
-    return engine_argv(
-        backend, model_path, role, port, host=host, dtype=dtype, max_batch=max_batch, api_key=api_key
-    ) + list(extra_args or [])
+    argv = engine_argv(
+        backend,
+        model_path,
+        role,
+        port,
+        host=host,
+        dtype=dtype,
+        max_batch=max_batch,
+        api_key=api_key,
+        served_model_name=served_model_name,
+        device=device,
+        # a share given in extra_args replaces the key's (not twice on one command line)
+        gpu_memory_utilization=None if {*MEMORY_FLAGS} & {*(extra_args or [])} else gpu_memory_utilization,
+    )
+    return argv + list(extra_args or [])  # last: a flag given again in extra_args wins
 
 
 class ServerPool:
@@ -70,18 +88,33 @@ class ServerPool:
         extra_args: list[str] | None = None,
         restart_args: list[str] | None = None,
         placer=None,
+        served_model_name: str | None = None,
+        gpu_memory_utilization: float = 0.85,
     ):
+        device = engine_device(gpu_ids)
         envs = []
         for i in range(replicas):
             # the key travels in the environment, which only the owner can read; None: no inherited key either
-            env = {ENV_VAR: api_key or None, **engine_env(backend, api_key, role)}
+            env = {ENV_VAR: api_key or None, **engine_env(backend, api_key, role, device)}
             if gpu_ids:
                 env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids[i % len(gpu_ids)])
             envs.append(env)
 
         def make_argv(host: str, port: int) -> list[str]:
             return replica_argv(
-                backend, model_path, role, port, threads, dtype, max_batch, api_key, extra_args, host=host
+                backend,
+                model_path,
+                role,
+                port,
+                threads,
+                dtype,
+                max_batch,
+                api_key,
+                extra_args,
+                host=host,
+                served_model_name=served_model_name,
+                device=device,
+                gpu_memory_utilization=gpu_memory_utilization,
             )
 
         if placer is None:
@@ -91,11 +124,20 @@ class ServerPool:
         self.restart_args = list(restart_args or [])
         self.restarts = 0
         self.restarting: set[str] = set()  # URLs of replicas being restarted (not to be synced directly)
+        self.deaths: dict[str, str] = {}  # URL -> one line on its last death (exit code, cause, log tail)
         self._stopping = False
 
     @property
     def urls(self) -> list[str]:
         return [s.url for s in self.servers]
+
+    def death(self, url: str) -> str | None:
+        """Why the replica at `url` last died (one line with its log tail), or None: for errors that would
+        otherwise only say that a connection was refused."""
+        for server in self.servers:
+            if server.url == url and not server.alive() and hasattr(server, "death"):
+                return server.death()
+        return self.deaths.get(url)
 
     def alive(self, url: str) -> bool:
         """Whether the process of the replica at `url` runs (restarting or not)."""
@@ -131,10 +173,15 @@ class ServerPool:
             for server, up in zip(self.servers, alive):
                 if not up and not self._stopping:
                     self.restarts += 1
+                    self.deaths[server.url] = death = (
+                        server.death() if hasattr(server, "death") else f"{server.url} died"
+                    )
+                    print(f"rlrm: server {death}; restarting it", file=sys.stderr, flush=True)
                     await self._restart(server, on_restart)
             await asyncio.sleep(interval_s)
 
     async def _restart(self, server: ServerProcess, on_restart) -> None:
+        await asyncio.to_thread(server.kill)  # what is left of its process group (a dead vLLM's engine core)
         gated = bool(self.restart_args) and on_restart is not None
         if gated and not server.argv[-len(self.restart_args) :] == self.restart_args:
             server.argv += self.restart_args

@@ -8,6 +8,7 @@ a total timeout, stopped by their own pid (never by name).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,26 @@ from rlrm.errors import RlrmError
 
 class ServerStartError(RlrmError):
     """A server did not become healthy in time, or exited while starting."""
+
+
+# "ValueError: ..." at the start of a line or after a process prefix such as vLLM's "(EngineCore_DP0 pid=7) "
+_ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)): (.+)$")
+# lines that only point at another error (vLLM's front end after its engine core failed)
+_RELAYS = ("See root cause above", "Engine core initialization failed", "EngineDeadError", "EngineCore encountered")
+
+
+def cause_line(text: str) -> str | None:
+    """The first `SomeError: message` line of a log that is not a mere relay of another one (the root cause
+    comes first in a chain of tracebacks), else None."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        match = _ERROR_LINE.search(line.strip())
+        if match and not any(r in line for r in _RELAYS):
+            cause = f"{match.group(1)}: {match.group(2)}"
+            if "validation error" in cause:  # pydantic puts what is wrong on the next lines (vLLM's config checks)
+                cause += ": " + " ".join(x.strip() for x in lines[i + 1 : i + 3])
+            return cause[:400]
+    return None
 
 
 def embedded_server_argv(
@@ -69,6 +90,7 @@ class ServerProcess:
             die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/fleet/ray_replicas.py)
         )
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
+        self.host = host
         self.url = f"http://{host}:{self.port}"
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
         self.env = env
@@ -86,7 +108,12 @@ class ServerProcess:
         return self
 
     def launch(self) -> None:
-        """Start the process without waiting for it."""
+        """Start the process without waiting for it (ServerStartError when something else holds its port:
+        readiness would otherwise be read from that other server)."""
+        if _port_taken(self.host, self.port):
+            raise ServerStartError(
+                f"port {self.port} on {self.host} is in use by another process; {self.argv[0]} not started"
+            )
         if self._log is None:
             self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
         env = {**os.environ, **(self.env or {})}
@@ -110,9 +137,7 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(
-                    f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}"
-                )
+                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
                 if httpx.get(self.url + self.health_path, timeout=2.0).status_code == 200:
                     return
@@ -130,9 +155,7 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ServerStartError(
-                    f"server exited with code {self.proc.returncode} while starting: {self.log_tail()}"
-                )
+                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
                 httpx.get(self.url + self.health_path, timeout=2.0)
                 return
@@ -143,18 +166,35 @@ class ServerProcess:
         )
 
     def log_tail(self, lines: int = 5) -> str:
+        text = self._log_text().strip().splitlines()
+        return " | ".join(line.strip() for line in text[-lines:]) or "(empty log)"
+
+    def why(self, lines: int = 3) -> str:
+        """Why the process stopped, in one line: its error line when its log has one, then the log's last lines."""
+        cause = cause_line(self._log_text())
+        tail = self.log_tail(lines)
+        return f"{cause} (log ends: {tail})" if cause else tail
+
+    def death(self) -> str:
+        """One line for a process found dead: exit code, cause and log tail."""
+        code = self.proc.returncode if self.proc is not None else None
+        return f"{self.url} died (exit code {code}): {self.why()}"
+
+    def _log_text(self) -> str:
         if self._log is None:
             return ""
-        text = Path(self._log.name).read_text(errors="replace").strip().splitlines()
-        return " | ".join(text[-lines:]) or "(empty log)"
+        return Path(self._log.name).read_text(errors="replace")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """Kill the whole process group at once (a crash, for fault tests)."""
-        if self.alive():
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """Kill the whole process group at once (a crash, for fault tests; a dead engine's leftover workers)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the group outlives a dead leader (vLLM's engine core)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
 
     def stop(self, grace_s: float = 10.0) -> None:
@@ -168,6 +208,7 @@ class ServerProcess:
                 self.proc.wait()
             except ProcessLookupError:
                 pass
+        self.kill()  # whatever of its group is left
         if self._log is not None:
             self._log.close()
             Path(self._log.name).unlink(missing_ok=True)
@@ -178,3 +219,14 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something listens on host:port now (a connect succeeds)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False

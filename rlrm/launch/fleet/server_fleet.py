@@ -24,9 +24,10 @@ from typing import Awaitable, Callable
 from rlrm.errors import ConfigError
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.common.auth import new_run_key
-from rlrm.launch.fleet.engine_argv import require_backend
+from rlrm.launch.fleet.engine_argv import engine_device, require_backend
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
+from rlrm.launch.fleet.process import ServerStartError
 from rlrm.launch.fleet.ray_replicas import RayReplicas
 from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 from rlrm.launch.fleet.spec import FleetSpec
@@ -130,7 +131,16 @@ class ServerFleet:
             self.api_key,
             self.extra_args(),
             host=host,
+            served_model_name=self.served_name,
+            device=engine_device(c.gpu_ids),
+            gpu_memory_utilization=c.gpu_memory_utilization,
         )
+
+    @property
+    def served_name(self) -> str:
+        """The model name launched replicas answer to: served_model_name, else the profile's model name
+        (`tiny:judge`, which the reward clients send), else the folder they serve."""
+        return self.spec.served_model_name or self.spec.model or self.model_path
 
     @property
     def on_ray(self) -> bool:
@@ -190,10 +200,11 @@ class ServerFleet:
                     self.replica_urls,
                     self.role,
                     self.api_key,
-                    spec.model,
+                    spec.served_model_name or spec.model,
                     spec.start_timeout_s,
                     check_timeout_s,
                     what=f"{self.section}.addresses",
+                    served_model_name=spec.served_model_name,
                 )
             else:
                 if spec.backend != "embedded":
@@ -217,9 +228,13 @@ class ServerFleet:
                     extra_args=self.extra_args(),
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
+                    served_model_name=self.served_name if spec.backend != "embedded" else None,
+                    gpu_memory_utilization=spec.gpu_memory_utilization,
                 )
                 await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
+                if spec.backend != "embedded":
+                    await self._first_request()
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(
@@ -231,6 +246,23 @@ class ServerFleet:
                 self.router_counters = RouterCounters(self.router.metrics_url, prefix=self.metrics_prefix)
         except BaseException:
             await self.close()
+            raise
+
+    async def _first_request(self, timeout_s: float = 60.0) -> None:
+        """One request of the role's shape to every launched engine replica: an engine that is healthy but cannot
+        run the model (vLLM's CPU attention refuses some head sizes at the first forward) fails here, with the
+        error line of its log, before any training starts."""
+        probe = "policy-vllm" if self.role.startswith("policy") and self.spec.backend == "vllm" else self.role
+        what = f"{self.section} replica"
+        try:
+            await check_servers(self.pool.urls, probe, self.api_key, self.served_name, timeout_s, timeout_s, what)
+        except ServerStartError:
+            await asyncio.sleep(2.0)  # a dying engine takes its API server down within a second or two
+            dead = [s.death() for s in self.pool.servers if hasattr(s, "death") and not s.alive()]
+            if dead:
+                raise ServerStartError(
+                    f"{self.section}: {self.spec.backend} failed its first request: {dead[0]}"
+                ) from None
             raise
 
     @property

@@ -31,6 +31,9 @@ class FleetSpec:
         max_batch: most requests per batched forward (None: 64).
         launch_on, placement, node_resource, gpus_per_replica: local subprocesses or Ray placement.
         model: the model running `addresses` must serve (reward servers; None: not checked).
+        served_model_name: the name replicas answer to (launched: --served-model-name; running: checked
+            against /v1/models); None: the model's name.
+        gpu_memory_utilization: the share of a GPU a launched vLLM replica may take.
         batching: embedded policy replicas' batch window (None: the server's defaults).
         weight_sync, sync_timeout_s: how policy replicas receive weights (distributed: they get the group's timeout).
     """
@@ -51,6 +54,8 @@ class FleetSpec:
     node_resource: str | None = None
     gpus_per_replica: int = 0
     model: str | None = None
+    served_model_name: str | None = None
+    gpu_memory_utilization: float = 0.85
     batching: Batching | None = None
     weight_sync: str = "disk"
     sync_timeout_s: float | None = None
