@@ -35,7 +35,8 @@ def _distribution(value: str | float) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # an infinite cost is refused like a NaN one: a simulation over it has no finite time to report
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class WorkloadSpec(_Section):
