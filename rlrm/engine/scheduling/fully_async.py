@@ -49,6 +49,7 @@ class FullyAsyncScheduler(OverlapScheduler):
         completions = completions_of(groups)
         batch, metrics = await self.in_trainer(grpo.prepare, completions, True, timer)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
+        self.run.reward.loop.check_budget(step, reward_metrics, scored.dropped_groups)  # before the update
         metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
         self._loader_state, self._last_step = own.loader_state, step  # a step's worth of prompts consumed
         return grpo.finish(

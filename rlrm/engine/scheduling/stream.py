@@ -19,6 +19,7 @@ class StreamScheduler(OverlapScheduler):
         await self.scored(groups, timer)
         reward_metrics = self.run.reward.loop.take_metrics()
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
+        self.run.reward.loop.check_budget(step, reward_metrics, scored.dropped_groups)  # before the update
         metrics.update(await self.in_trainer(grpo.train, scored.batch, step, timer))
         self.trained(launched)
         return grpo.finish(

@@ -40,6 +40,7 @@ class SyncScheduler:
         reward_metrics = run.reward.loop.take_metrics()
         batch, metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
         scored = run.grpo.score(batch, results, timer)
+        run.reward.loop.check_budget(step, reward_metrics, scored.dropped_groups)  # before the update, not after
         metrics.update(run.grpo.train(scored.batch, step, timer))
         return run.grpo.finish(
             StepRecord(
