@@ -7,13 +7,17 @@
     files.close()                                  # the whole folder removed at the end of the run
 
 A version is written into a temporary folder and renamed into place, so a replica (or a replica
-restarted later) never sees half a file. Space is checked before writing: a full /dev/shm is one
+restarted later) never sees half a file. The run's folder holds `.owner.lock`, flock'ed by the run for as
+long as it lives: a new WeightFiles removes every `rlrm-weights-*` folder in its parent whose lock nobody
+holds (a run killed with -9), never a live run's (its lock is held, on this machine or, on a file system
+that shares locks, another). Space is checked before writing: a full /dev/shm is one
 clear error naming the folder, the bytes needed and the key to change, and nothing is left behind.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -23,6 +27,7 @@ from pathlib import Path
 from rlrm.errors import RolloutServerError
 
 SHM = Path("/dev/shm")
+LOCK = ".owner.lock"
 
 
 def default_weights_dir() -> Path:
@@ -43,6 +48,8 @@ class WeightFiles:
         self.root = self.parent / f"rlrm-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.config_from = Path(config_from) if config_from and Path(config_from).is_dir() else None
         self.current: Path | None = None
+        self._lock_fd: int | None = None
+        sweep_dead_runs(self.parent)
 
     def write(self, state_dict: dict, version: int) -> Path:
         """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
@@ -57,7 +64,7 @@ class WeightFiles:
             tensors[name] = t
         need = sum(t.numel() * t.element_size() for t in tensors.values())
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self._make_root()
         except OSError as exc:
             raise RolloutServerError(
                 f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
@@ -97,9 +104,54 @@ class WeightFiles:
         if not self.root.is_dir():
             return
         for entry in self.root.iterdir():
-            if entry != keep:
+            if entry != keep and entry.name != LOCK:
                 shutil.rmtree(entry, ignore_errors=True)
+
+    def _make_root(self) -> None:
+        """Create the run's folder already locked: made under a name no sweep matches, renamed once locked."""
+        if self._lock_fd is not None and self.root.is_dir():
+            return
+        self.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.parent / f".{self.root.name}.tmp"
+        tmp.mkdir(exist_ok=True)
+        fd = os.open(tmp / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            tmp.rename(self.root)
+        except OSError:
+            os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._lock_fd = fd
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self.current = None
+
+
+def sweep_dead_runs(parent: Path) -> list[Path]:
+    """Remove the `rlrm-weights-*` folders under `parent` whose run is gone (their lock is free); returns them.
+
+    A folder without a lock (an older rlrm's, or one whose file system refuses locks) is left alone."""
+    removed = []
+    try:
+        folders = sorted(Path(parent).glob("rlrm-weights-*"))
+    except OSError:
+        return removed
+    for folder in folders:
+        try:
+            fd = os.open(folder / LOCK, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: the run is alive
+            os.close(fd)
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+        removed.append(folder)
+    return removed

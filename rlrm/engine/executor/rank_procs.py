@@ -154,6 +154,8 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     from rlrm.engine.actor.rank import RankWorker
 
     parent = os.getppid()
+    # a rank busy in a call (a collective, a load) when the trainer is killed would wait out its timeout: exit
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     worker = RankWorker(spec)
     try:
         try:
@@ -182,3 +184,11 @@ def _next_job(inbox, parent: int):
         except queue.Empty:
             if os.getppid() != parent:
                 return None
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    import os
+
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
