@@ -70,9 +70,16 @@ class WeightFiles:
                 f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
                 "to a writable local folder"
             ) from None
+        # a sync writes the new version beside the one being served: the first write needs room for both
+        held = 1 if self.current is not None else 2
         free = shutil.disk_usage(self.root).free
-        if free < need * 1.05 + (1 << 20):
-            raise self._full(need, free)
+        if free < held * need * 1.05 + (1 << 20):
+            raise self._full(held * need, free, held)
+        if _free_inodes(self.root) < _INODES_PER_VERSION * held:
+            raise RolloutServerError(
+                f"{self.parent} has no free inodes left for the policy weights (each version takes a folder and up to "
+                f"{_INODES_PER_VERSION - 1} files); free some there or set rollout.server.weights_dir to another file system"
+            )
         final = self.root / f"v{version}"
         tmp = self.root / f".v{version}.tmp-{uuid.uuid4().hex[:6]}"
         try:
@@ -93,10 +100,11 @@ class WeightFiles:
         self.current = final
         return final
 
-    def _full(self, need: int, free: int) -> RolloutServerError:
+    def _full(self, need: int, free: int, versions: int = 1) -> RolloutServerError:
+        held = " (two versions: a sync writes the new one beside the one served)" if versions == 2 else ""
         return RolloutServerError(
-            f"{self.parent} has {free / 2**20:.1f} MiB free but the policy weights need {need / 2**20:.1f} MiB; free space "
-            "there or set rollout.server.weights_dir to a local folder with room"
+            f"{self.parent} has {free / 2**20:.1f} MiB free but the policy weights need {need / 2**20:.1f} MiB{held}; "
+            "free space there or set rollout.server.weights_dir to a local folder with room"
         )
 
     def keep_only(self, keep: Path) -> None:
@@ -130,6 +138,14 @@ class WeightFiles:
             os.close(self._lock_fd)
             self._lock_fd = None
         self.current = None
+
+
+_INODES_PER_VERSION = 5  # the version folder, model.safetensors, config.json, generation_config.json, the temp name
+
+
+def _free_inodes(folder: Path) -> int:
+    stats = os.statvfs(folder)
+    return stats.f_favail if stats.f_files else 1 << 30  # f_files 0: the file system does not count inodes
 
 
 def sweep_dead_runs(parent: Path) -> list[Path]:
