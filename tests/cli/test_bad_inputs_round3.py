@@ -170,3 +170,26 @@ def test_report_reads_rows_holding_nan_or_infinity(tmp_path):
     result = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output  # before: "nothing to report: no complete rows"
     assert "holds 2 NaN or infinite value(s), drawn as gaps" in result.output
+
+
+def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
+    sets = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.sync_timeout_s=0.001",
+        f"rollout.server.weights_dir={tmp_path / 'w'}",
+        "data.train_batch_size=2",
+        "actor.mini_batch_size=2",
+        "rollout.n=2",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+    ]
+    run = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, [*TRAIN, "--out", str(run), "--steps", "1", *(a for s in sets for a in ("--set", s))]
+    )
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert "within rollout.server.sync_timeout_s=0.001 s; raise it" in lines[0], lines[0]
+    assert not run.exists() and list((tmp_path / "w").iterdir()) == []  # no run folder, no weights left
