@@ -207,6 +207,8 @@ class ServerRolloutEngine:
                 if attempt:
                     self.counters["rollout/retries"] += len(items)
                     await asyncio.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)))
+                if attempt and await self._waited_for_a_replica():
+                    tried.clear()  # a restarted replica serves on its old address: it may be tried again
                 url = self._pick(tried)
                 tried.add(url)
                 body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
@@ -252,6 +254,22 @@ class ServerRolloutEngine:
                     )
             if not isinstance(exc, Exception):
                 raise
+
+    async def _waited_for_a_replica(self) -> bool:
+        """When every launched replica is down or restarting (the only one killed), wait for the supervisor to
+        bring one back (up to rollout.server.start_timeout_s) instead of spending the retries at once."""
+        pool = self.fleet.pool
+        if pool is None:
+            return False
+
+        def serving() -> bool:  # off the event loop: a replica on a Ray node answers over Ray
+            return any(pool.alive(u) and u not in pool.restarting for u in pool.urls)
+
+        deadline, waited = time.monotonic() + self.fleet.cfg.start_timeout_s, False
+        while not await asyncio.to_thread(serving) and time.monotonic() < deadline:
+            waited = True
+            await asyncio.sleep(0.1)
+        return waited
 
     def _pick(self, tried: set[str]) -> str:
         """The least busy healthy replica not tried yet for this request (the router, when one is in front)."""
