@@ -49,7 +49,16 @@ def rm(
             f"({', '.join(identical[:5])}{', ...' if len(identical) > 5 else ''})",
             file=sys.stderr,
         )
-    table = accuracy_table(score_pairs(resolved.reward, rows[:limit]), seed=seed)
+    scored = score_pairs(resolved.reward, rows[:limit])
+    cut = [s.pair.id for s in scored if s.truncated]
+    if cut:  # scored on what was kept: say so rather than let a cut prompt pass silently
+        print(
+            f"warning: {len(cut)} pair(s) scored on conversations cut to reward.disrm.max_length="
+            f"{resolved.reward.disrm.max_length} tokens ({', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''}); "
+            "raise it to score them whole",
+            file=sys.stderr,
+        )
+    table = accuracy_table(scored, seed=seed)
     if as_json:
         typer.echo(
             json.dumps(

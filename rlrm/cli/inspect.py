@@ -21,6 +21,8 @@ from rlrm.cli.options import ProfileOption, SeedOption, SetOption
 from rlrm.cli.parity import exit_2_on_error
 from rlrm.errors import ConfigError
 
+MAX_SAMPLES = 4096  # inspect prints every sample: more is a job for `rlrm eval rm`
+
 app = typer.Typer(help="Show what a reward setup sees before training on it.", no_args_is_help=True)
 
 
@@ -80,12 +82,19 @@ def reward(
         from rlrm.engine.rewards.invariance import InvarianceSettings
 
         settings = InvarianceSettings(max_batch=resolved.reward.server.max_batch, dtype=resolved.reward.server.dtype)
+    if n > MAX_SAMPLES:
+        raise ConfigError(
+            f"--n {n}: inspect scores at most {MAX_SAMPLES} samples (it shows each one); score more with `rlrm eval rm`"
+        )
     if input is not None:
         batch = sample_source.read_inspect_file(input)[:n]
     elif prompt is not None:
         batch = [sample_source.one_sample(prompt, response, ground_truth)]
     else:
         batch = sample_source.policy_samples(resolved, n, seed)
+    if prompt is None and len(batch) < n:
+        where = str(input) if input is not None else "the profile's test split"
+        typer.echo(f"note: --n {n} asked, {where} holds {len(batch)}: scoring {len(batch)}", err=True)
     report = inspect_reward(resolved, batch, settings)
     if as_json:
         typer.echo(to_json(report))

@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.latency import LatencyDist, parse_latency
+from rlrm.config.ray_address import check_ray_address
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -211,6 +212,11 @@ class RewardConfig(_Section):
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
     inject: InjectConfig = Field(default_factory=InjectConfig)
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, value: str | None) -> str | None:
+        return check_ray_address(value)
 
     @model_validator(mode="after")
     def _check(self) -> "RewardConfig":

@@ -11,6 +11,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward import RewardConfig
 from rlrm.config.servers import RolloutServerConfig
 
@@ -170,6 +171,11 @@ class ActorConfig(_Section):
             "at once: its process exit is seen by the trainer)."
         ),
     )
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, value: str | None) -> str | None:
+        return check_ray_address(value)
 
     @field_validator("recompute_old_log_prob", mode="before")
     @classmethod

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import os
+import re
 import resource
 import shutil
 import sys
@@ -40,7 +42,7 @@ from rlrm.engine.metrics.timing import Span, StepTimer
 from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
-from rlrm.engine.rewards.budget import check_failure_budget
+from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
 from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
@@ -102,6 +104,10 @@ def check_inputs(profile: Profile) -> None:
 
 def check_actor_ranks(profile: Profile) -> None:
     """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
+    if profile.actor.world_size > 1 and profile.actor.ranks_on == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]', or set actor.ranks_on=local"
+        )
     if profile.actor.world_size == 1 or profile.actor.ranks_on == "ray":
         return  # Ray's placement group says whether the cluster can hold them
     try:
@@ -121,9 +127,26 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     if total_steps is not None:
         raw.setdefault("trainer", {})["total_steps"] = total_steps
     profile = parse_profile(raw, source=str(path))
+    ckpts = list_checkpoints(run_dir)
+    if ckpts:
+        check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile
+
+
+def check_resume_world_size(ckpt_dir: Path, world_size: int) -> None:
+    """ConfigError unless `ckpt_dir` was written by `world_size` actor ranks: read from its file names (the
+    ranks' torch.distributed.checkpoint files, `shards/__<rank>_<n>.distcp`; none: one rank), nothing loaded."""
+    shards = Path(ckpt_dir) / "shards"
+    ranks = {m.group(1) for m in (re.match(r"__(\d+)_\d+\.distcp$", p.name) for p in shards.glob("*")) if m}
+    saved = len(ranks) if shards.is_dir() else 1
+    if saved and saved != world_size:
+        raise ConfigError(
+            f"{Path(ckpt_dir).name} was written by {saved} actor rank(s) but this run has actor.world_size={world_size}; "
+            f"resume with actor.world_size={saved} (edit the run folder's config.yaml): optimizer shards are "
+            "not resharded across world sizes"
+        )
 
 
 def _read_run_config(path: Path) -> dict:
@@ -173,6 +196,7 @@ class _TrainLoop:
         self.t0 = time.perf_counter()
         self._trace = None  # trace.json as the run goes (TraceStream), so a killed run keeps its finished steps
         self._trace_sent = 0  # spans of self.spans already appended to it
+        self._unsaved = False  # the actor's state is not to be checkpointed (an over-budget step trained)
 
     async def run(self) -> None:
         ckpts = list_checkpoints(self.run_dir)
@@ -214,7 +238,11 @@ class _TrainLoop:
                     row = await self._step(step)
                     writer.log(row)
                     display.update(step, row)
-                    check_failure_budget(step, row, p.reward, self.parts.reward.loop.last_error)
+        except RewardBudgetExceeded as exc:
+            self._unsaved = exc.trained  # the actor holds an over-budget update: keep the last good checkpoint
+            if self.pending_row is not None:
+                writer.log(self.pending_row)
+            raise
         except asyncio.CancelledError:
             self.result.interrupted = True
             if self.pending_row is not None:
@@ -223,7 +251,8 @@ class _TrainLoop:
             writer.close()
             if self.sample_log is not None:
                 self.sample_log.close()
-            self._save(force=True)
+            if not self._unsaved:
+                self._save(force=True)
             self._write_trace()
 
     def _start(self, ckpts: list) -> int:
@@ -272,6 +301,11 @@ class _TrainLoop:
         self._stream_trace()
         if self.sample_log is not None:
             self.sample_log.write(step, outcome.samples)
+        try:  # modes check before their update; this catches what they could not (pipeline's last groups)
+            check_failure_budget(step, row, p.reward, self.parts.reward.loop.last_error, trained=True)
+        except RewardBudgetExceeded:
+            self.pending_row = row  # logged, never checkpointed
+            raise
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
             with timer("save_checkpoint"):
                 self._save()

@@ -7,13 +7,17 @@
     files.close()                                  # the whole folder removed at the end of the run
 
 A version is written into a temporary folder and renamed into place, so a replica (or a replica
-restarted later) never sees half a file. Space is checked before writing: a full /dev/shm is one
+restarted later) never sees half a file. The run's folder holds `.owner.lock`, flock'ed by the run for as
+long as it lives: a new WeightFiles removes every `rlrm-weights-*` folder in its parent whose lock nobody
+holds (a run killed with -9), never a live run's (its lock is held, on this machine or, on a file system
+that shares locks, another). Space is checked before writing: a full /dev/shm is one
 clear error naming the folder, the bytes needed and the key to change, and nothing is left behind.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -23,6 +27,7 @@ from pathlib import Path
 from rlrm.errors import RolloutServerError
 
 SHM = Path("/dev/shm")
+LOCK = ".owner.lock"
 
 
 def default_weights_dir() -> Path:
@@ -43,22 +48,23 @@ class WeightFiles:
         self.root = self.parent / f"rlrm-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.config_from = Path(config_from) if config_from and Path(config_from).is_dir() else None
         self.current: Path | None = None
-        self._made = False  # whether this object made `root` (the only way it comes to exist)
+        self._lock_fd: int | None = None  # held while the run lives; set once this object made `root`
+        sweep_dead_runs(self.parent)
 
     def create(self) -> None:
-        """Make the run's folder, readable and writable by this user only, and fail if it exists: made before any
-        server names it on its command line, so that nobody else can have put weights there first."""
-        if self._made:
+        """Make the run's folder, readable and writable by this user only and already locked. Made before any server
+        names it on its command line, so that nobody else can have put weights there first: it is made under a
+        temporary name (0700, refused if it exists), locked, then renamed into place (a sweep never sees it
+        unlocked; a folder someone else made at `root` with anything in it makes the rename fail)."""
+        if self._lock_fd is not None:
             return
         try:
-            self.root.parent.mkdir(parents=True, exist_ok=True)
-            self.root.mkdir(mode=0o700)
+            self._make_root()
         except OSError as exc:
             raise RolloutServerError(
                 f"cannot create {self.root} for the policy weights: {exc.strerror or exc}; set rollout.server.weights_dir "
                 "to a writable local folder"
             ) from None
-        self._made = True
 
     def write(self, state_dict: dict, version: int) -> Path:
         """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
@@ -73,9 +79,16 @@ class WeightFiles:
             tensors[name] = t
         need = sum(t.numel() * t.element_size() for t in tensors.values())
         self.create()
+        # a sync writes the new version beside the one being served: the first write needs room for both
+        held = 1 if self.current is not None else 2
         free = shutil.disk_usage(self.root).free
-        if free < need * 1.05 + (1 << 20):
-            raise self._full(need, free)
+        if free < held * need * 1.05 + (1 << 20):
+            raise self._full(held * need, free, held)
+        if _free_inodes(self.root) < _INODES_PER_VERSION * held:
+            raise RolloutServerError(
+                f"{self.parent} has no free inodes left for the policy weights (each version takes a folder and up to "
+                f"{_INODES_PER_VERSION - 1} files); free some there or set rollout.server.weights_dir to another file system"
+            )
         final = self.root / f"v{version}"
         tmp = self.root / f".v{version}.tmp-{uuid.uuid4().hex[:6]}"
         try:
@@ -96,10 +109,11 @@ class WeightFiles:
         self.current = final
         return final
 
-    def _full(self, need: int, free: int) -> RolloutServerError:
+    def _full(self, need: int, free: int, versions: int = 1) -> RolloutServerError:
+        held = " (two versions: a sync writes the new one beside the one served)" if versions == 2 else ""
         return RolloutServerError(
-            f"{self.parent} has {free / 2**20:.1f} MiB free but the policy weights need {need / 2**20:.1f} MiB; free space "
-            "there or set rollout.server.weights_dir to a local folder with room"
+            f"{self.parent} has {free / 2**20:.1f} MiB free but the policy weights need {need / 2**20:.1f} MiB{held}; "
+            "free space there or set rollout.server.weights_dir to a local folder with room"
         )
 
     def keep_only(self, keep: Path) -> None:
@@ -107,11 +121,60 @@ class WeightFiles:
         if not self.root.is_dir():
             return
         for entry in self.root.iterdir():
-            if entry != keep:
+            if entry != keep and entry.name != LOCK:
                 shutil.rmtree(entry, ignore_errors=True)
 
+    def _make_root(self) -> None:
+        """Create the run's folder already locked: made under a name no sweep matches, renamed once locked."""
+        self.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.parent / f".{self.root.name}.tmp"
+        tmp.mkdir(mode=0o700)
+        fd = os.open(tmp / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            tmp.rename(self.root)
+        except OSError:
+            os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._lock_fd = fd
+
     def close(self) -> None:
-        if self._made:
+        if self._lock_fd is not None:  # only a folder this run made is removed
             shutil.rmtree(self.root, ignore_errors=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self.current = None
-        self._made = False
+
+
+_INODES_PER_VERSION = 5  # the version folder, model.safetensors, config.json, generation_config.json, the temp name
+
+
+def _free_inodes(folder: Path) -> int:
+    stats = os.statvfs(folder)
+    return stats.f_favail if stats.f_files else 1 << 30  # f_files 0: the file system does not count inodes
+
+
+def sweep_dead_runs(parent: Path) -> list[Path]:
+    """Remove the `rlrm-weights-*` folders under `parent` whose run is gone (their lock is free); returns them.
+
+    A folder without a lock (an older rlrm's, or one whose file system refuses locks) is left alone."""
+    removed = []
+    try:
+        folders = sorted(Path(parent).glob("rlrm-weights-*"))
+    except OSError:
+        return removed
+    for folder in folders:
+        try:
+            fd = os.open(folder / LOCK, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: the run is alive
+            os.close(fd)
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        os.close(fd)
+        removed.append(folder)
+    return removed

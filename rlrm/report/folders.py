@@ -16,6 +16,7 @@ leaves a field empty, and each such thing is appended to `notes` (shown to the u
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,11 +122,18 @@ def load_run(path: Path, notes: list[str], name: str | None = None) -> RunData:
         notes.append(f"{name}: skipped {skipped} incomplete line(s) of metrics.jsonl, used {len(rows)} complete row(s)")
     if not rows:
         notes.append(f"{name}: metrics.jsonl has no complete rows")
+    frame = metrics_frame(rows)
+    nonfinite = frame.isin([math.inf, -math.inf]).to_numpy().sum() + sum(
+        isinstance(v, float) and math.isnan(v) for r in rows for v in r.values()
+    )
+    if nonfinite:
+        notes.append(f"{name}: metrics.jsonl holds {nonfinite} NaN or infinite value(s), drawn as gaps")
+        frame = frame.replace([math.inf, -math.inf], math.nan)
     trace = path / "trace.json"
     return RunData(
         path=Path(path),
         name=name,
-        metrics=metrics_frame(rows),
+        metrics=frame,
         mode=_run_mode(path / "config.yaml"),
         skipped_rows=skipped,
         trace_path=trace if trace.is_file() else None,
@@ -142,8 +150,11 @@ def read_jsonl(path: Path) -> tuple[list[dict], int]:
         try:
             row = loads(line)
         except ValueError:  # json.JSONDecodeError, orjson.JSONDecodeError, bad UTF-8
-            skipped += 1
-            continue
+            try:  # orjson refuses NaN and Infinity, which Python's json writes and reads: a row, not a broken line
+                row = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
         if isinstance(row, dict):
             rows.append(row)
         else:

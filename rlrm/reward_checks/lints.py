@@ -15,6 +15,7 @@ Each lint is a function of the inspected records (see `details.py`) and returns 
 | truncated | a DisRM conversation cut to reward.disrm.max_length, or a verdict cut at reward.genrm.max_tokens |
 | tokenizer-differs (info) | the reward model's tokenizer or chat template is not the policy's (fine, but token counts differ) |
 | judge-template-missing-response | the judge prompt as sent does not hold the response (e.g. `{{response}}` in the template) |
+| judge-request-failed | judge requests that got no verdict at all (e.g. a prompt over the judge's context), with the first error |
 | verdict-unparsed | judge verdicts that the parser cannot read, among the inspected samples |
 """
 
@@ -198,8 +199,20 @@ def judge_template_missing_response(records: list[dict], ctx: LintContext) -> li
     )
 
 
+def judge_request_failed(records: list[dict], ctx: LintContext) -> list[dict]:
+    failed = [r for r in records if "parse_error" in r and r.get("verdict") is None and r["parse_error"]]
+    first = failed[0]["parse_error"] if failed else ""
+    return _finding(
+        "judge-request-failed",
+        "warning",
+        [r["index"] for r in failed],
+        f"{len(failed)} judge request(s) got no verdict at all (not a parsing problem); the first: {first}"[:600],
+    )
+
+
 def verdict_unparsed(records: list[dict], ctx: LintContext) -> list[dict]:
-    judged = [r for r in records if "parse_error" in r]
+    # a request the judge refused (a prompt over its context) has no verdict to parse: judge-request-failed says it
+    judged = [r for r in records if "parse_error" in r and r.get("verdict") is not None]
     hits = [r["index"] for r in judged if r["parse_error"]]
     return _finding(
         "verdict-unparsed",
@@ -218,6 +231,7 @@ LINTS = (
     truncated,
     tokenizer_differs,
     judge_template_missing_response,
+    judge_request_failed,
     verdict_unparsed,
 )
 LINT_NAMES = (
@@ -228,6 +242,7 @@ LINT_NAMES = (
     "truncated",
     "tokenizer-differs",
     "judge-template-missing-response",
+    "judge-request-failed",
     "verdict-unparsed",
 )
 

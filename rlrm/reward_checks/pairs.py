@@ -46,6 +46,7 @@ class ScoredPair:
     pair: Pair
     chosen: float  # NaN: the reward failed
     rejected: float
+    truncated: int = 0  # of its two conversations, how many the DisRM cut to reward.disrm.max_length
 
 
 def read_pairs(path) -> tuple[list[Pair], list[str]]:
@@ -102,7 +103,8 @@ def score_pairs(reward: RewardConfig, pairs: list[Pair]) -> list[ScoredPair]:
             )
     results = asyncio.run(_score(eval_config(reward), samples))
     scores = [math.nan if r is None or r.extra.get("reward_failed") else float(r.score) for r in results]
-    return [ScoredPair(p, scores[2 * i], scores[2 * i + 1]) for i, p in enumerate(pairs)]
+    cut = [int(r is not None and bool(r.extra.get("disrm_truncated"))) for r in results]
+    return [ScoredPair(p, scores[2 * i], scores[2 * i + 1], cut[2 * i] + cut[2 * i + 1]) for i, p in enumerate(pairs)]
 
 
 async def _score(cfg: RewardConfig, samples: list[RewardSample]):

@@ -45,7 +45,14 @@ def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
     if path.suffix != ".jsonl":
         raise DataError(f"{what} {path}: expected a .jsonl file (one JSON object per line)")
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{path} row {lineno}: not UTF-8 text (byte {exc.start} of the line is {raw[exc.start]:#04x}); "
+                "save the file as UTF-8"
+            ) from None
         if not line.strip():
             continue
         try:

@@ -19,6 +19,14 @@ def visible(text: str | None) -> str:
     return shown.replace("\n", "\\n\n").rstrip("\n")  # a final newline stays visible as \n, without an empty line
 
 
+def _capped(text: str) -> str:
+    """`text` as a repr, at most SHOW_CHARS of it, saying how much is cut (a 1 MB response removes 19k lines)."""
+    if len(text) <= SHOW_CHARS:
+        return repr(text)
+    lines = text[SHOW_CHARS:].count("\n")
+    return f"{text[:SHOW_CHARS]!r} ... ({len(text) - SHOW_CHARS} more chars, {lines} more lines, cut here; --json has them)"
+
+
 def sample_rows(r: dict) -> list[tuple[str, str]]:
     """(field, value) rows of one inspected sample."""
     rows = [("prompt (last turn)", visible(r["prompt"][-1]["content"])), ("response", visible(r["response"]))]
@@ -31,7 +39,7 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
             ("tokens", f"{r['tokens']} (max_length {r['max_length']})"),
             (
                 "truncation",
-                f"{cut['tokens_removed']} tokens removed from the {cut['side']}: {cut['removed_text']!r}"
+                f"{cut['tokens_removed']} tokens removed from the {cut['side']}: {_capped(cut['removed_text'])}"
                 if cut
                 else "none",
             ),

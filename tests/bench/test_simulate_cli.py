@@ -187,3 +187,40 @@ def test_every_example_spec_loads_and_runs(path):
     spec = load_spec(path, ["workload.steps=2", "output.trace_detail_steps=1"])
     result = run_simulation(spec, None, write=False)
     assert len(result.rows) == 1 + len(spec.modes) and all(r["steps"] == 2 for r in result.rows)
+
+
+def _bench_copy(simulated_bench: Path, dest: Path, results: str) -> Path:
+    dest.mkdir()
+    (dest / "runs").symlink_to(simulated_bench / "runs")
+    (dest / "summary.json").write_text((simulated_bench / "summary.json").read_text())
+    (dest / "results.csv").write_text(results)
+    return dest
+
+
+def test_a_truncated_or_non_finite_results_csv_is_refused_naming_file_and_row(simulated_bench, tmp_path):
+    text = (simulated_bench / "results.csv").read_text()
+    rows = len(text.splitlines()) - 1
+    cut = _bench_copy(simulated_bench, tmp_path / "cut", text[:-3])  # the last row's number loses its last digits
+    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(cut), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 1, result.output
+    assert f"{cut / 'results.csv'} row {rows} is cut short" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    header, *body = text.splitlines()
+    column = header.split(",").index("idle_trainer")
+    fields = body[1].split(",")
+    fields[column] = "inf"
+    body[1] = ",".join(fields)
+    inf = _bench_copy(simulated_bench, tmp_path / "inf", "\n".join([header, *body]) + "\n")
+    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(inf), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 1, result.output
+    assert f"{inf / 'results.csv'} row 2: idle_trainer is inf" in result.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+def test_a_non_finite_cost_in_a_spec_is_refused(tmp_path, value):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"rollout:\n  iteration_s: {value}\n")
+    result = CliRunner().invoke(app, ["bench", "simulate", "--spec", str(spec), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "rollout.iteration_s" in result.output, result.output
+    assert not (tmp_path / "o").exists()

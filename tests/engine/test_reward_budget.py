@@ -34,7 +34,7 @@ def test_over_the_budget_stops_with_the_kinds_and_the_last_error():
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        "step 4: 9 of 16 reward samples failed after 3 retries (56%, over reward.max_failure_rate=0.5)"
+        "step 4: 9 of 16 reward samples failed (56%, over reward.max_failure_rate=0.5; reward.max_retries=3)"
     )
     assert (
         "9 defaulted, 0 groups dropped; timeouts 27, retries 27; last error: no reward within reward.timeout_s=30 s."
@@ -112,11 +112,12 @@ def test_a_run_whose_every_reward_fails_stops_with_a_clear_line(tmp_path, tiny_p
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert lines[0].startswith("error: step 1: 8 of 8 reward samples failed after 3 retries (100%")
+    assert lines[0].startswith("error: step 1: 8 of 8 reward samples failed (100%")
+    assert "reward.max_retries=3)" in lines[0] and "are its servers up" not in lines[0]  # a rule: no servers
     assert "8 defaulted" in lines[0] and "injected 32, retries 24" in lines[0]
     assert "last error: injected failure (reward.inject.fail_rate=1)" in lines[0]
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1] and rows[0]["reward/defaulted"] == 8  # the failing step is logged
+    # the over-budget step is checked before its update: never trained, so no metrics row and no checkpoint
+    assert not run.exists() or not (run / "metrics.jsonl").read_text().strip()
 
 
 def test_a_run_with_a_few_failures_completes_and_shows_them(tmp_path, tiny_policy_path):
@@ -138,3 +139,49 @@ def test_a_run_with_a_few_failures_completes_and_shows_them(tmp_path, tiny_polic
     step_lines = [line for line in result.output.splitlines() if line.startswith("step ")]
     for line, row in zip(step_lines, rows):
         assert ("reward failures" in line) == (row["reward/failures"] > 0), line
+
+
+# Good scores for the first 8 calls of a process (step 1: 4 prompts x 2 samples), NaN for every later one.
+MOSTLY_NAN = """
+calls = 0
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    global calls
+    calls += 1
+    return 1.0 if calls <= 8 else float("nan")
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipeline"])
+def test_an_over_budget_step_is_never_trained_and_resume_continues_from_the_last_good_one(
+    tmp_path, tiny_policy_path, mode
+):
+    fn = tmp_path / "mostly_nan.py"
+    fn.write_text(MOSTLY_NAN)
+    custom = ["--set", "reward.kind=custom", "--set", f"reward.custom.path={fn}", "--set", "reward.max_retries=0"]
+    extra = [
+        "--set",
+        "trainer.save_every=1",
+        "--set",
+        "trainer.keep_checkpoints=5",
+        "--set",
+        "actor.mini_batch_size=2",
+        "--mode",
+        mode,
+    ]
+    run, result = _train(tmp_path, "--console", "none", *custom, *extra)
+    assert result.exit_code == 1, result.output
+    assert "step 2: 8 of 8 reward samples failed (100%" in result.output
+    assert f"Fix the reward function compute_score in {fn}" in result.output
+    assert "non-finite scores 8" in result.output
+    # step 2 was stopped before its update: the last checkpoint is step 1's, and no row claims step 2 trained
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    # a fresh process scores 8 samples well again: the resumed run trains steps 2 and 3 from step 1
+    resumed = CliRunner().invoke(app, ["train", "--resume", str(run), "--console", "none"])
+    assert resumed.exit_code == 1 and "step 3: 8 of 8" in resumed.output, resumed.output
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1", "step_2"]

@@ -87,7 +87,14 @@ def test_fail_policy_stops_with_the_sample_named():
 
 @pytest.mark.parametrize(
     ("value", "needle"),
-    [("high", "returned str for sample p0"), ({"no_score": 1}, "returned dict"), ({"score": "x"}, "non-numeric")],
+    [
+        ("high", "returned str for sample p0"),
+        ("0.5", "returned str for sample p0"),
+        ({"no_score": 1}, "returned dict"),
+        ({"score": "x"}, "non-numeric"),
+        ({"score": "0.5"}, "non-numeric score '0.5'"),  # refused in a dict as it is bare (it was accepted)
+        ({"score": True}, "non-numeric score True"),
+    ],
 )
 def test_wrong_return_types_name_function_and_sample(value, needle):
     async def my_compute_score(s):

@@ -1,4 +1,5 @@
-"""A server process owned by a Ray actor dies with it: `ServerProcess(die_with_parent=True)` (Linux)."""
+"""A server process dies with the process that launched it: `ServerProcess(die_with_parent=True)`, the
+default (Linux), even when the launching thread is gone and the server started processes of its own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the guard uses Linux pidfds")
 
 OWNER = """
 import os, sys
@@ -51,3 +52,28 @@ def test_the_server_dies_with_its_owner_only_when_asked(guard):
     finally:
         if not guard:
             os.killpg(pid, 9)
+
+
+THREADED = """
+import os, sys, threading, time
+from rlrm.launch.fleet.process import ServerProcess
+# the server starts a child of its own (as vLLM starts its engine core) and prints both pids
+child = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '60']); print(p.pid, flush=True); time.sleep(60)"
+server = ServerProcess([sys.executable, "-c", child, "--port", "1"])
+launcher = threading.Thread(target=server.launch)  # a worker thread that ends: PR_SET_PDEATHSIG would fire here
+launcher.start()
+launcher.join()
+time.sleep(1.5)
+print(server.proc.pid, int(server.alive()), open(server._log.name).read().split()[0], flush=True)
+os._exit(0)
+"""
+
+
+def test_a_server_outlives_its_launching_thread_and_dies_with_its_children_when_the_owner_dies():
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(
+        [sys.executable, "-c", THREADED], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    pid, alive, grandchild = out.stdout.split()
+    assert alive == "1"  # still running 1.5 s after the thread that launched it ended
+    assert _gone(int(pid)) and _gone(int(grandchild))  # the owner's exit took the whole process group

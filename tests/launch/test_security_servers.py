@@ -197,7 +197,7 @@ def test_a_judge_given_as_a_rollout_address_is_refused_at_start(tiny_policy_path
 
 def test_launched_reward_servers_get_a_fresh_key_too(random_disrm_path):
     from rlrm.config.reward import RewardConfig
-    from rlrm.engine.rewards.service import RewardService
+    from rlrm.engine.reward_service import RewardService
 
     cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path)}, timeout_s=20)  # no api_key_env
     body = {"input": [[5, 6, 7]], "use_activation": False}

@@ -143,7 +143,7 @@ def test_vllm_log_probs_match_the_actors_fp32_recompute(vllm_rollout, tiny_polic
 
 def _train(tmp_path, mode: str, *settings: str):
     from rlrm.cli.main import app
-    from rlrm.engine.metrics.tracker import read_metrics
+    from rlrm.engine.metrics.metrics_file import read_metrics
 
     out = tmp_path / mode
     args = ["train", "--profile", "tiny-rule", "--mode", mode, "--steps", str(LEARNING_STEPS), "--out", str(out)]

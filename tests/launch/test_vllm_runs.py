@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from vllm_fleets import policy_sized_disrm  # tests/launch/vllm_fleets.py
 
 from rlrm.cli.main import app
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 
 pytestmark = pytest.mark.vllm
 

@@ -122,9 +122,10 @@ def test_weight_files_are_atomic_versioned_and_cleaned(tmp_path):
     state["tied"] = state["a"]  # tied weights share memory: written as a copy
     v1 = files.write(state, 1)
     v2 = files.write({k: v + 1 for k, v in state.items()}, 2)
-    assert sorted(p.name for p in files.root.iterdir()) == ["v1", "v2"]  # no temporary folder left
+    # no temporary folder left; the run's lock (tests/launch/test_orphans.py) stays
+    assert sorted(p.name for p in files.root.iterdir()) == [".owner.lock", "v1", "v2"]
     files.keep_only(v2)
-    assert [p.name for p in files.root.iterdir()] == ["v2"] and not v1.exists()
+    assert sorted(p.name for p in files.root.iterdir()) == [".owner.lock", "v2"] and not v1.exists()
     files.close()
     assert not files.root.exists()
 
@@ -135,10 +136,29 @@ def test_a_full_weights_dir_is_one_clear_error_and_leaves_nothing(tmp_path, monk
     files = WeightFiles(str(tmp_path))
     monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 20, 10 << 20, 1 << 10))
     with pytest.raises(
-        RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 4.0 MiB; .*rollout.server.weights_dir"
+        RolloutServerError, match=r"has 0.0 MiB free but the policy weights need 8.0 MiB \(two versions.*weights_dir"
     ):
         files.write({"w": torch.zeros(1 << 20)}, 1)
-    assert list(files.root.iterdir()) == []
+    assert [p.name for p in files.root.iterdir()] == [".owner.lock"]  # no version, not even a partial one
+
+
+def test_room_for_one_version_but_not_the_two_a_sync_holds_is_refused_at_the_first_write(tmp_path, monkeypatch):
+    import rlrm.inference.weight_files as wf
+
+    files = WeightFiles(str(tmp_path))
+    room = shutil._ntuple_diskusage(100 << 20, 94 << 20, 6 << 20)  # 6 MiB free: one 4-MiB version fits, two do not
+    monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: room)
+    with pytest.raises(RolloutServerError, match=r"6.0 MiB free but the policy weights need 8.0 MiB \(two versions"):
+        files.write({"w": torch.zeros(1 << 20)}, 1)
+    monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(100 << 20, 0, 100 << 20))
+    monkeypatch.setattr(wf, "_free_inodes", lambda folder: 0)
+    with pytest.raises(RolloutServerError, match=r"has no free inodes left for the policy weights"):
+        files.write({"w": torch.zeros(1 << 20)}, 1)
+    monkeypatch.setattr(wf, "_free_inodes", lambda folder: 1000)
+    files.write({"w": torch.zeros(1 << 20)}, 1)
+    monkeypatch.setattr(wf.shutil, "disk_usage", lambda p: room)
+    files.write({"w": torch.ones(1 << 20)}, 2)  # later versions need room for one more only
+    files.close()
 
 
 @pytest.mark.slow

@@ -157,3 +157,17 @@ def test_unparsed_verdicts_are_counted_over_the_first_k(tokenizer):
     assert [(f["lint"], f["samples"]) for f in findings] == [("verdict-unparsed", [1])]
     assert findings[0]["message"].startswith("1 of the first 2 verdicts")
     assert records[1]["parse_error"].startswith("no 'Score: N' in the verdict")
+
+
+def test_a_prompt_over_the_judges_context_is_a_failed_request_not_an_unparsed_verdict(tokenizer):
+    from rlrm.engine.rewards.genrm import judge_messages
+
+    cfg = RewardConfig(kind="genrm", server={"model": "x"})
+    s = sample("x " * 5000)
+    error = "POST /v1/chat/completions answered 400: prompt of 10090 tokens exceeds the 512-token context"
+    exchange = {"path": "/v1/chat/completions", "request": {"messages": judge_messages(cfg.genrm.template, s)}}
+    record = details.common(s, RewardResult(1.0))
+    record.update(details.genrm_detail({**exchange, "response": None, "error": error}, tokenizer, cfg))
+    findings = run_lints([record], LintContext("genrm", tokenizer, tokenizer))
+    assert [f["lint"] for f in findings] == ["judge-request-failed"]  # before: verdict-unparsed
+    assert "exceeds the 512-token context" in findings[0]["message"]

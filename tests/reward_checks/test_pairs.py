@@ -128,3 +128,14 @@ def test_tiny_judge_is_accurate_on_the_pairs(pairs_file):
     # measured: 166 won, 23 ties (both verdicts the same), 1 lost, 2 failed (verdicts that did not parse): 0.874
     assert overall["pairs"] == 192 and overall["failed"] <= 5 and overall["ties"] > 0
     assert overall["accuracy"] >= JUDGE_MIN_ACCURACY
+
+
+def test_a_prompt_cut_to_the_disrms_max_length_is_said(tmp_path, random_disrm_path):
+    long = {"prompt": "word " * 2000, "chosen": "#### 5", "rejected": "#### 6"}  # ~2000 tokens, max_length 64
+    short = {"prompt": "What is 2 + 3?", "chosen": "#### 5", "rejected": "#### 6", "id": "short"}
+    pairs = write_rows(tmp_path / "pairs.jsonl", [{**long, "id": "long"}, short])
+    sets = ["--set", f"reward.server.model={random_disrm_path}", "--set", "reward.disrm.max_length=64"]
+    report, stderr = eval_rm("--profile", "tiny-disrm", "--pairs", pairs, *sets)
+    assert report["subsets"][-1]["pairs"] == 2
+    # before: scored on the last 64 tokens without a word
+    assert "warning: 1 pair(s) scored on conversations cut to reward.disrm.max_length=64 tokens (long)" in stderr

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.bench.results import mode_means
+from rlrm.bench.results_file import read_results
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.replay import injected_latencies
 from rlrm.bench.simulate.run import SimResult, run_simulation
@@ -53,9 +54,8 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
     import pandas as pd
 
     folder = Path(folder)
-    results = pd.read_csv(folder / "results.csv")
+    records = read_results(folder / "results.csv")
     summary = _summary(folder)
-    records = results.to_dict("records")
     base = [r for r in records if r["mode"] == "sync" and str(r["latency"]).lower() == "none"]
     if not base:
         raise RunFolderError(f"{folder}/results.csv has no zero-latency sync run (latency none) to calibrate on")

@@ -34,8 +34,13 @@ def _distribution(value: str | float) -> str:
     return text
 
 
+# every sample of a mode's run is held in memory (about 40 bytes each, measured with examples/cluster-gpu.yaml)
+MAX_SAMPLES = 50_000_000
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # an infinite cost is refused like a NaN one: a simulation over it has no finite time to report
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class WorkloadSpec(_Section):
@@ -194,6 +199,19 @@ class SimSpec(_Section):
     reward: RewardSpec = Field(default_factory=RewardSpec)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
+
+    @model_validator(mode="after")
+    def _check_size(self) -> "SimSpec":
+        w = self.workload
+        samples = w.steps * w.prompts_per_step * w.samples_per_prompt
+        if samples > MAX_SAMPLES:
+            raise ValueError(
+                f"workload.steps x prompts_per_step x samples_per_prompt = {samples:,} samples per mode; the simulator "
+                f"holds at most {MAX_SAMPLES:,} (about {MAX_SAMPLES * 40 / 2**30:.0f} GiB): lower workload.steps to "
+                f"{max(1, MAX_SAMPLES // (w.prompts_per_step * w.samples_per_prompt)):,} or fewer (the speedups settle "
+                "after a few dozen steps)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_batches(self) -> "SimSpec":

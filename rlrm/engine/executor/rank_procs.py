@@ -153,6 +153,8 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     import os
 
     parent = os.getppid()
+    # a rank busy in a call (a collective, a load) when the trainer is killed would wait out its timeout: exit
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     worker = spec.worker_class()(spec)
     try:
         try:
@@ -181,3 +183,11 @@ def _next_job(inbox, parent: int):
         except queue.Empty:
             if os.getppid() != parent:
                 return None
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    import os
+
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)

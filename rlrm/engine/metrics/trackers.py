@@ -36,11 +36,33 @@ EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wan
 
 
 def check_trackers(cfg: LoggingConfig) -> None:
-    """ConfigError naming the pip command when a tracker in `logging.trackers` is not installed."""
+    """ConfigError naming the fix when a tracker in `logging.trackers` is not installed or does not import, or
+    when `logging.tracker_dir` cannot be written (a file, a read-only folder): before the run folder exists."""
     for name in cfg.trackers:
         module, extra = EXTRAS[name]
         if importlib.util.find_spec(module) is None:
             raise ConfigError(f"logging.trackers has {name}, which is not installed: pip install 'rlrm[{extra}]'")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # a broken install raises anything at import
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ConfigError(
+                f"logging.trackers has {name}, but `import {module}` fails ({type(exc).__name__}: {first}); "
+                f"reinstall it: pip install --force-reinstall 'rlrm[{extra}]', or drop it from logging.trackers"
+            ) from None
+    if cfg.trackers and cfg.tracker_dir:
+        _check_writable(Path(cfg.tracker_dir))
+
+
+def _check_writable(folder: Path) -> None:
+    """The folder, or the nearest ancestor that exists, is a folder this process may write into."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"logging.tracker_dir {folder}: {existing} is a file, not a folder; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"logging.tracker_dir {folder}: {existing} is not writable; give a folder you can write")
 
 
 def tracker_root(cfg: LoggingConfig, run_dir: Path) -> Path:

@@ -1,11 +1,14 @@
 """The reward failure budget: a run whose rewards mostly fail stops, instead of training on
 default scores and ending "successfully".
 
-    check_failure_budget(step, row, profile.reward, loop.last_error)   # after each step's metrics row
+    loop.check_budget(step, reward_metrics, dropped_groups)            # in each mode, before the update
+    check_failure_budget(step, row, profile.reward, loop.last_error, trained=True)  # after the step (pipeline)
 
 A step is over budget when more than `reward.max_failure_rate` of the samples scored in it
 failed after every retry (whether `on_failure` defaulted them or dropped their groups). The
-error counts the failure kinds and shows the last error, so a dead server reads as one.
+error counts the failure kinds and shows the last error, so a dead server reads as one. The check
+runs before the step's update, so an over-budget step is never trained nor checkpointed: the last
+checkpoint stays the last good step and `--resume` continues from it.
 """
 
 from __future__ import annotations
@@ -24,10 +27,17 @@ _MAX_ERROR_CHARS = 300
 
 
 class RewardBudgetExceeded(TrainingError):
-    """Too many of a step's reward samples failed (reward.max_failure_rate)."""
+    """Too many of a step's reward samples failed (reward.max_failure_rate).
+
+    `trained`: the actor already holds (part of) the step's update, so it must not be checkpointed.
+    """
+
+    trained: bool = False
 
 
-def check_failure_budget(step: int, row: dict, cfg: RewardConfig, last_error: str | None) -> None:
+def check_failure_budget(
+    step: int, row: dict, cfg: RewardConfig, last_error: str | None, trained: bool = False
+) -> None:
     """Raise RewardBudgetExceeded when the step's failed share of samples is over `cfg.max_failure_rate`.
 
     Args:
@@ -35,6 +45,7 @@ def check_failure_budget(step: int, row: dict, cfg: RewardConfig, last_error: st
         row: the step's metrics (`reward/samples`, `reward/failures` and the per-kind counters).
         cfg: the profile's reward section.
         last_error: the reward loop's last sample error, shown as it was.
+        trained: whether the step's update (or part of it) already ran (RewardBudgetExceeded.trained).
     """
     samples, failed = row.get("reward/samples", 0), row.get("reward/failures", 0)
     if not samples or failed / samples <= cfg.max_failure_rate:
@@ -45,9 +56,20 @@ def check_failure_budget(step: int, row: dict, cfg: RewardConfig, last_error: st
     error = " ".join((last_error or "none recorded").split())  # one line, whatever the server sent
     if len(error) > _MAX_ERROR_CHARS:
         error = error[: _MAX_ERROR_CHARS - 3] + "..."
-    raise RewardBudgetExceeded(
-        f"step {step}: {failed} of {samples} reward samples failed after {cfg.max_retries} retries "
-        f"({failed / samples:.0%}, over reward.max_failure_rate={cfg.max_failure_rate:g}): {', '.join(outcome)}; "
-        f"{', '.join(kinds)}; last error: {error}. Fix the reward setup (are its servers up?) and continue with "
+    error = RewardBudgetExceeded(
+        f"step {step}: {failed} of {samples} reward samples failed ({failed / samples:.0%}, over "
+        f"reward.max_failure_rate={cfg.max_failure_rate:g}; reward.max_retries={cfg.max_retries}): {', '.join(outcome)}; "
+        f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg)} and continue with "
         "rlrm train --resume, or raise reward.max_failure_rate"
     )
+    error.trained = trained
+    raise error
+
+
+def _what_to_fix(cfg: RewardConfig) -> str:
+    """What a user should look at: a local function has no servers to ask about."""
+    if cfg.kind == "custom":
+        return f"the reward function {cfg.custom.name} in {cfg.custom.path}"
+    if cfg.kind == "rule":
+        return "the reward rule or the data's ground truths"
+    return "the reward setup (are its servers up?)"

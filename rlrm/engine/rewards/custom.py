@@ -16,13 +16,13 @@ counted failure, never a silent 0). verl's newer keyword arguments `reward_route
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import inspect
 from pathlib import Path
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardSample
+from rlrm.engine.rewards.threads import run_abandonable
 from rlrm.errors import ConfigError
 
 _OPTIONAL_KWARGS = ("reward_router_address", "reward_model_tokenizer")
@@ -53,13 +53,25 @@ def make_custom_reward(cfg: RewardConfig) -> RewardFn:
     fn = load_function(cfg.custom.path, cfg.custom.name)
     params = inspect.signature(fn).parameters
     extra_kwargs = {k: None for k in _OPTIONAL_KWARGS if k in params}
+    check_signature(fn, cfg, extra_kwargs)
     is_async = inspect.iscoroutinefunction(fn)
 
     async def custom_reward(sample: RewardSample):
         args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
         if is_async:
             return await fn(*args, **extra_kwargs)
-        return await asyncio.to_thread(fn, *args, **extra_kwargs)
+        return await run_abandonable(fn, *args, **extra_kwargs)  # a call that never returns is left behind
 
     custom_reward.__name__ = cfg.custom.name  # named in the reward loop's error messages
     return custom_reward
+
+
+def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:
+    """At start, not at step 1: the function must take verl's four arguments (and the keywords it names)."""
+    try:
+        inspect.signature(fn).bind("data_source", "solution_str", "ground_truth", {}, **extra_kwargs)
+    except TypeError as exc:
+        raise ConfigError(
+            f"reward function {cfg.custom.name} in {cfg.custom.path} cannot be called as "
+            f"{cfg.custom.name}(data_source, solution_str, ground_truth, extra_info) ({exc}); give it that signature"
+        ) from None

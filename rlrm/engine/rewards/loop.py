@@ -22,7 +22,9 @@ from typing import Callable
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.errors import NonFiniteScore
+from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.errors import RlrmError
 from rlrm.stats import quantile
 
@@ -121,6 +123,23 @@ class RewardLoop:
             metrics.update(self.counters())
         return metrics
 
+    def check_budget(
+        self, step: int, metrics: dict, dropped_groups: int = 0, of_samples: int | None = None, trained: bool = False
+    ) -> None:
+        """Stop step `step` before it trains when its failed share is over reward.max_failure_rate.
+
+        Args:
+            metrics: the step's reward/* counters (`take_metrics`, or `self.stats.metrics()` so far).
+            dropped_groups: groups the step leaves out for a failed sample.
+            of_samples: the step's whole sample count when `metrics` covers only the samples scored so far
+                (pipeline): the failures so far over it never exceed the step's final share.
+            trained: part of the step's update already ran (pipeline's later mini-batches).
+        """
+        row = {**metrics, "reward/dropped_groups": dropped_groups}
+        if of_samples is not None:
+            row["reward/samples"] = of_samples
+        check_failure_budget(step, row, self.cfg, self.last_error, trained)
+
     async def _attempts(self, sample: RewardSample) -> RewardResult | CallError:
         cfg = self.cfg
         for attempt in range(cfg.max_retries + 1):
@@ -133,7 +152,12 @@ class RewardLoop:
                     self.stats.injected_latency_count += 1
                 return result
             except asyncio.TimeoutError:
-                error: CallError = RequestTimeout(f"no reward within reward.timeout_s={cfg.timeout_s:g} s")
+                error: CallError = RequestTimeout(
+                    f"reward function {self.name}: no reward within reward.timeout_s={cfg.timeout_s:g} s"
+                )
+            except (FunctionExited, SystemExit) as exc:  # sys.exit() in a user's function: a failed sample, named
+                code = exc.code
+                error = CallError(f"reward function {self.name} called sys.exit({code!r}); return a score instead")
             except CallError as exc:
                 error = exc
                 self._count_tokens(exc.extra)
@@ -160,6 +184,8 @@ class RewardLoop:
                 "return a float or a dict with 'score'"
             )
         try:
+            if isinstance(result.score, (str, bytes, bool)):  # refused in a dict as when returned bare
+                raise TypeError
             result.score = float(result.score)
         except (TypeError, ValueError):
             raise CallError(
@@ -188,8 +214,9 @@ class RewardLoop:
         self.last_error = str(error)
         policy = self.cfg.on_failure
         if policy == "fail":
+            tried = f"after {self.cfg.max_retries} retries" if error.retryable else "(not retried: a retry cannot help)"
             raise RewardError(
-                f"reward for sample {sample.uid} failed after {self.cfg.max_retries} retries: {error}; "
+                f"reward for sample {sample.uid} failed {tried}: {error}; "
                 "set reward.on_failure=default or drop-group to go on"
             )
         if policy == "default":

@@ -48,6 +48,7 @@ class FullyAsyncScheduler(OverlapScheduler):
         metrics = self.run.reward.loop.take_metrics()  # every reward of the groups taken is in
         batch, rollout_metrics = await self.in_trainer(grpo.prepare, completions_of(groups), True, timer)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
+        self.run.reward.loop.check_budget(step, metrics, scored.dropped_groups)  # before the update
         metrics.update(rollout_metrics)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, timer))
         await self.publish(step, timer)

@@ -23,7 +23,7 @@ class PipelineScheduler(OverlapScheduler):
         grpo = self.run.grpo
         launched, batch, metrics = await self.generated_and_prepared(step, timer)
         groups = launched.groups
-        arrivals = ScoredMiniBatches(self, grpo, batch, groups, self.run.profile.actor.mini_batch_size, timer)
+        arrivals = ScoredMiniBatches(self, grpo, batch, groups, self.run.profile.actor.mini_batch_size, timer, step)
         metrics.update(await self.in_trainer(grpo.train, arrivals, timer))
         metrics.update(self.run.reward.loop.take_metrics())  # the last reward came in during the update
         await self.publish(step, timer)
@@ -35,28 +35,39 @@ class ScoredMiniBatches:
     """The first epoch's mini-batches, iterated in the trainer thread: each is yielded once its
     `size` surviving groups are scored (groups with a failed sample are dropped, as in sync)."""
 
-    def __init__(self, scheduler: OverlapScheduler, grpo: GRPOStep, batch, groups: list[Group], size: int, timer):
+    def __init__(
+        self, scheduler: OverlapScheduler, grpo: GRPOStep, batch, groups: list[Group], size: int, timer, step: int = 0
+    ):
         self.scheduler, self.grpo, self.batch, self.groups = scheduler, grpo, batch, groups
-        self.size, self.timer = size, timer
+        self.size, self.timer, self.step = size, timer, step
         self.loop = asyncio.get_running_loop()
         self.scored: list[Scored] = []  # one per mini-batch, and one for trailing dropped groups
 
     def __iter__(self):
         ready: list[int] = []
-        dropped = 0
+        dropped = total_dropped = 0
         for g in self.groups:
             self._wait_scored(g)
             if any(r is None for r in g.results):
                 dropped += 1
+                total_dropped += 1
                 continue
             ready.append(g.position)
             if len(ready) == self.size:
+                self._check_budget(total_dropped)
                 yield self._score(ready, dropped)
                 ready, dropped = [], 0
         if ready:
+            self._check_budget(total_dropped)
             yield self._score(ready, dropped)
         elif dropped:
             self.scored.append(Scored(None, [], dropped))
+
+    def _check_budget(self, dropped: int) -> None:
+        """Before each mini-batch trains: the failures so far, over the step's samples, within the budget."""
+        loop = self.scheduler.run.reward.loop
+        of_samples = len(self.groups) * self.grpo.settings.n
+        loop.check_budget(self.step, loop.stats.metrics(), dropped, of_samples, trained=bool(self.scored))
 
     def _score(self, positions: list[int], dropped: int):
         scored = self.grpo.score(self.batch, results_of(self.groups), self.timer, groups=positions)

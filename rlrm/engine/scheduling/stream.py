@@ -19,6 +19,7 @@ class StreamScheduler(OverlapScheduler):
         await self.scored(groups, timer)
         metrics = self.run.reward.loop.take_metrics()  # every reward of the step is in
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
+        self.run.reward.loop.check_budget(step, metrics, scored.dropped_groups)  # before the update
         metrics.update(rollout_metrics)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, timer))
         await self.publish(step, timer)

@@ -40,6 +40,7 @@ class SyncScheduler:
         metrics = run.reward.loop.take_metrics()  # every reward of the step is in
         batch, rollout_metrics = run.grpo.prepare(completions, off_policy=False, timer=timer)
         scored = run.grpo.score(batch, results, timer)
+        run.reward.loop.check_budget(step, metrics, scored.dropped_groups)  # before the update, not after
         metrics.update(rollout_metrics)
         metrics.update(run.grpo.train(scored.batch, timer))
         run.weights.publish(step, timer)

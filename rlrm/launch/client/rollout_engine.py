@@ -334,6 +334,11 @@ class ServerRolloutEngine:
         for call, payload in self.wire.sync_calls(str(path), version):
             try:
                 failure = post_sync_call(url, call, payload, self.wire, self.api_key, self.sync_timeout_s)
+            except httpx.TimeoutException:  # the replica is up but slower than the setting allows: name the setting
+                return (
+                    f"no answer to {call} within rollout.server.sync_timeout_s={self.sync_timeout_s:g} s; raise it to "
+                    "the time a replica takes to load the weights"
+                )
             except httpx.TransportError as exc:
                 if may_be_dead and self._dead(url):
                     self.counters["rollout/sync_skipped"] += 1

@@ -97,9 +97,11 @@ async def _check_one(
     path, body = PROBES[role]
     deadline = time.monotonic() + timeout_s
     while True:
-        failure, final = await _probe(session, url, path, body(model), request_timeout_s, section)
+        # a port that accepts and never answers must not hold the check past start_timeout_s
+        probe_s = min(request_timeout_s, max(1.0, deadline - time.monotonic()))
+        failure, final = await _probe(session, url, path, body(model), probe_s, section)
         if failure is None and role.startswith("policy"):
-            return await _not_a_policy(session, url, request_timeout_s, section)
+            return await _not_a_policy(session, url, probe_s, section)
         if failure is None or final:
             return failure
         if time.monotonic() > deadline:

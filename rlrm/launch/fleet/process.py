@@ -63,13 +63,31 @@ def embedded_server_argv(
     ]
 
 
-# Run before the server's own argv (exec'd in place, same pid): SIGKILL when the process that launched it dies
-# (Linux PR_SET_PDEATHSIG, kept across exec), and exit at once if it already died. Done in the child after
-# exec rather than in a preexec_fn, which is unsafe in a parent with threads (a Ray actor has many).
-_DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-    "os.getppid() == int(sys.argv[1]) or os._exit(1); os.execvp(sys.argv[2], sys.argv[2:])"
-)
+# Run in front of every server's argv (exec'd in place, same pid): a watchdog kills the server's process group
+# when the process that launched it dies, SIGKILL included (see that file for how and why).
+_GUARD = str(Path(__file__).with_name("die_with_parent.py"))
+_LOG_PREFIX = "rlrm-server-"
+_swept_logs = False
+
+
+def sweep_dead_logs(folder: Path | None = None) -> int:
+    """Delete server logs whose launching process is gone (their names carry its pid); returns how many.
+
+    Run once per process before its first server starts: the logs of a run killed with -9 are removed
+    by the next run on the machine, never those of a run still alive."""
+    removed = 0
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{_LOG_PREFIX}*.log"):
+        owner = path.name[len(_LOG_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit():
+            continue  # not named by a launcher's pid (an older rlrm's): not ours to judge
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+            removed += 1
+        except PermissionError:
+            pass  # alive, another user's
+    return removed
 
 
 class ServerProcess:
@@ -83,12 +101,10 @@ class ServerProcess:
         health_path: str = "/health",
         start_timeout_s: float = 120.0,
         env: dict | None = None,
-        die_with_parent: bool = False,
+        die_with_parent: bool = True,
     ):
         self.argv = list(argv)
-        self.die_with_parent = (
-            die_with_parent  # a server owned by a Ray actor dies with it (rlrm/launch/fleet/ray_replicas.py)
-        )
+        self.die_with_parent = die_with_parent  # killed with its launcher: nothing outlives a run (kill -9 too)
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
         self.host = host
         self.url = f"http://{host}:{self.port}"
@@ -110,16 +126,21 @@ class ServerProcess:
     def launch(self) -> None:
         """Start the process without waiting for it (ServerStartError when something else holds its port:
         readiness would otherwise be read from that other server)."""
+        global _swept_logs
+        if not _swept_logs:
+            _swept_logs = True
+            sweep_dead_logs()
         if _port_taken(self.host, self.port):
             raise ServerStartError(
                 f"port {self.port} on {self.host} is in use by another process; {self.argv[0]} not started"
             )
         if self._log is None:
-            self._log = tempfile.NamedTemporaryFile(prefix="rlrm-server-", suffix=".log", delete=False)
+            prefix = f"{_LOG_PREFIX}{os.getpid()}-"  # the launcher's pid: sweep_dead_logs tells a dead run's logs
+            self._log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         env = {**os.environ, **(self.env or {})}
         guard = self.die_with_parent and sys.platform == "linux"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *self.argv] if guard else self.argv,
+            [sys.executable, _GUARD, str(os.getpid()), *self.argv] if guard else self.argv,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group

@@ -1,0 +1,24 @@
+"""What a Ray address may look like, checked when a profile loads instead of inside `ray.init`.
+
+check_ray_address("10.0.0.5:6379")        # -> "10.0.0.5:6379"; "auto", "local", "ray://host:10001" pass too
+check_ray_address("10.0.0.5")             # ValueError naming the form expected
+"""
+
+from __future__ import annotations
+
+import re
+
+_HOST_PORT = re.compile(r"^(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")
+
+
+def check_ray_address(value: str | None) -> str | None:
+    """`value` when it is None, auto, local or [ray://]host:port with a port in 1-65535 (ValueError otherwise)."""
+    if value is None or value in ("auto", "local"):
+        return value
+    match = _HOST_PORT.match(value.strip())
+    if not match or not 0 < int(match.group(3)) < 65536:
+        raise ValueError(
+            f"{value!r} is not a Ray address: give host:port of the head node (e.g. 10.0.0.5:6379), "
+            "ray://host:10001 for Ray Client, auto (the cluster this machine joined) or local"
+        )
+    return value.strip()

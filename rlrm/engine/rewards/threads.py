@@ -1,0 +1,55 @@
+"""A user's sync function run on a thread of its own that nobody waits for, so a call that never returns
+cannot hold the run.
+
+    result = await run_abandonable(fn, *args, **kwargs)   # under asyncio.wait_for: a timeout abandons the call
+
+`asyncio.to_thread` runs on the loop's default executor, whose threads `asyncio.run` and the interpreter
+join at exit: one `time.sleep(600)` in a reward then holds the stopped run for ten minutes after its error.
+Here each call gets a daemon thread: on a timeout the caller moves on at once, the thread is left to finish
+(or not) on its own, and the process exits without it. A `sys.exit()` or KeyboardInterrupt raised inside the
+function comes back as FunctionExited instead of ending the trainer without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Callable
+
+
+class FunctionExited(Exception):
+    """The function raised SystemExit or KeyboardInterrupt (`code`: the exit code it asked for)."""
+
+    def __init__(self, code: Any):
+        super().__init__(f"exit code {code}")
+        self.code = code
+
+
+async def run_abandonable(fn: Callable, *args, **kwargs):
+    """`fn(*args, **kwargs)` on a new daemon thread; its result, or what it raised."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value, error) -> None:
+        if future.done():  # the caller gave up on it (a timeout cancelled the await)
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def target() -> None:
+        value, error = None, None
+        try:
+            value = fn(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            error = FunctionExited(exc.code if isinstance(exc, SystemExit) else "KeyboardInterrupt")
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it was
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop is closed: the run ended while this call was abandoned
+            pass
+
+    threading.Thread(target=target, name=f"reward-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
+    return await future

@@ -1,0 +1,195 @@
+"""Round 3 of bad inputs through the real CLI (issue 23), in the same table form as test_bad_inputs.py: each case
+exits with its code and one line naming what is wrong, and leaves nothing behind under the test's folder (a
+refused --resume leaves its config.yaml as it was).
+
+A few cases need the environment changed (a broken tracker install, ray missing): they follow the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.config.loader import dump_profile, load_profile
+
+TRAIN = ["train", "--profile", "tiny-rule", "--console", "none"]
+SIMULATE = ["bench", "simulate", "--spec", str(Path(__file__).resolve().parents[2] / "examples" / "cluster-gpu.yaml")]
+WRONG_SIGNATURE = "def compute_score(solution_str, ground_truth):\n    return 1.0\n"
+
+
+def _write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+    return path
+
+
+def _two_rank_run(tmp):
+    """A run folder configured for 2 actor ranks whose last checkpoint one rank wrote."""
+    run = tmp / "run"
+    _write(run / "config.yaml", dump_profile(load_profile("tiny-rule", ["actor.world_size=2"])))
+    _write(run / "metrics.jsonl", '{"step": 1}\n')
+    _write(run / "checkpoints" / "step_1" / "shards" / "__0_0.distcp", b"\0")
+    return run
+
+
+NOT_UTF8 = b'{"prompt": "2 + 3?", "response": "5"}\n{"prompt": "caf\xe9", "response": "5"}\n'
+
+CASES = [
+    (
+        "simulate --steps 1e9",
+        lambda t: [*SIMULATE, "--steps", "1000000000", "--out", str(t / "sim")],
+        1,
+        "samples per mode; the simulator holds at most 50,000,000",
+    ),
+    (
+        "simulate --steps 1e5",
+        lambda t: [*SIMULATE, "--steps", "100000", "--out", str(t / "sim")],
+        1,
+        "lower workload.steps to 9,765 or fewer",
+    ),
+    (
+        "actor.ray_address without a port",
+        lambda t: [*TRAIN, "--out", str(t / "run"), "--set", "actor.ray_address=10.0.0.5"],
+        1,
+        "'10.0.0.5' is not a Ray address: give host:port",
+    ),
+    (
+        "reward.ray_address with port 99999",
+        lambda t: [*TRAIN, "--out", str(t / "run"), "--set", "reward.ray_address=head:99999"],
+        1,
+        "'head:99999' is not a Ray address",
+    ),
+    (
+        "logging.tracker_dir is a file",
+        lambda t: [
+            *TRAIN,
+            "--out",
+            str(t / "run"),
+            "--set",
+            "logging.trackers=tensorboard",
+            "--set",
+            f"logging.tracker_dir={_write(t / 'taken', 'x')}/tb",
+        ],
+        1,
+        "is a file, not a folder",
+    ),
+    (
+        "custom reward with the wrong signature",
+        lambda t: [
+            *TRAIN,
+            "--out",
+            str(t / "run"),
+            "--set",
+            "reward.kind=custom",
+            "--set",
+            f"reward.custom.path={_write(t / 'fn.py', WRONG_SIGNATURE)}",
+        ],
+        1,
+        "cannot be called as compute_score(data_source, solution_str, ground_truth, extra_info)",
+    ),
+    (
+        "resume at another world size",
+        lambda t: ["train", "--resume", str(_two_rank_run(t)), "--steps", "5"],
+        1,
+        "step_1 was written by 1 actor rank(s) but this run has actor.world_size=2",
+    ),
+    (
+        "inspect --n 1000000",
+        lambda t: ["inspect", "reward", "--profile", "tiny-rule", "--n", "1000000"],
+        2,
+        "--n 1000000: inspect scores at most 4096 samples",
+    ),
+    (
+        "inspect on a non-UTF-8 file",
+        lambda t: ["inspect", "reward", "--profile", "tiny-rule", "--input", str(_write(t / "s.jsonl", NOT_UTF8))],
+        2,
+        "s.jsonl row 2: not UTF-8 text (byte 15 of the line is 0xe9)",
+    ),
+]
+
+
+def _snapshot(root):
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(("setup", "code", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_leaves_nothing_behind(tmp_path, setup, code, needle):
+    args = setup(tmp_path)
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(app, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == code, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert needle in lines[0], lines[0]
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_broken_tracker_install_is_one_line_before_the_run_folder(tmp_path, monkeypatch):
+    _write(tmp_path / "site" / "wandb" / "__init__.py", "raise ImportError('libfoo.so: cannot open shared object')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), "--set", "logging.trackers=wandb"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "error: logging.trackers has wandb, but `import wandb` fails (ImportError: libfoo.so: cannot open shared "
+        "object); reinstall it: pip install --force-reinstall 'rlrm[wandb]', or drop it from logging.trackers"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_ranks_on_ray_without_ray_is_one_line(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    sets = ["actor.world_size=2", "actor.ranks_on=ray"]
+    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))])
+    assert result.exit_code == 1, result.output
+    assert "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]'" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_report_reads_rows_holding_nan_or_infinity(tmp_path):
+    run = tmp_path / "run"
+    _write(run / "config.yaml", dump_profile(load_profile("tiny-rule")))
+    rows = [{"step": s, "critic/score/mean": v, "perf/throughput": 10.0 * s} for s, v in [(1, 0.5), (2, float("nan"))]]
+    rows.append({"step": 3, "critic/score/mean": float("inf"), "perf/throughput": 30.0})
+    _write(run / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))  # json writes NaN and Infinity
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output  # before: "nothing to report: no complete rows"
+    assert "holds 2 NaN or infinite value(s), drawn as gaps" in result.output
+
+
+def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
+    sets = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.sync_timeout_s=0.001",
+        f"rollout.server.weights_dir={tmp_path / 'w'}",
+        "data.train_batch_size=2",
+        "actor.mini_batch_size=2",
+        "rollout.n=2",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+    ]
+    run = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, [*TRAIN, "--out", str(run), "--steps", "1", *(a for s in sets for a in ("--set", s))]
+    )
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert "within rollout.server.sync_timeout_s=0.001 s; raise it" in lines[0], lines[0]
+    assert not run.exists() and list((tmp_path / "w").iterdir()) == []  # no run folder, no weights left
