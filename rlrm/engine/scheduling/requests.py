@@ -57,7 +57,8 @@ async def generate_groups(
 async def score_samples(loop, samples: list[RewardSample], timer=None, step: int = 0) -> list:
     """Score samples concurrently through the reward loop (results keep their order).
 
-    With a `timer`, each reward call becomes a `reward` trace span.
+    With a `timer`, each reward call becomes a `reward` trace span, and each reward-model call it made (a
+    custom function's, a judge's) a span inside it.
     """
 
     async def one(sample: RewardSample):
@@ -68,6 +69,11 @@ async def score_samples(loop, samples: list[RewardSample], timer=None, step: int
             if result is not None and "injected_latency_s" in result.extra:
                 args["injected_latency_s"] = result.extra["injected_latency_s"]
             timer.span("reward", "reward", start, time.perf_counter(), args)
+            for call in result.extra.get("model_requests", []) if result is not None else []:
+                begin = start + call["offset_s"]  # the sample's own model calls, inside its reward span
+                timer.span(
+                    "reward", call["call"], begin, begin + call["duration_s"], {**args, "status": call["status"]}
+                )
         return result
 
     return list(await asyncio.gather(*(one(s) for s in samples)))
