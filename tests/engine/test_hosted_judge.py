@@ -5,6 +5,7 @@ says (Retry-After) and counted, never scored 0 in silence, and its tokens and co
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import sys
 import time
@@ -140,3 +141,21 @@ def test_bad_limits_and_credentials_in_the_url_are_refused():
             {"kind": "genrm", "server": {"model": "m", "addresses": ["https://user:s3cret@api.example.com/v1"]}}
         )
     assert "api_key_env" in str(refused.value) and "credentials" in str(refused.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+def test_ray_workers_share_one_budget_not_one_each():
+    # three Ray reward workers, each scoring its own samples: one limiter actor holds the run's budget, so
+    # the API sees the limit, not three times it (a per-worker limiter would draw 429s here)
+    rpm = 240.0
+    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
+        cfg = config(api, executor="ray", num_workers=3, limits={"rpm": rpm})
+        results, metrics = score(cfg, samples(18))
+        times = [t for t, _ in api.accepted]
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(18)]
+    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0
+    # never over the limit; how close to it depends on how promptly starved worker processes wake (a request
+    # whose worker woke late takes a new slot rather than go out in a burst), so no floor is asserted here
+    assert rate <= rpm * 1.02, rate
+    assert metrics["reward/model_calls"] == 18

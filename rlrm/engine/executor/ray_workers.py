@@ -24,7 +24,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
-from rlrm.engine.rewards.limits import RateLimiter
+from rlrm.engine.rewards.limits import RateLimiter, paced
 from rlrm.launch.client.balancer import ReplicaBalancer
 
 _ERRORS = {
@@ -48,8 +48,11 @@ class RemoteLimiter:
     def __init__(self, actor):
         self.actor = actor
 
+    async def reserve(self, tokens: int) -> float:
+        return await self.actor.reserve.remote(tokens)
+
     async def acquire(self, tokens: int) -> float:
-        return await self.actor.acquire.remote(tokens)
+        return await paced(self, tokens)  # the slot is kept here, in the worker: a late answer does not move it
 
     async def release(self, estimated: int, used: int) -> None:
         await self.actor.release.remote(estimated, used)

@@ -1,7 +1,7 @@
 """One rate-limit budget for a run's reward-model requests: concurrency, requests and tokens per minute.
 
     limiter = RateLimiter(max_concurrent=8, rpm=600, tpm=60_000)
-    waited_s = await limiter.acquire(est_tokens)    # blocks until the request may go
+    waited_s = await limiter.acquire(est_tokens)    # blocks until the request may go (reserve + sleep to the slot)
     limiter.release(est_tokens, used_tokens)        # after the answer: frees the slot, corrects the token budget
     limiter.pause(2.0)                              # a 429 said Retry-After: 2, every caller waits
 
@@ -30,7 +30,7 @@ class RateLimiter:
         self.max_concurrent, self.rpm, self.tpm = max_concurrent, rpm, tpm
         self._in_flight = 0
         self._freed: asyncio.Condition | None = None  # made in the running loop on first use
-        self._next_request = 0.0  # monotonic time of the next free request slot
+        self._next_request = 0.0  # wall-clock time of the next free request slot (one clock for every worker)
         self._next_tokens = 0.0  # ...and of the token schedule
         self._paused_until = 0.0
 
@@ -41,28 +41,26 @@ class RateLimiter:
 
     async def acquire(self, tokens: int) -> float:
         """Wait until a request of `tokens` (estimated) may go; returns the seconds waited."""
-        start = time.monotonic()
+        return await paced(self, tokens)
+
+    async def reserve(self, tokens: int) -> float:
+        """Take a concurrency slot (waiting for one) and the next slot of the schedules: the wall-clock time the
+        request may go at. The caller sleeps until then itself, so that a limiter in a Ray actor is asked once and
+        the request leaves from the caller's own process at its slot, not whenever the actor's answer arrives."""
         if self.max_concurrent is not None:
             if self._freed is None:
                 self._freed = asyncio.Condition()
             async with self._freed:
                 await self._freed.wait_for(lambda: self._in_flight < self.max_concurrent)
                 self._in_flight += 1
-        now = time.monotonic()
-        slot = max(now, self._paused_until)
+        slot = max(time.time(), self._paused_until)
         if self.rpm is not None:
             slot = max(slot, self._next_request)
             self._next_request = slot + 60.0 / self.rpm
         if self.tpm is not None:
             slot = max(slot, self._next_tokens)
             self._next_tokens = slot + tokens * 60.0 / self.tpm
-        if slot > now:
-            try:
-                await asyncio.sleep(slot - now)
-            except BaseException:  # the sample's deadline passed while it waited: nothing was sent
-                await self.release(tokens, 0)
-                raise
-        return time.monotonic() - start
+        return slot
 
     async def release(self, estimated: int, used: int) -> None:
         """The request is answered (or failed): free its slot, move the token schedule by `used - estimated`."""
@@ -75,4 +73,36 @@ class RateLimiter:
 
     async def pause(self, seconds: float) -> None:
         """The server said to wait (Retry-After): no request of anyone goes before then."""
-        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+        self._paused_until = max(self._paused_until, time.time() + seconds)
+
+
+async def wait_for_slot(slot: float, give_back) -> bool:
+    """Sleep until the wall-clock `slot`; False when this process woke up too late to use it (see below).
+
+    When the wait is cancelled (the sample's deadline), `give_back()` first: nothing was sent. A process that
+    woke up more than LATE_S after its slot (a starved CPU, a Ray answer that came late) would send its request
+    together with later slots' requests: a burst the server may refuse. The caller asks for a new slot instead.
+    """
+    delay = slot - time.time()
+    try:
+        if delay > 0:
+            await asyncio.sleep(delay)
+    except BaseException:  # nothing was sent: the slot and its tokens go back
+        await give_back()
+        raise
+    return time.time() - slot <= LATE_S
+
+
+LATE_S = 0.1  # how late after its slot a request may still go
+_MAX_RESLOTS = 3  # then it goes anyway: a starved process must still make progress
+
+
+async def paced(limiter, tokens: int) -> float:
+    """Reserve a slot of `limiter` (a RateLimiter or the client of its Ray actor) and wait for it; the seconds
+    waited. A slot this process woke up too late for is given back and a new one taken (at most a few times)."""
+    start = time.time()
+    for _ in range(_MAX_RESLOTS):
+        if await wait_for_slot(await limiter.reserve(tokens), lambda: limiter.release(tokens, 0)):
+            break
+        await limiter.release(tokens, 0)
+    return time.time() - start
