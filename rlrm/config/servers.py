@@ -102,7 +102,7 @@ class ServerFleetConfig(BaseModel):
                 parts = None
             if parts is not None and (parts.username or parts.password):
                 raise PydanticCustomError(
-                    "address",
+                    "credentials",
                     "entry {i} carries credentials in the URL; give the URL without them and name the environment "
                     "variable holding the key in api_key_env",
                     {"i": i},

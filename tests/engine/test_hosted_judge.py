@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from rlrm.config.loader import validate_model
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.service import RewardService
+from rlrm.errors import ConfigError
 from rlrm.launch.fleet.process import ServerStartError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
@@ -136,11 +138,14 @@ def test_bad_limits_and_credentials_in_the_url_are_refused():
     for bad in ({"rpm": 0}, {"tpm": -5}, {"rpm": float("nan")}, {"max_concurrent": 0}, {"typo": 1}):
         with pytest.raises(ValidationError):
             RewardConfig.model_validate({"limits": bad})
-    with pytest.raises(ValidationError) as refused:
-        RewardConfig.model_validate(
-            {"kind": "genrm", "server": {"model": "m", "addresses": ["https://user:s3cret@api.example.com/v1"]}}
+    with pytest.raises(ConfigError) as refused:
+        validate_model(
+            {"kind": "genrm", "server": {"model": "m", "addresses": ["https://user:s3cret@api.example.com/v1"]}},
+            RewardConfig,
+            "profile",
         )
-    assert "api_key_env" in str(refused.value) and "credentials" in str(refused.value)
+    message = str(refused.value)
+    assert "api_key_env" in message and "credentials" in message and "s3cret" not in message
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
@@ -159,3 +164,23 @@ def test_ray_workers_share_one_budget_not_one_each():
     # whose worker woke late takes a new slot rather than go out in a burst), so no floor is asserted here
     assert rate <= rpm * 1.02, rate
     assert metrics["reward/model_calls"] == 18
+
+
+@pytest.mark.parametrize(
+    "standin, said",
+    [
+        ({"retry_after": "3600"}, "asked to retry after 3600 s; waiting reward.limits.max_retry_after_s=0.3 s"),
+        ({"retry_after": None}, None),  # no Retry-After: the loop's backoff
+        ({"retry_after": "soon", "plain_429": True}, None),  # unreadable header, HTML body
+    ],
+)
+def test_odd_429s_are_still_waited_out_and_counted(standin, said, capfd):
+    with StandinOpenAIAPI(KEY, rpm=300, burst=2, **standin) as api:
+        cfg = config(api, limits={"max_retry_after_s": 0.3}, backoff_s=0.05, backoff_max_s=0.3)
+        results, metrics = score(cfg, samples(8))
+        throttled = len(api.throttled)
+    assert throttled and metrics["reward/rate_limited"] == throttled
+    assert metrics["reward/defaulted"] == 0 and [r.score for r in results] == [1.0, 0.0] * 4
+    err = capfd.readouterr().err
+    if said:
+        assert err.count(said) == 1  # said once, not once per 429
