@@ -94,3 +94,29 @@ def test_a_custom_reward_with_addresses_needs_the_model_named(tmp_path):
         )
     # without a model the function runs alone, as before: no servers, both optional arguments None
     assert RewardConfig.model_validate({"kind": "custom", "custom": {"path": str(path)}}).model_kind is None
+
+
+def test_inspect_reward_shows_the_calls_a_custom_function_made(tmp_path, tiny_policy_path):
+    from rlrm.config.loader import load_profile
+    from rlrm.validate.inspect import inspect_reward
+    from rlrm.validate.show import sample_rows
+
+    path = tmp_path / "judge_some.py"
+    path.write_text(FUNCTION)
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        profile = load_profile(
+            "tiny-rule",
+            [
+                "reward.kind=custom",
+                f"reward.custom.path={path}",
+                f"reward.server.model={api.model}",
+                f"reward.server.addresses={api.base_url}",
+                "reward.server.api_key_env=STANDIN_KEY",
+            ],
+        )
+        report = inspect_reward(profile, samples(2))
+    calls = [[c["call"] for c in r["extra"]["model_requests"]] for r in report.records]
+    assert calls == [["GET /v1/models", "POST /v1/chat/completions"], ["GET /v1/models", "POST /classify"]]
+    assert "Score: 10" in report.records[0]["extra"]["model_requests"][1]["answer"]
+    shown = dict(sample_rows(report.records[0]))["reward_extra_info"]
+    assert "POST /v1/chat/completions" in shown
