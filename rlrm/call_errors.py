@@ -15,6 +15,7 @@ class CallError(Exception):
     retryable = False
     kind = "failure"  # the counter it lands in (besides reward/failures)
     extra: dict = {}  # what the failed call still reports (e.g. judge token usage)
+    status: int = 0  # the HTTP status that answered, when one did
 
 
 class TransientError(CallError):
@@ -29,3 +30,31 @@ class RequestTimeout(TransientError):
 
 class BadRequest(CallError):
     """4xx: the request itself is wrong; retrying cannot help."""
+
+
+class Throttled(TransientError):
+    """429, or 503 with Retry-After: the server asks to be called later; waited for, never a failure by itself."""
+
+    kind = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s  # what the server said (None: it did not say)
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds in a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        import time
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None

@@ -81,7 +81,8 @@ def validate_model(raw: dict, model: type[BaseModel], source: str, what: str = "
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or f"({what})"
         value = err.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        # a value carrying a secret (credentials in a URL) is never repeated back
+        shown = "" if isinstance(value, dict) or err["type"] == "credentials" else f" (got {value!r})"
         raise ConfigError(f"{source}: {loc}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
 
 

@@ -73,6 +73,12 @@ class GenRMConfig(_Section):
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
     max_tokens: int = Field(48, gt=0, description="Judge response budget.")
     temperature: float = Field(0.0, ge=0.0, description="Judge sampling temperature.")
+    price_per_mtok_input: float = Field(
+        0.0, ge=0.0, description="Price of 1M prompt tokens sent to the reward model (reward/cost; 0: not counted)."
+    )
+    price_per_mtok_output: float = Field(
+        0.0, ge=0.0, description="Price of 1M completion tokens the reward model wrote (reward/cost)."
+    )
 
 
 class CompositeConfig(_Section):
@@ -87,14 +93,21 @@ class CompositeConfig(_Section):
 class CustomRewardConfig(_Section):
     """A reward function of your own (reward.kind: custom), with verl's contract:
     `[async] def compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict` (a dict holds
-    `score` and any extra keys; `reward_router_address` and `reward_model_tokenizer` are passed as None when the
-    function takes them). A sync function runs in a thread. The file is imported as Python code: only name files you trust."""
+    `score` and any extra keys). With reward.server.model set, the reward servers are started (or reached at
+    addresses) and a function that takes `reward_router_address` gets `host:port` of a forwarder to them, and one
+    that takes `reward_model_tokenizer` the served model's tokenizer; without it both are None. A sync function runs
+    in a thread. The file is imported as Python code: only name files you trust."""
 
     path: str | None = Field(
         None, description="The Python file that defines the function (needed by reward.kind=custom)."
     )
     name: str = Field(
         "compute_score", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The function's name in that file."
+    )
+    model_role: Literal["genrm", "disrm"] = Field(
+        "genrm",
+        description="With reward.server.model: what the served model is, a generative judge (chat, completions, "
+        "/generate) or a sequence classifier (/classify).",
     )
 
     @field_validator("path")
@@ -155,6 +168,26 @@ class InjectConfig(_Section):
         return None if dist.is_zero else dist
 
 
+class RewardLimitsConfig(_Section):
+    """A hosted judge's rate limits, enforced for the whole run: one budget shared by every reward worker."""
+
+    max_concurrent: int | None = Field(None, gt=0, description="Most reward-model requests in flight (None: no cap).")
+    rpm: float | None = Field(None, gt=0, description="Most reward-model requests per minute (None: no cap).")
+    tpm: float | None = Field(
+        None,
+        gt=0,
+        description="Most tokens per minute (a request counts its max_tokens plus its prompt estimated at 4 characters "
+        "a token, corrected by the usage the server returns; None: no cap).",
+    )
+    max_retry_after_s: float = Field(
+        60.0, gt=0, description="Longest wait a 429/503 Retry-After is honoured for (a longer one is capped, and said)."
+    )
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.max_concurrent, self.rpm, self.tpm))
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -212,6 +245,7 @@ class RewardConfig(_Section):
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
     inject: InjectConfig = Field(default_factory=InjectConfig)
+    limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig)
 
     @field_validator("ray_address")
     @classmethod
@@ -225,6 +259,11 @@ class RewardConfig(_Section):
         if self.kind == "custom" and not self.custom.path:
             raise ValueError(
                 "reward.kind=custom needs reward.custom.path (the Python file defining the reward function)"
+            )
+        if self.kind == "custom" and self.server.addresses and not self.server.model:
+            raise ValueError(
+                "reward.server.addresses needs reward.server.model with reward.kind=custom (the served model's name, "
+                "whose tokenizer the function gets)"
             )
         if self.model_kind and not self.server.model:
             raise ValueError(f"reward.kind={self.kind} needs reward.server.model (the reward model's folder or hub id)")
@@ -242,7 +281,9 @@ class RewardConfig(_Section):
 
     @property
     def model_kind(self) -> str | None:
-        """The served model this reward calls, if any."""
+        """The served model this reward calls, if any (a custom function calls one when reward.server.model is set)."""
         if self.kind in ("disrm", "genrm"):
             return self.kind
+        if self.kind == "custom":
+            return self.custom.model_role if self.server.model else None
         return self.composite.model_kind if self.kind == "composite" else None

@@ -44,7 +44,9 @@ class ServerFleetConfig(BaseModel):
         description="Extra command-line arguments appended to every launched server (engine flags).",
     )
     addresses: list[str] = Field(
-        default_factory=list, description="Use these running servers (http://host:port) instead."
+        default_factory=list,
+        description="Use these running servers instead: http://host:port, or an OpenAI-compatible API's base URL "
+        "(https://host/v1, as the OpenAI client's base_url; the key from api_key_env).",
     )
     served_model_name: str | None = Field(
         None,
@@ -115,6 +117,13 @@ class ServerFleetConfig(BaseModel):
                 parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
             except ValueError:
                 parts = None
+            if parts is not None and (parts.username or parts.password):
+                raise PydanticCustomError(
+                    "credentials",
+                    "entry {i} carries credentials in the URL; give the URL without them and name the environment "
+                    "variable holding the key in api_key_env",
+                    {"i": i},
+                )
             if (
                 parts is None
                 or parts.scheme not in ("http", "https")

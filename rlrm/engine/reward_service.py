@@ -16,6 +16,7 @@ from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardFn
 from rlrm.engine.rewards.factory import build_reward_fn, with_injection
 from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
+from rlrm.engine.rewards.limits import RateLimiter
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 from rlrm.launch.client.balancer import ReplicaBalancer
@@ -98,11 +99,11 @@ class RewardService:
             return with_injection(self.legacy, self.cfg)
         urls = self.balancer.urls if self.balancer is not None else []
         model_path = self.model_path
-        if self.cfg.executor == "ray":
+        if self.cfg.executor == "ray":  # one limiter actor for every worker: the run's limits, not N times them
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
             self.workers.start()
             return self.workers.score
-        return build_reward_fn(self.cfg, self.balancer, model_path)
+        return build_reward_fn(self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits))
 
     async def close(self) -> None:
         if self.legacy is not None:

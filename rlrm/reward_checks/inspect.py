@@ -36,7 +36,8 @@ RULE_NOTE = (
 
 CUSTOM_NOTE = (
     "reward.kind=custom calls your function in-process: shown is what it received and returned (its score and "
-    "extra keys); it has no served model to inspect"
+    "extra keys; with reward.server.model, model_requests lists each call it made to the model and the start of "
+    "each answer)"
 )
 
 
@@ -83,13 +84,16 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
     kind = cfg.model_kind
     results, recorder, model_path, inv = asyncio.run(_score(cfg, samples, invariance))
     policy_tok = _policy_tokenizer(profile)
-    rm_tok = _tokenizer(model_path) if model_path else None
+    # a custom function's model may be a hosted API's name, with no tokenizer to load: its calls are shown as made
+    rm_tok = _tokenizer(model_path) if model_path and cfg.kind != "custom" else None
     records = []
     for sample, result in zip(samples, results):
         record = details.common(sample, result)
         if cfg.kind in ("rule", "composite"):
             record.update(details.rule_detail(sample, cfg))
-        if kind == "disrm":
+        if cfg.kind == "custom":
+            pass  # its own calls to the model, answers included, are in its extra info (model_requests)
+        elif kind == "disrm":
             record.update(details.disrm_detail(sample, recorder.last(sample.index), rm_tok, cfg))
         elif kind == "genrm":
             record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))

@@ -55,6 +55,10 @@ def _summary(row: dict) -> str:
     if "val/accuracy" in row:
         parts.append(f"val acc {row['val/accuracy']:.3f}")
     parts.append(f"{row.get('perf/throughput', 0.0):,.0f} tok/s")
+    if row.get("reward/cost"):
+        parts.append(f"reward cost {row['reward/cost']:.4f}")
+    if row.get("reward/rate_limited"):  # waited out, not failed: shown so a throttled judge is no mystery
+        parts.append(f"rate-limited {row['reward/rate_limited']} ({row.get('reward/throttle_wait_s', 0.0):.1f} s)")
     if row.get("reward/failures"):  # a substituted or dropped score is never hidden
         outcome = [f"{row.get(key, 0)} {name}" for key, name in _FAILURE_OUTCOMES if row.get(key)]
         parts.append(f"reward failures {row['reward/failures']}" + (f" ({', '.join(outcome)})" if outcome else ""))

@@ -11,7 +11,11 @@
 The function may be sync (run in a thread, so it never blocks the event loop) or async. It returns a
 float or a dict with `score`; the reward loop checks it (a non-numeric or non-finite score is a
 counted failure, never a silent 0). verl's newer keyword arguments `reward_router_address` and
-`reward_model_tokenizer` are passed (as None) only to a function that names them.
+`reward_model_tokenizer` are passed only to a function that names them: with `reward.server.model` set, the
+address (`host:port`, no scheme) of a forwarder to the reward servers that answers every path they serve, and
+the served model's tokenizer; otherwise None. The function's calls through that address are counted per sample
+(reward/model_calls, judge tokens), rate limited (reward.limits), and kept in `model_requests` of its extra
+info; examples/rewards/fapo_judge.py is one such function.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ import importlib.util
 import inspect
 from pathlib import Path
 
+from rlrm.call_errors import CallError, TransientError
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardFn, RewardSample
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.ledger import current_ledger
+from rlrm.engine.rewards.metered import MeteredBalancer
+from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.engine.rewards.threads import run_abandonable
 from rlrm.errors import ConfigError
 
@@ -48,21 +56,48 @@ def load_function(path: str, name: str):
     return fn
 
 
-def make_custom_reward(cfg: RewardConfig) -> RewardFn:
-    """A reward function calling the user's function with verl's arguments."""
+def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None, model_path: str | None = None):
+    """A reward function calling the user's function with verl's arguments.
+
+    With `metered` (reward.server.model set: the reward servers are up), a function that takes
+    `reward_router_address` gets a forwarder's `host:port` (rlrm/engine/rewards/model_proxy.py), and one that
+    takes `reward_model_tokenizer` the served model's tokenizer from `model_path`, loaded once here.
+    """
     fn = load_function(cfg.custom.path, cfg.custom.name)
     params = inspect.signature(fn).parameters
-    extra_kwargs = {k: None for k in _OPTIONAL_KWARGS if k in params}
-    check_signature(fn, cfg, extra_kwargs)
+    kwargs = {k: None for k in _OPTIONAL_KWARGS if k in params}
+    check_signature(fn, cfg, kwargs)
+    if "reward_model_tokenizer" in kwargs and metered is not None:
+        kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
+    proxy = ModelProxy(metered, cfg.timeout_s) if metered is not None and "reward_router_address" in kwargs else None
     is_async = inspect.iscoroutinefunction(fn)
+    name = cfg.custom.name
 
-    async def custom_reward(sample: RewardSample):
+    async def call(sample: RewardSample, extra_kwargs: dict):
         args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
         if is_async:
             return await fn(*args, **extra_kwargs)
         return await run_abandonable(fn, *args, **extra_kwargs)  # a call that never returns is left behind
 
-    custom_reward.__name__ = cfg.custom.name  # named in the reward loop's error messages
+    async def custom_reward(sample: RewardSample):
+        if proxy is None:
+            return await call(sample, kwargs)
+        async with proxy.lease() as address:
+            try:
+                return await call(sample, {**kwargs, "reward_router_address": address})
+            except CallError:
+                raise
+            except Exception as exc:
+                ledger = current_ledger()
+                if not ledger.transient_errors:
+                    raise
+                # the function failed because the servers did not answer: a transient failure, retried
+                raise TransientError(
+                    f"reward function {name} raised {type(exc).__name__}: {exc} after "
+                    f"{ledger.transient_errors} reward-model call(s) got no answer"
+                ) from None
+
+    custom_reward.__name__ = name  # named in the reward loop's error messages
     return custom_reward
 
 
@@ -74,4 +109,17 @@ def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:
         raise ConfigError(
             f"reward function {cfg.custom.name} in {cfg.custom.path} cannot be called as "
             f"{cfg.custom.name}(data_source, solution_str, ground_truth, extra_info) ({exc}); give it that signature"
+        ) from None
+
+
+def _tokenizer(model_path: str | None, model: str | None):
+    """The served model's tokenizer (a hosted model with no local folder has none: ConfigError)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model_path or model)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"reward.custom: the function takes reward_model_tokenizer, but no tokenizer loads from "
+            f"reward.server.model={model!r} ({type(exc).__name__}); name the model's local folder or hub id"
         ) from None

@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+from rlrm.call_errors import CallError
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.custom import make_custom_reward
 from rlrm.engine.rewards.disrm import make_disrm_reward
 from rlrm.engine.rewards.genrm import make_genrm_reward
 from rlrm.engine.rewards.inject import inject
+from rlrm.engine.rewards.ledger import ledger_scope
+from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.rule import make_rule_reward
 
 
-def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None) -> RewardFn:
-    """The section's reward function, wrapped with `reward.inject` when that injects anything."""
-    return with_injection(_base_reward_fn(cfg, balancer, model_path), cfg)
+def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None, limiter=None) -> RewardFn:
+    """The section's reward function, wrapped with `reward.inject` when that injects anything.
+
+    Model calls go through `balancer` under `limiter` (a RateLimiter, its Ray actor's client, or None) and are
+    counted per sample (rlrm/engine/rewards/metered.py, ledger.py).
+    """
+    metered = MeteredBalancer(balancer, cfg, limiter) if balancer is not None else None
+    return with_injection(with_ledger(_base_reward_fn(cfg, metered, model_path)), cfg)
+
+
+def with_ledger(fn: RewardFn) -> RewardFn:
+    """`fn` with one call ledger per sample, whose counts join the result's (or the failure's) extra info."""
+
+    async def counted_reward(sample: RewardSample):
+        with ledger_scope() as ledger:
+            try:
+                raw = await fn(sample)
+            except CallError as exc:
+                exc.extra = {**exc.extra, **ledger.as_extra()}
+                raise
+        counts = ledger.as_extra()
+        if not counts:
+            return raw
+        if isinstance(raw, RewardResult):
+            raw.extra.update(counts)
+            return raw
+        if isinstance(raw, dict):
+            return {**raw, **counts}
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return RewardResult(raw, counts)
+        return raw  # not a reward: the loop says so
+
+    counted_reward.__name__ = getattr(fn, "__name__", "reward")
+    return counted_reward
 
 
 def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
@@ -28,7 +62,7 @@ def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> Rewa
     """Rule, custom, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
     if cfg.kind == "custom":
-        return make_custom_reward(cfg)
+        return make_custom_reward(cfg, balancer, model_path)
     if kind is None:
         return make_rule_reward(cfg)
     if kind == "disrm":

@@ -49,6 +49,10 @@ class RewardStats:
     dropped_samples: int = 0
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
+    model_calls: int = 0  # reward-model requests answered or failed (rlrm/engine/rewards/ledger.py)
+    rate_limited: int = 0  # 429s (503s with Retry-After) waited out and sent again: not failures
+    throttle_wait_s: float = 0.0  # time spent waiting for reward.limits or a Retry-After
+    model_not_found: int = 0  # 404 answers to reward-model calls
 
     def metrics(self) -> dict[str, float]:
         """reward/* counters (the groups dropped for failed samples are counted by the step: rlrm/engine/step.py)."""
@@ -67,6 +71,10 @@ class RewardStats:
             "reward/defaulted": self.defaulted,
             "reward/judge_prompt_tokens": self.judge_prompt_tokens,
             "reward/judge_completion_tokens": self.judge_completion_tokens,
+            "reward/model_calls": self.model_calls,
+            "reward/rate_limited": self.rate_limited,
+            "reward/throttle_wait_s": self.throttle_wait_s,
+            "reward/model_not_found": self.model_not_found,
         }
 
 
@@ -118,6 +126,11 @@ class RewardLoop:
     def take_metrics(self) -> dict[str, float]:
         """Counters since the last call (then reset)."""
         metrics = self.stats.metrics()
+        g = self.cfg.genrm
+        metrics["reward/cost"] = (
+            self.stats.judge_prompt_tokens * g.price_per_mtok_input
+            + self.stats.judge_completion_tokens * g.price_per_mtok_output
+        ) / 1e6
         self.stats = RewardStats()
         if self.counters is not None:
             metrics.update(self.counters())
@@ -198,6 +211,10 @@ class RewardLoop:
     def _count_tokens(self, extra: dict) -> None:
         self.stats.judge_prompt_tokens += int(extra.get("judge_prompt_tokens", 0))
         self.stats.judge_completion_tokens += int(extra.get("judge_completion_tokens", 0))
+        self.stats.model_calls += int(extra.get("model_calls", 0))
+        self.stats.rate_limited += int(extra.get("rate_limited", 0))
+        self.stats.throttle_wait_s += float(extra.get("throttle_wait_s", 0.0))
+        self.stats.model_not_found += int(extra.get("model_not_found", 0))
 
     def _count(self, error: CallError) -> None:
         if error.kind == "timeout":

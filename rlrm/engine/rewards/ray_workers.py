@@ -11,7 +11,8 @@ actors of a fresh two-node cluster on one node in 2 runs of 5 here). A sample wh
 moves to the next worker. Each actor builds its own reward function (and balancer over the same
 servers) and scores the samples sent to it on its own event loop. Failures come back as data and are raised again here
 with their original kind, so the reward loop's retry and failure policy treats them exactly as it
-treats local ones.
+treats local ones. With `reward.limits`, one RateLimiter actor holds the run's budget and every worker asks
+it before each reward-model request, so N workers send the limit, not N times it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.limits import RateLimiter, paced
 from rlrm.launch.client.balancer import ReplicaBalancer
 
 _ERRORS = {
@@ -35,28 +37,49 @@ _ERRORS = {
         reward_specific.UnparsedVerdict,
         reward_specific.NonFiniteScore,
         reward_specific.InjectedFailure,
+        call_errors.Throttled,
     )
 }
+
+
+class RemoteLimiter:
+    """The run's RateLimiter actor, asked as a local RateLimiter is (rlrm/engine/rewards/limits.py)."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def reserve(self, tokens: int) -> float:
+        return await self.actor.reserve.remote(tokens)
+
+    async def acquire(self, tokens: int) -> float:
+        return await paced(self, tokens)  # the slot is kept here, in the worker: a late answer does not move it
+
+    async def release(self, estimated: int, used: int) -> None:
+        await self.actor.release.remote(estimated, used)
+
+    async def pause(self, seconds: float) -> None:
+        await self.actor.pause.remote(seconds)
 
 
 class RewardWorker:
     """The body of one Ray actor (plain class: `ray.remote` is applied at start time)."""
 
-    def __init__(self, cfg: dict, urls: list[str], model_path: str | None, api_key: str | None = None):
+    def __init__(self, cfg: dict, urls: list[str], model_path: str | None, api_key: str | None = None, limiter=None):
         self.cfg, self.urls, self.model_path = RewardConfig.model_validate(cfg), urls, model_path
         self.api_key = api_key  # read by the driver from reward.server.api_key_env: a remote node may not have it
+        self.limiter = RemoteLimiter(limiter) if limiter is not None else None  # the run's one budget
         self.fn = None
 
     async def score(self, sample: RewardSample):
         if self.fn is None:  # built lazily, inside the actor's own event loop
             balancer = ReplicaBalancer(self.urls, api_key=self.api_key) if self.urls else None
-            self.fn = build_reward_fn(self.cfg, balancer, self.model_path)
+            self.fn = build_reward_fn(self.cfg, balancer, self.model_path, self.limiter)
         try:
             return "ok", await self.fn(sample)
         except call_errors.CallError as exc:
-            return "error", type(exc).__name__, str(exc)
+            return "error", type(exc).__name__, str(exc), exc.extra  # the counts of a failed sample's calls too
         except Exception as exc:  # noqa: BLE001 - a user function's own error, reported by name
-            return "raised", type(exc).__name__, str(exc)
+            return "raised", type(exc).__name__, str(exc), {}
 
     def node_id(self) -> str:
         import ray
@@ -68,6 +91,7 @@ class RayRewardWorkers:
     def __init__(self, cfg: RewardConfig, urls: list[str], model_path: str | None, api_key: str | None = None):
         self.cfg, self.urls, self.model_path, self.api_key = cfg, list(urls), model_path, api_key
         self.actors: list = []
+        self.limiter = None  # the RateLimiter actor, with reward.limits
         self._started_ray = False
 
     def start(self) -> None:
@@ -81,10 +105,17 @@ class RayRewardWorkers:
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)
         cfg = self.cfg.model_dump(mode="json")
+        limits = self.cfg.limits
+        if limits.active:  # one budget for the whole run, asked by every worker before each request
+            self.limiter = ray.remote(num_cpus=0, max_concurrency=1000)(RateLimiter).remote(
+                limits.max_concurrent, limits.rpm, limits.tpm
+            )
         for i in range(self.cfg.num_workers):
             strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
             self.actors.append(
-                actor_cls.options(scheduling_strategy=strategy).remote(cfg, self.urls, self.model_path, self.api_key)
+                actor_cls.options(scheduling_strategy=strategy).remote(
+                    cfg, self.urls, self.model_path, self.api_key, self.limiter
+                )
             )
 
     async def score(self, sample: RewardSample) -> RewardResult:
@@ -101,9 +132,11 @@ class RayRewardWorkers:
             raise call_errors.TransientError("every Ray reward worker is gone")
         if outcome[0] == "ok":
             return outcome[1]
-        _, name, message = outcome
+        _, name, message, extra = outcome
         if outcome[0] == "error":
-            raise _ERRORS.get(name, call_errors.CallError)(message)
+            error = _ERRORS.get(name, call_errors.CallError)(message)
+            error.extra = extra
+            raise error
         raise RuntimeError(f"{name}: {message}")
 
     def node_ids(self) -> list[str]:
@@ -114,9 +147,9 @@ class RayRewardWorkers:
     def close(self) -> None:
         import ray
 
-        for actor in self.actors:
+        for actor in self.actors + ([self.limiter] if self.limiter is not None else []):
             ray.kill(actor)
-        self.actors = []
+        self.actors, self.limiter = [], None
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False

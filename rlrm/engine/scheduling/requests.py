@@ -61,6 +61,17 @@ def reward_span_args(result, **args) -> dict:
     return args
 
 
+def model_call_spans(result, start: float, args: dict) -> list[tuple[str, float, float, dict]]:
+    """The reward-model calls a sample's reward made (a custom function's, a judge's) as (name, begin, end, args),
+    placed inside the sample's reward span that began at `start`."""
+    calls = result.extra.get("model_requests", []) if result is not None else []
+    spans = []
+    for call in calls:
+        begin = start + call["offset_s"]
+        spans.append((call["call"], begin, begin + call["duration_s"], {**args, "status": call["status"]}))
+    return spans
+
+
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:
     """What the reward functions see: decoded responses with their prompt's metadata."""
     texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field, replace
 
 from rlrm.engine.metrics.timing import Span
 from rlrm.engine.scheduling.base import RunParts
-from rlrm.engine.scheduling.requests import request_seed, reward_sample, reward_span_args, sampling_params
+from rlrm.engine.scheduling.requests import (
+    model_call_spans,
+    request_seed,
+    reward_sample,
+    reward_span_args,
+    sampling_params,
+)
 
 
 @dataclass
@@ -229,6 +235,7 @@ class Rollouter:
             done = time.perf_counter()
             args = reward_span_args(result, batch=group.batch, group=group.position)
             run.spans.append(Span("reward", "reward", end, done, args))
+            run.spans.extend(Span("reward", *call) for call in model_call_spans(result, end, args))
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()
         except asyncio.CancelledError:

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.scheduling.base import RunParts
-from rlrm.engine.scheduling.requests import generate_groups, reward_samples, reward_span_args, sampling_params
+from rlrm.engine.scheduling.requests import (
+    generate_groups,
+    model_call_spans,
+    reward_samples,
+    reward_span_args,
+    sampling_params,
+)
 from rlrm.engine.step import StepRecord
 
 
@@ -55,7 +61,10 @@ class SyncScheduler:
                 await reward.wake()
 
         def traced(sample, result, start: float, end: float) -> None:
-            timer.span("reward", "reward", start, end, reward_span_args(result, batch=step, sample=sample.index))
+            args = reward_span_args(result, batch=step, sample=sample.index)
+            timer.span("reward", "reward", start, end, args)
+            for name, begin, finish, call_args in model_call_spans(result, start, args):
+                timer.span("reward", name, begin, finish, call_args)
 
         results = await reward.loop.score_all(samples, on_scored=traced)
         if colocated:

@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 
-from rlrm.call_errors import BadRequest, RequestTimeout, TransientError
+from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.fleet.process import ServerStartError
 
 # Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
@@ -61,6 +61,7 @@ class ReplicaBalancer:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
             async with session.post(url + path, json=body, headers=self.headers, timeout=timeout) as resp:
                 status, text = resp.status, await resp.text()
+                wait_s = retry_after_s(resp.headers.get("Retry-After"))
         except asyncio.TimeoutError:
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
@@ -68,19 +69,60 @@ class ReplicaBalancer:
             raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
         finally:
             self.outstanding[url] -= 1
+        if status == 429 or (status == 503 and wait_s is not None):
+            raise Throttled(f"{url}{path} answered {status}: {_message(text)}", wait_s)
         if status >= 500:
             if status != 503:  # 503 is load shedding: the replica is alive
                 self._mark_down(url)
-            raise TransientError(f"{url}{path} answered {status}: {_message(text)}")
-        if status >= 400:
-            raise BadRequest(f"{url}{path} answered {status}: {_message(text)}")
-        return json.loads(text)
+            error: Exception = TransientError(f"{url}{path} answered {status}: {_message(text)}")
+        elif status >= 400:
+            error = BadRequest(f"{url}{path} answered {status}: {_message(text)}")
+        else:
+            return json.loads(text)
+        error.status = status
+        raise error
+
+    async def forward(self, method: str, path: str, data: bytes, timeout_s: float) -> tuple[int, bytes, str, str]:
+        """Send one request as it came (a custom reward function's own call) to the least busy replica.
+
+        Returns (status, body, content type, the replica's URL); raises RequestTimeout or TransientError when no
+        answer came, Throttled for a 429 (or a 503 with Retry-After). Any other answer is not judged here: the
+        caller passes it on as it is.
+        """
+        import aiohttp
+
+        url = self.pick()
+        self.outstanding[url] += 1
+        headers = {**self.headers, "Content-Type": "application/json"}
+        try:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with self._http().request(
+                method, url + path, data=data or None, headers=headers, timeout=timeout
+            ) as resp:
+                status, body = resp.status, await resp.read()
+                wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                ctype = resp.content_type
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
+        except aiohttp.ClientError as exc:
+            self._mark_down(url)
+            raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self.outstanding[url] -= 1
+        if status == 429 or (status == 503 and wait_s is not None):
+            raise Throttled(f"{url}{path} answered {status}: {_message(body.decode('utf-8', 'replace'))}", wait_s)
+        return status, body, ctype, url
 
     async def _get_ok(self, url: str) -> bool:
+        """Ready: /health answers 200, or (an OpenAI-compatible API with no /health) GET /v1/models with the key."""
         import aiohttp
 
         try:
-            async with self._http().get(url + "/health", timeout=aiohttp.ClientTimeout(total=2.0)) as resp:
+            timeout = aiohttp.ClientTimeout(total=2.0)
+            async with self._http().get(url + "/health", timeout=timeout) as resp:
+                if resp.status != 404:
+                    return resp.status == 200
+            async with self._http().get(url + "/v1/models", headers=self.headers, timeout=timeout) as resp:
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False

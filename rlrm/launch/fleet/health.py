@@ -2,7 +2,7 @@
 
     await check_servers(["http://10.0.0.5:8000"], role="disrm", api_key=None, model="rm", timeout_s=180)
 
-A server passes when `/health` answers 200 and one tiny request to its role's endpoint answers in
+A server passes when `/health` answers 200 (an OpenAI-compatible API without `/health`: `GET /v1/models`) and one tiny request to its role's endpoint answers in
 that endpoint's shape: a DisRM must serve `/classify`, a judge (genrm) `/v1/chat/completions`.
 Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading); a
 4xx is an answer (wrong role, wrong key, unknown model) and fails at once. The error is one line
@@ -117,9 +117,9 @@ async def _probe(
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        async with session.get(url + "/health", timeout=timeout) as resp:
-            if resp.status != 200:
-                return f"GET /health answered {resp.status}", False
+        ready = await _ready(session, url, timeout, section)
+        if ready is not None:
+            return ready
         async with session.post(url + path, json=body, timeout=timeout) as resp:
             status, text = resp.status, await resp.text()
     except asyncio.TimeoutError:
@@ -170,6 +170,29 @@ async def _check_name(session, url: str, name: str, section: str) -> str | None:
     if name in ids:
         return None
     return f"it serves {', '.join(map(repr, ids)) or 'no model'}, not {section}.served_model_name {name!r}; set that key to the name it serves"
+
+
+async def _ready(session, url: str, timeout, section: str) -> tuple[str, bool] | None:
+    """None when the server says it is ready: `/health` answers 200, or, on an OpenAI-compatible API that has no
+    `/health` (404), `GET /v1/models` answers 200 with the bearer key. A 401/403/404 there is final."""
+    async with session.get(url + "/health", timeout=timeout) as resp:
+        if resp.status == 200:
+            return None
+        if resp.status != 404:
+            return f"GET /health answered {resp.status}", False
+    async with session.get(url + "/v1/models", timeout=timeout) as resp:
+        status, text = resp.status, await resp.text()
+    if status == 200:
+        return None
+    if status in (401, 403):
+        return (
+            f"GET /v1/models answered {status} ({_message(text)}): set {section}.api_key_env to the variable "
+            "holding its key",
+            True,
+        )
+    if status == 404:
+        return "serves neither GET /health nor GET /v1/models (404): is the address its API's base URL?", True
+    return f"GET /v1/models answered {status}: {_message(text)}", False
 
 
 def _has_shape(path: str, text: str) -> bool:

@@ -36,6 +36,15 @@ from rlrm.launch.fleet.spec import FleetSpec
 WAIT_FOR_WEIGHTS = ["--wait-for-weights"]
 
 
+def server_root(url: str) -> str:
+    """The root every request path is appended to: an OpenAI-style base URL (`https://host/v1`) loses its `/v1`,
+    because rlrm's paths (`/v1/chat/completions`, `/v1/models`) carry it; any other path stays as a prefix."""
+    from urllib.parse import urlsplit
+
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if urlsplit(url).path.endswith("/v1") else url
+
+
 class ServerFleet:
     """Replicas (launched, or running `addresses`) and the router in front of them.
 
@@ -72,7 +81,7 @@ class ServerFleet:
         self.pool: ServerPool | None = None
         self.router = None
         self.router_counters = None
-        self.replica_urls: list[str] = [u.rstrip("/") for u in spec.addresses]
+        self.replica_urls: list[str] = [server_root(u) for u in spec.addresses]
         self._supervisor: asyncio.Task | None = None
 
     @property
@@ -100,6 +109,8 @@ class ServerFleet:
             return True
         # auto: not for /classify, not for one policy replica, and not for vLLM policy servers, whose
         # /v1/completions fields (return_token_ids) the router was never measured to pass through
+        if any(server_root(u) != u.rstrip("/") for u in self.spec.addresses):
+            return False  # a hosted API's base URL: no /health for the router to register it with
         policy = self.role.startswith("policy")
         if policy and (self.spec.backend == "vllm" or len(self.spec.addresses or [None] * self.spec.replicas) < 2):
             return False  # one policy replica: nothing to route, and rlrm's client sends its requests batched

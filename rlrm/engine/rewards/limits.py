@@ -1,0 +1,108 @@
+"""One rate-limit budget for a run's reward-model requests: concurrency, requests and tokens per minute.
+
+    limiter = RateLimiter(max_concurrent=8, rpm=600, tpm=60_000)
+    waited_s = await limiter.acquire(est_tokens)    # blocks until the request may go (reserve + sleep to the slot)
+    limiter.release(est_tokens, used_tokens)        # after the answer: frees the slot, corrects the token budget
+    limiter.pause(2.0)                              # a 429 said Retry-After: 2, every caller waits
+
+Requests and tokens are paced, not burst: each request takes the next free slot of a virtual schedule
+(GCRA: request k+1 goes `60/rpm` s after request k, and tokens advance a second schedule by
+`tokens * 60/tpm` s), so no window of any length sees more than its share plus one request, and a server
+that enforces its limit with a sliding window or a token bucket never answers 429. A token estimate that
+the server's `usage` corrects moves the token schedule back or forward.
+
+With Ray reward workers the whole run shares one budget: one `RateLimiter` inside a Ray actor
+(rlrm/engine/executor/ray_workers.py), which every worker asks before each request. A per-worker share
+(limit / N) would leave budget idle whenever the workers are unevenly loaded; one actor costs a round trip
+per request, small beside a judge call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class RateLimiter:
+    """Concurrency cap plus paced request and token schedules (None: that limit is off)."""
+
+    def __init__(self, max_concurrent: int | None = None, rpm: float | None = None, tpm: float | None = None):
+        self.max_concurrent, self.rpm, self.tpm = max_concurrent, rpm, tpm
+        self._in_flight = 0
+        self._freed: asyncio.Condition | None = None  # made in the running loop on first use
+        self._next_request = 0.0  # wall-clock time of the next free request slot (one clock for every worker)
+        self._next_tokens = 0.0  # ...and of the token schedule
+        self._paused_until = 0.0
+
+    @classmethod
+    def from_config(cls, limits) -> RateLimiter | None:
+        """A limiter for `reward.limits`, or None when it sets no limit."""
+        return cls(limits.max_concurrent, limits.rpm, limits.tpm) if limits.active else None
+
+    async def acquire(self, tokens: int) -> float:
+        """Wait until a request of `tokens` (estimated) may go; returns the seconds waited."""
+        return await paced(self, tokens)
+
+    async def reserve(self, tokens: int) -> float:
+        """Take a concurrency slot (waiting for one) and the next slot of the schedules: the wall-clock time the
+        request may go at. The caller sleeps until then itself, so that a limiter in a Ray actor is asked once and
+        the request leaves from the caller's own process at its slot, not whenever the actor's answer arrives."""
+        if self.max_concurrent is not None:
+            if self._freed is None:
+                self._freed = asyncio.Condition()
+            async with self._freed:
+                await self._freed.wait_for(lambda: self._in_flight < self.max_concurrent)
+                self._in_flight += 1
+        slot = max(time.time(), self._paused_until)
+        if self.rpm is not None:
+            slot = max(slot, self._next_request)
+            self._next_request = slot + 60.0 / self.rpm
+        if self.tpm is not None:
+            slot = max(slot, self._next_tokens)
+            self._next_tokens = slot + tokens * 60.0 / self.tpm
+        return slot
+
+    async def release(self, estimated: int, used: int) -> None:
+        """The request is answered (or failed): free its slot, move the token schedule by `used - estimated`."""
+        if self.tpm is not None and used != estimated:
+            self._next_tokens += (used - estimated) * 60.0 / self.tpm
+        if self.max_concurrent is not None and self._freed is not None:
+            async with self._freed:
+                self._in_flight -= 1
+                self._freed.notify()
+
+    async def pause(self, seconds: float) -> None:
+        """The server said to wait (Retry-After): no request of anyone goes before then."""
+        self._paused_until = max(self._paused_until, time.time() + seconds)
+
+
+async def wait_for_slot(slot: float, give_back) -> bool:
+    """Sleep until the wall-clock `slot`; False when this process woke up too late to use it (see below).
+
+    When the wait is cancelled (the sample's deadline), `give_back()` first: nothing was sent. A process that
+    woke up more than LATE_S after its slot (a starved CPU, a Ray answer that came late) would send its request
+    together with later slots' requests: a burst the server may refuse. The caller asks for a new slot instead.
+    """
+    delay = slot - time.time()
+    try:
+        if delay > 0:
+            await asyncio.sleep(delay)
+    except BaseException:  # nothing was sent: the slot and its tokens go back
+        await give_back()
+        raise
+    return time.time() - slot <= LATE_S
+
+
+LATE_S = 0.1  # how late after its slot a request may still go
+_MAX_RESLOTS = 3  # then it goes anyway: a starved process must still make progress
+
+
+async def paced(limiter, tokens: int) -> float:
+    """Reserve a slot of `limiter` (a RateLimiter or the client of its Ray actor) and wait for it; the seconds
+    waited. A slot this process woke up too late for is given back and a new one taken (at most a few times)."""
+    start = time.time()
+    for _ in range(_MAX_RESLOTS):
+        if await wait_for_slot(await limiter.reserve(tokens), lambda: limiter.release(tokens, 0)):
+            break
+        await limiter.release(tokens, 0)
+    return time.time() - start

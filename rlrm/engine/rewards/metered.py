@@ -1,0 +1,149 @@
+"""Reward-model calls under the run's rate limits, with Retry-After honoured and every call counted.
+
+    metered = MeteredBalancer(balancer, profile.reward, limiter)    # limiter: RateLimiter, its Ray actor, or None
+    body = await metered.post("/v1/chat/completions", body, timeout_s)
+    status, data, ctype = await metered.forward("POST", "/generate", raw_body, timeout_s, ledger)   # a custom function's call
+
+Every reward kind that calls a model goes through here (GenRM, DisRM, and a custom function's own calls
+through rlrm/engine/rewards/model_proxy.py). Before each request the limiter is asked for a slot (its token
+estimate: the request's `max_tokens` plus its text at 4 characters a token); after it, the slot is freed and
+the estimate corrected by the `usage` the server returned. A 429, or a 503 with `Retry-After`, is a request
+to come back later, not a failure: the caller waits what the server said (capped at
+`reward.limits.max_retry_after_s`; without a Retry-After, the loop's backoff), every other caller of the
+limiter waits too, and the request goes again, for as long as the sample's deadline allows. Each call lands
+in the sample's ledger (rlrm/engine/rewards/ledger.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from rlrm.call_errors import CallError, Throttled
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.ledger import CallLedger, current_ledger
+
+_CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(body: dict | bytes) -> int:
+    """Tokens a request may cost: its answer budget plus its prompt, estimated from the text's length."""
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            body = json.loads(body or b"{}")
+        except ValueError:
+            return 1
+    if not isinstance(body, dict):
+        return 1
+    params = body.get("sampling_params") or {}
+    answer = body.get("max_tokens") or body.get("max_completion_tokens") or params.get("max_new_tokens") or 0
+    prompt = body.get("messages") or body.get("prompt") or body.get("text") or body.get("input") or ""
+    ids = body.get("input_ids")
+    prompt_tokens = len(ids) if isinstance(ids, list) else len(json.dumps(prompt)) // _CHARS_PER_TOKEN
+    return max(1, int(answer) + prompt_tokens)
+
+
+class MeteredBalancer:
+    """A ReplicaBalancer's `post` and `forward`, limited, retried on 429 as the server asks, and counted."""
+
+    def __init__(self, balancer, cfg: RewardConfig, limiter=None):
+        self.balancer, self.cfg, self.limiter = balancer, cfg, limiter
+        self.urls = balancer.urls
+        self._capped_said = False
+
+    async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
+        """As ReplicaBalancer.post (raises its errors), within the limits; the call counted in the sample's ledger."""
+        ledger = current_ledger()
+
+        async def send():
+            start = time.perf_counter()
+            try:
+                out = await self.balancer.post(path, body, timeout_s, url=url)
+            except Throttled:
+                raise
+            except CallError as exc:
+                ledger.record("POST", path, exc.status, start, str(exc))
+                raise
+            ledger.record("POST", path, 200, start, json.dumps(out))
+            return out, ledger.add_usage(_usage(out))
+
+        return await self._limited(path, estimate_tokens(body), send, ledger)
+
+    async def forward(
+        self, method: str, path: str, data: bytes, timeout_s: float, ledger: CallLedger
+    ) -> tuple[int, bytes, str]:
+        """One call of a custom function, as it came: the answer comes back as it is, except a 429, waited out."""
+
+        async def send():
+            start = time.perf_counter()
+            try:
+                status, body, ctype, _ = await self.balancer.forward(method, path, data, timeout_s)
+            except Throttled:
+                raise
+            except CallError as exc:
+                ledger.record(method, path, 0, start, str(exc))
+                raise
+            ledger.record(method, path, status, start, body[:200].decode("utf-8", "replace"))
+            used = ledger.add_usage(_usage(_json(body))) if status == 200 else None
+            return (status, body, ctype), used
+
+        return await self._limited(path, estimate_tokens(data), send, ledger)
+
+    async def _limited(self, path: str, estimated: int, send, ledger: CallLedger):
+        """`send()` under the limiter, again after every 429/503-with-Retry-After, until it has an answer."""
+        attempt = 0
+        while True:
+            if self.limiter is not None:
+                ledger.throttle_wait_s += await self.limiter.acquire(estimated)
+            used = estimated
+            try:
+                answer, used_tokens = await send()
+                used = used_tokens if used_tokens is not None else estimated
+                return answer
+            except Throttled as exc:
+                wait_s = self._wait(exc.retry_after_s, attempt, path)
+            finally:
+                if self.limiter is not None:
+                    await self.limiter.release(estimated, used)
+            ledger.rate_limited += 1
+            ledger.throttle_wait_s += wait_s
+            if self.limiter is not None:
+                await self.limiter.pause(wait_s)  # every worker of the run holds off, not only this one
+            await asyncio.sleep(wait_s)
+            attempt += 1
+
+    def _wait(self, said_s: float | None, attempt: int, path: str) -> float:
+        """What a 429 asked for, capped; the loop's backoff when it asked nothing."""
+        limits, cfg = self.cfg.limits, self.cfg
+        if said_s is None:
+            return min(cfg.backoff_max_s, max(cfg.backoff_s, 0.05) * 2**attempt)
+        if said_s > limits.max_retry_after_s and not self._capped_said:
+            self._capped_said = True
+            print(
+                f"rlrm: {path} asked to retry after {said_s:g} s; waiting reward.limits.max_retry_after_s="
+                f"{limits.max_retry_after_s:g} s instead",
+                file=sys.stderr,
+                flush=True,
+            )
+        return min(said_s, limits.max_retry_after_s)
+
+
+def _json(body: bytes):
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _usage(out) -> dict | None:
+    """Token usage of an answer: OpenAI's `usage`, or SGLang's `meta_info` (/generate)."""
+    if isinstance(out, list) and out:
+        out = out[0]
+    if not isinstance(out, dict):
+        return None
+    usage = out.get("usage") or out.get("meta_info")
+    if not isinstance(usage, dict) or "prompt_tokens" not in usage:
+        return None
+    return usage

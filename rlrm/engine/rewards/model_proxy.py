@@ -1,0 +1,93 @@
+"""The address a custom reward function is given to call the reward model: a loopback forwarder in the
+trainer (or Ray worker) process, one port per sample being scored.
+
+    proxy = ModelProxy(metered, timeout_s=30)
+    async with proxy.lease() as address:     # "127.0.0.1:PORT", verl's form (no scheme)
+        await user_fn(..., reward_router_address=address)
+    await proxy.close()
+
+Why a forwarder and not the SGLang router's own address: the router forwards `/v1/chat/completions`,
+`/v1/completions` and `/generate`, answers `/v1/models` itself, but does not route `/classify`
+(rlrm/launch/fleet/router.py), and a hosted API has neither. The forwarder answers every path the reward
+servers serve by sending it on through rlrm's balancer (the router when one is in front, else the least busy
+replica), with the servers' bearer key added (the function never needs it), under the run's rate limits
+(rlrm/engine/rewards/metered.py). Why one port per sample: a function's HTTP client carries nothing that
+names the sample, and the port does; so each call lands in that sample's ledger (counts, tokens, trace
+spans). Ports are reused: a sample leases a free one and gives it back when its reward ends.
+
+A call that got no answer (timeout, connection error) is answered 502 to the function, and counted, so
+a function that raises on it is retried as a transient failure (rlrm/engine/rewards/custom.py); a path the
+servers do not serve answers their 404, counted and named once.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from contextlib import asynccontextmanager
+
+from rlrm.call_errors import CallError
+from rlrm.engine.rewards.ledger import CallLedger, current_ledger
+from rlrm.engine.rewards.metered import MeteredBalancer
+
+
+class ModelProxy:
+    def __init__(self, metered: MeteredBalancer, timeout_s: float, host: str = "127.0.0.1"):
+        self.metered, self.timeout_s, self.host = metered, timeout_s, host
+        self._runner = None
+        self._free: list[int] = []
+        self._ledgers: dict[int, CallLedger] = {}  # port -> the ledger of the sample holding it
+        self._missing_said: set[str] = set()
+
+    @asynccontextmanager
+    async def lease(self):
+        """`host:port` for the duration of one sample's reward; its calls land in the sample's ledger."""
+        port = self._free.pop() if self._free else await self._open_port()
+        self._ledgers[port] = current_ledger()
+        try:
+            yield f"{self.host}:{port}"
+        finally:
+            self._ledgers[port] = CallLedger()  # a call that outlives its sample is not counted against the next
+            self._free.append(port)
+
+    async def _open_port(self) -> int:
+        from aiohttp import web
+
+        if self._runner is None:
+            app = web.Application(client_max_size=64 * 1024**2)
+            app.router.add_route("*", "/{tail:.*}", self._handle)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        await web.SockSite(self._runner, sock).start()
+        return sock.getsockname()[1]
+
+    async def _handle(self, request):
+        from aiohttp import web
+
+        port = request.transport.get_extra_info("sockname")[1]
+        ledger = self._ledgers.get(port) or CallLedger()
+        data = await request.read()
+        try:
+            status, body, ctype = await self.metered.forward(
+                request.method, request.path_qs, data, self.timeout_s, ledger
+            )
+        except CallError as exc:
+            message = f"rlrm reward forwarder: {exc}"
+            return web.json_response({"error": {"message": message, "type": "upstream"}}, status=502)
+        if status == 404 and request.path not in self._missing_said:
+            self._missing_said.add(request.path)
+            print(
+                f"rlrm: the reward function called {request.method} {request.path}, which the reward servers answer "
+                "404 (counted in reward/model_not_found)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return web.Response(status=status, body=body, content_type=ctype or "application/json")
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

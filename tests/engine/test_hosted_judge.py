@@ -1,0 +1,188 @@
+"""A judge behind a hosted, rate-limited OpenAI-compatible API (a stand-in of the test's own, on loopback):
+reached at its base URL with no /health, kept under its limit by reward.limits, its 429s waited out as it
+says (Retry-After) and counted, never scored 0 in silence, and its tokens and cost counted."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from rlrm.config.loader import validate_model
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.service import RewardService
+from rlrm.errors import ConfigError
+from rlrm.launch.fleet.process import ServerStartError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from standin_openai_api import StandinOpenAIAPI  # noqa: E402
+
+KEY = "sk-standin-0123456789"
+TEMPLATE = "Problem: {question}\nAnswer: {response}\nReference answer: {reference}\nSay Score: 10 or Score: 0."
+
+
+def samples(n: int) -> list[RewardSample]:
+    # every other answer is right, each prompt is unique (the stand-in tells retries apart by it)
+    return [
+        RewardSample(
+            uid=f"p{i}",
+            index=i,
+            data_source="synthetic",
+            prompt=[{"role": "user", "content": f"q{i}"}],
+            solution_str=f"work {i} #### {i if i % 2 == 0 else i + 1}",
+            ground_truth=str(i),
+            extra_info={"question": f"what is {i}?"},
+        )
+        for i in range(n)
+    ]
+
+
+def config(api: StandinOpenAIAPI, **over) -> RewardConfig:
+    base = {
+        "kind": "genrm",
+        "num_workers": 4,
+        "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+        "genrm": {"template": TEMPLATE, "max_tokens": 8},
+        "timeout_s": 60,
+        "max_failure_rate": 1.0,
+    }
+    for key, value in over.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return RewardConfig.model_validate(base)
+
+
+def score(cfg: RewardConfig, batch: list[RewardSample]):
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            return await service.loop.score_all(batch), service.loop.take_metrics()
+        finally:
+            await service.close()
+
+    return asyncio.run(scenario())
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv("STANDIN_KEY", KEY)
+
+
+def test_at_the_limit_no_429_and_throughput_near_it():
+    rpm = 300.0  # 5 requests a second
+    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
+        results, metrics = score(config(api, limits={"rpm": rpm}), samples(24))
+        times = [t for t, _ in api.accepted]
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(24)]
+    # the readiness probe is the first request the stand-in let in; the 24 judge calls follow
+    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0  # requests per minute over the scoring
+    # within 10% of the limit (the stand-in's own 429s are the hard check: arrival jitter of the first and last
+    # request moves a rate measured over a few seconds by a few percent either way)
+    assert 0.9 * rpm <= rate <= rpm * 1.1, rate
+    assert metrics["reward/model_calls"] == 24 and metrics["reward/defaulted"] == 0
+    assert metrics["reward/throttle_wait_s"] > 0  # the limiter paced them, and said so
+
+
+def test_without_limits_429s_are_waited_out_as_told_and_nothing_is_defaulted():
+    with StandinOpenAIAPI(KEY, rpm=300, burst=3) as api:
+        results, metrics = score(config(api), samples(16))
+        accepted, throttled = list(api.accepted), list(api.throttled)
+    assert throttled, "the stand-in never had to refuse: the test measures nothing"
+    assert all(not r.extra.get("reward_failed") for r in results) and metrics["reward/defaulted"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(16)]
+    assert metrics["reward/rate_limited"] == len(throttled)
+    assert metrics["reward/failures"] == 0 and metrics["reward/retries"] == 0  # a 429 is not a failure
+    # each refused request came back no sooner than its Retry-After said
+    gaps = []
+    for when, prompt, said in throttled:
+        again = min(t for t, p in accepted + [(x, q) for x, q, _ in throttled] if p == prompt and t > when)
+        gaps.append((again - when) / said)
+    assert min(gaps) >= 0.98, gaps
+    assert metrics["reward/throttle_wait_s"] >= sum(said for _, _, said in throttled) * 0.98
+
+
+def test_tokens_and_cost_are_counted_from_the_usage_it_returns():
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        cfg = config(api, genrm={"price_per_mtok_input": 2.5, "price_per_mtok_output": 10.0})
+        _, metrics = score(cfg, samples(6))
+        usage = dict(api.usage)
+    # the stand-in also counted the readiness probe ("Say OK.", answered in 6 words): not a reward call
+    probe_prompt = len(json.dumps([{"role": "user", "content": "Say OK."}])) // 4
+    assert metrics["reward/judge_prompt_tokens"] == usage["prompt_tokens"] - probe_prompt
+    assert metrics["reward/judge_completion_tokens"] == usage["completion_tokens"] - 6
+    expected = (metrics["reward/judge_prompt_tokens"] * 2.5 + metrics["reward/judge_completion_tokens"] * 10.0) / 1e6
+    assert metrics["reward/cost"] == pytest.approx(expected) and metrics["reward/cost"] > 0
+
+
+def test_a_wrong_key_fails_at_once_with_one_line(monkeypatch):
+    monkeypatch.setenv("STANDIN_KEY", "wrong")
+    with StandinOpenAIAPI(KEY, rpm=600) as api:
+        cfg = config(api, server={"start_timeout_s": 120})
+        start = time.monotonic()
+        with pytest.raises(ServerStartError) as refused:
+            asyncio.run(RewardService(cfg).start())
+        elapsed = time.monotonic() - start
+    message = str(refused.value)
+    assert "GET /v1/models answered 401" in message and "api_key_env" in message and "\n" not in message
+    assert elapsed < 120 / 4  # at once, not after start_timeout_s
+    assert "wrong" not in message and KEY not in message
+
+
+def test_bad_limits_and_credentials_in_the_url_are_refused():
+    for bad in ({"rpm": 0}, {"tpm": -5}, {"rpm": float("nan")}, {"max_concurrent": 0}, {"typo": 1}):
+        with pytest.raises(ValidationError):
+            RewardConfig.model_validate({"limits": bad})
+    with pytest.raises(ConfigError) as refused:
+        validate_model(
+            {"kind": "genrm", "server": {"model": "m", "addresses": ["https://user:s3cret@api.example.com/v1"]}},
+            RewardConfig,
+            "profile",
+        )
+    message = str(refused.value)
+    assert "api_key_env" in message and "credentials" in message and "s3cret" not in message
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+def test_ray_workers_share_one_budget_not_one_each():
+    # three Ray reward workers, each scoring its own samples: one limiter actor holds the run's budget, so
+    # the API sees the limit, not three times it (a per-worker limiter would draw 429s here)
+    rpm = 240.0
+    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
+        cfg = config(api, executor="ray", num_workers=3, limits={"rpm": rpm})
+        results, metrics = score(cfg, samples(18))
+        times = [t for t, _ in api.accepted]
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(18)]
+    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0
+    # never over the limit; how close to it depends on how promptly starved worker processes wake (a request
+    # whose worker woke late takes a new slot rather than go out in a burst), so no floor is asserted here
+    assert rate <= rpm * 1.1, rate
+    assert metrics["reward/model_calls"] == 18
+
+
+@pytest.mark.parametrize(
+    "standin, said",
+    [
+        ({"retry_after": "3600"}, "asked to retry after 3600 s; waiting reward.limits.max_retry_after_s=0.3 s"),
+        ({"retry_after": None}, None),  # no Retry-After: the loop's backoff
+        ({"retry_after": "soon", "plain_429": True}, None),  # unreadable header, HTML body
+    ],
+)
+def test_odd_429s_are_still_waited_out_and_counted(standin, said, capfd):
+    with StandinOpenAIAPI(KEY, rpm=300, burst=2, **standin) as api:
+        cfg = config(api, limits={"max_retry_after_s": 0.3}, backoff_s=0.05, backoff_max_s=0.3)
+        results, metrics = score(cfg, samples(8))
+        throttled = len(api.throttled)
+    assert throttled and metrics["reward/rate_limited"] == throttled
+    assert metrics["reward/defaulted"] == 0 and [r.score for r in results] == [1.0, 0.0] * 4
+    err = capfd.readouterr().err
+    if said:
+        assert err.count(said) == 1  # said once, not once per 429
