@@ -4,16 +4,21 @@
     # rollout.server replica 0: /usr/bin/python -m rlrm.launch.server --model tiny:policy --role policy ...
 
 Ports are illustrative (8000 + i for the first fleet's replicas, 8100 + i for the next; 30000/30001,
-30010/30011 for routers): a real run takes free
-ones. `tiny:NAME` models are shown as named; the run resolves them to their prepared folders.
+30010/30011 for routers): a real run takes free ones. `tiny:NAME` models are shown as named; the run resolves
+them to their prepared folders. The run's own key of launched servers is shown as `<run key>` (a real run makes
+a fresh one and puts it only in their environment), the run's weights folder as `rlrm-weights-<pid>-<id>`.
+Nothing is created, read or swept: this only prints.
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from rlrm.config.schema import Profile
 from rlrm.engine.served import fleet_spec, ray_address
+from rlrm.inference.weight_files import default_weights_dir
+from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.fleet.engine_argv import engine_device, engine_env
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -24,7 +29,11 @@ def planned_processes(profile: Profile) -> list[str]:
     if profile.rollout.backend == "server":
         fleets.append(
             ServerFleet(
-                fleet_spec(profile), role="policy", model_path=profile.model.path, ray_address=ray_address(profile)
+                fleet_spec(profile),
+                role="policy",
+                model_path=profile.model.path,
+                api_key=_key_shown(fleet_spec(profile), profile.rollout.server.api_key_env),
+                ray_address=ray_address(profile),
             )
         )
     reward = profile.reward
@@ -34,6 +43,7 @@ def planned_processes(profile: Profile) -> list[str]:
                 reward.server.fleet_spec(),
                 role=reward.model_kind,
                 model_path=reward.server.model or "",
+                api_key=_key_shown(reward.server.fleet_spec(), reward.server.api_key_env),
                 ray_address=reward.ray_address,
             )
         )
@@ -47,14 +57,31 @@ def planned_processes(profile: Profile) -> list[str]:
         for i, argv in enumerate(argvs):
             what = f"replica {i}" if i < launched else "router"
             env = _env(fleet, i) if i < launched else ""
+            if i < launched and fleet.role == "policy" and fleet.spec.backend == "embedded":
+                argv = [*argv, "--weights-dir", str(_weights_folder(profile))]
             lines.append(f"# {fleet.section} {what}: {env}{shlex.join(argv)}")
         if fleet.spec.addresses:
             lines.append(f"# {fleet.section}: running servers {', '.join(fleet.spec.addresses)} (nothing launched)")
     return lines
 
 
+def _key_shown(spec, api_key_env: str | None) -> str | None:
+    """What stands for the servers' key: the variable a profile names, else the run's own fresh key (launched
+    servers but SGLang's, rlrm/launch/fleet/server_fleet.py fleet_key), else none."""
+    if api_key_env:
+        return f"${api_key_env}"
+    return None if spec.addresses or spec.backend == "sglang" else "<run key>"
+
+
+def _weights_folder(profile: Profile):
+    parent = profile.rollout.server.weights_dir
+    return (Path(parent).expanduser() if parent else default_weights_dir()) / "rlrm-weights-<pid>-<id>"
+
+
 def _env(fleet: ServerFleet, i: int) -> str:
-    env = dict(engine_env(fleet.spec.backend, None, fleet.role, engine_device(fleet.spec.gpu_ids)))
+    env = dict(engine_env(fleet.spec.backend, fleet.api_key, fleet.role, engine_device(fleet.spec.gpu_ids)))
+    if fleet.api_key and fleet.spec.backend == "embedded":
+        env[ENV_VAR] = fleet.api_key
     if fleet.spec.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = str(fleet.spec.gpu_ids[i % len(fleet.spec.gpu_ids)])
     return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())

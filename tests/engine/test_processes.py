@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.processes import planned_processes
@@ -31,12 +32,16 @@ def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
         ],
     )
     lines = planned_processes(profile)
-    assert lines[0].startswith("# rollout.server replica 0: VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 ")
+    # the run's own key, in the environment only (shown as a placeholder: a dry run makes none)
+    assert lines[0].startswith(
+        "# rollout.server replica 0: VLLM_API_KEY='<run key>' VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 "
+    )
+    assert "--logprobs-mode processed_logprobs" in lines[0]
     assert (
         "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 "
         in lines[0]
     )
-    assert lines[0].endswith("--max-num-seqs 320 --gpu-memory-utilization 0.4")
+    assert lines[0].endswith("--max-num-seqs 320 --logprobs-mode processed_logprobs --gpu-memory-utilization 0.4")
     assert not any(line.startswith("# rollout.server router") for line in lines)  # vLLM policy: rlrm's balancer
     assert any(
         "reward.server replica 0:" in line and "-m sglang.launch_server --model-path judge" in line for line in lines
@@ -61,3 +66,11 @@ def test_vllm_rollout_servers_run_every_scheduling_mode():
     # the client keeps each vLLM request within one weight version (rlrm/launch/client/version_gate.py)
     for mode in ("one-step-off", "fully-async"):
         assert load_profile("gsm8k-rule-served", [f"trainer.mode={mode}"]).trainer.mode == mode
+
+
+def test_embedded_policy_replicas_show_the_run_key_variable_and_the_weights_folder():
+    lines = planned_processes(load_profile("tiny-rule-served", ["rollout.server.weights_dir=/tmp/w"]))
+    replica = lines[0]
+    assert replica.startswith("# rollout.server replica 0: RLRM_API_KEY='<run key>' ")
+    assert "--api-key-env RLRM_API_KEY" in replica and "--weights-dir '/tmp/w/rlrm-weights-<pid>-<id>'" in replica
+    assert not Path("/tmp/w").exists() or not any(Path("/tmp/w").iterdir())  # a dry run creates nothing

@@ -25,7 +25,9 @@ def test_vllm_argv_for_a_judge_and_a_disrm():
     ]
     assert judge[judge.index("--port") + 1] == "8001"
     assert "k" not in judge and engine_env("vllm", "k")["VLLM_API_KEY"] == "k"  # the key stays out of `ps`
-    assert "--convert" not in judge and "--max-model-len" not in judge  # a hub id: vLLM reads its own limit
+    assert (
+        "--convert" not in judge and "--max-model-len" not in judge and "--logprobs-mode" not in judge
+    )  # a hub id: vLLM reads its own limit
     disrm = engine_argv("vllm", "org/rm", "disrm", 8002, served_model_name="rm")
     assert disrm[disrm.index("--runner") + 1] == "pooling" and disrm[disrm.index("--convert") + 1] == "classify"
     assert disrm[disrm.index("--served-model-name") + 1] == "rm"
@@ -36,6 +38,8 @@ def test_vllm_on_cpu_and_on_gpu(tmp_path, monkeypatch):
     cpu = engine_argv("vllm", str(tmp_path), "policy", 1, dtype="float32", device="cpu", python="p")
     assert "--no-enable-chunked-prefill" in cpu and "--gpu-memory-utilization" not in cpu  # the seeded-sampling crash
     assert cpu[cpu.index("--max-model-len") + 1] == "64" and cpu[cpu.index("--dtype") + 1] == "float32"
+    # a policy's log-probs after temperature (the trainer's log_softmax(logits / T)); a judge's are not read
+    assert cpu[cpu.index("--logprobs-mode") + 1] == "processed_logprobs"
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     env = engine_env("vllm", None, "policy", "cpu")
     assert env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}

@@ -108,7 +108,8 @@ def test_weight_reload_changes_samples_and_version(vllm_rollout, tiny_policy_pat
     assert (before.policy_version, after.policy_version, back.policy_version) == (base, base + 1, base + 2)
 
 
-def test_vllm_log_probs_match_the_actors_fp32_recompute(vllm_rollout, tiny_policy_path):
+@pytest.mark.parametrize("temperature", [1.0, 0.7])  # 0.7: vLLM must report them after temperature, as trained
+def test_vllm_log_probs_match_the_actors_fp32_recompute(vllm_rollout, tiny_policy_path, temperature):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -122,7 +123,7 @@ def test_vllm_log_probs_match_the_actors_fp32_recompute(vllm_rollout, tiny_polic
     async def sample():
         return await asyncio.gather(
             *(
-                engine.generate(p, SamplingParams(temperature=1.0, max_new_tokens=20, seed=i))
+                engine.generate(p, SamplingParams(temperature=temperature, max_new_tokens=20, seed=i))
                 for i, p in enumerate(prompts * 4)
             )
         )
@@ -131,11 +132,11 @@ def test_vllm_log_probs_match_the_actors_fp32_recompute(vllm_rollout, tiny_polic
     model = AutoModelForCausalLM.from_pretrained(tiny_policy_path, dtype=torch.float32).eval()
     batch = collate(completions, pad_token_id=0)
     with torch.no_grad():
-        actor, _ = response_log_probs(model, batch, temperature=1.0, micro_batch_size=64)
+        actor, _ = response_log_probs(model, batch, temperature=temperature, micro_batch_size=64)
     mask = batch.response_mask.bool()
     diff = (actor - batch.rollout_log_prob).abs()[mask]
     print(
-        f"vLLM vs actor fp32 log-probs over {int(mask.sum())} tokens of {len(completions)} completions: "
+        f"vLLM vs actor fp32 log-probs at temperature {temperature} over {int(mask.sum())} tokens of {len(completions)} completions: "
         f"max abs diff {diff.max().item():.3g}, mean {diff.mean().item():.3g}"
     )
     assert diff.max().item() < LOG_PROB_BOUND

@@ -64,6 +64,10 @@ def engine_argv(
             argv += ["--max-model-len", str(max_len)]
         if role == "disrm":
             argv += ["--runner", "pooling", "--convert", "classify"]  # serves /classify with raw scores
+        if role.startswith("policy"):
+            # behaviour log-probs as the trainer computes them, log_softmax(logits / temperature): vLLM's default
+            # (raw_logprobs) is taken before temperature, and off-policy modes train on them without a recompute
+            argv += ["--logprobs-mode", "processed_logprobs"]
         if device == "cpu":
             # Whole prefills only: a split prefill with per-request seeds kills vLLM's CPU engine core
             # ("CPU Generator does not use offset"); FEASIBILITY.md, 2026-11-24.
