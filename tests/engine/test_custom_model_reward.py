@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.service import RewardService
+from rlrm.engine.reward_service import RewardService
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
@@ -98,8 +98,8 @@ def test_a_custom_reward_with_addresses_needs_the_model_named(tmp_path):
 
 def test_inspect_reward_shows_the_calls_a_custom_function_made(tmp_path, tiny_policy_path):
     from rlrm.config.loader import load_profile
-    from rlrm.validate.inspect import inspect_reward
-    from rlrm.validate.show import sample_rows
+    from rlrm.reward_checks.inspect import inspect_reward
+    from rlrm.reward_checks.show import sample_rows
 
     path = tmp_path / "judge_some.py"
     path.write_text(FUNCTION)

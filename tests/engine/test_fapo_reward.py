@@ -11,7 +11,7 @@ import pytest
 from test_trainer import SMALL  # noqa: E402
 
 from rlrm.config.loader import load_profile
-from rlrm.engine.metrics.tracker import read_metrics
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rewards" / "fapo_judge.py"

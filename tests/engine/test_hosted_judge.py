@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from rlrm.config.loader import validate_model
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rewards.service import RewardService
 from rlrm.errors import ConfigError
 from rlrm.launch.fleet.process import ServerStartError
 

@@ -12,7 +12,7 @@ that enforces its limit with a sliding window or a token bucket never answers 42
 the server's `usage` corrects moves the token schedule back or forward.
 
 With Ray reward workers the whole run shares one budget: one `RateLimiter` inside a Ray actor
-(rlrm/engine/executor/ray_workers.py), which every worker asks before each request. A per-worker share
+(rlrm/engine/rewards/ray_workers.py), which every worker asks before each request. A per-worker share
 (limit / N) would leave budget idle whenever the workers are unevenly loaded; one actor costs a round trip
 per request, small beside a judge call.
 """
