@@ -14,7 +14,7 @@ from rlrm.launch.fleet.server_fleet import ServerFleet
 
 def test_requests_during_the_restart_of_the_only_replica_wait_for_it(tiny_policy_path, tmp_path):
     fleet = ServerFleet(
-        RolloutServerConfig(router="client", threads=1, replicas=1, max_retries=1),
+        RolloutServerConfig(router="client", threads=1, replicas=1, max_retries=1).fleet_spec(),
         role="policy",
         model_path=str(tiny_policy_path),
     )

@@ -62,7 +62,7 @@ def test_a_model_that_fails_at_its_first_forward_stops_the_start(spread_disrm_pa
     from rlrm.launch.fleet.server_fleet import ServerFleet
 
     cfg = RewardServerConfig(backend="vllm", model=str(spread_disrm_path), router="client", start_timeout_s=600)
-    fleet = ServerFleet(cfg, role="disrm", model_path=str(spread_disrm_path))
+    fleet = ServerFleet(cfg.fleet_spec(), role="disrm", model_path=str(spread_disrm_path))
     with pytest.raises(ServerStartError) as err:
         asyncio.run(fleet.start())
     line = str(err.value)

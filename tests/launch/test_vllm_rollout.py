@@ -54,7 +54,7 @@ def vllm_rollout(tiny_policy_path, tmp_path_factory):
     """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica."""
     path = str(tiny_policy_path)
     cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
-    fleet = ServerFleet(cfg, role="policy", model_path=path)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
     files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
     engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, sync_timeout_s=120)
     loop = _Loop()

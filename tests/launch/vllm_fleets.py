@@ -27,7 +27,7 @@ class LoopFleets:
         from rlrm.engine.models.tiny import resolve_model_path
         from rlrm.launch.fleet.server_fleet import ServerFleet
 
-        fleet = ServerFleet(cfg, role=role, model_path=resolve_model_path(cfg.model), **kwargs)
+        fleet = ServerFleet(cfg.fleet_spec(), role=role, model_path=resolve_model_path(cfg.model), **kwargs)
         self.run(fleet.start())
         self.fleets.append(fleet)
         return fleet

@@ -72,6 +72,8 @@ class ServerFleet:
         ray_address: str | None = None,
         weights_files: WeightFiles | None = None,
     ):
+        if not isinstance(spec, FleetSpec):  # a config section is not a spec: call its .fleet_spec()
+            raise TypeError(f"ServerFleet takes a FleetSpec, not {type(spec).__name__}; pass section.fleet_spec()")
         self.spec, self.role, self.model_path, self.api_key = spec, role, model_path, api_key
         self.weights_files = weights_files
         self.ray_address = ray_address
