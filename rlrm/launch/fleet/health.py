@@ -141,15 +141,23 @@ async def _probe(
     return None, True
 
 
+async def _served_models(session, url: str, timeout_s: float) -> list[dict]:
+    """The `data` list of GET /v1/models (each entry a served model: `id`, and `role` on rlrm's own server)."""
+    import aiohttp
+
+    async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        resp.raise_for_status()
+        return list((await resp.json(content_type=None)).get("data", []))
+
+
 async def _not_a_policy(session, url: str, timeout_s: float, section: str) -> str | None:
     """Why a server that answers /generate is not a policy server (rlrm's embedded server names its role in
     /v1/models: a judge generates too, but takes no weights), else None (other servers name no role)."""
     import aiohttp
 
     try:
-        async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            role = (await resp.json(content_type=None))["data"][0].get("role") if resp.status == 200 else None
-    except (asyncio.TimeoutError, aiohttp.ClientError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        role = (await _served_models(session, url, timeout_s))[0].get("role")
+    except (asyncio.TimeoutError, aiohttp.ClientError, ValueError, IndexError, TypeError, AttributeError):
         return None  # no role to read: the first weight sync tells
     if role is None or role == "policy":
         return None
@@ -163,13 +171,15 @@ async def _check_name(session, url: str, name: str, section: str) -> str | None:
     import aiohttp
 
     try:
-        async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=30)) as resp:
-            ids = [m.get("id") for m in (await resp.json(content_type=None)).get("data", [])]
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError) as exc:
+        ids = [m.get("id") for m in await _served_models(session, url, 30.0)]
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, TypeError, AttributeError) as exc:
         return f"GET /v1/models failed ({type(exc).__name__}), so {section}.served_model_name cannot be checked"
     if name in ids:
         return None
-    return f"it serves {', '.join(map(repr, ids)) or 'no model'}, not {section}.served_model_name {name!r}; set that key to the name it serves"
+    return (
+        f"it serves {', '.join(map(repr, ids)) or 'no model'}, not {section}.served_model_name {name!r}; "
+        "set that key to the name it serves"
+    )
 
 
 async def _ready(session, url: str, timeout, section: str) -> tuple[str, bool] | None:
