@@ -2,6 +2,7 @@
 
     row = run_row(read_metrics(run_dir / "metrics.jsonl"))
     rows = compare(rows)        # adds speedup_vs_sync and hiding_efficiency
+    stats = mode_stats(rows, "uniform:1:40")   # per mode: medians over repeats, intervals, within noise
 
 Pure functions. Throughput is total tokens over total step time (every step, warm-up included);
 idle ratios are weighted by step time, which makes them the run's own ratios since the step
@@ -25,6 +26,7 @@ COLUMNS = [
     "steps_per_hour",
     "step_time_p50",
     "step_time_p90",
+    "step_time_mean",
     "idle_trainer",
     "idle_rollout",
     "idle_reward_wait",
@@ -35,6 +37,12 @@ COLUMNS = [
     "val_accuracy",
     "speedup_vs_sync",
     "hiding_efficiency",
+    "bound_step_s",
+    "of_limit",
+    "speedup_median",
+    "speedup_lo",
+    "speedup_hi",
+    "interval",
 ]
 
 
@@ -54,6 +62,8 @@ def run_row(rows: list[dict]) -> dict:
         "samples_per_s": sum(samples) / total,
         "steps_per_hour": 3600.0 * len(steps) / total,
         "step_time_p50": quantile(times, 0.5),
+        # the steady state: after the first step (warm-up, and the off-policy modes filling their pipeline)
+        "step_time_mean": sum(times[1:]) / (len(times) - 1) if len(times) > 1 else times[0],
         "step_time_p90": quantile(times, 0.9),
         "idle_trainer": _weighted(steps, "idle/trainer", times),
         "idle_rollout": _weighted(steps, "idle/rollout", times),
@@ -67,31 +77,58 @@ def run_row(rows: list[dict]) -> dict:
 
 
 def compare(rows: list[dict]) -> list[dict]:
-    """Add `speedup_vs_sync` (over sync's mean throughput under the same latency) and
-    `hiding_efficiency` (over the zero-latency sync baseline's mean throughput)."""
+    """Add `speedup_vs_sync` (over sync's throughput under the same latency) and `hiding_efficiency`
+    (over the zero-latency sync baseline's throughput).
 
-    def mean_tps(pred) -> float:
+    Each run is paired with sync's run of the same repeat when there is one (a benchmark runs every mode
+    and a baseline in each repeat, so a shared machine's drift between repeats cancels in the ratio),
+    else with the mean over sync's runs."""
+
+    def tps(pred) -> float:
         values = [r["tokens_per_s"] for r in rows if pred(r)]
         return sum(values) / len(values) if values else math.nan
 
-    baseline = mean_tps(lambda r: r["mode"] == "sync" and r["latency"] == "none")
-    out = []
-    for r in rows:
-        sync = mean_tps(lambda s, lat=r["latency"]: s["mode"] == "sync" and s["latency"] == lat)
-        out.append(
-            {**r, "speedup_vs_sync": r["tokens_per_s"] / sync, "hiding_efficiency": r["tokens_per_s"] / baseline}
-        )
-    return out
+    def paired(r, latency: str) -> float:
+        def is_sync(s) -> bool:
+            return s["mode"] == "sync" and str(s["latency"]) == latency
+
+        same = tps(lambda s: is_sync(s) and s.get("repeat") == r.get("repeat"))
+        return same if math.isfinite(same) else tps(is_sync)
+
+    return [
+        {
+            **r,
+            "speedup_vs_sync": r["tokens_per_s"] / paired(r, str(r["latency"])),
+            "hiding_efficiency": r["tokens_per_s"] / paired(r, "none"),
+        }
+        for r in rows
+    ]
 
 
-def mode_means(rows: list[dict], latency: str) -> dict[str, dict[str, float]]:
-    """Per mode, the mean of every numeric column over its repeats under `latency`."""
-    out: dict[str, dict[str, float]] = {}
-    for mode in dict.fromkeys(r["mode"] for r in rows if r["latency"] == latency):
-        mine = [r for r in rows if r["mode"] == mode and r["latency"] == latency]
-        keys = [k for k in COLUMNS if isinstance(mine[0].get(k), (int, float)) and k != "repeat"]
-        out[mode] = {k: sum(r[k] for r in mine) / len(mine) for k in keys}
-        out[mode]["repeats"] = len(mine)
+# the columns whose spread over repeats is part of the result (`<col>_lo`, `<col>_hi` beside the median)
+SPREAD_COLUMNS = ("speedup_vs_sync", "hiding_efficiency", "idle_trainer", "idle_rollout", "tokens_per_s")
+
+
+def mode_stats(rows: list[dict], latency: str) -> dict[str, dict]:
+    """Per mode under `latency`: the median over its repeats of every numeric column, the interval of
+    each of SPREAD_COLUMNS (`<col>_lo`, `<col>_hi`; rlrm/bench/spread.py says which interval), how many
+    repeats, the interval's method, and whether the speedup is within noise of sync's."""
+    from rlrm.bench.spread import spread, within_noise
+
+    out: dict[str, dict] = {}
+    for mode in dict.fromkeys(r["mode"] for r in rows if str(r["latency"]) == latency):
+        mine = [r for r in rows if r["mode"] == mode and str(r["latency"]) == latency]
+        keys = [k for k in mine[0] if isinstance(mine[0].get(k), (int, float)) and k != "repeat"]
+        stats: dict = {k: spread([r.get(k, math.nan) for r in mine]).median for k in keys}
+        for col in SPREAD_COLUMNS:
+            if col in keys:
+                s = spread([r[col] for r in mine])
+                stats[f"{col}_lo"], stats[f"{col}_hi"] = s.lo, s.hi
+                if col == "speedup_vs_sync":
+                    stats["interval"] = s.method
+                    stats["within_noise"] = mode != "sync" and within_noise(s)
+        stats["repeats"] = len(mine)
+        out[mode] = stats
     return out
 
 

@@ -4,11 +4,15 @@
                                repeats=1, seed=0, out=Path("bench/rl"))
     bench.run(on_run=print)   # writes results.csv/.parquet, summary.json and runs/<name>/
 
-A zero-latency `sync` run comes first: its step time sets the latency scale (unless given) so
-that the mean injected latency is `latency_fraction` (default 0.5) of a zero-latency step, as in
-verl's reference setup (uniform 1-40 s against steps of about a minute), and its throughput is
-the denominator of the latency-hiding efficiency. Then every mode runs under the same latency.
-Runs that finished are kept when the benchmark is interrupted; the ones missing are listed.
+Each repeat runs a zero-latency `sync` baseline, then every mode under the same latency, in an order
+rotated by one every repeat, so the drift of a shared machine lands on every mode alike; each run is
+compared with sync's and the baseline's runs of its own repeat (rlrm/bench/results.py). The first
+baseline's step time sets the latency scale (unless given) so that the mean injected latency is
+`latency_fraction` (default 0.5) of a zero-latency step, as in verl's reference setup (uniform 1-40 s
+against steps of about a minute). Per mode the summary holds the median over repeats with its interval
+(rlrm/bench/spread.py) and the mode's lower bound on step time from the baselines' phase times
+(rlrm/bench/limits.py). Runs that finished are kept when the benchmark is interrupted; the ones missing
+are listed.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import COLUMNS, compare, finite_json, mode_means, run_row
+from rlrm.bench.limits import Phases, Shape, baseline_phases, batch_latency, mode_bound, of_limit
+from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
 from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
@@ -28,6 +33,7 @@ from rlrm.engine.trainer import check_inputs, start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 BASELINE = "sync-nolatency"
+SPREAD_NOTE = "median over repeats; interval: bootstrap 95% of the median from 5 repeats, min-max below"
 
 
 @dataclass
@@ -79,8 +85,12 @@ class RewardLatencyBench:
             self._profile_for(mode, 0, self.latency_scale if self.latency_scale is not None else 1.0)
 
     def plan(self) -> list[RunPlan]:
-        runs = [RunPlan(f"{BASELINE}-r{r}", "sync", r, "none") for r in range(self.repeats)]
-        runs += [RunPlan(f"{m}-r{r}", m, r, self.latency) for r in range(self.repeats) for m in self.modes]
+        """Per repeat: the zero-latency baseline, then the modes, their order rotated by the repeat."""
+        runs = []
+        for r in range(self.repeats):
+            turn = r % len(self.modes)
+            runs.append(RunPlan(f"{BASELINE}-r{r}", "sync", r, "none"))
+            runs += [RunPlan(f"{m}-r{r}", m, r, self.latency) for m in self.modes[turn:] + self.modes[:turn]]
         return runs
 
     def run(self, on_run=None) -> dict:
@@ -170,12 +180,23 @@ class RewardLatencyBench:
             needed = math.ceil(in_flight / profile.reward.num_workers)
             profile.reward.max_concurrency = max(profile.reward.max_concurrency, needed)
         self.reward_max_concurrency = profile.reward.max_concurrency
+        self._shape = {
+            "samples": profile.data.train_batch_size * profile.rollout.n,
+            "max_staleness": profile.trainer.max_staleness,
+            "minibatches": max(1, profile.data.train_batch_size // profile.actor.mini_batch_size),
+            "epochs": profile.actor.ppo_epochs,
+        }
         return profile
 
     def summary(self) -> dict:
-        rows = compare(self.rows) if self.rows else []
+        rows = self._rows_with_limits()
+        phases = self._phases()
         base = [r for r in rows if r["latency"] == "none"]
         mean_latency = self.dist.scaled(self.latency_scale).mean() if self.latency_scale is not None else None
+        modes = mode_stats(rows, self.latency)
+        for mode, stats in modes.items():
+            stats["bound_step_s"] = self._bound(mode)
+            stats["of_limit"] = of_limit(stats["bound_step_s"], stats.get("step_time_mean", math.nan))
         return {
             "profile": self.profile,
             "latency": self.latency,
@@ -188,16 +209,55 @@ class RewardLatencyBench:
             "steps": self.steps,
             "repeats": self.repeats,
             "seed": self.seed,
-            "baseline": mode_means(rows, "none").get("sync", {}),
-            "modes": mode_means(rows, self.latency),
+            "spread": SPREAD_NOTE if self.repeats > 1 else "unknown: one repeat; run --repeats 5 for an interval",
+            "phases": asdict(phases) if phases else None,
+            "baseline": mode_stats(rows, "none").get("sync", {}),
+            "modes": modes,
             "missing": self.missing,
         }
+
+    def _phases(self) -> Phases | None:
+        """The zero-latency sync runs' phase times (None before the first baseline finished)."""
+        runs = [read_metrics(self.out / r["run_dir"] / "metrics.jsonl") for r in self.rows if r["latency"] == "none"]
+        try:
+            return baseline_phases(runs) if runs else None
+        except ValueError:
+            return None
+
+    def _bound(self, mode: str) -> float:
+        """`mode`'s lower bound on step time from the baselines so far (NaN before the first)."""
+        key = (sum(r["latency"] == "none" for r in self.rows), self.latency_scale)
+        if getattr(self, "_bounds_key", None) != key:
+            self._bounds_key, self._bounds = key, {}
+            phases = self._phases()
+            if phases is not None and self.latency_scale is not None:
+                shape = self._shape
+                latency = batch_latency(self.dist.scaled(self.latency_scale), shape["samples"], seed=self.seed)
+                limits = Shape(shape["max_staleness"], shape["minibatches"], shape["epochs"])
+                self._bounds = {m: mode_bound(m, phases, latency, limits) for m in MODES}
+        return self._bounds.get(mode, math.nan)
+
+    def _rows_with_limits(self) -> list[dict]:
+        """The results rows with each run's bound and of-limit, and its mode's median speedup and interval."""
+        rows = compare(self.rows) if self.rows else []
+        bounds = {m: self._bound(m) for m in {r["mode"] for r in rows}}
+        stats = mode_stats(rows, self.latency)
+        for r in rows:
+            latent = r["latency"] != "none"
+            r["bound_step_s"] = bounds[r["mode"]] if latent else math.nan
+            r["of_limit"] = of_limit(r["bound_step_s"], r["step_time_mean"])
+            mode = stats.get(r["mode"], {}) if latent else {}
+            r["speedup_median"] = mode.get("speedup_vs_sync", math.nan)
+            r["speedup_lo"] = mode.get("speedup_vs_sync_lo", math.nan)
+            r["speedup_hi"] = mode.get("speedup_vs_sync_hi", math.nan)
+            r["interval"] = mode.get("interval", "")
+        return rows
 
     def _write(self) -> dict:
         """results.csv, results.parquet and summary.json, each written whole (tmp + rename)."""
         import pandas as pd
 
-        frame = pd.DataFrame(compare(self.rows) if self.rows else [], columns=COLUMNS)
+        frame = pd.DataFrame(self._rows_with_limits(), columns=COLUMNS)
         _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
         _atomic(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
         summary = self.summary()

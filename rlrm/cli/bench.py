@@ -88,12 +88,17 @@ def _print_table(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample)")
+    repeats = summary.get("repeats", 1)
+    table = Table(
+        title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample), "
+        f"medians over {repeats} repeat{'s' if repeats != 1 else ''}"
+    )
     for col in (
         "mode",
         "tok/s",
         "speedup vs sync",
         "hiding eff.",
+        "of limit",
         "idle trainer",
         "idle rollout",
         "reward wait",
@@ -105,21 +110,41 @@ def _print_table(summary: dict) -> None:
     base = summary["baseline"]
     rows = [("sync, no latency", base)] + list(summary["modes"].items())
     for name, m in rows:
+        noise = " (within noise)" if m.get("within_noise") else ""
         table.add_row(
             name,
             f"{m['tokens_per_s']:,.0f}",
-            _fmt(m.get("speedup_vs_sync"), "{:.2f}x"),
-            _fmt(m.get("hiding_efficiency"), "{:.2f}"),
-            _fmt(m.get("idle_trainer"), "{:.2f}"),
-            _fmt(m.get("idle_rollout"), "{:.2f}"),
+            _with_interval(m, "speedup_vs_sync", "{:.2f}x") + noise,
+            _with_interval(m, "hiding_efficiency", "{:.2f}"),
+            _fmt(m.get("of_limit"), "{:.2f}"),
+            _with_interval(m, "idle_trainer", "{:.2f}"),
+            _with_interval(m, "idle_rollout", "{:.2f}"),
             _fmt(m.get("idle_reward_wait"), "{:.2f}"),
             _fmt(m.get("staleness_max"), "{:.0f}"),
             _fmt(m.get("final_reward"), "{:.3f}"),
             _fmt(m.get("val_accuracy"), "{:.3f}"),
         )
     console = Console()
-    console.width = max(console.width, 160)  # the table is the point: never squash it into "…"
+    console.width = max(console.width, 180)  # the table is the point: never squash it into "…"
     console.print(table)
+    method = next((m.get("interval") for m in summary["modes"].values() if m.get("interval")), "unknown")
+    if method == "unknown":
+        console.print("spread unknown: one repeat per mode; --repeats 5 gives a bootstrap 95% interval")
+    else:
+        what = "bootstrap 95% interval of the median" if method == "bootstrap95" else "min-max over the repeats"
+        console.print(
+            f"\\[brackets]: {what}; 'within noise': the speedup's interval holds 1.0. "
+            "of limit: the mode's lower bound on step time (perfect overlap) / its mean step time after the first "
+            "(docs/benchmarks.md#each-mode-against-its-limit)"
+        )
+
+
+def _with_interval(m: dict, key: str, pattern: str) -> str:
+    value, lo, hi = m.get(key), m.get(f"{key}_lo"), m.get(f"{key}_hi")
+    text = _fmt(value, pattern)
+    if text == "-" or lo is None or hi is None or any(isinstance(x, float) and math.isnan(x) for x in (lo, hi)):
+        return text
+    return f"{text} [{_fmt(lo, pattern).rstrip('x')}-{_fmt(hi, pattern)}]"
 
 
 def _fmt(value, pattern: str) -> str:

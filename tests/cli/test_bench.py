@@ -21,8 +21,9 @@ TINY = [
 ]
 
 
-def _args(out, modes="sync,stream,fully-async", extra=()):
+def _args(out, modes="sync,stream,fully-async", extra=(), repeats=1):
     args = ["bench", "reward-latency", "--modes", modes, "--steps", "2", "--out", str(out), "--latency", "uniform:1:40"]
+    args += ["--repeats", str(repeats)]
     for s in TINY:
         args += ["--set", s]
     return args + list(extra)
@@ -35,7 +36,10 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     frame = pd.read_csv(out / "results.csv")
     assert list(frame["mode"]) == ["sync", "sync", "stream", "fully-async"]
     assert list(frame["latency"]) == ["none", "uniform:1:40", "uniform:1:40", "uniform:1:40"]
-    assert not frame.drop(columns=["val_accuracy"]).isna().any().any()
+    # one repeat: no interval (and the baseline has no bound); every other number is there
+    spread = ["speedup_lo", "speedup_hi", "interval", "bound_step_s", "of_limit", "speedup_median"]
+    assert not frame.drop(columns=["val_accuracy", *spread]).isna().any().any()
+    assert frame["speedup_lo"].isna().all() and "spread unknown" in result.output
     assert frame["val_accuracy"].between(0, 1).all()  # validated once, at the end of each run
     assert (frame["tokens_per_s"] > 0).all() and (frame["steps"] == 2).all()
     sync_lat = frame[(frame["mode"] == "sync") & (frame["latency"] != "none")].iloc[0]
@@ -54,6 +58,32 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     for run in frame["run_dir"]:
         assert (out / run / "metrics.jsonl").is_file() and (out / run / "trace.json").is_file()
     assert "speedup vs sync" in result.output and "of a zero-latency sync step" in result.output
+    # each mode against its limit: a positive bound, and a measured step no more than 20x it
+    latent = frame[frame["latency"] != "none"]
+    assert (latent["bound_step_s"] > 0).all() and latent["of_limit"].between(0.05, 1.5).all()
+    assert summary["phases"]["gen"] > 0 and summary["phases"]["train"] > 0
+
+
+def test_repeats_rotate_the_modes_and_report_the_spread(tmp_path, tiny_policy_path):
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, _args(out, modes="sync,fully-async", repeats=2))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out / "results.csv")
+    order = [r.split("/")[-1] for r in frame["run_dir"]]
+    assert order == ["sync-nolatency-r0", "sync-r0", "fully-async-r0", "sync-nolatency-r1", "fully-async-r1", "sync-r1"]
+    for _, row in frame[frame["latency"] != "none"].iterrows():  # paired with sync of the same repeat
+        sync = frame[(frame["mode"] == "sync") & (frame["latency"] != "none") & (frame["repeat"] == row["repeat"])]
+        assert row["speedup_vs_sync"] == pytest.approx(row["tokens_per_s"] / sync["tokens_per_s"].iloc[0])
+    fa = frame[frame["mode"] == "fully-async"]
+    assert (fa["interval"] == "min-max").all()
+    assert fa["speedup_lo"].iloc[0] == pytest.approx(fa["speedup_vs_sync"].min())
+    assert fa["speedup_hi"].iloc[0] == pytest.approx(fa["speedup_vs_sync"].max())
+    summary = json.loads((out / "summary.json").read_text())
+    mode = summary["modes"]["fully-async"]
+    assert mode["speedup_vs_sync"] == pytest.approx(fa["speedup_vs_sync"].median())
+    assert mode["interval"] == "min-max" and mode["repeats"] == 2 and "within_noise" in mode
+    assert mode["idle_trainer_lo"] <= mode["idle_trainer"] <= mode["idle_trainer_hi"]
+    assert "[brackets]: min-max over the repeats" in result.output
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [([], 256), (["reward.max_concurrency=8"], 8)])

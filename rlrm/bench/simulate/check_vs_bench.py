@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlrm.bench.results import mode_means
+from rlrm.bench.results import mode_stats
 from rlrm.bench.results_file import read_results
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.replay import injected_latencies
@@ -64,7 +64,7 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
     scale = summary.get("latency_scale")
     if not latency or scale is None:
         raise RunFolderError(f"{folder}/summary.json does not say the benchmark's latency and latency_scale")
-    measured = mode_means(records, latency)
+    measured = mode_stats(records, latency)
     modes = [m for m in MODES if m in measured]
     sets = [
         f"reward.latency={latency}",
@@ -84,7 +84,7 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
     drawn = run_simulation(spec, out, repeats=repeats, write=write and not replayed)
     result = run_simulation(spec, out, repeats=repeats, write=write, latencies=replayed) if replayed else drawn
     simulated = next((r["latency"] for r in result.rows if r["latency"] != "none"), "none")
-    predicted = mode_means(result.rows, simulated)
+    predicted = mode_stats(result.rows, simulated)
     base_speed = _per_token_update([folder / r["run_dir"] for r in base])
     speeds = {
         mode: base_speed
@@ -92,7 +92,7 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
         for mode in modes
     }
     at_speed = _at_speed(spec, speeds, repeats, replayed)
-    fresh = mode_means(drawn.rows, simulated)
+    fresh = mode_stats(drawn.rows, simulated)
     table = []
     for mode in modes:
         m, p = measured[mode], predicted[mode]

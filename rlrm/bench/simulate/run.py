@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import COLUMNS, compare, finite_json, mode_means, run_row
+from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
@@ -129,8 +129,8 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
     }
     if not key:
         summary["mean_latency_s"] = rows[1]["mean_latency_s"] if len(rows) > 1 else None
-        summary["baseline"] = mode_means(rows, "none").get("sync", {})
-        summary["modes"] = mode_means(rows, spec.reward.latency)
+        summary["baseline"] = mode_stats(rows, "none").get("sync", {})
+        summary["modes"] = mode_stats(rows, spec.reward.latency)
     else:
         summary["points"] = {
             value: {

@@ -1,0 +1,116 @@
+"""Each scheduling mode's physical limit: the shortest step it could reach with perfect overlap. Pure.
+
+    phases = baseline_phases([read_metrics(p) for p in baseline_metrics_files])
+    latency = batch_latency(parse_latency("uniform:1:40").scaled(0.016), samples=256)
+    bound_s = mode_bound("fully-async", phases, latency, Shape(max_staleness=2, minibatches=1, epochs=1))
+    of_limit = bound_s / measured_step_s              # 1.0: nothing left on the table
+
+The inputs are the zero-latency sync runs' phase times per step (medians over the steps after the first,
+the warm-up): generation `G`, reward scoring `R0`, the trainer's work `T` (old/ref log-probs, advantages,
+the update, the weight sync), and the injected latency of one batch: its mean `l` and the expected
+slowest sample of a batch `L` (Monte Carlo over the latency spec, seeded). A batch cannot be fully scored
+sooner than `W = max(G + l, L)` after its launch: its last sample leaves generation at `G` and then
+waits its own latency (mean `l`), and no sample waits less than its latency (slowest `L`). Then, with
+`s` = trainer.max_staleness and the update split in `M` mini-batches over `E` epochs:
+
+    sync          G + max(R0, L) + T          scores once the whole batch is generated
+    stream        W + T                       scores each sample as it is generated
+    pipeline      W + T * (1 - (M-1)/(M*E))   trains epoch 0's mini-batches while later ones are scored
+    one-step-off  max(G, T, (W + T) / 2)      batch k+1 is generated while batch k is scored and trained
+    fully-async   max(G, T, (W + T) / (s+1))  s+1 batches in flight; the trainer takes scored groups
+
+The off-policy bounds come from the launch rule (batch k starts once the trainer holds version
+k - 1 - max_ahead): k's training ends at least `W + T` after version k-1-max_ahead, so (max_ahead + 1)
+steps take at least `W + T`; and generation and training each run one step at a time. They assume
+generation and training run on separate resources (each takes about one of this machine's two cores:
+`rlrm bench simulate --from` reports it as `rollout.colocated_slowdown` 1). Everything a real step adds
+on top (Python between phases, lock waits, the GIL, prompt encoding, metrics) is overhead the bound leaves
+out: `of_limit` = bound / measured step time says how much of it is left.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from rlrm.stats import quantile
+
+TRAINER_PHASES = ("old_log_prob", "ref", "adv", "update_actor", "update_weights")
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Seconds per step of a zero-latency sync run: generation, reward scoring, the trainer's work."""
+
+    gen: float
+    reward: float
+    train: float
+    step: float
+
+
+@dataclass(frozen=True)
+class BatchLatency:
+    mean: float  # l: one sample's mean injected latency
+    slowest: float  # L: the expected slowest of a batch's samples
+
+
+@dataclass(frozen=True)
+class Shape:
+    max_staleness: int
+    minibatches: int = 1
+    epochs: int = 1
+
+
+def baseline_phases(runs: list[list[dict]]) -> Phases:
+    """Median phase times over the steps of zero-latency sync runs (each a list of metrics rows).
+
+    The first step of each run is left out when the run has more (model warm-up, first allocations)."""
+    gen, reward, train, step = [], [], [], []
+    for rows in runs:
+        steps = [r for r in rows if r.get("step", 0) > 0 and "timing_s/step" in r]
+        for r in steps[1:] if len(steps) > 1 else steps:
+            gen.append(r.get("timing_s/gen", 0.0))
+            reward.append(r.get("timing_s/reward", 0.0))
+            train.append(sum(r.get(f"timing_s/{p}", 0.0) for p in TRAINER_PHASES))
+            step.append(r["timing_s/step"])
+    if not step:
+        raise ValueError("no completed step with phase times (timing_s/*) in the zero-latency sync runs")
+    return Phases(quantile(gen, 0.5), quantile(reward, 0.5), quantile(train, 0.5), quantile(step, 0.5))
+
+
+def batch_latency(dist, samples: int, draws: int = 400, seed: int = 0) -> BatchLatency:
+    """Mean latency and the expected slowest of `samples` draws of `dist` (a LatencyDist, scaled)."""
+    if dist is None or dist.is_zero:
+        return BatchLatency(0.0, 0.0)
+    rng = random.Random(seed)
+    slowest = [max(dist.sample(rng) for _ in range(samples)) for _ in range(draws)]
+    try:
+        mean = dist.mean()
+    except ValueError:  # a trace or a tail without a closed form: the draws' own mean
+        mean = sum(dist.sample(rng) for _ in range(samples * 20)) / (samples * 20)
+    return BatchLatency(mean, sum(slowest) / len(slowest))
+
+
+def mode_bound(mode: str, p: Phases, lat: BatchLatency, shape: Shape) -> float:
+    """The lower bound on `mode`'s step time (seconds); see the module docstring for the derivation."""
+    scored = max(p.gen + lat.mean, lat.slowest, p.gen)  # W: the earliest a batch is fully scored
+    if mode == "sync":
+        return p.gen + max(p.reward, lat.slowest) + p.train
+    if mode == "stream":
+        return scored + p.train
+    if mode == "pipeline":
+        m, e = max(shape.minibatches, 1), max(shape.epochs, 1)
+        return scored + p.train * (1.0 - (m - 1) / (m * e))
+    if mode == "one-step-off":
+        return max(p.gen, p.train, (scored + p.train) / 2)
+    if mode == "fully-async":
+        return max(p.gen, p.train, (scored + p.train) / (shape.max_staleness + 1))
+    raise ValueError(f"no bound for mode {mode!r}")
+
+
+def of_limit(bound_s: float, step_s: float) -> float:
+    """bound / measured step time (NaN when either is unknown)."""
+    if not (math.isfinite(bound_s) and math.isfinite(step_s)) or step_s <= 0:
+        return math.nan
+    return bound_s / step_s
