@@ -71,6 +71,13 @@ def print_results(result) -> None:
         typer.echo(f"note: {note}")
 
 
+def _interval(r: dict) -> str:
+    lo, hi = r.get("measured_lo"), r.get("measured_hi")
+    if lo is None or hi is None or lo != lo or hi != hi:  # NaN: one repeat, no interval
+        return "-"
+    return f"{lo:.2f}-{hi:.2f}x"
+
+
 def print_validation(check) -> None:
     """Per mode: measured and predicted speedup vs sync and idle/trainer, the errors, and the same
     prediction at each run's measured compute speed (what of the error is the machine's drift)."""
@@ -80,8 +87,10 @@ def print_validation(check) -> None:
     for col in (
         "mode",
         "speedup",
+        "interval",
         "predicted",
         "error",
+        "inside",
         "idle trainer",
         "predicted",
         "diff.",
@@ -97,8 +106,10 @@ def print_validation(check) -> None:
         table.add_row(
             r["mode"],
             f"{r['measured_speedup']:.2f}x",
+            _interval(r),
             f"{r['predicted_speedup']:.2f}x",
             f"{r['speedup_error']:+.1%}",
+            {True: "yes", False: "no"}.get(r.get("inside"), "-"),
             f"{r['measured_idle_trainer']:.2f}",
             f"{r['predicted_idle_trainer']:.2f}",
             f"{r['idle_trainer_error']:+.2f}",
@@ -116,9 +127,15 @@ def print_validation(check) -> None:
         else "on fresh latency draws (the runs' traces do not record theirs)"
     )
     typer.echo(
-        f"speedup, idle trainer: measured (means over the benchmark's repeats); predicted {on}, with costs fitted to "
+        "speedup, idle trainer: measured (medians over the benchmark's repeats; interval: bootstrap 95% from 5 "
+        f"repeats, min-max below, '-' for one repeat; inside: the prediction falls in it); predicted {on}, with costs fitted to "
         "the zero-latency sync runs alone. Fresh draws: the same prediction over newly drawn latencies (the "
         "expectation). Compute speed: the runs' training per token (mini-batches no decode batch overlapped) against "
         "the zero-latency run's, medians; away from 1x the machine ran at another speed than the costs were fitted at. "
         "Predicted at it: each mode's (and sync's) compute costs divided by its speed"
     )
+    if check.missing:
+        typer.echo(
+            f"note: the benchmark was written by an older rlrm (results.csv has no {', '.join(check.missing)}): "
+            "its speedups are over the mean of sync's runs, not paired by repeat; rerun it for intervals and limits"
+        )

@@ -1,10 +1,11 @@
 """Benchmark figures and tables from a `rlrm bench reward-latency` folder.
 
-    table = mode_table(bench)            # one row per mode: mean, min and max of each result column
+    table = mode_table(bench)            # one row per mode: median and interval of each result column
     fig = throughput_figure(bench)       # bar heights are table["tokens_per_s"]
 
-Bars show the mean over repeats and an error bar spanning the min-max of the repeats. The
-zero-latency `sync` baseline (latency "none") is drawn as a reference line, not as a mode.
+Bars show the median over repeats and an error bar spanning its interval (rlrm/bench/spread.py: a
+bootstrap 95% interval of the median from 5 repeats, min-max below). The zero-latency `sync`
+baseline (latency "none") is drawn as a reference line, not as a mode.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TABLE_COLUMNS = (
     "samples_per_s",
     "speedup_vs_sync",
     "hiding_efficiency",
+    "of_limit",
     "idle_trainer",
     "idle_rollout",
     "idle_reward_wait",
@@ -81,9 +83,10 @@ def ordered(labels) -> list[str]:
 
 
 def mode_table(bench):
-    """Mean/min/max of every known result column per mode (rows ordered sync first).
+    """Median and interval of every known result column per mode (rows ordered sync first).
 
-    Columns: `runs`, then for each result column C: C (mean), C_min, C_max.
+    Columns: `runs`, then for each result column C: C (median over repeats), C_min and C_max (its
+    interval; the value itself for one repeat).
     """
     import pandas as pd
 
@@ -96,13 +99,25 @@ def mode_table(bench):
     rows = rows.assign(_cat=categories(rows).to_numpy())
     present = [c for c in TABLE_COLUMNS if c in rows.columns]
     numeric = rows[present].apply(pd.to_numeric, errors="coerce").assign(_cat=rows["_cat"].to_numpy())
+    from rlrm.bench.spread import spread
+
     grouped = numeric.groupby("_cat")
-    table = grouped[present].mean()
+    table = grouped[present].median()
     for col in present:
-        table[f"{col}_min"] = grouped[col].min()
-        table[f"{col}_max"] = grouped[col].max()
+        spreads = {cat: spread(list(values)) for cat, values in grouped[col]}
+        table[f"{col}_min"] = [_or(spreads[c].lo, spreads[c].median) for c in table.index]
+        table[f"{col}_max"] = [_or(spreads[c].hi, spreads[c].median) for c in table.index]
     table.insert(0, "runs", grouped.size())
     return table.loc[ordered(table.index)]
+
+
+def _or(value: float, fallback: float) -> float:
+    return fallback if value != value else value  # NaN (no interval: one repeat) -> the value itself
+
+
+def missing_columns(bench) -> list[str]:
+    """Result columns an older rlrm did not write (the report reads the folder all the same)."""
+    return [c for c in ("of_limit", "speedup_lo", "speedup_hi", "step_time_mean") if c not in bench.results.columns]
 
 
 def baseline_value(bench, column: str) -> float | None:
@@ -113,7 +128,7 @@ def baseline_value(bench, column: str) -> float | None:
 
 
 def throughput_figure(bench):
-    """Tokens/s and speedup vs sync per mode: bars (mean over repeats) with min-max error bars."""
+    """Tokens/s and speedup vs sync per mode: bars (median over repeats) with their intervals."""
     table = _table_with(bench, ["tokens_per_s"], "throughput")
     panels = [c for c in ("tokens_per_s", "speedup_vs_sync") if c in table.columns]
     fig, axes = new_figure(1, len(panels), width=5.0 * len(panels), squeeze=False)
@@ -344,6 +359,6 @@ def _bars(ax, table, col: str) -> None:
         yerr=err,
         capsize=3,
         color=[color(i) for i in range(len(labels))],
-        label="mean over repeats (min-max)",
+        label="median over repeats (interval)",
     )
     ax.set_xticks(range(len(labels)), labels)

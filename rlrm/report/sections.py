@@ -161,6 +161,16 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
         doc.notes.append(f"{data.name}: no per-mode table ({skip})")
         return
     cols = [c for c in benchmark.TABLE_COLUMNS if c in table.columns]
+    old = benchmark.missing_columns(data)
+    if old and not data.summary.get("simulated"):
+        doc.notes.append(
+            f"{data.name}: written by an older rlrm without {', '.join(old)}: no interval or limit for it; "
+            "rerun `rlrm bench reward-latency` for them"
+        )
+    section.text(
+        "Per mode: the median over repeats; figures draw its interval (bootstrap 95% from 5 repeats, min-max "
+        "below); of_limit = the mode's lower bound on step time / its mean step time after the first."
+    )
     section.table(
         ["mode", "runs", *cols], [[label, row["runs"], *(row[c] for c in cols)] for label, row in table.iterrows()]
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -106,6 +107,24 @@ def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
     # the sync runs' traces record every sample's latency: each repeat is predicted on the latencies it drew
     assert "on the reward latencies the benchmark's 2 repeats drew" in result.output
     assert table["drawn_error"].notna().all()
+    # two repeats: the measured speedup has a min-max interval, and the table says whether the prediction is in it
+    assert (table["measured_lo"] <= table["measured_speedup"]).all()
+    assert (table["measured_speedup"] <= table["measured_hi"]).all()
+    inside = (table["measured_lo"] <= table["predicted_speedup"]) & (table["predicted_speedup"] <= table["measured_hi"])
+    assert (table["inside"] == inside).all() and "inside" in result.output
+    assert "older rlrm" not in result.output
+
+
+def test_a_benchmark_of_an_older_rlrm_is_read_and_what_it_lacks_is_named(simulated_bench, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(simulated_bench, old)
+    frame = pd.read_csv(old / "results.csv")
+    frame.drop(columns=["speedup_lo", "speedup_hi", "of_limit", "bound_step_s"]).to_csv(
+        old / "results.csv", index=False
+    )
+    result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(old), "--out", str(tmp_path / "check")])
+    assert result.exit_code == 0, result.output
+    assert "older rlrm (results.csv has no speedup_lo, speedup_hi, of_limit)" in result.output
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Benchmark figures: bar heights are the per-mode means of results.csv; latency histogram and CDF."""
+"""Benchmark figures: bar heights are the per-mode medians of results.csv (two repeats: their means); latency
+histogram and CDF."""
 
 from __future__ import annotations
 

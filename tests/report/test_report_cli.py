@@ -83,6 +83,8 @@ def test_summary_numbers_equal_inputs(full_report, folders):
     assert f"| max_abs_diff | {parity_summary['max_abs_diff']:.6g} |" in summary
     assert "| verdict | pass |" in summary
     assert "![bench_idle](bench_idle.png)" in summary
+    # the synthetic benchmark has the columns of an older rlrm: read all the same, and what it lacks is said
+    assert "written by an older rlrm without of_limit" in summary + full_report[1].output
 
 
 def test_html_is_self_contained(full_report):

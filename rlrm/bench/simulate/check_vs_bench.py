@@ -43,6 +43,7 @@ class BenchCheck:
     table: list[dict]  # mode, measured/predicted speedup and idle_trainer, errors
     latency: str
     replayed: int = 0  # repeats predicted on the latencies the benchmark drew (0: on fresh draws)
+    missing: tuple[str, ...] = ()  # columns of a newer rlrm the benchmark's results.csv lacks
 
 
 def is_bench_folder(path: Path) -> bool:
@@ -100,8 +101,11 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
             {
                 "mode": mode,
                 "measured_speedup": m["speedup_vs_sync"],
+                "measured_lo": m.get("speedup_vs_sync_lo", math.nan),
+                "measured_hi": m.get("speedup_vs_sync_hi", math.nan),
                 "predicted_speedup": p["speedup_vs_sync"],
                 "speedup_error": p["speedup_vs_sync"] / m["speedup_vs_sync"] - 1,
+                "inside": _inside(p["speedup_vs_sync"], m),
                 "measured_idle_trainer": m["idle_trainer"],
                 "predicted_idle_trainer": p["idle_trainer"],
                 "idle_trainer_error": p["idle_trainer"] - m["idle_trainer"],
@@ -117,10 +121,20 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
         )
     if write and out is not None:
         pd.DataFrame(table).to_csv(Path(out) / "validation.csv", index=False)
-    return BenchCheck(cal, result, table, latency, replayed=len(replayed) if replayed else 0)
+    missing = tuple(c for c in ("speedup_lo", "speedup_hi", "of_limit") if records and c not in records[0])
+    return BenchCheck(cal, result, table, latency, replayed=len(replayed) if replayed else 0, missing=missing)
 
 
 SIMULATED_REPEATS = 5  # simulated runs per mode at least
+
+
+def _inside(predicted: float, measured: dict) -> bool | None:
+    """The prediction lies in the measured speedup's interval (None: one repeat, no interval)."""
+    lo, hi = measured.get("speedup_vs_sync_lo", math.nan), measured.get("speedup_vs_sync_hi", math.nan)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return lo <= predicted <= hi
+
 
 COMPUTE_COSTS = {  # the spec's seconds that scale with the machine's speed (not the reward latency)
     "rollout": (
