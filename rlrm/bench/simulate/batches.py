@@ -7,7 +7,10 @@
 A sample's reward call starts when it is generated (when the whole batch is, in sync mode, which
 scores after generating everything) and takes its drawn time (draws.py). The reward loop lets
 `max_concurrency` calls per worker run at once (sample i goes to worker i mod workers); more
-wait in line, first come first served.
+wait in line, first come first served. A hosted judge's `reward.limits` are the run's one budget, as
+rlrm/engine/rewards/limits.py enforces it: `max_concurrent` calls at once over every worker, and calls
+paced, not burst (call k+1 leaves `60/rpm` s after call k, and `tokens_per_call * 60/tpm` s for the
+token budget), in launch order.
 """
 
 from __future__ import annotations
@@ -75,8 +78,13 @@ class RewardQueue:
 
     def __init__(self, reward, samples_per_batch: int, batches_in_flight: int):
         self.workers, self.slots = reward.workers, reward.max_concurrency
+        limits = reward.limits
+        if limits.max_concurrent is not None and limits.max_concurrent < self.workers * self.slots:
+            self.workers, self.slots = 1, limits.max_concurrent  # one cap over every worker
+        self.pace_s = limits.pace_s()  # seconds between two calls' departures (0: not paced)
         per_worker = -(-samples_per_batch // self.workers)
-        self.unlimited = self.slots >= per_worker * batches_in_flight  # the slots can never all be taken
+        # the slots can never all be taken, and nothing paces the calls
+        self.unlimited = self.slots >= per_worker * batches_in_flight and self.pace_s == 0
         self.revision = 0
         self._calls: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # batch k -> (arrival, start, done)
 
@@ -109,11 +117,24 @@ class RewardQueue:
             start = arrival
         else:
             start = self._queue(arrival, batch.reward_s, worker, before_d, before_w)
-            done = start + batch.reward_s
+        if self.pace_s > 0:
+            start = self._paced(k, start)
+        done = start + batch.reward_s
         self._calls[k] = (arrival.copy(), start, done)
         for j in [j for j in self._calls if j < k - 8]:  # long finished
             del self._calls[j]
         return start, done
+
+    def _paced(self, k: int, start: np.ndarray) -> np.ndarray:
+        """Each call at its own slot of one schedule: `pace_s` after the previous call, earlier batches first."""
+        earlier = [s for j, (_, s, _) in self._calls.items() if j < k and s.size]
+        slot = max((float(s.max()) + self.pace_s for s in earlier), default=-np.inf)
+        paced = np.empty_like(start)
+        for i in np.argsort(start, kind="stable").tolist():
+            slot = max(float(start[i]), slot)
+            paced[i] = slot
+            slot += self.pace_s
+        return paced
 
     def _queue(self, arrival, seconds, worker, busy_until, busy_worker) -> np.ndarray:
         heaps = []

@@ -51,6 +51,7 @@ class _Steps:
     submit: list[float] = field(default_factory=list)
     returned: list[float] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
+    judge_tokens: list[float] = field(default_factory=list)  # tokens per reward-model call (usage)
     overhead: list[float] = field(default_factory=list)
     first: list[tuple[float, float, float, float, float, float]] = field(
         default_factory=list
@@ -131,7 +132,9 @@ def _observe(run_dir: Path, config: dict, rows: list[dict], events: list[dict], 
         )
     profile = _Profile(config)
     n, prompts = int(profile.get("rollout.n", 1)), int(profile.get("data.train_batch_size", 1))
-    sync = profile.get("trainer.mode", "sync") == "sync"
+    # a rate-limited judge: the reward phase is paced calls, so fit each call (its span less the wait) instead
+    limited = any(profile.get(f"reward.limits.{k}", None) is not None for k in ("rpm", "tpm", "max_concurrent"))
+    sync = profile.get("trainer.mode", "sync") == "sync" and not limited
     wait_s = float(profile.get("rollout.batch_wait_ms", 0.0)) / 1000
     cap = int(profile.get("rollout.max_batch_size", 64))
     for row in usable:
@@ -198,7 +201,7 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
     )
     if requests and decodes:
         obs.returned.append(max(0.0, max(r[1] for r in requests) - max(d[1] for d in decodes)))
-    rewards = [s for s in lanes.get("reward", []) if s[2].get("batch") == row["step"]]
+    rewards = [s for s in lanes.get("reward", []) if s[3] == "reward" and s[2].get("batch") == row["step"]]
     if sync and requests and decode_obs:
         # nothing overlaps: from the step's start to its first decode batch is submission (prompt
         # encoding, request set-up); the whole batch is scored after the last request returned
@@ -208,7 +211,13 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
         if waits:
             obs.reward.append(max(0.0, waits[-1][1] - max(r[1] for r in requests)))
     elif rewards:
-        obs.reward.extend(s[1] - s[0] - float(s[2].get("injected_latency_s", 0.0)) for s in rewards)
+        obs.reward.extend(
+            s[1] - s[0] - float(s[2].get("injected_latency_s", 0.0)) - float(s[2].get("throttle_wait_s", 0.0))
+            for s in rewards
+        )
+    if row.get("reward/model_calls"):
+        used = row.get("reward/judge_prompt_tokens", 0) + row.get("reward/judge_completion_tokens", 0)
+        obs.judge_tokens.append(used / row["reward/model_calls"])
     weights = [s for s in lanes.get("trainer", []) if s[3] == "update_weights" and start < s[1] <= end + 1e-6]
     if weights:
         obs.overhead.append(max(0.0, end - weights[-1][1]))
@@ -230,8 +239,11 @@ def _fit(profile: dict, obs: _Steps, sources: list[str], steps: int) -> Calibrat
     values = cal.spec_values
 
     def put(key: str, value, note: str) -> None:
-        section, name = key.split(".")
-        values.setdefault(section, {})[name] = value
+        *sections, name = key.split(".")
+        node = values
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
         if note:
             cal.params.append((key, value, note))
 
@@ -396,8 +408,18 @@ def _reward(p: _Profile, obs: _Steps, put) -> None:
         ("fail_rate", "reward.inject.fail_rate", 0.0),
         ("latency", "reward.inject.latency", "none"),
         ("latency_scale", "reward.inject.scale", 1.0),
+        ("limits.max_concurrent", "reward.limits.max_concurrent", None),
+        ("limits.rpm", "reward.limits.rpm", None),
+        ("limits.tpm", "reward.limits.tpm", None),
     ):
         put(f"reward.{key}", p.get(path, default), "")
+    if obs.judge_tokens:
+        tokens = _median(obs.judge_tokens)
+        put(
+            "reward.limits.tokens_per_call",
+            tokens,
+            f"judge tokens per call (usage), median of {len(obs.judge_tokens)} steps",
+        )
 
 
 def _trainer(p: _Profile, obs: _Steps, put) -> None:

@@ -111,6 +111,23 @@ class RolloutSpec(_Section):
     )
 
 
+class LimitsSpec(_Section):
+    """A hosted judge's rate limits (profile `reward.limits`): one budget for the whole run."""
+
+    max_concurrent: int | None = Field(None, gt=0, description="Most reward calls in flight over every worker.")
+    rpm: float | None = Field(None, gt=0, description="Most reward calls per minute (calls are paced: 60/rpm s apart).")
+    tpm: float | None = Field(
+        None, gt=0, description="Most judge tokens per minute (each call counts tokens_per_call)."
+    )
+    tokens_per_call: float = Field(
+        500.0, gt=0, description="Judge tokens one call counts against tpm (prompt + completion, as `usage` reports)."
+    )
+
+    def pace_s(self) -> float:
+        """Seconds between two calls' departures the budget allows (0: no rate limit)."""
+        return max(60.0 / self.rpm if self.rpm else 0.0, self.tokens_per_call * 60.0 / self.tpm if self.tpm else 0.0)
+
+
 class RewardSpec(_Section):
     """The reward loop: per-sample latency, concurrency, retries and the failure policy (profile `reward.*`)."""
 
@@ -136,6 +153,7 @@ class RewardSpec(_Section):
         0.1, ge=0, description="First retry delay, doubling, with jitter x[0.5, 1.5) (reward.backoff_s)."
     )
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (reward.backoff_max_s).")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default",
         description="After the last retry: keep the sample with a set score, drop its group, or stop the run.",
