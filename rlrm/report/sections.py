@@ -6,6 +6,7 @@ turns a figure that cannot be drawn into a note).
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 
 from rlrm.report import benchmark, curves, parity
@@ -99,6 +100,12 @@ def _curve_keys(doc: Document, usable: list[RunData], globs: list[str]) -> list[
                 left_out.update(partial)
             else:
                 doc.notes.append(f"figure curve_{spec.name} skipped: no run has {' or '.join(spec.keys)}")
+        # one curve per reward component (rlrm/engine/rewards/components.py), when runs log them
+        names = [k for k in available_metrics(usable) if fnmatch.fnmatchcase(k, curves.COMPONENT_CURVES)]
+        kept, missing = shared(usable, names)
+        left_out.update(missing)
+        for key in kept:
+            chosen.append((curves.file_name(key), key, f"Reward component (mean, min-max band): {key}"))
     for key, lacking in left_out.items():
         doc.notes.append(f"left out {key}: not in every run (missing in {', '.join(lacking)})")
     return chosen
