@@ -50,7 +50,8 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
     section = doc.section("Reward-hacking audit")
     section.text(
         f"Least-squares trends over windows of {settings.window} steps. Divergence: the training reward rises "
-        f"(slope t >= {settings.t_min:g}) while val/accuracy or reward/rule_agreement falls by >= {settings.min_drop:g} "
+        f"(slope t >= {settings.t_min:g}) while val/accuracy, reward/rule_agreement or a reward component's "
+        f"reward/component/<name>/rule_agreement falls by >= {settings.min_drop:g} "
         f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
         f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
     )
