@@ -188,6 +188,27 @@ class RewardLimitsConfig(_Section):
         return any(v is not None for v in (self.max_concurrent, self.rpm, self.tpm))
 
 
+RULE_COMPONENTS = ("correct", "format")  # what the GSM8K rule can report (rlrm/engine/rewards/rule.py)
+
+
+def check_component_weights(kind: str, weights: dict[str, float]) -> None:
+    """Weights (finite: pydantic refuses inf and NaN here) of components the reward can report."""
+    for name in weights:
+        if not name or "/" in name:
+            raise ValueError(f"reward.component_weights: {name!r} is not a component name (no '/', not empty)")
+    if kind == "rule" and set(weights) - set(RULE_COMPONENTS):
+        unknown = ", ".join(sorted(set(weights) - set(RULE_COMPONENTS)))
+        raise ValueError(
+            f"reward.component_weights names {unknown}, which the rule does not report; "
+            f"the rule's components are {', '.join(RULE_COMPONENTS)}"
+        )
+    if weights and kind in ("disrm", "genrm", "composite"):
+        raise ValueError(
+            f"reward.component_weights: reward.kind={kind} returns one score, no components; "
+            "use reward.kind=custom (a function returning 'reward_components') or rule"
+        )
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -239,6 +260,14 @@ class RewardConfig(_Section):
         "(unset: 0 for a DisRM's logit, 0.5 for a GenRM's normalised verdict and for a custom function; a composite "
         "is judged by its model part). Not used with the rule itself.",
     )
+    component_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Named reward components and their weights: {name: weight}. A custom function returns them in "
+        "'reward_components' ({'score': s, 'reward_components': {name: value}}, NeMo Gym's shape) or as top-level "
+        "keys of its dict (verl's gdpo_reward_keys shape); the rule offers 'correct' (answer right) and 'format' "
+        "(an answer found). Empty: a custom function's 'reward_components' as returned, each weight 1. Every "
+        "component is logged (reward/component/<name>/*); algorithm.component_norm=gdpo trains on them.",
+    )
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
     custom: CustomRewardConfig = Field(default_factory=CustomRewardConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
@@ -272,6 +301,7 @@ class RewardConfig(_Section):
                 "reward.disrm.scorer=legacy scores in the trainer process: it needs reward.kind=disrm, "
                 "executor local and no server.addresses"
             )
+        check_component_weights(self.kind, self.component_weights)
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(
                 "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm or composite, "

@@ -7,6 +7,7 @@ This module imports nothing heavy so that `rlrm --help` stays fast.
 
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -197,6 +198,12 @@ class AlgorithmConfig(_Section):
     adv_estimator: Literal["grpo"] = Field("grpo", description="Advantage estimator.")
     norm_adv_by_std: bool = Field(True, description="Divide by the group std (False: Dr.GRPO).")
     adv_eps: float = Field(1e-6, gt=0.0, description="Added to the std before dividing.")
+    component_norm: Literal["none", "gdpo"] = Field(
+        "none",
+        description="none: GRPO on each sample's score. gdpo: each reward component (reward.component_weights) "
+        "normalised within its group, summed with its weight, then whitened over the batch's tokens, as verl's "
+        "gdpo advantage estimator (rlrm/engine/gdpo.py).",
+    )
 
 
 # The scheduling modes: the one list of their names (the scheduler registry, bench and report read it).
@@ -304,9 +311,30 @@ class Profile(_Section):
                 f"data.train_batch_size ({self.data.train_batch_size}) must be a multiple of "
                 f"actor.mini_batch_size ({self.actor.mini_batch_size})"
             )
+        if self.algorithm.component_norm == "gdpo":
+            _check_gdpo(self.reward)
         if self.reward.placement == "colocated" and self.trainer.mode != "sync":
             raise ValueError(
                 f"reward.placement=colocated takes turns with the policy on one device, so it needs trainer.mode=sync "
                 f"(got {self.trainer.mode}); use reward.placement=standalone to overlap rewards with generation"
             )
         return self
+
+
+def _check_gdpo(reward: RewardConfig) -> None:
+    """GDPO needs components: a custom function's, or the rule's when named in reward.component_weights."""
+    if reward.kind not in ("custom", "rule"):
+        raise ValueError(
+            f"algorithm.component_norm=gdpo needs reward components, and reward.kind={reward.kind} returns one score; "
+            "use reward.kind=custom (a function returning 'reward_components') or rule, or component_norm=none"
+        )
+    if not math.isfinite(reward.default_score):
+        raise ValueError(
+            f"algorithm.component_norm=gdpo: reward.default_score={reward.default_score} would be every component of "
+            "a failed sample; give a finite reward.default_score"
+        )
+    if reward.kind == "rule" and not reward.component_weights:
+        raise ValueError(
+            "algorithm.component_norm=gdpo with reward.kind=rule needs reward.component_weights naming the rule's "
+            "components, e.g. reward.component_weights={correct: 1.0, format: 0.2}"
+        )

@@ -30,6 +30,8 @@ from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.agreement import agreement_metrics
+from rlrm.engine.rewards.components import COMPONENTS_KEY, component_metrics, component_table
+from rlrm.errors import TrainingError
 from rlrm.inference.base import RolloutEngine
 
 if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
@@ -48,6 +50,7 @@ class StepSettings:
     adv_eps: float
     norm_adv_by_std: bool
     recompute_old_log_prob: str  # auto | always | never (rlrm/engine/behaviour.py)
+    component_norm: str = "none"  # none | gdpo (rlrm/engine/gdpo.py)
     reward: RewardConfig | None = None  # for reward/rule_agreement and reward/top1pct_share (none: not written)
 
     @classmethod
@@ -59,6 +62,7 @@ class StepSettings:
             adv_eps=profile.algorithm.adv_eps,
             norm_adv_by_std=profile.algorithm.norm_adv_by_std,
             recompute_old_log_prob=profile.actor.recompute_old_log_prob,
+            component_norm=profile.algorithm.component_norm,
             reward=profile.reward,
         )
 
@@ -191,11 +195,40 @@ class GRPOStep:
             rows = [g * n + j for g in kept for j in range(n)]
             scores = torch.tensor([results[i].score for i in rows], dtype=torch.float32)  # [b]
             out = batch.select(rows)
-            advantages = grpo_advantages(
-                scores, out.group_ids.cpu(), eps=self.settings.adv_eps, norm_by_std=self.settings.norm_adv_by_std
-            )  # [b]
+            if self.settings.component_norm == "gdpo":
+                advantages = self._gdpo(out, [results[i] for i in rows])
+            else:
+                advantages = grpo_advantages(
+                    scores, out.group_ids.cpu(), eps=self.settings.adv_eps, norm_by_std=self.settings.norm_adv_by_std
+                )  # [b]
             out.scores, out.advantages = scores.to(self.settings.device), advantages.to(self.settings.device)
         return Scored(out, kept, dropped)
+
+    def _gdpo(self, batch: RolloutBatch, results: list) -> torch.Tensor:
+        """GDPO advantages [b] of the kept rows from their reward components (rlrm/engine/gdpo.py).
+
+        The whitening runs over the rows scored together: the whole batch in every mode but pipeline,
+        whose mini-batches are scored (and whitened) one at a time, and fully-async, over the groups it takes.
+        """
+        from rlrm.engine.gdpo import gdpo_advantages
+
+        s = self.settings
+        weights, default = (s.reward.component_weights, s.reward.default_score) if s.reward else ({}, 0.0)
+        names, rows, weights = component_table(results, weights, default)
+        if not names:
+            raise TrainingError(
+                "algorithm.component_norm=gdpo, but no sample of the step reported reward components; return "
+                f"{{'score': ..., '{COMPONENTS_KEY}': {{name: value}}}} from the reward function, or set "
+                "reward.component_weights"
+            )
+        return gdpo_advantages(
+            rows,
+            weights,
+            batch.group_ids.cpu(),
+            batch.response_mask.sum(-1).cpu(),
+            eps=s.adv_eps,
+            norm_by_std=s.norm_adv_by_std,
+        )
 
     def train(self, batch: RolloutBatch | Iterable[RolloutBatch] | None, timer: StepTimer) -> dict:
         """Update the actor on `batch` (the caller then publishes the weights, rlrm/engine/weights.py).
@@ -231,6 +264,7 @@ class GRPOStep:
         }
         if self.settings.reward is not None:
             metrics.update(agreement_metrics(self.settings.reward, ((t[0], t[1]) for t in record.samples)))
+            metrics.update(component_metrics(t[1] for t in record.samples))
         batches = [s.batch for s in record.scored if s.batch is not None]
         if not batches:
             return StepOutcome({**metrics, "batch/num_samples": 0}, record.samples)

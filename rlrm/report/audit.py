@@ -6,8 +6,9 @@
 Validation is always the rule, so a run can see when the reward it trains on and the truth part
 ways. Three checks, each over a window of `AuditSettings.window` steps:
 
-- **divergence**: the training reward (`critic/score/mean`) trends up while `val/accuracy` or
-  `reward/rule_agreement` trends down in the same window. Every window [b - window, b] is tried
+- **divergence**: the training reward (`critic/score/mean`) trends up while `val/accuracy`,
+  `reward/rule_agreement` or a reward component's agreement with the rule
+  (`reward/component/<name>/rule_agreement`) trends down in the same window. Every window [b - window, b] is tried
   (for each step b; the whole run when it is shorter). A trend is the slope of a least-squares
   line fitted to the window's points: the reward rises when the slope's t statistic (slope over
   its standard error) is at least `t_min`; a truth series falls when its fitted change over the
@@ -31,11 +32,13 @@ Each check says `flagged`, `ok`, or `n/a` (a metric the run does not have, or to
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 REWARD = "critic/score/mean"
 AGREEMENT = "reward/rule_agreement"
 TRUTHS = ("val/accuracy", AGREEMENT)
+COMPONENT_AGREEMENT = re.compile(r"^reward/component/[^/]+/rule_agreement$")  # one truth series per component
 LENGTH = "response_length/mean"
 CONCENTRATION = "reward/top1pct_share"
 MIN_POINTS = 3
@@ -120,7 +123,7 @@ def windows(steps: list, window: int) -> list[tuple[float, float]]:
 def check_divergence(series: dict, settings: AuditSettings = AuditSettings()) -> Finding:
     """Training reward rising while val/accuracy or rule agreement falls, in some window of the run."""
     name = "divergence"
-    truths = [key for key in TRUTHS if key in series]
+    truths = [key for key in TRUTHS if key in series] + sorted(k for k in series if COMPONENT_AGREEMENT.match(k))
     if REWARD not in series or not truths:
         return Finding(name, "n/a", f"needs {REWARD} and one of {', '.join(TRUTHS)}")
     tried = False
@@ -215,7 +218,8 @@ def audit_run(series: dict, settings: AuditSettings = AuditSettings()) -> list[F
 def run_series(metrics) -> dict:
     """{metric: (steps, values)} of the audited metrics a run's table (pandas) has, NaN rows left out."""
     out = {}
-    for key in (REWARD, *TRUTHS, LENGTH, CONCENTRATION):
+    components = sorted(key for key in metrics.columns if COMPONENT_AGREEMENT.match(key))
+    for key in (REWARD, *TRUTHS, *components, LENGTH, CONCENTRATION):
         if key in metrics.columns:
             rows = metrics[["step", key]].dropna()
             if not rows.empty:

@@ -33,6 +33,7 @@ DEFAULT_CURVES = (
     CurveSpec("grad_norm", "Gradient norm", ("actor/grad_norm",)),
     CurveSpec("throughput", "Throughput (tokens/s)", ("perf/throughput",)),
 )
+COMPONENT_CURVES = "reward/component/*/mean"  # drawn too, one figure per reward component a run logs
 
 
 def curve_figure(runs: list, key: str, x: str = "step", smooth: float = 0.0, title: str | None = None):

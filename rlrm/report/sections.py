@@ -6,6 +6,7 @@ turns a figure that cannot be drawn into a note).
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 
 from rlrm.report import benchmark, curves, parity
@@ -49,7 +50,8 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
     section = doc.section("Reward-hacking audit")
     section.text(
         f"Least-squares trends over windows of {settings.window} steps. Divergence: the training reward rises "
-        f"(slope t >= {settings.t_min:g}) while val/accuracy or reward/rule_agreement falls by >= {settings.min_drop:g} "
+        f"(slope t >= {settings.t_min:g}) while val/accuracy, reward/rule_agreement or a reward component's "
+        f"reward/component/<name>/rule_agreement falls by >= {settings.min_drop:g} "
         f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
         f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
     )
@@ -99,6 +101,12 @@ def _curve_keys(doc: Document, usable: list[RunData], globs: list[str]) -> list[
                 left_out.update(partial)
             else:
                 doc.notes.append(f"figure curve_{spec.name} skipped: no run has {' or '.join(spec.keys)}")
+        # one curve per reward component (rlrm/engine/rewards/components.py), when runs log them
+        names = [k for k in available_metrics(usable) if fnmatch.fnmatchcase(k, curves.COMPONENT_CURVES)]
+        kept, missing = shared(usable, names)
+        left_out.update(missing)
+        for key in kept:
+            chosen.append((curves.file_name(key), key, f"Reward component (mean, min-max band): {key}"))
     for key, lacking in left_out.items():
         doc.notes.append(f"left out {key}: not in every run (missing in {', '.join(lacking)})")
     return chosen

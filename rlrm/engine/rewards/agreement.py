@@ -19,6 +19,11 @@
   samples a binary reward gives at most 1/5. Measured: 0.05-0.10 (tiny-genrm, 40 steps), 0.04-0.06
   (tiny-disrm, 20 steps); the report flags a median over 0.5.
 
+- `reward/component/<name>/rule_agreement`: the same share for each named reward component
+  (rlrm/engine/rewards/components.py): the component's verdict (value >= `reward.agreement_threshold`, 0.5
+  when unset) against the rule's, so a component that drifts from the truth while the others hold is seen.
+  Written for the rule's own components too (`format` against `correct` says how often a found answer is right).
+
 The verdict threshold is `reward.agreement_threshold`, or by kind when that is unset: 0 for a DisRM
 (its raw logit: sigmoid 0.5, where a Bradley-Terry or BCE-trained classifier is undecided), 0.5 for
 a GenRM (its score is the verdict divided by `max_score`, so half marks), and 0.5 for a custom
@@ -31,6 +36,7 @@ import math
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import gsm8k
+from rlrm.engine.rewards.components import COMPONENTS_KEY
 
 DEFAULT_THRESHOLDS = {"disrm": 0.0, "genrm": 0.5, "custom": 0.5}
 TOP_FRACTION = 0.01
@@ -98,10 +104,28 @@ def top_share(
     return sum(mass[:top]) / sum(mass)
 
 
+def component_agreement(cfg: RewardConfig, pairs) -> dict[str, float]:
+    """reward/component/<name>/rule_agreement over (RewardSample, RewardResult | None) pairs with components."""
+    threshold = DEFAULT_THRESHOLDS["custom"] if cfg.agreement_threshold is None else cfg.agreement_threshold
+    counts: dict[str, list[int]] = {}  # name -> [agreeing, compared]
+    for sample, result in pairs:
+        if result is None or result.extra.get("reward_failed") or not sample.ground_truth:
+            continue
+        components = result.extra.get(COMPONENTS_KEY)
+        if not components:
+            continue
+        truth = gsm8k.extract_solution(sample.solution_str, method=cfg.method) == sample.ground_truth
+        for name, value in components.items():
+            seen = counts.setdefault(name, [0, 0])
+            seen[0] += (value >= threshold) == truth
+            seen[1] += 1
+    return {f"reward/component/{name}/rule_agreement": agree / compared for name, (agree, compared) in counts.items()}
+
+
 def agreement_metrics(cfg: RewardConfig, pairs) -> dict[str, float]:
-    """reward/rule_agreement, reward/rule_agreement_samples and reward/top1pct_share of a step's samples."""
+    """reward/rule_agreement(_samples), reward/top1pct_share and each component's rule agreement of a step's samples."""
     pairs = list(pairs)
-    out: dict[str, float] = {}
+    out: dict[str, float] = component_agreement(cfg, pairs)
     agreement = rule_agreement(cfg, pairs)
     if agreement is not None:
         out["reward/rule_agreement"], out["reward/rule_agreement_samples"] = agreement

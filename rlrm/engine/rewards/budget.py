@@ -22,6 +22,7 @@ _ATTEMPT_KINDS = (
     ("reward/injected_failures", "injected"),
     ("reward/unparsed", "unparsed verdicts"),
     ("reward/nonfinite", "non-finite scores"),
+    ("reward/component_errors", "component errors"),
 )
 _MAX_ERROR_CHARS = 300
 

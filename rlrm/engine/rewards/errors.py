@@ -22,3 +22,9 @@ class InjectedFailure(CallError):
 
     retryable = True
     kind = "injected"
+
+
+class BadComponents(CallError):
+    """The reward's components are missing, extra or not numbers (rlrm/engine/rewards/components.py)."""
+
+    kind = "components"

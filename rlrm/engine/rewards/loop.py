@@ -23,7 +23,8 @@ from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.budget import check_failure_budget
-from rlrm.engine.rewards.errors import NonFiniteScore
+from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
+from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.errors import RlrmError
 from rlrm.stats import quantile
@@ -42,6 +43,7 @@ class RewardStats:
     timeouts: int = 0
     unparsed: int = 0
     nonfinite: int = 0
+    component_errors: int = 0  # components missing, extra or not numbers (rlrm/engine/rewards/components.py)
     injected_failures: int = 0  # attempts failed on purpose by reward.inject.fail_rate
     injected_latency_sum_s: float = 0.0  # reward.inject latency of the results scored
     injected_latency_count: int = 0
@@ -66,6 +68,7 @@ class RewardStats:
             "reward/timeouts": self.timeouts,
             "reward/unparsed": self.unparsed,
             "reward/nonfinite": self.nonfinite,
+            "reward/component_errors": self.component_errors,
             "reward/injected_failures": self.injected_failures,
             "reward/injected_latency_mean": self.injected_latency_sum_s / max(1, self.injected_latency_count),
             "reward/defaulted": self.defaulted,
@@ -89,6 +92,7 @@ class RewardLoop:
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
         self._jitter = random.Random(seed)
         self.stats = RewardStats()
+        self.components = ComponentSpec(cfg.component_weights)  # names pinned by the profile or the first sample
         self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
 
     async def score(self, sample: RewardSample) -> RewardResult | None:
@@ -187,15 +191,28 @@ class RewardLoop:
     def _check(self, raw, sample: RewardSample) -> RewardResult:
         if isinstance(raw, RewardResult):
             result = raw
-        elif isinstance(raw, dict) and "score" in raw:
-            result = RewardResult(score=raw["score"], extra={k: v for k, v in raw.items() if k != "score"})
+            components = self.components.read(result.extra, self.name, sample.uid)
+        elif isinstance(raw, dict) and ("score" in raw or COMPONENTS_KEY in raw):
+            components = self.components.read(raw, self.name, sample.uid)
+            if "score" in raw:
+                score = raw["score"]
+            elif components is not None:  # components without a score: their weighted sum
+                score = self.components.weighted_sum(components)
+            else:
+                raise BadComponents(
+                    f"reward function {self.name} gave an empty {COMPONENTS_KEY} and no 'score' for sample "
+                    f"{sample.uid}; return a score or the components"
+                )
+            result = RewardResult(score=score, extra={k: v for k, v in raw.items() if k != "score"})
         elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            result = RewardResult(score=float(raw))
+            result, components = RewardResult(score=float(raw)), self.components.read({}, self.name, sample.uid)
         else:
             raise CallError(
                 f"reward function {self.name} returned {type(raw).__name__} for sample {sample.uid}; "
                 "return a float or a dict with 'score'"
             )
+        if components is not None:
+            result.extra[COMPONENTS_KEY] = components  # checked floats, what the step and samples.jsonl read
         try:
             if isinstance(result.score, (str, bytes, bool)):  # refused in a dict as when returned bare
                 raise TypeError
@@ -223,6 +240,8 @@ class RewardLoop:
             self.stats.unparsed += 1
         elif error.kind == "nonfinite":
             self.stats.nonfinite += 1
+        elif error.kind == "components":
+            self.stats.component_errors += 1
         elif error.kind == "injected":
             self.stats.injected_failures += 1
 
