@@ -111,9 +111,9 @@ SPREAD_COLUMNS = ("speedup_vs_sync", "hiding_efficiency", "idle_trainer", "idle_
 
 def mode_stats(rows: list[dict], latency: str) -> dict[str, dict]:
     """Per mode under `latency`: the median over its repeats of every numeric column, the interval of
-    each of SPREAD_COLUMNS (`<col>_lo`, `<col>_hi`; rlrm/bench/spread.py says which interval), how many
+    each of SPREAD_COLUMNS (`<col>_lo`, `<col>_hi`; rlrm/stats.py says which interval), how many
     repeats, the interval's method, and whether the speedup is within noise of sync's."""
-    from rlrm.bench.spread import spread, within_noise
+    from rlrm.stats import spread, within_noise
 
     out: dict[str, dict] = {}
     for mode in dict.fromkeys(r["mode"] for r in rows if str(r["latency"]) == latency):

@@ -10,7 +10,7 @@ compared with sync's and the baseline's runs of its own repeat (rlrm/bench/resul
 baseline's step time sets the latency scale (unless given) so that the mean injected latency is
 `latency_fraction` (default 0.5) of a zero-latency step, as in verl's reference setup (uniform 1-40 s
 against steps of about a minute). Per mode the summary holds the median over repeats with its interval
-(rlrm/bench/spread.py) and the mode's lower bound on step time from the baselines' phase times
+(rlrm/stats.py) and the mode's lower bound on step time from the baselines' phase times
 (rlrm/bench/limits.py). Runs that finished are kept when the benchmark is interrupted; the ones missing
 are listed.
 """

@@ -3,7 +3,7 @@
     table = mode_table(bench)            # one row per mode: median and interval of each result column
     fig = throughput_figure(bench)       # bar heights are table["tokens_per_s"]
 
-Bars show the median over repeats and an error bar spanning its interval (rlrm/bench/spread.py: a
+Bars show the median over repeats and an error bar spanning its interval (rlrm/stats.py: a
 bootstrap 95% interval of the median from 5 repeats, min-max below). The zero-latency `sync`
 baseline (latency "none") is drawn as a reference line, not as a mode.
 """
@@ -99,7 +99,7 @@ def mode_table(bench):
     rows = rows.assign(_cat=categories(rows).to_numpy())
     present = [c for c in TABLE_COLUMNS if c in rows.columns]
     numeric = rows[present].apply(pd.to_numeric, errors="coerce").assign(_cat=rows["_cat"].to_numpy())
-    from rlrm.bench.spread import spread
+    from rlrm.stats import spread
 
     grouped = numeric.groupby("_cat")
     table = grouped[present].median()

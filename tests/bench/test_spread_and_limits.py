@@ -12,8 +12,8 @@ import pytest
 
 from rlrm.bench.limits import BatchLatency, Phases, Shape, baseline_phases, batch_latency, mode_bound, of_limit
 from rlrm.bench.results import compare, mode_stats
-from rlrm.bench.spread import spread, within_noise
 from rlrm.config.latency import parse_latency
+from rlrm.stats import spread, within_noise
 
 
 def test_spread_method_follows_the_number_of_repeats():
