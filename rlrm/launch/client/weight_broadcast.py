@@ -136,8 +136,8 @@ class WeightBroadcast:
     def _post(self, url: str, path: str, body: dict, timeout_s: float) -> str | None:
         try:
             return post_sync_call(url, path, body, self.wire, self.api_key, timeout_s)
-        except TransientError as exc:
-            return f"{type(exc).__name__}: {exc}"
+        except TransientError as exc:  # names the call and what failed (a timeout says so)
+            return str(exc)
 
 
 class FleetBroadcast:
