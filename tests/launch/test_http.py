@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlrm.call_errors import RequestTimeout, TransientError
+from rlrm.launch.client.wire import SGLangWire, post_sync_call
 from rlrm.launch.common import http
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.router import RouterCounters
@@ -28,7 +29,7 @@ SLOW_S = 3.0  # how long /slow takes to answer
 
 
 class TinyServer:
-    """/json, /text (not JSON), /slow, POST /echo (the body and the Authorization header back), /metrics."""
+    """/json, /text (not JSON), /slow (also POST), POST /echo (the body and the Authorization header back), /metrics."""
 
     def __init__(self):
         self.port = free_port()
@@ -76,6 +77,7 @@ class TinyServer:
         for path, handler in (("/json", answer_json), ("/text", text), ("/slow", slow), ("/metrics", metrics)):
             app.router.add_get(path, handler)
         app.router.add_post("/echo", echo)
+        app.router.add_post("/slow", slow)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -183,6 +185,17 @@ def test_router_counters_read_the_metrics_page_through_it(server):
     assert counters.take() == {}  # an error page is not read as zero counters
     server.metrics_status = 200
     assert RouterCounters(f"http://127.0.0.1:{free_port()}/metrics", prefix="x/").take() == {}
+
+
+def test_weight_sync_calls_fail_as_call_errors_or_a_line(server):
+    """What the rollout engine and the weight broadcast catch: no answer raises, any answer is judged by the wire."""
+    wire, refused = SGLangWire(), f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TransientError, match=rf"POST {refused}/update_weights_from_disk: ClientConnectorError"):
+        post_sync_call(refused, "/update_weights_from_disk", {}, wire, None, 5)
+    with pytest.raises(RequestTimeout, match=rf"POST {server.url}/slow did not answer within 0.2 s"):
+        post_sync_call(server.url, "/slow", {}, wire, None, 0.2)
+    assert post_sync_call(server.url, "/text", {}, wire, None, 5) == "POST /text answered 405: 405: Method Not Allowed"
+    assert post_sync_call(server.url, "/echo", {"x": 1}, wire, "k", 5) == "success: false"  # JSON, read by the wire
 
 
 def test_rlrm_imports_no_other_http_client():
