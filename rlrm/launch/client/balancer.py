@@ -7,9 +7,9 @@ A replica that refuses connections or answers 5xx is taken out of rotation and p
 `/health` until it answers again, then rejoins. Errors come back classified (transient: retry
 elsewhere; bad request: do not retry) for the reward loop's fault policy.
 
-The client is aiohttp: with 256 requests in flight, httpx's async pool took 2.1 s for 256 trivial
-`/health` calls against 0.2-0.4 s for aiohttp (measured here, same server), and reward traffic is
-exactly that shape.
+The client is aiohttp, rlrm's one HTTP client library (rlrm/launch/common/http.py runs it for synchronous
+callers): with 256 requests in flight, httpx's async pool took 2.1 s for 256 trivial `/health` calls against
+0.2-0.4 s for aiohttp (measured here, same server), and reward traffic is exactly that shape.
 """
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ import json
 import time
 
 from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError, retry_after_s
+from rlrm.launch.common.http import KEEPALIVE_S
 from rlrm.launch.fleet.process import ServerStartError
-
-# Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
-# (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have
-# read a server's close yet when it reuses the connection: every such request failed ("Server disconnected")
-# and was retried, all at once after each idle gap (measured: bursts of 38-256 retries on a tiny-disrm run).
-KEEPALIVE_S = 4.0
 
 
 class ReplicaBalancer:

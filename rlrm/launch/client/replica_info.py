@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.launch.client.wire import int_or_none
+from rlrm.launch.common import http
 from rlrm.launch.common.model_info import ENGINE_NAME
 
 
@@ -35,17 +37,15 @@ def check_replicas(
         (weight version per URL, None where not reported; the smallest context length reported; the
         replicas' dtype when every one is rlrm's embedded server, else None: vLLM/SGLang score tokens their own way).
     """
-    import httpx
-
     versions: dict[str, int | None] = {}
     engines = set()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contexts = []
     for url in urls:
         try:
-            resp = httpx.get(url + "/get_model_info", headers=headers, timeout=30.0)
-            info = resp.json() if resp.status_code == 200 else {}
-        except (httpx.HTTPError, ValueError):
+            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
+            info = answer.json() if answer.status == 200 else {}
+        except (TransientError, ValueError):
             info = {}
         versions[url] = int_or_none(info.get("weight_version"))
         engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from rlrm.call_errors import BadRequest, TransientError
+from rlrm.call_errors import BadRequest, RequestTimeout, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
@@ -329,21 +329,19 @@ class ServerRolloutEngine:
 
     def _push_one(self, url: str, path, version: int, may_be_dead: bool = False) -> str | None:
         """Load version `version` into one replica; None when done (or skipped: dead, restarted later), else why not."""
-        import httpx
-
         for call, payload in self.wire.sync_calls(str(path), version):
             try:
                 failure = post_sync_call(url, call, payload, self.wire, self.api_key, self.sync_timeout_s)
-            except httpx.TimeoutException:  # the replica is up but slower than the setting allows: name the setting
+            except RequestTimeout:  # the replica is up but slower than the setting allows: name the setting
                 return (
                     f"no answer to {call} within rollout.server.sync_timeout_s={self.sync_timeout_s:g} s; raise it to "
                     "the time a replica takes to load the weights"
                 )
-            except httpx.TransportError as exc:
+            except TransientError as exc:
                 if may_be_dead and self._dead(url):
                     self.counters["rollout/sync_skipped"] += 1
                     return None  # the supervisor restarts it and loads the current version first
-                return f"{type(exc).__name__}: {exc}"
+                return str(exc)  # names the call and the connection error
             if failure:
                 return failure
         return None

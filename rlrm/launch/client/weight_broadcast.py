@@ -24,6 +24,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.common.ports import free_port
@@ -133,12 +134,10 @@ class WeightBroadcast:
         return {u: why for u, why in failures.items() if why}, error
 
     def _post(self, url: str, path: str, body: dict, timeout_s: float) -> str | None:
-        import httpx
-
         try:
             return post_sync_call(url, path, body, self.wire, self.api_key, timeout_s)
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
+        except TransientError as exc:  # names the call and what failed (a timeout says so)
+            return str(exc)
 
 
 class FleetBroadcast:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from array import array
 
 from rlrm.inference.base import SamplingParams
+from rlrm.launch.common import http
 from rlrm.launch.common.weight_group import GROUP
 
 
@@ -219,13 +220,12 @@ class VllmWire:
 
 def post_sync_call(url: str, path: str, body: dict, wire, api_key: str | None, timeout_s: float) -> str | None:
     """POST one weight-sync call to a replica: None when it took, else what went wrong (its status, or
-    what `wire.sync_failure` reads in the answer). A connection that fails raises httpx.TransportError."""
-    import httpx
-
+    what `wire.sync_failure` reads in the answer). No answer raises RequestTimeout (none within `timeout_s`) or
+    TransientError (the connection failed), from rlrm.call_errors."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    resp = httpx.post(url + path, json=body, headers=headers, timeout=timeout_s)
-    if resp.status_code != 200:
-        return wire.status_failure(path, resp.status_code, resp.text)
+    resp = http.post(url + path, body, headers=headers, timeout_s=timeout_s)
+    if resp.status != 200:
+        return wire.status_failure(path, resp.status, resp.text)
     try:
         answer = resp.json()
     except ValueError:

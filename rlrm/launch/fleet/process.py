@@ -2,7 +2,7 @@
 a total timeout, stopped by their own pid (never by name).
 
     with ServerProcess(embedded_server_argv("tiny:policy", "genrm", port)) as server:
-        httpx.get(server.url + "/health")
+        http.get(server.url + "/health", timeout_s=2.0).status
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlrm.call_errors import TransientError
 from rlrm.errors import RlrmError
+from rlrm.launch.common import http
 
 
 class ServerStartError(RlrmError):
@@ -153,16 +155,14 @@ class ServerProcess:
         self.wait_ready()
 
     def wait_ready(self) -> None:
-        import httpx
-
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
-                if httpx.get(self.url + self.health_path, timeout=2.0).status_code == 200:
+                if http.get(self.url + self.health_path, timeout_s=2.0).status == 200:
                     return
-            except httpx.HTTPError:
+            except TransientError:
                 pass
             time.sleep(0.2)
         raise ServerStartError(
@@ -171,16 +171,14 @@ class ServerProcess:
 
     def wait_listening(self) -> None:
         """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""
-        import httpx
-
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
-                httpx.get(self.url + self.health_path, timeout=2.0)
+                http.get(self.url + self.health_path, timeout_s=2.0)
                 return
-            except httpx.HTTPError:
+            except TransientError:
                 time.sleep(0.2)
         raise ServerStartError(
             f"server at {self.url} not listening after {self.start_timeout_s:.0f} s: {self.log_tail()}"

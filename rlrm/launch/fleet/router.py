@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from rlrm.call_errors import TransientError
+from rlrm.launch.common import http
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess
 
@@ -93,12 +95,12 @@ class RouterCounters:
 
     def take(self) -> dict[str, float]:
         """The counters' growth since the last call; {} when the page cannot be read (counted at the next read)."""
-        import urllib.request
-
         try:
-            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout_s) as resp:  # local: a millisecond
-                now = parse_router_counters(resp.read().decode())
-        except (OSError, ValueError):
+            page = http.get(self.metrics_url, timeout_s=self.timeout_s)  # local: a millisecond
+            if page.status != 200:
+                return {}
+            now = parse_router_counters(page.text)
+        except (TransientError, ValueError):
             return {}
         deltas = {f"{self.prefix}router_{key}": max(0.0, now[key] - self._last[key]) for key in now}
         self._last = now

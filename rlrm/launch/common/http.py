@@ -1,0 +1,162 @@
+"""rlrm's HTTP client for code that is not a coroutine: aiohttp, run on one background event loop per process.
+
+    from rlrm.launch.common import http
+    answer = http.post(url + "/update_weights_from_disk", {"model_path": path}, headers=auth, timeout_s=60)
+    answer.status, answer.json()
+
+rlrm talks HTTP with one client library, aiohttp: the reward balancer and the start checks await it on their own
+loop (`rlrm/launch/client/balancer.py`, `rlrm/launch/fleet/health.py`), and the synchronous callers (the
+supervisor's readiness poll, weight-sync calls from a thread pool, the router's metrics page, the replicas'
+model info) call `get` / `post` here. Each call is handed to one event loop that a daemon thread runs, started on
+first use, holding one keep-alive ClientSession, and the calling thread waits for the answer. That works from any
+thread, a thread whose own loop is running included (the call blocks that loop, as any blocking call does).
+
+Any HTTP status is an answer, not an error. A call that gets no answer raises rlrm.call_errors types naming the
+URL: RequestTimeout (nothing within `timeout_s`), TransientError (refused, reset, DNS: worth another try). A
+forked child starts its own loop on its first call; the loop's connections are closed at interpreter exit.
+Try it: `python benchmarks/http_client_sync.py` (per-call cost against a local server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import json
+import os
+import threading
+from dataclasses import dataclass
+
+from rlrm.call_errors import RequestTimeout, TransientError
+
+# Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
+# (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have
+# read a server's close yet when it reuses the connection: every such request failed ("Server disconnected")
+# and was retried, all at once after each idle gap (measured: bursts of 38-256 retries on a tiny-disrm run).
+KEEPALIVE_S = 4.0
+
+# The loop thread enforces `timeout_s` itself; the caller waits this much longer before giving up on the loop.
+_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a server answered: its status and body (decoded as UTF-8, undecodable bytes replaced)."""
+
+    url: str
+    status: int
+    text: str
+
+    def json(self):
+        """The body as JSON; ValueError naming the URL when it is not JSON."""
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            raise ValueError(f"{self.url} answered {self.status} with no JSON: {self.text[:120]!r}") from None
+
+
+def get(url: str, *, headers: dict | None = None, timeout_s: float) -> Answer:
+    """GET `url` and wait for the answer; raises RequestTimeout or TransientError when none comes."""
+    return _client().call("GET", url, None, headers, timeout_s)
+
+
+def post(url: str, body: dict, *, headers: dict | None = None, timeout_s: float) -> Answer:
+    """POST `body` as JSON to `url` and wait for the answer; raises RequestTimeout or TransientError when none comes."""
+    return _client().call("POST", url, body, headers, timeout_s)
+
+
+class _LoopClient:
+    """One event loop on a daemon thread and the ClientSession that lives on it."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="rlrm-http", daemon=True)
+        self.thread.start()
+        self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
+
+    @staticmethod
+    async def _open():
+        import aiohttp
+
+        # no cap on connections: the calling threads bound how many requests are in flight
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+
+    def call(self, method: str, url: str, body: dict | None, headers: dict | None, timeout_s: float) -> Answer:
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("a synchronous HTTP call on rlrm's HTTP loop itself would wait for itself: await it")
+        future = asyncio.run_coroutine_threadsafe(self._request(method, url, body, headers, timeout_s), self.loop)
+        try:
+            return future.result(timeout_s + _GRACE_S)
+        except concurrent.futures.TimeoutError:  # the loop thread is stuck: the caller still gets its timeout
+            future.cancel()
+            raise RequestTimeout(f"{method} {url} did not answer within {timeout_s:g} s") from None
+
+    async def _request(self, method: str, url: str, body, headers, timeout_s: float) -> Answer:
+        import aiohttp
+
+        try:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with self.session.request(method, url, json=body, headers=headers, timeout=timeout) as resp:
+                return Answer(url, resp.status, (await resp.read()).decode("utf-8", "replace"))
+        except asyncio.TimeoutError:  # before ClientError: aiohttp's ServerTimeoutError is both
+            raise RequestTimeout(f"{method} {url} did not answer within {timeout_s:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise TransientError(f"{method} {url}: {type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the session's connections and stop the loop (a no-op in a forked child: they are the parent's)."""
+        if self.pid != os.getpid() or not self.thread.is_alive():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result(_GRACE_S)
+        except Exception:  # noqa: BLE001 - at exit a connection that fails to close is closed by the OS
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(_GRACE_S)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+_lock = threading.Lock()
+_current: _LoopClient | None = None
+_hooked = False
+_inherited: list[_LoopClient] = []  # a forked child's copy of its parent's client: see _forget
+
+
+def _client() -> _LoopClient:
+    """The process's loop client, started on first use (again in a forked child: threads do not survive a fork)."""
+    global _current, _hooked
+    client = _current
+    if client is not None and client.pid == os.getpid():
+        return client
+    with _lock:
+        if not _hooked:  # registered on first use, not at import
+            atexit.register(close)
+            os.register_at_fork(after_in_child=_forget)
+            _hooked = True
+        if _current is None or _current.pid != os.getpid():
+            _current = _LoopClient()
+        return _current
+
+
+def _forget() -> None:
+    """In a forked child: the loop thread and its connections are the parent's; a lock held there is held forever.
+
+    The parent's client is kept, never collected: collecting it would close its connections' transports, which
+    unregisters their sockets from the epoll instance the child shares with the parent, and the parent's loop
+    would then wait forever for answers on them (seen: a parent's next call timed out after a child ran).
+    """
+    global _current, _lock
+    if _current is not None:
+        _inherited.append(_current)
+    _current, _lock = None, threading.Lock()
+
+
+def close() -> None:
+    """Close the connections and stop the loop thread; the next call starts a new one. Runs at interpreter exit."""
+    global _current
+    with _lock:
+        client, _current = _current, None
+    if client is not None:
+        client.close()
