@@ -118,10 +118,10 @@ def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_a
 @pytest.mark.slow
 def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_path, tmp_path):
     other = _variant(tiny_policy_path, tmp_path / "narrow", intermediate_size=256)  # same tokenizer, other shapes
-    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as odd:
-        with ServerProcess(
-            embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
-        ) as good:
+    # servers a user runs for rlrm load weights only from the folder they were started with (--weights-dir)
+    extra = ["--threads", "1", "--weights-dir", str(tmp_path / "w")]
+    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=extra)) as odd:
+        with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as good:
             engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[good.url, odd.url])
 
             async def scenario():
@@ -167,9 +167,8 @@ def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_pa
 
 @pytest.mark.slow
 def test_running_servers_left_with_another_runs_weights_get_the_policys_back(tiny_policy_path, tmp_path):
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
-    ) as server:
+    extra = ["--threads", "1", "--weights-dir", str(tmp_path)]  # both runs' weights folders are inside it
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as server:
         body = {
             "input_ids": [5, 6, 7],
             "sampling_params": {"max_new_tokens": 6, "sampling_seed": 1},
