@@ -49,6 +49,7 @@ from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
 from rlrm.errors import ConfigError, RunFolderError
 from rlrm.inference.loading import pick_device
+from rlrm.launch.common.ray_head import check_ray_head
 
 
 @dataclass
@@ -91,6 +92,7 @@ def check_inputs(profile: Profile) -> None:
     reward), an unreadable local dataset, or more local actor ranks than devices."""
     check_trackers(profile.logging)
     check_actor_ranks(profile)
+    check_ray_heads(profile)
     reward_model = (
         profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     )
@@ -114,6 +116,19 @@ def check_actor_ranks(profile: Profile) -> None:
         check_world_size(profile.actor.world_size, pick_device(profile.trainer.device), key="actor.world_size")
     except ConfigError as exc:
         raise ConfigError(f"{exc}; or place ranks on a Ray cluster with actor.ranks_on=ray") from None
+
+
+def check_ray_heads(profile: Profile) -> None:
+    """Refuse, before a run folder exists, a Ray address where no Ray head answers (ray.init waits minutes there)."""
+    uses_ray = "ray" in (
+        profile.actor.ranks_on,
+        profile.reward.executor,
+        profile.rollout.server.launch_on,
+        profile.reward.server.launch_on,
+    )
+    if uses_ray:
+        check_ray_head(profile.actor.ray_address, "actor.ray_address")
+        check_ray_head(profile.reward.ray_address, "reward.ray_address")
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
