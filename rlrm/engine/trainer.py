@@ -145,6 +145,7 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     ckpts = list_checkpoints(run_dir)
     if ckpts:
         check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
+    check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile
