@@ -96,3 +96,27 @@ def test_another_service_on_the_port_is_named_as_not_ray():
 def test_auto_local_and_unset_are_not_probed():
     for address in (None, "auto", "local"):
         check_ray_head(address, "actor.ray_address", timeout_s=0.01)
+
+
+@pytest.mark.slow
+def test_a_real_ray_head_passes_the_probe():
+    """The probe's idea of "answers as Ray" holds for Ray's own GCS (HTTP/2 SETTINGS first)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray not installed (extra: ray)")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import shutil
+    import tempfile
+
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="rlrm-ray-")  # short: Ray's socket paths must fit in 107 bytes
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp)
+    try:
+        port = ray.get_runtime_context().gcs_address.rpartition(":")[2]
+        check_ray_head(f"127.0.0.1:{port}", "actor.ray_address", timeout_s=PROBE_S)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
