@@ -89,7 +89,8 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, or more local actor ranks than devices."""
+    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
+    answers."""
     check_trackers(profile.logging)
     check_actor_ranks(profile)
     check_ray_heads(profile)
