@@ -204,7 +204,7 @@ def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, t
 
 def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_path, tiny_policy_path):
     """Through the real `rlrm` command: before, two raw `[W ... socket.cpp] [c10d] waitForInput ...` lines from
-    the trainer's TCPStore came first on stderr; the group join fails here because the replicas get 0.05 s."""
+    the trainer's TCPStore came first on stderr; the group join fails here because the replicas get 1 ms."""
     import os
     import subprocess
     import sys
@@ -216,7 +216,7 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
         "rollout.server.threads=1",
         "rollout.server.replicas=2",
         "rollout.server.weight_sync=distributed",
-        "rollout.server.sync_timeout_s=0.05",
+        "rollout.server.sync_timeout_s=0.001",  # too short for anything to join, however idle the machine
         f"rollout.server.weights_dir={tmp_path / 'w'}",
         "data.train_batch_size=2",
         "actor.mini_batch_size=2",
@@ -232,5 +232,5 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode == 1, lines
     assert not [line for line in lines if "c10d" in line or line.startswith("[W")], lines
-    assert len(lines) == 1 and "could not join the weight-update group" in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith("error: rollout replica "), lines  # could not join, or refused
     assert not (tmp_path / "run").exists()
