@@ -160,3 +160,26 @@ def test_the_side_loop_is_reused_and_a_blocked_one_is_given_up():
     finally:
         release.set()
     assert waited_s < 10 * 0.2  # the caller waited for its deadline, not for the blocked loop
+
+
+def test_sys_exit_in_an_async_reward_is_reported_and_its_loop_goes_on():
+    import asyncio
+
+    from rlrm.engine.rewards.side_loop import SideLoop
+    from rlrm.engine.rewards.threads import FunctionExited
+
+    side = SideLoop("quits", grace_s=1.0)
+
+    async def quits():
+        sys.exit(3)
+
+    async def seven():
+        return 7
+
+    async def main():
+        with pytest.raises(FunctionExited) as info:
+            await asyncio.wait_for(side.call(quits), 10)
+        return info.value.code, await asyncio.wait_for(side.call(seven), 10)  # asyncio would re-raise SystemExit
+        # out of run_forever and end the side loop's thread: the next call would then never be answered
+
+    assert asyncio.run(main()) == (3, 7)
