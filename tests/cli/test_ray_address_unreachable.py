@@ -120,3 +120,17 @@ def test_a_real_ray_head_passes_the_probe():
     finally:
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_resume_with_a_head_that_is_down_leaves_config_yaml_as_it_was(tmp_path, closed_port):
+    from rlrm.config.loader import dump_profile, load_profile
+
+    run = tmp_path / "run"
+    run.mkdir()
+    sets = ["actor.world_size=2", "actor.ranks_on=ray", f"actor.ray_address=127.0.0.1:{closed_port}"]
+    (run / "config.yaml").write_text(dump_profile(load_profile("tiny-rule", sets)))
+    before = (run / "config.yaml").read_text()
+    result = CliRunner().invoke(app, ["train", "--resume", str(run), "--steps", "5"])
+    line = _one_line(result)
+    assert f"actor.ray_address=127.0.0.1:{closed_port}: cannot connect" in line, line
+    assert (run / "config.yaml").read_text() == before and sorted(p.name for p in run.iterdir()) == ["config.yaml"]
