@@ -11,6 +11,8 @@ transformers, ray, matplotlib, pandas) and modules that import them at top are i
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from rlrm.cli import bench, doctor, evaluate, inspect, launch, models, parity, profiles, report, train
@@ -35,4 +37,17 @@ app.add_typer(evaluate.app, name="eval")
 
 
 def main() -> None:
+    quiet_native_warnings()
     app()
+
+
+def quiet_native_warnings() -> None:
+    """Keep torch's C++ warnings off the user's terminal (RLRM_DEBUG=1, or TORCH_CPP_LOG_LEVEL set, keeps them).
+
+    c10d (TCPStore, gloo) writes raw `[W ... socket.cpp] [c10d] ...` lines to stderr when a weight-update group
+    or a rank fails to connect, just before rlrm's one-line error that says the same in the user's terms. torch
+    reads the level once, when it loads: here, before any command imports it; processes rlrm starts (ranks,
+    replicas) inherit it.
+    """
+    if not os.environ.get("RLRM_DEBUG"):
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")

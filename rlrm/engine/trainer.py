@@ -49,6 +49,7 @@ from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
 from rlrm.errors import ConfigError, RunFolderError
 from rlrm.inference.loading import pick_device
+from rlrm.launch.common.ray_head import check_ray_head
 
 
 @dataclass
@@ -88,9 +89,11 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, or more local actor ranks than devices."""
+    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
+    answers."""
     check_trackers(profile.logging)
     check_actor_ranks(profile)
+    check_ray_heads(profile)
     reward_model = (
         profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     )
@@ -116,6 +119,19 @@ def check_actor_ranks(profile: Profile) -> None:
         raise ConfigError(f"{exc}; or place ranks on a Ray cluster with actor.ranks_on=ray") from None
 
 
+def check_ray_heads(profile: Profile) -> None:
+    """Refuse, before a run folder exists, a Ray address where no Ray head answers (ray.init waits minutes there)."""
+    uses_ray = "ray" in (
+        profile.actor.ranks_on,
+        profile.reward.executor,
+        profile.rollout.server.launch_on,
+        profile.reward.server.launch_on,
+    )
+    if uses_ray:
+        check_ray_head(profile.actor.ray_address, "actor.ray_address")
+        check_ray_head(profile.reward.ray_address, "reward.ray_address")
+
+
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     """The profile a run folder was started with (optionally with a new step budget)."""
     path = Path(run_dir) / "config.yaml"
@@ -130,6 +146,7 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     ckpts = list_checkpoints(run_dir)
     if ckpts:
         check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
+    check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
     if total_steps is not None:
         path.write_text(dump_profile(profile))
     return profile

@@ -193,3 +193,49 @@ def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert "within rollout.server.sync_timeout_s=0.001 s; raise it" in lines[0], lines[0]
     assert not run.exists() and list((tmp_path / "w").iterdir()) == []  # no run folder, no weights left
+
+
+def _read_only_argv(folder: Path, argv: list[str]) -> list[str]:
+    """`argv` run where `folder` cannot be written, even by root: root ignores mode bits, so as root the folder
+    is bind-mounted read-only onto itself in a mount namespace of the command's own (the host never sees it)."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return argv
+    probe = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0"', str(folder)]
+    if shutil.which("unshare") is None or subprocess.run(probe, capture_output=True).returncode != 0:
+        pytest.skip("running as root without a mount namespace: no folder here is read-only to this process")
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", script, str(folder), *argv]
+
+
+def test_a_read_only_tracker_dir_is_one_line_before_the_run_folder(tmp_path):
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    sets = ["logging.trackers=tensorboard", f"logging.tracker_dir={read_only}/tb"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rlrm",
+        *TRAIN,
+        "--out",
+        str(tmp_path / "run"),
+        *(a for s in sets for a in ("--set", s)),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        _read_only_argv(read_only, argv), env=env, cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, lines
+    assert lines[0] == (
+        f"error: logging.tracker_dir {read_only}/tb: {read_only} is not writable; give a folder you can write"
+    ), lines
+    assert not (tmp_path / "run").exists() and not (read_only / "tb").exists()

@@ -200,3 +200,37 @@ def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, t
     )
     assert metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
     assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid
+
+
+def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_path, tiny_policy_path):
+    """Through the real `rlrm` command: before, two raw `[W ... socket.cpp] [c10d] waitForInput ...` lines from
+    the trainer's TCPStore came first on stderr; the group join fails here because the replicas get 1 ms."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    sets = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.replicas=2",
+        "rollout.server.weight_sync=distributed",
+        "rollout.server.sync_timeout_s=0.001",  # too short for anything to join, however idle the machine
+        f"rollout.server.weights_dir={tmp_path / 'w'}",
+        "data.train_batch_size=2",
+        "actor.mini_batch_size=2",
+        "rollout.n=2",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+    ]
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1"]
+    argv += ["--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))]
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "RLRM_DEBUG")}
+    env.update(PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
+    done = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1, lines
+    assert not [line for line in lines if "c10d" in line or line.startswith("[W")], lines
+    assert len(lines) == 1 and lines[0].startswith("error: rollout replica "), lines  # could not join, or refused
+    assert not (tmp_path / "run").exists()

@@ -8,7 +8,8 @@
     def compute_score(data_source, solution_str, ground_truth, extra_info):
         return {"score": float(solution_str.strip().endswith(ground_truth)), "ends_right": True}
 
-The function may be sync (run in a thread, so it never blocks the event loop) or async. It returns a
+The function may be sync (run in a thread of its own) or async (run on an event loop of its own,
+rlrm/engine/rewards/side_loop.py): either way one that never returns is abandoned at reward.timeout_s. It returns a
 float or a dict with `score`; the reward loop checks it (a non-numeric or non-finite score is a
 counted failure, never a silent 0). verl's newer keyword arguments `reward_router_address` and
 `reward_model_tokenizer` are passed only to a function that names them: with `reward.server.model` set, the
@@ -30,6 +31,7 @@ from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.ledger import current_ledger
 from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
+from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.engine.rewards.threads import run_abandonable
 from rlrm.errors import ConfigError
 
@@ -70,13 +72,13 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     if "reward_model_tokenizer" in kwargs and metered is not None:
         kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
     proxy = ModelProxy(metered, cfg.timeout_s) if metered is not None and "reward_router_address" in kwargs else None
-    is_async = inspect.iscoroutinefunction(fn)
     name = cfg.custom.name
+    side = SideLoop(name, grace_s=cfg.timeout_s) if inspect.iscoroutinefunction(fn) else None
 
     async def call(sample: RewardSample, extra_kwargs: dict):
         args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
-        if is_async:
-            return await fn(*args, **extra_kwargs)
+        if side is not None:  # on a loop of its own: one that blocks its loop cannot hold the run
+            return await side.call(fn, *args, **extra_kwargs)
         return await run_abandonable(fn, *args, **extra_kwargs)  # a call that never returns is left behind
 
     async def custom_reward(sample: RewardSample):
