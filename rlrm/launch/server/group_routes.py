@@ -103,7 +103,7 @@ class WeightGroups:
         except asyncio.TimeoutError:
             return _no(
                 f"could not join weight-update group {body.group_name!r}: its master {body.master_address}:"
-                f"{body.master_port} did not answer within {self.timeout_s:g} s (--weight-sync-timeout-s)"
+                f"{body.master_port} did not answer within {self.timeout_s:g} s (--weight-sync-timeout-s; rollout.server.sync_timeout_s when rlrm launched this server)"
             )
         except (RolloutServerError, RuntimeError, TimeoutError, ValueError, OSError) as exc:
             return _no(f"could not join weight-update group {body.group_name!r}: {exc}")
