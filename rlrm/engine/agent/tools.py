@@ -1,0 +1,86 @@
+"""The tool contract, the built-in tools, and the runner that turns every tool outcome into an observation.
+
+    tools = build_tools(["calculator"])                  # name -> async def tool(arguments: str) -> str
+    counts = ToolCounts()
+    text = await run_tool(tools, "calculator", "2+2", timeout_s=5, max_chars=256, counts=counts)   # "4"
+    counts.take()    # {"agent/tool_calls": 1.0, "agent/tool_errors": 0.0, ...}
+
+A user tool is an `async def tool(arguments: str) -> str`, registered by name in a dict. The runner
+never lets a tool end a rollout: a raise, a run past `timeout_s`, a result over `max_chars`
+(truncated to it) and an unknown tool name all become an observation the policy reads, and each
+is counted under its own `agent/*` metric so a run shows how often its tools misbehave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from rlrm.engine.agent.calculator import calculator
+
+Tool = Callable[[str], Awaitable[str]]
+BUILTIN_TOOLS: dict[str, Tool] = {"calculator": calculator}
+COUNTERS = (
+    "tool_calls",
+    "tool_errors",
+    "tool_timeouts",
+    "truncated_observations",
+    "unknown_tools",
+    "malformed_calls",
+)
+
+
+def build_tools(names: list[str]) -> dict[str, Tool]:
+    """The built-in tools named in `names` (ValueError naming the known ones for any other)."""
+    unknown = [n for n in names if n not in BUILTIN_TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(sorted(BUILTIN_TOOLS))}")
+    return {n: BUILTIN_TOOLS[n] for n in names}
+
+
+@dataclass
+class ToolCounts:
+    """How tool calls went since the last `take` (one instance per engine or per step)."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+
+    def add(self, key: str) -> None:
+        self.counts[key] += 1
+
+    def take(self) -> dict[str, float]:
+        """The counters as `agent/*` metrics, then zero them."""
+        out = {f"agent/{k}": float(v) for k, v in self.counts.items()}
+        self.counts = dict.fromkeys(COUNTERS, 0)
+        return out
+
+
+async def run_tool(
+    tools: dict[str, Tool], name: str, arguments: str, timeout_s: float, max_chars: int, counts: ToolCounts
+) -> str:
+    """Run tool `name` on `arguments`; whatever happens, the text the policy is shown (counted in `counts`).
+
+    A tool's own "error: ..." answer (the calculator's division by zero) is counted as a tool error too.
+    """
+    counts.add("tool_calls")
+    tool = tools.get(name)
+    if tool is None:
+        counts.add("unknown_tools")
+        return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}"
+    try:
+        result = await asyncio.wait_for(tool(arguments), timeout=timeout_s)
+    except asyncio.TimeoutError:
+        counts.add("tool_timeouts")
+        return f"error: tool {name} took longer than {timeout_s:g}s"
+    except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
+        counts.add("tool_errors")
+        return f"error: tool {name} failed: {type(exc).__name__}: {exc}"[:max_chars]
+    if not isinstance(result, str):
+        counts.add("tool_errors")
+        return f"error: tool {name} returned {type(result).__name__}, not str"
+    if result.startswith("error:"):
+        counts.add("tool_errors")
+    if len(result) > max_chars:
+        counts.add("truncated_observations")
+        result = result[:max_chars]
+    return result
