@@ -1,0 +1,181 @@
+"""The agent loop: one multi-turn trajectory over any RolloutEngine, tool observations spliced in as tokens.
+
+    settings = AgentSettings(tools=build_tools(["calculator"]), max_turns=4, max_response_tokens=128)
+    traj = await run_agent(engine, prompt_ids, SamplingParams(seed=7), tokenizer, settings, ToolCounts())
+    traj.token_ids      # generated and observation tokens, interleaved
+    traj.loss_mask      # 1 on generated tokens, 0 on observation tokens (attended to, never trained on)
+
+Tool-call format: the policy writes `<call>NAME ARGUMENTS</call>` (`<call>calculator 12+34</call>`); the
+loop appends `<obs>RESULT</obs>` and generation resumes. Stopping at the closing tag: `</call>` is
+several tokens in a BPE vocabulary (six in the tiny tokenizer), and the engine contract only stops
+on token ids, so each request stops on the closing tag's *last* token (`>`) as a hint, and the
+decoded tail is checked after every request: when the tag is closed the response is cut right
+after the token that closed it (the tokens the engine drew past it are dropped, log-probs with
+them); when the `>` closed something else (`<call>` itself) the loop asks the engine to go on from
+there. A tokenizer that merges `>` with its neighbours still works: the hint never fires and the
+tail check cuts the longer response.
+
+A turn is one policy segment ending in a tool call or the end. The trajectory ends with "stop"
+(EOS: the answer), "length" (the response budget `max_response_tokens`, observations included,
+ran out) or "max_turns" (the last allowed turn ended in a call, which is not run). Generated
+tokens and observation tokens are never re-tokenised: what the actor scores is what was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rlrm.engine.agent.tools import Tool, ToolCounts, run_tool
+from rlrm.inference.base import Completion, SamplingParams
+
+OPEN, CLOSE = "<call>", "</call>"
+OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
+MAX_TURNS_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How one trajectory runs (from `rollout.agent` and `rollout.max_new_tokens`)."""
+
+    tools: dict[str, Tool]
+    max_turns: int
+    max_response_tokens: int
+    tool_timeout_s: float = 10.0
+    max_observation_chars: int = 256
+
+
+@dataclass
+class _Trace:
+    """What the trajectory has built so far."""
+
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    requests: int = 0
+
+    def add(self, tokens: list[int], log_probs: list[float], trained: bool) -> None:
+        self.tokens += tokens
+        self.mask += [1 if trained else 0] * len(tokens)
+        self.log_probs += log_probs if trained else [0.0] * len(tokens)
+
+
+async def run_agent(
+    engine, prompt_ids: list[int], sampling: SamplingParams, tokenizer, settings: AgentSettings, counts: ToolCounts
+) -> Completion:
+    """Run one trajectory; a Completion whose `loss_mask` marks the generated tokens and whose meta["agent"] holds
+    the per-turn policy versions, the turns and verl-style `extra_info` (num_turns, tool_calls, turns)."""
+    trace = _Trace()
+    hint = _hint_ids(tokenizer)
+    finish = "length"
+    for turn in range(settings.max_turns):
+        segment, seg_lp, seg_versions, reason = await _segment(
+            engine, prompt_ids, sampling, tokenizer, settings, trace, hint
+        )
+        trace.add(segment, seg_lp, trained=True)
+        text = tokenizer.decode(segment, skip_special_tokens=True)
+        record = {"role": "assistant", "text": text, "policy_versions": seg_versions}
+        trace.turns.append(record)
+        if reason != "call":
+            if reason == "stop" and OPEN in text.rsplit(CLOSE, 1)[-1]:
+                counts.add("malformed_calls")  # an unterminated call at EOS: the answer stands as written
+            finish = reason
+            break
+        if turn + 1 == settings.max_turns:
+            finish = "max_turns"
+            break
+        name, arguments = _parse_call(text)
+        record["tool_call"] = {"name": name, "arguments": arguments}
+        if name is None:
+            counts.add("malformed_calls")
+            result = f"error: malformed tool call; write {OPEN}NAME ARGUMENTS{CLOSE}"
+        else:
+            result = await run_tool(
+                settings.tools, name, arguments, settings.tool_timeout_s, settings.max_observation_chars, counts
+            )
+        record["tool_result"] = result
+        trace.turns.append({"role": "tool", "name": name, "text": result})
+        obs = tokenizer.encode(f"{OBS_OPEN}{result}{OBS_CLOSE}", add_special_tokens=False)
+        room = settings.max_response_tokens - len(trace.tokens)
+        trace.add(obs[:room], [], trained=False)
+        if len(obs) >= room:
+            finish = "length"
+            break
+    return _completion(prompt_ids, trace, finish)
+
+
+async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Trace, hint: list[int]):
+    """Generate one turn: requests (resumed after a false `>` hint) until the closing tag, EOS or the budget."""
+    tokens: list[int] = []
+    log_probs: list[float] = []
+    versions: list[int] = []
+    stops = sorted(set(sampling.stop_token_ids or []) | set(hint))
+    while True:
+        budget = settings.max_response_tokens - len(trace.tokens) - len(tokens)
+        if budget <= 0:
+            return tokens, log_probs, versions, "length"
+        seed = None if sampling.seed is None else sampling.seed + trace.requests  # fresh draws per request
+        trace.requests += 1
+        params = replace(sampling, max_new_tokens=budget, stop_token_ids=stops, seed=seed)
+        done = await engine.generate(prompt_ids + trace.tokens + tokens, params)
+        versions.append(done.policy_version)
+        trace.versions.append(done.policy_version)
+        cut = _close_cut(tokenizer, tokens, done.token_ids)
+        new = done.token_ids if cut is None else done.token_ids[:cut]
+        tokens += new
+        log_probs += done.log_probs[: len(new)]
+        if cut is not None:
+            return tokens, log_probs, versions, "call"
+        ended_on_hint = done.finish_reason == "stop" and new and new[-1] in hint
+        if ended_on_hint and new[-1] not in (sampling.stop_token_ids or []):
+            continue  # the `>` closed something other than </call>: go on from here
+        return tokens, log_probs, versions, done.finish_reason
+
+
+def _close_cut(tokenizer, before: list[int], new: list[int]) -> int | None:
+    """The fewest of `new` after which the turn's text holds the closing tag, or None when it never does."""
+    if CLOSE not in tokenizer.decode(before + new):
+        return None
+    for k in range(1, len(new) + 1):
+        if CLOSE in tokenizer.decode(before + new[:k]):
+            return k
+    return len(new)
+
+
+def _parse_call(text: str) -> tuple[str | None, str]:
+    """(name, arguments) of the turn's last `<call>NAME ARGUMENTS</call>`, or (None, body) when malformed."""
+    body = text.split(CLOSE, 1)[0]
+    if OPEN not in body:
+        return None, body
+    body = body.rsplit(OPEN, 1)[1].strip()
+    name, _, arguments = body.partition(" ")
+    return (name or None), arguments.strip()
+
+
+def _hint_ids(tokenizer) -> list[int]:
+    """The closing tag's last token when it is one token of its own (the stop hint), else none."""
+    ids = tokenizer.encode(CLOSE, add_special_tokens=False)
+    return ids[-1:] if ids and tokenizer.decode(ids[-1:]) == ">" else []
+
+
+def _completion(prompt_ids: list[int], trace: _Trace, finish: str) -> Completion:
+    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in trace.turns if "tool_call" in t]
+    observations = sum(1 for t in trace.turns if t["role"] == "tool")
+    assistant = len(trace.turns) - observations
+    agent = {
+        "policy_versions": trace.versions,
+        "turns": trace.turns,
+        # verl's reward loop merges the agent loop's `tool_extra_fields` into extra_info and sets
+        # extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
+        "extra_info": {"num_turns": observations + assistant + 1, "tool_calls": calls, "turns": trace.turns},
+    }
+    return Completion(
+        prompt_ids=list(prompt_ids),
+        token_ids=trace.tokens,
+        log_probs=trace.log_probs,
+        finish_reason=finish,
+        policy_version=min(trace.versions) if trace.versions else 0,
+        meta={"agent": agent},
+        loss_mask=trace.mask,
+    )
