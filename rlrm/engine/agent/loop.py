@@ -30,7 +30,6 @@ from rlrm.inference.base import Completion, SamplingParams
 
 OPEN, CLOSE = "<call>", "</call>"
 OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
-MAX_TURNS_LIMIT = 64
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,42 @@
+"""`rollout.agent`: multi-turn rollouts with tools (docs/agentic.md); off unless `enabled`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# A turn is at least one request to the engine and one tool run: more than this many turns in one
+# trajectory is a typo (max_turns=1e6), not a plan, and would hold a sample for hours.
+MAX_TURNS = 64
+# The built-in tools by name (rlrm/engine/agent/tools.py BUILTIN_TOOLS holds the functions; a test keeps both alike).
+KNOWN_TOOLS = ("calculator",)
+
+
+class AgentConfig(BaseModel):
+    """Each sample is a trajectory: the policy calls tools as `<call>NAME ARGUMENTS</call>`, reads `<obs>RESULT</obs>`."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    enabled: bool = Field(False, description="Run rollouts as multi-turn trajectories with tools.")
+    max_turns: int = Field(
+        4, description=f"Most policy turns per trajectory (1 to {MAX_TURNS}); a last turn ending in a call stops there."
+    )
+    tools: list[str] = Field(["calculator"], min_length=1, description="Tools the policy may call, by name.")
+    tool_timeout_s: float = Field(10.0, gt=0.0, le=3600.0, description="A tool call running longer is an error.")
+    max_observation_chars: int = Field(
+        256, gt=0, le=100_000, description="A tool result longer than this is truncated to it (counted)."
+    )
+
+    @field_validator("max_turns")
+    @classmethod
+    def _bounded_turns(cls, value: int) -> int:
+        if not 1 <= value <= MAX_TURNS:
+            raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (a turn is one policy segment)")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in KNOWN_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(KNOWN_TOOLS)}")
+        return value
