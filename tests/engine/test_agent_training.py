@@ -1,0 +1,91 @@
+"""A sync-mode training step on tiny-rule with rollout.agent on: the tool runs, its tokens reach the batch with mask 0."""
+
+from __future__ import annotations
+
+import pytest
+
+import rlrm.engine.actor.batch as batch_module
+from rlrm.config.loader import load_profile
+from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.trainer import start_run, train
+from rlrm.inference.base import Completion
+from rlrm.inference.hf import HFRolloutEngine
+
+SMALL = [
+    "data.train_batch_size=2",
+    "actor.mini_batch_size=2",
+    "actor.micro_batch_size=4",
+    "rollout.n=2",
+    "rollout.max_new_tokens=48",
+    "data.val_size=2",
+    "trainer.val_before_train=false",
+    "trainer.total_steps=1",
+    "trainer.num_threads=1",
+    "logging.console=none",
+    "rollout.agent.enabled=true",
+    "rollout.agent.max_turns=2",
+]
+CALL = "<call>calculator 2+2</call>"
+
+
+def test_sync_step_trains_generated_tokens_only(tmp_path, tiny_policy_path, monkeypatch):
+    real_generate = HFRolloutEngine.generate
+
+    async def first_turn_calls(self, prompt_ids, sampling):
+        # the tiny policy never writes a call by itself: its first turn of every trajectory is this call,
+        # written past the stop hint (so the loop's tail cut runs too); later turns are really sampled
+        text = self_tokenizer.decode(prompt_ids)
+        if "<call>" not in text:
+            ids = self_tokenizer.encode(CALL + " 7", add_special_tokens=False)
+            return Completion(list(prompt_ids), ids, [-1.0] * len(ids), "length", policy_version=self.version)
+        return await real_generate(self, prompt_ids, sampling)
+
+    batches = []
+    real_collate = batch_module.collate
+
+    def spy(completions, pad_token_id):
+        batch = real_collate(completions, pad_token_id)
+        batches.append(batch)
+        return batch
+
+    from transformers import AutoTokenizer
+
+    self_tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
+    monkeypatch.setattr(HFRolloutEngine, "generate", first_turn_calls)
+    monkeypatch.setattr(batch_module, "collate", spy)
+    run_dir = start_run(load_profile("tiny-rule", SMALL), tmp_path / "run")
+    train(run_dir)
+
+    batch = batches[0]
+    obs = self_tokenizer.encode("<obs>4</obs>", add_special_tokens=False)
+    call = self_tokenizer.encode(CALL, add_special_tokens=False)
+    p = batch.prompt_length
+    for row in range(len(batch)):
+        response = batch.input_ids[row, p:].tolist()
+        assert response[: len(call) + len(obs)] == call + obs  # " 7" past the tag was cut
+        mask = batch.response_mask[row].tolist()
+        attended = batch.attention_mask[row, p:].tolist()
+        assert mask[: len(call)] == [1.0] * len(call)
+        assert mask[len(call) : len(call) + len(obs)] == [0.0] * len(obs)  # observation: never trained on
+        assert attended[len(call) : len(call) + len(obs)] == [1] * len(obs)  # ... but attended to
+        assert batch.rollout_log_prob[row, len(call) : len(call) + len(obs)].abs().sum() == 0
+    row = read_metrics(run_dir / "metrics.jsonl")[0]
+    assert row["agent/tool_calls"] == pytest.approx(4.0)  # 2 prompts x 2 samples, one call each
+    assert row["agent/tool_errors"] == 0.0 and row["agent/turns_mean"] == pytest.approx(2.0)
+
+
+def test_reward_samples_carry_the_trajectory_in_extra_info(tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    from rlrm.engine.data.example import Example
+    from rlrm.engine.scheduling.requests import reward_samples
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    example = Example("s/0", [{"role": "user", "content": "2+2?"}], "4", "synthetic", {"split": "train"})
+    agent = {"extra_info": {"num_turns": 4, "tool_calls": [{"name": "calculator", "arguments": "2+2", "result": "4"}]}}
+    traj = Completion([1], [30, 31], [-1.0, 0.0], "stop", meta={"agent": agent}, loss_mask=[1, 0])
+    plain = Completion([1], [30], [-1.0], "stop")
+    with_agent, without = reward_samples(tok, [example], [traj, plain], n=2)
+    assert with_agent.extra_info == {"split": "train", **agent["extra_info"]}
+    assert without.extra_info == {"split": "train"}
+    assert example.extra_info == {"split": "train"}  # the example's own dict is never written into
