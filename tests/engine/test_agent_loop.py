@@ -48,6 +48,9 @@ class ScriptedEngine:
         log_probs = [-0.01 * (len(self.prompts) * 100 + i) for i in range(len(out))]
         return Completion(list(prompt_ids), out, log_probs, reason, policy_version=self.version)
 
+    def take_metrics(self) -> dict:
+        return {"rollout/inner": 1.0}
+
 
 def settings(**kw) -> AgentSettings:
     base = {"tools": build_tools(["calculator"]), "max_turns": 4, "max_response_tokens": 200}
@@ -142,3 +145,22 @@ def test_unterminated_call_at_eos_is_counted_and_the_answer_stands(tokenizer):
     traj, counts = run(engine, tokenizer)
     assert traj.finish_reason == "stop"
     assert counts.take()["agent/malformed_calls"] == 1.0
+
+
+def test_agent_engine_counts_turns_observations_and_mixed_versions(tokenizer):
+    from rlrm.engine.agent.engine import AgentEngine
+
+    inner = ScriptedEngine(tokenizer, ["<call>calculator 1+2</call>", "#### 3<|im_end|>", "#### 5<|im_end|>"])
+    engine = AgentEngine(inner, tokenizer, settings())
+    prompt = tokenizer.encode("1+2?", add_special_tokens=False)
+    for _ in range(2):
+        asyncio.run(engine.generate(prompt, SamplingParams(seed=1)))
+    metrics = engine.take_metrics()
+    obs = len(tokenizer.encode("<obs>3</obs>", add_special_tokens=False))
+    assert metrics["rollout/inner"] == 1.0  # the inner engine's own metrics pass through
+    assert metrics["agent/tool_calls"] == 1.0
+    assert metrics["agent/turns_mean"] == pytest.approx(1.5)  # two turns, then one
+    assert metrics["agent/observation_tokens_mean"] == pytest.approx(obs / 2)
+    # the scripted engine bumps its version on every request: the two-turn trajectory mixed versions
+    assert metrics["agent/mixed_version_ratio"] == pytest.approx(0.5)
+    assert "agent/turns_mean" not in engine.take_metrics()  # taken: nothing since
