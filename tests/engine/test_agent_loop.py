@@ -23,16 +23,18 @@ class ScriptedEngine:
 
     What a request leaves unwritten (after a stop token) is written by the next request; with
     `ignore_stops` it writes a whole scripted turn past any stop token, as an engine without the hint would.
+    New weights (version + 1) land before each request whose 1-based number is in `bumps`.
     """
 
-    def __init__(self, tokenizer, script: list[str], ignore_stops: bool = False):
-        self.tok, self.script, self.ignore_stops = tokenizer, list(script), ignore_stops
+    def __init__(self, tokenizer, script: list[str], ignore_stops: bool = False, bumps=()):
+        self.tok, self.script, self.ignore_stops, self.bumps = tokenizer, list(script), ignore_stops, set(bumps)
         self.pending: list[int] = []
         self.prompts: list[list[int]] = []
         self.version = 0
 
     async def generate(self, prompt_ids, sampling: SamplingParams) -> Completion:
         self.prompts.append(list(prompt_ids))
+        self.version += len(self.prompts) in self.bumps
         if not self.pending:
             self.pending = self.tok.encode(self.script.pop(0), add_special_tokens=False)
         out, reason = [], "length"
@@ -44,7 +46,6 @@ class ScriptedEngine:
                 break
         if self.ignore_stops:
             self.pending = []
-        self.version += 1
         log_probs = [-0.01 * (len(self.prompts) * 100 + i) for i in range(len(out))]
         return Completion(list(prompt_ids), out, log_probs, reason, policy_version=self.version)
 
@@ -65,7 +66,7 @@ def run(engine, tokenizer, prompt="What is 12+34?", counts=None, **kw) -> tuple[
 
 
 def test_two_turns_splice_the_observation_with_mask_zero(tokenizer):
-    engine = ScriptedEngine(tokenizer, ["Sum: <call>calculator 12+34</call>", "#### 46<|im_end|>"])
+    engine = ScriptedEngine(tokenizer, ["Sum: <call>calculator 12+34</call>", "#### 46<|im_end|>"], bumps=[4])
     traj, counts = run(engine, tokenizer)
     assert tokenizer.decode(traj.token_ids) == "Sum: <call>calculator 12+34</call><obs>46</obs>#### 46<|im_end|>"
     first = tokenizer.encode("Sum: <call>calculator 12+34</call>", add_special_tokens=False)
@@ -81,7 +82,7 @@ def test_two_turns_splice_the_observation_with_mask_zero(tokenizer):
     assert traj.finish_reason == "stop"
     agent = traj.meta["agent"]
     # `<call>`'s own `>` stops the first request (a false hint), `</call>`'s stops the second, then the answer
-    assert agent["policy_versions"] == [1, 2, 3] and traj.policy_version == 1
+    assert agent["policy_versions"] == [0, 0, 0] and traj.policy_version == 0
     extra = agent["extra_info"]
     assert extra["num_turns"] == 4  # verl: user (tool) turns + assistant turns + 1
     assert extra["tool_calls"] == [{"name": "calculator", "arguments": "12+34", "result": "46"}]
@@ -150,7 +151,8 @@ def test_unterminated_call_at_eos_is_counted_and_the_answer_stands(tokenizer):
 def test_agent_engine_counts_turns_observations_and_mixed_versions(tokenizer):
     from rlrm.engine.agent.engine import AgentEngine
 
-    inner = ScriptedEngine(tokenizer, ["<call>calculator 1+2</call>", "#### 3<|im_end|>", "#### 5<|im_end|>"])
+    script = ["<call>calculator 1+2</call>", "#### 3<|im_end|>", "#### 5<|im_end|>"]
+    inner = ScriptedEngine(tokenizer, script, bumps=[4])  # new weights between the two trajectories
     engine = AgentEngine(inner, tokenizer, settings())
     prompt = tokenizer.encode("1+2?", add_special_tokens=False)
     for _ in range(2):
@@ -161,6 +163,27 @@ def test_agent_engine_counts_turns_observations_and_mixed_versions(tokenizer):
     assert metrics["agent/tool_calls"] == 1.0
     assert metrics["agent/turns_mean"] == pytest.approx(1.5)  # two turns, then one
     assert metrics["agent/observation_tokens_mean"] == pytest.approx(obs / 2)
-    # the scripted engine bumps its version on every request: the two-turn trajectory mixed versions
-    assert metrics["agent/mixed_version_ratio"] == pytest.approx(0.5)
+    assert metrics["agent/mixed_version_ratio"] == 0.0 and metrics["agent/version_restarts"] == 0.0
     assert "agent/turns_mean" not in engine.take_metrics()  # taken: nothing since
+
+
+def test_new_weights_mid_trajectory_start_it_over_under_them(tokenizer):
+    call = "<call>calculator 1+2</call>"
+    engine = ScriptedEngine(tokenizer, [call, "lost", call, "#### 3<|im_end|>"], ignore_stops=True, bumps=[2])
+    traj, counts = run(engine, tokenizer)
+    assert tokenizer.decode(traj.token_ids) == f"{call}<obs>3</obs>#### 3<|im_end|>"
+    assert traj.meta["agent"]["policy_versions"] == [1, 1] and traj.policy_version == 1
+    metrics = counts.take()
+    assert metrics["agent/version_restarts"] == 1.0 and metrics["agent/tool_calls"] == 2.0  # the tool ran again
+
+
+def test_weights_changing_every_request_end_in_a_kept_mixed_trajectory(tokenizer):
+    from rlrm.engine.agent.loop import MAX_RESTARTS
+
+    call = "<call>calculator 1+2</call>"
+    script = [call, "lost"] * MAX_RESTARTS + [call, "#### 3<|im_end|>"]
+    engine = ScriptedEngine(tokenizer, script, ignore_stops=True, bumps=range(2, 100))
+    traj, counts = run(engine, tokenizer)
+    versions = traj.meta["agent"]["policy_versions"]
+    assert len(set(versions)) == 2 and traj.policy_version == min(versions)  # kept, and counted as the oldest
+    assert counts.take()["agent/version_restarts"] == float(MAX_RESTARTS)

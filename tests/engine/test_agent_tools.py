@@ -96,6 +96,7 @@ def test_run_tool_outcomes_become_observations_and_are_counted():
         "agent/truncated_observations": 1.0,
         "agent/unknown_tools": 1.0,
         "agent/malformed_calls": 0.0,
+        "agent/version_restarts": 0.0,
     }
     assert counts.take()["agent/tool_calls"] == 0.0  # take() zeroes
 

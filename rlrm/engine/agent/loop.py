@@ -30,6 +30,7 @@ from rlrm.inference.base import Completion, SamplingParams
 
 OPEN, CLOSE = "<call>", "</call>"
 OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
+MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class _Trace:
     versions: list[int] = field(default_factory=list)
     turns: list[dict] = field(default_factory=list)
     requests: int = 0
+    pin_version: bool = False  # raise _NewWeights when a request's version differs from the first
 
     def add(self, tokens: list[int], log_probs: list[float], trained: bool) -> None:
         self.tokens += tokens
@@ -64,8 +66,29 @@ async def run_agent(
     engine, prompt_ids: list[int], sampling: SamplingParams, tokenizer, settings: AgentSettings, counts: ToolCounts
 ) -> Completion:
     """Run one trajectory; a Completion whose `loss_mask` marks the generated tokens and whose meta["agent"] holds
-    the per-turn policy versions, the turns and verl-style `extra_info` (num_turns, tool_calls, turns)."""
-    trace = _Trace()
+    the per-turn policy versions, the turns and verl-style `extra_info` (num_turns, tool_calls, turns).
+
+    A trajectory is one policy's: when new weights land mid-trajectory (off-policy modes update the engine while
+    it generates), it starts over under the new ones (`agent/version_restarts`), up to MAX_RESTARTS times; after
+    that it is kept as it is, mixed (`agent/mixed_version_ratio`), so a run whose updates outpace its
+    trajectories still makes progress. Tools run again on a restart: a user tool with side effects sees it twice.
+    """
+    requests = 0
+    for attempt in range(MAX_RESTARTS + 1):
+        trace = _Trace(requests=requests, pin_version=attempt < MAX_RESTARTS)
+        try:
+            return await _attempt(engine, prompt_ids, sampling, tokenizer, settings, counts, trace)
+        except _NewWeights:
+            counts.add("version_restarts")
+            requests = trace.requests  # fresh seeds for the new attempt
+    raise AssertionError("the last attempt never restarts")
+
+
+class _NewWeights(Exception):
+    """A request came back from other weights than the trajectory's first."""
+
+
+async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSettings, counts, trace: _Trace):
     hint = _hint_ids(tokenizer)
     finish = "length"
     for turn in range(settings.max_turns):
@@ -118,6 +141,8 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
         trace.requests += 1
         params = replace(sampling, max_new_tokens=budget, stop_token_ids=stops, seed=seed)
         done = await engine.generate(prompt_ids + trace.tokens + tokens, params)
+        if trace.pin_version and trace.versions and done.policy_version != trace.versions[0]:
+            raise _NewWeights
         versions.append(done.policy_version)
         trace.versions.append(done.policy_version)
         cut = _close_cut(tokenizer, tokens, done.token_ids)

@@ -28,6 +28,7 @@ COUNTERS = (
     "truncated_observations",
     "unknown_tools",
     "malformed_calls",
+    "version_restarts",  # a trajectory started over because new weights landed mid-way (loop.py)
 )
 
 
