@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import rlrm.engine.actor.batch as batch_module
@@ -28,19 +30,30 @@ SMALL = [
 CALL = "<call>calculator 2+2</call>"
 
 
-@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
-def test_a_step_trains_generated_tokens_only(tmp_path, tiny_policy_path, monkeypatch, mode):
-    real_generate = HFRolloutEngine.generate
+def force_first_turn(monkeypatch, engine_class, tokenizer):
+    """The tiny policy never writes a call by itself: the first turn of every trajectory becomes CALL + " 7",
+    written past the stop hint (so the loop's tail cut runs too); later turns are really sampled."""
+    real_generate = engine_class.generate
 
     async def first_turn_calls(self, prompt_ids, sampling):
-        # the tiny policy never writes a call by itself: its first turn of every trajectory is this call,
-        # written past the stop hint (so the loop's tail cut runs too); later turns are really sampled
-        text = self_tokenizer.decode(prompt_ids)
-        if "<call>" not in text:
-            ids = self_tokenizer.encode(CALL + " 7", add_special_tokens=False)
+        if "<call>" not in tokenizer.decode(prompt_ids):
+            ids = tokenizer.encode(CALL + " 7", add_special_tokens=False)
             return Completion(list(prompt_ids), ids, [-1.0] * len(ids), "length", policy_version=self.version)
         return await real_generate(self, prompt_ids, sampling)
 
+    monkeypatch.setattr(engine_class, "generate", first_turn_calls)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_policy_path)
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
+def test_a_step_trains_generated_tokens_only(tmp_path, tokenizer, monkeypatch, mode):
+    force_first_turn(monkeypatch, HFRolloutEngine, tokenizer)
     batches = []
     real_collate = batch_module.collate
 
@@ -49,17 +62,13 @@ def test_a_step_trains_generated_tokens_only(tmp_path, tiny_policy_path, monkeyp
         batches.append(batch)
         return batch
 
-    from transformers import AutoTokenizer
-
-    self_tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
-    monkeypatch.setattr(HFRolloutEngine, "generate", first_turn_calls)
     monkeypatch.setattr(batch_module, "collate", spy)
     run_dir = start_run(load_profile("tiny-rule", [*SMALL, f"trainer.mode={mode}"]), tmp_path / "run")
     train(run_dir)
 
     batch = batches[0]
-    obs = self_tokenizer.encode("<obs>4</obs>", add_special_tokens=False)
-    call = self_tokenizer.encode(CALL, add_special_tokens=False)
+    obs = tokenizer.encode("<obs>4</obs>", add_special_tokens=False)
+    call = tokenizer.encode(CALL, add_special_tokens=False)
     p = batch.prompt_length
     for row in range(len(batch)):
         response = batch.input_ids[row, p:].tolist()
@@ -93,3 +102,23 @@ def test_reward_samples_carry_the_trajectory_in_extra_info(tiny_policy_path):
     assert with_agent.extra_info == {"split": "train", **agent["extra_info"]}
     assert without.extra_info == {"split": "train"}
     assert example.extra_info == {"split": "train"}  # the example's own dict is never written into
+
+
+def test_served_replica_runs_the_same_trajectories_as_the_hf_engine(tmp_path, tokenizer, monkeypatch):
+    # the loop sends token ids (observations included) over /generate: an embedded replica must sample what the
+    # in-process engine samples, token for token, and the weights must train alike
+    from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+
+    force_first_turn(monkeypatch, HFRolloutEngine, tokenizer)
+    force_first_turn(monkeypatch, ServerRolloutEngine, tokenizer)
+    common = [*SMALL, "trainer.total_steps=2", "logging.save_samples=true", "trainer.save_every=0"]
+    served = ["rollout.backend=server", "rollout.server.router=client", "rollout.server.threads=1"]
+    runs = {}
+    for name, extra in (("hf", []), ("served", served)):
+        run_dir = start_run(load_profile("tiny-rule", [*common, *extra]), tmp_path / name)
+        train(run_dir)
+        lines = (run_dir / "samples.jsonl").read_text().splitlines()
+        runs[name] = [(r["step"], r["response"]) for r in map(json.loads, lines)]
+    assert runs["served"] == runs["hf"]
+    assert all("<obs>4</obs>" in response for _, response in runs["hf"])
+    assert any(response.split("</obs>", 1)[1].strip() for _, response in runs["hf"])  # sampled after the tool
