@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # A turn is at least one request to the engine and one tool run: more than this many turns in one
 # trajectory is a typo (max_turns=1e6), not a plan, and would hold a sample for hours.
@@ -20,7 +22,14 @@ class AgentConfig(BaseModel):
     max_turns: int = Field(
         4, description=f"Most policy turns per trajectory (1 to {MAX_TURNS}); a last turn ending in a call stops there."
     )
-    tools: list[str] = Field(["calculator"], min_length=1, description="Tools the policy may call, by name.")
+    tools: list[str] = Field(
+        ["calculator"], min_length=1, description="Tools the policy may call, by name: built-in or in user_tools."
+    )
+    user_tools: dict[str, str] = Field(
+        {},
+        description="Your tools: NAME -> 'FILE.py:FUNCTION', an `async def FUNCTION(arguments: str) -> str` "
+        "(docs/agentic.md); list NAME in tools too.",
+    )
     tool_timeout_s: float = Field(10.0, gt=0.0, le=3600.0, description="A tool call running longer is an error.")
     max_observation_chars: int = Field(
         256, gt=0, le=100_000, description="A tool result longer than this is truncated to it (counted)."
@@ -33,10 +42,26 @@ class AgentConfig(BaseModel):
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (a turn is one policy segment)")
         return value
 
-    @field_validator("tools")
+    @field_validator("user_tools")
     @classmethod
-    def _known_tools(cls, value: list[str]) -> list[str]:
-        unknown = [name for name in value if name not in KNOWN_TOOLS]
+    def _tool_files(cls, value: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for name, spec in value.items():
+            if name in KNOWN_TOOLS or not name.isidentifier():
+                raise ValueError(f"user tool name {name!r} must be a Python identifier other than a built-in tool")
+            path, _, function = spec.rpartition(":")
+            if not path.endswith(".py") or not function.isidentifier() or not Path(path).expanduser().is_file():
+                raise ValueError(f"user tool {name}: {spec!r} is not 'FILE.py:FUNCTION' with an existing FILE.py")
+            out[name] = f"{Path(path).expanduser().resolve()}:{function}"
+        return out
+
+    @model_validator(mode="after")
+    def _known_tools(self) -> "AgentConfig":
+        known = [*KNOWN_TOOLS, *self.user_tools]
+        unknown = [name for name in self.tools if name not in known]
         if unknown:
-            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(KNOWN_TOOLS)}")
-        return value
+            raise ValueError(
+                f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known)} "
+                "(add yours under rollout.agent.user_tools)"
+            )
+        return self

@@ -36,3 +36,24 @@ def test_bad_agent_settings_are_one_line(override, needle):
 
 def test_config_knows_the_engine_tools():
     assert set(KNOWN_TOOLS) == set(BUILTIN_TOOLS)
+
+
+def test_user_tools_are_named_files_and_functions(tmp_path):
+    tool_file = tmp_path / "my_tools.py"
+    tool_file.write_text("async def lookup(arguments):\n    return arguments.upper()\n")
+    p = load_profile(
+        "tiny-rule", [f"rollout.agent.user_tools={{lookup: '{tool_file}:lookup'}}", "rollout.agent.tools=[lookup]"]
+    )
+    assert p.rollout.agent.user_tools == {"lookup": f"{tool_file.resolve()}:lookup"}
+    for override, needle in [
+        (
+            f"rollout.agent.user_tools={{lookup: '{tmp_path}/none.py:lookup'}}",
+            "not 'FILE.py:FUNCTION' with an existing",
+        ),
+        (f"rollout.agent.user_tools={{lookup: '{tool_file}'}}", "not 'FILE.py:FUNCTION'"),
+        (f"rollout.agent.user_tools={{calculator: '{tool_file}:lookup'}}", "other than a built-in tool"),
+        ("rollout.agent.tools=[lookup]", "unknown tool(s) lookup; known tools: calculator (add yours under"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            load_profile("tiny-rule", [override])
+        assert needle in str(info.value) and "\n" not in str(info.value), override

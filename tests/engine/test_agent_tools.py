@@ -104,3 +104,21 @@ def test_run_tool_outcomes_become_observations_and_are_counted():
 def test_build_tools_unknown_name_lists_known_ones():
     with pytest.raises(ValueError, match="unknown tool.*search; known tools: calculator"):
         build_tools(["calculator", "search"])
+
+
+def test_user_tools_load_from_their_file_and_run_like_built_ins(tmp_path):
+    from rlrm.errors import ConfigError
+
+    good = tmp_path / "good.py"
+    good.write_text(
+        "async def shout(arguments):\n    return arguments.upper()\n\ndef plain(arguments):\n    return ''\n"
+    )
+    tools = build_tools(["calculator", "shout"], {"shout": f"{good}:shout"})
+    counts = ToolCounts()
+    assert asyncio.run(run_tool(tools, "shout", "hi", 1.0, 100, counts)) == "HI"
+    with pytest.raises(ConfigError, match=r"user_tools.p: .*good.py has no `async def plain\(arguments: str\) -> str`"):
+        build_tools(["p"], {"p": f"{good}:plain"})
+    broken = tmp_path / "broken.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    with pytest.raises(ConfigError, match="broken.py failed to import: ModuleNotFoundError"):
+        build_tools(["b"], {"b": f"{broken}:b"})

@@ -19,7 +19,7 @@ def agent_settings(profile) -> AgentSettings:
     """The loop's settings from `rollout.agent`; the response budget (observations included) is `rollout.max_new_tokens`."""
     cfg = profile.rollout.agent
     return AgentSettings(
-        tools=build_tools(cfg.tools),
+        tools=build_tools(cfg.tools, cfg.user_tools),
         max_turns=cfg.max_turns,
         max_response_tokens=profile.rollout.max_new_tokens,
         tool_timeout_s=cfg.tool_timeout_s,

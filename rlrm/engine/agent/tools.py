@@ -1,6 +1,6 @@
 """The tool contract, the built-in tools, and the runner that turns every tool outcome into an observation.
 
-    tools = build_tools(["calculator"])                  # name -> async def tool(arguments: str) -> str
+    tools = build_tools(["calculator", "lookup"], {"lookup": "my_tools.py:lookup"})   # name -> async tool
     counts = ToolCounts()
     text = await run_tool(tools, "calculator", "2+2", timeout_s=5, max_chars=256, counts=counts)   # "4"
     counts.take()    # {"agent/tool_calls": 1.0, "agent/tool_errors": 0.0, ...}
@@ -14,10 +14,13 @@ is counted under its own `agent/*` metric so a run shows how often its tools mis
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
+from rlrm.errors import ConfigError
 
 Tool = Callable[[str], Awaitable[str]]
 BUILTIN_TOOLS: dict[str, Tool] = {"calculator": calculator}
@@ -32,12 +35,37 @@ COUNTERS = (
 )
 
 
-def build_tools(names: list[str]) -> dict[str, Tool]:
-    """The built-in tools named in `names` (ValueError naming the known ones for any other)."""
-    unknown = [n for n in names if n not in BUILTIN_TOOLS]
+def build_tools(names: list[str], user_tools: dict[str, str] | None = None) -> dict[str, Tool]:
+    """The tools named in `names`: built-in, or loaded from `user_tools` (NAME -> 'FILE.py:FUNCTION').
+
+    Raises:
+        ValueError: a name that is neither (naming the known ones).
+        ConfigError: a user tool file that does not import, or no `async def FUNCTION` in it.
+    """
+    user_tools = user_tools or {}
+    unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in user_tools]
     if unknown:
-        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(sorted(BUILTIN_TOOLS))}")
-    return {n: BUILTIN_TOOLS[n] for n in names}
+        known = [*sorted(BUILTIN_TOOLS), *user_tools]
+        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known)}")
+    return {n: BUILTIN_TOOLS[n] if n in BUILTIN_TOOLS else load_user_tool(n, user_tools[n]) for n in names}
+
+
+def load_user_tool(name: str, spec: str) -> Tool:
+    """The `async def FUNCTION(arguments: str) -> str` that `spec` ('FILE.py:FUNCTION') names."""
+    path, _, function = spec.rpartition(":")
+    where = f"rollout.agent.user_tools.{name}"
+    module_spec = importlib.util.spec_from_file_location(f"rlrm_user_tool_{name}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"{where}: {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"{where}: {path} failed to import: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, function, None)
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigError(f"{where}: {path} has no `async def {function}(arguments: str) -> str`; define one")
+    return fn
 
 
 @dataclass
