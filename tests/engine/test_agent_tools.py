@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,11 @@ def test_user_tools_load_from_their_file_and_run_like_built_ins(tmp_path):
     broken.write_text("import not_a_module_anywhere\n")
     with pytest.raises(ConfigError, match="broken.py failed to import: ModuleNotFoundError"):
         build_tools(["b"], {"b": f"{broken}:b"})
+
+
+def test_the_example_user_tool_runs():
+    example = Path(__file__).resolve().parents[2] / "examples" / "tools" / "lookup.py"
+    tools = build_tools(["lookup"], {"lookup": f"{example}:lookup"})
+    counts = ToolCounts()
+    assert asyncio.run(run_tool(tools, "lookup", " Paris ", 1.0, 100, counts)) == "France"
+    assert asyncio.run(run_tool(tools, "lookup", "oslo", 1.0, 100, counts)) == "error: no capital named 'oslo'"
