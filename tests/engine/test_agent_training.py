@@ -122,3 +122,44 @@ def test_served_replica_runs_the_same_trajectories_as_the_hf_engine(tmp_path, to
     assert runs["served"] == runs["hf"]
     assert all("<obs>4</obs>" in response for _, response in runs["hf"])
     assert any(response.split("</obs>", 1)[1].strip() for _, response in runs["hf"])  # sampled after the tool
+
+
+def test_engine_log_probs_of_later_turns_match_the_actors_scoring_of_the_trajectory(tiny_policy_path, tokenizer):
+    # each later turn is generated from (prompt + earlier turns + observation) in its own request; the actor
+    # scores the whole trajectory in one pass: the log-probs must agree, or PPO ratios of later turns are wrong
+    import asyncio
+    import copy
+
+    from rlrm.engine.actor.batch import collate
+    from rlrm.engine.actor.logprobs import response_log_probs
+    from rlrm.engine.agent.engine import AgentEngine
+    from rlrm.engine.agent.loop import AgentSettings
+    from rlrm.engine.agent.tools import build_tools
+    from rlrm.inference.base import SamplingParams
+    from rlrm.inference.loading import eos_token_ids, load_causal_lm
+
+    policy = load_causal_lm(str(tiny_policy_path), "float32", "cpu")
+    inner = HFRolloutEngine(copy.deepcopy(policy), eos_token_ids=eos_token_ids(tokenizer, policy), pad_token_id=0)
+    with pytest.MonkeyPatch.context() as mp:
+        force_first_turn(mp, HFRolloutEngine, tokenizer)
+        settings = AgentSettings(tools=build_tools(["calculator"]), max_turns=3, max_response_tokens=60)
+        engine = AgentEngine(inner, tokenizer, settings)
+        prompts = [tokenizer.encode(q, add_special_tokens=False) for q in ("What is 2+2?", "Add 2 and 2.")]
+
+        async def go():
+            try:
+                return await asyncio.gather(
+                    *(engine.generate(p, SamplingParams(seed=i)) for i, p in enumerate(prompts))
+                )
+            finally:
+                await inner.close()
+
+        trajectories = asyncio.run(go())
+    batch = collate(trajectories, tokenizer.pad_token_id)
+    actor_lp = response_log_probs(policy, batch, 1.0, 8)[0].detach()
+    call_obs = len(tokenizer.encode(CALL + "<obs>4</obs>", add_special_tokens=False))
+    later = batch.response_mask.clone()
+    later[:, :call_obs] = 0  # the forced first turn has made-up log-probs; everything after is sampled
+    assert later.sum() > 0
+    gap = ((actor_lp - batch.rollout_log_prob).abs() * later).max().item()
+    assert gap < 1e-4, gap
