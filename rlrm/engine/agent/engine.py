@@ -5,7 +5,8 @@
 
 Wrapping the engine, not the scheduling modes, makes every mode and every backend (the in-process
 hf engine, rollout servers over token ids) run trajectories with the same code: each mode already
-sends one seeded `generate` per sample. Everything else is the inner engine's.
+sends one seeded `generate` per sample. It offers the RolloutEngine protocol and nothing more, so nothing can
+reach the inner engine's generation around the loop (its `generate_many`, say) by accident.
 """
 
 from __future__ import annotations
@@ -41,9 +42,6 @@ class AgentEngine:
     @property
     def dtype(self):
         return self.inner.dtype
-
-    def __getattr__(self, name: str):  # anything else a caller asks of the backend
-        return getattr(self.inner, name)
 
     async def start(self) -> None:
         await self.inner.start()
