@@ -86,6 +86,7 @@ def test_two_turns_splice_the_observation_with_mask_zero(tokenizer):
     extra = agent["extra_info"]
     assert extra["num_turns"] == 4  # verl: user (tool) turns + assistant turns + 1
     assert extra["tool_calls"] == [{"name": "calculator", "arguments": "12+34", "result": "46"}]
+    assert extra["tool_rewards"] == []  # the calculator reports no reward
     assert counts.take()["agent/tool_calls"] == 1.0
 
 
@@ -187,3 +188,15 @@ def test_weights_changing_every_request_end_in_a_kept_mixed_trajectory(tokenizer
     versions = traj.meta["agent"]["policy_versions"]
     assert len(set(versions)) == 2 and traj.policy_version == min(versions)  # kept, and counted as the oldest
     assert counts.take()["agent/version_restarts"] == float(MAX_RESTARTS)
+
+
+def test_rewards_tools_return_reach_extra_info(tokenizer):
+    async def judge(arguments: str):
+        return "checked", 0.25
+
+    tools = {**build_tools(["calculator"]), "judge": judge}
+    script = ["<call>judge 46</call>", "<call>calculator 1+1</call>", "<call>judge 2</call>", "#### 2<|im_end|>"]
+    traj, _ = run(ScriptedEngine(tokenizer, script, ignore_stops=True), tokenizer, tools=tools)
+    extra = traj.meta["agent"]["extra_info"]
+    assert extra["tool_rewards"] == [0.25, 0.25]  # one per call that returned one, in order
+    assert [c["result"] for c in extra["tool_calls"]] == ["checked", "2", "checked"]

@@ -131,3 +131,25 @@ def test_the_example_user_tool_runs():
     counts = ToolCounts()
     assert asyncio.run(run_tool(tools, "lookup", " Paris ", 1.0, 100, counts)) == "France"
     assert asyncio.run(run_tool(tools, "lookup", "oslo", 1.0, 100, counts)) == "error: no capital named 'oslo'"
+
+
+async def _scored(arguments: str):
+    return arguments[::-1], float(len(arguments))
+
+
+async def _bad_reward(arguments: str):
+    return "text", float("nan") if arguments == "nan" else "high"
+
+
+def test_a_tool_reward_is_collected_and_a_bad_one_is_an_error():
+    tools = {"scored": _scored, "bad": _bad_reward}
+    counts, rewards = ToolCounts(), []
+
+    def run(name, args):
+        return asyncio.run(run_tool(tools, name, args, 1.0, 100, counts, rewards))
+
+    assert run("scored", "abc") == "cba"
+    assert rewards == [3.0]
+    assert run("bad", "nan") == "error: tool bad returned the reward nan, not a finite number"
+    assert run("bad", "x") == "error: tool bad returned the reward 'high', not a finite number"
+    assert rewards == [3.0] and counts.take()["agent/tool_errors"] == 2.0

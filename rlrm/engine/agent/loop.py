@@ -53,6 +53,7 @@ class _Trace:
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     turns: list[dict] = field(default_factory=list)
+    tool_rewards: list[float] = field(default_factory=list)
     requests: int = 0
     pin_version: bool = False  # raise _NewWeights when a request's version differs from the first
 
@@ -114,7 +115,13 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             result = f"error: malformed tool call; write {OPEN}NAME ARGUMENTS{CLOSE}"
         else:
             result = await run_tool(
-                settings.tools, name, arguments, settings.tool_timeout_s, settings.max_observation_chars, counts
+                settings.tools,
+                name,
+                arguments,
+                settings.tool_timeout_s,
+                settings.max_observation_chars,
+                counts,
+                trace.tool_rewards,
             )
         record["tool_result"] = result
         trace.turns.append({"role": "tool", "name": name, "text": result})
@@ -190,9 +197,14 @@ def _completion(prompt_ids: list[int], trace: _Trace, finish: str) -> Completion
     agent = {
         "policy_versions": trace.versions,
         "turns": trace.turns,
-        # verl's reward loop merges the agent loop's `tool_extra_fields` into extra_info and sets
-        # extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
-        "extra_info": {"num_turns": observations + assistant + 1, "tool_calls": calls, "turns": trace.turns},
+        # verl's reward loop merges the agent loop's `tool_extra_fields` (its tool loop puts `tool_rewards` there)
+        # into extra_info and sets extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
+        "extra_info": {
+            "num_turns": observations + assistant + 1,
+            "tool_calls": calls,
+            "tool_rewards": trace.tool_rewards,
+            "turns": trace.turns,
+        },
     }
     return Completion(
         prompt_ids=list(prompt_ids),

@@ -5,7 +5,8 @@
     text = await run_tool(tools, "calculator", "2+2", timeout_s=5, max_chars=256, counts=counts)   # "4"
     counts.take()    # {"agent/tool_calls": 1.0, "agent/tool_errors": 0.0, ...}
 
-A user tool is an `async def tool(arguments: str) -> str`, registered by name in a dict. The runner
+A user tool is an `async def tool(arguments: str) -> str` (or `-> tuple[str, float]`: text and a reward),
+registered by name in a dict. The runner
 never lets a tool end a rollout: a raise, a run past `timeout_s`, a result over `max_chars`
 (truncated to it) and an unknown tool name all become an observation the policy reads, and each
 is counted under its own `agent/*` metric so a run shows how often its tools misbehave.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
@@ -85,11 +87,19 @@ class ToolCounts:
 
 
 async def run_tool(
-    tools: dict[str, Tool], name: str, arguments: str, timeout_s: float, max_chars: int, counts: ToolCounts
+    tools: dict[str, Tool],
+    name: str,
+    arguments: str,
+    timeout_s: float,
+    max_chars: int,
+    counts: ToolCounts,
+    rewards: list[float] | None = None,
 ) -> str:
     """Run tool `name` on `arguments`; whatever happens, the text the policy is shown (counted in `counts`).
 
     A tool's own "error: ..." answer (the calculator's division by zero) is counted as a tool error too.
+    A tool may answer `(text, reward)`, as verl's tools return a reward with their response: the reward is
+    appended to `rewards` (the trajectory's `extra_info["tool_rewards"]`, which the reward function reads).
     """
     counts.add("tool_calls")
     tool = tools.get(name)
@@ -104,6 +114,13 @@ async def run_tool(
     except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
         counts.add("tool_errors")
         return f"error: tool {name} failed: {type(exc).__name__}: {exc}"[:max_chars]
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str):
+        result, reward = result
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            counts.add("tool_errors")
+            return f"error: tool {name} returned the reward {reward!r}, not a finite number"
+        if rewards is not None:
+            rewards.append(float(reward))
     if not isinstance(result, str):
         counts.add("tool_errors")
         return f"error: tool {name} returned {type(result).__name__}, not str"
