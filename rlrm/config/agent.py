@@ -25,6 +25,8 @@ class AgentConfig(BaseModel):
     tools: list[str] = Field(
         ["calculator"], min_length=1, description="Tools the policy may call, by name: built-in or in user_tools."
     )
+    call_tag: str = Field("call", description="The policy calls a tool as <TAG>NAME ARGUMENTS</TAG>.")
+    observation_tag: str = Field("obs", description="The tool's result is appended as <TAG>RESULT</TAG>.")
     user_tools: dict[str, str] = Field(
         {},
         description="Your tools: NAME -> 'FILE.py:FUNCTION', an `async def FUNCTION(arguments: str) -> str` "
@@ -42,6 +44,13 @@ class AgentConfig(BaseModel):
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (a turn is one policy segment)")
         return value
 
+    @field_validator("call_tag", "observation_tag")
+    @classmethod
+    def _plain_tag(cls, value: str) -> str:
+        if not (value.isascii() and value.isidentifier()) or len(value) > 16:
+            raise ValueError(f"{value!r} must be a short ASCII name (letters, digits, _), written as <{value}>")
+        return value
+
     @field_validator("user_tools")
     @classmethod
     def _tool_files(cls, value: dict[str, str]) -> dict[str, str]:
@@ -56,7 +65,9 @@ class AgentConfig(BaseModel):
         return out
 
     @model_validator(mode="after")
-    def _known_tools(self) -> "AgentConfig":
+    def _tags_and_tools(self) -> "AgentConfig":
+        if self.call_tag == self.observation_tag:
+            raise ValueError(f"call_tag and observation_tag are both {self.call_tag!r}; the loop must tell them apart")
         known = [*KNOWN_TOOLS, *self.user_tools]
         unknown = [name for name in self.tools if name not in known]
         if unknown:

@@ -57,3 +57,17 @@ def test_user_tools_are_named_files_and_functions(tmp_path):
         with pytest.raises(ConfigError) as info:
             load_profile("tiny-rule", [override])
         assert needle in str(info.value) and "\n" not in str(info.value), override
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("rollout.agent.call_tag='a b'", "must be a short ASCII name"),
+        ("rollout.agent.call_tag='<x>'", "must be a short ASCII name"),
+        ("rollout.agent.observation_tag=call", "call_tag and observation_tag are both 'call'"),
+    ],
+)
+def test_bad_tags_are_one_line(override, needle):
+    with pytest.raises(ConfigError) as info:
+        load_profile("tiny-rule", [override])
+    assert needle in str(info.value) and "\n" not in str(info.value)

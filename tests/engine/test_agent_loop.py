@@ -200,3 +200,10 @@ def test_rewards_tools_return_reach_extra_info(tokenizer):
     extra = traj.meta["agent"]["extra_info"]
     assert extra["tool_rewards"] == [0.25, 0.25]  # one per call that returned one, in order
     assert [c["result"] for c in extra["tool_calls"]] == ["checked", "2", "checked"]
+
+
+def test_the_tags_are_settings(tokenizer):
+    engine = ScriptedEngine(tokenizer, ["<c>calculator 6*7</c> junk", "#### 42<|im_end|>"], ignore_stops=True)
+    traj, counts = run(engine, tokenizer, call_tag="c", observation_tag="r")
+    assert tokenizer.decode(traj.token_ids) == "<c>calculator 6*7</c><r>42</r>#### 42<|im_end|>"
+    assert counts.take()["agent/tool_calls"] == 1.0

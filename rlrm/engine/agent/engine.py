@@ -25,6 +25,8 @@ def agent_settings(profile) -> AgentSettings:
         max_response_tokens=profile.rollout.max_new_tokens,
         tool_timeout_s=cfg.tool_timeout_s,
         max_observation_chars=cfg.max_observation_chars,
+        call_tag=cfg.call_tag,
+        observation_tag=cfg.observation_tag,
     )
 
 

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, replace
 from rlrm.engine.agent.tools import Tool, ToolCounts, run_tool
 from rlrm.inference.base import Completion, SamplingParams
 
-OPEN, CLOSE = "<call>", "</call>"
-OBS_OPEN, OBS_CLOSE = "<obs>", "</obs>"
 MAX_RESTARTS = 3
 
 
@@ -42,6 +40,16 @@ class AgentSettings:
     max_response_tokens: int
     tool_timeout_s: float = 10.0
     max_observation_chars: int = 256
+    call_tag: str = "call"  # the policy writes <call>NAME ARGUMENTS</call>
+    observation_tag: str = "obs"  # the loop appends <obs>RESULT</obs>
+
+    @property
+    def open(self) -> str:
+        return f"<{self.call_tag}>"
+
+    @property
+    def close(self) -> str:
+        return f"</{self.call_tag}>"
 
 
 @dataclass
@@ -90,7 +98,7 @@ class _NewWeights(Exception):
 
 
 async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSettings, counts, trace: _Trace):
-    hint = _hint_ids(tokenizer)
+    hint = _hint_ids(tokenizer, settings.close)
     finish = "length"
     for turn in range(settings.max_turns):
         segment, seg_lp, seg_versions, reason = await _segment(
@@ -101,18 +109,18 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
         record = {"role": "assistant", "text": text, "policy_versions": seg_versions}
         trace.turns.append(record)
         if reason != "call":
-            if reason == "stop" and OPEN in text.rsplit(CLOSE, 1)[-1]:
+            if reason == "stop" and settings.open in text.rsplit(settings.close, 1)[-1]:
                 counts.add("malformed_calls")  # an unterminated call at EOS: the answer stands as written
             finish = reason
             break
         if turn + 1 == settings.max_turns:
             finish = "max_turns"
             break
-        name, arguments = _parse_call(text)
+        name, arguments = _parse_call(text, settings.open, settings.close)
         record["tool_call"] = {"name": name, "arguments": arguments}
         if name is None:
             counts.add("malformed_calls")
-            result = f"error: malformed tool call; write {OPEN}NAME ARGUMENTS{CLOSE}"
+            result = f"error: malformed tool call; write {settings.open}NAME ARGUMENTS{settings.close}"
         else:
             result = await run_tool(
                 settings.tools,
@@ -125,7 +133,8 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             )
         record["tool_result"] = result
         trace.turns.append({"role": "tool", "name": name, "text": result})
-        obs = tokenizer.encode(f"{OBS_OPEN}{result}{OBS_CLOSE}", add_special_tokens=False)
+        tag = settings.observation_tag
+        obs = tokenizer.encode(f"<{tag}>{result}</{tag}>", add_special_tokens=False)
         room = settings.max_response_tokens - len(trace.tokens)
         trace.add(obs[:room], [], trained=False)
         if len(obs) >= room:
@@ -152,7 +161,7 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
             raise _NewWeights
         versions.append(done.policy_version)
         trace.versions.append(done.policy_version)
-        cut = _close_cut(tokenizer, tokens, done.token_ids)
+        cut = _close_cut(tokenizer, settings.close, tokens, done.token_ids)
         new = done.token_ids if cut is None else done.token_ids[:cut]
         tokens += new
         log_probs += done.log_probs[: len(new)]
@@ -164,29 +173,29 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
         return tokens, log_probs, versions, done.finish_reason
 
 
-def _close_cut(tokenizer, before: list[int], new: list[int]) -> int | None:
+def _close_cut(tokenizer, close: str, before: list[int], new: list[int]) -> int | None:
     """The fewest of `new` after which the turn's text holds the closing tag, or None when it never does."""
-    if CLOSE not in tokenizer.decode(before + new):
+    if close not in tokenizer.decode(before + new):
         return None
     for k in range(1, len(new) + 1):
-        if CLOSE in tokenizer.decode(before + new[:k]):
+        if close in tokenizer.decode(before + new[:k]):
             return k
     return len(new)
 
 
-def _parse_call(text: str) -> tuple[str | None, str]:
+def _parse_call(text: str, open_tag: str, close_tag: str) -> tuple[str | None, str]:
     """(name, arguments) of the turn's last `<call>NAME ARGUMENTS</call>`, or (None, body) when malformed."""
-    body = text.split(CLOSE, 1)[0]
-    if OPEN not in body:
+    body = text.split(close_tag, 1)[0]
+    if open_tag not in body:
         return None, body
-    body = body.rsplit(OPEN, 1)[1].strip()
+    body = body.rsplit(open_tag, 1)[1].strip()
     name, _, arguments = body.partition(" ")
     return (name or None), arguments.strip()
 
 
-def _hint_ids(tokenizer) -> list[int]:
+def _hint_ids(tokenizer, close: str) -> list[int]:
     """The closing tag's last token when it is one token of its own (the stop hint), else none."""
-    ids = tokenizer.encode(CLOSE, add_special_tokens=False)
+    ids = tokenizer.encode(close, add_special_tokens=False)
     return ids[-1:] if ids and tokenizer.decode(ids[-1:]) == ">" else []
 
 
