@@ -29,6 +29,7 @@ from rlrm.engine.agent.tools import Tool, ToolCounts, run_tool
 from rlrm.inference.base import Completion, SamplingParams
 
 MAX_RESTARTS = 3
+_SEED_MOD = 2**63 - 1  # seeds stay in int64, as rlrm/engine/scheduling/requests.py makes them
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
         budget = settings.max_response_tokens - len(trace.tokens) - len(tokens)
         if budget <= 0:
             return tokens, log_probs, versions, "length"
-        seed = None if sampling.seed is None else sampling.seed + trace.requests  # fresh draws per request
+        # fresh draws per request (a repeated seed would replay the same draws); the first is the sample's own
+        seed = None if sampling.seed is None else (sampling.seed + trace.requests) % _SEED_MOD
         trace.requests += 1
         params = replace(sampling, max_new_tokens=budget, stop_token_ids=stops, seed=seed)
         done = await engine.generate(prompt_ids + trace.tokens + tokens, params)
