@@ -12,6 +12,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlrm.config.agent import AgentConfig
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward import RewardConfig
 from rlrm.config.servers import RolloutServerConfig
@@ -92,6 +93,7 @@ class RolloutConfig(_Section):
     max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")
     batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
     server: RolloutServerConfig = Field(default_factory=RolloutServerConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
 
     @field_validator("n")
     @classmethod

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlrm.config.schema import Profile
 from rlrm.engine.actor.base import PolicyActor
+from rlrm.engine.agent.engine import AgentEngine, agent_settings
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
@@ -63,6 +64,8 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     if ref_path and profile.actor.world_size == 1:  # with ranks, each rank loads its shard of the reference
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
+    # user tools are imported before anything starts: a broken tool file fails with nothing to stop
+    agent = agent_settings(profile) if profile.rollout.agent.enabled else None
     if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
         engine = served_engine(profile, path, tokenizer, policy)
     else:
@@ -73,6 +76,8 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             max_batch_size=profile.rollout.max_batch_size,
             batch_wait_ms=profile.rollout.batch_wait_ms,
         )
+    if agent is not None:  # every generate becomes a multi-turn trajectory with tools
+        engine = AgentEngine(engine, tokenizer, agent)
     train, test, info = load_splits(profile.data)  # before the ranks start: a bad dataset fails with nothing to stop
     if profile.actor.world_size > 1:  # the ranks load their own shards; the trainer keeps a full copy
         from rlrm.engine.actor.group import start_rank_group

@@ -57,9 +57,12 @@ class Completion:
         token_ids: the response, with the EOS (or stop) token when it stopped on one.
         log_probs: float32 log-prob of each response token: log_softmax(logits / temperature) before
             top-k/top-p filtering (plain log_softmax when greedy), as the actor computes it.
-        finish_reason: "stop" (EOS or a stop token) or "length" (max_new_tokens reached).
+        finish_reason: "stop" (EOS or a stop token) or "length" (max_new_tokens reached); an agent trajectory
+            (rlrm/engine/agent/loop.py) may also end with "max_turns".
         policy_version: the weight version that produced it (see `update_weights`).
         meta: backend extras (the hf engine records the seed it sampled with).
+        loss_mask: one 0/1 per response token, 1 on tokens the policy generated, 0 on tokens the caller
+            spliced in (tool observations: attended to, never trained on); None: every token was generated.
     """
 
     prompt_ids: list[int]
@@ -68,6 +71,7 @@ class Completion:
     finish_reason: str
     policy_version: int = 0
     meta: dict = field(default_factory=dict)
+    loss_mask: list[int] | None = None
 
 
 class RolloutEngine(Protocol):

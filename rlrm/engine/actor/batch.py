@@ -2,7 +2,7 @@
 
     batch = collate(completions, pad_token_id)
     batch.input_ids       # [B, P + R]: prompt i ends at column P - 1, its response starts at column P
-    batch.response_mask   # [B, R], 1 on generated tokens (EOS included)
+    batch.response_mask   # [B, R], 1 on generated tokens (EOS included), 0 on tool observations and pads
     half = batch.select([0, 1])
 
 Left-padding the prompts puts every response at the same columns, so one slice of the logits
@@ -24,7 +24,9 @@ class RolloutBatch:
         input_ids: [B, P + R] prompt (left-padded to P) then response (right-padded to R).
         attention_mask: [B, P + R] 1 on real tokens.
         position_ids: [B, P + R] cumsum(attention_mask) - 1, clamped at 0 (pads get 0).
-        response_mask: [B, R] float, 1 on generated tokens (EOS included).
+        response_mask: [B, R] float, 1 on generated tokens (EOS included); 0 on pads and on the tokens a
+            completion's `loss_mask` marks 0 (tool observations: attended to, never in the loss, KL, entropy
+            or the token counts of `actor.loss_agg_mode`).
         rollout_log_prob: [B, R] the rollout engine's log-probs of the response tokens (0 on pads).
         policy_version: [B] the policy version that generated each sample.
         old_log_prob: [B, R] behaviour-policy log-probs (recomputed by the actor or the rollout's).
@@ -81,7 +83,7 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
     """Pad completions into a RolloutBatch (P and R are the longest prompt and response).
 
     Args:
-        completions: rollout `Completion`s (prompt_ids, token_ids, log_probs, policy_version).
+        completions: rollout `Completion`s (prompt_ids, token_ids, log_probs, policy_version, loss_mask).
         pad_token_id: the id written into padding (never attended to, never scored).
 
     Returns:
@@ -99,6 +101,7 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
             raise ValueError(f"completion {i} has an empty prompt; every response needs a prompt token before it")
         if len(c.log_probs) != len(c.token_ids):
             raise ValueError(f"completion {i} has {len(c.log_probs)} log-probs for {len(c.token_ids)} response tokens")
+        _check_loss_mask(i, c)
     rows = len(completions)
     width_p = max(len(c.prompt_ids) for c in completions)
     width_r = max(max(len(c.token_ids) for c in completions), 1)  # keep R >= 1 so shapes stay 2-D
@@ -113,7 +116,7 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
         if r:
             input_ids[i, width_p : width_p + r] = torch.tensor(c.token_ids, dtype=torch.long)
             attention[i, width_p : width_p + r] = 1
-            response_mask[i, :r] = 1.0
+            response_mask[i, :r] = 1.0 if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             rollout_lp[i, :r] = torch.tensor(c.log_probs, dtype=torch.float32)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     return RolloutBatch(
@@ -124,3 +127,15 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
         rollout_log_prob=rollout_lp,
         policy_version=torch.tensor([c.policy_version for c in completions], dtype=torch.long),
     )
+
+
+def _check_loss_mask(i: int, completion) -> None:
+    mask = completion.loss_mask  # None: every response token was generated
+    if mask is None:
+        return
+    if len(mask) != len(completion.token_ids):
+        raise ValueError(
+            f"completion {i} has a loss mask of {len(mask)} for {len(completion.token_ids)} response tokens"
+        )
+    if any(m not in (0, 1) for m in mask):
+        raise ValueError(f"completion {i} has a loss mask with values other than 0 and 1")

@@ -78,15 +78,17 @@ def model_call_spans(result, start: float, args: dict) -> list[tuple[str, float,
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:
     """What the reward functions see: decoded responses with their prompt's metadata."""
     texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
-    return [_sample(examples[index // n], text, index) for index, text in enumerate(texts)]
+    return [_sample(examples[index // n], text, index, c) for index, (text, c) in enumerate(zip(texts, completions))]
 
 
 def reward_sample(tokenizer, example, completion, index: int) -> RewardSample:
     """One sample as `reward_samples` makes it (index: its position in the step's batch)."""
-    return _sample(example, tokenizer.decode(completion.token_ids, skip_special_tokens=True), index)
+    return _sample(example, tokenizer.decode(completion.token_ids, skip_special_tokens=True), index, completion)
 
 
-def _sample(example, text: str, index: int) -> RewardSample:
+def _sample(example, text: str, index: int, completion) -> RewardSample:
+    # an agent trajectory adds verl's extra_info keys (num_turns, turns, tool_calls) to the example's
+    agent = completion.meta.get("agent", {}).get("extra_info", {}) if completion.meta else {}
     return RewardSample(
         uid=example.uid,
         index=index,
@@ -94,5 +96,5 @@ def _sample(example, text: str, index: int) -> RewardSample:
         prompt=example.prompt,
         solution_str=text,
         ground_truth=example.ground_truth,
-        extra_info=example.extra_info,
+        extra_info={**example.extra_info, **agent} if agent else example.extra_info,
     )

@@ -1,0 +1,1 @@
+"""Multi-turn rollouts with tools: the calculator, the tool contract and the agent loop (docs/agentic.md)."""

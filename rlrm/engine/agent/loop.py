@@ -1,0 +1,228 @@
+"""The agent loop: one multi-turn trajectory over any RolloutEngine, tool observations spliced in as tokens.
+
+    settings = AgentSettings(tools=build_tools(["calculator"]), max_turns=4, max_response_tokens=128)
+    traj = await run_agent(engine, prompt_ids, SamplingParams(seed=7), tokenizer, settings, ToolCounts())
+    traj.token_ids      # generated and observation tokens, interleaved
+    traj.loss_mask      # 1 on generated tokens, 0 on observation tokens (attended to, never trained on)
+
+Tool-call format: the policy writes `<call>NAME ARGUMENTS</call>` (`<call>calculator 12+34</call>`); the
+loop appends `<obs>RESULT</obs>` and generation resumes. Stopping at the closing tag: `</call>` is
+several tokens in a BPE vocabulary (six in the tiny tokenizer), and the engine contract only stops
+on token ids, so each request stops on the closing tag's *last* token (`>`) as a hint, and the
+decoded tail is checked after every request: when the tag is closed the response is cut right
+after the token that closed it (the tokens the engine drew past it are dropped, log-probs with
+them); when the `>` closed something else (`<call>` itself) the loop asks the engine to go on from
+there. A tokenizer that merges `>` with its neighbours still works: the hint never fires and the
+tail check cuts the longer response.
+
+A turn is one policy segment ending in a tool call or the end. The trajectory ends with "stop"
+(EOS: the answer), "length" (the response budget `max_response_tokens`, observations included,
+ran out) or "max_turns" (the last allowed turn ended in a call, which is not run). Generated
+tokens and observation tokens are never re-tokenised: what the actor scores is what was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rlrm.engine.agent.tools import Tool, ToolCounts, run_tool
+from rlrm.inference.base import Completion, SamplingParams
+
+MAX_RESTARTS = 3
+_SEED_MOD = 2**63 - 1  # seeds stay in int64, as rlrm/engine/scheduling/requests.py makes them
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How one trajectory runs (from `rollout.agent` and `rollout.max_new_tokens`)."""
+
+    tools: dict[str, Tool]
+    max_turns: int
+    max_response_tokens: int
+    tool_timeout_s: float = 10.0
+    max_observation_chars: int = 256
+    call_tag: str = "call"  # the policy writes <call>NAME ARGUMENTS</call>
+    observation_tag: str = "obs"  # the loop appends <obs>RESULT</obs>
+
+    @property
+    def open(self) -> str:
+        return f"<{self.call_tag}>"
+
+    @property
+    def close(self) -> str:
+        return f"</{self.call_tag}>"
+
+
+@dataclass
+class _Trace:
+    """What the trajectory has built so far."""
+
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    tool_rewards: list[float] = field(default_factory=list)
+    requests: int = 0
+    pin_version: bool = False  # raise _NewWeights when a request's version differs from the first
+
+    def add(self, tokens: list[int], log_probs: list[float], trained: bool) -> None:
+        self.tokens += tokens
+        self.mask += [1 if trained else 0] * len(tokens)
+        self.log_probs += log_probs if trained else [0.0] * len(tokens)
+
+
+async def run_agent(
+    engine, prompt_ids: list[int], sampling: SamplingParams, tokenizer, settings: AgentSettings, counts: ToolCounts
+) -> Completion:
+    """Run one trajectory; a Completion whose `loss_mask` marks the generated tokens and whose meta["agent"] holds
+    the per-turn policy versions, the turns and verl-style `extra_info` (num_turns, tool_calls, turns).
+
+    A trajectory is one policy's: when new weights land mid-trajectory (off-policy modes update the engine while
+    it generates), it starts over under the new ones (`agent/version_restarts`), up to MAX_RESTARTS times; after
+    that it is kept as it is, mixed (`agent/mixed_version_ratio`), so a run whose updates outpace its
+    trajectories still makes progress. Tools run again on a restart: a user tool with side effects sees it twice.
+    """
+    requests = 0
+    for attempt in range(MAX_RESTARTS + 1):
+        trace = _Trace(requests=requests, pin_version=attempt < MAX_RESTARTS)
+        try:
+            return await _attempt(engine, prompt_ids, sampling, tokenizer, settings, counts, trace)
+        except _NewWeights:
+            counts.add("version_restarts")
+            requests = trace.requests  # fresh seeds for the new attempt
+    raise AssertionError("the last attempt never restarts")
+
+
+class _NewWeights(Exception):
+    """A request came back from other weights than the trajectory's first."""
+
+
+async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSettings, counts, trace: _Trace):
+    hint = _hint_ids(tokenizer, settings.close)
+    finish = "length"
+    for turn in range(settings.max_turns):
+        segment, seg_lp, seg_versions, reason = await _segment(
+            engine, prompt_ids, sampling, tokenizer, settings, trace, hint
+        )
+        trace.add(segment, seg_lp, trained=True)
+        text = tokenizer.decode(segment, skip_special_tokens=True)
+        record = {"role": "assistant", "text": text, "policy_versions": seg_versions}
+        trace.turns.append(record)
+        if reason != "call":
+            if reason == "stop" and settings.open in text.rsplit(settings.close, 1)[-1]:
+                counts.add("malformed_calls")  # an unterminated call at EOS: the answer stands as written
+            finish = reason
+            break
+        if turn + 1 == settings.max_turns:
+            finish = "max_turns"
+            break
+        name, arguments = _parse_call(text, settings.open, settings.close)
+        record["tool_call"] = {"name": name, "arguments": arguments}
+        if name is None:
+            counts.add("malformed_calls")
+            result = f"error: malformed tool call; write {settings.open}NAME ARGUMENTS{settings.close}"
+        else:
+            result = await run_tool(
+                settings.tools,
+                name,
+                arguments,
+                settings.tool_timeout_s,
+                settings.max_observation_chars,
+                counts,
+                trace.tool_rewards,
+            )
+        record["tool_result"] = result
+        trace.turns.append({"role": "tool", "name": name, "text": result})
+        tag = settings.observation_tag
+        obs = tokenizer.encode(f"<{tag}>{result}</{tag}>", add_special_tokens=False)
+        room = settings.max_response_tokens - len(trace.tokens)
+        trace.add(obs[:room], [], trained=False)
+        if len(obs) >= room:
+            finish = "length"
+            break
+    return _completion(prompt_ids, trace, finish)
+
+
+async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Trace, hint: list[int]):
+    """Generate one turn: requests (resumed after a false `>` hint) until the closing tag, EOS or the budget."""
+    tokens: list[int] = []
+    log_probs: list[float] = []
+    versions: list[int] = []
+    stops = sorted(set(sampling.stop_token_ids or []) | set(hint))
+    while True:
+        budget = settings.max_response_tokens - len(trace.tokens) - len(tokens)
+        if budget <= 0:
+            return tokens, log_probs, versions, "length"
+        # fresh draws per request (a repeated seed would replay the same draws); the first is the sample's own
+        seed = None if sampling.seed is None else (sampling.seed + trace.requests) % _SEED_MOD
+        trace.requests += 1
+        params = replace(sampling, max_new_tokens=budget, stop_token_ids=stops, seed=seed)
+        done = await engine.generate(prompt_ids + trace.tokens + tokens, params)
+        if trace.pin_version and trace.versions and done.policy_version != trace.versions[0]:
+            raise _NewWeights
+        versions.append(done.policy_version)
+        trace.versions.append(done.policy_version)
+        cut = _close_cut(tokenizer, settings.close, tokens, done.token_ids)
+        new = done.token_ids if cut is None else done.token_ids[:cut]
+        tokens += new
+        log_probs += done.log_probs[: len(new)]
+        if cut is not None:
+            return tokens, log_probs, versions, "call"
+        ended_on_hint = done.finish_reason == "stop" and new and new[-1] in hint
+        if ended_on_hint and new[-1] not in (sampling.stop_token_ids or []):
+            continue  # the `>` closed something other than </call>: go on from here
+        return tokens, log_probs, versions, done.finish_reason
+
+
+def _close_cut(tokenizer, close: str, before: list[int], new: list[int]) -> int | None:
+    """The fewest of `new` after which the turn's text holds the closing tag, or None when it never does."""
+    if close not in tokenizer.decode(before + new):
+        return None
+    for k in range(1, len(new) + 1):
+        if close in tokenizer.decode(before + new[:k]):
+            return k
+    return len(new)
+
+
+def _parse_call(text: str, open_tag: str, close_tag: str) -> tuple[str | None, str]:
+    """(name, arguments) of the turn's last `<call>NAME ARGUMENTS</call>`, or (None, body) when malformed."""
+    body = text.split(close_tag, 1)[0]
+    if open_tag not in body:
+        return None, body
+    body = body.rsplit(open_tag, 1)[1].strip()
+    name, _, arguments = body.partition(" ")
+    return (name or None), arguments.strip()
+
+
+def _hint_ids(tokenizer, close: str) -> list[int]:
+    """The closing tag's last token when it is one token of its own (the stop hint), else none."""
+    ids = tokenizer.encode(close, add_special_tokens=False)
+    return ids[-1:] if ids and tokenizer.decode(ids[-1:]) == ">" else []
+
+
+def _completion(prompt_ids: list[int], trace: _Trace, finish: str) -> Completion:
+    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in trace.turns if "tool_call" in t]
+    observations = sum(1 for t in trace.turns if t["role"] == "tool")
+    assistant = len(trace.turns) - observations
+    agent = {
+        "policy_versions": trace.versions,
+        "turns": trace.turns,
+        # verl's reward loop merges the agent loop's `tool_extra_fields` (its tool loop puts `tool_rewards` there)
+        # into extra_info and sets extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
+        "extra_info": {
+            "num_turns": observations + assistant + 1,
+            "tool_calls": calls,
+            "tool_rewards": trace.tool_rewards,
+            "turns": trace.turns,
+        },
+    }
+    return Completion(
+        prompt_ids=list(prompt_ids),
+        token_ids=trace.tokens,
+        log_probs=trace.log_probs,
+        finish_reason=finish,
+        policy_version=min(trace.versions) if trace.versions else 0,
+        meta={"agent": agent},
+        loss_mask=trace.mask,
+    )

@@ -1,0 +1,132 @@
+"""The tool contract, the built-in tools, and the runner that turns every tool outcome into an observation.
+
+    tools = build_tools(["calculator", "lookup"], {"lookup": "my_tools.py:lookup"})   # name -> async tool
+    counts = ToolCounts()
+    text = await run_tool(tools, "calculator", "2+2", timeout_s=5, max_chars=256, counts=counts)   # "4"
+    counts.take()    # {"agent/tool_calls": 1.0, "agent/tool_errors": 0.0, ...}
+
+A user tool is an `async def tool(arguments: str) -> str` (or `-> tuple[str, float]`: text and a reward),
+registered by name in a dict. The runner
+never lets a tool end a rollout: a raise, a run past `timeout_s`, a result over `max_chars`
+(truncated to it) and an unknown tool name all become an observation the policy reads, and each
+is counted under its own `agent/*` metric so a run shows how often its tools misbehave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from rlrm.engine.agent.calculator import calculator
+from rlrm.errors import ConfigError
+
+Tool = Callable[[str], Awaitable[str]]
+BUILTIN_TOOLS: dict[str, Tool] = {"calculator": calculator}
+COUNTERS = (
+    "tool_calls",
+    "tool_errors",
+    "tool_timeouts",
+    "truncated_observations",
+    "unknown_tools",
+    "malformed_calls",
+    "version_restarts",  # a trajectory started over because new weights landed mid-way (loop.py)
+)
+
+
+def build_tools(names: list[str], user_tools: dict[str, str] | None = None) -> dict[str, Tool]:
+    """The tools named in `names`: built-in, or loaded from `user_tools` (NAME -> 'FILE.py:FUNCTION').
+
+    Raises:
+        ValueError: a name that is neither (naming the known ones).
+        ConfigError: a user tool file that does not import, or no `async def FUNCTION` in it.
+    """
+    user_tools = user_tools or {}
+    unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in user_tools]
+    if unknown:
+        known = [*sorted(BUILTIN_TOOLS), *user_tools]
+        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known)}")
+    return {n: BUILTIN_TOOLS[n] if n in BUILTIN_TOOLS else load_user_tool(n, user_tools[n]) for n in names}
+
+
+def load_user_tool(name: str, spec: str) -> Tool:
+    """The `async def FUNCTION(arguments: str) -> str` that `spec` ('FILE.py:FUNCTION') names."""
+    path, _, function = spec.rpartition(":")
+    where = f"rollout.agent.user_tools.{name}"
+    module_spec = importlib.util.spec_from_file_location(f"rlrm_user_tool_{name}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"{where}: {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"{where}: {path} failed to import: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, function, None)
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigError(f"{where}: {path} has no `async def {function}(arguments: str) -> str`; define one")
+    return fn
+
+
+@dataclass
+class ToolCounts:
+    """How tool calls went since the last `take` (one instance per engine or per step)."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+
+    def add(self, key: str) -> None:
+        self.counts[key] += 1
+
+    def take(self) -> dict[str, float]:
+        """The counters as `agent/*` metrics, then zero them."""
+        out = {f"agent/{k}": float(v) for k, v in self.counts.items()}
+        self.counts = dict.fromkeys(COUNTERS, 0)
+        return out
+
+
+async def run_tool(
+    tools: dict[str, Tool],
+    name: str,
+    arguments: str,
+    timeout_s: float,
+    max_chars: int,
+    counts: ToolCounts,
+    rewards: list[float] | None = None,
+) -> str:
+    """Run tool `name` on `arguments`; whatever happens, the text the policy is shown (counted in `counts`).
+
+    A tool's own "error: ..." answer (the calculator's division by zero) is counted as a tool error too.
+    A tool may answer `(text, reward)`, as verl's tools return a reward with their response: the reward is
+    appended to `rewards` (the trajectory's `extra_info["tool_rewards"]`, which the reward function reads).
+    """
+    counts.add("tool_calls")
+    tool = tools.get(name)
+    if tool is None:
+        counts.add("unknown_tools")
+        return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}"
+    try:
+        result = await asyncio.wait_for(tool(arguments), timeout=timeout_s)
+    except asyncio.TimeoutError:
+        counts.add("tool_timeouts")
+        return f"error: tool {name} took longer than {timeout_s:g}s"
+    except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
+        counts.add("tool_errors")
+        return f"error: tool {name} failed: {type(exc).__name__}: {exc}"[:max_chars]
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str):
+        result, reward = result
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            counts.add("tool_errors")
+            return f"error: tool {name} returned the reward {reward!r}, not a finite number"
+        if rewards is not None:
+            rewards.append(float(reward))
+    if not isinstance(result, str):
+        counts.add("tool_errors")
+        return f"error: tool {name} returned {type(result).__name__}, not str"
+    if result.startswith("error:"):
+        counts.add("tool_errors")
+    if len(result) > max_chars:
+        counts.add("truncated_observations")
+        result = result[:max_chars]
+    return result
