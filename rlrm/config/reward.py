@@ -188,6 +188,21 @@ class RewardLimitsConfig(_Section):
         return any(v is not None for v in (self.max_concurrent, self.rpm, self.tpm))
 
 
+class OverlongConfig(_Section):
+    """The soft overlong penalty of verl's DAPO reward manager (`overlong_buffer_cfg`), added once to every scored
+    sample whatever the reward kind: with L = rollout.max_new_tokens, a response longer than L - buffer_len tokens
+    loses penalty_factor x (its tokens past L - buffer_len) / buffer_len, i.e. up to penalty_factor at L."""
+
+    buffer_len: int | None = Field(
+        None, gt=0, description="Tokens before rollout.max_new_tokens where the penalty starts (None: no penalty)."
+    )
+    penalty_factor: float = Field(1.0, ge=0.0, description="The penalty of a response that reaches max_new_tokens.")
+
+    @property
+    def active(self) -> bool:
+        return self.buffer_len is not None
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -246,6 +261,7 @@ class RewardConfig(_Section):
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
     inject: InjectConfig = Field(default_factory=InjectConfig)
     limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
 
     @field_validator("ray_address")
     @classmethod

@@ -24,8 +24,10 @@ from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
 class RewardService:
-    def __init__(self, cfg: RewardConfig, seed: int = 0):
-        self.cfg, self.seed = cfg, seed
+    """Args: max_response_len: the rollout's max_new_tokens, for reward.overlong (None: no overlong penalty)."""
+
+    def __init__(self, cfg: RewardConfig, seed: int = 0, max_response_len: int | None = None):
+        self.cfg, self.seed, self.max_response_len = cfg, seed, max_response_len
         self.pool = None
         self.router = None
         self.balancer = None
@@ -48,7 +50,9 @@ class RewardService:
             elif kind is not None:
                 await self._start_servers(kind)
             counters = self.router_counters.take if self.router_counters is not None else None
-            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed, counters=counters)
+            self.loop = RewardLoop(
+                self._reward_fn(), self.cfg, seed=self.seed, counters=counters, max_response_len=self.max_response_len
+            )
         except BaseException:
             await self.close()  # whatever was started is stopped again
             raise

@@ -75,15 +75,19 @@ def model_call_spans(result, start: float, args: dict) -> list[tuple[str, float,
 def reward_samples(tokenizer, examples: list, completions: list, n: int) -> list[RewardSample]:
     """What the reward functions see: decoded responses with their prompt's metadata."""
     texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
-    return [_sample(examples[index // n], text, index) for index, text in enumerate(texts)]
+    return [
+        _sample(examples[index // n], text, index, len(completions[index].token_ids))
+        for index, text in enumerate(texts)
+    ]
 
 
 def reward_sample(tokenizer, example, completion, index: int) -> RewardSample:
     """One sample as `reward_samples` makes it (index: its position in the step's batch)."""
-    return _sample(example, tokenizer.decode(completion.token_ids, skip_special_tokens=True), index)
+    text = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+    return _sample(example, text, index, len(completion.token_ids))
 
 
-def _sample(example, text: str, index: int) -> RewardSample:
+def _sample(example, text: str, index: int, response_length: int) -> RewardSample:
     return RewardSample(
         uid=example.uid,
         index=index,
@@ -92,4 +96,5 @@ def _sample(example, text: str, index: int) -> RewardSample:
         solution_str=text,
         ground_truth=example.ground_truth,
         extra_info=example.extra_info,
+        response_length=response_length,
     )
