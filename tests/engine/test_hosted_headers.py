@@ -5,6 +5,7 @@ reach a profile or the run folder. Against the stand-in API of tests/fixtures (a
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -64,6 +65,17 @@ def test_headers_reach_every_request_readiness_check_included():
         refused, accepted = list(api.missing_headers), len(api.accepted)
     assert refused == [] and accepted == 1 + 6  # the readiness probe's chat call, then one per sample
     assert [r.score for r in results] == [1.0, 0.0] * 3 and metrics["reward/failures"] == 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+def test_ray_workers_send_the_headers_too():
+    # the driver reads the variables and hands the values to its Ray workers: a remote node may not have them
+    with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
+        cfg = config(api, headers_env={"OpenAI-Organization": "STANDIN_ORG"})
+        cfg = cfg.model_copy(update={"executor": "ray", "num_workers": 2})
+        results, _ = score(cfg, samples(4))
+        assert api.missing_headers == [] and len(api.accepted) == 1 + 4
+    assert [r.score for r in results] == [1.0, 0.0] * 2
 
 
 def test_without_the_header_the_api_refuses_at_the_readiness_check():
