@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -10,7 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rlrm.config.latency import LatencyDist, parse_latency
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.servers import ServerFleetConfig
+from rlrm.launch.common.auth import key_from_env
 from rlrm.launch.fleet.spec import FleetSpec
+
+_HEADER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 DEFAULT_JUDGE_TEMPLATE = (
     "Is the answer to this problem correct?\n"
@@ -37,6 +42,31 @@ class RewardServerConfig(ServerFleetConfig):
     model: str | None = Field(
         None, description="Reward model: HF folder or hub id (needed by disrm, genrm, composite)."
     )
+    headers_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra HTTP headers of every request to the reward servers (readiness check included), as header "
+        "name -> name of the environment variable holding its value, e.g. {OpenAI-Organization: MY_ORG}; the values "
+        "are read at start and never written to a profile or the run folder. The bearer key is api_key_env's.",
+    )
+
+    @field_validator("headers_env")
+    @classmethod
+    def _headers_name_variables(cls, headers: dict[str, str]) -> dict[str, str]:
+        for header, variable in headers.items():
+            if not _HEADER.fullmatch(header):
+                raise ValueError(f"headers_env: {header!r} is not an HTTP header name (letters, digits, - and _)")
+            if header.lower() == "authorization":
+                raise ValueError("headers_env: the Authorization header is api_key_env's; name its variable there")
+            if not _ENV_NAME.fullmatch(variable):
+                raise ValueError(
+                    f"headers_env.{header}: {variable!r} is not an environment variable name; give the variable's "
+                    "name, never the value"
+                )
+        return headers
+
+    def read_headers(self) -> dict[str, str]:
+        """The headers `headers_env` names, their values read now (ConfigError naming an unset variable)."""
+        return {h: key_from_env(v, f"{self.section}.headers_env.{h}") for h, v in self.headers_env.items()}
 
     def fleet_spec(self) -> FleetSpec:
         """The base settings, with the model that running `addresses` must serve."""
@@ -209,6 +239,21 @@ def check_component_weights(kind: str, weights: dict[str, float]) -> None:
         )
 
 
+class OverlongConfig(_Section):
+    """The soft overlong penalty of verl's DAPO reward manager (`overlong_buffer_cfg`), added once to every scored
+    sample whatever the reward kind: with L = rollout.max_new_tokens, a response longer than L - buffer_len tokens
+    loses penalty_factor x (its tokens past L - buffer_len) / buffer_len, i.e. up to penalty_factor at L."""
+
+    buffer_len: int | None = Field(
+        None, gt=0, description="Tokens before rollout.max_new_tokens where the penalty starts (None: no penalty)."
+    )
+    penalty_factor: float = Field(1.0, ge=0.0, description="The penalty of a response that reaches max_new_tokens.")
+
+    @property
+    def active(self) -> bool:
+        return self.buffer_len is not None
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -275,6 +320,7 @@ class RewardConfig(_Section):
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
     inject: InjectConfig = Field(default_factory=InjectConfig)
     limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
 
     @field_validator("ray_address")
     @classmethod

@@ -315,6 +315,12 @@ class Profile(_Section):
             )
         if self.algorithm.component_norm == "gdpo":
             _check_gdpo(self.reward)
+        buffer_len = self.reward.overlong.buffer_len
+        if buffer_len is not None and buffer_len >= self.rollout.max_new_tokens:
+            raise ValueError(
+                f"reward.overlong.buffer_len ({buffer_len}) must be below rollout.max_new_tokens "
+                f"({self.rollout.max_new_tokens}): the penalty starts buffer_len tokens before the longest response"
+            )
         if self.reward.placement == "colocated" and self.trainer.mode != "sync":
             raise ValueError(
                 f"reward.placement=colocated takes turns with the policy on one device, so it needs trainer.mode=sync "

@@ -100,7 +100,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         actor,
         train,
         test,
-        RewardService(profile.reward, profile.trainer.seed),
+        RewardService(profile.reward, profile.trainer.seed, max_response_len=profile.rollout.max_new_tokens),
         device,
         info,
     )

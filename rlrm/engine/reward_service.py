@@ -24,8 +24,10 @@ from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
 class RewardService:
-    def __init__(self, cfg: RewardConfig, seed: int = 0):
-        self.cfg, self.seed = cfg, seed
+    """Args: max_response_len: the rollout's max_new_tokens, for reward.overlong (None: no overlong penalty)."""
+
+    def __init__(self, cfg: RewardConfig, seed: int = 0, max_response_len: int | None = None):
+        self.cfg, self.seed, self.max_response_len = cfg, seed, max_response_len
         self.pool = None
         self.router = None
         self.balancer = None
@@ -33,6 +35,7 @@ class RewardService:
         self.workers = None  # Ray reward workers, with executor: ray
         self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # reward.server.api_key_env's, or a fresh one; kept out of every config
+        self.headers: dict[str, str] = {}  # reward.server.headers_env's values: in memory only, like the key
         self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
         self.fleet = (
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
@@ -48,7 +51,9 @@ class RewardService:
             elif kind is not None:
                 await self._start_servers(kind)
             counters = self.router_counters.take if self.router_counters is not None else None
-            self.loop = RewardLoop(self._reward_fn(), self.cfg, seed=self.seed, counters=counters)
+            self.loop = RewardLoop(
+                self._reward_fn(), self.cfg, seed=self.seed, counters=counters, max_response_len=self.max_response_len
+            )
         except BaseException:
             await self.close()  # whatever was started is stopped again
             raise
@@ -58,6 +63,7 @@ class RewardService:
         self.api_key = fleet_key(
             server.fleet_spec(), server.read_api_key()
         )  # launched servers: a fresh key of this run's own
+        self.headers = server.read_headers()  # an unset variable stops here, named, before anything starts
         self.model_path = resolve_model_path(server.model)
         self.fleet = ServerFleet(
             server.fleet_spec(),
@@ -65,10 +71,11 @@ class RewardService:
             model_path=self.model_path,
             api_key=self.api_key,
             ray_address=self.cfg.ray_address,
+            headers=self.headers,
         )
         await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
-        self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key)
+        self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key, headers=self.headers)
         await self.balancer.wait_healthy(server.start_timeout_s)
         if self.router_counters is not None:
             await asyncio.to_thread(self.router_counters.take)  # from here on: what the run's requests cost
@@ -100,7 +107,7 @@ class RewardService:
         urls = self.balancer.urls if self.balancer is not None else []
         model_path = self.model_path
         if self.cfg.executor == "ray":  # one limiter actor for every worker: the run's limits, not N times them
-            self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key)
+            self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key, headers=self.headers)
             self.workers.start()
             return self.workers.score
         return build_reward_fn(self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits))

@@ -186,3 +186,46 @@ def test_odd_429s_are_still_waited_out_and_counted(standin, said, capfd):
     err = capfd.readouterr().err
     if said:
         assert err.count(said) == 1  # said once, not once per 429
+
+
+TPM = 24_000.0  # 400 tokens a second; a judge call here costs ~40 tokens (usage) and is estimated at ~100
+
+
+def token_rate(api: StandinOpenAIAPI) -> float:
+    """Tokens per minute the stand-in let in over the scoring (the readiness probe, first, left out): each accepted
+    request but the last is followed by the gap its tokens buy."""
+    times = [t for t, _ in api.accepted]
+    return sum(api.accepted_tokens[1:-1]) / (times[-1] - times[1]) * 60.0
+
+
+def test_at_the_token_limit_no_429_and_every_sample_scored():
+    # many samples in flight at once: each takes its slot of the token schedule at its estimate (max_tokens 64 plus
+    # its prompt at 4 characters a token), so the API sees fewer tokens than its limit, never more
+    with StandinOpenAIAPI(KEY, rpm=60_000, tpm=TPM) as api:
+        results, metrics = score(config(api, limits={"tpm": TPM}, genrm={"max_tokens": 64}), samples(12))
+        rate = token_rate(api)
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
+    assert metrics["reward/defaulted"] == 0 and metrics["reward/model_calls"] == 12
+    assert rate <= TPM * 1.1, rate
+
+
+def test_usage_corrects_the_token_budget_up_to_the_limit():
+    # one request at a time: each answer's usage (~40 tokens) corrects its estimate (~100) before the next request
+    # takes its slot, so the API sees its limit, not the ~40% the estimates alone would allow
+    with StandinOpenAIAPI(KEY, rpm=60_000, tpm=TPM) as api:
+        cfg = config(api, limits={"tpm": TPM, "max_concurrent": 1}, genrm={"max_tokens": 64})
+        results, metrics = score(cfg, samples(12))
+        rate = token_rate(api)
+    assert not api.throttled and metrics["reward/defaulted"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
+    assert 0.9 * TPM <= rate <= 1.1 * TPM, rate
+
+
+def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():
+    # the stand-in does enforce tpm: with no reward.limits its 429s come, are waited out, and every sample is scored
+    with StandinOpenAIAPI(KEY, rpm=60_000, tpm=TPM) as api:
+        results, metrics = score(config(api, genrm={"max_tokens": 64}), samples(12))
+        throttled = len(api.throttled)
+    assert throttled and metrics["reward/rate_limited"] == throttled
+    assert metrics["reward/defaulted"] == 0 and [r.score for r in results] == [1.0, 0.0] * 6

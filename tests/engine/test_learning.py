@@ -68,3 +68,43 @@ def test_reward_model_profiles_learn(tmp_path, tiny_policy_path, profile_name, s
     third = len(rewards) // 3
     assert sum(rewards[-third:]) / third > sum(rewards[:third]) / third, "the model-scored reward did not rise"
     assert sum(r["reward/failures"] - r["reward/unparsed"] for r in rows if "reward/failures" in r) == 0
+
+
+FAPO_STEPS = 20
+
+
+@pytest.mark.slow
+def test_tiny_fapo_learns_and_its_rule_spares_judge_calls(tmp_path, tiny_policy_path):
+    # A custom FAPO-style reward (examples/rewards/fapo_judge.py) calling the tiny judge through the address rlrm
+    # hands it: the rule first, the judge only for rule-correct answers.
+    profile = load_profile(
+        "tiny-fapo",
+        [
+            f"trainer.total_steps={FAPO_STEPS}",
+            f"trainer.val_every={FAPO_STEPS}",
+            "trainer.save_every=0",
+            "trainer.num_threads=2",
+            "logging.console=none",
+            "logging.save_samples=true",
+        ],
+    )
+    run_dir = start_run(profile, tmp_path / "tiny-fapo")
+    result = train(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert result.last_step == FAPO_STEPS
+    before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
+    assert after >= before + 0.06, f"tiny-fapo: held-out accuracy {before:.3f} -> {after:.3f}"
+    rewards = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
+    third = len(rewards) // 3
+    assert sum(rewards[-third:]) / third > sum(rewards[:third]) / third, "the FAPO reward did not rise"
+    steps = [r for r in rows if "reward/samples" in r]
+    assert sum(r["reward/failures"] for r in steps) == 0
+    # one judge call per rule-correct sample, none for the others: the calls the rule saved
+    import json
+
+    lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    judged = sum(x["reward_extra_info"]["judged"] for x in lines)
+    calls, samples = sum(r["reward/model_calls"] for r in steps), sum(r["reward/samples"] for r in steps)
+    assert calls == judged and len(lines) == samples
+    assert 0 < calls < samples, f"{calls} judge calls for {samples} samples"
+    print(f"tiny-fapo: val/accuracy {before:.3f} -> {after:.3f}; {calls} judge calls for {samples} samples")

@@ -57,10 +57,11 @@ def model_score(cfg: RewardConfig, result) -> float | None:
     """The part of a result the verdict is read from; None when the model did not judge the sample."""
     if result is None or result.extra.get("reward_failed"):
         return None
+    unshaped = result.score - result.extra.get("overlong_penalty", 0.0)  # the verdict, before reward.overlong
     if cfg.kind != "composite":
-        return result.score
+        return unshaped
     if cfg.composite.mode == "gate":
-        return None if result.extra.get("gated", True) else result.score
+        return None if result.extra.get("gated", True) else unshaped
     value = result.extra.get("model_score")
     return None if value is None else float(value)
 

@@ -22,6 +22,7 @@ class RewardSample:
     solution_str: str  # decoded response, special tokens removed
     ground_truth: str
     extra_info: dict = field(default_factory=dict)
+    response_length: int | None = None  # response tokens, EOS included (reward.overlong); None: not known
 
 
 @dataclass

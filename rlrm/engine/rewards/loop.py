@@ -25,6 +25,7 @@ from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
+from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.errors import RlrmError
 from rlrm.stats import quantile
@@ -55,6 +56,9 @@ class RewardStats:
     rate_limited: int = 0  # 429s (503s with Retry-After) waited out and sent again: not failures
     throttle_wait_s: float = 0.0  # time spent waiting for reward.limits or a Retry-After
     model_not_found: int = 0  # 404 answers to reward-model calls
+    overlong_shaped: int = 0  # scored samples reward.overlong looked at (failed ones never are)
+    overlong_penalised: int = 0  # of those, the ones whose penalty was below 0
+    overlong_penalty_sum: float = 0.0
 
     def metrics(self) -> dict[str, float]:
         """reward/* counters (the groups dropped for failed samples are counted by the step: rlrm/engine/step.py)."""
@@ -82,11 +86,24 @@ class RewardStats:
 
 
 class RewardLoop:
-    """Scores samples through `fn` under the profile's timeout, retry and failure policy."""
+    """Scores samples through `fn` under the profile's timeout, retry and failure policy.
 
-    def __init__(self, fn: RewardFn, cfg: RewardConfig, seed: int = 0, counters: Callable[[], dict] | None = None):
+    Args:
+        max_response_len: the rollout's max_new_tokens; with reward.overlong set, each scored sample of known
+            length gets the soft overlong penalty once (rlrm/engine/rewards/overlong.py). None: never shaped.
+    """
+
+    def __init__(
+        self,
+        fn: RewardFn,
+        cfg: RewardConfig,
+        seed: int = 0,
+        counters: Callable[[], dict] | None = None,
+        max_response_len: int | None = None,
+    ):
         self.fn, self.cfg = fn, cfg
         self.counters = counters  # more per-step counters, e.g. the router's retries this loop never sees
+        self.max_response_len = max_response_len if cfg.overlong.active else None
         self.name = getattr(fn, "__name__", type(fn).__name__)
         # One concurrency budget per worker; samples are spread over workers by index.
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
@@ -103,8 +120,18 @@ class RewardLoop:
             self.stats.samples += 1
             if isinstance(outcome, RewardResult):
                 self.stats.latencies_s.append(time.perf_counter() - start)
-                return outcome
-            return self._on_failure(sample, outcome)
+                return self._shape(sample, outcome)
+            return self._on_failure(sample, outcome)  # never shaped: a failure is not a score
+
+    def _shape(self, sample: RewardSample, result: RewardResult) -> RewardResult:
+        if self.max_response_len is None or sample.response_length is None:
+            return result
+        shape(result, sample.response_length, self.max_response_len, self.cfg.overlong)
+        penalty = result.extra["overlong_penalty"]
+        self.stats.overlong_shaped += 1
+        self.stats.overlong_penalised += penalty < 0
+        self.stats.overlong_penalty_sum += penalty
+        return result
 
     async def score_all(
         self,
@@ -135,6 +162,10 @@ class RewardLoop:
             self.stats.judge_prompt_tokens * g.price_per_mtok_input
             + self.stats.judge_completion_tokens * g.price_per_mtok_output
         ) / 1e6
+        if self.max_response_len is not None:  # mean over the samples shaped; failed ones are not
+            shaped = max(1, self.stats.overlong_shaped)
+            metrics["reward/overlong_penalty"] = self.stats.overlong_penalty_sum / shaped
+            metrics["reward/overlong_frac"] = self.stats.overlong_penalised / shaped
         self.stats = RewardStats()
         if self.counters is not None:
             metrics.update(self.counters())

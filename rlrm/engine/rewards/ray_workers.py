@@ -64,15 +64,18 @@ class RemoteLimiter:
 class RewardWorker:
     """The body of one Ray actor (plain class: `ray.remote` is applied at start time)."""
 
-    def __init__(self, cfg: dict, urls: list[str], model_path: str | None, api_key: str | None = None, limiter=None):
+    def __init__(
+        self, cfg: dict, urls: list[str], model_path: str | None, api_key: str | None = None, limiter=None, headers=None
+    ):
         self.cfg, self.urls, self.model_path = RewardConfig.model_validate(cfg), urls, model_path
         self.api_key = api_key  # read by the driver from reward.server.api_key_env: a remote node may not have it
+        self.headers = headers  # reward.server.headers_env's values, read by the driver for the same reason
         self.limiter = RemoteLimiter(limiter) if limiter is not None else None  # the run's one budget
         self.fn = None
 
     async def score(self, sample: RewardSample):
         if self.fn is None:  # built lazily, inside the actor's own event loop
-            balancer = ReplicaBalancer(self.urls, api_key=self.api_key) if self.urls else None
+            balancer = ReplicaBalancer(self.urls, api_key=self.api_key, headers=self.headers) if self.urls else None
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path, self.limiter)
         try:
             return "ok", await self.fn(sample)
@@ -88,8 +91,16 @@ class RewardWorker:
 
 
 class RayRewardWorkers:
-    def __init__(self, cfg: RewardConfig, urls: list[str], model_path: str | None, api_key: str | None = None):
+    def __init__(
+        self,
+        cfg: RewardConfig,
+        urls: list[str],
+        model_path: str | None,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.cfg, self.urls, self.model_path, self.api_key = cfg, list(urls), model_path, api_key
+        self.headers = headers
         self.actors: list = []
         self.limiter = None  # the RateLimiter actor, with reward.limits
         self._started_ray = False
@@ -114,7 +125,7 @@ class RayRewardWorkers:
             strategy = NodeAffinitySchedulingStrategy(node_id=nodes[i % len(nodes)], soft=False)
             self.actors.append(
                 actor_cls.options(scheduling_strategy=strategy).remote(
-                    cfg, self.urls, self.model_path, self.api_key, self.limiter
+                    cfg, self.urls, self.model_path, self.api_key, self.limiter, self.headers
                 )
             )
 

@@ -97,4 +97,5 @@ def _sample(example, text: str, index: int, completion) -> RewardSample:
         solution_str=text,
         ground_truth=example.ground_truth,
         extra_info={**example.extra_info, **agent} if agent else example.extra_info,
+        response_length=len(completion.token_ids),
     )

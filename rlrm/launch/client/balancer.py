@@ -24,13 +24,20 @@ from rlrm.launch.fleet.process import ServerStartError
 
 
 class ReplicaBalancer:
-    def __init__(self, urls: list[str], api_key: str | None = None, probe_interval_s: float = 0.5):
+    def __init__(
+        self,
+        urls: list[str],
+        api_key: str | None = None,
+        probe_interval_s: float = 0.5,
+        headers: dict[str, str] | None = None,
+    ):
         if not urls:
             raise ValueError("ReplicaBalancer needs at least one replica URL")
         self.urls = [u.rstrip("/") for u in urls]
         self.outstanding = {u: 0 for u in self.urls}
         self.healthy = {u: True for u in self.urls}
-        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # `headers`: extra ones a hosted API wants on every request (reward.server.headers_env)
+        self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
         self._client = None
         self._prober: asyncio.Task | None = None

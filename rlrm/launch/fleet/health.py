@@ -66,12 +66,13 @@ async def check_servers(
     request_timeout_s: float = 30.0,
     what: str = "reward.server.addresses",
     served_model_name: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Return when every server in `urls` is healthy and serves `role`'s endpoint (and, when `served_model_name`
-    is given, lists that name in its /v1/models); else ServerStartError."""
+    is given, lists that name in its /v1/models); else ServerStartError. `headers` go with every probe."""
     import aiohttp
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     async with aiohttp.ClientSession(headers=headers) as session:
         outcomes = await asyncio.gather(
             *(

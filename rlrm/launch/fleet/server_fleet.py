@@ -53,6 +53,8 @@ class ServerFleet:
         role: policy, genrm or disrm.
         model_path: the model launched replicas serve.
         api_key: the servers' bearer key (read from `api_key_env` by the caller), or None.
+        headers: extra headers the readiness probes of running `addresses` send (read from the environment by the
+            caller: values, never written anywhere), or None.
         on_restart: awaited with a restarted replica's URL before it may serve again (the policy
             fleet loads the current weights into it); launched embedded policy replicas are then
             restarted with `--wait-for-weights`.
@@ -71,10 +73,12 @@ class ServerFleet:
         on_restart: Callable[[str], Awaitable[None]] | None = None,
         ray_address: str | None = None,
         weights_files: WeightFiles | None = None,
+        headers: dict[str, str] | None = None,
     ):
         if not isinstance(spec, FleetSpec):  # a config section is not a spec: call its .fleet_spec()
             raise TypeError(f"ServerFleet takes a FleetSpec, not {type(spec).__name__}; pass section.fleet_spec()")
         self.spec, self.role, self.model_path, self.api_key = spec, role, model_path, api_key
+        self.headers = headers  # extra headers of every probe (a hosted API's reward.server.headers_env)
         self.weights_files = weights_files
         self.ray_address = ray_address
         self.placer: RayReplicas | None = None
@@ -218,6 +222,7 @@ class ServerFleet:
                     check_timeout_s,
                     what=f"{self.section}.addresses",
                     served_model_name=spec.served_model_name,
+                    headers=self.headers,
                 )
             else:
                 if spec.backend != "embedded":
