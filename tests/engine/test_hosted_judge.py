@@ -28,7 +28,7 @@ KEY = "sk-standin-0123456789"
 TEMPLATE = "Problem: {question}\nAnswer: {response}\nReference answer: {reference}\nSay Score: 10 or Score: 0."
 
 
-def samples(n: int) -> list[RewardSample]:
+def samples(n: int, offset: int = 0) -> list[RewardSample]:
     # every other answer is right, each prompt is unique (the stand-in tells retries apart by it)
     return [
         RewardSample(
@@ -40,7 +40,7 @@ def samples(n: int) -> list[RewardSample]:
             ground_truth=str(i),
             extra_info={"question": f"what is {i}?"},
         )
-        for i in range(n)
+        for i in range(offset, offset + n)
     ]
 
 
@@ -220,6 +220,29 @@ def test_usage_corrects_the_token_budget_up_to_the_limit():
     assert not api.throttled and metrics["reward/defaulted"] == 0
     assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
     assert 0.9 * TPM <= rate <= 1.1 * TPM, rate
+
+
+def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
+    # many samples in flight: the first wave holds its estimates (~100 tokens, before any usage came back); later
+    # waves hold what recent answers used (~40, plus 5%), so the API sees close to its limit and never more
+    async def scenario(api):
+        service = RewardService(config(api, limits={"tpm": TPM}, genrm={"max_tokens": 64}))
+        await service.start()
+        try:
+            marks = []
+            for wave in range(3):
+                marks.append(len(api.accepted))
+                await service.loop.score_all(samples(12, offset=12 * wave))
+            return marks, service.loop.take_metrics()
+        finally:
+            await service.close()
+
+    with StandinOpenAIAPI(KEY, rpm=60_000, tpm=TPM) as api:
+        marks, metrics = asyncio.run(scenario(api))
+        later = list(zip(api.accepted[marks[1] :], api.accepted_tokens[marks[1] :]))
+    assert not api.throttled and metrics["reward/defaulted"] == 0
+    rate = sum(tokens for _, tokens in later[:-1]) / (later[-1][0][0] - later[0][0][0]) * 60.0
+    assert 0.85 * TPM <= rate <= 1.1 * TPM, rate
 
 
 def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():

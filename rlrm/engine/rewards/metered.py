@@ -7,7 +7,10 @@
 Every reward kind that calls a model goes through here (GenRM, DisRM, and a custom function's own calls
 through rlrm/engine/rewards/model_proxy.py). Before each request the limiter is asked for a slot (its token
 estimate: the request's `max_tokens` plus its text at 4 characters a token); after it, the slot is freed and
-the estimate corrected by the `usage` the server returned. A 429, or a 503 with `Retry-After`, is a request
+the estimate corrected by the `usage` the server returned. Estimates are scaled down to what recent answers of
+this judge actually used (the largest used/estimated ratio of the last RATIO_WINDOW answers, plus 5%, never
+above the estimate): a judge that writes 20 tokens of a 64-token budget would otherwise hold its token budget
+at 3x what it spends, and a run with `reward.limits.tpm` would use a third of its limit. A 429, or a 503 with `Retry-After`, is a request
 to come back later, not a failure: the caller waits what the server said (capped at
 `reward.limits.max_retry_after_s`; without a Retry-After, the loop's backoff), every other caller of the
 limiter waits too, and the request goes again, for as long as the sample's deadline allows. Each call lands
@@ -18,14 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
+from collections import deque
 
 from rlrm.call_errors import CallError, Throttled
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.ledger import CallLedger, current_ledger
 
 _CHARS_PER_TOKEN = 4
+RATIO_WINDOW = 32  # answers whose used/estimated ratio scales the next estimates
+_RATIO_MARGIN = 1.05
 
 
 def estimate_tokens(body: dict | bytes) -> int:
@@ -52,6 +59,14 @@ class MeteredBalancer:
         self.balancer, self.cfg, self.limiter = balancer, cfg, limiter
         self.urls = balancer.urls
         self._capped_said = False
+        self._ratios: deque[float] = deque(maxlen=RATIO_WINDOW)  # used / estimated of recent answers
+
+    def charge(self, estimated: int) -> int:
+        """The tokens to hold for a request estimated at `estimated`: scaled by recent answers' usage."""
+        if not self._ratios:
+            return estimated
+        scale = min(1.0, max(self._ratios) * _RATIO_MARGIN)
+        return max(1, math.ceil(estimated * scale))
 
     async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
         """As ReplicaBalancer.post (raises its errors), within the limits; the call counted in the sample's ledger."""
@@ -95,18 +110,21 @@ class MeteredBalancer:
         """`send()` under the limiter, again after every 429/503-with-Retry-After, until it has an answer."""
         attempt = 0
         while True:
+            charged = self.charge(estimated)
             if self.limiter is not None:
-                ledger.throttle_wait_s += await self.limiter.acquire(estimated)
-            used = estimated
+                ledger.throttle_wait_s += await self.limiter.acquire(charged)
+            used = charged
             try:
                 answer, used_tokens = await send()
-                used = used_tokens if used_tokens is not None else estimated
+                if used_tokens is not None:
+                    used = used_tokens
+                    self._ratios.append(used_tokens / estimated)
                 return answer
             except Throttled as exc:
                 wait_s = self._wait(exc.retry_after_s, attempt, path)
             finally:
                 if self.limiter is not None:
-                    await self.limiter.release(estimated, used)
+                    await self.limiter.release(charged, used)
             ledger.rate_limited += 1
             ledger.throttle_wait_s += wait_s
             if self.limiter is not None:
