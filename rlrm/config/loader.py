@@ -100,11 +100,23 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict:
     raw = _read_yaml(path)
     if not raw:
         raise ConfigError(f"{path}: the profile is empty; give at least `extends: NAME` (see `rlrm profiles list`)")
+    _anchor_paths(raw, path.parent)
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
     base = _resolve(str(parent), chain + (str(path),))
     return _deep_merge(base, raw)
+
+
+def _anchor_paths(raw: dict, folder: Path) -> None:
+    """A relative `reward.custom.path` in a profile file is relative to that file's folder (so a profile and the
+    function it names travel together, and run from any directory); one given with --set stays relative to the
+    working directory."""
+    custom = (raw.get("reward") or {}).get("custom") if isinstance(raw.get("reward"), dict) else None
+    if isinstance(custom, dict) and isinstance(custom.get("path"), str) and custom["path"]:
+        given = Path(custom["path"]).expanduser()
+        if not given.is_absolute():
+            custom["path"] = str((folder / given).resolve())
 
 
 def _find(name_or_path: str) -> Path:
