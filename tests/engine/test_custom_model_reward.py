@@ -120,3 +120,35 @@ def test_inspect_reward_shows_the_calls_a_custom_function_made(tmp_path, tiny_po
     assert "Score: 10" in report.records[0]["extra"]["model_requests"][1]["answer"]
     shown = dict(sample_rows(report.records[0]))["reward_extra_info"]
     assert "POST /v1/chat/completions" in shown
+
+
+SLOW_AFTER_CALLS = """
+import asyncio
+import aiohttp
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address=None):
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.get(f"http://{reward_router_address}/v1/models") as resp:
+                await resp.read()
+    await asyncio.sleep(60)   # then never returns within reward.timeout_s
+"""
+
+
+def test_calls_an_attempt_made_before_its_timeout_are_still_counted(tmp_path):
+    path = tmp_path / "slow_after_calls.py"
+    path.write_text(SLOW_AFTER_CALLS)
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "timeout_s": 1.5,
+                "max_retries": 1,
+                "max_failure_rate": 1.0,
+            }
+        )
+        results, metrics = run(cfg, 2)
+    assert metrics["reward/timeouts"] == 4  # 2 samples x 2 attempts, each cut off at its deadline
+    assert metrics["reward/model_calls"] == 2 * 2 * 2  # the calls those attempts made are not lost with them

@@ -28,7 +28,7 @@ def with_ledger(fn: RewardFn) -> RewardFn:
     """`fn` with one call ledger per sample, whose counts join the result's (or the failure's) extra info."""
 
     async def counted_reward(sample: RewardSample):
-        with ledger_scope() as ledger:
+        with ledger_scope(reuse=True) as ledger:
             try:
                 raw = await fn(sample)
             except CallError as exc:

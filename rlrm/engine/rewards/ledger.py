@@ -82,8 +82,13 @@ def current_ledger() -> CallLedger:
 
 
 @contextmanager
-def ledger_scope():
-    """A fresh ledger for the calls made inside (one sample's reward)."""
+def ledger_scope(reuse: bool = False):
+    """A fresh ledger for the calls made inside (one sample's reward); with `reuse`, the current one if a scope
+    is open already (the reward loop opens one per attempt, so that an attempt cut off by its timeout still
+    counts the calls it made)."""
+    if reuse and _current.get() is not None:
+        yield _current.get()
+        return
     ledger = CallLedger()
     token = _current.set(ledger)
     try:

@@ -25,6 +25,7 @@ from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
+from rlrm.engine.rewards.ledger import ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.errors import RlrmError
@@ -191,8 +192,11 @@ class RewardLoop:
     async def _attempts(self, sample: RewardSample) -> RewardResult | CallError:
         cfg = self.cfg
         for attempt in range(cfg.max_retries + 1):
+            counted = False  # the attempt's model calls: from its result or error, else from its ledger
             try:
-                raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
+                with ledger_scope() as ledger:  # outlives an attempt its timeout cuts off
+                    raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
+                counted = True
                 result = self._check(raw, sample)
                 self._count_tokens(result.extra)
                 if "injected_latency_s" in result.extra:
@@ -208,9 +212,13 @@ class RewardLoop:
                 error = CallError(f"reward function {self.name} called sys.exit({code!r}); return a score instead")
             except CallError as exc:
                 error = exc
-                self._count_tokens(exc.extra)
+                counted = "model_calls" in exc.extra or not ledger.as_extra()
+                if counted:
+                    self._count_tokens(exc.extra)
             except Exception as exc:  # a user's function that raised: not retried, named in the message
                 error = CallError(f"reward function {self.name} raised {type(exc).__name__}: {exc}")
+            if not counted:
+                self._count_tokens(ledger.as_extra())
             self._count(error)
             if not error.retryable or attempt == cfg.max_retries:
                 return error
