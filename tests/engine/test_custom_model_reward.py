@@ -152,3 +152,49 @@ def test_calls_an_attempt_made_before_its_timeout_are_still_counted(tmp_path):
         results, metrics = run(cfg, 2)
     assert metrics["reward/timeouts"] == 4  # 2 samples x 2 attempts, each cut off at its deadline
     assert metrics["reward/model_calls"] == 2 * 2 * 2  # the calls those attempts made are not lost with them
+
+
+TOKENIZER_FUNCTION = """
+def compute_score(data_source, solution_str, ground_truth, extra_info, reward_model_tokenizer=None):
+    return float(len(reward_model_tokenizer.encode(solution_str)) > 0)
+"""
+
+
+def test_a_tokenizer_the_reward_server_does_not_use_is_refused_at_start(tmp_path, tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    from rlrm.errors import ConfigError
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+
+    other = tmp_path / "bigger-tokenizer"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
+    tokenizer.add_tokens(["<extra-1>", "<extra-2>"])
+    tokenizer.save_pretrained(other)
+    path = tmp_path / "uses_tokenizer.py"
+    path.write_text(TOKENIZER_FUNCTION)
+    with ServerProcess(
+        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
+    ) as server:
+
+        def service_with(model: str):
+            cfg = RewardConfig.model_validate(
+                {"kind": "custom", "custom": {"path": str(path)}, "server": {"model": model, "addresses": [server.url]}}
+            )
+
+            async def scenario():
+                service = RewardService(cfg)
+                await service.start()
+                try:
+                    return await service.loop.score_all(samples(2))
+                finally:
+                    await service.close()
+
+            return asyncio.run(scenario())
+
+        assert [r.score for r in service_with(str(tiny_policy_path))] == [1.0, 1.0]  # its own tokenizer: accepted
+        with pytest.raises(
+            ConfigError,
+            match=rf"has {len(tokenizer)} tokens, but the reward server .* with a tokenizer of {len(tokenizer) - 2}",
+        ):
+            service_with(str(other))

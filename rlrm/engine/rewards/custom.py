@@ -71,6 +71,7 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     check_signature(fn, cfg, kwargs)
     if "reward_model_tokenizer" in kwargs and metered is not None:
         kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
+        check_tokenizer(kwargs["reward_model_tokenizer"], metered, cfg.server.model)
     proxy = ModelProxy(metered, cfg.timeout_s) if metered is not None and "reward_router_address" in kwargs else None
     name = cfg.custom.name
     side = SideLoop(name, grace_s=cfg.timeout_s) if inspect.iscoroutinefunction(fn) else None
@@ -112,6 +113,29 @@ def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:
             f"reward function {cfg.custom.name} in {cfg.custom.path} cannot be called as "
             f"{cfg.custom.name}(data_source, solution_str, ground_truth, extra_info) ({exc}); give it that signature"
         ) from None
+
+
+def check_tokenizer(tokenizer, metered: MeteredBalancer, model: str | None) -> None:
+    """The tokenizer handed to the function must be the one the reward servers tokenize with: each server that
+    reports its tokenizer's size (`/get_model_info`: rlrm's embedded server, SGLang) is compared; vLLM and hosted
+    APIs report none, and are trusted."""
+    from rlrm.call_errors import TransientError
+    from rlrm.launch.common import http
+
+    headers = metered.balancer.headers
+    for url in metered.urls:
+        try:
+            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
+            info = answer.json() if answer.status == 200 else {}
+        except (TransientError, ValueError):
+            continue
+        theirs = info.get("tokenizer_size") if isinstance(info, dict) else None
+        if isinstance(theirs, int) and theirs != len(tokenizer):
+            raise ConfigError(
+                f"reward.custom: reward_model_tokenizer (from reward.server.model={model!r}) has {len(tokenizer)} "
+                f"tokens, but the reward server {url} serves {info.get('model_path', '?')} with a tokenizer of "
+                f"{theirs}: name the served model's own folder in reward.server.model"
+            )
 
 
 def _tokenizer(model_path: str | None, model: str | None):
