@@ -35,13 +35,17 @@ def token_level_rewards(batch: RolloutBatch, results: list) -> torch.Tensor:
     rows, width = mask.shape
     columns = torch.arange(width).expand(rows, width)
     last = torch.where(mask > 0, columns, torch.full_like(columns, -1)).max(-1).values.clamp(min=0)  # [B]
-    turn_end = batch.turn_end.cpu() if batch.turn_end is not None else torch.zeros_like(columns)
-    out = torch.zeros((rows, width), dtype=torch.float32)
-    for i, result in enumerate(results):
-        out[i, last[i]] += float(result.score)
-        for k, value in enumerate(result.extra.get(TURN_SCORES_KEY, ())):
-            at = (turn_end[i] == k + 1).nonzero()
-            out[i, int(at[0, 0]) if len(at) else int(last[i])] += float(value)
+    turn_end = batch.turn_end.cpu() if batch.turn_end is not None else torch.zeros_like(columns)  # [B, R]
+    given = [list(r.extra.get(TURN_SCORES_KEY, ())) for r in results]
+    turns = max([int(turn_end.max())] + [len(g) for g in given])
+    table = torch.zeros((rows, turns + 1), dtype=torch.float32)  # column k + 1: turn k's reward; column 0 stays 0
+    for i, values in enumerate(given):
+        table[i, 1 : len(values) + 1] = torch.tensor(values, dtype=torch.float32)
+    out = table.gather(1, turn_end)  # [B, R]: each turn's reward at its last token, 0 elsewhere
+    placed = torch.zeros_like(table).scatter_(1, turn_end, 1.0)
+    unplaced = (table * (1.0 - placed)).sum(-1)  # turns that generated no token
+    outcome = torch.tensor([float(r.score) for r in results], dtype=torch.float32)
+    out[torch.arange(rows), last] += outcome + unplaced
     return out
 
 

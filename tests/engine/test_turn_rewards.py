@@ -211,3 +211,20 @@ def test_gdpo_with_turn_scores_is_refused_in_one_line(tokenizer):
     results = [RewardResult(1.0, {"turn_scores": [0.5]}), RewardResult(0.0, {"turn_scores": [0.5]})]
     with pytest.raises(TrainingError, match="component_norm=gdpo .* turn_scores"):
         grpo(norm="gdpo").score(collated(completions), results, StepTimer())
+
+
+def test_a_turn_that_generated_nothing_gives_its_reward_to_the_last_generated_token():
+    turns = [
+        {"role": "assistant", "tokens": 2},
+        {"role": "tool", "tokens": 1},
+        {"role": "assistant", "tokens": 0},  # an engine that answered nothing
+        {"role": "tool", "tokens": 1},
+        {"role": "assistant", "tokens": 2},
+    ]
+    empty = Completion(
+        [1], [5, 6, 7, 8, 9, 10], [-1.0] * 6, "stop", meta={"agent": {"turns": turns}}, loss_mask=[1, 1, 0, 0, 1, 1]
+    )
+    plain = Completion([1], [5, 6], [-1.0] * 2, "stop")
+    results = [RewardResult(1.0, {"turn_scores": [0.1, 0.2, 0.4]}), RewardResult(0.0)]
+    rewards = grpo().score(collated([empty, plain]), results, StepTimer()).batch.token_level_rewards
+    assert rewards[0].tolist() == pytest.approx([0.0, 0.1, 0.0, 0.0, 0.0, 0.2 + 0.4 + 1.0])
