@@ -7,7 +7,7 @@
 A file row holds `prompt` (a string, one user turn, or a list of {role, content} messages) and
 `response` (text, exactly as the reward receives it), and optionally `ground_truth` (the reference
 answer: the rule and judges that use {reference} need it), `data_source`, `group_id` and `turns` (an
-agent trajectory, as samples.jsonl and extra_info hold it: a list of {"role": "assistant", "text": ...,
+agent trajectory, as extra_info["turns"] holds it: a list of {"role": "assistant", "text": ...,
 "tool_call": {"name", "arguments"}} and {"role": "tool", "name": ..., "text": ...}). Every problem is a
 DataError that names the file and the row.
 """
