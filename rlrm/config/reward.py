@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import replace
 from typing import ClassVar, Literal
 
@@ -97,7 +98,9 @@ class DisRMConfig(_Section):
 
 class GenRMConfig(_Section):
     template: str = Field(
-        DEFAULT_JUDGE_TEMPLATE, description="Judge prompt with {question}, {response} and optionally {reference}."
+        DEFAULT_JUDGE_TEMPLATE,
+        description="Judge prompt with {question}, {response} and optionally {reference} and {turns} (an agent "
+        "trajectory's turns, tool calls and observations, one per line; docs/agentic.md).",
     )
     verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
@@ -221,6 +224,24 @@ class RewardLimitsConfig(_Section):
 RULE_COMPONENTS = ("correct", "format")  # what the GSM8K rule can report (rlrm/engine/rewards/rule.py)
 
 
+JUDGE_TEMPLATE_FIELDS = ("question", "response", "reference", "turns")
+
+
+def check_template_fields(template: str) -> None:
+    """Refuse a judge template whose placeholders are not JUDGE_TEMPLATE_FIELDS, or that str.format cannot read."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"genrm.template cannot be filled in ({exc}); write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted(n for n in names if n not in JUDGE_TEMPLATE_FIELDS)
+    if unknown:
+        fields = ", ".join("{" + f + "}" for f in JUDGE_TEMPLATE_FIELDS)
+        raise ValueError(
+            f"genrm.template has the unknown field(s) {', '.join('{' + n + '}' for n in unknown)}; use {fields} "
+            "(a literal brace is {{ or }})"
+        )
+
+
 def check_component_weights(kind: str, weights: dict[str, float]) -> None:
     """Weights (finite: pydantic refuses inf and NaN here) of components the reward can report."""
     for name in weights:
@@ -313,6 +334,13 @@ class RewardConfig(_Section):
         "(an answer found). Empty: a custom function's 'reward_components' as returned, each weight 1. Every "
         "component is logged (reward/component/<name>/*); algorithm.component_norm=gdpo trains on them.",
     )
+    tool_rewards_as_turn_scores: bool = Field(
+        False,
+        description="Agent trajectories: add the reward a tool returned for the call that ended an assistant turn "
+        "to that turn's reward ('turn_scores'), which lands on the turn's last generated token and adds to the "
+        "sample's return in GRPO (docs/agentic.md). Off: tool rewards only reach the reward function, in "
+        "extra_info['tool_rewards'].",
+    )
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
     custom: CustomRewardConfig = Field(default_factory=CustomRewardConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
@@ -331,6 +359,7 @@ class RewardConfig(_Section):
     def _check(self) -> "RewardConfig":
         if "{response}" not in self.genrm.template:
             raise ValueError("genrm.template must contain {response}")
+        check_template_fields(self.genrm.template)
         if self.kind == "custom" and not self.custom.path:
             raise ValueError(
                 "reward.kind=custom needs reward.custom.path (the Python file defining the reward function)"

@@ -179,9 +179,9 @@ class GRPOStep:
             results: one RewardResult (None: failed) per row of `batch`.
             groups: the group positions to consider (default: every group of the batch).
         """
-        import torch
 
         from rlrm.engine.algorithms import grpo_advantages
+        from rlrm.engine.turn_rewards import has_turn_scores, token_level_rewards
 
         n = self.settings.n
         if batch is None:
@@ -193,15 +193,25 @@ class GRPOStep:
             if not kept:
                 return Scored(None, [], dropped)
             rows = [g * n + j for g in kept for j in range(n)]
-            scores = torch.tensor([results[i].score for i in rows], dtype=torch.float32)  # [b]
             out = batch.select(rows)
+            kept_results = [results[i] for i in rows]
+            # the outcome on each row's last generated token, per-turn rewards on each turn's (verl's token-level
+            # rewards); GRPO normalises their sum over the response, as verl's compute_grpo_outcome_advantage does
+            out.token_level_rewards = token_level_rewards(out, kept_results)  # [b, R]
+            scores = out.token_level_rewards.sum(-1)  # [b]: score + sum(turn_scores)
+            if self.settings.component_norm == "gdpo" and has_turn_scores(kept_results):
+                raise TrainingError(
+                    "algorithm.component_norm=gdpo normalises reward components, but the reward also returned "
+                    "turn_scores; return per-turn rewards with component_norm=none, or fold them into a component"
+                )
             if self.settings.component_norm == "gdpo":
-                advantages = self._gdpo(out, [results[i] for i in rows])
+                advantages = self._gdpo(out, kept_results)
             else:
                 advantages = grpo_advantages(
                     scores, out.group_ids.cpu(), eps=self.settings.adv_eps, norm_by_std=self.settings.norm_adv_by_std
                 )  # [b]
             out.scores, out.advantages = scores.to(self.settings.device), advantages.to(self.settings.device)
+            out.token_level_rewards = out.token_level_rewards.to(self.settings.device)
         return Scored(out, kept, dropped)
 
     def _gdpo(self, batch: RolloutBatch, results: list) -> torch.Tensor:

@@ -19,7 +19,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import gsm8k
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.genrm import parse_verdict
+from rlrm.engine.rewards.genrm import parse_verdict, render_turns
 
 VERDICT_FORMS = {"score": "'Score: N'", "boxed": "'\\boxed{N}'"}
 
@@ -28,7 +28,10 @@ def common(sample: RewardSample, result: RewardResult | None) -> dict:
     """What every kind shows: the sample as the reward got it, the loop's score or its error."""
     extra = result.extra if result is not None else {}
     failed = result is None or bool(extra.get("reward_failed"))
+    turns = sample.extra_info.get("turns")
+    trajectory = {"turns": render_turns(sample), "num_turns": sample.extra_info.get("num_turns")} if turns else {}
     return {
+        **trajectory,  # an agent trajectory, as {turns} shows it to a judge
         "index": sample.index,
         "uid": sample.uid,
         "prompt": sample.prompt,

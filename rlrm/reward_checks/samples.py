@@ -6,8 +6,10 @@
 
 A file row holds `prompt` (a string, one user turn, or a list of {role, content} messages) and
 `response` (text, exactly as the reward receives it), and optionally `ground_truth` (the reference
-answer: the rule and judges that use {reference} need it), `data_source` and `group_id`. Every
-problem is a DataError that names the file and the row.
+answer: the rule and judges that use {reference} need it), `data_source`, `group_id` and `turns` (an
+agent trajectory, as extra_info["turns"] holds it: a list of {"role": "assistant", "text": ...,
+"tool_call": {"name", "arguments"}} and {"role": "tool", "name": ..., "text": ...}). Every problem is a
+DataError that names the file and the row.
 """
 
 from __future__ import annotations
@@ -100,9 +102,24 @@ def read_inspect_file(path: Path) -> list[RewardSample]:
                 row.get("ground_truth"),
                 row.get("data_source"),
                 row.get("group_id"),
+                _turns(row.get("turns"), where),
             )
         )
     return samples
+
+
+def _turns(turns, where: str) -> list[dict] | None:
+    """A row's trajectory turns, checked: dicts with role assistant or tool and a text."""
+    if turns is None:
+        return None
+    if not isinstance(turns, list) or not turns:
+        raise DataError(f"{where}: turns must be a non-empty list of {{role, text}} turns")
+    for k, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("role") not in ("assistant", "tool"):
+            raise DataError(f"{where}: turns[{k}] must be a dict with role 'assistant' or 'tool'")
+        if not isinstance(turn.get("text"), str):
+            raise DataError(f"{where}: turns[{k}] needs a text string")
+    return turns
 
 
 def one_sample(prompt: str, response: str, ground_truth: str | None = None) -> RewardSample:
@@ -111,9 +128,14 @@ def one_sample(prompt: str, response: str, ground_truth: str | None = None) -> R
 
 
 def _sample(
-    index: int, prompt: list[dict], response: str, ground_truth=None, data_source=None, group_id=None
+    index: int, prompt: list[dict], response: str, ground_truth=None, data_source=None, group_id=None, turns=None
 ) -> RewardSample:
     question = prompt[-1]["content"]
+    extra = {"question": question}
+    if turns:  # verl's keys, as the agent loop gives them to the reward (rlrm/engine/agent/loop.py)
+        calls = [t["tool_call"] for t in turns if t["role"] == "assistant" and t.get("tool_call")]
+        rewards = [t["tool_reward"] for t in turns if t["role"] == "assistant" and "tool_reward" in t]
+        extra |= {"num_turns": len(turns) + 1, "turns": turns, "tool_calls": calls, "tool_rewards": rewards}
     return RewardSample(
         uid=str(group_id) if group_id is not None else f"input/{index}",
         index=index,
@@ -121,7 +143,7 @@ def _sample(
         prompt=prompt,
         solution_str=response,
         ground_truth="" if ground_truth is None else str(ground_truth),
-        extra_info={"question": question},
+        extra_info=extra,
     )
 
 

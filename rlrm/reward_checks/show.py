@@ -32,6 +32,8 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
     rows = [("prompt (last turn)", visible(r["prompt"][-1]["content"])), ("response", visible(r["response"]))]
     if r.get("ground_truth"):
         rows.append(("ground truth", r["ground_truth"]))
+    if r.get("turns"):
+        rows.append((f"trajectory ({r['num_turns']} turns, as {{turns}})", visible(r["turns"])))
     if "rendered_text" in r:
         cut = r["truncation"]
         rows += [
@@ -73,6 +75,8 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
         rows.append(("rule: extracted answer", f"{r['extracted_answer']!r} ({r['method']}) -> {r['rule_score']:g}"))
     if r.get("extra") and not any(k in r for k in ("rendered_text", "judge_prompt_text", "extracted_answer")):
         rows.append(("reward_extra_info", ", ".join(f"{k}={v}" for k, v in r["extra"].items())))
+    if r.get("extra", {}).get("turn_scores"):
+        rows.append(("turn scores", ", ".join(f"{v:.6g}" for v in r["extra"]["turn_scores"])))
     rows.append(("reward", f"{r['score']:.6g}" if r["score"] is not None else f"failed: {r['error']}"))
     return rows
 

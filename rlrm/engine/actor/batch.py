@@ -34,6 +34,9 @@ class RolloutBatch:
         advantages: [B] (broadcast over tokens at loss time) or [B, R].
         scores: [B] one reward per sample.
         group_ids: [B] long, the prompt each sample answers (GRPO group).
+        turn_end: [B, R] long, k + 1 at the last generated token of assistant turn k, 0 elsewhere (one turn for
+            a single-turn sample); where per-turn rewards land (rlrm/engine/turn_rewards.py).
+        token_level_rewards: [B, R] the outcome score and per-turn rewards at their tokens (set by the step).
     """
 
     input_ids: torch.Tensor
@@ -47,6 +50,8 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None
     scores: torch.Tensor | None = None
     group_ids: torch.Tensor | None = None
+    turn_end: torch.Tensor | None = None
+    token_level_rewards: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -109,6 +114,7 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
     attention = torch.zeros((rows, width_p + width_r), dtype=torch.long)
     response_mask = torch.zeros((rows, width_r), dtype=torch.float32)
     rollout_lp = torch.zeros((rows, width_r), dtype=torch.float32)
+    turn_end = torch.zeros((rows, width_r), dtype=torch.long)
     for i, c in enumerate(completions):
         p, r = len(c.prompt_ids), len(c.token_ids)
         input_ids[i, width_p - p : width_p] = torch.tensor(c.prompt_ids, dtype=torch.long)
@@ -118,6 +124,9 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
             attention[i, width_p : width_p + r] = 1
             response_mask[i, :r] = 1.0 if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
             rollout_lp[i, :r] = torch.tensor(c.log_probs, dtype=torch.float32)
+        for k, position in enumerate(turn_ends(c)):
+            if position is not None:
+                turn_end[i, position] = k + 1
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     return RolloutBatch(
         input_ids=input_ids,
@@ -126,7 +135,25 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
         response_mask=response_mask,
         rollout_log_prob=rollout_lp,
         policy_version=torch.tensor([c.policy_version for c in completions], dtype=torch.long),
+        turn_end=turn_end,
     )
+
+
+def turn_ends(completion) -> list[int | None]:
+    """The response position of each assistant turn's last generated token (None: the turn generated none).
+
+    An agent trajectory's turns (meta["agent"]["turns"], each with its token count) alternate generated
+    segments and observations; a single-turn response is one turn ending at its last token.
+    """
+    turns = (completion.meta or {}).get("agent", {}).get("turns")
+    if not turns:
+        return [len(completion.token_ids) - 1] if completion.token_ids else [None]
+    ends, at = [], 0
+    for turn in turns:
+        at += int(turn.get("tokens", 0))
+        if turn["role"] == "assistant":
+            ends.append(at - 1 if turn.get("tokens") else None)
+    return ends
 
 
 def _check_loss_mask(i: int, completion) -> None:

@@ -107,7 +107,7 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
         )
         trace.add(segment, seg_lp, trained=True)
         text = tokenizer.decode(segment, skip_special_tokens=True)
-        record = {"role": "assistant", "text": text, "policy_versions": seg_versions}
+        record = {"role": "assistant", "text": text, "policy_versions": seg_versions, "tokens": len(segment)}
         trace.turns.append(record)
         if reason != "call":
             if reason == "stop" and settings.open in text.rsplit(settings.close, 1)[-1]:
@@ -123,6 +123,7 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             counts.add("malformed_calls")
             result = f"error: malformed tool call; write {settings.open}NAME ARGUMENTS{settings.close}"
         else:
+            rewarded = len(trace.tool_rewards)
             result = await run_tool(
                 settings.tools,
                 name,
@@ -132,11 +133,13 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
                 counts,
                 trace.tool_rewards,
             )
+            if len(trace.tool_rewards) > rewarded:  # the turn's own tool reward (reward.tool_rewards_as_turn_scores)
+                record["tool_reward"] = trace.tool_rewards[-1]
         record["tool_result"] = result
-        trace.turns.append({"role": "tool", "name": name, "text": result})
         tag = settings.observation_tag
         obs = tokenizer.encode(f"<{tag}>{result}</{tag}>", add_special_tokens=False)
         room = settings.max_response_tokens - len(trace.tokens)
+        trace.turns.append({"role": "tool", "name": name, "text": result, "tokens": min(len(obs), room)})
         trace.add(obs[:room], [], trained=False)
         if len(obs) >= room:
             finish = "length"

@@ -23,6 +23,7 @@ _ATTEMPT_KINDS = (
     ("reward/unparsed", "unparsed verdicts"),
     ("reward/nonfinite", "non-finite scores"),
     ("reward/component_errors", "component errors"),
+    ("reward/turn_score_errors", "turn score errors"),
 )
 _MAX_ERROR_CHARS = 300
 

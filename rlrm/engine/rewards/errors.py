@@ -28,3 +28,9 @@ class BadComponents(CallError):
     """The reward's components are missing, extra or not numbers (rlrm/engine/rewards/components.py)."""
 
     kind = "components"
+
+
+class BadTurnScores(CallError):
+    """The reward's per-turn rewards are not a list of one number per turn (rlrm/engine/rewards/turn_scores.py)."""
+
+    kind = "turn_scores"

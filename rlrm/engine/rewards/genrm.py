@@ -23,9 +23,35 @@ def parse_verdict(text: str, style: str = "score", max_score: float = 10.0) -> f
 
 
 def judge_prompt(template: str, sample: RewardSample) -> str:
-    """The judge's question for one sample: {question}, {response}, {reference} filled in."""
+    """The judge's question for one sample: {question}, {response}, {reference} and {turns} filled in."""
     question = sample.extra_info.get("question") or sample.prompt[-1]["content"]
-    return template.format(question=question, response=sample.solution_str, reference=sample.ground_truth)
+    return template.format(
+        question=question, response=sample.solution_str, reference=sample.ground_truth, turns=render_turns(sample)
+    )
+
+
+def render_turns(sample: RewardSample) -> str:
+    """The trajectory as the judge reads it in {turns}: one line per assistant turn and per tool reply.
+
+        assistant (turn 1): Sum: <call>calculator 12+34</call>
+        tool calculator (12+34): 46
+        assistant (turn 2): #### 46
+
+    A single-turn sample is one assistant turn holding the whole response.
+    """
+    turns = sample.extra_info.get("turns")
+    if not isinstance(turns, list) or not turns:
+        return f"assistant (turn 1): {sample.solution_str}"
+    lines, number, call = [], 0, {}
+    for turn in turns:
+        if turn.get("role") == "assistant":
+            number += 1
+            lines.append(f"assistant (turn {number}): {turn.get('text', '')}")
+            call = turn.get("tool_call") or {}
+        else:
+            arguments = f" ({call['arguments']})" if call.get("arguments") else ""
+            lines.append(f"tool {turn.get('name') or '(malformed call)'}{arguments}: {turn.get('text', '')}")
+    return "\n".join(lines)
 
 
 def judge_messages(template: str, sample: RewardSample) -> list[dict]:

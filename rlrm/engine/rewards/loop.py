@@ -28,6 +28,7 @@ from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.engine.rewards.ledger import ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.threads import FunctionExited
+from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
 from rlrm.stats import quantile
 
@@ -46,6 +47,7 @@ class RewardStats:
     unparsed: int = 0
     nonfinite: int = 0
     component_errors: int = 0  # components missing, extra or not numbers (rlrm/engine/rewards/components.py)
+    turn_score_errors: int = 0  # turn_scores of the wrong length or not numbers (rlrm/engine/rewards/turn_scores.py)
     injected_failures: int = 0  # attempts failed on purpose by reward.inject.fail_rate
     injected_latency_sum_s: float = 0.0  # reward.inject latency of the results scored
     injected_latency_count: int = 0
@@ -74,6 +76,7 @@ class RewardStats:
             "reward/unparsed": self.unparsed,
             "reward/nonfinite": self.nonfinite,
             "reward/component_errors": self.component_errors,
+            "reward/turn_score_errors": self.turn_score_errors,
             "reward/injected_failures": self.injected_failures,
             "reward/injected_latency_mean": self.injected_latency_sum_s / max(1, self.injected_latency_count),
             "reward/defaulted": self.defaulted,
@@ -252,6 +255,9 @@ class RewardLoop:
             )
         if components is not None:
             result.extra[COMPONENTS_KEY] = components  # checked floats, what the step and samples.jsonl read
+        turn_scores = read_turn_scores(result.extra, sample, self.name, self.cfg.tool_rewards_as_turn_scores)
+        if turn_scores is not None:
+            result.extra[TURN_SCORES_KEY] = turn_scores  # checked floats: the step puts them on the turns' last tokens
         try:
             if isinstance(result.score, (str, bytes, bool)):  # refused in a dict as when returned bare
                 raise TypeError
@@ -281,6 +287,8 @@ class RewardLoop:
             self.stats.nonfinite += 1
         elif error.kind == "components":
             self.stats.component_errors += 1
+        elif error.kind == "turn_scores":
+            self.stats.turn_score_errors += 1
         elif error.kind == "injected":
             self.stats.injected_failures += 1
 
