@@ -42,12 +42,12 @@ def main() -> None:
 
 
 def quiet_native_warnings() -> None:
-    """Keep torch's C++ warnings off the user's terminal (RLRM_DEBUG=1, or TORCH_CPP_LOG_LEVEL set, keeps them).
+    """Keep torch's C++ log lines off the user's terminal (RLRM_DEBUG=1, or TORCH_CPP_LOG_LEVEL set, keeps them).
 
-    c10d (TCPStore, gloo) writes raw `[W ... socket.cpp] [c10d] ...` lines to stderr when a weight-update group
-    or a rank fails to connect, just before rlrm's one-line error that says the same in the user's terms. torch
-    reads the level once, when it loads: here, before any command imports it; processes rlrm starts (ranks,
-    replicas) inherit it.
+    c10d (TCPStore, gloo) writes raw `[W ... socket.cpp] [c10d] ...` warnings, and `[E ...]` errors with a C++
+    stack, to stderr when a weight-update group or a rank fails to connect, just before the exception that
+    rlrm turns into one line saying the same in the user's terms. Only FATAL ones stay: torch reads the level
+    once, when it loads: here, before any command imports it; processes rlrm starts (ranks, replicas) inherit it.
     """
     if not os.environ.get("RLRM_DEBUG"):
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
