@@ -55,6 +55,44 @@ def test_the_variant_calls_the_tool_and_cannot_answer_without_it(tiny_tools_path
     assert correct <= 0.1, f"accuracy without the tool {correct:.2f}"
 
 
+def test_the_tool_trace_leaves_exactly_the_observation_out_of_the_loss(tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    from rlrm.config.schema import PROMPT_SUFFIX
+    from rlrm.engine.data.synthetic import synthetic_splits
+    from rlrm.engine.models.sft import pad_answers
+    from rlrm.engine.models.tiny_tools import TOOL_DATA, tool_trace
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
+    _, (ex, *_) = synthetic_splits(TOOL_DATA.model_copy(update={"num_test": 1, "num_train": 1}), PROMPT_SUFFIX)
+    answer, mask = tool_trace(tokenizer, ex)
+    unscored = [t for t, m in zip(answer, mask) if m == 0]
+    # the observation's ids are the loop's own (tokenised alone, as rlrm/engine/agent/loop.py splices them)
+    assert unscored == tokenizer.encode(f"<obs>{ex.ground_truth}</obs>", add_special_tokens=False)
+    expression = ex.extra_info["solution"].split(" = ")[0].replace(" ", "")  # "123 + 456 = 579" -> "123+456"
+    scored = tokenizer.decode([t for t, m in zip(answer, mask) if m == 1])
+    assert scored == f"<call>calculator {expression}</call>\n#### {ex.ground_truth}<|im_end|>"
+    _, labels, _ = pad_answers([([7, 8], answer)], pad_id=0, answer_masks=[mask])
+    assert labels[0, 2:].tolist() == [t if m else -100 for t, m in zip(answer, mask)]
+
+
+def test_the_build_is_deterministic_for_a_seed(tmp_path, tiny_policy_path):
+    """The full build code path on a few steps: the same seed gives the same weights and figures."""
+    from transformers import AutoModelForCausalLM
+
+    from rlrm.engine.models.tiny_tools import ToolsRecipe, build_tools_policy
+
+    builds = [
+        build_tools_policy(tmp_path / str(i), 0, lambda _: None, tiny_policy_path, ToolsRecipe.smoke()) for i in (0, 1)
+    ]
+    weights = [AutoModelForCausalLM.from_pretrained(tmp_path / str(i)).state_dict() for i in (0, 1)]
+    assert all(v.equal(weights[1][k]) for k, v in weights[0].items())
+    assert {k: v for k, v in builds[0].items() if k != "build_s"} == {
+        k: v for k, v in builds[1].items() if k != "build_s"
+    }
+    assert {"call_rate", "accuracy_without_tool", "accuracy_with_tool"} <= builds[0].keys()
+
+
 def tiny_tools_run(tmp_path: Path, steps: int, extra: list[str] = ()) -> list[dict]:
     """`tiny-tools` for `steps` GRPO steps, validated before and after; the metrics rows."""
     profile = load_profile(
