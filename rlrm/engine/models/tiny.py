@@ -12,7 +12,7 @@ clear headroom for RL. The reward models start from that policy (as real ones st
 model): `judge` is a causal LM for GenRM (`tiny_judge.py`), `disrm` a sequence classifier with one
 score (`tiny_disrm.py`); each build measures its ROC AUC on held-out (problem, response) pairs and
 writes it to meta.json. `tools` is the policy fine-tuned to call the calculator on operands too
-large for it (`tiny_tools.py`); it records its tool-call rate and accuracy without and with the tool.
+large for it (`tiny_tools.py`); it records its tool-call rate and its accuracy without the tool.
 Builds are deterministic for a seed and safe under concurrent callers.
 """
 
@@ -117,8 +117,8 @@ def summary(name: str, path: Path) -> str:
         return f"held-out greedy accuracy {meta['warm_start_accuracy']:.3f}"
     if name == "tools":
         return (
-            f"held-out tool-call rate {meta['call_rate']:.3f}, greedy accuracy without the tool "
-            f"{meta['accuracy_without_tool']:.3f}, with it {meta['accuracy_with_tool']:.3f}"
+            f"held-out tool-call rate {meta['call_rate']:.3f}, "
+            f"greedy accuracy without the tool {meta['accuracy_without_tool']:.3f}"
         )
     line = (
         f"held-out ROC AUC {meta['auc']:.3f} "
