@@ -18,7 +18,7 @@ app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=
 def prepare(
     name: Annotated[
         Optional[list[str]],
-        typer.Option("--name", help="Tiny model(s) to build: policy, judge, disrm (default: all three)."),
+        typer.Option("--name", help="Tiny model(s) to build: policy, judge, disrm, tools (default: the first three)."),
     ] = None,
     cache_dir: Annotated[
         Optional[Path],
@@ -32,12 +32,13 @@ def prepare(
     chosen/rejected pairs of held-out problems for `rlrm eval rm --pairs`.
 
     The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM
-    start from it and are trained briefly to tell correct answers from wrong ones.
+    start from it and are trained briefly to tell correct answers from wrong ones. `--name tools`
+    builds the tool-use variant of the tiny-tools profile: the policy taught to call the calculator.
     """
     from rlrm.engine.models.pairs_file import write_pairs_file
-    from rlrm.engine.models.tiny import TINY_MODELS, default_cache_dir, prepare_tiny, summary
+    from rlrm.engine.models.tiny import DEFAULT_MODELS, default_cache_dir, prepare_tiny, summary
 
-    names = tuple(name) if name else TINY_MODELS
+    names = tuple(name) if name else DEFAULT_MODELS
     paths = prepare_tiny(names, cache_dir=cache_dir, seed=seed, force=force, log=typer.echo)
     for model_name, path in paths.items():
         typer.echo(f"{model_name}: {path}  {summary(model_name, path)}")

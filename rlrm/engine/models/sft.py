@@ -38,13 +38,20 @@ def right_pad(sequences: list[list[int]], pad_id: int):
     return ids, mask
 
 
-def pad_answers(pairs: list[tuple[list[int], list[int]]], pad_id: int, scored_from: list[int] | None = None):
+def pad_answers(
+    pairs: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    scored_from: list[int] | None = None,
+    answer_masks: list[list[int]] | None = None,
+):
     """Right-padded prompt + answer ids, labels on the answers only (-100 elsewhere), attention mask.
 
     Args:
         pairs: (prompt ids, answer ids) per row.
         pad_id: id written into padding.
         scored_from: per row, the first answer token the labels cover (default 0: the whole answer).
+        answer_masks: per row, 1/0 per answer token: 0 leaves that token out of the loss (a tool's
+            observation, which the model reads but never writes); default: every token scored.
 
     Returns:
         input_ids, labels, mask: each [b, width].
@@ -56,6 +63,9 @@ def pad_answers(pairs: list[tuple[list[int], list[int]]], pad_id: int, scored_fr
     for i, (prompt, answer) in enumerate(pairs):
         first = scored_from[i] if scored_from is not None else 0
         labels[i, len(prompt) + first : len(prompt) + len(answer)] = torch.tensor(answer[first:])
+        if answer_masks is not None:
+            unscored = torch.tensor(answer_masks[i]) == 0  # [len(answer)]
+            labels[i, len(prompt) : len(prompt) + len(answer)][unscored] = -100
     return input_ids, labels, mask
 
 
@@ -116,15 +126,20 @@ def fine_tune(
     label: str,
     warmup: int = 0,
     log_every: int = 100,
+    answer_masks: list[list[int]] | None = None,
 ) -> None:
     """Supervised steps on (prompt ids, answer ids) pairs drawn by `rng`, loss on the answers only
-    (AdamW without weight decay, see `optimizer_step` for the schedule); leaves `model` in eval mode."""
+    (AdamW without weight decay, see `optimizer_step` for the schedule); leaves `model` in eval mode.
+    `answer_masks` (per pair, 1/0 per answer token, as `pad_answers`) leaves the 0 tokens out of the loss."""
     import torch
 
     optimizer = torch.optim.AdamW([{"params": list(model.parameters()), "base_lr": lr}], lr=lr, weight_decay=0.0)
     model.train()
     for step in range(steps):
-        input_ids, labels, mask = pad_answers(rng.sample(pairs, batch), pad_id)
+        # sampling indices draws exactly what sampling the pairs drew: earlier builds keep their weights
+        rows = rng.sample(range(len(pairs)), batch)
+        masks = None if answer_masks is None else [answer_masks[i] for i in rows]
+        input_ids, labels, mask = pad_answers([pairs[i] for i in rows], pad_id, answer_masks=masks)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         optimizer_step(optimizer, loss, step, steps, warmup)
         if (step + 1) % log_every == 0:

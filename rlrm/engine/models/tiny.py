@@ -1,6 +1,7 @@
 """Tiny offline models: built locally, cached, and loaded like any hub checkpoint.
 
     rlrm models prepare                      # builds tiny:policy, tiny:judge, tiny:disrm into ~/.cache/rlrm/models
+    rlrm models prepare --name tools         # tiny:tools, the tool-use variant (the tiny-tools profile)
     resolve_model_path("tiny:judge")         # -> that folder (built on first use)
 
 No hub can be reached where rlrm is built and tested, and nobody wants a 1 GB download for a
@@ -10,7 +11,9 @@ causal LM warm-started by a short supervised run, so it *means* something: some 
 clear headroom for RL. The reward models start from that policy (as real ones start from an SFT
 model): `judge` is a causal LM for GenRM (`tiny_judge.py`), `disrm` a sequence classifier with one
 score (`tiny_disrm.py`); each build measures its ROC AUC on held-out (problem, response) pairs and
-writes it to meta.json. Builds are deterministic for a seed and safe under concurrent callers.
+writes it to meta.json. `tools` is the policy fine-tuned to call the calculator on operands too
+large for it (`tiny_tools.py`); it records its tool-call rate and its accuracy without the tool.
+Builds are deterministic for a seed and safe under concurrent callers.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from rlrm.engine.models.sft import fixed_threads
 from rlrm.engine.models.tiny_disrm import build_disrm
 from rlrm.engine.models.tiny_judge import build_judge
 from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
+from rlrm.engine.models.tiny_tools import build_tools_policy
 from rlrm.errors import ModelError
 from rlrm.inference.loading import check_model_path
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
-TINY_MODELS = ("policy", "judge", "disrm")
+TINY_MODELS = ("policy", "judge", "disrm", "tools")
+DEFAULT_MODELS = ("policy", "judge", "disrm")  # what `rlrm models prepare` builds without --name
 
 
 def default_cache_dir() -> Path:
@@ -110,6 +115,11 @@ def summary(name: str, path: Path) -> str:
     meta = json.loads((Path(path) / "meta.json").read_text())
     if name == "policy":
         return f"held-out greedy accuracy {meta['warm_start_accuracy']:.3f}"
+    if name == "tools":
+        return (
+            f"held-out tool-call rate {meta['call_rate']:.3f}, "
+            f"greedy accuracy without the tool {meta['accuracy_without_tool']:.3f}"
+        )
     line = (
         f"held-out ROC AUC {meta['auc']:.3f} "
         f"(policy samples {meta['auc_policy_samples']:.3f}, near misses {meta['auc_near_misses']:.3f})"
@@ -141,9 +151,9 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
     log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")
 
 
-def _build_reward_model(name: str, dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
-    """Build the judge or the DisRM from the same-seed policy (prepared first if needed)."""
-    build = build_judge if name == "judge" else build_disrm
+def _build_variant(name: str, dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
+    """Build the judge, the DisRM or the tool-use variant from the same-seed policy (prepared first if needed)."""
+    build = {"judge": build_judge, "disrm": build_disrm, "tools": build_tools_policy}[name]
 
     policy_dir = prepare_tiny(("policy",), cache_dir=root, seed=seed, log=log)["policy"]
     metrics = build(dest, seed, log, policy_dir)
@@ -153,6 +163,7 @@ def _build_reward_model(name: str, dest: Path, seed: int, log: Callable[[str], N
 
 _BUILDERS = {
     "policy": _build_policy,
-    "judge": partial(_build_reward_model, "judge"),
-    "disrm": partial(_build_reward_model, "disrm"),
+    "judge": partial(_build_variant, "judge"),
+    "disrm": partial(_build_variant, "disrm"),
+    "tools": partial(_build_variant, "tools"),
 }
