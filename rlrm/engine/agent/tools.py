@@ -15,7 +15,6 @@ is counted under its own `agent/*` metric so a run shows how often its tools mis
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
 from rlrm.errors import ConfigError
+from rlrm.user_code import import_file
 
 Tool = Callable[[str], Awaitable[str]]
 BUILTIN_TOOLS: dict[str, Tool] = {"calculator": calculator}
@@ -56,14 +56,7 @@ def load_user_tool(name: str, spec: str) -> Tool:
     """The `async def FUNCTION(arguments: str) -> str` that `spec` ('FILE.py:FUNCTION') names."""
     path, _, function = spec.rpartition(":")
     where = f"rollout.agent.user_tools.{name}"
-    module_spec = importlib.util.spec_from_file_location(f"rlrm_user_tool_{name}", path)
-    if module_spec is None or module_spec.loader is None:
-        raise ConfigError(f"{where}: {path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ConfigError(f"{where}: {path} failed to import: {type(exc).__name__}: {exc}") from None
+    module = import_file(path, f"rlrm_user_tool_{name}", f"{where}: {path}")
     fn = getattr(module, function, None)
     if not inspect.iscoroutinefunction(fn):
         raise ConfigError(f"{where}: {path} has no `async def {function}(arguments: str) -> str`; define one")

@@ -21,7 +21,6 @@ info; examples/rewards/fapo_judge.py is one such function.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from pathlib import Path
 
@@ -34,21 +33,14 @@ from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.engine.rewards.threads import run_abandonable
 from rlrm.errors import ConfigError
+from rlrm.user_code import import_file
 
 _OPTIONAL_KWARGS = ("reward_router_address", "reward_model_tokenizer")
 
 
 def load_function(path: str, name: str):
     """The function `name` defined in the Python file `path` (ConfigError when it is not there)."""
-    file = Path(path)
-    spec = importlib.util.spec_from_file_location(f"rlrm_custom_reward_{abs(hash(str(file)))}", file)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"reward.custom.path {path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise ConfigError(f"reward.custom.path {path} failed to import: {type(exc).__name__}: {exc}") from None
+    module = import_file(path, f"rlrm_custom_reward_{abs(hash(str(Path(path))))}", f"reward.custom.path {path}")
     fn = getattr(module, name, None)
     if not callable(fn):
         found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
@@ -119,7 +111,6 @@ def check_tokenizer(tokenizer, metered: MeteredBalancer, model: str | None) -> N
     """The tokenizer handed to the function must be the one the reward servers tokenize with: each server that
     reports its tokenizer's size (`/get_model_info`: rlrm's embedded server, SGLang) is compared; vLLM and hosted
     APIs report none, and are trusted."""
-    from rlrm.call_errors import TransientError
     from rlrm.launch.common import http
 
     headers = metered.balancer.headers

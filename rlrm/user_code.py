@@ -1,0 +1,27 @@
+"""Import a Python file a user names in a profile (a custom reward, a tool): one ConfigError line when it cannot be.
+
+    module = import_file("rewards/mine.py", "rlrm_custom_reward_mine", "reward.custom.path rewards/mine.py")
+
+The file runs as it is imported: name only files you trust (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from rlrm.errors import ConfigError
+
+
+def import_file(path: str | Path, module_name: str, label: str) -> ModuleType:
+    """The module the file at `path` defines; `label` starts each error line (the setting and the file)."""
+    spec = importlib.util.spec_from_file_location(module_name, Path(path))
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{label} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"{label} failed to import: {type(exc).__name__}: {exc}") from None
+    return module
