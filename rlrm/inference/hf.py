@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
-from rlrm.inference.kv_cache import rows_selectable
+from rlrm.inference.kv_cache import cache_of, pass_cache, rows_selectable
 
 
 @dataclass
@@ -327,10 +327,10 @@ def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, s
             input_ids=feed[:, None],
             attention_mask=mask,
             position_ids=next_pos[:, None],
-            past_key_values=past,
+            **pass_cache(past),
             use_cache=True,
         )
-        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        past, logits = cache_of(out), out.logits[:, -1, :].float()
         next_pos = next_pos + 1
     _collect(row, torch.ones_like(row["active"]), results)
     return results
@@ -353,7 +353,7 @@ def _prefill(model, prompts: list[list[int]], pad_id: int, device, keep_last: bo
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [G, P]
     extra = {"logits_to_keep": 1} if keep_last else {}
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
-    past, logits = out.past_key_values, out.logits[:, -1, :].float()  # [G, V]
+    past, logits = cache_of(out), out.logits[:, -1, :].float()  # [G, V]
     if len(unique) == len(prompts):
         return mask, past, logits
     if not rows_selectable(past):

@@ -2,8 +2,9 @@
 
     index, inverse = distinct_rows(prompt_ids, prompt_mask)      # G distinct prompts, row -> prompt
     out = model(input_ids=prompt_ids[index], ..., use_cache=True)  # G rows, not B
-    if rows_selectable(out.past_key_values):
-        out.past_key_values.batch_select_indices(inverse)        # B rows again, each with its prompt's keys/values
+    if rows_selectable(cache_of(out)):
+        cache_of(out).batch_select_indices(inverse)                # B rows again, each with its prompt's keys/values
+    out = model(input_ids=next_ids, **pass_cache(cache_of(out)), use_cache=True)
 
 GRPO samples n responses per prompt, so a step's B = n x G rows hold only G distinct prompts. The
 rollout engine prefills each distinct prompt once and the actor runs each distinct prompt once per
@@ -13,6 +14,27 @@ products see G rows instead of B).
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+
+
+def cache_of(out):
+    """The KV cache a model's output holds: `cache` from transformers 5.24 on, `past_key_values` before (5.24
+    still answers the old name, with a deprecation warning on the user's terminal)."""
+    return out["cache"] if "cache" in out else out.get("past_key_values")
+
+
+def pass_cache(cache) -> dict:
+    """The keyword argument that hands `cache` to a model's forward, under this transformers' name for it."""
+    return {_cache_keyword(): cache}
+
+
+@lru_cache(maxsize=1)
+def _cache_keyword() -> str:
+    from importlib.metadata import version
+
+    major, minor = (int(part) for part in version("transformers").split(".")[:2])
+    return "cache" if (major, minor) >= (5, 24) else "past_key_values"
 
 
 def distinct_rows(ids, mask):

@@ -19,7 +19,7 @@ import torch
 
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.algorithms import entropy_from_logits
-from rlrm.inference.kv_cache import distinct_rows, rows_selectable
+from rlrm.inference.kv_cache import cache_of, distinct_rows, pass_cache, rows_selectable
 
 
 def response_log_probs(
@@ -118,7 +118,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
         use_cache=True,
         **({keep_kw: 1} if keep_kw else {}),
     )
-    past = out.past_key_values
+    past = cache_of(out)
     if past is None or not rows_selectable(past):
         return None
     head = out.logits[:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
@@ -130,7 +130,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
         input_ids=mb.input_ids[:, width_p:end],
         attention_mask=mb.attention_mask[:, first:end],
         position_ids=mb.position_ids[:, width_p:end],
-        past_key_values=past,
+        **pass_cache(past),
         use_cache=True,
         **({keep_kw: width_r - 1} if keep_kw else {}),
     )
