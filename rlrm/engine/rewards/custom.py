@@ -111,16 +111,11 @@ def check_tokenizer(tokenizer, metered: MeteredBalancer, model: str | None) -> N
     """The tokenizer handed to the function must be the one the reward servers tokenize with: each server that
     reports its tokenizer's size (`/get_model_info`: rlrm's embedded server, SGLang) is compared; vLLM and hosted
     APIs report none, and are trusted."""
-    from rlrm.launch.common import http
+    from rlrm.launch.client.replica_info import model_info
 
-    headers = metered.balancer.headers
     for url in metered.urls:
-        try:
-            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
-            info = answer.json() if answer.status == 200 else {}
-        except (TransientError, ValueError):
-            continue
-        theirs = info.get("tokenizer_size") if isinstance(info, dict) else None
+        info = model_info(url, metered.balancer.headers)
+        theirs = info.get("tokenizer_size")
         if isinstance(theirs, int) and theirs != len(tokenizer):
             raise ConfigError(
                 f"reward.custom: reward_model_tokenizer (from reward.server.model={model!r}) has {len(tokenizer)} "

@@ -28,6 +28,16 @@ class TrainerModel:
     chat_template_sha256: str | None
 
 
+def model_info(url: str, headers: dict) -> dict:
+    """A server's `/get_model_info` answer ({} when it has none or cannot be reached: vLLM, hosted APIs)."""
+    try:
+        answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
+        info = answer.json() if answer.status == 200 else {}
+    except (TransientError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
 def check_replicas(
     urls: list[str], api_key: str | None, expect: TrainerModel | None
 ) -> tuple[dict[str, int | None], int | None, str | None]:
@@ -42,11 +52,7 @@ def check_replicas(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contexts = []
     for url in urls:
-        try:
-            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
-            info = answer.json() if answer.status == 200 else {}
-        except (TransientError, ValueError):
-            info = {}
+        info = model_info(url, headers)
         versions[url] = int_or_none(info.get("weight_version"))
         engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
         if expect is None:
