@@ -238,12 +238,6 @@ class TrainerConfig(_Section):
     run_name: str | None = Field(None, description="Run folder name (default: profile name + time).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the policy runs.")
     num_threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default).")
-    split_threads: bool = Field(
-        True,
-        description="one-step-off and fully-async with the in-process engine and one actor rank: generation and "
-        "training run at once, so the rollout gets half of the torch threads and the trainer the other half instead "
-        "of both getting all of them (two full teams oversubscribe the cores).",
-    )
 
 
 class LoggingConfig(_Section):

@@ -18,7 +18,6 @@ from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.served import served_engine
-from rlrm.engine.thread_shares import thread_shares
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
@@ -76,7 +75,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             pad_token_id=tokenizer.pad_token_id,
             max_batch_size=profile.rollout.max_batch_size,
             batch_wait_ms=profile.rollout.batch_wait_ms,
-            threads=(thread_shares(profile) or (0, 0))[0],  # decoding beside the update: its share of the threads
         )
     if agent is not None:  # every generate becomes a multi-turn trajectory with tools
         engine = AgentEngine(engine, tokenizer, agent)

@@ -44,15 +44,6 @@ class _Request:
     future: asyncio.Future
 
 
-def use_threads(n: int) -> None:
-    """Give the calling thread's torch ops `n` threads (an executor's initializer; a no-op for 0). Per thread:
-    torch keeps an OpenMP team per thread that runs ops, so the decode loop's count is its own."""
-    if n:
-        import torch
-
-        torch.set_num_threads(n)
-
-
 class HFRolloutEngine:
     """Dynamic-batching generation with a transformers causal LM (CPU or GPU).
 
@@ -77,7 +68,6 @@ class HFRolloutEngine:
         batch_wait_ms: float = 2.0,
         seed: int | None = None,
         batch_gap_ms: float | None = None,
-        threads: int = 0,
     ):
         import torch
 
@@ -89,7 +79,6 @@ class HFRolloutEngine:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = max(0.0, batch_wait_ms) / 1000.0
         self.batch_gap_s = None if batch_gap_ms is None else max(0.0, batch_gap_ms) / 1000.0
-        self.threads = threads  # torch threads of the decode loop (0: the process's count)
         self.version = 0  # weight version stamped on completions
         self.batches_run = 0  # decode loops run so far (how well requests were batched)
         self.busy_intervals: list[tuple[float, float]] = []  # (start, end) perf_counter of each decode batch
@@ -201,9 +190,7 @@ class HFRolloutEngine:
             self._pending = collections.deque(r for r in self._pending if r.future.get_loop() is loop)
         self._loop, self._arrived, self._stop = loop, asyncio.Event(), threading.Event()
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="hf-rollout", initializer=use_threads, initargs=(self.threads,)
-            )
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
         self._worker = loop.create_task(self._serve(self._arrived, self._stop))
 
     async def _serve(self, arrived: asyncio.Event, stop: threading.Event) -> None:

@@ -25,8 +25,6 @@ from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.scheduling.base import RunParts
 from rlrm.engine.scheduling.rollouter import Group, LaunchedBatch, Rollouter
 from rlrm.engine.step import Scored, StepRecord
-from rlrm.engine.thread_shares import thread_shares
-from rlrm.inference.hf import use_threads
 
 
 class OverlapScheduler:
@@ -39,13 +37,7 @@ class OverlapScheduler:
         self.run = run
         self.rollouter = Rollouter(run, start_step + 1, self.max_ahead(run), skip)
         self._loader_state = run.prompts.state_dict()
-        shares = thread_shares(run.profile)  # when generation runs beside the update, each gets its share
-        self._thread = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="rlrm-trainer",
-            initializer=use_threads,
-            initargs=(shares[1] if shares else 0,),
-        )
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrm-trainer")
 
     @staticmethod
     def max_ahead(run: RunParts) -> int:
