@@ -16,16 +16,18 @@ waits its own latency (mean `l`), and no sample waits less than its latency (slo
     sync          G + max(R0, L) + T          scores once the whole batch is generated
     stream        W + T                       scores each sample as it is generated
     pipeline      W + T * (1 - (M-1)/(M*E))   trains epoch 0's mini-batches while later ones are scored
-    one-step-off  max(G, T, (W + T) / 2)      batch k+1 is generated while batch k is scored and trained
-    fully-async   max(G, T, (W + T) / (s+1))  s+1 batches in flight; the trainer takes scored groups
+    one-step-off  max(G, T, (W + T) / 2, C)      batch k+1 is generated while batch k is scored and trained
+    fully-async   max(G, T, (W + T) / (s+1), C)  s+1 batches in flight; the trainer takes scored groups
 
 The off-policy bounds come from the launch rule (batch k starts once the trainer holds version
 k - 1 - max_ahead): k's training ends at least `W + T` after version k-1-max_ahead, so (max_ahead + 1)
-steps take at least `W + T`; and generation and training each run one step at a time. They assume
-generation and training run on separate resources (each takes about one of this machine's two cores:
-`rlrm bench simulate --from` reports it as `rollout.colocated_slowdown` 1). Everything a real step adds
-on top (Python between phases, lock waits, the GIL, prompt encoding, metrics) is overhead the bound leaves
-out: `of_limit` = bound / measured step time says how much of it is left.
+steps take at least `W + T`; and generation and training each run one step at a time. Overlapped on
+the same CPU cores (the in-process engine), generation and training also cannot take less than their
+work: `C` = (CPU seconds of generation + of the trainer's work in a zero-latency sync step) / the cores
+this process may use (`cpu_s/*` of the sync runs; 0 when the runs hold none, e.g. on a GPU, and then the
+bound assumes separate resources). The on-policy bounds already add G and T, which is never less than C.
+Everything a real step adds on top (Python between phases, lock waits, the GIL, prompt encoding, metrics)
+is overhead the bound leaves out: `of_limit` = bound / measured step time says how much of it is left.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Phases:
     reward: float
     train: float
     step: float
+    # C: generation and the trainer's work together on the machine's cores: their CPU seconds / cores (0: unknown)
+    cores: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def baseline_phases(runs: list[list[dict]]) -> Phases:
     """Median phase times over the steps of zero-latency sync runs (each a list of metrics rows).
 
     The first step of each run is left out when the run has more (model warm-up, first allocations)."""
-    gen, reward, train, step = [], [], [], []
+    gen, reward, train, step, cores = [], [], [], [], []
     for rows in runs:
         steps = [r for r in rows if r.get("step", 0) > 0 and "timing_s/step" in r]
         for r in steps[1:] if len(steps) > 1 else steps:
@@ -74,9 +78,23 @@ def baseline_phases(runs: list[list[dict]]) -> Phases:
             reward.append(r.get("timing_s/reward", 0.0))
             train.append(sum(r.get(f"timing_s/{p}", 0.0) for p in TRAINER_PHASES))
             step.append(r["timing_s/step"])
+            cores.append(_cores_s(r, train[-1]))
     if not step:
         raise ValueError("no completed step with phase times (timing_s/*) in the zero-latency sync runs")
-    return Phases(quantile(gen, 0.5), quantile(reward, 0.5), quantile(train, 0.5), quantile(step, 0.5))
+    median = [quantile(x, 0.5) for x in (gen, reward, train, step)]
+    known = [c for c in cores if c > 0]
+    return Phases(*median, cores=quantile(known, 0.5) if len(known) == len(cores) else 0.0)
+
+
+def _cores_s(row: dict, train_s: float) -> float:
+    """C of one sync step: the CPU seconds of generation and of the trainer's work over the cores this process
+    may use (the update's cores-busy share stands for the trainer's other, shorter phases). 0 when the row
+    holds no CPU times (a run on a GPU, or from an rlrm before they were recorded)."""
+    gen_s, update_s = row.get("timing_s/gen", 0.0), row.get("timing_s/update_actor", 0.0)
+    needed = ("cpu_s/gen", "cpu_s/update_actor", "perf/cpu_cores")
+    if not all(k in row for k in needed) or gen_s <= 0 or update_s <= 0:
+        return 0.0
+    return (row["cpu_s/gen"] + train_s * row["cpu_s/update_actor"] / update_s) / row["perf/cpu_cores"]
 
 
 def batch_latency(dist, samples: int, draws: int = 400, seed: int = 0) -> BatchLatency:
@@ -103,9 +121,9 @@ def mode_bound(mode: str, p: Phases, lat: BatchLatency, shape: Shape) -> float:
         m, e = max(shape.minibatches, 1), max(shape.epochs, 1)
         return scored + p.train * (1.0 - (m - 1) / (m * e))
     if mode == "one-step-off":
-        return max(p.gen, p.train, (scored + p.train) / 2)
+        return max(p.gen, p.train, (scored + p.train) / 2, p.cores)
     if mode == "fully-async":
-        return max(p.gen, p.train, (scored + p.train) / (shape.max_staleness + 1))
+        return max(p.gen, p.train, (scored + p.train) / (shape.max_staleness + 1), p.cores)
     raise ValueError(f"no bound for mode {mode!r}")
 
 

@@ -138,3 +138,41 @@ def test_a_simulated_mode_without_overhead_reaches_its_bound(mode, latency):
     # version(k) = version(k-2) + W + T)
     assert simulated >= bound * (1 - 0.02)
     assert simulated == pytest.approx(bound, rel=0.03)  # and, without overhead, reached
+
+
+def test_the_cores_term_is_the_cpu_work_of_generation_and_training_over_the_cores():
+    def row(step, cpu=True):
+        r = {"step": step, "timing_s/gen": 0.5, "timing_s/update_actor": 1.0, "timing_s/old_log_prob": 0.1,
+             "timing_s/step": 1.7}  # fmt: skip
+        if cpu:  # generation kept 1.6 cores busy, the update 1.5, of 2
+            r.update({"cpu_s/gen": 0.8, "cpu_s/update_actor": 1.5, "perf/cpu_cores": 2})
+        return r
+
+    assert baseline_phases([[row(1), row(2)]]).cores == pytest.approx((0.8 + 1.1 * 1.5) / 2)
+    assert baseline_phases([[row(1), row(2, cpu=False)]]).cores == 0.0  # unknown: no cores term
+    shared = Phases(gen=0.5, reward=0.0, train=1.1, step=1.7, cores=1.225)
+    no_latency = BatchLatency(0.0, 0.0)
+    assert mode_bound("fully-async", shared, no_latency, Shape(2)) == pytest.approx(1.225)  # the cores bind
+    assert mode_bound("one-step-off", shared, no_latency, Shape(2)) == pytest.approx(1.225)
+    assert mode_bound("fully-async", Phases(0.5, 0.0, 1.1, 1.7), no_latency, Shape(2)) == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("slowdown", [1.5, 2.0])
+def test_a_simulated_colocated_fully_async_reaches_the_cores_bound(slowdown):
+    # generation and training on one device: while both compute each runs `slowdown` times slower, as two phases
+    # that each kept slowdown/2 of the cores busy alone would; with G = T the cores bound is what binds
+    from rlrm.bench.simulate.run import run_simulation
+    from rlrm.bench.simulate.spec import load_spec
+
+    sets = [*SIM, "workload.response_tokens=fixed:64", "workload.max_response_tokens=64", "rollout.batching=static"]
+    sets += ["rollout.iteration_s=0.037", f"rollout.colocated_slowdown={slowdown}", "reward.latency_scale=0.01"]
+    sets += ["workload.steps=96"]  # the fill (batches generated at full speed before training starts) spread thinner
+    spec = load_spec(overrides=[*sets, "modes=[fully-async]"])
+    rows = run_simulation(spec, None, repeats=1, write=False).rows
+    gen, train = 64 * 0.037, 32 * (10 + 64) * 0.001  # both 2.368 s alone (training counts the prompt's tokens)
+    cores = slowdown * (gen + train) / 2
+    bound = mode_bound("fully-async", Phases(gen, 0.0, train, gen + train, cores), BatchLatency(0.01, 0.01), Shape(2))
+    assert bound == pytest.approx(cores)
+    simulated = next(r for r in rows if r["latency"] != "none")["step_time_mean"]
+    assert simulated >= bound * (1 - 0.02)
+    assert simulated == pytest.approx(bound, rel=0.03)

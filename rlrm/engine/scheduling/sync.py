@@ -35,7 +35,8 @@ class SyncScheduler:
         run, p = self.run, self.run.profile
         n = p.rollout.n
         prompts = run.prompts.take()
-        timer.measure_cpu = True  # nothing overlaps in sync: the process's CPU time is the phase's own
+        # nothing overlaps in sync: the process's CPU time is the phase's own (on a GPU it says nothing of the work)
+        timer.measure_cpu = run.grpo.settings.device == "cpu"
         with timer("gen", lane="gen_wait", cpu=True):
             completions = await generate_groups(
                 run.engine, prompts.prompt_ids, sampling_params(p), n, p.trainer.seed, step, timer
