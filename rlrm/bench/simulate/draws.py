@@ -89,8 +89,10 @@ def tool_times(tools, rng: np.random.Generator, shape, latency: bool = True) -> 
     (zeros for the zero-latency baseline or without calls)."""
     if not latency or tools.calls_per_sample == 0:
         return np.zeros(shape)
-    calls = sample(parse_latency(tools.latency), rng, (*shape, tools.calls_per_sample))
-    return np.minimum(calls, tools.timeout_s).sum(-1)
+    whole = int(tools.calls_per_sample)
+    count = whole + (rng.random(shape) < tools.calls_per_sample - whole)  # [steps, N] calls of each sample
+    calls = np.minimum(sample(parse_latency(tools.latency), rng, (*shape, whole + 1)), tools.timeout_s)
+    return np.where(np.arange(whole + 1) < count[..., None], calls, 0.0).sum(-1)
 
 
 def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: np.ndarray | None = None):

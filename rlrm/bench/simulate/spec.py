@@ -174,8 +174,12 @@ class ToolsSpec(_Section):
     other sequences are not slowed (continuous batching; each turn is a request of its own).
     """
 
-    calls_per_sample: int = Field(
-        0, ge=0, le=64, description="Tool calls per trajectory (agent/tool_calls / samples of a measured run)."
+    calls_per_sample: float = Field(
+        0.0,
+        ge=0,
+        le=64,
+        description="Tool calls per trajectory; a fraction is a mean (2.3: 2 calls, 3 for 30% of the samples), as "
+        "agent/tool_calls / samples of a measured run gives it.",
     )
     latency: str = Field(
         "none", description="Latency of one tool call in the latency grammar (rollout.agent.inject.latency)."
