@@ -56,7 +56,9 @@ def test_baseline_draws_no_tool_latency_and_draws_repeat():
 
 def test_a_fractional_call_count_is_a_mean():
     # 1.25 calls of 1 s: each sample 1 or 2 calls, a quarter of them 2 (the draws' mean near 1.25 s)
-    spec = load_spec(overrides=[*TWO_SAMPLES, "workload.steps=2000", "tools.calls_per_sample=1.25", "tools.latency=fixed:1"])
+    spec = load_spec(
+        overrides=[*TWO_SAMPLES, "workload.steps=2000", "tools.calls_per_sample=1.25", "tools.latency=fixed:1"]
+    )
     tool_s = draw_workload(spec).tool_s
     assert set(np.unique(tool_s)) == {1.0, 2.0}
     assert tool_s.mean() == pytest.approx(1.25, abs=0.03)

@@ -11,7 +11,15 @@ from pydantic import ValidationError
 from rlrm.config.agent import AgentConfig
 from rlrm.config.latency import parse_latency
 from rlrm.engine.agent.tools import ToolCounts, build_tools, run_tool
-from tests.engine.test_agent_loop import ScriptedEngine, run, settings, tokenizer  # noqa: F401 (fixture)
+from tests.engine.test_agent_loop import ScriptedEngine, run, settings
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_policy_path)
+
 
 TWO_CALLS = ["<call>calculator 1+1</call>", "<call>calculator 2+2</call>", "#### 4<|im_end|>"]
 

@@ -184,7 +184,9 @@ class ToolsSpec(_Section):
     latency: str = Field(
         "none", description="Latency of one tool call in the latency grammar (rollout.agent.inject.latency)."
     )
-    timeout_s: float = Field(10.0, gt=0, description="A call longer than this returns at it (rollout.agent.tool_timeout_s).")
+    timeout_s: float = Field(
+        10.0, gt=0, description="A call longer than this returns at it (rollout.agent.tool_timeout_s)."
+    )
 
     @field_validator("latency", mode="before")
     @classmethod
