@@ -19,6 +19,7 @@ COLUMNS = [
     "mode",
     "repeat",
     "latency",
+    "tool_latency",  # rollout.agent.inject.latency ("none" in the baseline and without --tool-latency)
     "run_dir",
     "steps",
     "tokens_per_s",

@@ -13,6 +13,12 @@ against steps of about a minute). Per mode the summary holds the median over rep
 (rlrm/stats.py) and the mode's lower bound on step time from the baselines' phase times
 (rlrm/bench/limits.py). Runs that finished are kept when the benchmark is interrupted; the ones missing
 are listed.
+
+With `tool_latency` (e.g. "fixed:0.5", the same grammar, in seconds, never rescaled) every run is a multi-turn
+tool rollout (`rollout.agent.enabled=true` on the profile) and the latent runs also sleep that latency before
+every tool call (`rollout.agent.inject`): the table shows how each mode hides a slow judge and slow tools at
+once. The baseline runs the same tool rollouts without either latency; the bounds ignore the tool latency (they
+stay lower bounds, looser ones).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class RewardLatencyBench:
     latency_scale: float | None = None  # None: chosen from the baseline's step time
     latency_fraction: float = 0.5
     overrides: list[str] = field(default_factory=list)
+    tool_latency: str | None = None  # rollout.agent.inject.latency of the latent runs; None: no tool rollouts
     console: str = "none"
     rows: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -72,6 +79,11 @@ class RewardLatencyBench:
             raise ConfigError(f"--latency: {exc}") from None
         if self.dist.is_zero:
             raise ConfigError("--latency is zero: the benchmark compares modes under a latency; give e.g. uniform:1:40")
+        if self.tool_latency is not None:
+            try:
+                self.tool_dist = parse_latency(self.tool_latency)
+            except ValueError as exc:
+                raise ConfigError(f"--tool-latency: {exc}") from None
         if self.latency_scale is None:
             self._mean_latency()  # the automatic scale needs a finite mean: refuse now, not after the baseline
         self.out = Path(self.out)
@@ -118,6 +130,7 @@ class RewardLatencyBench:
                     "mode": item.mode,
                     "repeat": item.repeat,
                     "latency": item.latency,
+                    "tool_latency": self.tool_latency if self.tool_latency and item.latency != "none" else "none",
                     "run_dir": f"runs/{item.name}",
                     **run_row(read_metrics(run_dir / "metrics.jsonl")),
                 }
@@ -171,6 +184,14 @@ class RewardLatencyBench:
             sets += [f"reward.inject.latency={self.latency}", f"reward.inject.scale={scale!r}"]
         else:
             sets += ["reward.inject.latency=none"]
+        if self.tool_latency is not None:
+            # the baseline runs the same tool rollouts with instant tools: only the latencies differ
+            tools = self.tool_latency if scale is not None else "none"
+            sets += [
+                "rollout.agent.enabled=true",
+                f"rollout.agent.inject.latency={tools}",
+                f"rollout.agent.inject.seed={self.seed * 1000 + repeat}",
+            ]
         profile = load_profile(self.profile, sets)
         if not any(o.startswith("reward.max_concurrency=") for o in self.overrides):
             # An injected latency stands for a remote service whose latency does not grow with load:
@@ -202,6 +223,8 @@ class RewardLatencyBench:
             "latency": self.latency,
             "latency_scale": self.latency_scale,
             "mean_latency_s": mean_latency,
+            "tool_latency": self.tool_latency,
+            "mean_tool_latency_s": self._mean_tool_latency(),
             "reward_max_concurrency": getattr(self, "reward_max_concurrency", None),
             "latency_to_step_ratio": (
                 mean_latency / (sum(r["step_time_p50"] for r in base) / len(base)) if base and mean_latency else None
@@ -215,6 +238,15 @@ class RewardLatencyBench:
             "modes": modes,
             "missing": self.missing,
         }
+
+    def _mean_tool_latency(self) -> float | None:
+        """The mean injected latency of one tool call in seconds (None without tool latency, NaN when infinite)."""
+        if self.tool_latency is None:
+            return None
+        try:
+            return self.tool_dist.mean()
+        except ValueError:
+            return math.nan
 
     def _phases(self) -> Phases | None:
         """The zero-latency sync runs' phase times (None before the first baseline finished)."""

@@ -24,6 +24,13 @@ def reward_latency(
     latency: Annotated[str, typer.Option(help="Injected reward latency per sample (see reward.inject.latency).")] = (
         "uniform:1:40"
     ),
+    tool_latency: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Also inject this latency before every tool call (rollout.agent.inject.latency, seconds, not "
+            "rescaled); turns rollout.agent on for every run.",
+        ),
+    ] = None,
     latency_scale: Annotated[
         Optional[float],
         typer.Option(
@@ -61,6 +68,7 @@ def reward_latency(
         seed=seed,
         out=folder,
         latency_scale=latency_scale,
+        tool_latency=tool_latency,
         overrides=list(set_),
         console="rich" if sys.stdout.isatty() else "none",
     )
@@ -96,8 +104,10 @@ def _print_table(summary: dict) -> None:
     from rich.table import Table
 
     repeats = summary.get("repeats", 1)
+    tools = summary.get("tool_latency")
+    tools = f", tool latency {tools} (mean {summary['mean_tool_latency_s']:.3f} s/call)" if tools else ""
     table = Table(
-        title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample), "
+        title=f"reward latency {summary['latency']} (mean {summary['mean_latency_s']:.3f} s/sample){tools}, "
         f"medians over {repeats} repeat{'s' if repeats != 1 else ''}"
     )
     for col in (

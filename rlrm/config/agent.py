@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlrm.config.inject import LatencyInjectConfig
+
 # A turn is at least one request to the engine and one tool run: more than this many turns in one
 # trajectory is a typo (max_turns=1e6), not a plan, and would hold a sample for hours.
 MAX_TURNS = 64
@@ -33,6 +35,11 @@ class AgentConfig(BaseModel):
         "(docs/agentic.md); list NAME in tools too.",
     )
     tool_timeout_s: float = Field(10.0, gt=0.0, le=3600.0, description="A tool call running longer is an error.")
+    inject: LatencyInjectConfig = Field(
+        default_factory=LatencyInjectConfig,
+        description="Latency slept before every tool call (the reward.inject.latency grammar); a delay past "
+        "tool_timeout_s is a timed-out call.",
+    )
     max_observation_chars: int = Field(
         256, gt=0, le=100_000, description="A tool result longer than this is truncated to it (counted)."
     )

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlrm.config.latency import LatencyDist, parse_latency
+from rlrm.config.inject import LatencyInjectConfig
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.common.auth import key_from_env
@@ -156,30 +156,10 @@ class CustomRewardConfig(_Section):
         return None if value is None else str(Path(value).expanduser().resolve())
 
 
-class InjectConfig(_Section):
+class InjectConfig(LatencyInjectConfig):
     """Latency and failures added to every reward call, to measure what scheduling hides (off by default)."""
 
-    latency: str | None = Field(
-        None,
-        description="Seconds slept before each call: none, fixed:S, uniform:A:B, normal:MU:SIGMA, lognormal:MU:SIGMA, "
-        "pareto:SCALE:ALPHA or trace:PATH[:COLUMN] (CSV or JSON of measured latencies).",
-    )
-    scale: float = Field(1.0, ge=0, allow_inf_nan=False, description="Multiplies every latency drawn (0: none).")
     fail_rate: float = Field(0.0, description="Chance that an attempt fails (retried, then reward.on_failure).")
-    seed: int = Field(0, description="Seed of the draws (each depends on the seed, the sample and its attempt).")
-
-    @field_validator("latency", mode="before")
-    @classmethod
-    def _latency_text(cls, value):
-        # `--set reward.inject.latency=0` arrives as the number 0
-        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-
-    @field_validator("latency")
-    @classmethod
-    def _latency_parses(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_latency(value)  # reads the file of a trace spec
-        return value
 
     @field_validator("fail_rate")
     @classmethod
@@ -192,13 +172,6 @@ class InjectConfig(_Section):
     def active(self) -> bool:
         """True when it injects anything: a latency that is not always 0, or failures."""
         return self.fail_rate > 0 or self.latency_dist() is not None
-
-    def latency_dist(self) -> LatencyDist | None:
-        """The latency distribution with `scale` applied, or None when it injects none."""
-        if self.latency is None:
-            return None
-        dist = parse_latency(self.latency).scaled(self.scale)
-        return None if dist.is_zero else dist
 
 
 class RewardLimitsConfig(_Section):

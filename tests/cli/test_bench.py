@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -65,6 +66,22 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     assert summary["phases"]["gen"] > 0 and summary["phases"]["train"] > 0
 
 
+def test_tool_latency_runs_tool_rollouts_and_carries_the_setting(tmp_path, tiny_policy_path):
+    out = tmp_path / "bench"
+    extra = ["--tool-latency", "fixed:0.05", "--set", "rollout.agent.max_turns=2"]
+    result = CliRunner().invoke(app, _args(out, modes="sync,fully-async", extra=extra))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out / "results.csv")
+    assert list(frame["tool_latency"]) == ["none", "fixed:0.05", "fixed:0.05"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tool_latency"] == "fixed:0.05" and summary["mean_tool_latency_s"] == pytest.approx(0.05)
+    assert "tool latency fixed:0.05 (mean 0.050 s/call)" in result.output
+    # every run was a tool rollout, and only the latent ones slept before their tools
+    for run_dir, tools in zip(frame["run_dir"], frame["tool_latency"]):
+        agent = yaml.safe_load((out / run_dir / "config.yaml").read_text())["rollout"]["agent"]
+        assert agent["enabled"] is True and agent["inject"]["latency"] == tools
+
+
 def test_repeats_rotate_the_modes_and_report_the_spread(tmp_path, tiny_policy_path):
     out = tmp_path / "bench"
     result = CliRunner().invoke(app, _args(out, modes="sync,fully-async", repeats=2))
@@ -116,6 +133,7 @@ def test_reward_loop_concurrency_leaves_room_for_every_sample_in_flight(tmp_path
         (["--set", "trainer.max_staleness=-1"], "trainer.max_staleness"),
         (["--set", "reward.inject.fail_rate=1.5"], "[0, 1]"),
         (["--latency", "none"], "latency is zero"),
+        (["--tool-latency", "fixd:1"], "--tool-latency: bad latency spec 'fixd:1': unknown kind 'fixd'"),
     ],
 )
 def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, message):

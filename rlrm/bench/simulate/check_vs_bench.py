@@ -33,6 +33,7 @@ from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.replay import injected_latencies
 from rlrm.bench.simulate.run import SimResult, run_simulation
 from rlrm.bench.simulate.spec import MODES, load_spec, spec_from_mapping
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.errors import RunFolderError
 
 
@@ -74,6 +75,13 @@ def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (
         f"workload.seed={int(summary.get('seed', 0))}",
         f"modes=[{','.join(modes)}]",
     ]
+    if summary.get("tool_latency"):  # --tool-latency: the baseline's tool calls per sample, at the bench's latency
+        calls, timeout_s = _tool_calls(base, folder)
+        sets += [
+            f"tools.latency={summary['tool_latency']}",
+            f"tools.calls_per_sample={calls!r}",
+            f"tools.timeout_s={timeout_s!r}",
+        ]
     if summary.get("reward_max_concurrency"):
         sets.append(f"reward.max_concurrency={int(summary['reward_max_concurrency'])}")
     spec = load_spec(overrides=[*sets, *overrides], base=cal.spec_values)
@@ -227,6 +235,24 @@ def _per_token_update(run_dirs: list[Path]) -> float:
                 if tokens > 0:
                     values.append((s1 - s0) / tokens)
     return statistics.median(values) if values else math.nan
+
+
+def _tool_calls(base: list[dict], folder: Path) -> tuple[float, float]:
+    """Tool calls per sample in the zero-latency sync runs (their agent/tool_calls over their samples), and
+    their rollout.agent.tool_timeout_s."""
+    import yaml
+
+    calls = samples = 0.0
+    timeout_s = 10.0
+    for r in base:
+        run = folder / r["run_dir"]
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        per_step = config["data"]["train_batch_size"] * config["rollout"]["n"]
+        timeout_s = float(config["rollout"]["agent"]["tool_timeout_s"])
+        rows = [row for row in read_metrics(run / "metrics.jsonl") if "agent/tool_calls" in row]
+        calls += sum(row["agent/tool_calls"] for row in rows)
+        samples += per_step * len(rows)
+    return (round(calls / samples, 4) if samples else 0.0), timeout_s
 
 
 def _summary(folder: Path) -> dict:

@@ -53,6 +53,7 @@ class Draws:
     timeouts: np.ndarray  # [steps] attempts that timed out
     injected_failures: np.ndarray  # [steps] attempts failed by fail_rate
     latency_mean: np.ndarray  # [steps] mean injected latency of the successful attempts
+    tool_s: np.ndarray | None = None  # [steps, N] seconds its tool calls add to each sample's generation
 
 
 def draw_workload(
@@ -78,7 +79,20 @@ def draw_workload(
     reward_rng = np.random.default_rng([w.seed, 2, int(latency)])
     if first_latency is not None and first_latency.shape != (steps, p * n):
         raise ValueError(f"first_latency has shape {first_latency.shape}, the run has {(steps, p * n)} samples")
-    return Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency))
+    draws = Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency))
+    draws.tool_s = tool_times(spec.tools, np.random.default_rng([w.seed, 3]), (steps, p * n), latency)
+    return draws
+
+
+def tool_times(tools, rng: np.random.Generator, shape, latency: bool = True) -> np.ndarray:
+    """[steps, N] seconds: each sample's `calls_per_sample` tool latencies, each cut at `timeout_s`, summed
+    (zeros for the zero-latency baseline or without calls)."""
+    if not latency or tools.calls_per_sample == 0:
+        return np.zeros(shape)
+    whole = int(tools.calls_per_sample)
+    count = whole + (rng.random(shape) < tools.calls_per_sample - whole)  # [steps, N] calls of each sample
+    calls = np.minimum(sample(parse_latency(tools.latency), rng, (*shape, whole + 1)), tools.timeout_s)
+    return np.where(np.arange(whole + 1) < count[..., None], calls, 0.0).sum(-1)
 
 
 def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: np.ndarray | None = None):

@@ -34,8 +34,10 @@ _EMPTY = np.inf
 class _Engine:
     shared = False  # the engine computes on the trainer's device (static.py)
 
-    def __init__(self, rollout, gen_done: np.ndarray, version: np.ndarray):
+    def __init__(self, rollout, gen_done: np.ndarray, version: np.ndarray, tool_s: np.ndarray | None = None):
         self.cfg = rollout
+        # [steps, N] seconds a sample's tool calls add after its decoding (draws.tool_times); they hold no slot
+        self.tool_s = np.zeros(gen_done.shape) if tool_s is None else tool_s
         self.gen_done, self.version = gen_done, version  # [steps, N]
         self.width = gen_done.shape[1]
         self.replicas = rollout.replicas
@@ -71,8 +73,8 @@ class _Engine:
 class ContinuousEngine(_Engine):
     """vLLM / SGLang: continuous batching, every engine processor sharing between its sequences."""
 
-    def __init__(self, rollout, gen_done, version):
-        super().__init__(rollout, gen_done, version)
+    def __init__(self, rollout, gen_done, version, tool_s=None):
+        super().__init__(rollout, gen_done, version, tool_s)
         r = self.replicas
         self.left = np.full((r, 0), _EMPTY)  # [R, M] tokens still to decode, sorted per row, inf = empty
         self.ids = np.zeros((r, 0), dtype=np.int64)  # [R, M] flat sample id
@@ -135,7 +137,7 @@ class ContinuousEngine(_Engine):
         seconds = np.where(active, tokens * self._seconds_per_token(still), 0.0)
         self.finish = self.start[:, None] + np.cumsum(seconds, axis=1)
         done = self.ids[active]
-        self.gen_done.flat[done] = self.finish[active] + self.cfg.return_s
+        self.gen_done.flat[done] = self.finish[active] + self.cfg.return_s + self.tool_s.flat[done]
         self._touched(done)
 
     def _last_finish(self) -> np.ndarray:

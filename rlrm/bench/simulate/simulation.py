@@ -39,7 +39,7 @@ class Simulation:
         self.gen_done = np.full((steps, width), np.inf)  # when each sample's generation returns
         self.version_of = np.zeros((steps, width), dtype=np.int64)  # the policy version that generated it
         engine_model = StaticEngine if spec.rollout.batching == "static" else ContinuousEngine
-        self.engine = engine_model(spec.rollout, self.gen_done, self.version_of)
+        self.engine = engine_model(spec.rollout, self.gen_done, self.version_of, draws.tool_s)
         self.rewards = RewardQueue(spec.reward, width, spec.max_ahead(mode) + 2)
         self.kernel = Kernel()
         self.rec = Recorder(spec, mode)

@@ -165,6 +165,35 @@ class RewardSpec(_Section):
         return _distribution(value)
 
 
+class ToolsSpec(_Section):
+    """Tool calls of multi-turn rollouts (profile `rollout.agent`): their latency stretches each trajectory.
+
+    A trajectory makes `calls_per_sample` calls, each sleeping a draw of `latency` cut at `timeout_s` (a
+    timed-out call returns at the timeout, as rlrm/engine/agent/tools.py does); the sum is added to its
+    generation. While a call runs the sequence decodes nothing and holds no decode slot, so the engine's
+    other sequences are not slowed (continuous batching; each turn is a request of its own).
+    """
+
+    calls_per_sample: float = Field(
+        0.0,
+        ge=0,
+        le=64,
+        description="Tool calls per trajectory; a fraction is a mean (2.3: 2 calls, 3 for 30% of the samples), as "
+        "agent/tool_calls / samples of a measured run gives it.",
+    )
+    latency: str = Field(
+        "none", description="Latency of one tool call in the latency grammar (rollout.agent.inject.latency)."
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, description="A call longer than this returns at it (rollout.agent.tool_timeout_s)."
+    )
+
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency_parses(cls, value):
+        return _distribution(value)
+
+
 class TrainerSpec(_Section):
     """The trainer's phase costs. Per-token costs are one rank's; they are divided by `ranks`."""
 
@@ -215,6 +244,7 @@ class SimSpec(_Section):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)
+    tools: ToolsSpec = Field(default_factory=ToolsSpec)
     trainer: TrainerSpec = Field(default_factory=TrainerSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
 

@@ -56,8 +56,8 @@ class _Replica:
 class StaticEngine(_Engine):
     """rlrm's hf engine: batches of queued requests, each decoded to its longest and returned whole."""
 
-    def __init__(self, rollout, gen_done, version):
-        super().__init__(rollout, gen_done, version)
+    def __init__(self, rollout, gen_done, version, tool_s=None):
+        super().__init__(rollout, gen_done, version, tool_s)
         self.reps = [_Replica() for _ in range(self.replicas)]
         self._syncs: list[tuple[float, int]] = [(-math.inf, 0)]  # (end, version) of every weight sync
         self._prompt = np.zeros(gen_done.size)  # prompt tokens per sample (flat), for batch costs
@@ -158,7 +158,7 @@ class StaticEngine(_Engine):
             self.trainer_end = trainer_end if self.trainer_left > 0 else math.inf
         for batch in plan:
             ids = np.concatenate([c.ids for c in batch.chunks])
-            self.gen_done.flat[ids] = batch.end + cfg.return_s
+            self.gen_done.flat[ids] = batch.end + cfg.return_s + self.tool_s.flat[ids]
             self.version.flat[ids] = self._version_at(batch.start)
             self._touched(ids)
 

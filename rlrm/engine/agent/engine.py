@@ -27,6 +27,8 @@ def agent_settings(profile) -> AgentSettings:
         max_observation_chars=cfg.max_observation_chars,
         call_tag=cfg.call_tag,
         observation_tag=cfg.observation_tag,
+        tool_latency=cfg.inject.latency_dist(),
+        tool_latency_seed=cfg.inject.seed,
     )
 
 

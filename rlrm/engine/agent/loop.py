@@ -23,8 +23,10 @@ tokens and observation tokens are never re-tokenised: what the actor scores is w
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 
+from rlrm.config.latency import LatencyDist
 from rlrm.engine.agent.tools import Tool, ToolCounts, run_tool
 from rlrm.inference.base import Completion, SamplingParams
 
@@ -43,6 +45,14 @@ class AgentSettings:
     max_observation_chars: int = 256
     call_tag: str = "call"  # the policy writes <call>NAME ARGUMENTS</call>
     observation_tag: str = "obs"  # the loop appends <obs>RESULT</obs>
+    tool_latency: LatencyDist | None = None  # rollout.agent.inject: slept before every tool call
+    tool_latency_seed: int = 0
+
+    def tool_delay_s(self, sample_seed: int | None, call: int) -> float:
+        """The injected latency of the trajectory's `call`-th tool call: a function of the seeds and `call` only."""
+        if self.tool_latency is None:
+            return 0.0
+        return self.tool_latency.sample(random.Random(f"{self.tool_latency_seed}:{sample_seed}:{call}"))
 
     @property
     def open(self) -> str:
@@ -132,6 +142,7 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
                 settings.max_observation_chars,
                 counts,
                 trace.tool_rewards,
+                settings.tool_delay_s(sampling.seed, turn),
             )
             if len(trace.tool_rewards) > rewarded:  # the turn's own tool reward (reward.tool_rewards_as_turn_scores)
                 record["tool_reward"] = trace.tool_rewards[-1]

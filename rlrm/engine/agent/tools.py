@@ -87,12 +87,15 @@ async def run_tool(
     max_chars: int,
     counts: ToolCounts,
     rewards: list[float] | None = None,
+    delay_s: float = 0.0,
 ) -> str:
     """Run tool `name` on `arguments`; whatever happens, the text the policy is shown (counted in `counts`).
 
     A tool's own "error: ..." answer (the calculator's division by zero) is counted as a tool error too.
     A tool may answer `(text, reward)`, as verl's tools return a reward with their response: the reward is
     appended to `rewards` (the trajectory's `extra_info["tool_rewards"]`, which the reward function reads).
+    `delay_s` (rollout.agent.inject) is slept before the tool runs, inside its timeout: a delay past
+    `timeout_s` is a timed-out call like any other.
     """
     counts.add("tool_calls")
     tool = tools.get(name)
@@ -100,7 +103,7 @@ async def run_tool(
         counts.add("unknown_tools")
         return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}"
     try:
-        result = await asyncio.wait_for(tool(arguments), timeout=timeout_s)
+        result = await asyncio.wait_for(_delayed(tool, arguments, delay_s), timeout=timeout_s)
     except asyncio.TimeoutError:
         counts.add("tool_timeouts")
         return f"error: tool {name} took longer than {timeout_s:g}s"
@@ -123,3 +126,10 @@ async def run_tool(
         counts.add("truncated_observations")
         result = result[:max_chars]
     return result
+
+
+async def _delayed(tool: Tool, arguments: str, delay_s: float):
+    """`tool(arguments)` after sleeping `delay_s` on the event loop (the injected tool latency)."""
+    if delay_s > 0:
+        await asyncio.sleep(delay_s)
+    return await tool(arguments)
