@@ -3,11 +3,13 @@
     PYTHONPATH=$PWD python -m pytest -q tests/engine/test_tool_learning.py            # the variant (fast)
     PYTHONPATH=$PWD python -m pytest -q -m slow tests/engine/test_tool_learning.py    # GRPO learns with the tool
 
-The learning test fails when the observation mask is broken (observation tokens trained on): checked
-by hand once with `collate` patched to set `response_mask` to 1 on every response token. Observations
-carry log-prob 0 from the rollout (the engine never sampled them), so in sync mode, where the old
-log-probs are the rollout's, a loss that reads them sees a PPO ratio far from 1 (`actor/ppo_kl` ~1
-instead of ~0); docs/agentic.md gives the figures.
+The learning test asserts that 15 sync GRPO steps raise held-out accuracy with the tool by at least 0.2
+(0.281 -> 0.641 measured, docs/agentic.md) and that the PPO ratio stays 1 on every token in the loss. The
+second check is the one a broken observation mask fails: observations carry log-prob 0 from the rollout
+(the engine never sampled them), so in sync mode, where the old log-probs are the rollout's, a loss that
+reads them sees a ratio far from 1 (`actor/ppo_kl` ~2.6 instead of ~1e-8). Held-out accuracy alone does
+not catch it (0.281 -> 0.625 with observations trained on): the test of the test below breaks the mask
+and asserts the learning test fails.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
 PROMPTS = 32
-LEARNING_STEPS = 30
+LEARNING_STEPS = 15
+ACCURACY_RISE = 0.2  # held-out accuracy with the tool, after LEARNING_STEPS sync steps against before
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,7 @@ def tiny_tools_path(tiny_policy_path) -> Path:
     return Path(resolve_model_path("tiny:tools"))
 
 
-@pytest.mark.slow  # builds tiny:tools on first use: 6-12 minutes on 2 cores, too long for the default tier
+@pytest.mark.slow  # builds tiny:tools on first use: about 5 minutes on 2 cores, too long for the default tier
 def test_the_variant_calls_the_tool_and_cannot_answer_without_it(tiny_tools_path):
     # held-out problems of the tiny-tools profile itself (its test split, unseen by the build)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -51,7 +54,7 @@ def test_the_variant_calls_the_tool_and_cannot_answer_without_it(tiny_tools_path
     texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
     calls = sum(well_formed_call(t) for t in texts) / PROMPTS
     correct = sum(compute_score(t, ex.ground_truth) for t, ex in zip(texts, test)) / PROMPTS
-    assert calls >= 0.5, f"well-formed calculator calls on {calls:.2f} of greedy answers: {texts[:3]}"
+    assert calls >= 0.25, f"well-formed calculator calls on {calls:.2f} of greedy answers: {texts[:3]}"
     # without the tool its observations are its own guesses at three-digit sums and products
     assert correct <= 0.1, f"accuracy without the tool {correct:.2f}"
 
@@ -75,6 +78,16 @@ def test_the_tool_trace_leaves_exactly_the_observation_out_of_the_loss(tiny_poli
     assert scored == f"<call>calculator {expression}</call>\n#### {ex.ground_truth}<|im_end|>"
     _, labels, _ = pad_answers([([7, 8], answer)], pad_id=0, answer_masks=[mask])
     assert labels[0, 2:].tolist() == [t if m else -100 for t, m in zip(answer, mask)]
+
+
+def test_only_the_tools_build_moves_to_its_own_recipe_version(tmp_path):
+    from rlrm.engine.models import tiny
+    from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION
+
+    # a change to the tools recipe rebuilds tiny:tools alone, never the policy, judge and DisRM that CI caches
+    assert tiny.model_dir("tools", tmp_path).name == f"tools-v{TOOLS_RECIPE_VERSION}-seed0"
+    for name in ("policy", "judge", "disrm"):
+        assert tiny.model_dir(name, tmp_path).name == f"{name}-v{tiny.RECIPE_VERSION}-seed0"
 
 
 def test_the_build_is_deterministic_for_a_seed(tmp_path, tiny_policy_path):
@@ -112,25 +125,43 @@ def tiny_tools_run(tmp_path: Path, steps: int, extra: list[str] = ()) -> list[di
     return read_metrics(run_dir / "metrics.jsonl")
 
 
-@pytest.mark.slow
-def test_grpo_teaches_the_policy_to_call_the_calculator(tmp_path, tiny_tools_path):
-    # the first row's tool calls hold the validation before training too: left out
-    rows = [r for r in tiny_tools_run(tmp_path, LEARNING_STEPS) if "agent/tool_calls" in r][1:]
-    samples = 16 * 8  # the profile's train_batch_size x rollout.n: one trajectory each
-    third = len(rows) // 3
-
-    def mean(key: str, part: list[dict]) -> float:
-        return sum(r[key] for r in part) / len(part)
-
-    # without a call the answer is a guess at a three-digit sum or product (reward ~0), with one it is right
-    # when the operands were copied right: GRPO raises the share of trajectories that call the tool
-    calls_before, calls_after = (
-        mean("agent/tool_calls", rows[:third]) / samples,
-        mean("agent/tool_calls", rows[-third:]) / samples,
-    )
-    assert calls_after >= calls_before + 0.15, f"tool-call share {calls_before:.2f} -> {calls_after:.2f}"
-    assert mean("critic/score/mean", rows[-third:]) > mean("critic/score/mean", rows[:third])
+def learning_failures(rows: list[dict]) -> list[str]:
+    """What a sync tiny-tools run failed to show of learning with the tool (empty: it learned, with the maths intact)."""
+    accuracy = [r["val/accuracy"] for r in rows if "val/accuracy" in r]  # before the first step, after the last
+    failures = []
+    if accuracy[-1] < accuracy[0] + ACCURACY_RISE:
+        failures.append(f"held-out accuracy with the tool {accuracy[0]:.3f} -> {accuracy[-1]:.3f}")
     # on-policy, one update per step: the loss's tokens were sampled by these very weights, so the PPO ratio
     # is 1 on every one of them; an observation token in the loss (rollout log-prob 0) breaks that at once
-    kls = [abs(r["actor/ppo_kl"]) for r in rows]
-    assert max(kls) < 0.01, f"actor/ppo_kl up to {max(kls):.3f}: tokens in the loss that were not sampled"
+    kl = max(abs(r["actor/ppo_kl"]) for r in rows if "actor/ppo_kl" in r)
+    if kl >= 0.01:
+        failures.append(f"actor/ppo_kl up to {kl:.3f}: tokens in the loss that were not sampled")
+    return failures
+
+
+@pytest.mark.slow
+def test_grpo_raises_held_out_accuracy_with_the_calculator(tmp_path, tiny_tools_path):
+    # without a call the answer is a guess at a three-digit sum or product (reward ~0), with one it is right
+    # when the operands were copied right: GRPO raises the share of right calls, and so held-out accuracy
+    assert learning_failures(tiny_tools_run(tmp_path, LEARNING_STEPS)) == []
+
+
+def mask_everything(monkeypatch) -> None:
+    """Break the observation mask: every response token in the loss, tool observations included."""
+    import rlrm.engine.actor.batch as batch_module
+
+    collate = batch_module.collate
+
+    def broken(completions, pad_token_id):
+        batch = collate(completions, pad_token_id)
+        batch.response_mask = batch.attention_mask[:, -batch.response_length :].float()  # [B, R]: 1 on every token
+        return batch
+
+    monkeypatch.setattr(batch_module, "collate", broken)
+
+
+@pytest.mark.slow
+def test_the_learning_test_fails_when_observations_are_trained_on(tmp_path, tiny_tools_path, monkeypatch):
+    mask_everything(monkeypatch)
+    failures = learning_failures(tiny_tools_run(tmp_path, LEARNING_STEPS))
+    assert failures, "the same run with observation tokens in the loss passed the learning test"

@@ -6,9 +6,10 @@
     with fixed_threads(2): ...                 # a build whose float reductions repeat
     metrics = save_build(dest, model, tokenizer, metrics, start)
 
-Used by `tiny_policy.py`, `tiny_judge.py`, `tiny_pairs.py` and `tiny_disrm.py`. The built weights
-depend on every float operation here (the recipes are versioned by `tiny.RECIPE_VERSION`), so a
-change to this file that changes a build must bump that version.
+Used by `tiny_policy.py`, `tiny_judge.py`, `tiny_pairs.py`, `tiny_disrm.py` and `tiny_tools.py`. The built
+weights depend on every float operation here (the recipes are versioned by `tiny.RECIPE_VERSION`, and the
+tools build by its own `tiny_tools.TOOLS_RECIPE_VERSION`), so a change to this file that changes a build
+must bump those versions.
 """
 
 from __future__ import annotations

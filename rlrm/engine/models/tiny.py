@@ -31,11 +31,13 @@ from rlrm.engine.models.sft import fixed_threads
 from rlrm.engine.models.tiny_disrm import build_disrm
 from rlrm.engine.models.tiny_judge import build_judge
 from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
-from rlrm.engine.models.tiny_tools import build_tools_policy
+from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION, build_tools_policy
 from rlrm.errors import ModelError
 from rlrm.inference.loading import check_model_path
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
+# A model whose recipe changes on its own gets its own version (only it rebuilds); the rest share RECIPE_VERSION.
+OWN_RECIPE_VERSIONS = {"tools": TOOLS_RECIPE_VERSION}
 TINY_MODELS = ("policy", "judge", "disrm", "tools")
 DEFAULT_MODELS = ("policy", "judge", "disrm")  # what `rlrm models prepare` builds without --name
 
@@ -46,8 +48,13 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rlrm" / "models"
 
 
+def recipe_version(name: str) -> int:
+    """The version of `name`'s recipe: its own where it has one, else the shared RECIPE_VERSION."""
+    return OWN_RECIPE_VERSIONS.get(name, RECIPE_VERSION)
+
+
 def model_dir(name: str, cache_dir: Path | None = None, seed: int = 0) -> Path:
-    return Path(cache_dir or default_cache_dir()) / f"{name}-v{RECIPE_VERSION}-seed{seed}"
+    return Path(cache_dir or default_cache_dir()) / f"{name}-v{recipe_version(name)}-seed{seed}"
 
 
 def prepare_tiny(
@@ -157,7 +164,7 @@ def _build_variant(name: str, dest: Path, seed: int, log: Callable[[str], None],
 
     policy_dir = prepare_tiny(("policy",), cache_dir=root, seed=seed, log=log)["policy"]
     metrics = build(dest, seed, log, policy_dir)
-    meta = {"recipe_version": RECIPE_VERSION, "seed": seed, "policy": policy_dir.name, **metrics}
+    meta = {"recipe_version": recipe_version(name), "seed": seed, "policy": policy_dir.name, **metrics}
     (dest / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
