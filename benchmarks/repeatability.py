@@ -3,6 +3,7 @@ folders it already wrote) and prints each mode's median speedup, idle ratios and
 with the largest disagreement between any two (speedup: max/min - 1; idle ratios: max - min).
 
     PYTHONPATH=. .venv/bin/python benchmarks/repeatability.py run 5 bench/repeatability   # 5 new invocations
+    PYTHONPATH=. .venv/bin/python benchmarks/repeatability.py run 5 bench/r7 --repeats 7  # with other options
     PYTHONPATH=. .venv/bin/python benchmarks/repeatability.py read bench/repeatability/inv*  # existing folders
 
 The issue's target: every speedup within 7% and every idle ratio within 0.05 between invocations.
@@ -17,9 +18,9 @@ import time
 from pathlib import Path
 
 
-def invoke(out: Path) -> float:
+def invoke(out: Path, options: list[str]) -> float:
     start = time.perf_counter()
-    argv = [sys.executable, "-m", "rlrm", "bench", "reward-latency", "--out", str(out)]
+    argv = [sys.executable, "-m", "rlrm", "bench", "reward-latency", "--out", str(out), *options]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
@@ -50,10 +51,10 @@ def table(folders: list[Path]) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[0] == "run":
-        n, root = int(argv[1]), Path(argv[2])
+        n, root, options = int(argv[1]), Path(argv[2]), argv[3:]
         folders = [root / f"inv{i + 1}" for i in range(n)]
         for f in folders:
-            print(f"{f}: {invoke(f):.0f} s", file=sys.stderr)
+            print(f"{f}: {invoke(f, options):.0f} s", file=sys.stderr)
     else:
         folders = [Path(a) for a in argv[1:]]
     table(folders)
