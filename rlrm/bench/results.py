@@ -19,6 +19,7 @@ COLUMNS = [
     "mode",
     "repeat",
     "latency",
+    "latency_scale",  # reward.inject.scale of the run (NaN in the baseline): chosen per repeat unless given
     "tool_latency",  # rollout.agent.inject.latency ("none" in the baseline and without --tool-latency)
     "run_dir",
     "steps",

@@ -6,10 +6,12 @@
 
 Each repeat runs a zero-latency `sync` baseline, then every mode under the same latency, in an order
 rotated by one every repeat, so the drift of a shared machine lands on every mode alike; each run is
-compared with sync's and the baseline's runs of its own repeat (rlrm/bench/results.py). The first
-baseline's step time sets the latency scale (unless given) so that the mean injected latency is
-`latency_fraction` (default 0.5) of a zero-latency step, as in verl's reference setup (uniform 1-40 s
-against steps of about a minute). Per mode the summary holds the median over repeats with its interval
+compared with sync's and the baseline's runs of its own repeat (rlrm/bench/results.py). Each repeat's
+baseline step time sets that repeat's latency scale (unless one is given) so that the mean injected latency
+is `latency_fraction` (default 0.5) of a zero-latency step, as in verl's reference setup (uniform 1-40 s
+against steps of about a minute): a scale fixed by the first baseline alone carried that one run's noise into
+every repeat (five 7-repeat invocations drew mean latencies 0.29-0.43 s, and their fully-async speedups
+followed them, 1.79x-2.20x); per repeat, it is one draw of the repeat's pair, which the median evens out. Per mode the summary holds the median over repeats with its interval
 (rlrm/stats.py) and the mode's lower bound on step time from the baselines' phase times
 (rlrm/bench/limits.py). Runs that finished are kept when the benchmark is interrupted; the ones missing
 are listed.
@@ -59,13 +61,14 @@ class RewardLatencyBench:
     repeats: int
     seed: int
     out: Path
-    latency_scale: float | None = None  # None: chosen from the baseline's step time
+    latency_scale: float | None = None  # None: chosen per repeat from its baseline's step time
     latency_fraction: float = 0.5
     overrides: list[str] = field(default_factory=list)
     tool_latency: str | None = None  # rollout.agent.inject.latency of the latent runs; None: no tool rollouts
     console: str = "none"
     rows: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    scales: dict[int, float] = field(default_factory=dict)  # repeat -> the latency scale its latent runs used
 
     def __post_init__(self):
         unknown = [m for m in self.modes if m not in MODES]
@@ -114,9 +117,7 @@ class RewardLatencyBench:
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             for i, item in enumerate(plan):
-                if item.latency != "none" and self.latency_scale is None:
-                    self.latency_scale = self._auto_scale()
-                scale = self.latency_scale if item.latency != "none" else None
+                scale = self._scale_of(item.repeat) if item.latency != "none" else None
                 profile = self._profile_for(item.mode, item.repeat, scale)
                 run_dir = start_run(profile, self.out / "runs" / item.name)
                 try:
@@ -130,6 +131,7 @@ class RewardLatencyBench:
                     "mode": item.mode,
                     "repeat": item.repeat,
                     "latency": item.latency,
+                    "latency_scale": scale if scale is not None else math.nan,
                     "tool_latency": self.tool_latency if self.tool_latency and item.latency != "none" else "none",
                     "run_dir": f"runs/{item.name}",
                     **run_row(read_metrics(run_dir / "metrics.jsonl")),
@@ -153,12 +155,25 @@ class RewardLatencyBench:
             raise
         return self._write()
 
-    def _auto_scale(self) -> float:
-        """Scale so the mean injected latency is latency_fraction of a zero-latency sync step."""
-        base = [r for r in self.rows if r["latency"] == "none"]
-        step_s = sum(r["step_time_p50"] for r in base) / len(base)
-        mean = self._mean_latency()
-        return self.latency_fraction * step_s / mean if mean > 0 else 1.0
+    def _scale_of(self, repeat: int) -> float:
+        """The given scale, or the one that makes the mean injected latency latency_fraction of `repeat`'s
+        zero-latency sync step (its baseline runs first in the repeat)."""
+        if self.latency_scale is not None:
+            return self.latency_scale
+        if repeat not in self.scales:
+            base = [r for r in self.rows if r["latency"] == "none" and r["repeat"] == repeat]
+            step_s = base[-1]["step_time_p50"]
+            mean = self._mean_latency()
+            self.scales[repeat] = self.latency_fraction * step_s / mean if mean > 0 else 1.0
+        return self.scales[repeat]
+
+    def _scale(self) -> float | None:
+        """The benchmark's one scale: the given one, or the median of the repeats' (None before the first)."""
+        if self.latency_scale is not None or not self.scales:
+            return self.latency_scale
+        from rlrm.stats import quantile
+
+        return quantile(sorted(self.scales.values()), 0.5)
 
     def _mean_latency(self) -> float:
         try:
@@ -213,7 +228,8 @@ class RewardLatencyBench:
         rows = self._rows_with_limits()
         phases = self._phases()
         base = [r for r in rows if r["latency"] == "none"]
-        mean_latency = self.dist.scaled(self.latency_scale).mean() if self.latency_scale is not None else None
+        scale = self._scale()
+        mean_latency = self.dist.scaled(scale).mean() if scale is not None else None
         modes = mode_stats(rows, self.latency)
         for mode, stats in modes.items():
             stats["bound_step_s"] = self._bound(mode)
@@ -221,14 +237,13 @@ class RewardLatencyBench:
         return {
             "profile": self.profile,
             "latency": self.latency,
-            "latency_scale": self.latency_scale,
+            "latency_scale": scale,  # the median of latency_scales when chosen per repeat
+            "latency_scales": [self.scales[r] for r in sorted(self.scales)] if self.latency_scale is None else [],
             "mean_latency_s": mean_latency,
             "tool_latency": self.tool_latency,
             "mean_tool_latency_s": self._mean_tool_latency(),
             "reward_max_concurrency": getattr(self, "reward_max_concurrency", None),
-            "latency_to_step_ratio": (
-                mean_latency / (sum(r["step_time_p50"] for r in base) / len(base)) if base and mean_latency else None
-            ),
+            "latency_to_step_ratio": self._latency_to_step_ratio(base),
             "steps": self.steps,
             "repeats": self.repeats,
             "seed": self.seed,
@@ -238,6 +253,17 @@ class RewardLatencyBench:
             "modes": modes,
             "missing": self.missing,
         }
+
+    def _latency_to_step_ratio(self, base: list[dict]) -> float | None:
+        """Mean injected latency over the zero-latency step: per repeat with a latent run, the median."""
+        from rlrm.stats import quantile
+
+        ratios = []
+        for r in base:
+            scale = self.latency_scale if self.latency_scale is not None else self.scales.get(r["repeat"])
+            if scale is not None and r["step_time_p50"] > 0:
+                ratios.append(self.dist.scaled(scale).mean() / r["step_time_p50"])
+        return quantile(sorted(ratios), 0.5) if ratios else None
 
     def _mean_tool_latency(self) -> float | None:
         """The mean injected latency of one tool call in seconds (None without tool latency, NaN when infinite)."""
@@ -258,13 +284,14 @@ class RewardLatencyBench:
 
     def _bound(self, mode: str) -> float:
         """`mode`'s lower bound on step time from the baselines so far (NaN before the first)."""
-        key = (sum(r["latency"] == "none" for r in self.rows), self.latency_scale)
+        scale = self._scale()
+        key = (sum(r["latency"] == "none" for r in self.rows), scale)
         if getattr(self, "_bounds_key", None) != key:
             self._bounds_key, self._bounds = key, {}
             phases = self._phases()
-            if phases is not None and self.latency_scale is not None:
+            if phases is not None and scale is not None:
                 shape = self._shape
-                latency = batch_latency(self.dist.scaled(self.latency_scale), shape["samples"], seed=self.seed)
+                latency = batch_latency(self.dist.scaled(scale), shape["samples"], seed=self.seed)
                 limits = Shape(shape["max_staleness"], shape["minibatches"], shape["epochs"])
                 self._bounds = {m: mode_bound(m, phases, latency, limits) for m in MODES}
         return self._bounds.get(mode, math.nan)

@@ -34,7 +34,9 @@ def reward_latency(
     latency_scale: Annotated[
         Optional[float],
         typer.Option(
-            help="Multiply the latency by this (default: mean latency = half a zero-latency sync step).", min=0
+            help="Multiply the latency by this (default: per repeat, mean latency = half of that repeat's "
+            "zero-latency sync step).",
+            min=0,
         ),
     ] = None,
     steps: StepsOption = 10,
@@ -72,18 +74,20 @@ def reward_latency(
         overrides=list(set_),
         console="rich" if sys.stdout.isatty() else "none",
     )
-    printed_scale = False
+    printed_scale = set()  # the repeats whose latency scale was printed
 
     def on_run(i, total, item, row):
-        nonlocal printed_scale
-        if bench.latency_scale is not None and not printed_scale:
-            summary = bench.summary()
+        scale = row.get("latency_scale")
+        if scale is not None and scale == scale and item.repeat not in printed_scale:
+            mean = bench.dist.scaled(scale).mean()
+            base = [r for r in bench.rows if r["latency"] == "none" and r["repeat"] == item.repeat]
+            ratio = f"{mean / base[-1]['step_time_p50']:.2f}" if base and base[-1]["step_time_p50"] > 0 else "?"
             typer.echo(
-                f"latency {latency} x {bench.latency_scale:.4g}: mean {summary['mean_latency_s']:.3f} s per sample = "
-                f"{summary['latency_to_step_ratio']:.2f} of a zero-latency sync step; "
-                f"reward.max_concurrency {summary['reward_max_concurrency']} per worker"
+                f"repeat {item.repeat}: latency {latency} x {scale:.4g}: mean {mean:.3f} s per sample = "
+                f"{ratio} of its zero-latency sync step; "
+                f"reward.max_concurrency {bench.reward_max_concurrency} per worker"
             )
-            printed_scale = True
+            printed_scale.add(item.repeat)
         typer.echo(
             f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s"
         )

@@ -39,7 +39,8 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     assert list(frame["latency"]) == ["none", "uniform:1:40", "uniform:1:40", "uniform:1:40"]
     # one repeat: no interval (and the baseline has no bound); every other number is there
     spread = ["speedup_lo", "speedup_hi", "interval", "bound_step_s", "of_limit", "speedup_median"]
-    assert not frame.drop(columns=["val_accuracy", *spread]).isna().any().any()
+    assert not frame.drop(columns=["val_accuracy", "latency_scale", *spread]).isna().any().any()
+    assert frame["latency_scale"].isna().tolist() == [True, False, False, False]  # the baseline has no latency
     assert frame["speedup_lo"].isna().all() and "spread unknown" in result.output
     assert frame["val_accuracy"].between(0, 1).all()  # validated once, at the end of each run
     assert (frame["tokens_per_s"] > 0).all() and (frame["steps"] == 2).all()
@@ -58,7 +59,7 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     assert summary["missing"] == [] and set(summary["modes"]) == {"sync", "stream", "fully-async"}
     for run in frame["run_dir"]:
         assert (out / run / "metrics.jsonl").is_file() and (out / run / "trace.json").is_file()
-    assert "speedup vs sync" in result.output and "of a zero-latency sync step" in result.output
+    assert "speedup vs sync" in result.output and "of its zero-latency sync step" in result.output
     # each mode against its limit: a positive bound and a finite ratio (what the bounds are is checked against the
     # simulator in tests/bench/test_spread_and_limits.py; two steps on a shared machine say nothing about the ratio)
     latent = frame[frame["latency"] != "none"]
@@ -102,6 +103,20 @@ def test_repeats_rotate_the_modes_and_report_the_spread(tmp_path, tiny_policy_pa
     assert mode["interval"] == "min-max" and mode["repeats"] == 2 and "within_noise" in mode
     assert mode["idle_trainer_lo"] <= mode["idle_trainer"] <= mode["idle_trainer_hi"]
     assert "[brackets]: min-max over the repeats" in result.output
+    # each repeat's latency is scaled from its own baseline: mean latency (20.5 s unscaled) = half its step
+    for repeat in (0, 1):
+        base = frame[(frame["latency"] == "none") & (frame["repeat"] == repeat)].iloc[0]
+        latent = frame[(frame["latency"] != "none") & (frame["repeat"] == repeat)]
+        for run_dir, scale in zip(latent["run_dir"], latent["latency_scale"]):
+            assert scale == pytest.approx(0.5 * base["step_time_p50"] / 20.5)
+            inject = yaml.safe_load((out / run_dir / "config.yaml").read_text())["reward"]["inject"]
+            assert inject["scale"] == pytest.approx(scale)
+    latent = frame[frame["latency"] != "none"]
+    scales = [latent[latent["repeat"] == repeat]["latency_scale"].iloc[0] for repeat in (0, 1)]
+    assert summary["latency_scales"] == pytest.approx(scales)
+    assert summary["latency_scale"] == pytest.approx(sum(summary["latency_scales"]) / 2)
+    assert summary["latency_to_step_ratio"] == pytest.approx(0.5)
+    assert "repeat 0: latency uniform:1:40 x" in result.output and "repeat 1: latency" in result.output
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [([], 256), (["reward.max_concurrency=8"], 8)])
