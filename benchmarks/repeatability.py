@@ -47,6 +47,9 @@ def table(folders: list[Path]) -> None:
             f"{' / '.join('-' if x is None else f'{x:.2f}' for x in limit)} |"
         )
     print(f"largest speedup disagreement {worst['speedup']:.1%}; largest idle-ratio disagreement {worst['idle']:.3f}")
+    # the injected latency each invocation drew (its median scale): a speedup over sync grows with it
+    means = [json.loads((f / "summary.json").read_text()).get("mean_latency_s") for f in folders]
+    print("mean injected latency per invocation: " + " / ".join("-" if m is None else f"{m:.3f} s" for m in means))
 
 
 def main(argv: list[str]) -> None:
