@@ -94,7 +94,10 @@ class RewardLatencyBench:
             raise RunFolderError(f"--out {self.out} is a file; give a folder")
         if self.out.exists() and any(self.out.iterdir()):
             raise RunFolderError(f"{self.out} is not empty; choose another --out or remove it")
+        self._bounds_key: tuple | None = None  # the baselines and scale `_bounds` was computed for
+        self._bounds: dict[str, float] = {}
         # Every run's profile, latency included: a bad --set, profile or mode combination fails before anything runs.
+        # (It also sets `reward_max_concurrency` and `_shape`, which the summary reads.)
         self._profile_for("sync", 0, None)
         for mode in self.modes:
             self._profile_for(mode, 0, self.latency_scale if self.latency_scale is not None else 1.0)
@@ -242,7 +245,7 @@ class RewardLatencyBench:
             "mean_latency_s": mean_latency,
             "tool_latency": self.tool_latency,
             "mean_tool_latency_s": self._mean_tool_latency(),
-            "reward_max_concurrency": getattr(self, "reward_max_concurrency", None),
+            "reward_max_concurrency": self.reward_max_concurrency,
             "latency_to_step_ratio": self._latency_to_step_ratio(base),
             "steps": self.steps,
             "repeats": self.repeats,
@@ -286,7 +289,7 @@ class RewardLatencyBench:
         """`mode`'s lower bound on step time from the baselines so far (NaN before the first)."""
         scale = self._scale()
         key = (sum(r["latency"] == "none" for r in self.rows), scale)
-        if getattr(self, "_bounds_key", None) != key:
+        if self._bounds_key != key:
             self._bounds_key, self._bounds = key, {}
             phases = self._phases()
             if phases is not None and scale is not None:

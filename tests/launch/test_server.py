@@ -41,6 +41,14 @@ def test_health_and_models(genrm):
     assert models["data"][0]["role"] == "genrm" and models["data"][0]["max_model_len"] == 512
 
 
+def test_a_weight_version_is_reported_by_generative_roles_only(genrm, disrm):
+    # a generative replica serves a numbered policy version (0: the weights it started from); a classifier has none
+    for server, headers, version in ((genrm, {}, "0"), (disrm, AUTH, None)):
+        info = httpx.get(server.url + "/get_model_info", headers=headers).json()
+        assert info["weight_version"] == version and info["is_generation"] is (version is not None)
+        assert httpx.get(server.url + "/get_weight_version", headers=headers).json() == {"weight_version": version}
+
+
 def test_openai_client_chat_and_completions(genrm):
     from openai import OpenAI
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.common.ports import free_port
@@ -25,6 +25,47 @@ from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
 MEMORY_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
+
+
+class Replica(Protocol):
+    """One replica as the pool and its supervisor drive it, wherever it runs: a local `ServerProcess`
+    (rlrm/launch/fleet/process.py) or a `RayReplica` on a Ray node (rlrm/launch/fleet/ray_replicas.py)."""
+
+    url: str  # http://host:port, the same across restarts
+    argv: list[str]  # its command line; a gated restart appends `restart_args`
+    start_timeout_s: float  # how long `wait_ready` and `wait_listening` wait
+
+    def launch(self) -> None:
+        """Start its process without waiting for it."""
+        ...
+
+    def wait_ready(self) -> None:
+        """Until /health answers 200 (ServerStartError when it dies or the timeout passes)."""
+        ...
+
+    def wait_listening(self) -> None:
+        """Until it answers HTTP at all (a replica gated on its first weights answers 503)."""
+        ...
+
+    def restart(self) -> None:
+        """Launch it again on the same port and wait until it is ready."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether its process runs."""
+        ...
+
+    def death(self) -> str:
+        """One line for a replica found dead: its URL, exit code and the cause its log gives."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL what is left of its process group."""
+        ...
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period (teardown)."""
+        ...
 
 
 def replica_argv(
@@ -70,8 +111,8 @@ class ServerPool:
 
     Args:
         placer: None: local subprocesses on free ports here. Else an object whose
-            `place(n, make_argv(host, port), envs)` returns n servers with ServerProcess's interface,
-            each on its own node (rlrm/launch/fleet/ray_replicas.py): the pool supervises them the same way.
+            `place(n, make_argv(host, port), envs)` returns n `Replica`s, each on its own node
+            (rlrm/launch/fleet/ray_replicas.py): the pool supervises them the same way.
     """
 
     def __init__(
@@ -117,6 +158,7 @@ class ServerPool:
                 gpu_memory_utilization=gpu_memory_utilization,
             )
 
+        self.servers: list[Replica]
         if placer is None:
             self.servers = [ServerProcess(make_argv("127.0.0.1", free_port()), env=env) for env in envs]
         else:
@@ -135,7 +177,7 @@ class ServerPool:
         """Why the replica at `url` last died (one line with its log tail), or None: for errors that would
         otherwise only say that a connection was refused."""
         for server in self.servers:
-            if server.url == url and not server.alive() and hasattr(server, "death"):
+            if server.url == url and not server.alive():
                 return server.death()
         return self.deaths.get(url)
 
@@ -173,14 +215,12 @@ class ServerPool:
             for server, up in zip(self.servers, alive):
                 if not up and not self._stopping:
                     self.restarts += 1
-                    self.deaths[server.url] = death = (
-                        server.death() if hasattr(server, "death") else f"{server.url} died"
-                    )
+                    self.deaths[server.url] = death = server.death()
                     print(f"rlrm: server {death}; restarting it", file=sys.stderr, flush=True)
                     await self._restart(server, on_restart)
             await asyncio.sleep(interval_s)
 
-    async def _restart(self, server: ServerProcess, on_restart) -> None:
+    async def _restart(self, server: Replica, on_restart) -> None:
         await asyncio.to_thread(server.kill)  # what is left of its process group (a dead vLLM's engine core)
         gated = bool(self.restart_args) and on_restart is not None
         if gated and not server.argv[-len(self.restart_args) :] == self.restart_args:

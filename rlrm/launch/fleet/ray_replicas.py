@@ -63,6 +63,9 @@ class ReplicaHost:
     def pid(self) -> int | None:
         return self.server.proc.pid if self.alive() else None
 
+    def death(self) -> str:
+        return self.server.death() if self.server is not None else "never launched"
+
     def reads(self, path: str, token: str) -> bool:
         """Whether this node sees the file `path` holding `token` (the trainer's weights folder is shared)."""
         try:
@@ -80,7 +83,7 @@ class ReplicaHost:
 
 
 class RayReplica:
-    """A replica on a Ray node, with ServerProcess's interface (what ServerPool and its supervisor call).
+    """A replica on a Ray node: a `Replica` (rlrm/launch/fleet/pool.py), as a local ServerProcess is.
 
     A dead actor (its node lost) reads as a dead replica; relaunching it fails (the node is gone), so the
     supervisor keeps retrying while the balancer or router routes around it.
@@ -129,6 +132,14 @@ class RayReplica:
             return bool(self._call("alive", timeout_s=30.0))
         except ServerStartError:
             return False
+
+    def death(self) -> str:
+        """One line for a replica found dead: its process's exit code and log tail, read on its node; or, when
+        the actor itself is gone (its node lost), that."""
+        try:
+            return f"{self.where}: {self._call('death', timeout_s=30.0)}"
+        except ServerStartError as exc:
+            return f"{self.url} died: {exc}"
 
     def pid(self) -> int | None:
         """The server's pid on its node (None when it is not running)."""

@@ -276,7 +276,7 @@ class ServerFleet:
             await check_servers(self.pool.urls, probe, self.api_key, self.served_name, timeout_s, timeout_s, what)
         except ServerStartError:
             await asyncio.sleep(2.0)  # a dying engine takes its API server down within a second or two
-            dead = [s.death() for s in self.pool.servers if hasattr(s, "death") and not s.alive()]
+            dead = [s.death() for s in self.pool.servers if not s.alive()]
             if dead:
                 raise ServerStartError(
                     f"{self.section}: {self.spec.backend} failed its first request: {dead[0]}"

@@ -30,6 +30,7 @@ import asyncio
 from pydantic import BaseModel, ConfigDict
 
 from rlrm.launch.common.model_info import ENGINE_NAME, chat_template_digest
+from rlrm.launch.server.backends import GENERATIVE_ROLES
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.weight_source import WeightSource
 
@@ -163,7 +164,7 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
             "model_path": cfg.model_path,
             "tokenizer_path": cfg.model_path,
             "is_generation": cfg.role != "disrm",
-            "weight_version": str(state.version) if hasattr(backend, "engine") else None,
+            "weight_version": str(state.version) if cfg.role in GENERATIVE_ROLES else None,
             "vocab_size": backend.vocab_size,
             "tokenizer_size": len(backend.tokenizer),
             "max_context_length": backend.max_len,
@@ -175,4 +176,4 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
 
     @app.get("/get_weight_version")
     async def get_weight_version():
-        return {"weight_version": str(state.version) if hasattr(backend, "engine") else None}
+        return {"weight_version": str(state.version) if cfg.role in GENERATIVE_ROLES else None}
