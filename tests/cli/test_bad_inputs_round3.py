@@ -305,3 +305,38 @@ def test_a_weights_dir_without_room_for_a_sync_is_one_line_and_leaves_nothing(tm
     assert "set rollout.server.weights_dir to" in lines[0], lines
     assert not (tmp_path / "run").exists()  # --out is free for the next try
     assert (tmp_path / "weights.left").read_text() == ""  # no version, no run folder left on the tmpfs
+
+
+FILLED_AFTER_THE_CHECK = """
+import shutil, sys, torch
+import rlrm.inference.weight_files as wf
+from rlrm.errors import RolloutServerError
+real = shutil.disk_usage
+wf.shutil.disk_usage = lambda p: real(p)._replace(free=1 << 40)  # another writer fills the disk after the check
+files = wf.WeightFiles(sys.argv[1])
+try:
+    files.write({"w": torch.zeros(1 << 20)}, 1)  # 4 MiB on a 2-MiB file system
+except RolloutServerError as exc:
+    print(exc)
+print(sorted(p.name for p in files.root.iterdir()))  # no partial version left beside the run's lock
+"""
+
+
+def test_a_disk_that_fills_after_the_room_check_is_still_one_line(tmp_path):
+    """safetensors' writer reports ENOSPC as a SafetensorError, not an OSError: before, that was the 73-line
+    traceback whenever the file system filled between the room check and the write."""
+    import os
+    import subprocess
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    argv = [sys.executable, "-c", FILLED_AFTER_THE_CHECK, str(weights)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        _on_a_small_tmpfs(weights, "size=2m,mode=0700", argv), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    error, left = done.stdout.splitlines()
+    assert error.startswith(f"{weights} has ") and "but the policy weights need 4.0 MiB" in error, error
+    assert error.endswith("set rollout.server.weights_dir to a local folder with room"), error
+    assert left == "['.owner.lock']", left
