@@ -68,6 +68,7 @@ class WeightFiles:
 
     def write(self, state_dict: dict, version: int) -> Path:
         """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
+        from safetensors import SafetensorError
         from safetensors.torch import save_file
 
         tensors, seen = {}, set()
@@ -101,11 +102,14 @@ class WeightFiles:
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
-        except OSError as exc:
+        except (OSError, SafetensorError) as exc:  # safetensors' writer reports an I/O error as SafetensorError
             shutil.rmtree(tmp, ignore_errors=True)
-            if exc.errno == errno.ENOSPC:
+            os_error = exc if isinstance(exc, OSError) else None
+            if (os_error and os_error.errno == errno.ENOSPC) or f"(os error {errno.ENOSPC})" in str(exc):
                 raise self._full(need, shutil.disk_usage(self.root).free) from None
-            raise RolloutServerError(f"cannot write the policy weights to {tmp}: {exc.strerror or exc}") from None
+            raise RolloutServerError(
+                f"cannot write the policy weights to {tmp}: {(os_error and os_error.strerror) or exc}"
+            ) from None
         self.current = final
         return final
 

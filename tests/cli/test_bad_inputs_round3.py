@@ -42,6 +42,9 @@ def _two_rank_run(tmp):
 
 
 NOT_UTF8 = b'{"prompt": "2 + 3?", "response": "5"}\n{"prompt": "caf\xe9", "response": "5"}\n'
+NOT_UTF8_PAIRS = (
+    b'{"prompt": "2 + 3?", "chosen": "5", "rejected": "6"}\n{"prompt": "caf\xe9", "chosen": "5", "rejected": "6"}\n'
+)
 
 CASES = [
     (
@@ -114,6 +117,12 @@ CASES = [
         2,
         "s.jsonl row 2: not UTF-8 text (byte 15 of the line is 0xe9)",
     ),
+    (
+        "eval rm on a non-UTF-8 file",  # before: 52 lines of UnicodeDecodeError traceback
+        lambda t: ["eval", "rm", "--profile", "tiny-rule", "--pairs", str(_write(t / "p.jsonl", NOT_UTF8_PAIRS))],
+        1,
+        "p.jsonl row 2: not UTF-8 text (byte 15 of the line is 0xe9)",
+    ),
 ]
 
 
@@ -156,8 +165,9 @@ def test_ranks_on_ray_without_ray_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
     sets = ["actor.world_size=2", "actor.ranks_on=ray"]
     result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))])
-    assert result.exit_code == 1, result.output
-    assert "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]'" in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]'" in lines[0]
     assert not (tmp_path / "run").exists()
 
 
@@ -239,3 +249,94 @@ def test_a_read_only_tracker_dir_is_one_line_before_the_run_folder(tmp_path):
         f"error: logging.tracker_dir {read_only}/tb: {read_only} is not writable; give a folder you can write"
     ), lines
     assert not (tmp_path / "run").exists() and not (read_only / "tb").exists()
+
+
+def _on_a_small_tmpfs(folder: Path, options: str, argv: list[str]) -> list[str]:
+    """`argv` run with a tmpfs mounted on `folder` (mount `options`) in a mount namespace of the command's own; what
+    the tmpfs holds when the command ends is listed into `folder`.left (the host never sees the tmpfs itself)."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small file system for this process only")
+    probe = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs "$0"', str(folder)]
+    if subprocess.run(probe, capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace here: cannot mount a small file system for this process only")
+    script = 'mount -t tmpfs -o "$1" tmpfs "$0" || exit 97; shift; "$@"; rc=$?; ls -A "$0" > "$0.left"; exit $rc'
+    return ["unshare", "-m", "sh", "-c", script, str(folder), options, *argv]
+
+
+@pytest.mark.parametrize("short_of", ["space", "inodes"])
+def test_a_weights_dir_without_room_for_a_sync_is_one_line_and_leaves_nothing(tmp_path, tiny_policy_path, short_of):
+    """rollout.server.weights_dir on a real file system with room for one weight version but not the two a sync
+    holds, or with no free inodes: before, a 73-line traceback and an empty run folder that blocked --out."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    one_version = (tiny_policy_path / "model.safetensors").stat().st_size
+    options = f"size={one_version * 3 // 2},mode=0700" if short_of == "space" else "size=64m,nr_inodes=4,mode=0700"
+    sets = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        f"rollout.server.weights_dir={weights}",
+        "data.train_batch_size=2",
+        "actor.mini_batch_size=2",
+        "rollout.n=2",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+    ]
+    argv = [sys.executable, "-m", "rlrm", *TRAIN, "--out", str(tmp_path / "run"), "--steps", "2"]
+    argv += [a for s in sets for a in ("--set", s)]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        _on_a_small_tmpfs(weights, options, argv), env=env, cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, lines
+    if short_of == "space":
+        assert lines[0].startswith(f"error: {weights} has ") and "(two versions: a sync writes" in lines[0], lines
+    else:
+        assert lines[0].startswith(f"error: {weights} has no free inodes left for the policy weights"), lines
+    assert "set rollout.server.weights_dir to" in lines[0], lines
+    assert not (tmp_path / "run").exists()  # --out is free for the next try
+    assert (tmp_path / "weights.left").read_text() == ""  # no version, no run folder left on the tmpfs
+
+
+FILLED_AFTER_THE_CHECK = """
+import shutil, sys, torch
+import rlrm.inference.weight_files as wf
+from rlrm.errors import RolloutServerError
+real = shutil.disk_usage
+wf.shutil.disk_usage = lambda p: real(p)._replace(free=1 << 40)  # another writer fills the disk after the check
+files = wf.WeightFiles(sys.argv[1])
+try:
+    files.write({"w": torch.zeros(1 << 20)}, 1)  # 4 MiB on a 2-MiB file system
+except RolloutServerError as exc:
+    print(exc)
+print(sorted(p.name for p in files.root.iterdir()))  # no partial version left beside the run's lock
+"""
+
+
+def test_a_disk_that_fills_after_the_room_check_is_still_one_line(tmp_path):
+    """safetensors' writer reports ENOSPC as a SafetensorError, not an OSError: before, that was the 73-line
+    traceback whenever the file system filled between the room check and the write."""
+    import os
+    import subprocess
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    argv = [sys.executable, "-c", FILLED_AFTER_THE_CHECK, str(weights)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        _on_a_small_tmpfs(weights, "size=2m,mode=0700", argv), env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    error, left = done.stdout.splitlines()
+    assert error.startswith(f"{weights} has ") and "but the policy weights need 4.0 MiB" in error, error
+    assert error.endswith("set rollout.server.weights_dir to a local folder with room"), error
+    assert left == "['.owner.lock']", left

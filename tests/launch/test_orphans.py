@@ -1,10 +1,11 @@
 """Nothing a run started outlives `kill -9` of its trainer, and the next run clears what the dead one left.
 
-A real `rlrm train` subprocess with two served rollout replicas behind the SGLang router (rlrm's balancer
-when the router package is absent) is killed with SIGKILL after its first step: every process it started
-(replicas, router, their die-with-parent watchdogs) must be gone within a bound, found by pid from /proc
-before the kill; its weights folder and server logs stay behind (nothing runs at SIGKILL) and the next
-start on the machine removes them, while a live run's folder is never touched.
+A real `rlrm train` subprocess with two actor ranks and two served rollout replicas behind the SGLang router
+(rlrm's balancer when the router package is absent), the issue's case, is killed with SIGKILL after its first
+step: every process it started (ranks, replicas, router, their die-with-parent watchdogs) must be gone within a
+bound, found by pid from /proc before the kill; its weights folder and server logs stay behind (nothing runs at
+SIGKILL) and the next start on the machine removes them, while a live run's folder is never touched. The run's
+key, read from a replica's environment, is on no command line and in no file the run wrote.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def test_kill_9_of_the_trainer_leaves_no_process_and_the_next_start_clears_its_f
         "trainer.val_every=0",
         "trainer.val_before_train=false",
         "trainer.num_threads=1",
+        "actor.world_size=2",
         "rollout.backend=server",
         "rollout.server.replicas=2",
         f"rollout.server.router={router}",
@@ -93,6 +95,11 @@ def test_kill_9_of_the_trainer_leaves_no_process_and_the_next_start_clears_its_f
         started_by_run = _children(trainer.pid)
         commands = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode() for p in started_by_run]
         assert sum("rlrm.launch.server" in c and "die_with_parent" not in c for c in commands) == 2, commands
+        assert sum("spawn_main" in c for c in commands) >= 2, commands  # the two actor ranks
+        replica = next(p for p, c in zip(started_by_run, commands) if "rlrm.launch.server" in c)
+        environ = Path(f"/proc/{replica}/environ").read_bytes().split(b"\0")
+        key = next(v.split(b"=", 1)[1] for v in environ if v.startswith(b"RLRM_API_KEY="))
+        assert len(key) >= 40 and not any(key.decode() in c for c in commands)  # a fresh key, in no `ps` line
         if router == "sglang":
             assert any(c.startswith("sglang") for c in commands), commands  # the router renames its process
         assert len(list(weights_dir.glob("rlrm-weights-*"))) == 1
@@ -106,6 +113,8 @@ def test_kill_9_of_the_trainer_leaves_no_process_and_the_next_start_clears_its_f
             trainer.kill()
         for pid in _children(trainer.pid) if trainer.poll() is None else []:
             os.kill(pid, signal.SIGKILL)
+    written = [p for p in [*run.rglob("*"), *logs.rglob("*")] if p.is_file()]
+    assert written and not [p for p in written if key in p.read_bytes()]  # never in the run folder or a log
     # SIGKILL ran no teardown: its weights folder and logs are left, and the next start clears them
     left = list(weights_dir.glob("rlrm-weights-*"))
     assert len(left) == 1
