@@ -135,15 +135,17 @@ def test_a_placed_replica_is_restarted_on_its_node_and_dies_with_its_actor(two_n
     import ray
 
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.launch.fleet.server_fleet import ServerFleet
+    from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
     _, second = two_nodes
 
     async def scenario():
+        spec = _reward_server(node_resource="reward_host").fleet_spec()
         fleet = ServerFleet(
-            _reward_server(node_resource="reward_host").fleet_spec(),
+            spec,
             role="disrm",
             model_path=str(resolve_model_path("tiny:disrm")),
+            api_key=fleet_key(spec, None),  # as a run does: a replica off loopback refuses to serve without a key
         )
         await fleet.start()
         try:
