@@ -6,6 +6,7 @@ run's rate limits. The servers here are a stand-in for a hosted OpenAI-compatibl
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -174,6 +175,30 @@ def test_a_functions_calls_wait_out_the_apis_429s_and_never_see_one(tmp_path):
     assert all(c["status"] != 429 for r in results for c in r.extra["model_requests"])
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+def test_in_ray_workers_a_functions_calls_are_counted_and_share_the_runs_limit(tmp_path):
+    # each Ray reward worker has its own forwarder; the rate limit is still the run's one budget
+    rpm = 300.0
+    path = tmp_path / "judge_some.py"
+    path.write_text(FUNCTION)
+    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "executor": "ray",
+                "num_workers": 2,
+                "limits": {"rpm": rpm},
+            }
+        )
+        results, metrics = run(cfg, 12)
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0, 0.0] * 6 and metrics["reward/failures"] == 0
+    # per sample: GET /v1/models, /classify for samples 1 and 3 (404), the judge for the even ones
+    assert metrics["reward/model_calls"] == 12 + 2 + 6 and metrics["reward/model_not_found"] == 2
+
+
 SLOW_AFTER_CALLS = """
 import asyncio
 import aiohttp
@@ -212,8 +237,9 @@ import aiohttp
 CALLS = {
     "genrm": [
         ("GET", "/v1/models", None),
-        ("POST", "/v1/completions", {"prompt": "1 + 1 =", "max_tokens": 2, "temperature": 0}),
-        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "1 + 1?"}], "max_tokens": 2}),
+        # OpenAI's API (and the SGLang router in front of the servers) wants the model named: read from /v1/models
+        ("POST", "/v1/completions", {"prompt": "1 + 1 =", "max_tokens": 2, "temperature": 0, "model": None}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "1?"}], "max_tokens": 2, "model": None}),
         ("POST", "/generate", {"text": "1 + 1 =", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}),
     ],
     "disrm": [("GET", "/v1/models", None), ("POST", "/classify", {"input": "1 + 1 = 2"})],
@@ -221,12 +247,16 @@ CALLS = {
 
 
 async def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address=None):
-    statuses = []
+    statuses, model = [], None
     async with aiohttp.ClientSession() as session:   # no key: the forwarder adds the servers' own
         for method, path, body in CALLS[extra_info["role"]]:
+            if body and "model" in body:
+                body = {**body, "model": model}
             async with session.request(method, f"http://{reward_router_address}{path}", json=body) as resp:
-                await resp.read()
-                statuses.append(resp.status)
+                answer = await resp.json(content_type=None)
+                statuses.append(resp.status if resp.status == 200 else (resp.status, answer))
+            if path == "/v1/models":
+                model = answer["data"][0]["id"]
     return {"score": float(all(s == 200 for s in statuses)), "statuses": statuses}
 """
 
