@@ -122,6 +122,36 @@ def test_tokens_and_cost_are_counted_from_the_usage_it_returns():
     assert metrics["reward/cost"] == pytest.approx(expected) and metrics["reward/cost"] > 0
 
 
+def test_the_run_summary_says_what_the_judge_cost(tmp_path, tiny_policy_path):
+    from typer.testing import CliRunner
+
+    from rlrm.cli.main import app
+    from rlrm.engine.metrics.metrics_file import read_metrics
+
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        sets = [
+            "trainer.total_steps=2",
+            "trainer.val_every=0",
+            "trainer.save_every=0",
+            "data.train_batch_size=2",
+            "actor.mini_batch_size=2",
+            "rollout.n=2",
+            "logging.console=none",
+            "reward.kind=genrm",
+            f"reward.server.model={api.model}",
+            f"reward.server.addresses={api.base_url}",
+            "reward.server.api_key_env=STANDIN_KEY",
+            "reward.genrm.price_per_mtok_input=2.5",
+            "reward.genrm.price_per_mtok_output=10",
+        ]
+        args = ["train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
+        result = CliRunner().invoke(app, [*args, *[a for s in sets for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/cost" in r]
+    assert len(rows) == 2 and all(r["reward/cost"] > 0 for r in rows)
+    assert f"reward cost {sum(r['reward/cost'] for r in rows):.4f}" in result.output.splitlines()[-1]
+
+
 def test_a_wrong_key_fails_at_once_with_one_line(monkeypatch):
     monkeypatch.setenv("STANDIN_KEY", "wrong")
     with StandinOpenAIAPI(KEY, rpm=600) as api:
