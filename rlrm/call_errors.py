@@ -43,13 +43,18 @@ class Throttled(TransientError):
 
 
 def retry_after_s(value: str | None) -> float | None:
-    """Seconds in a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
+    """Seconds in a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable.
+
+    "nan" is unreadable (float() takes it, and max(0.0, nan) would make it 0: a retry at once, a 429 storm);
+    "inf" is a huge wait, which the caller caps (reward.limits.max_retry_after_s)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return None if seconds != seconds else max(0.0, seconds)
     from email.utils import parsedate_to_datetime
 
     try:

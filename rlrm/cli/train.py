@@ -84,6 +84,11 @@ def train(
             f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}"
         )
         raise typer.Exit(130)
+    from rlrm.engine.metrics.metrics_file import read_metrics
+
     acc = result.metrics.get("val/accuracy")
     tail = f", val/accuracy {acc:.3f}" if acc is not None else ""
+    # what the reward model cost over the whole run, resumed parts included (reward.genrm.price_per_mtok_*)
+    cost = sum(row.get("reward/cost", 0.0) for row in read_metrics(Path(run_dir) / "metrics.jsonl"))
+    tail += f", reward cost {cost:.4f}" if cost else ""
     typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")

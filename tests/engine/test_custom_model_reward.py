@@ -6,6 +6,7 @@ run's rate limits. The servers here are a stand-in for a hosted OpenAI-compatibl
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -47,18 +48,22 @@ def key(monkeypatch):
 
 
 def run(cfg: RewardConfig, n: int):
+    return run_batch(cfg, samples(n))
+
+
+def run_batch(cfg: RewardConfig, batch: list):
     async def scenario():
         service = RewardService(cfg)
         await service.start()
         try:
-            return await service.loop.score_all(samples(n)), service.loop.take_metrics()
+            return await service.loop.score_all(batch), service.loop.take_metrics()
         finally:
             await service.close()
 
     return asyncio.run(scenario())
 
 
-def test_a_custom_function_calls_the_model_and_each_call_is_counted(tmp_path):
+def test_a_custom_function_calls_the_model_and_each_call_is_counted(tmp_path, capfd):
     path = tmp_path / "judge_some.py"
     path.write_text(FUNCTION)
     with StandinOpenAIAPI(KEY, rpm=6000) as api:
@@ -81,6 +86,8 @@ def test_a_custom_function_calls_the_model_and_each_call_is_counted(tmp_path):
     assert metrics["reward/model_not_found"] == 2
     assert results[0].extra["model_requests"][1]["call"] == "POST /v1/chat/completions"
     assert results[1].extra["model_requests"][1]["status"] == 404
+    # the path the servers do not serve is named once, not once per call
+    assert capfd.readouterr().err.count("the reward function called POST /classify, which the reward servers") == 1
     # judge tokens from the answers' usage (the stand-in's totals include the readiness probe's)
     assert 0 < metrics["reward/judge_completion_tokens"] < usage["completion_tokens"]
 
@@ -122,6 +129,76 @@ def test_inspect_reward_shows_the_calls_a_custom_function_made(tmp_path, tiny_po
     assert "POST /v1/chat/completions" in shown
 
 
+IGNORES_THE_ADDRESS = """
+def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address=None):
+    return float(solution_str.endswith(ground_truth))
+"""
+
+
+def test_a_function_that_ignores_the_address_scores_alone(tmp_path):
+    path = tmp_path / "rule_only.py"
+    path.write_text(IGNORES_THE_ADDRESS)
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+            }
+        )
+        results, metrics = run(cfg, 4)
+        judged = len(api.accepted) - 1  # the readiness probe is the one the stand-in let in
+    assert [r.score for r in results] == [1.0, 0.0, 1.0, 0.0] and judged == 0
+    assert metrics["reward/model_calls"] == 0 and metrics["reward/failures"] == 0
+    assert all("model_requests" not in r.extra for r in results)
+
+
+def test_a_functions_calls_wait_out_the_apis_429s_and_never_see_one(tmp_path):
+    # without reward.limits the stand-in refuses some of the function's judge calls: the forwarder waits each out
+    # as the API says and sends it again, so the function sees only answers, and the 429s are counted apart
+    path = tmp_path / "judge_some.py"
+    path.write_text(FUNCTION)
+    with StandinOpenAIAPI(KEY, rpm=300, burst=2) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "max_failure_rate": 1.0,
+            }
+        )
+        results, metrics = run(cfg, 12)
+        throttled = len(api.throttled)
+    assert throttled and metrics["reward/rate_limited"] == throttled
+    assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
+    assert [r.score for r in results] == [1.0, 0.0] * 6
+    assert all(c["status"] != 429 for r in results for c in r.extra["model_requests"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+def test_in_ray_workers_a_functions_calls_are_counted_and_share_the_runs_limit(tmp_path):
+    # each Ray reward worker has its own forwarder; the rate limit is still the run's one budget
+    rpm = 300.0
+    path = tmp_path / "judge_some.py"
+    path.write_text(FUNCTION)
+    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "executor": "ray",
+                "num_workers": 2,
+                "limits": {"rpm": rpm},
+            }
+        )
+        results, metrics = run(cfg, 12)
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0, 0.0] * 6 and metrics["reward/failures"] == 0
+    # per sample: GET /v1/models, /classify for samples 1 and 3 (404), the judge for the even ones
+    assert metrics["reward/model_calls"] == 12 + 2 + 6 and metrics["reward/model_not_found"] == 2
+
+
 SLOW_AFTER_CALLS = """
 import asyncio
 import aiohttp
@@ -152,6 +229,59 @@ def test_calls_an_attempt_made_before_its_timeout_are_still_counted(tmp_path):
         results, metrics = run(cfg, 2)
     assert metrics["reward/timeouts"] == 4  # 2 samples x 2 attempts, each cut off at its deadline
     assert metrics["reward/model_calls"] == 2 * 2 * 2  # the calls those attempts made are not lost with them
+
+
+EVERY_PATH = """
+import aiohttp
+
+CALLS = {
+    "genrm": [
+        ("GET", "/v1/models", None),
+        # OpenAI's API (and the SGLang router in front of the servers) wants the model named: read from /v1/models
+        ("POST", "/v1/completions", {"prompt": "1 + 1 =", "max_tokens": 2, "temperature": 0, "model": None}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "1?"}], "max_tokens": 2, "model": None}),
+        ("POST", "/generate", {"text": "1 + 1 =", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}),
+    ],
+    "disrm": [("GET", "/v1/models", None), ("POST", "/classify", {"input": "1 + 1 = 2"})],
+}
+
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address=None):
+    statuses, model = [], None
+    async with aiohttp.ClientSession() as session:   # no key: the forwarder adds the servers' own
+        for method, path, body in CALLS[extra_info["role"]]:
+            if body and "model" in body:
+                body = {**body, "model": model}
+            async with session.request(method, f"http://{reward_router_address}{path}", json=body) as resp:
+                answer = await resp.json(content_type=None)
+                statuses.append(resp.status if resp.status == 200 else (resp.status, answer))
+            if path == "/v1/models":
+                model = answer["data"][0]["id"]
+    return {"score": float(all(s == 200 for s in statuses)), "statuses": statuses}
+"""
+
+
+@pytest.mark.parametrize("role", ["genrm", "disrm"])
+def test_the_address_answers_every_path_the_launched_servers_serve(tmp_path, role, request):
+    # rlrm launches the reward servers (with a key of the run's own) for a custom function, as for genrm/disrm
+    model = request.getfixturevalue("tiny_policy_path" if role == "genrm" else "random_disrm_path")
+    path = tmp_path / "every_path.py"
+    path.write_text(EVERY_PATH)
+    cfg = RewardConfig.model_validate(
+        {
+            "kind": "custom",
+            "custom": {"path": str(path), "model_role": role},
+            "server": {"model": str(model), "threads": 1},
+            "timeout_s": 120,
+        }
+    )
+    batch = samples(2)
+    for sample in batch:
+        sample.extra_info["role"] = role
+    results, metrics = run_batch(cfg, batch)
+    calls = 4 if role == "genrm" else 2
+    assert [r.extra.get("statuses") for r in results] == [[200] * calls] * 2, [r.extra for r in results]
+    assert metrics["reward/model_calls"] == 2 * calls and metrics["reward/model_not_found"] == 0
 
 
 TOKENIZER_FUNCTION = """

@@ -12,6 +12,7 @@ from test_trainer import SMALL  # noqa: E402
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.metrics.trace import read_chrome_trace
 from rlrm.engine.trainer import start_run, train
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rewards" / "fapo_judge.py"
@@ -54,3 +55,14 @@ def test_fapo_calls_the_judge_only_for_rule_correct_samples(tmp_path, tiny_polic
             assert call["call"] == "POST /generate" and call["status"] == 200
             expected = 1.0 - 0.5 * s["reward_extra_info"]["flawed"]
             assert s["score"] == expected
+    # each judge call is a span of the trace, inside the reward span of the sample that made it
+    events = read_chrome_trace((run_dir / "trace.json").read_bytes())
+    calls = [e for e in events if e.get("name") == "POST /generate"]
+    assert len(calls) == sum(r["reward/model_calls"] for r in rows)
+    rewards = {
+        (e["args"]["batch"], e["args"]["sample"]): e for e in events if e.get("name") == "reward" and "args" in e
+    }
+    for call in calls:
+        span = rewards[call["args"]["batch"], call["args"]["sample"]]
+        assert call["cat"] == "reward" and call["args"]["status"] == 200
+        assert span["ts"] - 1 <= call["ts"] and call["ts"] + call["dur"] <= span["ts"] + span["dur"] + 1

@@ -114,7 +114,7 @@ def test_bad_headers_env_is_refused(headers, said):
     assert said in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path):
+def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path, capfd):
     from rlrm.engine.trainer import start_run, train
 
     with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
@@ -127,19 +127,25 @@ def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path):
                 "data.train_batch_size=4",
                 "actor.mini_batch_size=4",
                 "rollout.n=2",
-                "logging.console=none",
                 "logging.save_samples=true",
                 "reward.kind=genrm",
                 f"reward.server.model={api.model}",
                 f"reward.server.addresses={api.base_url}",
                 "reward.server.api_key_env=STANDIN_KEY",
                 "reward.server.headers_env={OpenAI-Organization: STANDIN_ORG}",
-            ],
+                "logging.console=plain",  # the step lines a user's log keeps
+            ]
+            # a tracker writes the resolved profile and every row into the run folder too
+            + (["logging.trackers=tensorboard"] if importlib.util.find_spec("tensorboard") else []),
         )
         run_dir = start_run(profile, tmp_path / "run")
         train(run_dir)
         assert api.missing_headers == [] and len(api.accepted) >= 1 + 8
+    out, err = capfd.readouterr()
+    assert "step 1/1" in out  # the log was written, and holds neither
+    assert ORG not in out + err and KEY not in out + err
     files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert not importlib.util.find_spec("tensorboard") or any("tfevents" in p.name for p in files)
     assert any(p.name == "config.yaml" for p in files) and "STANDIN_ORG" in (run_dir / "config.yaml").read_text()
     for path in files:
         data = path.read_bytes()

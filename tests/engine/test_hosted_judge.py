@@ -122,6 +122,36 @@ def test_tokens_and_cost_are_counted_from_the_usage_it_returns():
     assert metrics["reward/cost"] == pytest.approx(expected) and metrics["reward/cost"] > 0
 
 
+def test_the_run_summary_says_what_the_judge_cost(tmp_path, tiny_policy_path):
+    from typer.testing import CliRunner
+
+    from rlrm.cli.main import app
+    from rlrm.engine.metrics.metrics_file import read_metrics
+
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        sets = [
+            "trainer.total_steps=2",
+            "trainer.val_every=0",
+            "trainer.save_every=0",
+            "data.train_batch_size=2",
+            "actor.mini_batch_size=2",
+            "rollout.n=2",
+            "logging.console=none",
+            "reward.kind=genrm",
+            f"reward.server.model={api.model}",
+            f"reward.server.addresses={api.base_url}",
+            "reward.server.api_key_env=STANDIN_KEY",
+            "reward.genrm.price_per_mtok_input=2.5",
+            "reward.genrm.price_per_mtok_output=10",
+        ]
+        args = ["train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
+        result = CliRunner().invoke(app, [*args, *[a for s in sets for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/cost" in r]
+    assert len(rows) == 2 and all(r["reward/cost"] > 0 for r in rows)
+    assert f"reward cost {sum(r['reward/cost'] for r in rows):.4f}" in result.output.splitlines()[-1]
+
+
 def test_a_wrong_key_fails_at_once_with_one_line(monkeypatch):
     monkeypatch.setenv("STANDIN_KEY", "wrong")
     with StandinOpenAIAPI(KEY, rpm=600) as api:
@@ -174,6 +204,9 @@ def test_ray_workers_share_one_budget_not_one_each():
         ({"retry_after": "3600"}, "asked to retry after 3600 s; waiting reward.limits.max_retry_after_s=0.3 s"),
         ({"retry_after": None}, None),  # no Retry-After: the loop's backoff
         ({"retry_after": "soon", "plain_429": True}, None),  # unreadable header, HTML body
+        ({"retry_after": "nan"}, None),  # unreadable: the backoff, not 0 s (a retry at once, refused again)
+        ({"retry_after": "0"}, None),  # "at once" from a server still refusing: the backoff too
+        ({"throttle_status": 503}, None),  # a gateway's 503 with Retry-After: waited out like a 429
     ],
 )
 def test_odd_429s_are_still_waited_out_and_counted(standin, said, capfd):
@@ -252,3 +285,64 @@ def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():
         throttled = len(api.throttled)
     assert throttled and metrics["reward/rate_limited"] == throttled
     assert metrics["reward/defaulted"] == 0 and [r.score for r in results] == [1.0, 0.0] * 6
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("3", 3.0),
+        ("0", 0.0),
+        ("-4", 0.0),
+        ("inf", float("inf")),
+        ("nan", None),
+        ("soon", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_read_as_seconds_or_not_at_all(header, seconds):
+    from rlrm.call_errors import retry_after_s
+
+    assert retry_after_s(header) == seconds
+
+
+def test_retry_after_as_an_http_date():
+    from email.utils import formatdate
+
+    from rlrm.call_errors import retry_after_s
+
+    assert 8.0 <= retry_after_s(formatdate(time.time() + 10, usegmt=True)) <= 10.0
+    assert retry_after_s(formatdate(time.time() - 10, usegmt=True)) == 0.0
+
+
+def test_an_api_that_keeps_refusing_fails_the_sample_at_its_deadline_counted():
+    # one request a minute, and the readiness probe took it: every judge call is refused until the deadline; the
+    # samples end as counted timeouts with default scores, their 429s counted apart, never a silent score
+    with StandinOpenAIAPI(KEY, rpm=1.0, burst=1.0) as api:
+        cfg = config(api, timeout_s=1.0, max_retries=0, limits={"max_retry_after_s": 0.2})
+        results, metrics = score(cfg, samples(3))
+        throttled = len(api.throttled)
+    assert throttled >= 3 and metrics["reward/rate_limited"] == throttled
+    assert metrics["reward/timeouts"] == 3 and metrics["reward/failures"] == 3 and metrics["reward/defaulted"] == 3
+    assert all(r.extra.get("reward_failed") for r in results)
+
+
+def test_a_base_url_the_api_does_not_serve_fails_at_once_with_one_line():
+    with StandinOpenAIAPI(KEY, rpm=600) as api:
+        cfg = config(api, server={"addresses": [api.base_url.removesuffix("/v1") + "/api"], "start_timeout_s": 120})
+        start = time.monotonic()
+        with pytest.raises(ServerStartError) as refused:
+            asyncio.run(RewardService(cfg).start())
+        elapsed = time.monotonic() - start
+    message = str(refused.value)
+    assert "serves neither GET /health nor GET /v1/models (404)" in message and "base URL" in message
+    assert "\n" not in message and elapsed < 120 / 4
+
+
+def test_a_model_name_the_api_does_not_serve_is_one_line_with_both_names():
+    with StandinOpenAIAPI(KEY, rpm=600) as api:
+        cfg = config(api, server={"served_model_name": "gpt-judge-v2"})
+        with pytest.raises(ServerStartError) as refused:
+            asyncio.run(RewardService(cfg).start())
+    message = str(refused.value)
+    assert "'standin-judge'" in message and "'gpt-judge-v2'" in message and "served_model_name" in message

@@ -133,9 +133,10 @@ class MeteredBalancer:
             attempt += 1
 
     def _wait(self, said_s: float | None, attempt: int, path: str) -> float:
-        """What a 429 asked for, capped; the loop's backoff when it asked nothing."""
+        """What a 429 asked for, capped; the loop's backoff when it asked nothing (or 0: a refusal that says to come
+        back at once would have every worker send again at once, and be refused again)."""
         limits, cfg = self.cfg.limits, self.cfg
-        if said_s is None:
+        if not said_s:
             return min(cfg.backoff_max_s, max(cfg.backoff_s, 0.05) * 2**attempt)
         if said_s > limits.max_retry_after_s and not self._capped_said:
             self._capped_said = True
