@@ -8,10 +8,12 @@ splits each mode's mean step time after the first (medians over repeats) into:
 - `train slowdown`: the trainer's work in this mode (old/ref log-probs, advantages, update, weight sync,
   timing_s/*) less the same work in the zero-latency sync runs: what overlapping generation costs training
   on shared cores;
-- `trainer waits`: the step's share the trainer sat idle (idle/trainer x step), the part the bound does not
-  already count as the trainer waiting for generation or rewards;
-- `rest`: step - trainer work - trainer idle: Python between phases, collation, metrics.
-The parts are a decomposition of the measured step, not of the gap: `bound + gap = step`.
+- `trainer idle`: the step's share the trainer sat idle (idle/trainer x step). idle/trainer is the step's time
+  outside the trainer's timed phases, so it holds Python between phases, collation and metrics as well as
+  waiting for generation or rewards: work + idle = step;
+- `after`: the bookkeeping after each step (trace, sample log; the last step's validation left out), outside the
+  step time the benchmark measures and so outside its throughput, in every mode alike.
+Work and idle decompose the measured step, not the gap: `bound + gap = step`.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ TRAINER = ("old_log_prob", "ref", "adv", "update_actor", "update_weights")
 
 def steady(run: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [r for r in rows if r.get("step", 0) > 0 and "timing_s/step" in r]
+    # perf/time_per_step, as the benchmark's step time: the last step's validation is not part of it
+    steps = [r for r in rows if r.get("step", 0) > 0 and "perf/time_per_step" in r]
     return steps[1:] if len(steps) > 1 else steps
 
 
 def split(run: Path) -> dict[str, float]:
     steps = steady(run)
-    step = sum(r["timing_s/step"] for r in steps) / len(steps)
+    step = sum(r["perf/time_per_step"] for r in steps) / len(steps)
+    after = [r["timing_s/step"] - r["perf/time_per_step"] for r in steps[:-1] if "timing_s/step" in r]
     work = sum(sum(r.get(f"timing_s/{p}", 0.0) for p in TRAINER) for r in steps) / len(steps)
-    idle = sum(r.get("idle/trainer", 0.0) * r["timing_s/step"] for r in steps) / len(steps)
-    return {"step": step, "work": work, "idle": idle, "rest": max(0.0, step - work - idle)}
+    idle = sum(r.get("idle/trainer", 0.0) * r["perf/time_per_step"] for r in steps) / len(steps)
+    return {"step": step, "work": work, "idle": idle, "after": sum(after) / len(after) if after else 0.0}
 
 
 def main(folder: Path) -> None:
@@ -44,7 +48,7 @@ def main(folder: Path) -> None:
     base = [split(r) for r in runs if r.name.startswith("sync-nolatency-")]
     base_work = median(b["work"] for b in base)
     print(f"zero-latency sync: trainer work {base_work:.3f} s a step (median of {len(base)} runs)")
-    print("| mode | step s | bound s | of limit | trainer work s | train slowdown s | trainer idle s | rest s |")
+    print("| mode | step s | bound s | of limit | trainer work s | train slowdown s | trainer idle s | after s |")
     print("|---|---|---|---|---|---|---|---|")
     for mode, stats in summary["modes"].items():
         mine = [split(r) for r in runs if r.name.rsplit("-r", 1)[0] == mode]
@@ -53,11 +57,11 @@ def main(folder: Path) -> None:
         step = median(m["step"] for m in mine)
         work = median(m["work"] for m in mine)
         idle = median(m["idle"] for m in mine)
-        rest = median(m["rest"] for m in mine)
+        after = median(m["after"] for m in mine)
         bound = stats.get("bound_step_s") or float("nan")
         print(
             f"| {mode} | {step:.3f} | {bound:.3f} | {bound / step:.2f} | {work:.3f} | {work - base_work:+.3f} | "
-            f"{idle:.3f} | {rest:.3f} |"
+            f"{idle:.3f} | {after:.3f} |"
         )
 
 

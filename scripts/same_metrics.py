@@ -7,6 +7,8 @@
 
 Timing, CPU-time, perf, idle and reward-latency keys (and anything else in seconds) differ between any two runs
 and are left out; every other key (scores, advantages, losses, grad norms, lengths, staleness, counters) is compared.
+In fully-async the reward loop's counters count samples when their scores arrive, which runs ahead of training by
+however much the timing allows: there they are compared as totals over the run, not step by step.
 Run from the checkout under test (the `rlrm` on PYTHONPATH is the one measured).
 """
 
@@ -20,6 +22,20 @@ from pathlib import Path
 MODES = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
 # measured, not computed: wall and CPU time, idle ratios, and the reward calls' own latency quantiles
 TIMING_PREFIXES = ("timing_s/", "cpu_s/", "perf/", "idle/", "reward/latency_")
+# counted when scores arrive (rlrm/engine/rewards/loop.py, RewardStats): per step only where scoring waits for the step
+ARRIVAL_COUNTERS = (
+    "reward/samples",
+    "reward/failures",
+    "reward/retries",
+    "reward/timeouts",
+    "reward/unparsed",
+    "reward/nonfinite",
+    "reward/defaulted",
+    "reward/model_calls",
+    "reward/judge_prompt_tokens",
+    "reward/judge_completion_tokens",
+)
+SCORED_AHEAD = ("fully-async",)  # modes whose scoring runs ahead of the step that trains the samples
 
 
 def run(out: Path, steps: int = 3) -> None:
@@ -47,6 +63,11 @@ def diff(before: Path, after: Path) -> list[str]:
         old, new = rows(before / mode), rows(after / mode)
         if len(old) != len(new):
             problems.append(f"{mode}: {len(old)} rows before, {len(new)} after")
+        if mode in SCORED_AHEAD:
+            for key in ARRIVAL_COUNTERS:
+                a, b = sum(r.pop(key, 0) for r in old), sum(r.pop(key, 0) for r in new)
+                if a != b:
+                    problems.append(f"{mode} over the run: {key} {a!r} -> {b!r}")
         for a, b in zip(old, new):
             for key in sorted(set(a) | set(b)):
                 if a.get(key) != b.get(key):

@@ -257,15 +257,23 @@ class RewardLatencyBench:
             "missing": self.missing,
         }
 
+    def repeat_latency(self, repeat: int) -> tuple[float, float | None] | None:
+        """`repeat`'s mean injected latency in seconds and its ratio to the repeat's zero-latency sync step
+        (None for the ratio without a baseline step; None in all before the repeat has a scale)."""
+        scale = self.latency_scale if self.latency_scale is not None else self.scales.get(repeat)
+        if scale is None:
+            return None
+        mean = self.dist.scaled(scale).mean()
+        base = [r for r in self.rows if r["latency"] == "none" and r["repeat"] == repeat]
+        step_s = base[-1]["step_time_p50"] if base else 0.0
+        return mean, (mean / step_s if step_s > 0 else None)
+
     def _latency_to_step_ratio(self, base: list[dict]) -> float | None:
         """Mean injected latency over the zero-latency step: per repeat with a latent run, the median."""
         from rlrm.stats import quantile
 
-        ratios = []
-        for r in base:
-            scale = self.latency_scale if self.latency_scale is not None else self.scales.get(r["repeat"])
-            if scale is not None and r["step_time_p50"] > 0:
-                ratios.append(self.dist.scaled(scale).mean() / r["step_time_p50"])
+        latencies = [self.repeat_latency(repeat) for repeat in sorted({r["repeat"] for r in base})]
+        ratios = [ratio for _, ratio in filter(None, latencies) if ratio is not None]
         return quantile(sorted(ratios), 0.5) if ratios else None
 
     def _mean_tool_latency(self) -> float | None:

@@ -78,13 +78,12 @@ def reward_latency(
 
     def on_run(i, total, item, row):
         scale = row.get("latency_scale")
-        if scale is not None and scale == scale and item.repeat not in printed_scale:
-            mean = bench.dist.scaled(scale).mean()
-            base = [r for r in bench.rows if r["latency"] == "none" and r["repeat"] == item.repeat]
-            ratio = f"{mean / base[-1]['step_time_p50']:.2f}" if base and base[-1]["step_time_p50"] > 0 else "?"
+        latent = bench.repeat_latency(item.repeat)
+        if scale is not None and scale == scale and latent is not None and item.repeat not in printed_scale:
+            mean, ratio = latent
             typer.echo(
                 f"repeat {item.repeat}: latency {latency} x {scale:.4g}: mean {mean:.3f} s per sample = "
-                f"{ratio} of its zero-latency sync step; "
+                f"{'?' if ratio is None else f'{ratio:.2f}'} of its zero-latency sync step; "
                 f"reward.max_concurrency {bench.reward_max_concurrency} per worker"
             )
             printed_scale.add(item.repeat)

@@ -59,7 +59,7 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
     assert summary["missing"] == [] and set(summary["modes"]) == {"sync", "stream", "fully-async"}
     for run in frame["run_dir"]:
         assert (out / run / "metrics.jsonl").is_file() and (out / run / "trace.json").is_file()
-    assert "speedup vs sync" in result.output and "of its zero-latency sync step" in result.output
+    assert "speedup vs sync" in result.output and "= 0.50 of its zero-latency sync step" in result.output
     # each mode against its limit: a positive bound and a finite ratio (what the bounds are is checked against the
     # simulator in tests/bench/test_spread_and_limits.py; two steps on a shared machine say nothing about the ratio)
     latent = frame[frame["latency"] != "none"]
