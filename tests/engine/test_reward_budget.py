@@ -153,7 +153,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info):
 """
 
 
-@pytest.mark.parametrize("mode", ["sync", "pipeline"])
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline"])
 def test_an_over_budget_step_is_never_trained_and_resume_continues_from_the_last_good_one(
     tmp_path, tiny_policy_path, mode
 ):
