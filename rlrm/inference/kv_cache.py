@@ -48,8 +48,9 @@ def distinct_rows(ids, mask):
 
     key = torch.cat([ids, mask.to(ids.dtype)], dim=1)  # pads are told apart from a real token of the same id
     _, inverse = torch.unique(key, dim=0, return_inverse=True)
-    rows = torch.arange(len(ids))
-    index = torch.full((int(inverse.max()) + 1,), len(ids)).scatter_reduce_(0, inverse, rows, reduce="amin")
+    rows = torch.arange(len(ids), device=ids.device)
+    index = torch.full((int(inverse.max()) + 1,), len(ids), device=ids.device)
+    index.scatter_reduce_(0, inverse, rows, reduce="amin")
     return index, inverse
 
 
