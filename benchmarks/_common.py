@@ -11,6 +11,9 @@ Speed does not depend on what a model learned, so random weights (seed 0) stand 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 
 def random_qwen2(
     vocab_size: int,
@@ -48,3 +51,40 @@ def padded_forward(model, sequences: list[list[int]], pad_id: int):
 
     ids, mask = right_pad(sequences, pad_id)
     return model(input_ids=ids, attention_mask=mask).logits
+
+
+# Named shapes of real models, for speed and memory at a real size without downloading weights.
+SHAPES = {
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def shaped_policy(shape: str, tokenizer_dir, out_dir) -> str:
+    """A random-weight (seed 0) Qwen2 causal LM of a named shape with the tokenizer of `tokenizer_dir` (its
+    vocabulary: Qwen2.5-0.5B's shape with the tiny tokenizer has 358 M parameters), saved into `out_dir`."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    if shape not in SHAPES:
+        raise SystemExit(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **SHAPES[shape]
+    )
+    Qwen2ForCausalLM(config).save_pretrained(str(out_dir))
+    tok.save_pretrained(str(out_dir))
+    generation = Path(tokenizer_dir) / "generation_config.json"  # the EOS tokens generation stops on
+    if generation.exists():
+        shutil.copy(generation, Path(out_dir) / "generation_config.json")
+    return str(out_dir)

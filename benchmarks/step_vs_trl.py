@@ -1,6 +1,8 @@
 """rlrm's GRPO step vs TRL's `GRPOTrainer` step on the identical tiny config, alternated in separate processes.
 
     RLRM_TRL_PYTHON=/work/venvs/trl/bin/python python benchmarks/step_vs_trl.py [--pairs 3] [--steps 8] [--warmup 2]
+    python benchmarks/step_vs_trl.py --trl-python python3 --device cuda --shape qwen2.5-0.5b --dtype bfloat16 \
+        --set rollout.max_new_tokens=128
     python benchmarks/step_vs_trl.py --trl-python /work/venvs/trl/bin/python --passive --set actor.recompute_old_log_prob=always
 
 TRL runs from its own interpreter (`--trl-python`, else $RLRM_TRL_PYTHON): a venv made with
@@ -9,7 +11,10 @@ script prints one line and exits 0.
 
 The config is tiny-rule's: 32 prompts x 8 samples, 20 new tokens at temperature 1, lr 1e-4, no KL
 (TRL: beta=0, so no reference model), one mini-batch of all 256 samples and one micro-batch, one
-epoch, `--threads` torch threads, CPU, sync mode. Both sides load the same policy folder, train on
+epoch, `--threads` torch threads, sync mode, on `--device` (cpu or cuda). `--shape qwen2.5-0.5b` replaces the
+tiny policy with a random-weight model of that shape and the tiny tokenizer (358 M parameters; nothing is
+downloaded). `--dtype bfloat16` trains in mixed precision on both sides: rlrm's model.precision=mixed (float32
+master weights, autocast to bf16), TRL's bf16=True (accelerate's autocast over float32 weights). Both sides load the same policy folder, train on
 the same prompts in the same order (rlrm's shuffled synthetic train split; TRL with
 shuffle_dataset=False) and score with the same function (rlrm's GSM8K strict rule).
 
@@ -80,6 +85,9 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="extra rlrm override (repeatable)")
     parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default; extra work")
     parser.add_argument("--passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE on both sides (see above)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
+    parser.add_argument("--shape", help="a random-weight policy of this shape (e.g. qwen2.5-0.5b) instead of tiny")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="compute dtype")
     parser.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -90,9 +98,10 @@ def main() -> None:
         print(f"step_vs_trl: skipped: {reason}")
         return
     total = args.warmup + args.steps
-    overrides = _rlrm_overrides(args.threads, args.overrides)
     with tempfile.TemporaryDirectory(prefix="step_vs_trl-") as tmp:
         tmp = Path(tmp)
+        model = _shaped(args.shape, tmp / "policy") if args.shape else None
+        overrides = _rlrm_overrides(args.threads, args.device, args.dtype, model, args.overrides)
         job = _trl_job(tmp, overrides, total, args)
         env = {**os.environ, **({"OMP_WAIT_POLICY": "PASSIVE"} if args.passive else {})}
         pairs = []
@@ -109,16 +118,28 @@ def main() -> None:
     report(pairs, args)
 
 
-def _rlrm_overrides(threads: int, extra: list[str]) -> list[str]:
+def _rlrm_overrides(threads: int, device: str, dtype: str, model: str | None, extra: list[str]) -> list[str]:
     fixed = [
         "trainer.save_every=0",
         "trainer.val_every=0",
         "trainer.val_before_train=false",
-        "trainer.device=cpu",
+        f"trainer.device={device}",
         "trainer.mode=sync",
         f"trainer.num_threads={threads}",
+        f"model.dtype={dtype}",
+        "model.precision=mixed",
+        *([f"model.path={model}"] if model else []),
     ]
     return fixed + list(extra)
+
+
+def _shaped(shape: str, folder: Path) -> str:
+    """A random-weight policy of `shape` with the tiny policy's tokenizer (benchmarks/_common.py)."""
+    from _common import shaped_policy
+
+    from rlrm.engine.models.tiny import resolve_model_path
+
+    return shaped_policy(shape, Path(resolve_model_path("tiny:policy")), folder)
 
 
 def _trl_missing(python: str | None) -> str | None:
@@ -158,6 +179,8 @@ def _trl_job(tmp: Path, overrides: list[str], total: int, args) -> Path:
         "method": p.reward.method,
         "gradient_checkpointing": args.trl_gradient_checkpointing,
         "repo": str(REPO),
+        "device": args.device,
+        "bf16": args.dtype == "bfloat16",
         "out_dir": str(tmp / "trl-out"),
     }
     path = tmp / "trl-job.json"
@@ -192,6 +215,8 @@ def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict
         "step_s": [ends[0]] + [b - a for a, b in zip(ends, ends[1:])],
         "cpu_s": [cpu[0]] + [b - a for a, b in zip(cpu, cpu[1:])],
         "length": [r["response_length/mean"] for r in rows],
+        "memory_gb": max(r["perf/max_memory_gb"] for r in rows),
+        "gen_tok_s": [r["perf/response_tokens"] / r["timing_s/gen"] for r in rows if r.get("timing_s/gen")],
         "score": [r["critic/score/mean"] for r in rows],
         "phases": [{k[len("timing_s/") :]: v for k, v in r.items() if k.startswith("timing_s/")} for r in rows],
     }
@@ -241,9 +266,9 @@ def trl_worker(job: dict) -> None:
 
     config = GRPOConfig(
         output_dir=job["out_dir"],
-        use_cpu=True,
+        use_cpu=job["device"] == "cpu",
         use_vllm=False,
-        bf16=False,
+        bf16=job["bf16"],
         beta=0.0,
         num_generations=job["n"],
         per_device_train_batch_size=job["batch"],
@@ -280,7 +305,8 @@ def trl_worker(job: dict) -> None:
     trainer.train()
     step_s = [b - a for a, b in zip([start] + ends, ends)]
     cpu_s = [b - a for a, b in zip([start_cpu] + cpu, cpu)]
-    print(json.dumps({"step_s": step_s, "cpu_s": cpu_s, "length": lengths}))
+    memory = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
+    print(json.dumps({"step_s": step_s, "cpu_s": cpu_s, "length": lengths, "memory_gb": memory}))
 
 
 def _median(values: list[float], skip: int) -> float:
@@ -292,18 +318,20 @@ def report(pairs: list[tuple[dict, dict]], args) -> None:
     ratios = [_median(r["step_s"], skip) / _median(t["step_s"], skip) for r, t in pairs]
     cpu_ratios = [_median(r["cpu_s"], skip) / _median(t["cpu_s"], skip) for r, t in pairs]
     print(
-        f"\n{PROFILE}, sync, {args.threads} threads, CPU: {len(pairs)} alternated pairs x {args.steps} timed steps "
+        f"\n{PROFILE}{' at shape ' + args.shape if args.shape else ''}, sync, {args.threads} threads, "
+        f"{args.device}, {args.dtype}: {len(pairs)} alternated pairs x {args.steps} timed steps "
         f"(after {args.warmup} warm-up){'; OMP_WAIT_POLICY=PASSIVE' if args.passive else ''}; "
         f"rlrm overrides: {' '.join(args.overrides) or 'none'}"
     )
-    print(f"{'':6} {'median s':>9} {'min s':>7} {'max s':>7} {'CPU s/step':>11} {'resp. len':>10}")
+    print(f"{'':6} {'median s':>9} {'min s':>7} {'max s':>7} {'CPU s/step':>11} {'resp. len':>10} {'peak GiB':>9}")
     for name, side in (("rlrm", 0), ("TRL", 1)):
         times = [x for pair in pairs for x in pair[side]["step_s"][skip:]]
         cpu = [x for pair in pairs for x in pair[side]["cpu_s"][skip:]]
         length = statistics.mean(x for pair in pairs for x in pair[side]["length"][skip:] or [float("nan")])
+        memory = max(pair[side].get("memory_gb", float("nan")) for pair in pairs)
         print(
             f"{name:6} {statistics.median(times):9.3f} {min(times):7.3f} {max(times):7.3f} "
-            f"{statistics.median(cpu):11.3f} {length:10.2f}"
+            f"{statistics.median(cpu):11.3f} {length:10.2f} {memory:9.2f}"
         )
     print(
         "pair ratios rlrm/TRL, step time: "
@@ -315,6 +343,9 @@ def report(pairs: list[tuple[dict, dict]], args) -> None:
         + ", ".join(f"{x:.2f}" for x in cpu_ratios)
         + f"   median {statistics.median(cpu_ratios):.2f}"
     )
+    tok_s = [x for r, _ in pairs for x in r["gen_tok_s"][skip:]]
+    if tok_s:
+        print(f"rlrm generation: {statistics.median(tok_s):.0f} response tokens/s (median)")
     phases = [ph for r, _ in pairs for ph in r["phases"][skip:]]
     keys = [k for k in phases[0] if k != "step"]
     print(

@@ -1,5 +1,7 @@
 """Errors a user can act on. The CLI prints them as one line (RLRM_DEBUG=1 shows the traceback)."""
 
+from contextlib import contextmanager
+
 
 class RlrmError(Exception):
     """Base of every error rlrm reports to a user as one clear line."""
@@ -27,3 +29,24 @@ class TrainingError(RlrmError):
 
 class RolloutServerError(RlrmError):
     """Rollout servers cannot generate or take new weights (named replica, and what to do)."""
+
+
+class OutOfDeviceMemory(TrainingError):
+    """The GPU ran out of memory in one phase of a step; the message names the setting to lower."""
+
+
+@contextmanager
+def out_of_memory_named(phase: str, lower: str):
+    """Turn torch's out-of-memory error inside the block into an `OutOfDeviceMemory` naming `phase` and what to
+    `lower`; other errors pass unchanged. The step it happened in is not committed: no metrics row, no
+    checkpoint, no weights published."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ != "OutOfMemoryError":  # torch.OutOfMemoryError (torch.cuda.OutOfMemoryError)
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        said = first.split(". ")[0]
+        raise OutOfDeviceMemory(
+            f"out of GPU memory {phase} ({said}): lower {lower}; the step was not committed"
+        ) from None

@@ -90,8 +90,10 @@ def arithmetic_conversations() -> list[tuple[str, str, list[dict], str]]:
 
 
 def pytest_collection_modifyitems(config, items):
-    """`vllm` tests run on the real engine when its environment is found (rlrm/launch/fleet/engine_env.py) and
-    are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run), where a missing engine fails them."""
+    """`gpu` tests are skipped without a CUDA device; `vllm` tests run on the real engine when its environment is
+    found (rlrm/launch/fleet/engine_env.py) and are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run),
+    where a missing engine fails them."""
+    _skip_gpu_tests_without_cuda(items)
     marked = [item for item in items if "vllm" in item.keywords]
     if not marked:
         return
@@ -116,3 +118,26 @@ def pytest_runtest_setup(item):
     missing = item.config.stash.get(_VLLM_MISSING, None)
     if missing and "vllm" in item.keywords:
         pytest.fail(f"RLRM_REQUIRE_VLLM=1 but {missing}", pytrace=False)
+
+
+def _skip_gpu_tests_without_cuda(items) -> None:
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available() and os.environ.get("RLRM_GPU_TIER_DEVICE", "cuda") == "cuda":
+        for item in gpu:
+            item.add_marker(
+                pytest.mark.skip(reason="gpu tier: no CUDA device visible (run it with pytest -m gpu on a GPU)")
+            )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the gpu tier when this run left it out, so a CPU run says what it did not check."""
+    deselected = [item for item in terminalreporter.stats.get("deselected", []) if "gpu" in item.keywords]
+    if deselected:
+        terminalreporter.write_line(
+            f"gpu tier: {len(deselected)} tests not run here (-m excludes gpu); on a CUDA machine: "
+            "python -m pytest -m gpu, or bash scripts/gpu_check.sh"
+        )

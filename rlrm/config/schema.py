@@ -72,7 +72,18 @@ class ModelConfig(_Section):
     """The policy checkpoint. `tiny:NAME` names a model that `rlrm models prepare` builds."""
 
     path: str = Field("tiny:policy", description="HF folder, hub id, or tiny:NAME.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype of the policy (forward and backward in training, and generation)."
+    )
+    precision: Literal["mixed", "pure"] = Field(
+        "mixed",
+        description=(
+            "How a dtype other than float32 trains. mixed: float32 master weights and optimizer state, forward and "
+            "backward in model.dtype (torch.autocast in the trainer process, FSDP2 MixedPrecisionPolicy on ranks), "
+            "the rollout engine's copy in model.dtype; pure: weights, gradients and AdamW state in model.dtype "
+            "(half the memory, and updates smaller than a bf16 ulp are lost)."
+        ),
+    )
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")
 
 
@@ -149,6 +160,13 @@ class ActorConfig(_Section):
             "(N ranks update the weights as one does)."
         ),
     )
+    strategy: Literal["auto", "fsdp2"] = Field(
+        "auto",
+        description=(
+            "auto: train in the trainer process at world_size 1, on FSDP2 ranks above; fsdp2: FSDP2 ranks at any "
+            "world size (at 1, one rank process: nccl on its GPU, as verl's actor.strategy=fsdp2 runs on one GPU)."
+        ),
+    )
     ranks_on: Literal["local", "ray"] = Field(
         "local",
         description=(
@@ -192,6 +210,11 @@ class ActorConfig(_Section):
         if self.kl_loss_type.removesuffix("+") not in kinds:
             raise ValueError(f"kl_loss_type {self.kl_loss_type!r} is not one of {sorted(kinds)} (optionally with '+')")
         return self
+
+    @property
+    def on_ranks(self) -> bool:
+        """Whether the actor trains on FSDP2 rank processes (else in the trainer process)."""
+        return self.world_size > 1 or self.strategy == "fsdp2"
 
 
 class AlgorithmConfig(_Section):

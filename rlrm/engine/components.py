@@ -57,11 +57,13 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     base_path = resolve_model_path(profile.model.path)
     path = policy_path or base_path
     tokenizer = load_tokenizer(path)
-    policy = load_causal_lm(path, profile.model.dtype, device)
+    dtype = profile.model.dtype
+    # mixed precision keeps float32 master weights (the optimizer's); the actor computes in `dtype` under autocast
+    policy = load_causal_lm(path, "float32" if profile.model.precision == "mixed" else dtype, device)
     ref, ref_path = None, None
     if profile.actor.use_kl_loss:
         ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
-    if ref_path and profile.actor.world_size == 1:  # with ranks, each rank loads its shard of the reference
+    if ref_path and not profile.actor.on_ranks:  # with ranks, each rank loads its shard of the reference
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
     # user tools are imported before anything starts: a broken tool file fails with nothing to stop
@@ -70,7 +72,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         engine = served_engine(profile, path, tokenizer, policy)
     else:
         engine = HFRolloutEngine(
-            copy.deepcopy(policy).eval(),
+            copy.deepcopy(policy).to(getattr(torch, dtype)).eval(),
             eos_token_ids=eos_token_ids(tokenizer, policy),
             pad_token_id=tokenizer.pad_token_id,
             max_batch_size=profile.rollout.max_batch_size,
@@ -79,7 +81,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     if agent is not None:  # every generate becomes a multi-turn trajectory with tools
         engine = AgentEngine(engine, tokenizer, agent)
     train, test, info = load_splits(profile.data)  # before the ranks start: a bad dataset fails with nothing to stop
-    if profile.actor.world_size > 1:  # the ranks load their own shards; the trainer keeps a full copy
+    if profile.actor.on_ranks:  # the ranks load their own shards; the trainer keeps a full copy
         from rlrm.engine.actor.group import start_rank_group
 
         actor = start_rank_group(profile, path, ref_path, device, policy)
@@ -91,6 +93,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             temperature=profile.rollout.temperature,
             total_steps=profile.trainer.total_steps,
             n=profile.rollout.n,
+            compute_dtype=getattr(torch, dtype),
         )
     return Components(
         profile,

@@ -31,7 +31,7 @@ from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.agreement import agreement_metrics
 from rlrm.engine.rewards.components import COMPONENTS_KEY, component_metrics, component_table
-from rlrm.errors import TrainingError
+from rlrm.errors import TrainingError, out_of_memory_named
 from rlrm.inference.base import RolloutEngine
 
 if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
@@ -145,7 +145,8 @@ class GRPOStep:
         s, metrics = self.settings, {}
         if not completions:
             return None, metrics
-        with timer("old_log_prob"):
+        lower = f"actor.micro_batch_size (now {self.actor.cfg.micro_batch_size} samples a forward pass)"
+        with timer("old_log_prob"), out_of_memory_named("computing log-probs", lower):
             batch = collate(completions, s.pad_token_id)
             batch.group_ids = torch.arange(len(completions)) // s.n  # [B]
             batch = batch.to(s.device)
@@ -155,7 +156,7 @@ class GRPOStep:
             else:
                 batch.old_log_prob = batch.rollout_log_prob
         if self.actor.has_ref_model:
-            with timer("ref"):
+            with timer("ref"), out_of_memory_named("computing reference log-probs", lower):
                 batch.ref_log_prob = self.actor.compute_ref_log_prob(batch)
         return batch, metrics
 
@@ -257,7 +258,12 @@ class GRPOStep:
             timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
 
         with timer.cpu_time("update_actor"):
-            return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+            lower = (
+                f"actor.micro_batch_size (now {self.actor.cfg.micro_batch_size} samples a forward and backward; the "
+                "update stays the same, its gradients accumulate)"
+            )
+            with out_of_memory_named("in the actor update", lower):
+                return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
 
     def finish(self, record: StepRecord) -> StepOutcome:
         """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained,

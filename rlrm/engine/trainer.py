@@ -107,11 +107,11 @@ def check_inputs(profile: Profile) -> None:
 
 def check_actor_ranks(profile: Profile) -> None:
     """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
-    if profile.actor.world_size > 1 and profile.actor.ranks_on == "ray" and importlib.util.find_spec("ray") is None:
+    if profile.actor.on_ranks and profile.actor.ranks_on == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError(
             "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]', or set actor.ranks_on=local"
         )
-    if profile.actor.world_size == 1 or profile.actor.ranks_on == "ray":
+    if not profile.actor.on_ranks or profile.actor.ranks_on == "ray":
         return  # Ray's placement group says whether the cluster can hold them
     try:
         check_world_size(profile.actor.world_size, pick_device(profile.trainer.device), key="actor.world_size")

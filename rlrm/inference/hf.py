@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rlrm.errors import out_of_memory_named
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
 from rlrm.inference.kv_cache import cache_of, pass_cache, rows_selectable
 
@@ -247,8 +248,14 @@ class HFRolloutEngine:
             self.batches_run += 1
             version = self.version  # read under the lock: these weights made the batch
             stops = [self.eos_token_ids + list(r.sampling.stop_token_ids or ()) for r in batch]
+            longest = max(r.sampling.max_new_tokens for r in batch)
+            lower = (
+                f"rollout.max_batch_size (now {self.max_batch_size}; this batch: {len(batch)} rows x up to {longest} "
+                "new tokens) or rollout.max_new_tokens"
+            )
             try:
-                rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
+                with out_of_memory_named("while generating", lower):
+                    rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
             finally:
                 self.busy_intervals.append((start, time.perf_counter()))
         return [

@@ -14,6 +14,7 @@ skipped steps in a row stop training with a TrainingError.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -131,10 +132,23 @@ class Actor(UpdateLoop):
         temperature: the rollout sampling temperature (log-probs are taken at it).
         total_steps: training steps of the run (kept for schedules; the lr is constant after warmup).
         n: samples per prompt (the GRPO group size).
+        compute_dtype: the dtype forward and backward run in; when it is not the parameters' own (float32
+            master weights, `model.precision=mixed`), they run under `torch.autocast` to it. None: the
+            parameters' dtype.
     """
 
-    def __init__(self, model, ref_model, cfg: ActorConfig, temperature: float, total_steps: int, n: int):
+    def __init__(
+        self,
+        model,
+        ref_model,
+        cfg: ActorConfig,
+        temperature: float,
+        total_steps: int,
+        n: int,
+        compute_dtype: torch.dtype | None = None,
+    ):
         self.model, self.ref_model, self.cfg = model, ref_model, cfg
+        self.compute_dtype = compute_dtype
         self.temperature, self.total_steps, self.n = temperature, total_steps, n
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -161,6 +175,13 @@ class Actor(UpdateLoop):
     def has_ref_model(self) -> bool:
         return self.ref_model is not None
 
+    def autocast(self):
+        """The context forward and backward run in: autocast to `compute_dtype` under mixed precision."""
+        param = next(self.model.parameters())
+        if self.compute_dtype is None or self.compute_dtype == param.dtype:
+            return contextlib.nullcontext()
+        return torch.autocast(param.device.type, dtype=self.compute_dtype)
+
     # Nothing runs outside this process: the rest of `PolicyActor` (rlrm/engine/actor/base.py) has nothing to do.
     broken: str | None = None
 
@@ -178,7 +199,9 @@ class Actor(UpdateLoop):
     def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] of the responses under the current policy, before the update."""
         self.model.eval()
-        return response_log_probs(self.model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+        with self.autocast():
+            out = response_log_probs(self.model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+        return out.float()
 
     @torch.no_grad()
     def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
@@ -186,7 +209,9 @@ class Actor(UpdateLoop):
         if self.ref_model is None:
             raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
         self.ref_model.eval()
-        return response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+        with self.autocast():
+            out = response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+        return out.float()
 
     def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
         """One optimizer step on one mini-batch.
@@ -263,15 +288,16 @@ class Actor(UpdateLoop):
     def _micro_loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
         cfg = self.cfg
-        log_prob, entropy = response_log_probs(
-            self.model,
-            micro,
-            self.temperature,
-            len(micro),
-            with_entropy=True,
-            entropy_grad=cfg.entropy_coeff > 0,
-            share_prompts=self.share_prompts,
-        )  # [b, R] each
+        with self.autocast():
+            log_prob, entropy = response_log_probs(
+                self.model,
+                micro,
+                self.temperature,
+                len(micro),
+                with_entropy=True,
+                entropy_grad=cfg.entropy_coeff > 0,
+                share_prompts=self.share_prompts,
+            )  # [b, R] each, float32
         mask = micro.response_mask
         old_log_prob = micro.old_log_prob if micro.old_log_prob is not None else micro.rollout_log_prob
         pg_loss, pg_metrics = policy_loss(

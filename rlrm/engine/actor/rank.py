@@ -125,13 +125,17 @@ class RankWorker:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(device.type, (spec.world_size,))
-        policy = load_causal_lm(spec.policy_path, "float32", str(device))  # fp32 master weights
-        shard_model(policy, mesh, spec.device, profile.model.dtype)
+        # fp32 master weights, computed in model.dtype by FSDP2's mixed precision; model.precision=pure on a GPU
+        # keeps the weights themselves in model.dtype
+        pure = spec.device == "cuda" and profile.model.precision == "pure"
+        master = profile.model.dtype if pure else "float32"
+        policy = load_causal_lm(spec.policy_path, master, str(device))
+        shard_model(policy, mesh, spec.device, master if pure else profile.model.dtype)
         ref = None
         if spec.ref_path is not None:
-            ref = load_causal_lm(spec.ref_path, "float32", str(device))
+            ref = load_causal_lm(spec.ref_path, master, str(device))
             ref.requires_grad_(False)
-            shard_model(ref, mesh, spec.device, profile.model.dtype)
+            shard_model(ref, mesh, spec.device, master if pure else profile.model.dtype)
         self.actor = RankActor(
             policy,
             ref,

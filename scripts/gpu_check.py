@@ -1,0 +1,238 @@
+"""The device check's runs and its summary table (scripts/gpu_check.sh runs this after the gpu test tier).
+
+    python scripts/gpu_check.py --out gpu_check_out [--tier-xml gpu_check_out/tier.xml] [--quick]
+
+Each row is one real command on the GPU, timed, its result read from the files it wrote: the tiny models
+(built or loaded), tiny-rule, tiny-genrm and tiny-disrm runs, the DisRM parity check (legacy bf16 against the
+served fp32), a 3-step reward-latency benchmark, and rlrm's GRPO step against TRL's at the Qwen2.5-0.5B shape
+(random weights, the tiny tokenizer) in float32 and in bf16. A row that fails says so and the rest still run;
+the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET = ["trainer.save_every=0", "logging.console=none"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs, logs and gpu_check.md")
+    parser.add_argument("--tier-xml", type=Path, help="the gpu tier's JUnit XML (a row of the table)")
+    parser.add_argument("--tier-seconds", type=float, default=float("nan"), help="how long the tier took")
+    parser.add_argument("--quick", action="store_true", help="leave out the 0.5B-shape step against TRL")
+    parser.add_argument("--device", default="cuda", help="cpu: try the check's own code on a machine without a GPU")
+    args = parser.parse_args()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple[str, str, str, str]] = []  # (check, result, time, detail)
+    env_line = environment()
+    print(env_line, flush=True)
+
+    checks = [(check_models, out)]
+    device = args.device
+    checks += [
+        (check_train, out, device, "tiny-rule", 12, ["trainer.val_every=12", "data.val_size=128"]),
+        (check_train, out, device, "tiny-genrm", 4, ["trainer.val_every=0", "trainer.val_before_train=false"]),
+        (check_train, out, device, "tiny-disrm", 4, ["trainer.val_every=0", "trainer.val_before_train=false"]),
+        (check_parity, out, device),
+    ]
+    if not args.quick:
+        checks += [(check_step_vs_trl, out, device, dtype) for dtype in ("float32", "bfloat16")]
+    checks.append((check_bench, out, device))
+    if args.tier_xml:
+        rows.append(tier_row(args.tier_xml, args.tier_seconds))
+    for fn, *fn_args in checks:
+        try:
+            rows.append(fn(*fn_args))
+        except Exception as exc:  # a bug in reading one check's files must not lose the others' rows
+            rows.append((fn.__name__, "FAILED", "", f"{type(exc).__name__}: {exc}"[:150]))
+        print(" | ".join(rows[-1]), flush=True)
+
+    table = ["| check | result | wall s | figures |", "|---|---|---|---|"]
+    table += [f"| {c} | {r} | {t} | {d} |" for c, r, t, d in rows]
+    text = "\n".join([env_line, "", *table])
+    (out / "gpu_check.md").write_text(text + "\n")
+    print("\n" + text, flush=True)
+    failed = [c for c, r, _, _ in rows if r != "ok"]
+    print(
+        f"\ngpu_check: {len(rows) - len(failed)} of {len(rows)} checks ok"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+def environment() -> str:
+    import torch
+    import transformers
+
+    if not torch.cuda.is_available():
+        return f"no CUDA device (torch {torch.__version__}): the check needs one"
+    props = torch.cuda.get_device_properties(0)
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=30).stdout.strip()
+    return (
+        f"{torch.cuda.device_count()} x {props.name} ({props.total_memory / 2**30:.0f} GiB), driver {driver or '?'}, "
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+
+
+def _run(cmd: list[str], timeout: float, log: Path | None = None) -> subprocess.CompletedProcess:
+    try:
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        done = subprocess.CompletedProcess(
+            cmd, 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {timeout} s"
+        )
+    except FileNotFoundError as exc:
+        done = subprocess.CompletedProcess(cmd, 127, "", str(exc))
+    if log is not None:
+        log.write_text(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def _rlrm(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rlrm", *args]
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [a for s in overrides for a in ("--set", s)]
+
+
+def _failed(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    return f"exit {done.returncode}: {lines[-1][:150] if lines else ''}".replace("|", "/")
+
+
+def check_models(out: Path) -> tuple[str, str, str, str]:
+    start = time.perf_counter()
+    done = _run(_rlrm("models", "prepare"), timeout=600, log=out / "models.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    if done.returncode:
+        return ("tiny models (rlrm models prepare)", "FAILED", took, _failed(done))
+    built = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("building tiny")]
+    return ("tiny models (rlrm models prepare)", "ok", took, f"built: {', '.join(built) or 'none (cached)'}")
+
+
+def tier_row(xml: Path, seconds: float) -> tuple[str, str, str, str]:
+    if not xml.exists():
+        return ("gpu test tier (pytest -m gpu)", "FAILED", f"{seconds:.0f}", "no JUnit XML written")
+    suite = ET.parse(xml).getroot()
+    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+    total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    bad = [
+        case.get("name")
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    passed = total - failures - errors - skipped
+    result = "ok" if not bad and passed > 0 else "FAILED"
+    detail = f"{passed} passed, {failures + errors} failed, {skipped} skipped" + (
+        f": {', '.join(bad[:6])}" if bad else ""
+    )
+    return ("gpu test tier (pytest -m gpu)", result, f"{seconds:.0f}", detail)
+
+
+def _num(value, spec: str = ".2f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "?"
+
+
+def _metrics(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def check_train(out: Path, device: str, profile: str, steps: int, extra: list[str]) -> tuple[str, str, str, str]:
+    name = f"rlrm train --profile {profile} ({steps} steps)"
+    run = out / profile
+    start = time.perf_counter()
+    cmd = _rlrm("train", "--profile", profile, "--steps", str(steps), "--out", str(run), "--overwrite")
+    done = _run(cmd + _sets([*QUIET, f"trainer.device={device}", *extra]), timeout=400, log=out / f"{profile}.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    rows = [r for r in _metrics(run) if r.get("step", 0) >= 1]
+    if done.returncode or len(rows) < steps:
+        return (name, "FAILED", took, _failed(done))
+    step_s = statistics.median(r["timing_s/step"] for r in rows)
+    memory = max(r["perf/max_memory_gb"] for r in rows)
+    figures = [f"{step_s:.2f} s/step", f"peak {memory:.2f} GiB"]
+    acc = [r["val/accuracy"] for r in _metrics(run) if "val/accuracy" in r]
+    if len(acc) >= 2:
+        figures.append(f"held-out accuracy {acc[0]:.3f} -> {acc[-1]:.3f}")
+    scores = [r["critic/score/mean"] for r in rows]
+    figures.append(f"score {scores[0]:.2f} -> {scores[-1]:.2f}")
+    failures = sum(r.get("reward/failures", 0) for r in rows)
+    figures.append(f"{failures:.0f} reward failures")
+    return (name, "ok", took, ", ".join(figures))
+
+
+def check_parity(out: Path, device: str) -> tuple[str, str, str, str]:
+    name = "rlrm parity disrm (legacy bf16 vs served fp32)"
+    folder = out / "parity"
+    start = time.perf_counter()
+    cmd = _rlrm("parity", "disrm", "--profile", "tiny-disrm", "--samples", "32", "--n", "4", "--device", device)
+    cmd += ["--legacy-dtype", "bf16", "--loop-dtype", "fp32", "--out", str(folder)]
+    done = _run(cmd, timeout=300, log=out / "parity.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    summary_path = folder / "summary.json"
+    if done.returncode not in (0, 1) or not summary_path.exists():
+        return (name, "FAILED", took, _failed(done))
+    summary = json.loads(summary_path.read_text())
+    stats = summary.get("stats", {})
+    figures = f"{summary.get('verdict')}: max abs diff {_num(stats.get('abs_diff_max'), '.4g')}, Spearman "
+    figures += f"{_num(stats.get('spearman'), '.4f')}, {stats.get('rank_flip_groups')} groups re-ranked"
+    return (name, "ok", took, figures)
+
+
+def check_bench(out: Path, device: str) -> tuple[str, str, str, str]:
+    name = "rlrm bench reward-latency (3 steps, 1 repeat)"
+    folder = out / "bench"
+    start = time.perf_counter()
+    cmd = _rlrm("bench", "reward-latency", "--steps", "3", "--repeats", "1", "--modes", "one-step-off,fully-async")
+    done = _run(cmd + ["--out", str(folder), "--set", f"trainer.device={device}"], timeout=400, log=out / "bench.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    path = folder / "summary.json"
+    if done.returncode or not path.exists():
+        return (name, "FAILED", took, _failed(done))
+    modes = json.loads(path.read_text()).get("modes", {})
+    figures = [f"{m} {_num(s.get('speedup_vs_sync'))}x" for m, s in modes.items() if m != "sync"]
+    return (name, "ok", took, "speedup vs sync: " + ", ".join(figures))
+
+
+def check_step_vs_trl(out: Path, device: str, dtype: str) -> tuple[str, str, str, str]:
+    name = f"GRPO step vs TRL, Qwen2.5-0.5B shape, {dtype}"
+    start = time.perf_counter()
+    cmd = [sys.executable, str(REPO / "benchmarks" / "step_vs_trl.py"), "--trl-python", sys.executable]
+    cmd += ["--device", device, "--shape", "qwen2.5-0.5b", "--dtype", dtype, "--pairs", "1", "--steps", "2"]
+    cmd += ["--warmup", "1", "--threads", "4", "--set", "rollout.max_new_tokens=128"]
+    done = _run(cmd, timeout=400, log=out / f"step_vs_trl_{dtype}.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    text = done.stdout
+    if done.returncode or "pair ratios" not in text:
+        return (name, "FAILED", took, _failed(done))
+    ratio = re.search(r"step time: .*median ([0-9.]+)", text)
+    sides = {m.group(1): m.groups()[1:] for m in re.finditer(r"^(rlrm|TRL)\s+([0-9.]+)\s.*?([0-9.na]+)$", text, re.M)}
+    tok_s = re.search(r"rlrm generation: ([0-9]+)", text)
+    phases = re.search(r"rlrm phases \(median s\): (.*)", text)
+    figures = [f"rlrm/TRL step {ratio.group(1) if ratio else '?'}"]
+    for side, (median_s, memory) in sides.items():
+        figures.append(f"{side} {float(median_s):.2f} s/step, peak {memory} GiB")
+    if tok_s:
+        figures.append(f"rlrm generation {tok_s.group(1)} tok/s")
+    if phases:
+        figures.append(phases.group(1)[:120])
+    return (name, "ok", took, "; ".join(figures))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The device check: on a machine with an NVIDIA GPU, after the README's setup (bash scripts/setup.sh --dev),
+# run the gpu test tier and a short table of real runs, and print one summary table. About 6-8 minutes on one
+# H100/H200 with the tiny models already built (rlrm models prepare); no network.
+# Usage: bash scripts/gpu_check.sh [--quick]     (--quick leaves out the 0.5B-shape step against TRL)
+#   RLRM_PYTHON      the interpreter (default: .venv/bin/python)
+#   GPU_CHECK_OUT    where the runs, logs and gpu_check.md go (default: gpu_check_out, replaced each time)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+py=${RLRM_PYTHON:-.venv/bin/python}
+out=${GPU_CHECK_OUT:-gpu_check_out}
+if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "gpu_check: no CUDA device visible to $py (torch.cuda.is_available() is False); run it on a GPU machine" >&2
+  exit 2
+fi
+rm -rf "$out" && mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+# the models first, so the tier's tests find them built
+"$py" -m rlrm models prepare >"$out/models_first.log" 2>&1
+start=$SECONDS
+"$py" -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$out/tier.xml" 2>&1 | tee "$out/tier.log" | tail -n 25
+tier_s=$((SECONDS - start))
+"$py" scripts/gpu_check.py --out "$out" --tier-xml "$out/tier.xml" --tier-seconds "$tier_s" "$@"

@@ -1,0 +1,182 @@
+"""The gpu tier, numbers: the same code on the CPU and on CUDA gives the same numbers.
+
+Tolerances: float32 on both sides (TF32 stays off, torch's default for matmuls), so the two differ only by the
+order of float additions: log-probs within 1e-4 absolute, DisRM scores within 1e-4. bf16 is compared with
+float32 on the same device, within what bf16's 8 mantissa bits allow (0.1 on log-probs of a random model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+import torch
+
+from rlrm.engine.actor.batch import collate
+from rlrm.engine.actor.logprobs import response_log_probs
+from rlrm.inference.base import Completion, SamplingParams
+from rlrm.inference.hf import HFRolloutEngine
+from rlrm.inference.kv_cache import distinct_rows
+from tests.gpu.device import DEVICE
+
+pytestmark = pytest.mark.gpu
+
+LOG_PROB_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _completions() -> list[Completion]:
+    """Two groups of three samples (shared prompts), responses of different lengths, left-padded prompts."""
+    prompts = [[5, 9, 12, 3], [7, 3]]
+    responses = [[4, 8, 15, 16, 23], [42, 1], [9, 9, 9], [11, 12], [13], [14, 15, 16, 17]]
+    return [Completion(prompts[i // 3], r, [0.0] * len(r), "stop", 0, {}) for i, r in enumerate(responses)]
+
+
+def test_distinct_rows_builds_its_index_on_the_ids_device():
+    ids = torch.tensor([[1, 2], [1, 2], [3, 4]], device=DEVICE)
+    index, inverse = distinct_rows(ids, torch.ones_like(ids))
+    assert index.device.type == DEVICE and inverse.device.type == DEVICE
+    assert index.tolist() == [0, 2] and inverse.tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["row-by-row", "shared-prompts"])
+def test_log_probs_on_cuda_equal_the_cpus(model, share):
+    batch = collate(_completions(), pad_token_id=0)
+    on_cpu, _ = response_log_probs(model, batch, 1.0, micro_batch_size=4, share_prompts=share)
+    on_gpu, _ = response_log_probs(copy.deepcopy(model).to(DEVICE), batch.to(DEVICE), 1.0, 4, share_prompts=share)
+    assert on_gpu.device.type == DEVICE
+    mask = batch.response_mask.bool()
+    gap = (on_gpu.cpu() - on_cpu)[mask].abs().max().item()
+    assert gap < LOG_PROB_ATOL, gap
+
+
+def test_bf16_log_probs_stay_near_float32_on_cuda(model):
+    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
+    fp32, _ = response_log_probs(copy.deepcopy(model).to(DEVICE), batch, 1.0, 6)
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        mixed, _ = response_log_probs(copy.deepcopy(model).to(DEVICE), batch, 1.0, 6)
+    assert mixed.dtype == torch.float32  # logits are taken in float32 whatever the compute dtype
+    mask = batch.response_mask.bool()
+    gap = (mixed - fp32)[mask].abs().max().item()
+    assert 0 < gap < 0.1, gap  # bf16 really ran (not 0), and stayed close
+
+
+def _generate(model, prompts, seeds):
+    async def go():
+        engine = HFRolloutEngine(model, eos_token_ids=[], pad_token_id=0)
+        try:
+            return await engine.generate_many(
+                prompts, [SamplingParams(max_new_tokens=12, temperature=1.0, seed=s) for s in seeds]
+            )
+        finally:
+            await engine.close()
+
+    return asyncio.run(go())
+
+
+def test_rollout_engine_on_cuda_samples_what_the_cpu_samples(model):
+    """Seeded draws come from CPU generators on every device, so the tokens match unless a draw lands within
+    float noise of a boundary between two tokens (not for these seeds); the log-probs match within tolerance."""
+    prompts = [[5, 9, 12, 3]] * 4 + [[7, 3]] * 4
+    seeds = list(range(8))
+    on_cpu = _generate(copy.deepcopy(model), prompts, seeds)
+    on_gpu = _generate(copy.deepcopy(model).to(DEVICE), prompts, seeds)
+    assert [c.token_ids for c in on_gpu] == [c.token_ids for c in on_cpu]
+    for a, b in zip(on_cpu, on_gpu):
+        assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs)) < LOG_PROB_ATOL
+
+
+def test_mixed_precision_actor_keeps_float32_master_weights_and_learns(model):
+    """model.precision=mixed: the update runs under autocast to bf16, the weights and AdamW state stay float32,
+    and one step on a positive advantage raises the sampled tokens' log-probs."""
+    from rlrm.config.schema import ActorConfig
+    from rlrm.engine.actor.actor import Actor
+
+    policy = copy.deepcopy(model).to(DEVICE)
+    cfg = ActorConfig(lr=1e-2, mini_batch_size=2, micro_batch_size=6)
+    actor = Actor(policy, None, cfg, temperature=1.0, total_steps=1, n=3, compute_dtype=torch.bfloat16)
+    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
+    batch.group_ids = torch.tensor([0, 0, 0, 1, 1, 1], device=DEVICE)
+    before = actor.compute_old_log_prob(batch)
+    batch.old_log_prob = before
+    batch.advantages = torch.ones(6, device=DEVICE)
+    metrics = actor.update(batch)
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    state = actor.optimizer.state[actor.params[0]]
+    assert state["exp_avg"].dtype == torch.float32
+    after = actor.compute_old_log_prob(batch)
+    mask = batch.response_mask.bool()
+    assert (after - before)[mask].mean().item() > 0, metrics
+    assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"]))
+
+
+def test_classifier_server_backend_scores_on_cuda_as_on_the_cpu(random_disrm_path):
+    from rlrm.launch.server.backends import ClassifierBackend, ServerConfig
+
+    sequences = [[5, 9, 12, 3, 7], [7, 3], [1, 2, 3, 4, 5, 6, 7, 8]]
+    scores = {}
+    for device in ("cpu", DEVICE):
+        backend = ClassifierBackend(ServerConfig(model_path=str(random_disrm_path), role="disrm", device=device))
+        assert next(backend.model.parameters()).device.type == device
+        scores[device] = backend._forward(sequences)
+    assert scores[DEVICE] == pytest.approx(scores["cpu"], abs=1e-4)
+
+
+@pytest.fixture()
+def memory_cap():
+    """Caps this process's CUDA memory at almost nothing (what it holds already stays) for one test."""
+    if DEVICE != "cuda":
+        pytest.skip("a CUDA memory cap needs CUDA")
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1e-6)
+    yield
+    torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def test_out_of_memory_while_generating_is_one_line_naming_the_batch_setting(model, memory_cap):
+    from rlrm.errors import OutOfDeviceMemory
+
+    with pytest.raises(OutOfDeviceMemory, match=r"^out of GPU memory while generating .*rollout\.max_batch_size"):
+        _generate(copy.deepcopy(model).to(DEVICE), [[5, 9, 12, 3]] * 64, list(range(64)))
+
+
+def test_out_of_memory_in_the_update_is_one_line_naming_the_micro_batch(model):
+    from rlrm.config.loader import load_profile
+    from rlrm.config.schema import ActorConfig
+    from rlrm.engine.actor.actor import Actor
+    from rlrm.engine.metrics.timing import StepTimer
+    from rlrm.engine.step import GRPOStep, StepSettings
+    from rlrm.errors import OutOfDeviceMemory
+
+    if DEVICE != "cuda":
+        pytest.skip("a CUDA memory cap needs CUDA")
+    policy = copy.deepcopy(model).to(DEVICE)
+    actor = Actor(policy, None, ActorConfig(mini_batch_size=2, micro_batch_size=6), 1.0, total_steps=1, n=3)
+    step = GRPOStep(actor, None, StepSettings.from_profile(load_profile("tiny-rule"), 0, DEVICE))
+    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
+    batch.group_ids = torch.tensor([0, 0, 0, 1, 1, 1], device=DEVICE)
+    batch.advantages = torch.ones(6, device=DEVICE)
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1e-6)
+    try:
+        with pytest.raises(OutOfDeviceMemory, match=r"in the actor update .*actor\.micro_batch_size \(now 6"):
+            step.train(batch, StepTimer())
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
