@@ -64,7 +64,7 @@ PROFILE = "tiny-rule"
 # `rlrm train` with the process's CPU time (all threads) stamped on each metrics row, for CPU seconds per step.
 _RLRM = (
     "import sys, time\n"
-    "from rlrm.engine.metrics import tracker\n"
+    "from rlrm.engine.metrics import metrics_file as tracker\n"
     "log = tracker.MetricsWriter.log\n"
     "tracker.MetricsWriter.log = lambda self, row: log(self, {**row, 'bench/cpu_s': time.process_time()})\n"
     "from rlrm.cli.main import main\n"

@@ -167,16 +167,22 @@ def test_out_of_memory_in_the_update_is_one_line_naming_the_micro_batch(model):
 
     if DEVICE != "cuda":
         pytest.skip("a CUDA memory cap needs CUDA")
-    policy = copy.deepcopy(model).to(DEVICE)
-    actor = Actor(policy, None, ActorConfig(mini_batch_size=2, micro_batch_size=6), 1.0, total_steps=1, n=3)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    # a 32k vocabulary: the update's logits (120 x 6 x 32k floats, 92 MB) need a new block of CUDA memory, which
+    # the cap refuses (small tensors could be served from blocks the caching allocator already holds)
+    config = Qwen2Config(vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
+    policy = Qwen2ForCausalLM(config).to(DEVICE)
+    actor = Actor(policy, None, ActorConfig(mini_batch_size=40, micro_batch_size=120), 1.0, total_steps=1, n=3)
     step = GRPOStep(actor, None, StepSettings.from_profile(load_profile("tiny-rule"), 0, DEVICE))
-    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
-    batch.group_ids = torch.tensor([0, 0, 0, 1, 1, 1], device=DEVICE)
-    batch.advantages = torch.ones(6, device=DEVICE)
+    batch = collate(_completions() * 20, pad_token_id=0).to(DEVICE)
+    batch.group_ids = torch.arange(120, device=DEVICE) // 3
+    batch.advantages = torch.ones(120, device=DEVICE)
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(1e-6)
     try:
-        with pytest.raises(OutOfDeviceMemory, match=r"in the actor update .*actor\.micro_batch_size \(now 6"):
+        with pytest.raises(OutOfDeviceMemory, match=r"in the actor update .*actor\.micro_batch_size \(now 120"):
             step.train(batch, StepTimer())
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
