@@ -88,6 +88,13 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train")
     parser.add_argument("--shape", help="a random-weight policy of this shape (e.g. qwen2.5-0.5b) instead of tiny")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="compute dtype")
+    parser.add_argument(
+        "--micro-batch",
+        type=int,
+        help="samples per forward and backward on both sides (rlrm actor.micro_batch_size, TRL "
+        "per_device_train_batch_size with the rest as gradient accumulation); default: all samples at once, "
+        "32 with --shape (the 0.5B shape's 256 x 173-token activations do not fit 80 GB at once)",
+    )
     parser.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -98,6 +105,10 @@ def main() -> None:
         print(f"step_vs_trl: skipped: {reason}")
         return
     total = args.warmup + args.steps
+    if args.micro_batch is None and args.shape:
+        args.micro_batch = 32
+    if args.micro_batch:
+        args.overrides = [f"actor.micro_batch_size={args.micro_batch}", *args.overrides]
     with tempfile.TemporaryDirectory(prefix="step_vs_trl-") as tmp:
         tmp = Path(tmp)
         model = _shaped(args.shape, tmp / "policy") if args.shape else None
@@ -171,6 +182,7 @@ def _trl_job(tmp: Path, overrides: list[str], total: int, args) -> Path:
         "threads": args.threads,
         "n": p.rollout.n,
         "batch": p.data.train_batch_size * p.rollout.n,
+        "micro_batch": min(p.actor.micro_batch_size, p.data.train_batch_size * p.rollout.n),
         "max_new_tokens": p.rollout.max_new_tokens,
         "temperature": p.rollout.temperature,
         "lr": p.actor.lr,
@@ -271,8 +283,10 @@ def trl_worker(job: dict) -> None:
         bf16=job["bf16"],
         beta=0.0,
         num_generations=job["n"],
-        per_device_train_batch_size=job["batch"],
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=job["micro_batch"],
+        # one optimizer step per generation of `batch` samples, as rlrm's single mini-batch
+        gradient_accumulation_steps=job["batch"] // job["micro_batch"],
+        steps_per_generation=job["batch"] // job["micro_batch"],
         max_completion_length=job["max_new_tokens"],
         temperature=job["temperature"],
         top_p=1.0,

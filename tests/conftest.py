@@ -138,6 +138,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     deselected = [item for item in terminalreporter.stats.get("deselected", []) if "gpu" in item.keywords]
     if deselected:
         terminalreporter.write_line(
-            f"gpu tier: {len(deselected)} tests not run here (-m excludes gpu); on a CUDA machine: "
+            f"gpu tier: {len(deselected)} tests deselected in this run; on a CUDA machine: "
             "python -m pytest -m gpu, or bash scripts/gpu_check.sh"
         )
