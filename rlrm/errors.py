@@ -31,6 +31,16 @@ class RolloutServerError(RlrmError):
     """Rollout servers cannot generate or take new weights (named replica, and what to do)."""
 
 
+def require_extra(module: str, extra: str, purpose: str) -> None:
+    """ConfigError naming the optional extra to install when `module` cannot be imported."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"{purpose} needs {module}, which is not installed: pip install 'rlrm[{extra}]' (or bash scripts/setup.sh)"
+        )
+
+
 class OutOfDeviceMemory(TrainingError):
     """The GPU ran out of memory in one phase of a step; the message names the setting to lower."""
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up rlrm in ./.venv with the serving and router extras (what `rlrm train --profile tiny-genrm`
-# needs). Usage: bash scripts/setup.sh [--dev] [--vllm]
+# Set up rlrm in ./.venv with the serving, router and report extras (what `rlrm train --profile tiny-genrm`
+# and then `rlrm report` need). Usage: bash scripts/setup.sh [--dev] [--vllm]
 #   --dev   also install the test, report and Ray extras.
 #   --vllm  also build vLLM's own venv in ./.venv-vllm (RLRM_VLLM_VENV overrides the folder), which rlrm
 #           finds on its own: vLLM pins its torch and transformers, so it never shares rlrm's venv.
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${RLRM_VENV:-.venv}
-extras="[serve,router]"
+extras="[serve,router,report]"
 with_vllm=0
 for arg in "$@"; do
   case "$arg" in

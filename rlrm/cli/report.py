@@ -37,8 +37,10 @@ def report(
 ) -> None:
     """Plot training curves, benchmark idle ratios and speedups, timelines and parity checks (into --out,
     default reports/<time>)."""
+    from rlrm.errors import require_extra
     from rlrm.report.build import ReportOptions, build_report
 
+    require_extra("matplotlib", "report", "rlrm report")
     options = ReportOptions(
         out=out or _default_out(), x=x, smooth=smooth, metrics=list(metrics), fmt=fmt, html=html, steps=steps
     )

@@ -138,6 +138,18 @@ def test_bad_inputs_are_one_line_errors(folders, tmp_path):
     assert "no complete rows" in one_line_error(invoke(tmp_path / "empty", "--out", tmp_path / "o"))
 
 
+def test_a_missing_matplotlib_is_one_line_naming_the_extra(folders, tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a)
+    )
+    line = one_line_error(invoke(folders["a"], "--out", tmp_path / "o"))
+    assert "pip install 'rlrm[report]'" in line and "matplotlib" in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_crashed_run_and_disjoint_metrics(folders, tmp_path):
     crashed = tmp_path / "crashed"
     crashed.mkdir()
