@@ -129,13 +129,24 @@ class CustomRewardConfig(_Section):
     `score` and any extra keys). With reward.server.model set, the reward servers are started (or reached at
     addresses) and a function that takes `reward_router_address` gets `host:port` of a forwarder to them, and one
     that takes `reward_model_tokenizer` the served model's tokenizer; without it both are None. A sync function runs
-    in a thread. The file is imported as Python code: only name files you trust."""
+    in worker processes that are killed past the timeout (`isolation`). The file is imported as Python code: only
+    name files you trust."""
 
     path: str | None = Field(
         None, description="The Python file that defines the function (needed by reward.kind=custom)."
     )
     name: str = Field(
         "compute_score", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="The function's name in that file."
+    )
+    isolation: Literal["auto", "process", "thread"] = Field(
+        "auto",
+        description="Where the function runs. process: in worker processes (reward.custom.processes); a call past "
+        "reward.timeout_s is killed with its worker, which is replaced. thread: in the trainer process (a sync "
+        "function on a thread of its own, an async one on an event loop of its own); a call past the timeout is "
+        "abandoned, not stopped. auto: process for a sync function, thread for an async one (it yields).",
+    )
+    processes: int = Field(
+        0, ge=0, description="Worker processes with isolation=process (0: the machine's cores, at most 8)."
     )
     model_role: Literal["genrm", "disrm"] = Field(
         "genrm",

@@ -41,6 +41,7 @@ class RewardService:
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
         )
         self.model_path: str | None = None  # the reward model's folder (`reward.server.model` resolved at start)
+        self._close_fn = None  # stops what the reward function started (a custom function's worker processes)
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
@@ -110,9 +111,13 @@ class RewardService:
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key, headers=self.headers)
             self.workers.start()
             return self.workers.score
-        return build_reward_fn(self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits))
+        fn = build_reward_fn(self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits))
+        self._close_fn = fn.close  # a custom function's worker processes
+        return fn
 
     async def close(self) -> None:
+        if self._close_fn is not None:
+            self._close_fn()
         if self.legacy is not None:
             await self.legacy.close()
         if self.workers is not None:

@@ -8,8 +8,10 @@
     def compute_score(data_source, solution_str, ground_truth, extra_info):
         return {"score": float(solution_str.strip().endswith(ground_truth)), "ends_right": True}
 
-The function may be sync (run in a thread of its own) or async (run on an event loop of its own,
-rlrm/engine/rewards/side_loop.py): either way one that never returns is abandoned at reward.timeout_s. It returns a
+A sync function runs in worker processes (`reward.custom.isolation: auto` or `process`,
+rlrm/engine/rewards/worker_pool.py): a call past reward.timeout_s is killed with its worker. An async one runs on an
+event loop of its own (rlrm/engine/rewards/side_loop.py; with `isolation: process`, on one per worker process), and
+with `isolation: thread` a sync one runs on a thread of its own: a call past the timeout is then abandoned. It returns a
 float or a dict with `score`; the reward loop checks it (a non-numeric or non-finite score is a
 counted failure, never a silent 0). verl's newer keyword arguments `reward_router_address` and
 `reward_model_tokenizer` are passed only to a function that names them: with `reward.server.model` set, the
@@ -22,6 +24,8 @@ info; examples/rewards/fapo_judge.py is one such function.
 from __future__ import annotations
 
 import inspect
+import os
+import weakref
 from pathlib import Path
 
 from rlrm.call_errors import CallError, TransientError
@@ -32,6 +36,7 @@ from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.engine.rewards.threads import run_abandonable
+from rlrm.engine.rewards.worker_pool import FunctionPool
 from rlrm.errors import ConfigError
 from rlrm.user_code import import_file
 
@@ -66,10 +71,13 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
         check_tokenizer(kwargs["reward_model_tokenizer"], metered, cfg.server.model)
     proxy = ModelProxy(metered, cfg.timeout_s) if metered is not None and "reward_router_address" in kwargs else None
     name = cfg.custom.name
-    side = SideLoop(name, grace_s=cfg.timeout_s) if inspect.iscoroutinefunction(fn) else None
+    pool = _process_pool(cfg, fn, kwargs, model_path)
+    side = SideLoop(name, grace_s=cfg.timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
 
     async def call(sample: RewardSample, extra_kwargs: dict):
         args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
+        if pool is not None:  # in a worker process: killed when the reward loop gives up on it
+            return await pool.call(args, {k: v for k, v in extra_kwargs.items() if k != "reward_model_tokenizer"})
         if side is not None:  # on a loop of its own: one that blocks its loop cannot hold the run
             return await side.call(fn, *args, **extra_kwargs)
         return await run_abandonable(fn, *args, **extra_kwargs)  # a call that never returns is left behind
@@ -93,7 +101,22 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
                 ) from None
 
     custom_reward.__name__ = name  # named in the reward loop's error messages
+    if pool is not None:
+        custom_reward.pool, custom_reward.close = pool, pool.close
+        weakref.finalize(custom_reward, pool.close)  # the workers go with the function (or at exit)
     return custom_reward
+
+
+def _process_pool(cfg: RewardConfig, fn, kwargs: dict, model_path: str | None) -> FunctionPool | None:
+    """The worker processes the function runs in (reward.custom.isolation), or None for in-process calls."""
+    isolation = cfg.custom.isolation
+    if isolation == "thread" or (isolation == "auto" and inspect.iscoroutinefunction(fn)):
+        return None
+    processes = cfg.custom.processes or min(8, os.cpu_count() or 1)
+    tokenizer_path = None
+    if kwargs.get("reward_model_tokenizer") is not None:  # loaded in each worker from the same folder
+        tokenizer_path = model_path or cfg.server.model
+    return FunctionPool(cfg.custom.path, cfg.custom.name, processes, tokenizer_path)
 
 
 def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:

@@ -18,10 +18,18 @@ def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = N
     """The section's reward function, wrapped with `reward.inject` when that injects anything.
 
     Model calls go through `balancer` under `limiter` (a RateLimiter, its Ray actor's client, or None) and are
-    counted per sample (rlrm/engine/rewards/metered.py, ledger.py).
+    counted per sample (rlrm/engine/rewards/metered.py, ledger.py). Its `close()` stops what the function
+    started (a custom function's worker processes); it does nothing for the others.
     """
     metered = MeteredBalancer(balancer, cfg, limiter) if balancer is not None else None
-    return with_injection(with_ledger(_base_reward_fn(cfg, metered, model_path)), cfg)
+    base = _base_reward_fn(cfg, metered, model_path)
+    fn = with_injection(with_ledger(base), cfg)
+    fn.close = getattr(base, "close", _nothing)
+    return fn
+
+
+def _nothing() -> None:
+    """A reward function's close() when it started nothing."""
 
 
 def with_ledger(fn: RewardFn) -> RewardFn:
