@@ -253,7 +253,7 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info, rew
             if body and "model" in body:
                 body = {**body, "model": model}
             async with session.request(method, f"http://{reward_router_address}{path}", json=body) as resp:
-                answer = await resp.json(content_type=None)
+                answer = await resp.json()  # with its check: the answer must say application/json
                 statuses.append(resp.status if resp.status == 200 else (resp.status, answer))
             if path == "/v1/models":
                 model = answer["data"][0]["id"]

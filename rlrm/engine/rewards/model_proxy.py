@@ -18,10 +18,16 @@ spans). Ports are reused: a sample leases a free one and gives it back when its 
 A call that got no answer (timeout, connection error) is answered 502 to the function, and counted, so
 a function that raises on it is retried as a transient failure (rlrm/engine/rewards/custom.py); a path the
 servers do not serve answers their 404, counted and named once.
+
+A JSON answer always says `Content-Type: application/json`, and an error that came with no body or plain text
+gets an OpenAI-style JSON one: the SGLang router answers its own `/v1/models` as `text/plain` and its 404s with no
+body, and clients that check the type (aiohttp's `json()`, the openai SDK) refuse those. Other answers (an SSE
+stream, `/health`'s plain "OK", an HTML page) pass with the type they came with.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from contextlib import asynccontextmanager
@@ -85,9 +91,44 @@ class ModelProxy:
                 file=sys.stderr,
                 flush=True,
             )
-        return web.Response(status=status, body=body, content_type=ctype or "application/json")
+        body, ctype = typed_answer(status, body, ctype, f"{request.method} {request.path}")
+        return web.Response(status=status, body=body, content_type=ctype)
 
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+# What an upstream says of a body it did not type (a missing header reads as octet-stream in aiohttp)
+_UNTYPED = ("text/plain", "application/octet-stream", "")
+
+
+def typed_answer(status: int, body: bytes, ctype: str, call: str) -> tuple[bytes, str]:
+    """The body and content type to answer a custom function's `call` with.
+
+    An untyped JSON body is typed `application/json`; an error without a JSON body gets an OpenAI-style one
+    carrying the upstream's text; everything else passes as it came.
+    """
+    if ctype not in _UNTYPED:
+        return body, ctype
+    if _is_json(body):
+        return body, "application/json"
+    if status < 400:
+        return body, ctype or "text/plain"
+    said = body.decode("utf-8", "replace").strip()[:500]
+    message = f"the reward servers answered {status} to {call}" + (f": {said}" if said else "")
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    error = {"error": {"message": message, "type": kind, "code": status}}
+    return json.dumps(error).encode(), "application/json"
+
+
+def _is_json(body: bytes) -> bool:
+    """Whether `body` is a JSON object or array (a bare "OK" or number is left as text)."""
+    if body.lstrip()[:1] not in (b"{", b"["):
+        return False
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True

@@ -39,6 +39,7 @@ def create_app(cfg: ServerConfig):
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
+    from starlette.exceptions import HTTPException
 
     if cfg.role not in ROLES:
         raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
@@ -77,6 +78,12 @@ def create_app(cfg: ServerConfig):
     async def on_request_error(request, exc: RequestError):
         kind = {503: "overloaded", 500: "server_error"}.get(exc.status, "invalid_request_error")
         return _error(exc.status, str(exc), kind, exc.headers)
+
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request, exc: HTTPException):
+        # a path or method the server does not serve: OpenAI's error shape, not Starlette's {"detail": ...}
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return _error(exc.status_code, message, "invalid_request_error", exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request, exc: RequestValidationError):
