@@ -73,22 +73,32 @@ def train(
             return
         check_inputs(resolved)
         start_run(resolved, run_dir, overwrite=overwrite)
+    from rlrm.launch.common import progress
+
+    progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start
+    progress.say(f"run folder: {run_dir} (follow it: tail -f {Path(run_dir) / 'metrics.jsonl'})")
     try:
         result = run_training(run_dir, console=console)
     except RlrmError:
         if resume is None and not list_checkpoints(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: leave no half-made run behind
         raise
+    finally:
+        progress.enable(False)
     if result.interrupted:
         typer.echo(
             f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}"
         )
         raise typer.Exit(130)
     from rlrm.engine.metrics.metrics_file import read_metrics
+    from rlrm.report.closing import closing_lines
 
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")  # the whole run, resumed parts included
     acc = result.metrics.get("val/accuracy")
     tail = f", val/accuracy {acc:.3f}" if acc is not None else ""
-    # what the reward model cost over the whole run, resumed parts included (reward.genrm.price_per_mtok_*)
-    cost = sum(row.get("reward/cost", 0.0) for row in read_metrics(Path(run_dir) / "metrics.jsonl"))
+    # what the reward model cost over the whole run (reward.genrm.price_per_mtok_*)
+    cost = sum(row.get("reward/cost", 0.0) for row in rows)
     tail += f", reward cost {cost:.4f}" if cost else ""
     typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
+    for line in closing_lines(rows, run_dir):
+        typer.echo(line)

@@ -49,6 +49,7 @@ from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
 from rlrm.errors import ConfigError, RunFolderError
 from rlrm.inference.loading import pick_device
+from rlrm.launch.common import progress
 from rlrm.launch.common.ray_head import check_ray_head
 
 
@@ -219,7 +220,9 @@ class _TrainLoop:
         ckpts = list_checkpoints(self.run_dir)
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
+        progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
         parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        progress.say(f"policy on {parts.device}; starting the reward and rollout ({self.profile.reward.kind} reward)")
         # torch, transformers and the models leave ~350k objects that live as long as the run; a full
         # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
         gc.collect()
@@ -249,7 +252,14 @@ class _TrainLoop:
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
-                    writer.log({"step": 0, **await self._held_out()})
+                    display.message(f"step 0: held-out accuracy on {len(self.val_examples)} problems ...")
+                    started = time.perf_counter()
+                    held_out = await self._held_out()
+                    writer.log({"step": 0, **held_out})
+                    display.message(
+                        f"step 0: held-out accuracy {held_out.get('val/accuracy', float('nan')):.3f} "
+                        f"({time.perf_counter() - started:.1f} s)"
+                    )
                 while step < p.trainer.total_steps:
                     step += 1
                     row = await self._step(step)

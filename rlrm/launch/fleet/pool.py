@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Awaitable, Callable, Protocol
 
+from rlrm.launch.common import progress
 from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env
@@ -163,6 +164,7 @@ class ServerPool:
             self.servers = [ServerProcess(make_argv("127.0.0.1", free_port()), env=env) for env in envs]
         else:
             self.servers = placer.place(replicas, make_argv, envs)
+        self.role, self.backend = role, backend  # named in progress lines
         self.restart_args = list(restart_args or [])
         self.restarts = 0
         self.restarting: set[str] = set()  # URLs of replicas being restarted (not to be synced directly)
@@ -187,6 +189,8 @@ class ServerPool:
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Start every replica at once, then wait for all of them (one total deadline)."""
+        started = time.monotonic()
+        progress.say(f"{self.role} servers: starting {len(self.servers)} {self.backend} replica(s)")
         try:
             for server in self.servers:
                 server.start_timeout_s = timeout_s
@@ -194,7 +198,10 @@ class ServerPool:
             deadline = time.monotonic() + timeout_s
             for server in self.servers:
                 server.start_timeout_s = max(1.0, deadline - time.monotonic())
-                server.wait_ready()
+                log = getattr(server, "log_path", None)
+                with progress.waiting(f"{self.role} replica {server.url} starting" + (f" (log: {log})" if log else "")):
+                    server.wait_ready()
+            progress.say(f"{self.role} servers: {len(self.servers)} ready in {time.monotonic() - started:.1f} s")
         except BaseException:
             self.stop()
             raise

@@ -199,6 +199,11 @@ class ServerProcess:
         code = self.proc.returncode if self.proc is not None else None
         return f"{self.url} died (exit code {code}): {self.why()}"
 
+    @property
+    def log_path(self) -> str | None:
+        """The file the server's output goes to (None before it starts)."""
+        return self._log.name if self._log is not None else None
+
     def _log_text(self) -> str:
         if self._log is None:
             return ""
