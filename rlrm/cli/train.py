@@ -99,6 +99,11 @@ def train(
     # what the reward model cost over the whole run (reward.genrm.price_per_mtok_*)
     cost = sum(row.get("reward/cost", 0.0) for row in rows)
     tail += f", reward cost {cost:.4f}" if cost else ""
-    typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
+    if result.stopped:
+        typer.echo(f"{result.stopped} (run folder {run_dir})")
+    else:
+        typer.echo(f"done: {result.last_step} steps in {run_dir}{tail}")
     for line in closing_lines(rows, run_dir):
         typer.echo(line)
+    if result.stopped:
+        raise typer.Exit(1)

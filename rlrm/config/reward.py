@@ -259,6 +259,23 @@ class OverlongConfig(_Section):
         return self.buffer_len is not None
 
 
+class GuardConfig(_Section):
+    """The reward-hacking guard: the audit `rlrm report` runs after the fact (rlrm/engine/metrics/audit.py's
+    divergence check), run live on the last `window` steps after each step."""
+
+    on_divergence: Literal["off", "warn", "stop"] = Field(
+        "warn",
+        description="When the reward rises (t >= 2) while reward/rule_agreement or val/accuracy falls by at least "
+        "min_drop (t <= -2) over the last `window` steps: warn (a line and guard/divergence=1 in metrics.jsonl), "
+        "stop (also end the run after that step with one line naming the step and the numbers; the last checkpoint "
+        "stays), or off. It reads metrics the run writes anyway: no reward call.",
+    )
+    window: int = Field(20, ge=3, description="Steps the live check fits its trends over.")
+    min_drop: float = Field(
+        0.05, gt=0.0, le=1.0, description="Fall of rule agreement or held-out accuracy over the window that counts."
+    )
+
+
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
@@ -333,6 +350,7 @@ class RewardConfig(_Section):
     inject: InjectConfig = Field(default_factory=InjectConfig)
     limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    guard: GuardConfig = Field(default_factory=GuardConfig)
 
     @field_validator("ray_address")
     @classmethod

@@ -35,7 +35,9 @@ from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.held_out import evaluate_held_out
 from rlrm.engine.metrics.display import StepDisplay
+from rlrm.engine.metrics.guard import DivergenceGuard
 from rlrm.engine.metrics.idle import IdleMeter
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.samples import SampleLog
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import Span, StepTimer
@@ -59,6 +61,7 @@ class RunResult:
     last_step: int
     metrics: dict = field(default_factory=dict)
     interrupted: bool = False
+    stopped: str | None = None  # why the reward guard ended the run early (reward.guard.on_divergence=stop)
 
 
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
@@ -248,6 +251,8 @@ class _TrainLoop:
         if p.logging.save_samples:
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
         self.val_examples, self.val_ids = self._held_out_set()
+        history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
+        self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
@@ -256,6 +261,7 @@ class _TrainLoop:
                     started = time.perf_counter()
                     held_out = await self._held_out()
                     writer.log({"step": 0, **held_out})
+                    self.guard.observe({"step": 0, **held_out})
                     display.message(
                         f"step 0: held-out accuracy {held_out.get('val/accuracy', float('nan')):.3f} "
                         f"({time.perf_counter() - started:.1f} s)"
@@ -263,8 +269,18 @@ class _TrainLoop:
                 while step < p.trainer.total_steps:
                     step += 1
                     row = await self._step(step)
+                    finding = self.guard.observe(row)
+                    row["guard/divergence"] = float(finding is not None)
                     writer.log(row)
                     display.update(step, row)
+                    if finding is not None and self.guard.flagged_at == step:
+                        display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
+                    if finding is not None and p.reward.guard.on_divergence == "stop":
+                        self.result.stopped = (
+                            f"stopped at step {step} by the reward-hacking guard (reward.guard.on_divergence=stop): "
+                            f"{finding.detail}"
+                        )
+                        break
         except RewardBudgetExceeded as exc:
             self._unsaved = exc.trained  # the actor holds an over-budget update: keep the last good checkpoint
             if self.pending_row is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrm.report.audit import AGREEMENT, REWARD, audit_run
+from rlrm.engine.metrics.audit import AGREEMENT, REWARD, audit_run
 
 
 def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:

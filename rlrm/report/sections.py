@@ -9,8 +9,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 
+from rlrm.engine.metrics.audit import AGREEMENT, AuditSettings, audit_run, run_series
 from rlrm.report import benchmark, curves, parity
-from rlrm.report.audit import AGREEMENT, AuditSettings, audit_run, run_series
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
 from rlrm.report.folders import BenchData, ParityData, RunData
@@ -43,7 +43,7 @@ def runs_section(doc: Document, all_runs: list[RunData], options, steps, writer)
 
 
 def audit_section(doc: Document, all_runs: list[RunData], writer, settings: AuditSettings = AuditSettings()) -> None:
-    """The reward-hacking audit of each run (rlrm/report/audit.py): a table of checks, the rule-agreement curve."""
+    """The reward-hacking audit of each run (rlrm/engine/metrics/audit.py): a table of checks, the rule-agreement curve."""
     usable = [run for run in all_runs if not run.metrics.empty]
     if not usable:
         return

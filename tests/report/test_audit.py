@@ -1,4 +1,4 @@
-"""The reward-hacking audit's checks (rlrm/report/audit.py) on synthetic series with hand-checked numbers."""
+"""The reward-hacking audit's checks (rlrm/engine/metrics/audit.py) on synthetic series with hand-checked numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from rlrm.report.audit import (
+from rlrm.engine.metrics.audit import (
     AuditSettings,
     check_concentration,
     check_divergence,

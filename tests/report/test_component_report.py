@@ -7,7 +7,7 @@ import json
 
 from test_audit_report import audit_rows
 
-from rlrm.report.audit import check_divergence
+from rlrm.engine.metrics.audit import check_divergence
 from rlrm.report.build import ReportOptions, build_report
 
 STEPS = list(range(1, 13))
