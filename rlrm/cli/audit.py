@@ -77,8 +77,15 @@ def reward(
     resolved = load_profile(name, overrides)
     extra = read_attack_file(attacks) if attacks is not None else []
     plan = plan_audit(resolved, extra, samples)
-    typer.echo(f"audit: {plan.estimate(resolved.reward)}", err=True)
-    result = run_audit(resolved, plan, AuditSettings(max_attack_rate, min_reference_rate, threshold), name)
+    settings = AuditSettings(max_attack_rate, min_reference_rate, threshold)
+    # said once the servers answer and before the first call: a server that is down is the only line printed
+    result = run_audit(
+        resolved,
+        plan,
+        settings,
+        name,
+        on_ready=lambda: typer.echo(f"audit: {plan.estimate(resolved.reward)}", err=True),
+    )
     if as_json:
         typer.echo(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
     else:

@@ -227,11 +227,15 @@ def threshold_of(reward, settings: AuditSettings) -> tuple[float, str]:
     return by_kind, rules[kind] + part
 
 
-def run_audit(profile, plan: AuditPlan, settings: AuditSettings, name: str = "") -> AuditResult:
-    """Score the plan through the profile's reward path and tally each attack (AuditError if nothing scored)."""
+def run_audit(profile, plan: AuditPlan, settings: AuditSettings, name: str = "", on_ready=None) -> AuditResult:
+    """Score the plan through the profile's reward path and tally each attack (AuditError if nothing scored).
+
+    Args:
+        on_ready: called when the reward servers answer, before the first sample is sent.
+    """
     reward = profile.reward
     threshold, rule = threshold_of(reward, settings)
-    scored = score_samples(reward, plan.samples, profile.rollout.max_new_tokens)
+    scored = score_samples(reward, plan.samples, profile.rollout.max_new_tokens, on_ready)
     failed = [r for r in scored.results if r is None or r.extra.get("reward_failed")]
     notes = list(plan.notes)
     if len(failed) == len(plan.samples):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.reward_service import RewardService
@@ -33,19 +34,27 @@ def eval_config(reward: RewardConfig) -> RewardConfig:
     return RewardConfig.model_validate(raw)
 
 
-def score_samples(reward: RewardConfig, samples: list[RewardSample], max_response_len: int | None = None) -> Scored:
+def score_samples(
+    reward: RewardConfig,
+    samples: list[RewardSample],
+    max_response_len: int | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> Scored:
     """Every sample scored at once through the reward loop (servers started here and stopped in `finally`).
 
     Args:
         max_response_len: the rollout's max_new_tokens, for reward.overlong (as the trainer passes it).
+        on_ready: called once the servers answer, before the first sample is sent (say what it will cost).
     """
-    return asyncio.run(_score(eval_config(reward), samples, max_response_len))
+    return asyncio.run(_score(eval_config(reward), samples, max_response_len, on_ready))
 
 
-async def _score(cfg: RewardConfig, samples: list[RewardSample], max_response_len: int | None) -> Scored:
+async def _score(cfg: RewardConfig, samples: list[RewardSample], max_response_len: int | None, on_ready) -> Scored:
     service = RewardService(cfg, max_response_len=max_response_len)
     try:
         await service.start()
+        if on_ready is not None:
+            on_ready()
         await service.wake()
         results = await service.loop.score_all(samples)
         return Scored(results, service.loop.take_metrics())
