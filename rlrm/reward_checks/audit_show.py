@@ -77,10 +77,11 @@ def verdict_line(result) -> str:
 
 def _counted(c: dict) -> str:
     parts = [f"{int(c['reward/model_calls'])} reward-model calls"]
-    if c["reward/judge_prompt_tokens"] or c["reward/judge_completion_tokens"]:
-        parts.append(
-            f"{int(c['reward/judge_prompt_tokens'])} prompt + {int(c['reward/judge_completion_tokens'])} completion tokens"
-        )
+    prompt, completion = int(c["reward/judge_prompt_tokens"]), int(c["reward/judge_completion_tokens"])
+    if completion:
+        parts.append(f"{prompt} prompt + {completion} completion tokens")
+    elif prompt:  # a DisRM reads its input and writes nothing
+        parts.append(f"{prompt} input tokens")
     if c["reward/cost"]:
         parts.append(f"${c['reward/cost']:.4f}")
     if c["reward/rate_limited"] or c["reward/throttle_wait_s"]:
