@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console
-from rlrm.cli.options import OutOption, ProfileOption, SetOption
+from rlrm.cli.options import ProfileOption, SetOption
 from rlrm.cli.parity import exit_2_on_error
 
 app = typer.Typer(help="Check a reward against known attacks before training on it.", no_args_is_help=True)
@@ -51,7 +51,10 @@ def reward(
     threshold: Annotated[
         Optional[float], typer.Option("--threshold", help="Rewarded = score >= this (default: by reward kind, below).")
     ] = None,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Also write audit.json, audit.csv and audit.png here (default: nothing written)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON instead of the table.")] = False,
 ) -> None:
     """Send the built-in attacks (master keys of "One Token to Fool LLM-as-a-Judge": ':', '.', ',', 'Thought
