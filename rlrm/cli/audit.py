@@ -67,7 +67,9 @@ def reward(
     else 0 for a DisRM's logit (sigmoid 0.5), 0.5 for a GenRM's normalised verdict and a custom function, halfway
     between reward.score and reward.format_score for the rule; a composite is judged by its model part. With a
     reward model, the calls (and a judge's tokens and price) are estimated before and counted after. --out DIR
-    writes audit.json, audit.csv and audit.png (`rlrm report DIR` draws it again)."""
+    writes audit.json, audit.csv and audit.png (`rlrm report DIR` draws it again). Exit 0: pass; 1: an attack
+    rewarded more often than --max-attack-rate (named), or the references less often than --min-reference-rate;
+    2: an error (one line, nothing written)."""
     from rlrm.config.loader import load_profile
     from rlrm.errors import require_extra
     from rlrm.reward_checks.attacks import read_attack_file
