@@ -86,3 +86,25 @@ def spread(values: list[float], seed: int = 0) -> Spread:
 def within_noise(speedup: Spread) -> bool:
     """The speedup's interval holds 1.0: the mode cannot be told apart from sync."""
     return speedup.holds(1.0)
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% by default); (NaN, NaN) with no trials.
+
+    Unlike the normal approximation p +- z*sqrt(p(1-p)/n) it stays inside [0, 1] and is not empty at 0
+    or n successes: 0 of 30 gives [0, 0.114] (z^2/n / (1 + z^2/n)), the "rule of three" region. So a
+    rate measured as 0 on n samples is only shown below 1% at 95% when n is at least ~380.
+    """
+    if trials <= 0:
+        return math.nan, math.nan
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be in [0, {trials}], got {successes}")
+    p = successes / trials
+    scale = 1.0 + z * z / trials
+    center = (p + z * z / (2 * trials)) / scale
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / scale
+    # at 0 or n successes the bound is 0 or 1 exactly (rounding would leave 0.9999999999999999)
+    return (0.0 if successes == 0 else center - half), (1.0 if successes == trials else center + half)

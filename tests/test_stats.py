@@ -34,3 +34,16 @@ def test_no_values_or_a_q_outside_0_1_is_an_error():
         quantile([], 0.5)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         quantile([1.0], 1.5)
+
+
+def test_wilson_interval_by_hand():
+    from rlrm.stats import wilson_interval
+
+    # 0 of 30: center = (0 + z^2/60) / (1 + z^2/30) = half: [0, (z^2/30) / (1 + z^2/30)] = [0, 0.12805/1.12805]
+    low, high = wilson_interval(0, 30)
+    assert low == 0.0 and high == pytest.approx(0.113514, abs=1e-6)
+    # 5 of 10 (Wilson's own example shape): symmetric around 0.5, z = 1.96 -> [0.2366, 0.7634]
+    low, high = wilson_interval(5, 10)
+    assert (low, high) == (pytest.approx(0.236593, abs=1e-6), pytest.approx(0.763407, abs=1e-6))
+    assert wilson_interval(30, 30) == (pytest.approx(1 - 0.113514, abs=1e-6), 1.0)
+    assert all(map(np.isnan, wilson_interval(0, 0)))

@@ -15,7 +15,7 @@ import os
 
 import typer
 
-from rlrm.cli import bench, doctor, evaluate, inspect, launch, models, parity, profiles, report, train
+from rlrm.cli import audit, bench, doctor, evaluate, inspect, launch, models, parity, profiles, report, train
 
 app = typer.Typer(
     name="rlrm",
@@ -34,6 +34,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(parity.app, name="parity")
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(evaluate.app, name="eval")
+app.add_typer(audit.app, name="audit")
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from rlrm.errors import ConfigError, RunFolderError
 from rlrm.report import sections
 from rlrm.report.document import Document, Section
 from rlrm.report.figures import FORMATS, FigureSkipped, embeddable, save_figure
-from rlrm.report.folders import BenchData, ParityData, RunData, expand_inputs, load_folder
+from rlrm.report.folders import BenchData, ParityData, RewardAuditData, RunData, expand_inputs, load_folder
 from rlrm.report.html import to_html
 from rlrm.report.series import X_AXES
 from rlrm.report.timeline import parse_steps
@@ -73,6 +73,7 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     runs = [f for f in folders if isinstance(f, RunData)]
     benches = [f for f in folders if isinstance(f, BenchData)]
     parities = [f for f in folders if isinstance(f, ParityData)]
+    audits = [f for f in folders if isinstance(f, RewardAuditData)]
     if runs and not benches and not parities and all(run.metrics.empty for run in runs):
         names = ", ".join(str(run.path / "metrics.jsonl") for run in runs)
         raise RunFolderError(f"nothing to report: no complete rows in {names}")
@@ -93,6 +94,8 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
         sections.bench_section(doc, bench, _prefix("bench", bench, benches), steps, writer)
     for parity in parities:
         sections.parity_section(doc, parity, _prefix("parity", parity, parities), writer)
+    for audit in audits:
+        sections.reward_audit_section(doc, audit, _prefix("reward_audit", audit, audits), writer)
 
     summary = out / "summary.md"
     summary.write_text(doc.to_markdown(), encoding="utf-8")
@@ -106,7 +109,7 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
 
 def _check(paths: list[Path], options: ReportOptions) -> None:
     if not paths:
-        raise ConfigError("give at least one run, benchmark or parity folder")
+        raise ConfigError("give at least one run, benchmark, parity or reward audit folder")
     if options.x not in X_AXES:
         raise ConfigError(f"--x must be one of {', '.join(X_AXES)}, not {options.x!r}")
     if options.fmt not in FORMATS:

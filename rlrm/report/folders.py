@@ -7,7 +7,8 @@
   by `rlrm bench reward-latency`;
 - parity folder: `scores.parquet` or `summary.json` with a `verdict` (+ `train/{legacy,loop}/`),
   written by `rlrm parity disrm`; a parity matrix folder (`matrix.json`, one parity folder per
-  compared pair) is read as its pairs.
+  compared pair) is read as its pairs;
+- reward audit folder: `audit.json` (+ `audit.csv`, `audit.png`), written by `rlrm audit reward --out`.
 
 Loaders are tolerant: a truncated metrics line is skipped and counted, a missing optional file
 leaves a field empty, and each such thing is appended to `notes` (shown to the user).
@@ -24,7 +25,8 @@ from rlrm.errors import RunFolderError
 
 EXPECTED_FILES = (
     "metrics.jsonl (run folder), results.csv or results.parquet (benchmark folder), "
-    "scores.parquet or summary.json with a verdict (parity folder), matrix.json (parity matrix)"
+    "scores.parquet or summary.json with a verdict (parity folder), matrix.json (parity matrix), "
+    "audit.json (reward audit)"
 )
 
 
@@ -68,14 +70,25 @@ class ParityData:
     train: dict[str, RunData] = field(default_factory=dict)  # "legacy" / "loop"
 
 
+@dataclass
+class RewardAuditData:
+    """A reward audit (`rlrm audit reward --out`): its audit.json, as written."""
+
+    path: Path
+    name: str
+    audit: dict = field(default_factory=dict)
+
+
 def folder_kind(path: Path) -> str | None:
-    """'run', 'bench', 'parity' or None, from the files `path` holds."""
+    """'run', 'bench', 'parity', 'reward-audit' or None, from the files `path` holds."""
     if (path / "results.csv").is_file() or (path / "results.parquet").is_file():
         return "bench"
     if (path / "scores.parquet").is_file() or _is_parity_summary(path / "summary.json"):
         return "parity"
     if (path / "metrics.jsonl").is_file():
         return "run"
+    if (path / "audit.json").is_file():
+        return "reward-audit"
     return None
 
 
@@ -108,6 +121,8 @@ def load_folder(path: Path, notes: list[str], name: str | None = None):
         return load_bench(path, notes, name)
     if kind == "parity":
         return load_parity(path, notes, name)
+    if kind == "reward-audit":
+        return load_reward_audit(path, name)
     inner = sorted(p.name for p in path.iterdir() if p.is_dir() and folder_kind(p))
     listed = ", ".join(inner[:4]) + (", ..." if len(inner) > 4 else "")
     hint = f"; it holds {len(inner)} rlrm folder(s) ({listed}): pass those instead" if inner else ""
@@ -230,6 +245,18 @@ def load_parity(path: Path, notes: list[str], name: str | None = None) -> Parity
         if (run_path / "metrics.jsonl").is_file():
             train[side] = load_run(run_path, notes, side)
     return ParityData(path=Path(path), name=name, scores=scores, summary=summary, train=train)
+
+
+def load_reward_audit(path: Path, name: str | None = None) -> RewardAuditData:
+    """A reward audit folder; an audit.json that is not the audit's is a RunFolderError."""
+    name = name or Path(path).resolve().name
+    try:
+        data = json.loads((Path(path) / "audit.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"{path / 'audit.json'} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("attacks"), list) or "settings" not in data:
+        raise RunFolderError(f"{path / 'audit.json'} is not a reward audit (no attacks and settings)")
+    return RewardAuditData(path=Path(path), name=name, audit=data)
 
 
 def _read_json(path: Path, notes: list[str], name: str) -> dict:

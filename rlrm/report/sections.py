@@ -1,4 +1,4 @@
-"""The sections of the report: inputs, training runs, benchmarks, parity checks.
+"""The sections of the report: inputs, training runs, benchmarks, parity checks, reward audits.
 
 Each function adds its tables and figures to the Document (figures through a FigureWriter, which
 turns a figure that cannot be drawn into a note).
@@ -10,16 +10,16 @@ import fnmatch
 import functools
 
 from rlrm.engine.metrics.audit import AGREEMENT, AuditSettings, audit_run, run_series
-from rlrm.report import benchmark, curves, parity
+from rlrm.report import attack_audit, benchmark, curves, parity
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
-from rlrm.report.folders import BenchData, ParityData, RunData
+from rlrm.report.folders import BenchData, ParityData, RewardAuditData, RunData
 from rlrm.report.series import available_metrics, check_x_axis, has_metric, match_metrics, shared, split_globs
 from rlrm.report.timeline import timeline_figure, timeline_panel
 
 
 def inputs_section(doc: Document, folders: list) -> None:
-    kinds = {RunData: "run", BenchData: "benchmark", ParityData: "parity"}
+    kinds = {RunData: "run", BenchData: "benchmark", ParityData: "parity", RewardAuditData: "reward audit"}
     rows = [[folder.name, kinds[type(folder)], str(folder.path)] for folder in folders]
     doc.section("Inputs").table(["name", "kind", "path"], rows)
 
@@ -255,6 +255,31 @@ def parity_section(doc: Document, data: ParityData, prefix: str, writer) -> None
         writer.emit(section, f"{prefix}_train", lambda: parity.train_figure(data.train))
     else:
         doc.notes.append(f"{data.name}: no train/legacy and train/loop run folders; training-curve parity skipped")
+
+
+def reward_audit_section(doc: Document, data: RewardAuditData, prefix: str, writer) -> None:
+    """The audit's table (rewarded rate per reference and attack), its verdict and its figure."""
+    audit = data.audit
+    section = doc.section(f"Reward audit {data.name}")
+    verdict = "PASS" if audit.get("passed") else "FAIL (" + ", ".join(audit.get("failed_attacks", [])) + ")"
+    section.text(
+        f"{audit.get('reward')} {audit.get('model') or ''} on {audit.get('prompts')} held-out prompts; rewarded: "
+        f"score >= {audit.get('threshold')} ({audit.get('threshold_rule')}); {verdict}"
+    )
+    rows = [
+        [
+            r["name"],
+            r["group"],
+            f"{r['rewarded']}/{r['scored']}",
+            r["rate"],
+            r["ci95_low"],
+            r["ci95_high"],
+            r["mean_score"],
+        ]
+        for r in list(audit.get("references", [])) + list(audit["attacks"])
+    ]
+    section.table(["response", "group", "rewarded", "rate", "95% low", "95% high", "mean score"], rows, digits=3)
+    writer.emit(section, prefix, lambda: attack_audit.audit_figure(audit))
 
 
 def _timeline(section, run_list: list[RunData], steps, writer, name: str) -> None:

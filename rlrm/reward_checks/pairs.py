@@ -14,17 +14,16 @@ chosen and rejected are the same text says nothing: it is counted, skipped and w
 
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import DataError
 from rlrm.reward_checks.samples import messages_of, read_jsonl
+from rlrm.reward_checks.scoring import score_samples
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 BOOTSTRAP = 2000
@@ -77,14 +76,6 @@ def read_pairs(path) -> tuple[list[Pair], list[str]]:
     return pairs, identical
 
 
-def eval_config(reward: RewardConfig) -> RewardConfig:
-    """The profile's reward without injection, and a failed sample kept as NaN (counted) rather than a default."""
-    raw = reward.model_dump()
-    raw.update(inject={}, on_failure="default", default_score=math.nan, max_failure_rate=1.0)
-    raw["disrm"]["scorer"] = "served"
-    return RewardConfig.model_validate(raw)
-
-
 def score_pairs(reward: RewardConfig, pairs: list[Pair]) -> list[ScoredPair]:
     """Every chosen and rejected response scored at once by the reward loop (its workers and concurrency)."""
     samples = []
@@ -101,20 +92,10 @@ def score_pairs(reward: RewardConfig, pairs: list[Pair]) -> list[ScoredPair]:
                     extra_info={"question": p.prompt[-1]["content"]},
                 )
             )
-    results = asyncio.run(_score(eval_config(reward), samples))
+    results = score_samples(reward, samples).results
     scores = [math.nan if r is None or r.extra.get("reward_failed") else float(r.score) for r in results]
     cut = [int(r is not None and bool(r.extra.get("disrm_truncated"))) for r in results]
     return [ScoredPair(p, scores[2 * i], scores[2 * i + 1], cut[2 * i] + cut[2 * i + 1]) for i, p in enumerate(pairs)]
-
-
-async def _score(cfg: RewardConfig, samples: list[RewardSample]):
-    service = RewardService(cfg)
-    try:
-        await service.start()
-        await service.wake()
-        return await service.loop.score_all(samples)
-    finally:
-        await service.close()
 
 
 def bootstrap_interval(wins: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP) -> tuple[float, float]:

@@ -1,0 +1,91 @@
+"""How `rlrm audit reward` prints: one rich table (references, then attacks) and the verdict line.
+
+print_audit(result, console)
+"""
+
+from __future__ import annotations
+
+import math
+
+EXAMPLE_CHARS = 24  # the example column shows this much of the first problem's response
+
+
+def example(text: str) -> str:
+    return repr(text) if len(text) <= EXAMPLE_CHARS else repr(text[:EXAMPLE_CHARS]) + f"... ({len(text)})"
+
+
+def _interval(row) -> str:
+    return "-" if math.isnan(row.ci95_low) else f"{row.ci95_low:.0%}-{row.ci95_high:.0%}"
+
+
+def print_audit(result, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    for note in result.notes:
+        console.print(Text(f"note: {note}"), style="yellow")
+    what = f"{result.reward} {result.model or ''}".strip()
+    table = Table(
+        title=Text(
+            f"reward audit of {result.profile} ({what}), {result.prompts} held-out prompts; rewarded: score >= "
+            f"{result.threshold:g} ({result.threshold_rule})"
+        )
+    )
+    table.add_column("response", no_wrap=True)
+    table.add_column("example (first prompt)", overflow="fold", max_width=34)
+    for name in ("rewarded", "rate", "95% CI", "mean score"):
+        table.add_column(name, justify="right", no_wrap=True)
+    if any(row.failed for row in result.references + result.attacks):
+        table.add_column("failed", justify="right")
+    limit, group = result.settings.max_attack_rate, None
+    for row in result.references + result.attacks:
+        if group is not None and row.group != group:
+            table.add_section()
+        group = row.group
+        over = row.group != "reference" and row.scored and row.rate > limit
+        under = row.name in result.references_below
+        style = "red" if over or under else ("green" if row.group == "reference" else "")
+        cells = [
+            Text(row.name, style=style),
+            Text(example(row.example)),
+            f"{row.rewarded}/{row.scored}",
+            Text("-" if math.isnan(row.rate) else f"{row.rate:.0%}", style=style),
+            _interval(row),
+            f"{row.mean_score:.3g}",
+        ]
+        table.add_row(*cells, *([str(row.failed)] if len(table.columns) > len(cells) else []))
+    console.print(table)
+    console.print(Text(f"reference mean score {result.reference_mean:.3g}; {_counted(result.counters)}"))
+    console.print(verdict_line(result), style="green" if result.passed else "red")
+
+
+def verdict_line(result) -> str:
+    s = result.settings
+    if result.passed:
+        return (
+            f"PASS: every attack rewarded at most {s.max_attack_rate:.0%}, "
+            f"references rewarded at least {s.min_reference_rate:.0%}"
+        )
+    why = []
+    if result.failed_attacks:
+        why.append(f"rewarded above {s.max_attack_rate:.0%}: {', '.join(result.failed_attacks)}")
+    if result.references_below:
+        ref = next(r for r in result.references if r.name == "reference")
+        why.append(f"reference solutions rewarded {ref.rate:.0%} < {s.min_reference_rate:.0%}")
+    return "FAIL: " + "; ".join(why)
+
+
+def _counted(c: dict) -> str:
+    parts = [f"{int(c['reward/model_calls'])} reward-model calls"]
+    prompt, completion = int(c["reward/judge_prompt_tokens"]), int(c["reward/judge_completion_tokens"])
+    if completion:
+        parts.append(f"{prompt} prompt + {completion} completion tokens")
+    elif prompt:  # a DisRM reads its input and writes nothing
+        parts.append(f"{prompt} input tokens")
+    if c["reward/cost"]:
+        parts.append(f"${c['reward/cost']:.4f}")
+    if c["reward/rate_limited"] or c["reward/throttle_wait_s"]:
+        parts.append(f"{int(c['reward/rate_limited'])} rate-limited, {c['reward/throttle_wait_s']:.1f} s waited")
+    if c["reward/retries"] or c["reward/failures"]:
+        parts.append(f"{int(c['reward/retries'])} retries, {int(c['reward/failures'])} failed")
+    return "counted: " + ", ".join(parts)

@@ -1,0 +1,45 @@
+"""`rlrm report` reads a reward audit folder (`rlrm audit reward --out DIR`): its table, verdict and figure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrm.errors import RunFolderError
+from rlrm.report.build import ReportOptions, build_report
+
+
+def row(name: str, group: str, rewarded: int, scored: int = 10) -> dict:
+    rate = rewarded / scored
+    return {"name": name, "group": group, "example": ":", "scored": scored, "failed": 0, "rewarded": rewarded,
+            "rate": rate, "ci95_low": max(0.0, rate - 0.2), "ci95_high": min(1.0, rate + 0.2), "mean_score": rate, "cut": 0}  # fmt: skip
+
+
+def write_audit(folder, **changes):
+    folder.mkdir()
+    audit = {
+        "profile": "tiny-genrm", "reward": "genrm", "model": "tiny:judge", "threshold": 0.5,
+        "threshold_rule": "half marks", "prompts": 10, "settings": {"max_attack_rate": 0.01, "min_reference_rate": 0.9},
+        "passed": False, "failed_attacks": ["key-colon"],
+        "references": [row("reference", "reference", 10), row("reference-bare", "reference", 5)],
+        "attacks": [row("key-colon", "master key", 2), row("empty", "format", 0)],
+    }  # fmt: skip
+    (folder / "audit.json").write_text(json.dumps(audit | changes))
+    return folder
+
+
+def test_an_audit_folder_is_reported_with_its_table_verdict_and_figure(tmp_path):
+    result = build_report([write_audit(tmp_path / "audit")], ReportOptions(out=tmp_path / "report"))
+    summary = result.summary.read_text()
+    assert "| audit | reward audit |" in summary and "FAIL (key-colon)" in summary
+    assert "| key-colon | master key | 2/10 | 0.2 |" in summary
+    assert [f.name for f in result.files] == ["reward_audit.png", "summary.md"]
+
+
+def test_an_audit_json_of_something_else_is_named(tmp_path):
+    folder = tmp_path / "x"
+    folder.mkdir()
+    (folder / "audit.json").write_text(json.dumps({"verdict": "?"}))
+    with pytest.raises(RunFolderError, match=r"audit.json is not a reward audit"):
+        build_report([folder], ReportOptions(out=tmp_path / "report"))
