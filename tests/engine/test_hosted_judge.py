@@ -149,7 +149,10 @@ def test_the_run_summary_says_what_the_judge_cost(tmp_path, tiny_policy_path):
     assert result.exit_code == 0, result.output
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/cost" in r]
     assert len(rows) == 2 and all(r["reward/cost"] > 0 for r in rows)
-    assert f"reward cost {sum(r['reward/cost'] for r in rows):.4f}" in result.output.splitlines()[-1]
+    summed = sum(r["reward/cost"] for r in rows)
+    done = next(line for line in result.output.splitlines() if line.startswith("done: "))  # the closing lines follow
+    assert f"reward cost {summed:.4f}" in done, done
+    assert f"  reward model cost {summed:.4f} (reward/cost)" in result.output.splitlines(), result.output
 
 
 def test_a_wrong_key_fails_at_once_with_one_line(monkeypatch):
