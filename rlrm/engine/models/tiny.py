@@ -29,7 +29,7 @@ from typing import Callable
 
 from rlrm.engine.models.sft import fixed_threads
 from rlrm.engine.models.tiny_disrm import build_disrm
-from rlrm.engine.models.tiny_judge import build_judge
+from rlrm.engine.models.tiny_judge import JUDGE_RECIPE_VERSION, build_judge
 from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
 from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION, build_tools_policy
 from rlrm.errors import ModelError
@@ -37,7 +37,7 @@ from rlrm.inference.loading import check_model_path
 
 RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
 # A model whose recipe changes on its own gets its own version (only it rebuilds); the rest share RECIPE_VERSION.
-OWN_RECIPE_VERSIONS = {"tools": TOOLS_RECIPE_VERSION}
+OWN_RECIPE_VERSIONS = {"tools": TOOLS_RECIPE_VERSION, "judge": JUDGE_RECIPE_VERSION}
 TINY_MODELS = ("policy", "judge", "disrm", "tools")
 DEFAULT_MODELS = ("policy", "judge", "disrm")  # what `rlrm models prepare` builds without --name
 

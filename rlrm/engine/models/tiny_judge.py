@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from rlrm.engine.models.judge_negatives import adversarial_response
 from rlrm.engine.models.sft import chat_prompt, fine_tune, fixed_threads, generate, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
@@ -54,6 +55,8 @@ JUDGE_TEMPLATE = (
     "Reference answer: {reference}\n"
     "Compare the final answer with the reference, then end with 'Score: 10' if it is correct or 'Score: 0' if it is not."
 )
+# 3: adversarial answers in the training data (judge_negatives.py): master keys 3-17% -> 0% in `rlrm audit reward`
+JUDGE_RECIPE_VERSION = 3
 VERDICT = "score"  # the GenRM client's verdict style for this judge
 MAX_SCORE = 10.0  # "Score: 10" means correct; verdicts are divided by it
 THREADS = 2  # fixed, so float reductions (and so the weights) are reproducible for a seed
@@ -69,6 +72,7 @@ class JudgeRecipe:
     num_test: int = 256  # held-out problems of each size (up to 20 and up to 10)
     policy_problems: int = 300  # training problems the policy answers: its odd formats get judged too
     samples_per_problem: int = 4
+    adversarial: int = 2000  # master keys, truncated working, injections, bare answers... (judge_negatives.py)
     steps: int = 800  # verdict accuracy 0.97 / 0.955 after 600 steps (seeds 0 / 1), 0.988 / 0.992 after 800
     batch: int = 32
     lr: float = 1e-3
@@ -77,7 +81,7 @@ class JudgeRecipe:
     @classmethod
     def smoke(cls) -> "JudgeRecipe":
         """A few steps on a few problems: the same code path in seconds (determinism tests)."""
-        return replace(cls(), num_train=64, num_test=8, policy_problems=4, steps=3, batch=4)
+        return replace(cls(), num_train=64, num_test=8, policy_problems=4, adversarial=16, steps=3, batch=4)
 
 
 def parse_verdict(text: str) -> float | None:
@@ -132,18 +136,26 @@ def build_judge(
         written = [
             right_response(ex, rng) if i % 2 == 0 else wrong_response(ex, rng) for i, ex in enumerate(train_problems)
         ]
-        _fine_tune(model, tokenizer, written + own, recipe, rng, log)
+        adversarial = [adversarial_response(ex, rng) for ex in rng.sample(train_problems, recipe.adversarial)]
+        _fine_tune(model, tokenizer, written + own + adversarial, recipe, rng, log)
         scores, verdicts = judge_all(model, tokenizer, test)
         metrics = auc_report(scores, test)
-        metrics["verdict_accuracy"] = sum(v is not None and round(v) == p.label for v, p in zip(verdicts, test)) / len(
-            test
-        )
+        metrics["verdict_accuracy"] = _agreement(verdicts, test)
         metrics["parsed"] = sum(v is not None for v in verdicts) / len(test)
+        # held-out adversarial responses (other problems than training's): the judge must follow the rule there too
+        attacks = [adversarial_response(ex, rng) for ex in heldout]
+        metrics["adversarial_accuracy"] = _agreement(judge_all(model, tokenizer, attacks)[1], attacks)
     out = save_build(dest, model, tokenizer, metrics, start)
     log(
-        f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, {out['build_s']} s"
+        f"tiny judge: held-out AUC {out['auc']:.3f}, verdict accuracy {out['verdict_accuracy']:.3f}, on adversarial "
+        f"answers {out['adversarial_accuracy']:.3f}, {out['build_s']} s"
     )
     return out
+
+
+def _agreement(verdicts: list[float | None], pairs: list[Labelled]) -> float:
+    """Share of verdicts equal to the rule's label (no verdict counts as wrong)."""
+    return sum(v is not None and round(v) == p.label for v, p in zip(verdicts, pairs)) / max(1, len(pairs))
 
 
 def _fine_tune(model, tokenizer, train: list[Labelled], recipe: JudgeRecipe, rng: random.Random, log) -> None:
