@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from rlrm.engine.models.sft import fixed_threads
+from rlrm.engine.models.sft import BUILD_THREADS, built_with, fixed_threads
 from rlrm.engine.models.tiny_disrm import build_disrm
 from rlrm.engine.models.tiny_judge import build_judge
 from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
@@ -35,7 +35,7 @@ from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION, build_tools_poli
 from rlrm.errors import ModelError
 from rlrm.inference.loading import check_model_path
 
-RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
+RECIPE_VERSION = 3  # bump when the recipe changes, so cached builds are rebuilt
 # A model whose recipe changes on its own gets its own version (only it rebuilds); the rest share RECIPE_VERSION.
 OWN_RECIPE_VERSIONS = {"tools": TOOLS_RECIPE_VERSION}
 TINY_MODELS = ("policy", "judge", "disrm", "tools")
@@ -140,7 +140,7 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
     hf_logging.disable_progress_bar()
 
     start = time.perf_counter()
-    with fixed_threads(2):  # so the build's float reductions and thus weights are reproducible
+    with fixed_threads(BUILD_THREADS):  # so the build's float reductions and thus weights are reproducible
         tokenizer = build_tokenizer(seed)
         model = new_policy(tokenizer, seed)
         accuracy = warm_start(model, tokenizer, seed, log)
@@ -153,6 +153,7 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
         "parameters": sum(p.numel() for p in model.parameters()),
         "warm_start_accuracy": accuracy,
         "build_s": round(time.perf_counter() - start, 1),
+        "built_with": built_with(),
     }
     (dest / "meta.json").write_text(json.dumps(meta, indent=2))
     log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")
