@@ -1,6 +1,6 @@
 """The tiny DisRM recipe: a Qwen2 sequence classifier that scores (problem, response) conversations.
 
-    metrics = build_disrm(dest, seed, log, policy_dir)              # ~2 min on 2 cores
+    metrics = build_disrm(dest, seed, log, policy_dir)              # minutes, one thread (docs/benchmarks.md)
     build_disrm(dest, seed, log, policy_dir, DisRMRecipe.smoke())   # seconds: for tests
 
 A `Qwen2ForSequenceClassification` (`num_labels=1`) that reads exactly what the DisRM client sends

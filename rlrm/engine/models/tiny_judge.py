@@ -1,6 +1,6 @@
 """The tiny GenRM judge recipe: a causal LM that reads a judge prompt and answers with a verdict.
 
-    metrics = build_judge(dest, seed, log, policy_dir)              # ~2.5 min on 2 cores
+    metrics = build_judge(dest, seed, log, policy_dir)              # minutes, one thread (docs/benchmarks.md)
     build_judge(dest, seed, log, policy_dir, JudgeRecipe.smoke())   # seconds: for tests
 
 The judge is a copy of the warm-started tiny policy fine-tuned (loss on the answer only) to read

@@ -1,6 +1,6 @@
 """The tiny tool-use recipe: the tiny policy fine-tuned to call the calculator on large operands.
 
-    metrics = build_tools_policy(dest, seed, log, policy_dir)               # ~5 min on 2 cores
+    metrics = build_tools_policy(dest, seed, log, policy_dir)               # minutes, one thread (docs/benchmarks.md)
     build_tools_policy(dest, seed, log, policy_dir, ToolsRecipe.smoke())    # seconds: for tests
 
 The problems are the synthetic word problems with three-digit operands (`TOOL_DATA`, as the
