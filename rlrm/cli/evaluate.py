@@ -1,6 +1,6 @@
 """`rlrm eval rm`: pairwise accuracy of a profile's reward on chosen/rejected pairs.
 
-rlrm eval rm --profile tiny-disrm --pairs ~/.cache/rlrm/models/pairs-v2-seed0.jsonl
+rlrm eval rm --profile tiny-disrm --pairs ~/.cache/rlrm/models/pairs-v3-seed0.jsonl
 rlrm eval rm --profile tiny-genrm --pairs pairs.jsonl --json
 """
 

@@ -40,7 +40,15 @@ def test_recipe_is_deterministic_for_a_seed():
     assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
 
 
-def test_concurrent_prepare_builds_once(tmp_path, tiny_policy_path, monkeypatch):
+@pytest.fixture
+def nothing_shipped(tmp_path, monkeypatch):
+    """prepare_tiny builds (with the builders a test puts in) instead of copying the shipped seed-0 files."""
+    import rlrm.engine.models.tiny as tiny
+
+    monkeypatch.setattr(tiny, "SHIPPED_DIR", tmp_path / "nothing-shipped")
+
+
+def test_concurrent_prepare_builds_once(tmp_path, tiny_policy_path, monkeypatch, nothing_shipped):
     import shutil
 
     import rlrm.engine.models.tiny as tiny
@@ -79,7 +87,7 @@ def test_resolve_model_path(tmp_path):
 
 @pytest.mark.parametrize("name", ["judge", "disrm"])
 def test_reward_models_resolve_and_start_from_the_same_seed_policy(
-    name, tmp_path, tiny_policy_path, monkeypatch, capsys
+    name, tmp_path, tiny_policy_path, monkeypatch, capsys, nothing_shipped
 ):
     """`tiny:judge` / `tiny:disrm` prepare the policy of their seed first, then record what they measured."""
     import shutil
@@ -110,7 +118,7 @@ def test_reward_models_resolve_and_start_from_the_same_seed_policy(
     assert f"building tiny {name} (seed 0)" in capsys.readouterr().err  # a build on first use says so
 
 
-def test_models_prepare_builds_all_and_reports_auc(tmp_path, tiny_policy_path, monkeypatch):
+def test_models_prepare_builds_all_and_reports_auc(tmp_path, tiny_policy_path, monkeypatch, nothing_shipped):
     import shutil
 
     from typer.testing import CliRunner

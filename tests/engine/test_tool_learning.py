@@ -34,7 +34,6 @@ def tiny_tools_path(tiny_policy_path) -> Path:
     return Path(resolve_model_path("tiny:tools"))
 
 
-@pytest.mark.slow  # builds tiny:tools on first use: about 5 minutes on 2 cores, too long for the default tier
 def test_the_variant_calls_the_tool_and_cannot_answer_without_it(tiny_tools_path):
     # held-out problems of the tiny-tools profile itself (its test split, unseen by the build)
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -51,10 +52,16 @@ def _variant(tiny_policy_path, path: Path, **changes) -> Path:
     return path
 
 
+def _vocab_size(model_path) -> int:
+    """The tiny policy's vocabulary (its tokenizer's size too): 510 for recipe 3."""
+    return json.loads((Path(model_path) / "config.json").read_text())["vocab_size"]
+
+
 def test_kill_9_of_one_of_two_replicas_loses_nothing_and_it_comes_back_current_and_long_prompts_are_refused(
     tiny_policy_path, tmp_path
 ):
-    engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", 459, 459, None), replicas=2)
+    vocab = _vocab_size(tiny_policy_path)
+    engine = _engine(tiny_policy_path, tmp_path, expect=TrainerModel("tiny:policy", vocab, vocab, None), replicas=2)
     prompts = [[5, 6, 7 + i] for i in range(16)]
     sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
 
@@ -142,12 +149,13 @@ def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_p
 def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, tmp_path):
     other = _variant(tiny_policy_path, tmp_path / "big-vocab", vocab_size=600)
     with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as server:
-        expect = TrainerModel("tiny:policy", vocab_size=459, tokenizer_size=459, chat_template_sha256=None)
+        vocab = _vocab_size(tiny_policy_path)
+        expect = TrainerModel("tiny:policy", vocab_size=vocab, tokenizer_size=vocab, chat_template_sha256=None)
         engine = _engine(tiny_policy_path, tmp_path / "w", expect=expect, addresses=[server.url])
         with pytest.raises(
             RolloutServerError,
             match=rf"rollout replica {server.url} serves {other} with vocabulary \(embedding "
-            r"rows\) 600, but the trainer's policy tiny:policy has 459",
+            rf"rows\) 600, but the trainer's policy tiny:policy has {vocab}",
         ):
             asyncio.run(engine.start())
 

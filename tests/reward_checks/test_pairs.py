@@ -51,7 +51,7 @@ def test_synthetic_pairs_are_right_against_wrong_by_the_rule(pairs_file):
     assert all(compute_score(r["chosen"], r["ground_truth"]) == 1.0 for r in rows)
     assert all(compute_score(r["rejected"], r["ground_truth"]) == 0.0 for r in rows)
     assert {r["subset"] for r in rows} == {"wrong-sum", "wrong-final", "misread-operand"}
-    assert pairs_file.name == "pairs-v2-seed0.jsonl"
+    assert pairs_file.name == "pairs-v3-seed0.jsonl"
 
 
 def test_rows_missing_fields_are_named_and_identical_pairs_skipped(tmp_path):

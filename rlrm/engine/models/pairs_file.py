@@ -1,7 +1,7 @@
 """A small chosen/rejected pairs file from the synthetic task, in RewardBench's jsonl shape, for
 `rlrm eval rm --pairs` on the tiny reward models.
 
-    path = write_pairs_file(cache_dir, seed=0)     # <cache>/pairs-v2-seed0.jsonl, written by `rlrm models prepare`
+    path = write_pairs_file(cache_dir, seed=0)     # <cache>/pairs-v3-seed0.jsonl, written by `rlrm models prepare`
 
 Each row: `prompt` (the problem as the policy sees it), `chosen` (the worked solution, right answer),
 `rejected` (a near miss in the policy's format, wrong by the GSM8K rule), `subset` (which kind of

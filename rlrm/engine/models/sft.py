@@ -3,7 +3,8 @@
     ids, labels, mask = pad_answers([(prompt_ids, answer_ids), ...], pad_id)   # loss on the answers only
     out, width = generate(model, tokenizer, conversations, max_new_tokens=20, do_sample=False)
     fine_tune(model, pairs, steps=300, batch=32, lr=2e-3, pad_id=pad, rng=rng, log=print, label="warm start")
-    with fixed_threads(2): ...                 # a build whose float reductions repeat
+    loss = answer_loss(model, input_ids, mask, labels)   # the LM head on the labelled positions only
+    with fixed_threads(BUILD_THREADS): ...     # a build whose float reductions repeat
     metrics = save_build(dest, model, tokenizer, metrics, start)
 
 Used by `tiny_policy.py`, `tiny_judge.py`, `tiny_pairs.py`, `tiny_disrm.py` and `tiny_tools.py`. The built
@@ -19,6 +20,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
+
+# Every build runs on one torch thread. The ops of a 0.6 M-parameter model are too small to split: with two
+# threads each op waits at an OpenMP barrier, and on a busy machine for a thread that is not running (the judge
+# took 518 s instead of ~150 s beside one other process; docs/benchmarks.md). One thread also makes a build's
+# float reductions, and so its weights, independent of the machine's core count.
+BUILD_THREADS = 1
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
@@ -100,6 +107,24 @@ def generate(model, tokenizer, conversations: list[list[dict]], repeat: int = 1,
     return out, ids.shape[1]
 
 
+def answer_loss(model, input_ids, mask, labels):
+    """The causal LM's mean next-token cross-entropy on the labelled positions (labels != -100), as
+    `model(..., labels=labels).loss`, but with the LM head applied to those positions only: answers are a
+    tenth of a judge prompt's tokens, and the head over every position was an eighth of a step's work.
+
+    Args:
+        model: a causal LM with `.model` (the body) and `.lm_head` (Qwen2ForCausalLM).
+        input_ids, mask, labels: [b, t] each (`pad_answers`).
+    """
+    import torch.nn.functional as F
+
+    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state  # [b, t, h]
+    targets = labels[:, 1:]  # [b, t-1]: position i predicts token i+1
+    scored = targets != -100
+    logits = model.lm_head(hidden[:, :-1][scored])  # [n, vocab]
+    return F.cross_entropy(logits.float(), targets[scored])
+
+
 def optimizer_step(optimizer, loss, step: int, total: int, warmup: int = 0) -> None:
     """Backward, clip to 1, then the step at each group's `base_lr` warmed up linearly over `warmup`
     steps (0: none) and decayed linearly to 10% at `total` (a stable end point)."""
@@ -141,7 +166,7 @@ def fine_tune(
         rows = rng.sample(range(len(pairs)), batch)
         masks = None if answer_masks is None else [answer_masks[i] for i in rows]
         input_ids, labels, mask = pad_answers([pairs[i] for i in rows], pad_id, answer_masks=masks)
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        loss = answer_loss(model, input_ids, mask, labels)
         optimizer_step(optimizer, loss, step, steps, warmup)
         if (step + 1) % log_every == 0:
             log(f"  {label} step {step + 1}/{steps}  loss {loss.item():.3f}")
@@ -162,13 +187,22 @@ def fixed_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def built_with() -> dict[str, str]:
+    """What a build's floats depend on besides the recipe: torch's version and the CPU kernels it picked
+    (one thread, so not the core count). Two builds that agree on these give the same bytes."""
+    import torch
+
+    return {"torch": torch.__version__.split("+")[0], "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def save_build(dest: Path, model, tokenizer, metrics: dict[str, float], start: float) -> dict:
     """Save `model` and `tokenizer` into `dest` (created; must not exist); returns `metrics` rounded to
-    4 places, with `build_s` (since `start`, a perf_counter time) and `parameters`."""
+    4 places, with `build_s` (since `start`, a perf_counter time), `parameters` and `built_with`."""
     dest.mkdir(parents=True)
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
     out = {k: round(v, 4) for k, v in metrics.items()}
     out["build_s"] = round(time.perf_counter() - start, 1)
     out["parameters"] = sum(p.numel() for p in model.parameters())
+    out["built_with"] = built_with()
     return out

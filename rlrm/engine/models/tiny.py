@@ -1,8 +1,9 @@
 """Tiny offline models: built locally, cached, and loaded like any hub checkpoint.
 
-    rlrm models prepare                      # builds tiny:policy, tiny:judge, tiny:disrm into ~/.cache/rlrm/models
+    rlrm models prepare                      # tiny:policy, tiny:judge, tiny:disrm into ~/.cache/rlrm/models
     rlrm models prepare --name tools         # tiny:tools, the tool-use variant (the tiny-tools profile)
-    resolve_model_path("tiny:judge")         # -> that folder (built on first use)
+    rlrm models prepare --force              # rebuild from the recipe (minutes) instead of copying shipped files
+    resolve_model_path("tiny:judge")         # -> that folder (copied or built on first use)
 
 No hub can be reached where rlrm is built and tested, and nobody wants a 1 GB download for a
 smoke run. A tiny model here is a BPE tokenizer trained on the synthetic task (with Qwen2's
@@ -14,6 +15,10 @@ score (`tiny_disrm.py`); each build measures its ROC AUC on held-out (problem, r
 writes it to meta.json. `tools` is the policy fine-tuned to call the calculator on operands too
 large for it (`tiny_tools.py`); it records its tool-call rate and its accuracy without the tool.
 Builds are deterministic for a seed and safe under concurrent callers.
+
+The seed-0 builds ship with the package (`shipped/`, about 10 MB): first use copies them into the cache in
+well under a second. Other seeds, and `--force`, build from the recipe. A slow test rebuilds them and checks
+that the recipe reproduces the shipped files (tests/engine/test_shipped_models.py).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from rlrm.engine.models.sft import fixed_threads
+from rlrm.engine.models.sft import BUILD_THREADS, built_with, fixed_threads
 from rlrm.engine.models.tiny_disrm import build_disrm
 from rlrm.engine.models.tiny_judge import JUDGE_RECIPE_VERSION, build_judge
 from rlrm.engine.models.tiny_policy import build_tokenizer, new_policy, warm_start
@@ -35,11 +40,13 @@ from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION, build_tools_poli
 from rlrm.errors import ModelError
 from rlrm.inference.loading import check_model_path
 
-RECIPE_VERSION = 2  # bump when the recipe changes, so cached builds are rebuilt
+RECIPE_VERSION = 3  # bump when the recipe changes, so cached builds are rebuilt
 # A model whose recipe changes on its own gets its own version (only it rebuilds); the rest share RECIPE_VERSION.
 OWN_RECIPE_VERSIONS = {"tools": TOOLS_RECIPE_VERSION, "judge": JUDGE_RECIPE_VERSION}
 TINY_MODELS = ("policy", "judge", "disrm", "tools")
 DEFAULT_MODELS = ("policy", "judge", "disrm")  # what `rlrm models prepare` builds without --name
+SHIPPED_DIR = Path(__file__).parent / "shipped"  # the seed-0 builds, as `prepare_tiny` writes them
+SHIPPED_SEED = 0
 
 
 def default_cache_dir() -> Path:
@@ -57,6 +64,12 @@ def model_dir(name: str, cache_dir: Path | None = None, seed: int = 0) -> Path:
     return Path(cache_dir or default_cache_dir()) / f"{name}-v{recipe_version(name)}-seed{seed}"
 
 
+def shipped_dir(name: str, seed: int = 0) -> Path | None:
+    """The shipped build of `name` for `seed` and the current recipe, or None (only seed 0 ships)."""
+    path = model_dir(name, SHIPPED_DIR, seed)
+    return path if (path / "meta.json").is_file() else None
+
+
 def prepare_tiny(
     names=TINY_MODELS,
     cache_dir: Path | None = None,
@@ -70,7 +83,7 @@ def prepare_tiny(
         names: which tiny models (see TINY_MODELS).
         cache_dir: where they live (default: `default_cache_dir()`).
         seed: build seed; the same seed gives the same weights.
-        force: rebuild even when a complete build exists.
+        force: build from the recipe even when a complete build exists or ships with rlrm.
         log: receives progress lines.
 
     Returns:
@@ -93,8 +106,13 @@ def prepare_tiny(
             if not (final / "meta.json").is_file():
                 tmp = root / f".{final.name}.tmp-{os.getpid()}"
                 shutil.rmtree(tmp, ignore_errors=True)
-                log(f"building tiny {name} (seed {seed}) into {final}")
-                _BUILDERS[name](tmp, seed, log, root)
+                shipped = None if force else shipped_dir(name, seed)
+                if shipped is not None:
+                    log(f"copying shipped tiny {name} (seed {seed}) into {final}")
+                    _copy_files(shipped, tmp)
+                else:
+                    log(f"building tiny {name} (seed {seed}) into {final}")
+                    _BUILDERS[name](tmp, seed, log, root)
                 shutil.rmtree(final, ignore_errors=True)
                 tmp.rename(final)
             else:
@@ -103,8 +121,15 @@ def prepare_tiny(
     return out
 
 
+def _copy_files(src: Path, dest: Path) -> None:
+    """Copy a flat model folder's files, not their modes: an installed package may be read-only."""
+    dest.mkdir(parents=True)
+    for path in src.iterdir():
+        shutil.copyfile(path, dest / path.name)
+
+
 def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
-    """`tiny:NAME` -> the built folder (built on first use); local paths are checked; hub ids pass."""
+    """`tiny:NAME` -> the prepared folder (copied or built on first use); local paths are checked; hub ids pass."""
     if path.startswith("tiny:"):
         name = path.removeprefix("tiny:")
         return str(prepare_tiny((name,), cache_dir=cache_dir, log=_build_notice)[name])
@@ -112,7 +137,7 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
 
 
 def _build_notice(line: str) -> None:
-    """A model built on first use can take minutes: say so (on stderr), and nothing else."""
+    """A model built on first use (not shipped: a seed other than 0) takes minutes: say so (on stderr), nothing else."""
     if line.startswith("building"):
         print(f"{line} (first use; `rlrm models prepare` builds ahead of time)", file=sys.stderr, flush=True)
 
@@ -140,7 +165,7 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
     hf_logging.disable_progress_bar()
 
     start = time.perf_counter()
-    with fixed_threads(2):  # so the build's float reductions and thus weights are reproducible
+    with fixed_threads(BUILD_THREADS):  # so the build's float reductions and thus weights are reproducible
         tokenizer = build_tokenizer(seed)
         model = new_policy(tokenizer, seed)
         accuracy = warm_start(model, tokenizer, seed, log)
@@ -153,6 +178,7 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
         "parameters": sum(p.numel() for p in model.parameters()),
         "warm_start_accuracy": accuracy,
         "build_s": round(time.perf_counter() - start, 1),
+        "built_with": built_with(),
     }
     (dest / "meta.json").write_text(json.dumps(meta, indent=2))
     log(f"tiny policy: {meta['parameters']:,} parameters, held-out greedy accuracy {accuracy:.3f}, {meta['build_s']} s")

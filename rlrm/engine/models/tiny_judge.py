@@ -1,6 +1,6 @@
 """The tiny GenRM judge recipe: a causal LM that reads a judge prompt and answers with a verdict.
 
-    metrics = build_judge(dest, seed, log, policy_dir)              # ~2.5 min on 2 cores
+    metrics = build_judge(dest, seed, log, policy_dir)              # minutes, one thread (docs/benchmarks.md)
     build_judge(dest, seed, log, policy_dir, JudgeRecipe.smoke())   # seconds: for tests
 
 The judge is a copy of the warm-started tiny policy fine-tuned (loss on the answer only) to read
@@ -21,8 +21,11 @@ Why this shape (measured on 2 cores; the DisRM's measurements are in tiny_disrm.
 - Each digit pair checked in its own token ("2-1 wrong"), so the verdict only looks for a
   " wrong": at 800 steps, seed 1, held-out AUC 0.965 -> 0.998 and verdict accuracy 0.927 -> 0.992
   against pairs alone ("2-1 0-9"). 400 steps were too few for either (verdict accuracy
-  0.87 / 0.76 and 0.78 / 0.82, seeds 0 / 1); 600 gave 0.97 / 0.955. The recipe (800 steps):
-  AUC 0.994 / 0.998, verdict accuracy 0.988 / 0.992, ~150 s per build.
+  0.87 / 0.76 and 0.78 / 0.82, seeds 0 / 1); 600 gave 0.97 / 0.955; 800 gave AUC 0.994 / 0.998
+  and verdict accuracy 0.988 / 0.992 (recipe 2: two build threads).
+- Recipe 3 builds on one thread (sft.BUILD_THREADS) and the tokenizer holds the judge's
+  instructions as whole words (prompts ~100 tokens instead of ~165). Seed 0 at 800 steps:
+  AUC 0.990, verdict accuracy 0.976; at 1000 (the recipe): AUC 0.997, verdict accuracy 0.993.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlrm.engine.models.judge_negatives import adversarial_response
-from rlrm.engine.models.sft import chat_prompt, fine_tune, fixed_threads, generate, save_build
+from rlrm.engine.models.sft import BUILD_THREADS, chat_prompt, fine_tune, fixed_threads, generate, save_build
 from rlrm.engine.models.tiny_pairs import (
     Labelled,
     auc_report,
@@ -56,10 +59,9 @@ JUDGE_TEMPLATE = (
     "Compare the final answer with the reference, then end with 'Score: 10' if it is correct or 'Score: 0' if it is not."
 )
 # 3: adversarial answers in the training data (judge_negatives.py): master keys 3-17% -> 0% in `rlrm audit reward`
-JUDGE_RECIPE_VERSION = 3
+JUDGE_RECIPE_VERSION = 4  # (3 is the shared recipe 3's judge, without them)
 VERDICT = "score"  # the GenRM client's verdict style for this judge
 MAX_SCORE = 10.0  # "Score: 10" means correct; verdicts are divided by it
-THREADS = 2  # fixed, so float reductions (and so the weights) are reproducible for a seed
 MAX_NEW_TOKENS = 24  # the answer is ~16 tokens for two-digit numbers (tiny-genrm allows 32)
 EVAL_BATCH = 64
 
@@ -73,7 +75,7 @@ class JudgeRecipe:
     policy_problems: int = 300  # training problems the policy answers: its odd formats get judged too
     samples_per_problem: int = 4
     adversarial: int = 2000  # master keys, truncated working, injections, bare answers... (judge_negatives.py)
-    steps: int = 800  # verdict accuracy 0.97 / 0.955 after 600 steps (seeds 0 / 1), 0.988 / 0.992 after 800
+    steps: int = 1000  # seed 0: verdict accuracy 0.976 after 800 steps, 0.993 after 1000 (module docstring)
     batch: int = 32
     lr: float = 1e-3
     warmup_steps: int = 20
@@ -125,7 +127,7 @@ def build_judge(
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    with fixed_threads(THREADS):
+    with fixed_threads(BUILD_THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)

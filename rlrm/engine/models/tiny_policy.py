@@ -11,6 +11,7 @@ from typing import Callable
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.models.sft import chat_prompt, fine_tune, generate
+from rlrm.engine.models.tiny_judge import JUDGE_TEMPLATE
 from rlrm.engine.rewards.gsm8k import compute_score
 
 # Qwen2's pre-tokenizer split: digits one by one, words with their leading space.
@@ -38,6 +39,9 @@ def _corpus(seed: int) -> list[str]:
         texts.append(ex.prompt[0]["content"])
         texts.append(ex.extra_info["solution"])
     texts += ["system\nuser\nassistant\nYou are a helpful assistant. Score: 10 Score: 0 correct wrong"] * 20
+    # The judge's instructions as whole words: its prompts take ~100 tokens instead of ~165, and its
+    # build, which spends its time in forward and backward passes over them, ~0.6 of the time.
+    texts += [JUDGE_TEMPLATE] * 20
     return texts
 
 

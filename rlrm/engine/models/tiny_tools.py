@@ -1,6 +1,6 @@
 """The tiny tool-use recipe: the tiny policy fine-tuned to call the calculator on large operands.
 
-    metrics = build_tools_policy(dest, seed, log, policy_dir)               # ~5 min on 2 cores
+    metrics = build_tools_policy(dest, seed, log, policy_dir)               # minutes, one thread (docs/benchmarks.md)
     build_tools_policy(dest, seed, log, policy_dir, ToolsRecipe.smoke())    # seconds: for tests
 
 The problems are the synthetic word problems with three-digit operands (`TOOL_DATA`, as the
@@ -29,13 +29,13 @@ from typing import Callable
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
 from rlrm.engine.data.synthetic import synthetic_splits
-from rlrm.engine.models.sft import chat_prompt, fine_tune, fixed_threads, generate, save_build
+from rlrm.engine.models.sft import BUILD_THREADS, chat_prompt, fine_tune, fixed_threads, generate, save_build
 from rlrm.engine.rewards.gsm8k import compute_score
 
 # The tools build's own recipe version (tiny.RECIPE_VERSION versions the policy, judge and DisRM): bump it when
-# this recipe changes, so only tiny:tools rebuilds. 3: 800 supervised steps (2: 400).
-TOOLS_RECIPE_VERSION = 3
-THREADS = 2  # fixed, so float reductions (and so the weights) are reproducible for a seed
+# this recipe changes, so only tiny:tools rebuilds. 4: one build thread, the LM head on the answers only
+# (3: 800 supervised steps; 2: 400).
+TOOLS_RECIPE_VERSION = 4
 MAX_NEW_TOKENS = 64  # a tool trace is ~50 tokens: call 28, observation 14-16, answer 7-9
 # The tiny-tools profile's problems; the recipe draws its own with another seed, so the profile's
 # splits are unseen.
@@ -89,7 +89,7 @@ def build_tools_policy(
 
     hf_logging.disable_progress_bar()
     start = time.perf_counter()
-    with fixed_threads(THREADS):
+    with fixed_threads(BUILD_THREADS):
         torch.manual_seed(seed)
         rng = random.Random(seed)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)

@@ -1,6 +1,6 @@
 """What the rollout replicas serve, checked against the trainer's own model before a run starts.
 
-    versions, max_context, dtype = check_replicas(urls, api_key, TrainerModel("tiny:policy", 459, 459, None))
+    versions, max_context, dtype = check_replicas(urls, api_key, TrainerModel("tiny:policy", 510, 510, None))
 
 SGLang and rlrm's embedded server answer `/get_model_info`; a replica whose vocabulary, tokenizer or
 chat template differs from the trainer's is one error naming both. vLLM serves no such route: nothing
