@@ -15,7 +15,7 @@ from rlrm.engine.models.tiny import SHIPPED_DIR, SHIPPED_SEED, TINY_MODELS, mode
 METRIC_TOLERANCE = 0.03
 METRICS = {
     "policy": ("warm_start_accuracy",),
-    "judge": ("auc", "auc_policy_samples", "auc_near_misses", "verdict_accuracy", "parsed"),
+    "judge": ("auc", "auc_policy_samples", "auc_near_misses", "verdict_accuracy", "parsed", "adversarial_accuracy"),
     "disrm": ("auc", "auc_policy_samples", "auc_near_misses"),
     "tools": ("call_rate", "accuracy_without_tool"),
 }
