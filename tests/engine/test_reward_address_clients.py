@@ -77,7 +77,25 @@ def router(genrm):
     if not sglang_router_available():
         pytest.skip("sglang-router not installed (extra: router)")
     with sglang_router([genrm.url]) as r:
+        _wait_for_a_model(r.url)
         yield r
+
+
+def _wait_for_a_model(url: str, timeout_s: float = 60.0) -> None:
+    """The router answers /health before its worker is registered; its /v1/models lists the model only after."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/models", timeout=5).json().get("data"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the router at {url} listed no model within {timeout_s:g} s")
 
 
 @pytest.fixture(scope="module")

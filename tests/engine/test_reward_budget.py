@@ -160,7 +160,9 @@ def test_an_over_budget_step_is_never_trained_and_resume_continues_from_the_last
     fn = tmp_path / "mostly_nan.py"
     fn.write_text(MOSTLY_NAN)
     custom = ["--set", "reward.kind=custom", "--set", f"reward.custom.path={fn}", "--set", "reward.max_retries=0"]
-    custom += ["--set", "reward.custom.processes=1"]  # one worker: its call counter is the process's, as on a thread
+    # in the trainer process: the function's call counter must be one for the whole run (in worker processes it
+    # counts per worker, and a replaced worker starts again)
+    custom += ["--set", "reward.custom.isolation=thread"]
     extra = [
         "--set",
         "trainer.save_every=1",

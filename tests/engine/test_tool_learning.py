@@ -81,11 +81,13 @@ def test_the_tool_trace_leaves_exactly_the_observation_out_of_the_loss(tiny_poli
 
 def test_only_the_tools_build_moves_to_its_own_recipe_version(tmp_path):
     from rlrm.engine.models import tiny
+    from rlrm.engine.models.tiny_judge import JUDGE_RECIPE_VERSION
     from rlrm.engine.models.tiny_tools import TOOLS_RECIPE_VERSION
 
-    # a change to the tools recipe rebuilds tiny:tools alone, never the policy, judge and DisRM that CI caches
+    # a change to the tools (or judge) recipe rebuilds that model alone, never the policy and DisRM that CI caches
     assert tiny.model_dir("tools", tmp_path).name == f"tools-v{TOOLS_RECIPE_VERSION}-seed0"
-    for name in ("policy", "judge", "disrm"):
+    assert tiny.model_dir("judge", tmp_path).name == f"judge-v{JUDGE_RECIPE_VERSION}-seed0"
+    for name in ("policy", "disrm"):
         assert tiny.model_dir(name, tmp_path).name == f"{name}-v{tiny.RECIPE_VERSION}-seed0"
 
 
