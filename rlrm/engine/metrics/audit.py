@@ -227,6 +227,17 @@ def run_series(metrics) -> dict:
     return out
 
 
+def row_series(rows: list[dict], keys) -> dict:
+    """{metric: (steps, values)} of `keys` over metrics rows as dicts (a run still writing them, or metrics.jsonl
+    read back); rows without a number for a key are left out, and so is a key no row has."""
+    out = {}
+    for key in keys:
+        points = [(float(r["step"]), float(r[key])) for r in rows if isinstance(r.get(key), (int, float))]
+        if points:
+            out[key] = ([s for s, _ in points], [v for _, v in points])
+    return out
+
+
 def _median(values: list[float]) -> float:
     mid = len(values) // 2
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 from rlrm.config.reward import GuardConfig
-from rlrm.engine.metrics.audit import AGREEMENT, REWARD, AuditSettings, Finding, check_divergence
+from rlrm.engine.metrics.audit import AGREEMENT, REWARD, AuditSettings, Finding, check_divergence, row_series
 
 _SERIES = (REWARD, AGREEMENT, "val/accuracy")
 
@@ -35,12 +35,7 @@ class DivergenceGuard:
         self._keep(row)
         if self.cfg.on_divergence == "off":
             return None
-        series = {}
-        for key in _SERIES:
-            points = [(r["step"], r[key]) for r in self.rows if isinstance(r.get(key), (int, float))]
-            if points:
-                series[key] = ([float(s) for s, _ in points], [float(v) for _, v in points])
-        finding = check_divergence(series, self.settings)
+        finding = check_divergence(row_series(list(self.rows), _SERIES), self.settings)
         if not finding.flagged:
             return None
         if self.flagged_at is None:

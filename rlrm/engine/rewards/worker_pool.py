@@ -68,7 +68,7 @@ class FunctionPool:
             self._retire(worker, died=worker.proc.exitcode is not None)
             raise
         self._give_back(worker)
-        return _unpack(message, self.name)
+        return _unpack(message)
 
     def close(self) -> None:
         """Kill every worker (by its pid); later calls fail."""
@@ -237,7 +237,7 @@ def _text(exc: BaseException) -> str:
         return f"<{type(exc).__name__} whose str() failed>"
 
 
-def _unpack(message: tuple, name: str) -> Any:
+def _unpack(message: tuple) -> Any:
     import builtins
 
     kind = message[0]
