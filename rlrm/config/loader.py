@@ -176,7 +176,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 def _check_key_path(key: str) -> None:
     model: type[BaseModel] | None = Profile
-    walked = []
+    walked: list[str] = []
     for part in key.split("."):
         if model is None:
             raise ConfigError(f"override key {key!r}: {'.'.join(walked)} has no sub-keys")

@@ -217,7 +217,8 @@ class RolloutServerConfig(ServerFleetConfig):
 
     section: ClassVar[str] = "rollout.server"
 
-    max_batch: int | None = Field(
+    # None (rollout.max_batch_size) is resolved in rlrm/engine/served.py before the fleet starts
+    max_batch: int | None = Field(  # type: ignore[assignment]
         None,
         gt=0,
         description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process).",

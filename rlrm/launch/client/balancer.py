@@ -18,7 +18,7 @@ import asyncio
 import json
 import time
 
-from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError, retry_after_s
+from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.common.http import KEEPALIVE_S
 from rlrm.launch.fleet.process import ServerStartError
 
@@ -76,7 +76,7 @@ class ReplicaBalancer:
         if status >= 500:
             if status != 503:  # 503 is load shedding: the replica is alive
                 self._mark_down(url)
-            error: Exception = TransientError(f"{url}{path} answered {status}: {_message(text)}")
+            error: CallError = TransientError(f"{url}{path} answered {status}: {_message(text)}")
         elif status >= 400:
             error = BadRequest(f"{url}{path} answered {status}: {_message(text)}")
         else:

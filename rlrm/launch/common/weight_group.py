@@ -136,7 +136,7 @@ def join_group(
     )
     prefixed = dist.PrefixStore(group_name, store)
     if backend == "gloo":
-        opts = dist.ProcessGroupGloo._Options()
+        opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs: gloo's devices are set only here
         opts._timeout = timeout
         # every member on this machine: loopback; else the interface that reaches rank 0
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(master_address))]
@@ -146,5 +146,5 @@ def join_group(
     torch.cuda.set_device(device)
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timeout
-    pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
-    return WeightGroup(pg, store, rank, world_size, device, timeout_s)
+    nccl_pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
+    return WeightGroup(nccl_pg, store, rank, world_size, device, timeout_s)

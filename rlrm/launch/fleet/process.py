@@ -95,6 +95,8 @@ def sweep_dead_logs(folder: Path | None = None) -> int:
 class ServerProcess:
     """A server subprocess with readiness polling and teardown in `finally`."""
 
+    metrics_url: str  # a router's Prometheus page, set by rlrm/launch/fleet/router.py (no other server has one)
+
     def __init__(
         self,
         argv: list[str],
@@ -113,7 +115,7 @@ class ServerProcess:
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
         self.env = env
         self.proc: subprocess.Popen | None = None
-        self._log = None
+        self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
 
     def start(self) -> "ServerProcess":
         """Launch and wait until healthy (stopping it again if it never gets there)."""
@@ -155,6 +157,8 @@ class ServerProcess:
         self.wait_ready()
 
     def wait_ready(self) -> None:
+        if self.proc is None:
+            raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -171,6 +175,8 @@ class ServerProcess:
 
     def wait_listening(self) -> None:
         """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""
+        if self.proc is None:
+            raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
