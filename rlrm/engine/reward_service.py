@@ -10,6 +10,7 @@ the servers it calls (a ServerFleet launches, supervises and stops them), behind
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.models.tiny import resolve_model_path
@@ -19,7 +20,11 @@ from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.limits import RateLimiter
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.engine.rewards.ray_workers import RayRewardWorkers
+from rlrm.errors import ConfigError
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.fleet.pool import ServerPool
+from rlrm.launch.fleet.process import ServerProcess
+from rlrm.launch.fleet.router import RouterCounters
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
@@ -28,20 +33,24 @@ class RewardService:
 
     def __init__(self, cfg: RewardConfig, seed: int = 0, max_response_len: int | None = None):
         self.cfg, self.seed, self.max_response_len = cfg, seed, max_response_len
-        self.pool = None
-        self.router = None
-        self.balancer = None
+        self.pool: ServerPool | None = None
+        self.router: ServerProcess | None = None
+        self.balancer: ReplicaBalancer | None = None
         self.loop: RewardLoop | None = None
-        self.workers = None  # Ray reward workers, with executor: ray
-        self.legacy = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
+        self.workers: RayRewardWorkers | None = None  # Ray reward workers, with executor: ray
+        self.legacy: LegacyDisRM | None = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # reward.server.api_key_env's, or a fresh one; kept out of every config
         self.headers: dict[str, str] = {}  # reward.server.headers_env's values: in memory only, like the key
-        self.router_counters = None  # the SGLang router's own retries and upstream errors, when it is in front
-        self.fleet = (
+        self.router_counters: RouterCounters | None = (
+            None  # the SGLang router's own retries and upstream errors, when it is in front
+        )
+        self.fleet: ServerFleet | None = (
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
         )
         self.model_path: str | None = None  # the reward model's folder (`reward.server.model` resolved at start)
-        self._close_fn = None  # stops what the reward function started (a custom function's worker processes)
+        self._close_fn: Callable[[], None] | None = (
+            None  # stops what the reward function started (a custom function's worker processes)
+        )
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""
@@ -65,7 +74,7 @@ class RewardService:
             server.fleet_spec(), server.read_api_key()
         )  # launched servers: a fresh key of this run's own
         self.headers = server.read_headers()  # an unset variable stops here, named, before anything starts
-        self.model_path = resolve_model_path(server.model)
+        self.model_path = resolve_model_path(self._served_model())
         self.fleet = ServerFleet(
             server.fleet_spec(),
             role=kind,
@@ -83,9 +92,16 @@ class RewardService:
         await self.sleep()  # colocated: asleep until the first scoring
 
     async def _start_legacy(self) -> None:
-        self.model_path = resolve_model_path(self.cfg.server.model)
+        self.model_path = resolve_model_path(self._served_model())
         self.legacy = LegacyDisRM(self.cfg, self.model_path)
         await self.legacy.start()
+
+    def _served_model(self) -> str:
+        if self.cfg.server.model is None:  # the profile's validation refuses a reward model kind without one
+            raise ConfigError(
+                f"reward.kind={self.cfg.kind} needs reward.server.model (the reward model's folder or hub id)"
+            )
+        return self.cfg.server.model
 
     async def wake(self) -> None:
         """Colocated placement: bring every replica's weights back before scoring."""
@@ -96,7 +112,7 @@ class RewardService:
         await self._post_all("/sleep?level=1")
 
     async def _post_all(self, path: str) -> None:
-        if self.cfg.placement != "colocated" or self.pool is None:
+        if self.cfg.placement != "colocated" or self.pool is None or self.balancer is None:
             return
         await asyncio.gather(
             *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls)
@@ -105,7 +121,7 @@ class RewardService:
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:
             return with_injection(self.legacy, self.cfg)
-        urls = self.balancer.urls if self.balancer is not None else []
+        urls: list[str] = self.balancer.urls if self.balancer is not None else []
         model_path = self.model_path
         if self.cfg.executor == "ray":  # one limiter actor for every worker: the run's limits, not N times them
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key, headers=self.headers)

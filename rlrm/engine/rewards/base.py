@@ -8,7 +8,7 @@ it is calling.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,12 @@ class RewardResult:
 
 
 RewardFn = Callable[[RewardSample], Awaitable[RewardResult]]
+
+
+class ClosableRewardFn(Protocol):
+    """A `RewardFn` with `close()`, which stops what the function started (a custom function's worker processes)
+    and does nothing for the others: what `build_reward_fn` (rlrm/engine/rewards/factory.py) returns."""
+
+    close: Callable[[], None]
+
+    def __call__(self, sample: RewardSample, /) -> Awaitable[RewardResult]: ...

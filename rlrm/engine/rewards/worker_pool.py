@@ -195,7 +195,7 @@ def _serve(conn, parent: int, path: str, name: str, tokenizer_path: str | None) 
             return
         try:
             value = fn(*args, **{**kwargs, **extra})
-            message = ("ok", loop.run_until_complete(value) if loop is not None else value)
+            message: tuple = ("ok", loop.run_until_complete(value) if loop is not None else value)
         except SystemExit as exc:
             message = ("exit", exc.code)
         except KeyboardInterrupt:
