@@ -36,7 +36,7 @@ class RewardService:
         self.pool: ServerPool | None = None
         self.router: ServerProcess | None = None
         self.balancer: ReplicaBalancer | None = None
-        self.loop: RewardLoop | None = None
+        self._loop: RewardLoop | None = None  # `loop`, made by start()
         self.workers: RayRewardWorkers | None = None  # Ray reward workers, with executor: ray
         self.legacy: LegacyDisRM | None = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # reward.server.api_key_env's, or a fresh one; kept out of every config
@@ -51,6 +51,17 @@ class RewardService:
         self._close_fn: Callable[[], None] | None = (
             None  # stops what the reward function started (a custom function's worker processes)
         )
+
+    @property
+    def loop(self) -> RewardLoop:
+        """The reward loop around the reward function (made by `start`)."""
+        if self._loop is None:
+            raise RuntimeError("the reward service has no reward loop before start()")
+        return self._loop
+
+    @loop.setter
+    def loop(self, loop: RewardLoop) -> None:
+        self._loop = loop
 
     async def start(self) -> None:
         """Launch (or reach) the reward servers, then build the reward function and loop."""

@@ -45,7 +45,7 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
-from rlrm.engine.scheduling.base import PromptSource, RunParts
+from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
@@ -212,10 +212,10 @@ class _TrainLoop:
         self.spans = SpanLog()  # every span of the run (trace.json, idle ratios)
         self.idle = IdleMeter(self.spans)
         self._detail_from = 0  # where the spans of the current step start (see _step)
-        self.sample_log = None
+        self.sample_log: SampleLog | None = None
         self.pending_row: dict | None = None
         self.t0 = time.perf_counter()
-        self._trace = None  # trace.json as the run goes (TraceStream), so a killed run keeps its finished steps
+        self._trace: TraceStream | None = None  # trace.json as the run goes, so a killed run keeps its finished steps
         self._trace_sent = 0  # spans of self.spans already appended to it
         self._unsaved = False  # the actor's state is not to be checkpointed (an over-budget step trained)
 
@@ -231,7 +231,7 @@ class _TrainLoop:
         gc.collect()
         gc.freeze()
         self.parts = parts
-        self.scheduler = None
+        self.scheduler: Scheduler | None = None
         try:
             await parts.reward.start()
             await parts.engine.start()
@@ -325,6 +325,8 @@ class _TrainLoop:
         p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
+        if self.scheduler is None:  # made by the run before its first step
+            raise RuntimeError("a training step is run before the run made its scheduler")
         outcome = self.grpo.finish(await self.scheduler.step(step, timer))  # the row's part the step's maths gives
         # From here the step is done: an interrupt below still checkpoints this step.
         self.result.last_step = step

@@ -201,7 +201,7 @@ def save_build(dest: Path, model, tokenizer, metrics: dict[str, float], start: f
     dest.mkdir(parents=True)
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
-    out = {k: round(v, 4) for k, v in metrics.items()}
+    out: dict[str, object] = {k: round(v, 4) for k, v in metrics.items()}
     out["build_s"] = round(time.perf_counter() - start, 1)
     out["parameters"] = sum(p.numel() for p in model.parameters())
     out["built_with"] = built_with()
