@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
-from rlrm.cli.options import OutOption, ProfileOption, SeedOption, SetOption, StepsOption
+from rlrm.cli.options import OutOption, ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
@@ -62,12 +62,12 @@ def reward_latency(
 
     folder = out or Path("bench") / timestamped("reward-latency")
     bench = RewardLatencyBench(
-        profile=profile,
+        profile=given(profile, "--profile"),
         modes=[m.strip() for m in modes.split(",") if m.strip()],
         latency=latency,
-        steps=steps,
+        steps=given(steps, "--steps"),
         repeats=repeats,
-        seed=seed,
+        seed=given(seed, "--seed"),
         out=folder,
         latency_scale=latency_scale,
         tool_latency=tool_latency,
@@ -217,6 +217,8 @@ def simulate(
             f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
         )
         return
+    if plan.spec is None:  # make_plan resolves a spec whenever it is not validating a benchmark folder
+        raise RuntimeError("the simulation plan holds no spec outside benchmark validation")
     if dry_run:
         from rlrm.bench.simulate.spec import dump_spec
 

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console, friendly_errors
-from rlrm.cli.options import ProfileOption, SeedOption, SetOption
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, given
 
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
 
@@ -58,7 +58,7 @@ def rm(
             "raise it to score them whole",
             file=sys.stderr,
         )
-    table = accuracy_table(scored, seed=seed)
+    table = accuracy_table(scored, seed=given(seed, "--seed"))
     if as_json:
         typer.echo(
             json.dumps(

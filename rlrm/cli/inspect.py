@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console
-from rlrm.cli.options import ProfileOption, SeedOption, SetOption
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, given
 from rlrm.cli.parity import exit_2_on_error
 from rlrm.errors import ConfigError
 
@@ -88,10 +88,10 @@ def reward(
         )
     if input is not None:
         batch = sample_source.read_inspect_file(input)[:n]
-    elif prompt is not None:
+    elif prompt is not None and response is not None:  # given together (checked above)
         batch = [sample_source.one_sample(prompt, response, ground_truth)]
     else:
-        batch = sample_source.policy_samples(resolved, n, seed)
+        batch = sample_source.policy_samples(resolved, n, given(seed, "--seed"))
     if prompt is None and len(batch) < n:
         where = str(input) if input is not None else "the profile's test split"
         typer.echo(f"note: --n {n} asked, {where} holds {len(batch)}: scoring {len(batch)}", err=True)

@@ -138,6 +138,8 @@ def _external(
     server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=env)
     try:
         server.start()
+        if server.proc is None:  # start() launched it
+            raise RuntimeError(f"{backend} was started but holds no process")
         typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")
         while server.alive():
             time.sleep(1.0)

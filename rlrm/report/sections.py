@@ -55,7 +55,8 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
         f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
         f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
     )
-    rows, flagged = [], {}
+    rows = []
+    flagged: dict = {}
     for run in usable:
         for finding in audit_run(run_series(run.metrics), settings):
             rows.append([run.name, finding.check, finding.status, finding.detail])

@@ -171,7 +171,8 @@ def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
         notes.append("the data holds no worked solutions for some problems: their reference is '#### N' alone")
     tokenizer = load_tokenizer(resolve_model_path(profile.model.path))
     attacks = list(REFERENCES + BUILTIN) + list(extra_attacks)
-    batch, names, cut = [], [], {}
+    names, cut = [], {}
+    batch: list = []
     for attack in attacks:
         cut[attack.name] = 0
         for example, problem in zip(examples, problems):
