@@ -13,6 +13,7 @@ import typing
 from pathlib import Path
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from rlrm.config.schema import Profile
@@ -35,9 +36,9 @@ def _type_name(annotation: object) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _default(field) -> str:
+def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = typing.cast("typing.Callable[[], object]", field.default_factory)()  # no factory here takes data
     elif field.default is PydanticUndefined:
         return "required"
     else:
@@ -49,7 +50,7 @@ def _default(field) -> str:
     return f"`{value}`"
 
 
-def _bounds(field) -> str:
+def _bounds(field: FieldInfo) -> str:
     parts = []
     for item in field.metadata:
         for attr, sign in _BOUNDS.items():
@@ -62,7 +63,9 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _sections(model: type[BaseModel], prefix: str) -> typing.Iterator[tuple[str, type[BaseModel], list]]:
+def _sections(
+    model: type[BaseModel], prefix: str
+) -> typing.Iterator[tuple[str, type[BaseModel], list[tuple[str, FieldInfo]]]]:
     """(dotted section, model class, its leaf fields) for `model` and every nested model, depth first."""
     leaves, nested = [], []
     for name, field in model.model_fields.items():

@@ -18,10 +18,10 @@ class RewardSample:
     uid: str  # prompt id; the n samples of one prompt share it (the GRPO group)
     index: int  # position in the step's batch
     data_source: str
-    prompt: list[dict]  # chat messages
+    prompt: list[dict[str, Any]]  # chat messages
     solution_str: str  # decoded response, special tokens removed
     ground_truth: str
-    extra_info: dict = field(default_factory=dict)
+    extra_info: dict[str, Any] = field(default_factory=dict)
     response_length: int | None = None  # response tokens, EOS included (reward.overlong); None: not known
 
 
