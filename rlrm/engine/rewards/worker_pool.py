@@ -151,7 +151,7 @@ class _Worker:
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         fd = self.conn.fileno()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(fd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:

@@ -17,10 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import TYPE_CHECKING
 
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.common.http import KEEPALIVE_S
 from rlrm.launch.fleet.process import ServerStartError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class ReplicaBalancer:
@@ -39,7 +43,7 @@ class ReplicaBalancer:
         # `headers`: extra ones a hosted API wants on every request (reward.server.headers_env)
         self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
-        self._client = None
+        self._client: aiohttp.ClientSession | None = None
         self._prober: asyncio.Task | None = None
 
     @property

@@ -34,6 +34,8 @@ from rlrm.errors import RlrmError
 from rlrm.launch.common.ports import free_port
 
 if TYPE_CHECKING:
+    import torch
+
     from rlrm.engine.rewards.legacy.rank import LegacyRank
 
 
@@ -43,7 +45,7 @@ class LegacyScorerError(RlrmError):
 
 @dataclass
 class LegacyScores:
-    token_level: object  # torch.Tensor [B, T] in the compute dtype
+    token_level: torch.Tensor  # [B, T] in the compute dtype
     seconds: float  # wall time of the scoring call (model already loaded)
 
     @property
