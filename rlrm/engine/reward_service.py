@@ -41,16 +41,14 @@ class RewardService:
         self.legacy: LegacyDisRM | None = None  # the in-trainer legacy DisRM, with disrm.scorer: legacy
         self.api_key: str | None = None  # reward.server.api_key_env's, or a fresh one; kept out of every config
         self.headers: dict[str, str] = {}  # reward.server.headers_env's values: in memory only, like the key
-        self.router_counters: RouterCounters | None = (
-            None  # the SGLang router's own retries and upstream errors, when it is in front
-        )
+        # the SGLang router's own retries and upstream errors, when it is in front
+        self.router_counters: RouterCounters | None = None
         self.fleet: ServerFleet | None = (
             None  # the reward servers (rlrm/launch/fleet/server_fleet.py): launched replicas or addresses, router
         )
         self.model_path: str | None = None  # the reward model's folder (`reward.server.model` resolved at start)
-        self._close_fn: Callable[[], None] | None = (
-            None  # stops what the reward function started (a custom function's worker processes)
-        )
+        # stops what the reward function started (a custom function's worker processes)
+        self._close_fn: Callable[[], None] | None = None
 
     @property
     def loop(self) -> RewardLoop:
