@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
-from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption, StepsOption
+from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.errors import ConfigError, RlrmError
 
 
@@ -18,7 +18,9 @@ def train(
     profile: ProfileOption = None,
     set_: SetOption = [],
     steps: StepsOption = None,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: runs/<profile>-<time>).")
+    ] = None,
     seed: SeedOption = None,
     mode: Annotated[
         Optional[str],
@@ -26,7 +28,7 @@ def train(
     ] = None,
     dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what --out holds.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace what --out holds.")] = False,
     console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
