@@ -203,3 +203,18 @@ def test_a_bad_option_value_is_rlrm_s_one_line_not_a_usage_box():
         assert f"`rlrm {argv[0]} --help`" in lines[0]
     grouped = subprocess.run([sys.executable, "-m", "rlrm", "bench"], capture_output=True, text=True)
     assert grouped.returncode == 2 and "reward-latency" in grouped.stdout + grouped.stderr
+
+
+def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
+    """Without fastapi (the `serve` extra) a run that starts an embedded server stops in one line, before any process."""
+    import importlib.util
+
+    import pytest
+
+    from rlrm.errors import RlrmError
+    from rlrm.launch.fleet.process import embedded_server_argv
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
+    with pytest.raises(RlrmError, match=r"an embedded server needs fastapi.*pip install 'rlrm\[serve\]'"):
+        embedded_server_argv("tiny:judge", "genrm", 8000)
