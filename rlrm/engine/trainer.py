@@ -224,7 +224,8 @@ class _TrainLoop:
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
-        parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        with progress.waiting(f"loading {self.profile.model.path}"):
+            parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         progress.say(f"policy on {parts.device}; starting the reward and rollout ({self.profile.reward.kind} reward)")
         # torch, transformers and the models leave ~350k objects that live as long as the run; a full
         # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
@@ -259,7 +260,8 @@ class _TrainLoop:
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
                     display.message(f"step 0: held-out accuracy on {len(self.val_examples)} problems ...")
                     started = time.perf_counter()
-                    held_out = await self._held_out()
+                    with progress.waiting("step 0: held-out accuracy"):
+                        held_out = await self._held_out()
                     writer.log({"step": 0, **held_out})
                     self.guard.observe({"step": 0, **held_out})
                     display.message(
