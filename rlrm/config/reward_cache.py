@@ -29,7 +29,9 @@ class RewardCacheConfig(BaseModel):
         "pickled). None: in memory for this run only. A file that is not an rlrm reward cache is refused.",
     )
     max_entries: int = Field(
-        100_000, gt=0, description="Most judgements kept (in memory, and in the file); the least recently used go first."
+        100_000,
+        gt=0,
+        description="Most judgements kept (in memory, and in the file); the least recently used go first.",
     )
 
     @field_validator("enabled", mode="before")

@@ -57,3 +57,17 @@ def check_run_contract(run_dir: Path, contract: RewardContract, allow_change: bo
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(Path(run_dir) / CONTRACT_FILE)
     return changed
+
+
+def contract_summary(run_dir: Path) -> str | None:
+    """`3f2a9c01b7e4` or `3f2a9c01b7e4 (changed at step 12: template)`: the run's contract, for summaries; None
+    for a run folder without reward_contract.json."""
+    try:
+        saved = read_run_contract(run_dir)
+    except RunFolderError:
+        return f"damaged {CONTRACT_FILE}"
+    if saved is None:
+        return None
+    changes = "; ".join(f"step {c.get('at_step')}: {', '.join(c.get('changed', []))}" for c in saved.get("changes", []))
+    short = str(saved.get("fingerprint", ""))[:12]
+    return f"{short} (changed at {changes})" if changes else short

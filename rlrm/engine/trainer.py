@@ -257,7 +257,9 @@ class _TrainLoop:
         writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
             contract = self.parts.reward.contract.short
-            self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract)
+            self.sample_log = SampleLog(
+                self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract
+            )
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])

@@ -43,7 +43,12 @@ class CountingJudge:
         await asyncio.sleep(0.01)
         if len(self.calls) <= self.fail_first:
             raise BadRequest("judge said no")  # not retryable: a failure after one attempt
-        extra = {"judge_verdict": self.verdict, "model_calls": 1, "judge_prompt_tokens": 20, "judge_completion_tokens": 4}
+        extra = {
+            "judge_verdict": self.verdict,
+            "model_calls": 1,
+            "judge_prompt_tokens": 20,
+            "judge_completion_tokens": 4,
+        }
         return RewardResult(self.score, extra)
 
 
@@ -211,7 +216,10 @@ def _writer(path: str, who: int, n: int) -> None:
     store = SqliteStore.open(path, max_entries=10_000)
     for i in range(n):
         store.put(f"{who}-{i}", "f", {"score": float(i), "extra": {"who": who}})
-        assert store.get(f"{(who + 1) % 2}-{i // 2}") in (None, {"score": float(i // 2), "extra": {"who": (who + 1) % 2}})
+        assert store.get(f"{(who + 1) % 2}-{i // 2}") in (
+            None,
+            {"score": float(i // 2), "extra": {"who": (who + 1) % 2}},
+        )
     store.close()
 
 

@@ -120,4 +120,6 @@ def test_a_resume_with_a_changed_template_stops_naming_it(tmp_path):
     assert check_run_contract(tmp_path, new, allow_change=True, step=3) == ["template"]
     record = json.loads((tmp_path / CONTRACT_FILE).read_text())
     assert record["fingerprint"] == new.fingerprint
-    assert record["changes"] == [{"at_step": 3, "changed": ["template"], "from": old.fingerprint, "to": new.fingerprint}]
+    assert record["changes"] == [
+        {"at_step": 3, "changed": ["template"], "from": old.fingerprint, "to": new.fingerprint}
+    ]

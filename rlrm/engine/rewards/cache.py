@@ -129,7 +129,11 @@ class RewardCache:
 
     def _put(self, key: str, result: RewardResult) -> None:
         extra = {k: v for k, v in result.extra.items() if k not in _CALL_KEYS and k != CACHED_KEY}
-        value = {"score": result.score, "extra": _jsonable(extra), "cost": {k: result.extra.get(k, 0) for k in _COST_KEYS}}
+        value = {
+            "score": result.score,
+            "extra": _jsonable(extra),
+            "cost": {k: result.extra.get(k, 0) for k in _COST_KEYS},
+        }
         self._remember(key, value)
         if self.store is not None:
             try:

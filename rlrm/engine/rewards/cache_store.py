@@ -88,8 +88,7 @@ class SqliteStore:
         if extra <= 0:
             return 0
         self.conn.execute(
-            "DELETE FROM rlrm_reward_cache WHERE key IN "
-            "(SELECT key FROM rlrm_reward_cache ORDER BY used ASC LIMIT ?)",
+            "DELETE FROM rlrm_reward_cache WHERE key IN (SELECT key FROM rlrm_reward_cache ORDER BY used ASC LIMIT ?)",
             (extra,),
         )
         return extra
