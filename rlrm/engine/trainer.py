@@ -45,6 +45,7 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
+from rlrm.engine.rewards.cache_store import check_cache_file
 from rlrm.engine.run_contract import check_run_contract
 from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
@@ -94,9 +95,11 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
-    answers."""
+    reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
+    answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
+    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind):
+        check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (

@@ -79,3 +79,13 @@ def test_tiny_genrm_caches_judgements_and_a_changed_template_stops_the_resume(tm
     assert "allow_contract_change" not in (run / "config.yaml").read_text() or not yaml.safe_load(
         (run / "config.yaml").read_text()
     )["reward"].get("allow_contract_change")
+
+
+def test_a_cache_path_that_is_not_a_cache_is_refused_before_anything_starts(tmp_path):
+    config = tmp_path / "notes.yaml"
+    config.write_text("name: not a cache\n")
+    run = tmp_path / "run"
+    result = invoke("train", "--profile", "tiny-genrm", "--out", run, "--set", f"reward.cache.path={config}")
+    assert result.exit_code == 1
+    assert f"reward.cache.path {config} is not an rlrm reward cache: it is not a SQLite file" in result.output
+    assert not run.exists() and config.read_text() == "name: not a cache\n"

@@ -104,6 +104,11 @@ class SqliteStore:
         self.conn.close()
 
 
+def check_cache_file(path: Path) -> None:
+    """CacheFileError for a folder or a file that is not SQLite at `path` (read: 16 bytes; nothing written)."""
+    _check_foreign(Path(path))
+
+
 def _check_foreign(path: Path) -> None:
     if path.is_dir():
         raise CacheFileError(f"reward.cache.path {path} is a folder; name a file, e.g. {path / 'reward-cache.sqlite'}")
