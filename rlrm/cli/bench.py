@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
-from rlrm.cli.options import OutOption, ProfileOption, SeedOption, SetOption, StepsOption, given
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
@@ -49,7 +49,9 @@ def reward_latency(
         ),
     ] = 5,
     seed: SeedOption = 0,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: bench/reward-latency-<time>).")
+    ] = None,
     set_: SetOption = [],
 ) -> None:
     """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table
@@ -195,7 +197,10 @@ def simulate(
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")
+        bool,
+        typer.Option(
+            "--dry-run", metavar="", help="Print the resolved spec (a file --spec reads) and simulate nothing."
+        ),
     ] = False,
 ) -> None:
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""

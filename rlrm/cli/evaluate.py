@@ -32,7 +32,7 @@ def rm(
     overrides: SetOption = [],
     seed: SeedOption = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Score every chosen and rejected response with the profile's reward (default tiny-disrm), through the
     reward loop and servers training uses, all at once (the loop's workers and concurrency), and print

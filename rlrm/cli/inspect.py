@@ -46,12 +46,13 @@ def reward(
         int, typer.Option("--n", help="Samples: the first K of --input, or K policy responses to test prompts.", min=1)
     ] = 8,
     seed: SeedOption = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a warning lint fires.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of tables.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", metavar="", help="Exit 1 when a warning lint fires.")] = False,
     invariance: Annotated[
         bool,
         typer.Option(
             "--invariance",
+            metavar="",
             help="DisRM: also score the samples one at a time, in batches of 8 and of the server's max, right- and left-padded, and compare.",
         ),
     ] = False,

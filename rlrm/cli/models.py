@@ -25,7 +25,7 @@ def prepare(
         typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models)."),
     ] = None,
     seed: SeedOption = 0,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Rebuild even if present.")] = False,
 ) -> None:
     """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data
     (the same --seed builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them:

@@ -7,7 +7,6 @@ A command gives its own default; where the default folder or seed needs saying, 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional, TypeVar
 
 import typer
@@ -26,11 +25,8 @@ StepsOption = Annotated[
     Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)
 ]
 SeedOption = Annotated[Optional[int], typer.Option("--seed", help="Seed: the same seed gives the same numbers.")]
-OutOption = Annotated[
-    Optional[Path],
-    typer.Option("--out", help="Output folder (default: a new, timestamped one; the command's help says where)."),
-]
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")]
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", metavar="", help="Print the resolved settings and stop.")]
 
 
 def given(value: T | None, flag: str) -> T:

@@ -16,11 +16,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from rlrm.config.loader import list_profiles, load_profile
 from rlrm.config.schema import Profile
 from rlrm.errors import RlrmError
 
 BEGIN = "<!-- BEGIN GENERATED: python -m rlrm.config.reference --write docs/configuration.md -->"
 END = "<!-- END GENERATED -->"
+PROFILES_BEGIN = "<!-- BEGIN GENERATED PROFILES: python -m rlrm.config.reference --write docs/configuration.md -->"
+PROFILES_END = "<!-- END GENERATED PROFILES -->"
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
 
 
@@ -97,20 +100,51 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def splice(page: str, reference: str) -> str:
-    """`page` with the text between BEGIN and END replaced by `reference`."""
-    if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
-        raise RlrmError(f"the page needs the markers {BEGIN!r} and {END!r} once each, in that order")
-    head, rest = page.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n\n{reference}\n{END}{tail}"
+def render_profiles() -> str:
+    """The shipped profiles as a Markdown table: what each trains, with which reward, where, from its own YAML."""
+    lines = [
+        "| profile | reward | policy | rollout | data | device | steps | what it is for |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, description in list_profiles().items():
+        profile = load_profile(name)
+        reward: str = profile.reward.kind
+        if profile.reward.server.model:
+            reward += f" (`{profile.reward.server.model}`)"
+        rollout: str = profile.rollout.backend
+        if rollout == "server":
+            rollout += f" ({profile.rollout.server.backend} x{profile.rollout.server.replicas})"
+        cells = [
+            f"`{name}`",
+            reward,
+            f"`{profile.model.path}`",
+            rollout,
+            profile.data.source,
+            profile.trainer.device,
+            str(profile.trainer.total_steps),
+            _cell(description),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def splice(page: str, reference: str, begin: str = BEGIN, end: str = END) -> str:
+    """`page` with the text between `begin` and `end` replaced by `reference`."""
+    if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
+        raise RlrmError(f"the page needs the markers {begin!r} and {end!r} once each, in that order")
+    head, rest = page.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n\n{reference}\n{end}{tail}"
 
 
 def write(page: Path) -> None:
-    """Regenerate the reference inside `page` (the rest of the page is kept as it is)."""
+    """Regenerate the reference (and the profile table, where the page has its markers) inside `page`."""
     if not page.is_file():
         raise RlrmError(f"{page} is not a file: give the page that holds the reference (docs/configuration.md)")
-    page.write_text(splice(page.read_text(encoding="utf-8"), render()), encoding="utf-8")
+    text = splice(page.read_text(encoding="utf-8"), render())
+    if PROFILES_BEGIN in text:
+        text = splice(text, render_profiles(), PROFILES_BEGIN, PROFILES_END)
+    page.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

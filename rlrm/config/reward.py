@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlrm.config.inject import LatencyInjectConfig
 from rlrm.config.ray_address import check_ray_address
+from rlrm.config.reward_cache import RewardCacheConfig
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.common.auth import key_from_env
 from rlrm.launch.fleet.spec import FleetSpec
@@ -342,6 +343,13 @@ class RewardConfig(_Section):
         "sample's return in GRPO (docs/agentic.md). Off: tool rewards only reach the reward function, in "
         "extra_info['tool_rewards'].",
     )
+    allow_contract_change: bool = Field(
+        False,
+        description="On --resume, go on when the reward contract (model, template, parser, weights...: `rlrm inspect "
+        "reward`) differs from the one the run was started with; the change is recorded in reward_contract.json. "
+        "False: stop with one line naming what changed.",
+    )
+    cache: RewardCacheConfig = Field(default_factory=RewardCacheConfig)
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
     custom: CustomRewardConfig = Field(default_factory=CustomRewardConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)

@@ -15,10 +15,13 @@ from typing import Callable
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.base import RewardFn
+from rlrm.engine.rewards.cache import RewardCache
+from rlrm.engine.rewards.contract import RewardContract, reward_contract
 from rlrm.engine.rewards.factory import build_reward_fn, with_injection
 from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
 from rlrm.engine.rewards.limits import RateLimiter
 from rlrm.engine.rewards.loop import RewardLoop
+from rlrm.engine.rewards.model_identity import local_identity, served_identity, source_digest
 from rlrm.engine.rewards.ray_workers import RayRewardWorkers
 from rlrm.errors import ConfigError
 from rlrm.launch.client.balancer import ReplicaBalancer
@@ -49,6 +52,8 @@ class RewardService:
         self.model_path: str | None = None  # the reward model's folder (`reward.server.model` resolved at start)
         # stops what the reward function started (a custom function's worker processes)
         self._close_fn: Callable[[], None] | None = None
+        self.contract: RewardContract | None = None  # what decides a score (rlrm/engine/rewards/contract.py)
+        self.cache: RewardCache | None = None  # reward.cache, in front of the loop's scoring
 
     @property
     def loop(self) -> RewardLoop:
@@ -70,8 +75,15 @@ class RewardService:
             elif kind is not None:
                 await self._start_servers(kind)
             counters = self.router_counters.take if self.router_counters is not None else None
+            self.contract = await self._contract()
+            self.cache = RewardCache.open(self.cfg.cache, self.cfg.kind, self.contract.fingerprint)
             self.loop = RewardLoop(
-                self._reward_fn(), self.cfg, seed=self.seed, counters=counters, max_response_len=self.max_response_len
+                self._reward_fn(),
+                self.cfg,
+                seed=self.seed,
+                counters=counters,
+                max_response_len=self.max_response_len,
+                cache=self.cache,
             )
         except BaseException:
             await self.close()  # whatever was started is stopped again
@@ -112,6 +124,16 @@ class RewardService:
             )
         return self.cfg.server.model
 
+    async def _contract(self) -> RewardContract:
+        """The reward contract: the section, the model's identity (its files, or what running servers report)."""
+        server, model = self.cfg.server, None
+        if self.cfg.model_kind is not None and self.model_path is not None and not server.addresses:
+            model = await asyncio.to_thread(local_identity, self._served_model(), self.model_path)
+        elif self.cfg.model_kind is not None:
+            model = await served_identity(self.balancer, server.request_model, self.cfg.timeout_s)
+        source = source_digest(self.cfg.custom.path) if self.cfg.kind == "custom" else None
+        return reward_contract(self.cfg, model, source)
+
     async def wake(self) -> None:
         """Colocated placement: bring every replica's weights back before scoring."""
         await self._post_all("/wake_up")
@@ -141,6 +163,8 @@ class RewardService:
         return fn
 
     async def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
         if self._close_fn is not None:
             self._close_fn()
         if self.legacy is not None:

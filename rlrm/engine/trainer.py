@@ -45,6 +45,8 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
+from rlrm.engine.rewards.cache_store import check_cache_file
+from rlrm.engine.run_contract import check_run_contract
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
@@ -93,9 +95,11 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
-    answers."""
+    reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
+    answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
+    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind):
+        check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (
@@ -187,12 +191,16 @@ def _read_run_config(path: Path) -> dict:
     return raw
 
 
-def train(run_dir: Path, console: str | None = None) -> RunResult:
+def train(run_dir: Path, console: str | None = None, allow_contract_change: bool = False) -> RunResult:
     """Run (or continue) the training of a run folder until `trainer.total_steps`.
 
     Ctrl-C saves a checkpoint of the last completed step and returns with `interrupted=True`.
+    `allow_contract_change` (or reward.allow_contract_change in config.yaml): resume with a reward contract that
+    differs from the run's (rlrm/engine/run_contract.py), recording the change.
     """
     profile = load_run_profile(run_dir)
+    if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
+        profile.reward.allow_contract_change = True
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
     try:
         asyncio.run(loop.run())
@@ -224,7 +232,8 @@ class _TrainLoop:
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
-        parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        with progress.waiting(f"loading {self.profile.model.path}"):
+            parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         progress.say(f"policy on {parts.device}; starting the reward and rollout ({self.profile.reward.kind} reward)")
         # torch, transformers and the models leave ~350k objects that live as long as the run; a full
         # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
@@ -234,6 +243,11 @@ class _TrainLoop:
         self.scheduler: Scheduler | None = None
         try:
             await parts.reward.start()
+            step = int(ckpts[-1].name.removeprefix("step_")) if ckpts else 0
+            contract = parts.reward.contract
+            if contract is None:  # start() made it
+                raise RuntimeError("the reward service started without its reward contract")
+            check_run_contract(self.run_dir, contract, self.profile.reward.allow_contract_change, step)
             await parts.engine.start()
             await self._loop(ckpts)
         finally:
@@ -249,7 +263,10 @@ class _TrainLoop:
         step = self._start(ckpts)
         writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
-            self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
+            contract = self.parts.reward.contract.short if self.parts.reward.contract is not None else None
+            self.sample_log = SampleLog(
+                self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract
+            )
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
@@ -259,7 +276,8 @@ class _TrainLoop:
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
                     display.message(f"step 0: held-out accuracy on {len(self.val_examples)} problems ...")
                     started = time.perf_counter()
-                    held_out = await self._held_out()
+                    with progress.waiting("step 0: held-out accuracy"):
+                        held_out = await self._held_out()
                     writer.log({"step": 0, **held_out})
                     self.guard.observe({"step": 0, **held_out})
                     display.message(

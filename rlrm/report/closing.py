@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlrm.engine.metrics.audit import AGREEMENT, REWARD, audit_run, row_series
+from rlrm.engine.run_contract import CONTRACT_FILE, contract_summary
 
 
 def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
@@ -34,6 +35,16 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     cost = sum(r.get("reward/cost", 0.0) for r in rows)
     if cost:
         lines.append(f"  reward model cost {cost:.4f} (reward/cost)")
+    hits = sum(r.get("reward/cache_hits", 0) for r in rows)
+    if any("reward/cache_hits" in r for r in rows):
+        saved = sum(r.get("reward/cache_saved_model_calls", 0) for r in rows)
+        lines.append(
+            f"  reward cache: {hits:g} of {samples:g} samples from the cache, {saved:g} reward-model calls saved "
+            "(reward/cache_hits, reward/cache_saved_model_calls)"
+        )
+    contract = contract_summary(run_dir)
+    if contract is not None:
+        lines.append(f"  reward contract {contract} ({CONTRACT_FILE})")
     for finding in audit_run(series):
         if finding.flagged:
             lines.append(f"  warning: reward-hacking audit: {finding.check}: {finding.detail}")

@@ -10,6 +10,7 @@ import fnmatch
 import functools
 
 from rlrm.engine.metrics.audit import AGREEMENT, AuditSettings, audit_run, run_series
+from rlrm.engine.run_contract import contract_summary
 from rlrm.report import attack_audit, benchmark, curves, parity
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
@@ -128,6 +129,7 @@ def _run_table(all_runs: list[RunData]) -> tuple[list[str], list[list]]:
         "idle trainer",
         "idle rollout",
         "idle reward wait",
+        "reward contract",
     ]
     rows = []
     for run in all_runs:
@@ -147,6 +149,7 @@ def _run_table(all_runs: list[RunData]) -> tuple[list[str], list[list]]:
                 _agg(m, "idle/trainer", "mean"),
                 _agg(m, "idle/rollout", "mean"),
                 _agg(m, "idle/reward_wait", "mean"),
+                contract_summary(run.path) or "n/a",
             ]
         )
     return headers, rows

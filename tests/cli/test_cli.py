@@ -187,3 +187,34 @@ def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
     )
     assert result.exit_code == 1
     assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output
+
+
+def test_a_bad_option_value_is_rlrm_s_one_line_not_a_usage_box():
+    """`--steps 0` and a mistyped option: one `error:` line naming the option and the help to read, exit 2."""
+    for argv, needle in (
+        (["train", "--profile", "tiny-rule", "--steps", "0", "--dry-run"], "'--steps'"),
+        (["train", "--profile", "tiny-rule", "--stepz", "3"], "--stepz"),
+        (["report"], "'PATH'"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "rlrm", *argv], capture_output=True, text=True)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, done.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
+        assert f"`rlrm {argv[0]} --help`" in lines[0]
+    grouped = subprocess.run([sys.executable, "-m", "rlrm", "bench"], capture_output=True, text=True)
+    assert grouped.returncode == 2 and "reward-latency" in grouped.stdout + grouped.stderr
+
+
+def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
+    """Without fastapi (the `serve` extra) a run that starts an embedded server stops in one line, before any process."""
+    import importlib.util
+
+    import pytest
+
+    from rlrm.errors import RlrmError
+    from rlrm.launch.fleet.process import embedded_server_argv
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
+    with pytest.raises(RlrmError, match=r"an embedded server needs fastapi.*pip install 'rlrm\[serve\]'"):
+        embedded_server_argv("tiny:judge", "genrm", 8000)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rlrm.cli import reference as cli_reference
 from rlrm.cli.main import app
 from rlrm.config import reference
 
@@ -135,6 +136,36 @@ def test_configuration_page_is_generated_from_the_schema():
     assert reference.splice(page, reference.render()) == page, (
         "docs/configuration.md is stale: run python -m rlrm.config.reference --write docs/configuration.md"
     )
+
+
+def test_profile_table_is_generated_from_the_profiles():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    fresh = reference.splice(page, reference.render_profiles(), reference.PROFILES_BEGIN, reference.PROFILES_END)
+    assert fresh == page, (
+        "docs/configuration.md's profile table is stale: run python -m rlrm.config.reference --write docs/configuration.md"
+    )
+    for name in reference.list_profiles():
+        assert f"| `{name}` |" in page, f"profile {name} is not in docs/configuration.md"
+
+
+def test_commands_page_is_generated_from_the_cli():
+    """An option or command added without `python -m rlrm.cli.reference --write docs/commands.md` fails here."""
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert cli_reference.splice(page, cli_reference.render(), cli_reference.BEGIN, cli_reference.END) == page, (
+        "docs/commands.md is stale: run python -m rlrm.cli.reference --write docs/commands.md"
+    )
+    for path, command in cli_reference.commands():
+        assert f"### {path}\n" in page
+        for param in command.params:
+            for option in param.opts if param.param_type_name == "option" and not param.hidden else ():
+                assert f"`{option}`" in page.split(f"### {path}\n")[1].split("\n### ")[0], f"{path} {option}"
+
+
+def test_commands_reference_shows_flags_without_a_type_and_bounds_with_it():
+    text = cli_reference.render()
+    train = text.split("### rlrm train\n")[1].split("\n### ")[0]
+    assert "| `--dry-run` | flag |" in train and "| `--steps` | int >= 1 |" in train
+    assert "Output folder (default: runs/<profile>-<time>)." in train
 
 
 def test_every_schema_key_is_in_the_reference():

@@ -54,3 +54,27 @@ def test_progress_lines_only_when_enabled_and_a_tick_while_waiting(capsys):
         progress.enable(False)
     err = capsys.readouterr().err
     assert err.count("... replica starting (") >= 2, err
+
+
+def test_the_reward_cache_and_contract_are_summed_up(tmp_path):
+    from rlrm.config.reward import RewardConfig
+    from rlrm.engine.rewards.contract import reward_contract
+    from rlrm.engine.run_contract import check_run_contract
+
+    rows = [{"step": 0}] + [
+        {"step": s, "reward/samples": 16, "reward/cache_hits": h, "reward/cache_saved_model_calls": h}
+        for s, h in ((1, 4), (2, 10))
+    ]
+    assert "  reward cache: 14 of 32 samples from the cache, 14 reward-model calls saved" in "\n".join(
+        closing_lines(rows, tmp_path)
+    )
+    assert not [line for line in closing_lines(rows, tmp_path) if "reward contract" in line]  # no file: no line
+    old = reward_contract(RewardConfig())
+    check_run_contract(tmp_path, old, allow_change=False, step=0)
+    assert f"  reward contract {old.short} (reward_contract.json)" in closing_lines(rows, tmp_path)
+    new = reward_contract(RewardConfig(method="flexible"))
+    check_run_contract(tmp_path, new, allow_change=True, step=2)
+    assert f"  reward contract {new.short} (changed at step 2: parser) (reward_contract.json)" in closing_lines(
+        rows, tmp_path
+    )
+    assert not [line for line in closing_lines(rows[:1], tmp_path) if "reward cache" in line]

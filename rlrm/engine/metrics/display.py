@@ -56,6 +56,10 @@ class StepDisplay:
 
 def _summary(row: dict) -> str:
     parts = [f"reward {row.get('critic/score/mean', float('nan')):.3f}"]
+    if "reward/rule_agreement" in row:
+        # a model reward's own scale (a DisRM's raw logit may fall while answers improve): agreement with the
+        # rule reads the same for every reward
+        parts.append(f"rule agree {row['reward/rule_agreement']:.2f}")
     if "val/accuracy" in row:
         parts.append(f"val acc {row['val/accuracy']:.3f}")
     parts.append(f"{row.get('perf/throughput', 0.0):,.0f} tok/s")

@@ -137,9 +137,12 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
 
 
 def _build_notice(line: str) -> None:
-    """A model built on first use (not shipped: a seed other than 0) takes minutes: say so (on stderr), nothing else."""
+    """A model built on first use (not shipped: a seed other than 0) takes minutes: say so, then show its progress
+    (step, loss, time so far and left, at least every 10 s) on stderr."""
     if line.startswith("building"):
         print(f"{line} (first use; `rlrm models prepare` builds ahead of time)", file=sys.stderr, flush=True)
+    elif " step " in line and "left)" in line:
+        print(line, file=sys.stderr, flush=True)
 
 
 def summary(name: str, path: Path) -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from rlrm.call_errors import TransientError
-from rlrm.errors import RlrmError
+from rlrm.errors import RlrmError, require_extra
 from rlrm.launch.common import http
 
 
@@ -48,7 +48,9 @@ def cause_line(text: str) -> str | None:
 def embedded_server_argv(
     model: str, role: str, port: int, host: str = "127.0.0.1", extra: list[str] | None = None
 ) -> list[str]:
-    """The command line of an embedded server."""
+    """The command line of an embedded server (refused in one line where the `serve` extra is missing)."""
+    for module in ("fastapi", "uvicorn"):
+        require_extra(module, "serve", "an embedded server")
     return [
         sys.executable,
         "-m",
