@@ -98,7 +98,8 @@ def check_inputs(profile: Profile) -> None:
     reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
     answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
-    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind):
+    sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
+    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
         check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
