@@ -308,7 +308,16 @@ def test_yaml_examples_are_valid_profiles():
         (p.name, lines) for p in PAGES for lang, lines in _prose_and_blocks(p.read_text("utf-8"))[1] if lang == "yaml"
     ]
     assert blocks, "no yaml example found"
+    from rlrm.config.loader import load_profile
+
     for name, lines in blocks:
+        named = re.match(r"^# ((?:examples|profiles)/\S+\.ya?ml)$", lines[0]) if lines else None
+        if named:  # the page shows a file of the repository: the file is a valid profile, and holds what is shown
+            load_profile(str(ROOT / named.group(1)))
+            text = (ROOT / named.group(1)).read_text(encoding="utf-8")
+            missing = [line for line in lines[1:] if line.strip() and line not in text]
+            assert not missing, f"{name} shows lines that {named.group(1)} does not hold: {missing}"
+            continue
         raw = yaml.safe_load("\n".join(lines))
         raw.pop("extends", None)  # the keys the example sets are checked; what it extends is a profile of its own
         parse_profile(raw, source=f"the yaml example in {name}")
