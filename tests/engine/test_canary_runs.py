@@ -1,0 +1,64 @@
+"""Canaries in real runs: a custom reward that asks the tiny judge (served by rlrm, through the address it hands the
+function) but rewards a lone ":" on purpose; the canaries catch it before the first update and, with
+reward.guard.on_canary=stop, end the run with the reason. Their judge calls are counted apart from the run's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_trainer import SMALL  # noqa: E402
+
+from rlrm.config.loader import load_profile
+from rlrm.engine.checkpoint import list_checkpoints
+from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.trainer import start_run, train
+
+FOOLED = Path(__file__).resolve().parents[1] / "fixtures" / "colon_fooled_judge.py"
+ITEMS = 2 * 6  # reward.guard.canaries=2 problems x (1 reference + 5 attacks)
+
+
+def _profile(steps: int, on_canary: str, extra=()):
+    return load_profile(
+        "tiny-fapo",
+        SMALL
+        + [
+            "reward.server.model=tiny:judge",
+            f"reward.custom.path={FOOLED}",
+            f"trainer.total_steps={steps}",
+            "trainer.val_every=0",
+            "trainer.val_before_train=false",
+            f"reward.guard.on_canary={on_canary}",
+            "reward.guard.canaries=2",
+            "reward.guard.canary_every=1",
+            *extra,
+        ],
+    )
+
+
+def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(tmp_path, tiny_policy_path):
+    run = start_run(_profile(3, "stop"), tmp_path / "stopped")
+    result = train(run)
+    assert result.last_step == 0 and not list_checkpoints(run)  # nothing was trained
+    assert result.stopped.startswith("stopped at step 0, before the next update, by the reward canaries")
+    assert "key-colon#0 scored 1 (rewarded, must not be)" in result.stopped
+    assert "key-colon#1 scored 1" in result.stopped
+    (row,) = read_metrics(run / "metrics.jsonl")
+    assert row["step"] == 0 and row["guard/canary_flips"] >= 2
+    assert row["guard/canary_calls"] == ITEMS - 2  # every canary but the two colons asked the judge once
+    assert row["guard/canary_failed"] == 0 and row["guard/canary_drift"] == 0.0  # the first check is the baseline
+
+
+def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_path, tiny_policy_path):
+    run = start_run(_profile(2, "warn"), tmp_path / "warned")
+    result = train(run)
+    assert result.last_step == 2 and result.stopped is None  # warn: the run goes on
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all(r["guard/canary_flips"] >= 2 for r in rows[:2])  # before step 1, and after step 1
+    assert "guard/canary_flips" not in rows[2]  # no check after the last step: no update follows it
+    samples = 4 * 4  # data.train_batch_size x rollout.n
+    for row in rows[1:]:
+        assert row["batch/num_samples"] == samples and row["reward/samples"] == samples
+        assert row["reward/model_calls"] <= samples  # one call a sample at most: the canaries' 10 are not in it
+    assert rows[1]["guard/canary_calls"] == ITEMS - 2
+    assert rows[1]["guard/canary_drift"] < 0.2  # a greedy judge on the same items: no drift to speak of
