@@ -261,7 +261,8 @@ class OverlongConfig(_Section):
 
 class GuardConfig(_Section):
     """The reward-hacking guard: the audit `rlrm report` runs after the fact (rlrm/engine/metrics/audit.py's
-    divergence check), run live on the last `window` steps after each step."""
+    divergence check), run live on the last `window` steps after each step; and canaries, known items scored
+    through the run's reward path every `canary_every` steps (rlrm/engine/canaries.py)."""
 
     on_divergence: Literal["off", "warn", "stop"] = Field(
         "warn",
@@ -294,6 +295,11 @@ class GuardConfig(_Section):
         description="Largest mean absolute change of the canaries' scores from their first check (in score units: "
         "a GenRM's normalised verdict, a DisRM's logit) before it counts as drift.",
     )
+
+    @field_validator("on_divergence", "on_canary", mode="before")
+    @classmethod
+    def _off_is_off(cls, value):
+        return "off" if value is False else value  # YAML reads a bare `off` (in a profile or --set) as false
 
 
 class RewardConfig(_Section):
