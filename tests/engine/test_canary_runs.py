@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_trainer import SMALL  # noqa: E402
 
+from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
@@ -35,8 +37,9 @@ def _profile(steps: int, on_canary: str, extra=()):
     )
 
 
-def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(tmp_path, tiny_policy_path):
-    run = start_run(_profile(3, "stop"), tmp_path / "stopped")
+@pytest.mark.parametrize("mode", ["sync", "fully-async"])
+def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(tmp_path, tiny_policy_path, mode):
+    run = start_run(_profile(3, "stop", [f"trainer.mode={mode}"]), tmp_path / "stopped")
     result = train(run)
     assert result.last_step == 0 and not list_checkpoints(run)  # nothing was trained
     assert result.stopped.startswith("stopped at step 0, before the next update, by the reward canaries")
@@ -62,3 +65,36 @@ def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_pat
         assert row["reward/model_calls"] <= samples  # one call a sample at most: the canaries' 10 are not in it
     assert rows[1]["guard/canary_calls"] == ITEMS - 2
     assert rows[1]["guard/canary_drift"] < 0.2  # a greedy judge on the same items: no drift to speak of
+
+
+def test_a_judge_that_goes_wrong_mid_run_is_stopped_after_that_step_with_the_reason_and_exit_1(
+    tmp_path, tiny_policy_path
+):
+    """One-step-off: the first check holds (the judge rejects ':' twice), the check after step 1 finds both colons
+    rewarded, and `rlrm train` ends there, before step 2's update, exit code 1, the reason on its closing line."""
+    from typer.testing import CliRunner
+
+    sets = [
+        *SMALL,
+        "reward.server.model=tiny:judge",
+        f"reward.custom.path={FOOLED}",
+        "reward.custom.name=compute_score_fooled_later",
+        "trainer.mode=one-step-off",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+        "reward.guard.on_canary=stop",
+        "reward.guard.canary_every=1",
+    ]
+    run = tmp_path / "mid"
+    argv = ["train", "--profile", "tiny-fapo", "--steps", "4", "--out", str(run)]
+    result = CliRunner().invoke(app, argv + [a for s in sets for a in ("--set", s)])
+    assert result.exit_code == 1, result.output
+    assert "stopped at step 1, before the next update, by the reward canaries (reward.guard.on_canary=stop)" in (
+        result.output
+    )
+    assert "key-colon#0 scored 1 (rewarded, must not be)" in result.output
+    assert "warning: reward canaries flipped in 1 of 2 checks, first after step 1 (2 flips" in result.output
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["guard/canary_flips"] for r in rows] == [0.0, 2.0]
+    assert [c.name for c in list_checkpoints(run)] == ["step_1"]  # the last good step stays; step 2 never trained
