@@ -13,7 +13,7 @@ from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
-from rlrm.engine.trainer import start_run, train
+from rlrm.engine.trainer import load_run_profile, start_run, train
 
 FOOLED = Path(__file__).resolve().parents[1] / "fixtures" / "colon_fooled_judge.py"
 ITEMS = 2 * 6  # reward.guard.canaries=2 problems x (1 reference + 5 attacks)
@@ -65,6 +65,13 @@ def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_pat
         assert row["reward/model_calls"] <= samples  # one call a sample at most: the canaries' 10 are not in it
     assert rows[1]["guard/canary_calls"] == ITEMS - 2
     assert rows[1]["guard/canary_drift"] < 0.2  # a greedy judge on the same items: no drift to speak of
+    # resumed for one more step: its first check (a new baseline) lands in the row of the step it precedes
+    load_run_profile(run, total_steps=3)
+    assert train(run).last_step == 3
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert rows[3]["guard/canary_calls"] == ITEMS - 2 and rows[3]["guard/canary_flips"] >= 2
+    assert rows[3]["guard/canary_drift"] == 0.0
 
 
 def test_a_judge_that_goes_wrong_mid_run_is_stopped_after_that_step_with_the_reason_and_exit_1(
