@@ -106,6 +106,9 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict[str, Any]:
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
+    beside = path.parent / Path(str(parent)).expanduser()
+    if Path(str(parent)).suffix in (".yaml", ".yml") and not Path(str(parent)).is_absolute() and beside.is_file():
+        parent = beside  # `extends: base.yaml` names the file beside this one, from whatever folder rlrm runs
     base = _resolve(str(parent), chain + (str(path),))
     return _deep_merge(base, raw)
 

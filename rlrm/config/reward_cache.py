@@ -21,7 +21,8 @@ class RewardCacheConfig(BaseModel):
     enabled: Literal["auto"] | bool = Field(
         "auto",
         description="auto: on for rewards that call a model (disrm, genrm, composite, served or hosted), off for the "
-        "rule and custom functions (cheap, or free to depend on more than the sample's text); true or false to force.",
+        "rule and custom functions (cheap, or free to depend on more than the sample's text) and for a judge that "
+        "samples (reward.genrm.temperature > 0: each call is a fresh draw); true or false to force.",
     )
     path: str | None = Field(
         None,
@@ -48,6 +49,9 @@ class RewardCacheConfig(BaseModel):
 
         return None if value is None else str(Path(value).expanduser())
 
-    def active(self, kind: str) -> bool:
-        """Whether a reward of `kind` (reward.kind) is cached."""
-        return kind in CACHED_BY_DEFAULT if self.enabled == "auto" else bool(self.enabled)
+    def active(self, kind: str, sampled: bool = False) -> bool:
+        """Whether a reward of `kind` (reward.kind) is cached; `sampled`: its judge draws verdicts at a temperature
+        above 0, so a kept verdict would stand in for a new draw (auto leaves such a judge uncached)."""
+        if self.enabled != "auto":
+            return bool(self.enabled)
+        return kind in CACHED_BY_DEFAULT and not sampled

@@ -27,6 +27,7 @@ import yaml
 
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.canaries import Canaries, check_canary_data
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
 from rlrm.engine.data.dataset import load_splits
@@ -63,7 +64,7 @@ class RunResult:
     last_step: int
     metrics: dict = field(default_factory=dict)
     interrupted: bool = False
-    stopped: str | None = None  # why the reward guard ended the run early (reward.guard.on_divergence=stop)
+    stopped: str | None = None  # why the reward guard ended the run early (on_divergence or on_canary=stop)
 
 
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
@@ -98,7 +99,8 @@ def check_inputs(profile: Profile) -> None:
     reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
     answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
-    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind):
+    sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
+    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
         check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
@@ -109,8 +111,9 @@ def check_inputs(profile: Profile) -> None:
         if path and not path.startswith("tiny:"):
             resolve_model_path(path)
     data = profile.data
-    if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
-        load_splits(data)
+    local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
+    if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
+        check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
 
 
 def check_actor_ranks(profile: Profile) -> None:
@@ -270,35 +273,43 @@ class _TrainLoop:
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
+        self.canaries = Canaries.build(p, self.parts.test_examples, self.parts.tokenizer)
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
+                first = {"step": step}  # the first check of the canaries (their baseline) and step 0's held-out set
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
                     display.message(f"step 0: held-out accuracy on {len(self.val_examples)} problems ...")
                     started = time.perf_counter()
                     with progress.waiting("step 0: held-out accuracy"):
-                        held_out = await self._held_out()
-                    writer.log({"step": 0, **held_out})
-                    self.guard.observe({"step": 0, **held_out})
+                        first.update(await self._held_out())
+                    self.guard.observe(first)
                     display.message(
-                        f"step 0: held-out accuracy {held_out.get('val/accuracy', float('nan')):.3f} "
+                        f"step 0: held-out accuracy {first.get('val/accuracy', float('nan')):.3f} "
                         f"({time.perf_counter() - started:.1f} s)"
                     )
-                while step < p.trainer.total_steps:
+                carried = await self._check_canaries(step, first, display)  # a resumed run: into its next row
+                if step == 0 and len(first) > 1:
+                    writer.log(first)
+                    carried = {}
+                while step < p.trainer.total_steps and self.result.stopped is None:
                     step += 1
-                    row = await self._step(step)
+                    row = {**await self._step(step), **carried}
+                    carried = {}
                     finding = self.guard.observe(row)
                     row["guard/divergence"] = float(finding is not None)
+                    diverged = finding is not None and p.reward.guard.on_divergence == "stop"
+                    if not diverged and step % p.reward.guard.canary_every == 0 and step < p.trainer.total_steps:
+                        await self._check_canaries(step, row, display)  # after this step, before the next update
                     writer.log(row)
                     display.update(step, row)
                     if finding is not None and self.guard.flagged_at == step:
                         display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
-                    if finding is not None and p.reward.guard.on_divergence == "stop":
+                    if diverged:
                         self.result.stopped = (
                             f"stopped at step {step} by the reward-hacking guard (reward.guard.on_divergence=stop): "
                             f"{finding.detail}"
                         )
-                        break
         except RewardBudgetExceeded as exc:
             self._unsaved = exc.trained  # the actor holds an over-budget update: keep the last good checkpoint
             if self.pending_row is not None:
@@ -315,6 +326,21 @@ class _TrainLoop:
             if not self._unsaved:
                 self._save(force=True)
             self._write_trace()
+
+    async def _check_canaries(self, step: int, row: dict, display: StepDisplay) -> dict:
+        """Score the canaries (reward.guard.on_canary) after `step`, into `row`; a flag warns, or stops the run."""
+        if self.canaries is None:
+            return {}
+        finding, metrics = await self.canaries.check(self.parts.reward)
+        row.update(metrics)
+        if finding.flagged:
+            display.message(f"warning: step {step}: reward canaries: {finding.detail}")
+        if finding.flagged and self.profile.reward.guard.on_canary == "stop":
+            self.result.stopped = (
+                f"stopped at step {step}, before the next update, by the reward canaries "
+                f"(reward.guard.on_canary=stop): {finding.detail}"
+            )
+        return metrics
 
     def _start(self, ckpts: list) -> int:
         """Restore the newest checkpoint (if any), build the mode's scheduler; returns the last step done."""

@@ -83,6 +83,12 @@ def test_the_rule_is_not_cached_unless_asked():
     assert RewardCache.open(genrm_cfg().cache, "genrm", "f") is not None
 
 
+def test_a_judge_that_samples_is_not_cached_unless_asked():
+    """At temperature > 0 each verdict is a fresh draw: a kept one would stand in for it, so auto leaves it out."""
+    assert RewardCache.open(genrm_cfg().cache, "genrm", "f", sampled=True) is None
+    assert RewardCache.open(genrm_cfg(cache={"enabled": True}).cache, "genrm", "f", sampled=True) is not None
+
+
 def test_a_failure_is_never_cached():
     judge = CountingJudge(fail_first=1)
     loop = loop_with_cache(genrm_cfg(on_failure="default", default_score=-1.0), judge)

@@ -37,6 +37,25 @@ def test_a_run_that_fools_its_reward_is_named_in_the_closing_lines():
     assert "  reward agrees with the rule 0.97 -> 0.50 (reward/rule_agreement)" in lines
 
 
+def test_the_canaries_checks_flips_and_cost_are_summed_up():
+    rows = _rows(20, lambda s: 0.1, lambda s: 0.2, lambda s: 0.98)
+    for row in rows:
+        row["reward/model_calls"] = 64 * (row["step"] > 0)  # 20 steps x 64 = 1280 calls
+    for step, flips, drift in ((0, 0, 0.0), (10, 2, 0.05)):
+        rows[step].update({"guard/canary_calls": 10, "guard/canary_flips": flips, "guard/canary_drift": drift})
+    lines = closing_lines(rows, Path("runs/x"))
+    # 20 canary calls of 20 + 1280: 1.5%
+    assert "  reward canaries: 2 checks, drift up to 0.05; 20 canary calls = 1.5% of all reward-model calls" in (
+        " ".join(lines)
+    )
+    assert [line for line in lines if "canaries flipped in 1 of 2 checks, first after step 10 (2 flips" in line]
+    assert not [
+        line
+        for line in closing_lines(_rows(3, lambda s: 0.1, lambda s: 0.2, lambda s: 0.9), Path("x"))
+        if "canar" in line
+    ]
+
+
 def test_progress_lines_only_when_enabled_and_a_tick_while_waiting(capsys):
     import time
 

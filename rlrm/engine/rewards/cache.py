@@ -56,11 +56,11 @@ class RewardCache:
         self._counts = _zero()
 
     @classmethod
-    def open(cls, cfg: RewardCacheConfig, kind: str, fingerprint: str) -> "RewardCache | None":
+    def open(cls, cfg: RewardCacheConfig, kind: str, fingerprint: str, sampled: bool = False) -> "RewardCache | None":
         """The cache reward.cache asks for a reward of `kind`, or None when it is off.
 
         Raises CacheFileError for a file at reward.cache.path that is not an rlrm reward cache."""
-        if not cfg.active(kind):
+        if not cfg.active(kind, sampled):
             return None
         cache = cls(fingerprint, cfg.max_entries)
         if cfg.path is not None:

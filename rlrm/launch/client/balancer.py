@@ -45,6 +45,7 @@ class ReplicaBalancer:
         self.probe_interval_s = probe_interval_s
         self._client: aiohttp.ClientSession | None = None
         self._prober: asyncio.Task | None = None
+        self._closed = False  # requests cut off by close() must not start a prober on the closing session
 
     @property
     def address(self) -> str:
@@ -145,6 +146,8 @@ class ReplicaBalancer:
 
     def _mark_down(self, url: str) -> None:
         self.healthy[url] = False
+        if self._closed:
+            return
         if self._prober is None or self._prober.done():
             self._prober = asyncio.get_running_loop().create_task(self._probe())
 
@@ -168,6 +171,7 @@ class ReplicaBalancer:
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:
+        self._closed = True
         if self._prober is not None:
             self._prober.cancel()
         if self._client is not None:
