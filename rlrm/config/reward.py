@@ -299,7 +299,7 @@ class GuardConfig(_Section):
 
     @field_validator("on_divergence", "on_canary", mode="before")
     @classmethod
-    def _off_is_off(cls, value):
+    def _off_is_off(cls, value: object) -> object:
         return "off" if value is False else value  # YAML reads a bare `off` (in a profile or --set) as false
 
 

@@ -305,7 +305,7 @@ class _TrainLoop:
                     display.update(step, row)
                     if finding is not None and self.guard.flagged_at == step:
                         display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
-                    if diverged:
+                    if diverged and finding is not None:  # diverged holds a finding
                         self.result.stopped = (
                             f"stopped at step {step} by the reward-hacking guard (reward.guard.on_divergence=stop): "
                             f"{finding.detail}"
