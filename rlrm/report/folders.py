@@ -16,12 +16,14 @@ leaves a field empty, and each such thing is appended to `notes` (shown to the u
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.errors import RunFolderError
+from rlrm.results_file import read_complete_csv
 
 EXPECTED_FILES = (
     "metrics.jsonl (run folder), results.csv or results.parquet (benchmark folder), "
@@ -209,7 +211,10 @@ def load_bench(path: Path, notes: list[str], name: str | None = None) -> BenchDa
     name = name or Path(path).resolve().name
     table = path / "results.csv" if (path / "results.csv").is_file() else path / "results.parquet"
     try:
-        results = pd.read_csv(table) if table.suffix == ".csv" else pd.read_parquet(table)
+        if table.suffix == ".csv":  # a cut file parses, with a changed last row: refused as bench simulate does
+            results = pd.read_csv(io.StringIO(read_complete_csv(table)))
+        else:
+            results = pd.read_parquet(table)
     except (ValueError, OSError) as exc:  # pandas' parser errors and pyarrow's are ValueErrors
         raise RunFolderError(f"{table} is unreadable: {exc}") from None
     summary = _read_json(path / "summary.json", notes, name)
