@@ -5,7 +5,7 @@
     result = train(run_dir)                   # a new run, or the continuation of a stopped one
 
 A run folder holds `config.yaml` (the resolved profile), `metrics.jsonl` (one row per step),
-`trace.json` (timeline spans) and `checkpoints/step_<k>/`. `train` resumes from the newest
+`trace.json` (timeline spans), `checkpoints/step_<k>/` and, when a reward attempt timed out, `hung_rewards.jsonl`. `train` resumes from the newest
 checkpoint when there is one, so `rlrm train --resume DIR` and a fresh start share one path.
 """
 
@@ -36,6 +36,7 @@ from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.held_out import evaluate_held_out
 from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.guard import DivergenceGuard
+from rlrm.engine.metrics.hung_rewards import HungRewardLog
 from rlrm.engine.metrics.idle import IdleMeter
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.samples import SampleLog
@@ -250,6 +251,7 @@ class _TrainLoop:
         writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
             self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
+        hung = HungRewardLog(self.run_dir / "hung_rewards.jsonl")  # created at the first reward that hangs
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
@@ -269,6 +271,7 @@ class _TrainLoop:
                 while step < p.trainer.total_steps:
                     step += 1
                     row = await self._step(step)
+                    hung.write(step, self.parts.reward.loop.take_hung())
                     finding = self.guard.observe(row)
                     row["guard/divergence"] = float(finding is not None)
                     writer.log(row)
@@ -291,6 +294,7 @@ class _TrainLoop:
             if self.pending_row is not None:
                 writer.log(self.pending_row)
         finally:
+            hung.write(step, self.parts.reward.loop.take_hung())  # a stopped step's hangs are the ones to see
             writer.close()
             if self.sample_log is not None:
                 self.sample_log.close()
