@@ -207,3 +207,23 @@ def test_bad_input_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch, 
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert needle in lines[0]
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("model", "model path '/xxxxxxxxxx"),  # model.path: checked on disk, where the OS refuses the name
+        ("trainer", "trainer.total_steps: Input should be a valid integer"),  # a bad value repeated by the loader
+    ],
+)
+def test_a_10_mb_value_is_refused_in_one_short_line(tmp_path, monkeypatch, key, needle):
+    monkeypatch.chdir(tmp_path)
+    huge = "/" + "x" * 10_000_000
+    section = {"model": {"path": huge}, "trainer": {"total_steps": huge}}[key]
+    profile = _write(tmp_path / "huge.yaml", json.dumps({"extends": "tiny-rule", key: section}))  # JSON is YAML
+    result = CliRunner().invoke(app, ["train", "--profile", str(profile), "--console", "none", "--out", "run"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1, result.output[:500]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines[0][:500]
+    assert "... (10000003 characters)" in lines[0]  # the quoted value's length and len(lines[0]) < 600, lines[0][:600]
+    assert not (tmp_path / "run").exists()
