@@ -27,6 +27,7 @@ import yaml
 
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.agent.tools import build_tools
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
 from rlrm.engine.data.dataset import load_splits
@@ -93,10 +94,12 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
-    answers."""
+    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a missing
+    local model (policy, reference, reward), an unreadable local dataset, more local actor ranks than devices, or a
+    Ray address where no head answers."""
     check_trackers(profile.logging)
+    if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
+        build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (

@@ -53,7 +53,34 @@ def _parity(tmp, rows, model):
 
 PAIR = {"prompt": "What is 2 + 3?", "response": "#### 5", "group_id": 1}
 
+
+def _tool(tmp, source):
+    path = _write(tmp / "my_tool.py", source)
+    return [
+        *TRAIN,
+        "--set",
+        "rollout.agent.enabled=true",
+        "--set",
+        "rollout.agent.tools=[calculator,mine]",
+        "--set",
+        f"rollout.agent.user_tools={{mine: {path}:mine}}",
+    ]
+
+
 CASES = [
+    # user tools: refused before the model loads and before a run folder exists
+    (
+        "user tool fails at import",
+        lambda t, m: _tool(t, "import not_a_module_anywhere\n"),
+        1,
+        "failed to import: ModuleNotFoundError",
+    ),
+    (
+        "user tool not async",
+        lambda t, m: _tool(t, "def mine(arguments):\n    return arguments\n"),
+        1,
+        "has no `async def mine(arguments: str) -> str`",
+    ),
     # run folders and output paths
     (
         "train --out is a file",
