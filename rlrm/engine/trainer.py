@@ -53,6 +53,7 @@ from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
 from rlrm.errors import ConfigError, RunFolderError
 from rlrm.inference.loading import pick_device
+from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common import progress
 from rlrm.launch.common.ray_head import check_ray_head
 
@@ -94,12 +95,13 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a missing
-    local model (policy, reference, reward), an unreadable local dataset, more local actor ranks than devices, or a
+    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
+    folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local actor ranks than devices, or a
     Ray address where no head answers."""
     check_trackers(profile.logging)
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
+    check_weights_dir(profile.rollout.server.weights_dir)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (

@@ -68,6 +68,30 @@ def _tool(tmp, source):
 
 
 CASES = [
+    (
+        "rollout.server.weights_dir is a file",
+        lambda t, m: [
+            *TRAIN,
+            "--set",
+            "rollout.backend=server",
+            "--set",
+            f"rollout.server.weights_dir={_write(t / 'w', 'x')}",
+        ],
+        1,
+        "w is a file, not a folder; set it to a writable local folder",
+    ),
+    (
+        "rollout.server.weights_dir under a file",
+        lambda t, m: [
+            *TRAIN,
+            "--set",
+            "rollout.backend=server",
+            "--set",
+            f"rollout.server.weights_dir={_write(t / 'w', 'x')}/sub",
+        ],
+        1,
+        "/w, a file, not a folder",
+    ),
     # user tools: refused before the model loads and before a run folder exists
     (
         "user tool fails at import",
