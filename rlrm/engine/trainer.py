@@ -51,7 +51,7 @@ from rlrm.engine.scheduling.base import PromptSource, RunParts
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, clipped
 from rlrm.inference.loading import pick_device
 from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common import progress
@@ -138,8 +138,23 @@ def check_ray_heads(profile: Profile) -> None:
         profile.reward.server.launch_on,
     )
     if uses_ray:
+        _check_ray_imports()
         check_ray_head(profile.actor.ray_address, "actor.ray_address")
         check_ray_head(profile.reward.ray_address, "reward.ray_address")
+
+
+def _check_ray_imports() -> None:
+    """A Ray that is installed but fails to import (a broken wheel, a missing shared library): one line, now."""
+    if importlib.util.find_spec("ray") is None:
+        return  # not installed: each Ray setting's own check names the extra to install
+    try:
+        import ray  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"ray is installed but fails to import ({type(exc).__name__}: {clipped(reason)}); repair it "
+            "(pip install --force-reinstall 'rlrm[ray]') or drop the Ray settings"
+        ) from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:

@@ -278,3 +278,21 @@ def test_a_10_mb_value_is_refused_in_one_short_line(tmp_path, monkeypatch, key, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines[0][:500]
     assert "... (10000003 characters)" in lines[0]  # the quoted value's length and len(lines[0]) < 600, lines[0][:600]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_ray_that_fails_to_import_is_one_line_before_a_run_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "site" / "ray"
+    _write(fake / "__init__.py", 'raise ImportError("libray.so: cannot open shared object file")\n')
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{repo}"}  # the broken ray shadows the real one
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--set", "reward.executor=ray"]
+    done = subprocess.run([*argv, "--out", "run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, lines[-5:]
+    assert lines[0].startswith("error: ray is installed but fails to import (ImportError: libray.so: cannot open")
+    assert not (tmp_path / "run").exists()
