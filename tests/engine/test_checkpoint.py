@@ -96,6 +96,17 @@ def test_a_checkpoint_with_non_finite_weights_is_not_resumed(tmp_path, tiny_poli
     assert f"checkpoint step_1 has non-finite weights ({name} holds NaN or inf)" in lines[0]
 
 
+@pytest.mark.parametrize("keep", [0.5, 0.0001])  # cut inside the tensors, and inside the header
+def test_a_truncated_model_safetensors_is_one_line_naming_the_checkpoint(tmp_path, tiny_policy_path, keep):
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    weights = ckpt / "model" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: max(4, int(len(data) * keep))])  # a copy cut short, a full disk
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("error: checkpoint step_1: model.safetensors is damaged") and "delete" in lines[0]
+
+
 def _actor_after_one_step(tiny_policy_path):
     from transformers import AutoModelForCausalLM
 
