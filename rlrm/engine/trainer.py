@@ -99,7 +99,7 @@ def check_inputs(profile: Profile) -> None:
     reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
     answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
-    sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
+    sampled = profile.reward.kind in ("genrm", "composite", "rubric") and profile.reward.genrm.temperature > 0
     if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
         check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
