@@ -116,10 +116,7 @@ class GenRMConfig(_Section):
 
 
 RUBRIC_PREFIX = (
-    "Is the answer to this problem correct?\n"
-    "Problem: {question}\n"
-    "Answer: {response}\n"
-    "Reference answer: {reference}\n"
+    "Is the answer to this problem correct?\nProblem: {question}\nAnswer: {response}\nReference answer: {reference}\n"
 )
 
 
@@ -151,7 +148,11 @@ class RubricConfig(_Section):
         "optionally {reference} and {turns}; the criterion's question is appended to it.",
     )
     criteria: list[RubricCriterion] = Field(
-        default_factory=list, description="The criteria: [{name, question, weight, verdict, max_score}, ...]."
+        default_factory=list,
+        description="The criteria, at least one, each {name, question, weight, verdict, max_score}: name: the "
+        "component's name (letters, digits, _ . -; unique); question: put last in the judge's prompt; weight: a "
+        "finite number; verdict: score ('Score: N', default) or boxed ('\\boxed{N}'); max_score: the verdict "
+        "that means fully met (default 10).",
     )
 
     @field_validator("criteria")
@@ -160,7 +161,9 @@ class RubricConfig(_Section):
         names = [c.name for c in criteria]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
-            raise ValueError(f"the criterion name(s) {', '.join(repeated)} appear more than once; give each criterion its own name")
+            raise ValueError(
+                f"the criterion name(s) {', '.join(repeated)} appear more than once; give each criterion its own name"
+            )
         return criteria
 
     @property

@@ -10,7 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-CACHED_BY_DEFAULT = ("disrm", "genrm", "composite", "rubric")  # reward kinds that call a model: a hit saves a model call
+CACHED_BY_DEFAULT = (
+    "disrm",
+    "genrm",
+    "composite",
+    "rubric",
+)  # reward kinds that call a model: a hit saves a model call
 
 
 class RewardCacheConfig(BaseModel):

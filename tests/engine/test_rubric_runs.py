@@ -12,9 +12,9 @@ from test_trainer import SMALL
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.components import component_table
-from rlrm.engine.reward_service import RewardService
 from rlrm.engine.trainer import start_run, train
 
 QUESTION = "What is 12 + 34?"
