@@ -115,6 +115,62 @@ class GenRMConfig(_Section):
     )
 
 
+RUBRIC_PREFIX = (
+    "Is the answer to this problem correct?\nProblem: {question}\nAnswer: {response}\nReference answer: {reference}\n"
+)
+
+
+class RubricCriterion(_Section):
+    """One criterion of a rubric: a question put to the judge after the sample's prefix, its weight and parser."""
+
+    name: str = Field(
+        ..., pattern=r"^[A-Za-z0-9_.-]+$", description="Component name (reward/component/<name>/* in metrics)."
+    )
+    question: str = Field(
+        ...,
+        min_length=1,
+        description="What the judge is asked, put last in its prompt after reward.rubric.prefix; it should say how "
+        "to end (e.g. \"... end with 'Score: 10' if it does or 'Score: 0' if it does not.\").",
+    )
+    weight: float = Field(..., description="Weight of this criterion's score in the reward (finite; 0 logs it only).")
+    verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
+    max_score: float = Field(10.0, gt=0, description="The verdict that means fully met (scores are divided by it).")
+
+
+class RubricConfig(_Section):
+    """reward.kind=rubric: K criteria asked of the judge per sample, each scored on its own (a reward component);
+    the reward is their weighted sum. The K prompts of a sample share `prefix` (question, response, reference):
+    only the criterion, last, differs, so a prefix-caching engine reads the sample once."""
+
+    prefix: str = Field(
+        RUBRIC_PREFIX,
+        description="The part of every criterion's prompt that comes first, with {question}, {response} and "
+        "optionally {reference} and {turns}; the criterion's question is appended to it.",
+    )
+    criteria: list[RubricCriterion] = Field(
+        default_factory=list,
+        description="The criteria, at least one, each {name, question, weight, verdict, max_score}: name: the "
+        "component's name (letters, digits, _ . -; unique); question: put last in the judge's prompt; weight: a "
+        "finite number; verdict: score ('Score: N', default) or boxed ('\\boxed{N}'); max_score: the verdict "
+        "that means fully met (default 10).",
+    )
+
+    @field_validator("criteria")
+    @classmethod
+    def _names_unique(cls, criteria: list[RubricCriterion]) -> list[RubricCriterion]:
+        names = [c.name for c in criteria]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"the criterion name(s) {', '.join(repeated)} appear more than once; give each criterion its own name"
+            )
+        return criteria
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {c.name: c.weight for c in self.criteria}
+
+
 class CompositeConfig(_Section):
     mode: Literal["weighted", "gate"] = Field(
         "weighted", description="Weighted sum of rule and model, or the rule gating the model."
@@ -245,6 +301,26 @@ def check_component_weights(kind: str, weights: dict[str, float]) -> None:
         )
 
 
+def check_rubric(rubric: RubricConfig, component_weights: dict[str, float]) -> None:
+    """A rubric with criteria, a prefix the judge can be given, and its weights in one place."""
+    if not rubric.criteria:
+        raise ValueError(
+            "reward.kind=rubric needs reward.rubric.criteria (at least one {name, question, weight}); "
+            "for a single judge question use reward.kind=genrm"
+        )
+    if "{response}" not in rubric.prefix:
+        raise ValueError("reward.rubric.prefix must contain {response}")
+    try:
+        check_template_fields(rubric.prefix)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("genrm.template", "reward.rubric.prefix")) from None
+    if component_weights:
+        raise ValueError(
+            "reward.component_weights: a rubric's component weights are its criteria's (reward.rubric.criteria[].weight); "
+            "leave component_weights empty"
+        )
+
+
 class OverlongConfig(_Section):
     """The soft overlong penalty of verl's DAPO reward manager (`overlong_buffer_cfg`), added once to every scored
     sample whatever the reward kind: with L = rollout.max_new_tokens, a response longer than L - buffer_len tokens
@@ -306,8 +382,10 @@ class GuardConfig(_Section):
 class RewardConfig(_Section):
     """Where scores come from and how failures are handled."""
 
-    kind: Literal["rule", "disrm", "genrm", "composite", "custom"] = Field(
-        "rule", description="Reward kind (custom: a function of your own, see reward.custom)."
+    kind: Literal["rule", "disrm", "genrm", "composite", "custom", "rubric"] = Field(
+        "rule",
+        description="Reward kind (custom: a function of your own, see reward.custom; rubric: judge criteria, see "
+        "reward.rubric).",
     )
     method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction (rule).")
     format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
@@ -381,6 +459,7 @@ class RewardConfig(_Section):
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)
     genrm: GenRMConfig = Field(default_factory=GenRMConfig)
     composite: CompositeConfig = Field(default_factory=CompositeConfig)
+    rubric: RubricConfig = Field(default_factory=RubricConfig)
     inject: InjectConfig = Field(default_factory=InjectConfig)
     limits: RewardLimitsConfig = Field(default_factory=RewardLimitsConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
@@ -396,6 +475,8 @@ class RewardConfig(_Section):
         if "{response}" not in self.genrm.template:
             raise ValueError("genrm.template must contain {response}")
         check_template_fields(self.genrm.template)
+        if self.kind == "rubric":
+            check_rubric(self.rubric, self.component_weights)
         if self.kind == "custom" and not self.custom.path:
             raise ValueError(
                 "reward.kind=custom needs reward.custom.path (the Python file defining the reward function)"
@@ -428,10 +509,22 @@ class RewardConfig(_Section):
         return self
 
     @property
+    def weights_of_components(self) -> dict[str, float]:
+        """The component weights in force: a rubric's criteria's, else reward.component_weights."""
+        return self.rubric.weights if self.kind == "rubric" else self.component_weights
+
+    @property
+    def samples_verdicts(self) -> bool:
+        """Whether this reward's judge draws its verdicts at a temperature above 0 (reward.cache auto skips it)."""
+        return self.model_kind == "genrm" and self.kind != "custom" and self.genrm.temperature > 0
+
+    @property
     def model_kind(self) -> str | None:
         """The served model this reward calls, if any (a custom function calls one when reward.server.model is set)."""
         if self.kind in ("disrm", "genrm"):
             return self.kind
+        if self.kind == "rubric":
+            return "genrm"  # a judge asked once per criterion
         if self.kind == "custom":
             return self.custom.model_role if self.server.model else None
         return self.composite.model_kind if self.kind == "composite" else None

@@ -10,7 +10,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-CACHED_BY_DEFAULT = ("disrm", "genrm", "composite")  # reward kinds that call a model: a hit saves a model call
+CACHED_BY_DEFAULT = (
+    "disrm",
+    "genrm",
+    "composite",
+    "rubric",
+)  # reward kinds that call a model: a hit saves a model call
 
 
 class RewardCacheConfig(BaseModel):
@@ -20,7 +25,7 @@ class RewardCacheConfig(BaseModel):
 
     enabled: Literal["auto"] | bool = Field(
         "auto",
-        description="auto: on for rewards that call a model (disrm, genrm, composite, served or hosted), off for the "
+        description="auto: on for rewards that call a model (disrm, genrm, composite, rubric, served or hosted), off for the "
         "rule and custom functions (cheap, or free to depend on more than the sample's text) and for a judge that "
         "samples (reward.genrm.temperature > 0: each call is a fresh draw); true or false to force.",
     )

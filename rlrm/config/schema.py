@@ -353,11 +353,12 @@ class Profile(_Section):
 
 
 def _check_gdpo(reward: RewardConfig) -> None:
-    """GDPO needs components: a custom function's, or the rule's when named in reward.component_weights."""
-    if reward.kind not in ("custom", "rule"):
+    """GDPO needs components: a rubric's criteria, a custom function's, or the rule's when named in reward.component_weights."""
+    if reward.kind not in ("custom", "rule", "rubric"):
         raise ValueError(
             f"algorithm.component_norm=gdpo needs reward components, and reward.kind={reward.kind} returns one score; "
-            "use reward.kind=custom (a function returning 'reward_components') or rule, or component_norm=none"
+            "use reward.kind=rubric (one component per criterion), custom (a function returning 'reward_components') "
+            "or rule, or component_norm=none"
         )
     if not math.isfinite(reward.default_score):
         raise ValueError(

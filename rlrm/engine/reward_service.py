@@ -76,8 +76,9 @@ class RewardService:
                 await self._start_servers(kind)
             counters = self.router_counters.take if self.router_counters is not None else None
             self.contract = await self._contract()
-            sampled = self.cfg.kind in ("genrm", "composite") and self.cfg.genrm.temperature > 0
-            self.cache = RewardCache.open(self.cfg.cache, self.cfg.kind, self.contract.fingerprint, sampled)
+            self.cache = RewardCache.open(
+                self.cfg.cache, self.cfg.kind, self.contract.fingerprint, self.cfg.samples_verdicts
+            )
             self.loop = RewardLoop(
                 self._reward_fn(),
                 self.cfg,

@@ -230,7 +230,7 @@ class GRPOStep:
         from rlrm.engine.gdpo import gdpo_advantages
 
         s = self.settings
-        weights, default = (s.reward.component_weights, s.reward.default_score) if s.reward else ({}, 0.0)
+        weights, default = (s.reward.weights_of_components, s.reward.default_score) if s.reward else ({}, 0.0)
         names, rows, weights = component_table(results, weights, default)
         if not names:
             failed = [

@@ -105,9 +105,9 @@ def check_inputs(profile: Profile) -> None:
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
     check_weights_dir(profile.rollout.server.weights_dir)
-    sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
-    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
-        check_cache_file(profile.reward.cache.path)
+    reward = profile.reward
+    if reward.cache.path and reward.cache.active(reward.kind, reward.samples_verdicts):
+        check_cache_file(reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (

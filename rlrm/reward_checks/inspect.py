@@ -97,7 +97,7 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
             pass  # its own calls to the model, answers included, are in its extra info (model_requests)
         elif kind == "disrm":
             record.update(details.disrm_detail(sample, recorder.last(sample.index), rm_tok, cfg))
-        elif kind == "genrm":
+        elif kind == "genrm" and cfg.kind != "rubric":  # a rubric's K verdicts are in its extra info (judge_verdicts)
             record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))
         records.append(record)
     notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])

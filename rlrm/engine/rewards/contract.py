@@ -60,16 +60,17 @@ def reward_contract(cfg: RewardConfig, model: dict | None = None, source_digest:
         "kind": {"kind": cfg.kind, "model_kind": cfg.model_kind},
         "model": model if cfg.model_kind else None,
         "dtype": _dtype(cfg) if cfg.model_kind else None,
-        "template": g.template if kind == "genrm" else None,  # a DisRM's chat template is in the model's files
+        "template": _template(cfg, kind),  # a DisRM's chat template is in the model's files
         "parser": {
             "rule": {"method": cfg.method, "score": cfg.score, "format_score": cfg.format_score} if uses_rule else None,
             "genrm": {"verdict": g.verdict, "max_score": g.max_score, "max_tokens": g.max_tokens,
                       "temperature": g.temperature} if kind == "genrm" else None,
+            "rubric": [c.model_dump() for c in cfg.rubric.criteria] if cfg.kind == "rubric" else None,
             "disrm": {"max_length": d.max_length, "too_long": d.too_long} if kind == "disrm" else None,
         },
         "reference": _reference(cfg, kind, uses_rule),
         "composite": cfg.composite.model_dump(exclude={"model_kind"}) if cfg.kind == "composite" else None,
-        "components": dict(sorted(cfg.component_weights.items())),
+        "components": dict(sorted(cfg.weights_of_components.items())),
         "custom": {"name": cfg.custom.name, "source_sha256": source_digest, "model_role": cfg.custom.model_role}
         if cfg.kind == "custom" else None,
         "shaping": cfg.overlong.model_dump() if cfg.overlong.active else None,
@@ -93,6 +94,13 @@ def _short_value(value, chars: int = 40) -> str:
     return repr(text if len(text) <= chars else text[: chars - 3] + "...")
 
 
+def _template(cfg: RewardConfig, kind: str | None) -> str | None:
+    """The judge's prompt template: a rubric's shared prefix (its criteria are in the parser part), or genrm's."""
+    if kind != "genrm":
+        return None  # a DisRM's chat template is in the model's files
+    return cfg.rubric.prefix if cfg.kind == "rubric" else cfg.genrm.template
+
+
 def _dtype(cfg: RewardConfig) -> dict:
     if cfg.model_kind == "disrm" and cfg.disrm.scorer == "legacy":
         return {"scorer": "legacy", "dtype": cfg.disrm.legacy_dtype}
@@ -105,7 +113,7 @@ def _reference(cfg: RewardConfig, kind: str | None, uses_rule: bool) -> dict:
     """Where the reference answer (ground truth) enters the score."""
     return {
         "rule_compares": uses_rule,
-        "judge_sees": kind == "genrm" and "{reference}" in cfg.genrm.template,
+        "judge_sees": "{reference}" in (_template(cfg, kind) or ""),
         "custom_gets": cfg.kind == "custom",
     }
 

@@ -13,6 +13,7 @@ from rlrm.engine.rewards.genrm import make_genrm_reward
 from rlrm.engine.rewards.inject import inject
 from rlrm.engine.rewards.ledger import ledger_scope
 from rlrm.engine.rewards.metered import MeteredBalancer
+from rlrm.engine.rewards.rubric import make_rubric_reward
 from rlrm.engine.rewards.rule import make_rule_reward
 
 
@@ -69,12 +70,14 @@ def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
 
 
 def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> RewardFn:
-    """Rule, custom, DisRM, GenRM or composite; model kinds call the servers behind `balancer`."""
+    """Rule, custom, DisRM, GenRM, rubric or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
     if cfg.kind == "custom":
         return make_custom_reward(cfg, balancer, model_path)
     if kind is None:
         return make_rule_reward(cfg)
+    if cfg.kind == "rubric":
+        return make_rubric_reward(cfg, balancer)
     if kind == "disrm":
         from transformers import AutoTokenizer
 

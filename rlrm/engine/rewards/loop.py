@@ -121,7 +121,7 @@ class RewardLoop:
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
         self._jitter = random.Random(seed)
         self.stats = RewardStats()
-        self.components = ComponentSpec(cfg.component_weights)  # names pinned by the profile or the first sample
+        self.components = ComponentSpec(cfg.weights_of_components)  # names pinned by the profile or the first sample
         self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
         self._hung: collections.deque[dict] = collections.deque(maxlen=HUNG_KEPT)
 
