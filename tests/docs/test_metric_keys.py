@@ -39,9 +39,7 @@ def documented_patterns(text: str) -> list[re.Pattern]:
             continue
         for spelled in re.findall(r"`([a-z_0-9]+(?:/[^`]*)?)`", cell.group(1)):
             parts = re.split(r"(\{[^}]*\}|<[^>]+>)", spelled)
-            choices = [
-                p[1:-1].split(",") if p.startswith("{") else ["<>"] if p.startswith("<") else [p] for p in parts
-            ]
+            choices = [p[1:-1].split(",") if p.startswith("{") else ["<>"] if p.startswith("<") else [p] for p in parts]
             for combo in itertools.product(*choices):
                 regex = "".join("[^/]+" if c == "<>" else re.escape(c) for c in combo)
                 patterns.append(re.compile(regex + "$"))
