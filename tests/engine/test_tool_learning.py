@@ -4,11 +4,11 @@
     PYTHONPATH=$PWD python -m pytest -q -m slow tests/engine/test_tool_learning.py    # GRPO learns with the tool
 
 The learning test asserts that 15 sync GRPO steps raise held-out accuracy with the tool by at least 0.2
-(0.281 -> 0.641 measured, docs/agentic.md) and that the PPO ratio stays 1 on every token in the loss. The
+(0.539 -> 0.914 measured, docs/agentic.md) and that the PPO ratio stays 1 on every token in the loss. The
 second check is the one a broken observation mask fails: observations carry log-prob 0 from the rollout
 (the engine never sampled them), so in sync mode, where the old log-probs are the rollout's, a loss that
-reads them sees a ratio far from 1 (`actor/ppo_kl` ~2.6 instead of ~1e-8). Held-out accuracy alone does
-not catch it (0.281 -> 0.625 with observations trained on): the test of the test below breaks the mask
+reads them sees a ratio far from 1 (`actor/ppo_kl` ~3.5 instead of ~1e-7). Held-out accuracy alone does
+not catch it (0.539 -> 0.938 with observations trained on): the test of the test below breaks the mask
 and asserts the learning test fails.
 """
 
