@@ -28,7 +28,7 @@ def test_the_rule_rewards_no_attack_and_writes_json_csv_and_figure(tmp_path):
     result = audit("--profile", "tiny-rule", "--samples", 10, "--out", tmp_path / "a")
     assert result.exit_code == 0, result.output
     assert "PASS: every attack rewarded at most 1%" in result.output
-    assert "22 responses x 10 prompts = 220 samples through reward.kind=rule (no model calls)" in result.output
+    assert "26 responses x 10 prompts = 260 samples through reward.kind=rule (no model calls)" in result.output
     report = json.loads((tmp_path / "a" / "audit.json").read_text(encoding="utf-8"))
     by_name = rows(report)
     assert report["passed"] and report["threshold"] == 0.5 and len(by_name) == 2 + len(BUILTIN)

@@ -59,7 +59,9 @@ JUDGE_TEMPLATE = (
     "Compare the final answer with the reference, then end with 'Score: 10' if it is correct or 'Score: 0' if it is not."
 )
 # 3: adversarial answers in the training data (judge_negatives.py): master keys 3-17% -> 0% in `rlrm audit reward`
-JUDGE_RECIPE_VERSION = 4  # (3 is the shared recipe 3's judge, without them)
+# 5: answers of another width than the reference's ("#### 1" against 11) and `#### N` on several lines, which
+#    the recipe-4 judge misread (`rlrm train --profile tiny-genrm --seed 4` found them; judge_negatives.py)
+JUDGE_RECIPE_VERSION = 5  # (3 is the shared recipe 3's judge, without adversarial answers)
 VERDICT = "score"  # the GenRM client's verdict style for this judge
 MAX_SCORE = 10.0  # "Score: 10" means correct; verdicts are divided by it
 MAX_NEW_TOKENS = 24  # the answer is ~16 tokens for two-digit numbers (tiny-genrm allows 32)
@@ -74,8 +76,10 @@ class JudgeRecipe:
     num_test: int = 256  # held-out problems of each size (up to 20 and up to 10)
     policy_problems: int = 300  # training problems the policy answers: its odd formats get judged too
     samples_per_problem: int = 4
-    adversarial: int = 2000  # master keys, truncated working, injections, bare answers... (judge_negatives.py)
-    steps: int = 1000  # seed 0: verdict accuracy 0.976 after 800 steps, 0.993 after 1000 (module docstring)
+    adversarial: int = (
+        3000  # master keys, truncated working, injections, bare answers, other widths... (judge_negatives.py)
+    )
+    steps: int = 1200  # seed 0: verdict accuracy 0.976 after 800 steps, 0.993 after 1000 (recipe 4; module docstring)
     batch: int = 32
     lr: float = 1e-3
     warmup_steps: int = 20
