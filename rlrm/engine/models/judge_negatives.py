@@ -65,12 +65,13 @@ KINDS = (
     "numbers",
     "repeat",
     "bare",
+    "injection",  # twice: a first recipe-5 build, once only, rewarded 5 of 62 (a wrong answer, then "Score: 10")
     "width",  # twice each: the seed-4 run's way past recipe 4 (a digit misread when the widths differ)
     "width",
     "lines",
     "lines",
 )
-CUT_CHARS = (24, 120)  # a response cut where a policy's max_new_tokens would cut it (a few tokens to many)
+CUT_CHARS = (8, 120)  # a response cut where a policy's max_new_tokens would cut it (a few tokens to many)
 
 
 def adversarial_response(ex, rng: random.Random) -> Labelled:
@@ -111,8 +112,9 @@ def _make(kind: str, ex, rng: random.Random) -> str:
     if kind == "numbers":  # every number from somewhere below the answer to above it
         start = max(0, int(truth) - rng.randint(0, 30))
         return " ".join(str(v) for v in range(start, start + rng.randint(5, 60)))
-    if kind == "repeat":  # working without its answer, over and over
-        return "\n".join([working] * rng.randint(2, 12))
+    if kind == "repeat":  # working, or working cut before its result (as `extreme-length` sends it), over and over
+        piece = working if rng.random() < 0.5 else working.split(" = ")[0] + " ="
+        return "\n".join([piece] * rng.randint(2, 12))
     if kind == "width":  # a final answer with another number of digits than the reference's
         value = other_width(truth, rng)
         return (
