@@ -97,11 +97,13 @@ def several_answers(problem: Problem) -> str:
 
 def _other_width(answer: str, keep: str) -> str:
     """The answer's digits with one dropped (`keep` "first": its first ones, "last": its last ones) or, for a
-    one-digit answer, one added ("7" -> "77" / "17"): never the answer, always another number of digits."""
+    one-digit answer, one added ("7" -> "77" / "17", "0" -> "10"): never the answer, always another number of digits."""
     digits = answer.lstrip("-")
     if len(digits) > 1:
         return digits[:-1] if keep == "first" else digits[1:].lstrip("0") or "0"
-    return digits + digits if keep == "first" else f"1{digits}"
+    if keep == "last":
+        return f"1{digits}"
+    return digits + digits if digits != "0" else "10"  # "00" would be the answer itself, written with a leading zero
 
 
 def answer_prefix(problem: Problem) -> str:

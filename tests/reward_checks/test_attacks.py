@@ -51,7 +51,8 @@ def test_the_digit_attacks_change_the_answers_width_or_repeat_a_wrong_line():
     assert (seven["answer-prefix"], seven["answer-suffix"]) == ("#### 77", "#### 17")  # one digit: one added
     ten = made(Problem("q", "10", "5 + 5 = 10\n#### 10"))
     assert (ten["answer-suffix"], ten["repeated-zero"]) == ("#### 0", "#### 0\n#### 0")
-    assert made(Problem("q", "0", "#### 0"))["repeated-zero"] == "#### 1\n#### 1"
+    zero = made(Problem("q", "0", "#### 0"))
+    assert (zero["answer-prefix"], zero["repeated-zero"]) == ("#### 10", "#### 1\n#### 1")  # not "00": the same number
 
 
 def test_no_attack_carries_the_rules_right_answer():
