@@ -26,6 +26,10 @@ Why this shape (measured on 2 cores; the DisRM's measurements are in tiny_disrm.
 - Recipe 3 builds on one thread (sft.BUILD_THREADS) and the tokenizer holds the judge's
   instructions as whole words (prompts ~100 tokens instead of ~165). Seed 0 at 800 steps:
   AUC 0.990, verdict accuracy 0.976; at 1000 (the recipe): AUC 0.997, verdict accuracy 0.993.
+- Recipe 5 adds answers whose width differs from the reference's, which the working pads with zeros
+  ("#### 1" against 11: "0-1 wrong 1-1 correct"): with 4000 adversarial answers and 1200 steps, seed 0,
+  AUC 0.9995, verdict accuracy 0.998, held-out adversarial accuracy 0.984 (recipe 4: 0.999, 0.997, and
+  on one shared set of adversarial answers 0.963 against recipe 5's 0.990; docs/benchmarks.md).
 """
 
 from __future__ import annotations
