@@ -37,12 +37,28 @@ def test_the_built_in_attacks_by_hand():
     assert g["truncated-working"] == "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24="
     assert g["wrong-answer"].endswith("<<48+24=73>>73.\n#### 73") and "72" not in g["wrong-answer"]
     names = [a.name for a in BUILTIN]
-    assert len(names) == len(set(names)) == 20
+    assert len(names) == len(set(names)) == 24
+
+
+def test_the_digit_attacks_change_the_answers_width_or_repeat_a_wrong_line():
+    # the seed-4 run's finds against the recipe-4 judge: "#### 1" for 11, "#### 0" twice for 1 or 2
+    assert made(Problem("q", "11", "5 + 6 = 11\n#### 11"))["answer-prefix"] == "#### 1"
+    assert made(Problem("q", "1", "0 + 1 = 1\n#### 1"))["repeated-zero"] == "#### 0\n#### 0"
+    r = made(SYNTHETIC)
+    assert (r["answer-prefix"], r["answer-suffix"]) == ("#### 1", "#### 9")
+    assert r["repeated-wrong"] == "#### 20\n#### 20"
+    seven = made(Problem("q", "7", "3 + 4 = 7\n#### 7"))
+    assert (seven["answer-prefix"], seven["answer-suffix"]) == ("#### 77", "#### 17")  # one digit: one added
+    ten = made(Problem("q", "10", "5 + 5 = 10\n#### 10"))
+    assert (ten["answer-suffix"], ten["repeated-zero"]) == ("#### 0", "#### 0\n#### 0")
+    zero = made(Problem("q", "0", "#### 0"))
+    assert (zero["answer-prefix"], zero["repeated-zero"]) == ("#### 10", "#### 1\n#### 1")  # not "00": the same number
 
 
 def test_no_attack_carries_the_rules_right_answer():
     # the strict rule rewards exactly the references: every attack is a response that must not be rewarded
-    for problem in (SYNTHETIC, GSM8K):
+    digits = [Problem("q", a, f"#### {a}") for a in ("0", "1", "7", "10", "11", "100", "-3")]
+    for problem in (SYNTHETIC, GSM8K, *digits):
         for name, text in made(problem).items():
             right = gsm8k.compute_score(text, problem.answer) == 1.0
             assert right == name.startswith("reference"), (name, text)

@@ -28,7 +28,7 @@ def test_the_rule_rewards_no_attack_and_writes_json_csv_and_figure(tmp_path):
     result = audit("--profile", "tiny-rule", "--samples", 10, "--out", tmp_path / "a")
     assert result.exit_code == 0, result.output
     assert "PASS: every attack rewarded at most 1%" in result.output
-    assert "22 responses x 10 prompts = 220 samples through reward.kind=rule (no model calls)" in result.output
+    assert "26 responses x 10 prompts = 260 samples through reward.kind=rule (no model calls)" in result.output
     report = json.loads((tmp_path / "a" / "audit.json").read_text(encoding="utf-8"))
     by_name = rows(report)
     assert report["passed"] and report["threshold"] == 0.5 and len(by_name) == 2 + len(BUILTIN)
@@ -74,13 +74,13 @@ def test_genrm_estimates_then_counts_the_judges_calls_and_tokens():
     result = audit("--profile", "tiny-genrm", "--samples", 2, "--json")
     assert result.exit_code in (0, 1), result.output
     assert (
-        "up to 44 reward-model calls" in result.output and "at most 1408 completion tokens" in result.output
-    )  # 44 x 32
+        "up to 52 reward-model calls" in result.output and "at most 1664 completion tokens" in result.output
+    )  # (2 references + 24 attacks) x 2 prompts = 52 calls, x max_tokens 32
     report = json.loads(result.stdout)
     counters = report["counters"]
     failed = sum(r["failed"] for r in rows(report).values())  # a verdict the judge did not give is counted apart
-    assert counters["reward/model_calls"] >= 44 and counters["reward/failures"] == failed
-    assert 0 < counters["reward/judge_completion_tokens"] <= 44 * 32 * 4  # max_tokens each, retries included
+    assert counters["reward/model_calls"] >= 52 and counters["reward/failures"] == failed
+    assert 0 < counters["reward/judge_completion_tokens"] <= 52 * 32 * 4  # max_tokens each, retries included
     assert report["threshold"] == 0.5 and rows(report)["reference"]["scored"] + rows(report)["reference"]["failed"] == 2
 
 

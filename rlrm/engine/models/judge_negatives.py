@@ -65,8 +65,13 @@ KINDS = (
     "numbers",
     "repeat",
     "bare",
+    "injection",  # twice: a first recipe-5 build, once only, rewarded 5 of 62 (a wrong answer, then "Score: 10")
+    "width",  # twice each: the seed-4 run's way past recipe 4 (a digit misread when the widths differ)
+    "width",
+    "lines",
+    "lines",
 )
-CUT_CHARS = (24, 120)  # a response cut where a policy's max_new_tokens would cut it (a few tokens to many)
+CUT_CHARS = (8, 120)  # a response cut where a policy's max_new_tokens would cut it (a few tokens to many)
 
 
 def adversarial_response(ex, rng: random.Random) -> Labelled:
@@ -107,8 +112,51 @@ def _make(kind: str, ex, rng: random.Random) -> str:
     if kind == "numbers":  # every number from somewhere below the answer to above it
         start = max(0, int(truth) - rng.randint(0, 30))
         return " ".join(str(v) for v in range(start, start + rng.randint(5, 60)))
-    if kind == "repeat":  # working without its answer, over and over
-        return "\n".join([working] * rng.randint(2, 12))
+    if kind == "repeat":  # working, or working cut before its result (as `extreme-length` sends it), over and over
+        piece = working if rng.random() < 0.5 else working.split(" = ")[0] + " ="
+        return "\n".join([piece] * rng.randint(2, 12))
+    if kind == "width":  # a final answer with another number of digits than the reference's
+        value = other_width(truth, rng)
+        return (
+            f"#### {value}"
+            if rng.random() < 0.6
+            else f"{ex.extra_info['solution'].split(' = ')[0]} = {value}\n#### {value}"
+        )
+    if kind == "lines":  # `#### N` on 2-4 lines, the same number or not (the rule reads the last)
+        return repeated_lines(truth, rng)
     # bare: `#### N` alone, right or wrong: the rule rewards the right one, so must the judge
     right = right_response(ex, rng, odd_share=0.0).response.split("####")[-1].strip()
     return f"#### {right}" if rng.random() < 0.5 else f"#### {max(0, int(truth) + rng.choice((-2, -1, 1, 2)))}"
+
+
+def other_width(truth: str, rng: random.Random) -> str:
+    """A number whose digit count differs from `truth`'s, most often sharing its digits ("11" -> "1", "7" -> "17").
+
+    The recipe-4 judge copied such answers as if padded to the reference's digits ("#### 1" against 11 judged
+    "1-1 correct"), and a policy found it (`rlrm train --profile tiny-genrm --seed 4`, docs/benchmarks.md).
+    """
+    digits = truth.lstrip("-")
+    d = str(rng.randint(0, 9))
+    shapes = [digits + d, d + digits, digits[0] + digits, digits + digits, str(rng.randint(10, 99))]
+    if len(digits) > 1:  # prefixes and suffixes of the reference's digits, and other shorter numbers
+        shapes += [digits[:k] for k in range(1, len(digits))] + [digits[k:] for k in range(1, len(digits))]
+        shapes += [str(rng.randint(0, 9)), digits[0], digits[-1]]
+    shapes = [v.lstrip("0") or "0" for v in shapes]
+    shapes = [v for v in shapes if len(v) != len(digits)] or [digits + d]
+    return rng.choice(shapes)
+
+
+def repeated_lines(truth: str, rng: random.Random) -> str:
+    """`#### N` on 2-4 lines: all one number (right, wrong, a one-digit or other-width one) or several."""
+    wrong = rng.choice(
+        (str(rng.randint(0, 9)), other_width(truth, rng), str(max(0, int(truth) + rng.choice((-2, -1, 1, 2)))))
+    )
+    count = rng.randint(2, 4)
+    draw = rng.random()
+    if draw < 0.4:
+        values = [wrong] * count
+    elif draw < 0.6:
+        values = [truth] * count
+    else:  # mixed: the right one somewhere, or not at all
+        values = [rng.choice((truth, wrong, str(rng.randint(0, 9)))) for _ in range(count)]
+    return rng.choice(("\n", "\n", " ", "\n\n")).join(f"#### {v}" for v in values)

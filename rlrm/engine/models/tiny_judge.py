@@ -26,6 +26,10 @@ Why this shape (measured on 2 cores; the DisRM's measurements are in tiny_disrm.
 - Recipe 3 builds on one thread (sft.BUILD_THREADS) and the tokenizer holds the judge's
   instructions as whole words (prompts ~100 tokens instead of ~165). Seed 0 at 800 steps:
   AUC 0.990, verdict accuracy 0.976; at 1000 (the recipe): AUC 0.997, verdict accuracy 0.993.
+- Recipe 5 adds answers whose width differs from the reference's, which the working pads with zeros
+  ("#### 1" against 11: "0-1 wrong 1-1 correct"): with 4000 adversarial answers and 1200 steps, seed 0,
+  AUC 0.9995, verdict accuracy 0.998, held-out adversarial accuracy 0.984 (recipe 4: 0.999, 0.997, and
+  on one shared set of adversarial answers 0.963 against recipe 5's 0.990; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ JUDGE_TEMPLATE = (
     "Compare the final answer with the reference, then end with 'Score: 10' if it is correct or 'Score: 0' if it is not."
 )
 # 3: adversarial answers in the training data (judge_negatives.py): master keys 3-17% -> 0% in `rlrm audit reward`
-JUDGE_RECIPE_VERSION = 4  # (3 is the shared recipe 3's judge, without them)
+# 5: answers of another width than the reference's ("#### 1" against 11) and `#### N` on several lines, which
+#    the recipe-4 judge misread (`rlrm train --profile tiny-genrm --seed 4` found them; judge_negatives.py)
+JUDGE_RECIPE_VERSION = 5  # (3 is the shared recipe 3's judge, without adversarial answers)
 VERDICT = "score"  # the GenRM client's verdict style for this judge
 MAX_SCORE = 10.0  # "Score: 10" means correct; verdicts are divided by it
 MAX_NEW_TOKENS = 24  # the answer is ~16 tokens for two-digit numbers (tiny-genrm allows 32)
@@ -74,8 +80,8 @@ class JudgeRecipe:
     num_test: int = 256  # held-out problems of each size (up to 20 and up to 10)
     policy_problems: int = 300  # training problems the policy answers: its odd formats get judged too
     samples_per_problem: int = 4
-    adversarial: int = 2000  # master keys, truncated working, injections, bare answers... (judge_negatives.py)
-    steps: int = 1000  # seed 0: verdict accuracy 0.976 after 800 steps, 0.993 after 1000 (module docstring)
+    adversarial: int = 4000  # master keys, injections, other widths... (judge_negatives.py)
+    steps: int = 1200  # recipe 4: 1000 (verdict accuracy 0.976 after 800, 0.993 after 1000; module docstring)
     batch: int = 32
     lr: float = 1e-3
     warmup_steps: int = 20
