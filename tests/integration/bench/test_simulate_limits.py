@@ -19,7 +19,7 @@ from rlrm.bench.simulate.spec import load_spec
 from rlrm.cli.main import app
 from rlrm.errors import ConfigError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 
 # G = 50 decode iterations of 0.01 s = 0.5 s; T = 32 samples x 60 tokens x 1 ms = 1.92 s; 32 reward calls a step
 BASE = [

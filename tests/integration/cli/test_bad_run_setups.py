@@ -19,7 +19,7 @@ from rlrm.cli.main import app
 from rlrm.config.loader import dump_profile, load_profile
 
 TRAIN = ["train", "--profile", "tiny-rule", "--console", "none"]
-SIMULATE = ["bench", "simulate", "--spec", str(Path(__file__).resolve().parents[2] / "examples" / "cluster-gpu.yaml")]
+SIMULATE = ["bench", "simulate", "--spec", str(Path(__file__).resolve().parents[3] / "examples" / "cluster-gpu.yaml")]
 WRONG_SIGNATURE = "def compute_score(solution_str, ground_truth):\n    return 1.0\n"
 
 
@@ -226,7 +226,7 @@ def test_a_read_only_tracker_dir_is_one_line_before_the_run_folder(tmp_path):
     import os
     import subprocess
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     read_only = tmp_path / "read-only"
     read_only.mkdir()
     sets = ["logging.trackers=tensorboard", f"logging.tracker_dir={read_only}/tb"]
@@ -274,7 +274,7 @@ def test_a_weights_dir_without_room_for_a_sync_is_one_line_and_leaves_nothing(tm
     import os
     import subprocess
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     weights = tmp_path / "weights"
     weights.mkdir()
     one_version = (tiny_policy_path / "model.safetensors").stat().st_size
@@ -331,7 +331,7 @@ def test_a_disk_that_fills_after_the_room_check_is_still_one_line(tmp_path):
     weights = tmp_path / "weights"
     weights.mkdir()
     argv = [sys.executable, "-c", FILLED_AFTER_THE_CHECK, str(weights)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         _on_a_small_tmpfs(weights, "size=2m,mode=0700", argv), env=env, capture_output=True, text=True, timeout=120
     )

@@ -61,7 +61,7 @@ def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):
         assert (out / run / "metrics.jsonl").is_file() and (out / run / "trace.json").is_file()
     assert "speedup vs sync" in result.output and "= 0.50 of its zero-latency sync step" in result.output
     # each mode against its limit: a positive bound and a finite ratio (what the bounds are is checked against the
-    # simulator in tests/bench/test_spread_and_limits.py; two steps on a shared machine say nothing about the ratio)
+    # simulator in tests/unit/bench/test_spread_and_limits.py; two steps on a shared machine say nothing about the ratio)
     latent = frame[frame["latency"] != "none"]
     assert (latent["bound_step_s"] > 0).all() and (latent["of_limit"] > 0).all()
     assert summary["phases"]["gen"] > 0 and summary["phases"]["train"] > 0

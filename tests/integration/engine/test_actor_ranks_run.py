@@ -22,7 +22,7 @@ from rlrm.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMALL = [
     "data.train_batch_size=4",
     "actor.mini_batch_size=2",

@@ -129,7 +129,7 @@ def test_every_mode_writes_the_agreement_of_its_samples(tmp_path, tiny_policy_pa
     from rlrm.engine.rewards import gsm8k
     from rlrm.engine.trainer import start_run, train
 
-    length_reward = Path(__file__).resolve().parents[1] / "fixtures" / "length_reward.py"
+    length_reward = Path(__file__).resolve().parents[2] / "fixtures" / "length_reward.py"
     profile = load_profile(
         "tiny-rule",
         [

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from rlrm.cli.main import app
 from rlrm.report.timeline import read_trace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = [
     "--set",
     "data.train_batch_size=4",

@@ -15,7 +15,7 @@ import pytest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.reward_service import RewardService
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 from test_hosted_judge import KEY, samples  # noqa: E402
 

@@ -15,7 +15,7 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.trace import read_chrome_trace
 from rlrm.engine.trainer import start_run, train
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rewards" / "fapo_judge.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rewards" / "fapo_judge.py"
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_step import completions, step_with
+from tests.unit.engine.test_step import completions, step_with
 from test_trainer import SMALL
 
 from rlrm.config.loader import load_profile
@@ -21,7 +21,7 @@ from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import TrainingError
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rewards" / "components.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rewards" / "components.py"
 
 
 def gdpo_step(model, weights: dict) -> GRPOStep:

@@ -19,7 +19,7 @@ from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import ConfigError
 from rlrm.launch.fleet.process import ServerStartError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-headers-0123"

@@ -180,7 +180,7 @@ def test_shaping_composes_with_a_genrm_judge(monkeypatch):
 
     from rlrm.engine.reward_service import RewardService
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
     from standin_openai_api import StandinOpenAIAPI
 
     monkeypatch.setenv("STANDIN_KEY", "sk-standin-overlong")

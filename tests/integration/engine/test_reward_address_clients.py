@@ -7,7 +7,7 @@ The upstreams are real processes on free loopback ports: the embedded server (ge
 front of the genrm one (as rlrm launches a generative judge), and a stand-in for a hosted API (tests/fixtures).
 The embedded servers are also called directly, as `rlrm launch server` serves them.
 
-    PYTHONPATH=$PWD python -m pytest -q tests/engine/test_reward_address_clients.py
+    PYTHONPATH=$PWD python -m pytest -q tests/integration/engine/test_reward_address_clients.py
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 from rlrm.launch.fleet.router import sglang_router, sglang_router_available
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-clients"

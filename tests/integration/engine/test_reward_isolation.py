@@ -21,7 +21,7 @@ import pytest
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.engine.rewards.worker_pool import FunctionPool, WorkerDied
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FUNCTIONS = """
 import os, signal, sys
 

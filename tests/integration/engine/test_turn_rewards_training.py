@@ -11,7 +11,7 @@ from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 from rlrm.inference.hf import HFRolloutEngine
-from tests.engine.test_agent_training import SMALL, force_first_turn
+from tests.integration.engine.test_agent_training import SMALL, force_first_turn
 
 REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info):

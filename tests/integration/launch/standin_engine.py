@@ -1,6 +1,6 @@
 """A STAND-IN for a vLLM or SGLang policy server (neither can run on this machine): their HTTP shapes only.
 
-    python tests/launch/standin_engine.py --kind vllm --port 8000 --log calls.jsonl [--fail-reload] [--stale]
+    python tests/integration/launch/standin_engine.py --kind vllm --port 8000 --log calls.jsonl [--fail-reload] [--stale]
 
 It answers the requests rlrm's rollout engine sends (vLLM: /v1/completions with token ids,
 /collective_rpc reload_weights, /reset_prefix_cache; SGLang: /generate, /update_weights_from_disk,

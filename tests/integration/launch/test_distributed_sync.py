@@ -209,7 +209,7 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     sets = [
         "rollout.backend=server",
         "rollout.server.router=client",

@@ -1,4 +1,4 @@
-"""vLLM and SGLang as rollout servers, contract-tested against a STAND-IN server (tests/launch/standin_engine.py,
+"""vLLM and SGLang as rollout servers, contract-tested against a STAND-IN server (tests/integration/launch/standin_engine.py,
 a real subprocess speaking their documented HTTP shapes); the real engines are behind the vllm/sglang markers."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 from plain threads, from a thread whose event loop is running, 50 at once, after a fork; timeouts and refused
 ports as rlrm.call_errors types; and that rlrm imports no other HTTP client.
 
-    PYTHONPATH=$PWD python -m pytest -q tests/launch/test_http.py
+    PYTHONPATH=$PWD python -m pytest -q tests/integration/launch/test_http.py
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rlrm.launch.common import http
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.router import RouterCounters
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SLOW_S = 3.0  # how long /slow takes to answer
 
 

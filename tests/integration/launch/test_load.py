@@ -1,6 +1,6 @@
 """Load on a served tiny model (slow tier): 10,000 /classify requests from 512 concurrent clients.
 
-    pytest -m slow tests/launch/test_load.py -s      # prints the figures
+    pytest -m slow tests/integration/launch/test_load.py -s      # prints the figures
 
 No 5xx and no dropped connection; every 100th request carries an out-of-vocabulary id and must get
 its 400 and nothing else; the server's resident memory after the run stays within a bound of what it

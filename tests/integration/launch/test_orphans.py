@@ -25,7 +25,7 @@ from rlrm.launch.fleet.process import sweep_dead_logs
 from rlrm.launch.fleet.router import sglang_router_available
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; the guard uses Linux pidfds")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _children(pid: int) -> dict[int, int]:

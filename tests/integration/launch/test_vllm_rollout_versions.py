@@ -1,6 +1,6 @@
 """vLLM answers carry no weight version: the client keeps every completion within one (version_gate.py).
 
-Against a STAND-IN vLLM (tests/launch/standin_engine.py --token-delay: a real subprocess that samples
+Against a STAND-IN vLLM (tests/integration/launch/standin_engine.py --token-delay: a real subprocess that samples
 token by token, each token naming the weights loaded when it was sampled, 1000 + version), so that a
 completion that straddles a reload shows it in its own tokens. Real vLLM: test_vllm_rollout.py.
 """

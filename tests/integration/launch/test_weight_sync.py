@@ -122,7 +122,7 @@ def test_weight_files_are_atomic_versioned_and_cleaned(tmp_path):
     state["tied"] = state["a"]  # tied weights share memory: written as a copy
     v1 = files.write(state, 1)
     v2 = files.write({k: v + 1 for k, v in state.items()}, 2)
-    # no temporary folder left; the run's lock (tests/launch/test_orphans.py) stays
+    # no temporary folder left; the run's lock (tests/integration/launch/test_orphans.py) stays
     assert sorted(p.name for p in files.root.iterdir()) == [".owner.lock", "v1", "v2"]
     files.keep_only(v2)
     assert sorted(p.name for p in files.root.iterdir()) == [".owner.lock", "v2"] and not v1.exists()

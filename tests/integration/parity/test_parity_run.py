@@ -91,7 +91,7 @@ def test_served_scores_that_depend_on_the_batch_fail_the_verdict(
     spread_disrm_path, spread_disrm_server, arithmetic_samples
 ):
     """Score invariance rides along: it passes on a healthy server, and a stand-in server whose model leaks the
-    batch mean into each score (tests/reward_checks/test_invariance.py) fails the verdict, legacy and loop agreeing or not."""
+    batch mean into each score (tests/integration/reward_checks/test_invariance.py) fails the verdict, legacy and loop agreeing or not."""
     import sys
 
     from rlrm.launch.common.ports import free_port

@@ -22,8 +22,8 @@ from rlrm.engine.scheduling.requests import reward_samples
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.errors import TrainingError
 from rlrm.inference.base import Completion
-from tests.engine.test_agent_loop import ScriptedEngine, run
-from tests.engine.test_step import RecordingEngine
+from tests.unit.engine.agent.test_agent_loop import ScriptedEngine, run
+from tests.unit.engine.test_step import RecordingEngine
 
 SCRIPT = ["A <call>calculator 12+34</call>", "B <call>calculator 46*2</call>", "#### 92<|im_end|>"]
 

@@ -21,7 +21,7 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 from rlrm.report.build import ReportOptions, build_report
 
-LENGTH_REWARD = Path(__file__).resolve().parents[1] / "fixtures" / "length_reward.py"
+LENGTH_REWARD = Path(__file__).resolve().parents[2] / "fixtures" / "length_reward.py"
 COMMON = ["trainer.save_every=0", "trainer.num_threads=2", "logging.console=none"]
 CHECKS = ("divergence", "length drift", "concentration")
 

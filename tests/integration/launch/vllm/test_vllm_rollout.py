@@ -175,7 +175,7 @@ def test_tiny_rule_learns_with_rollout_on_vllm(vllm_rollout, tmp_path, mode):
     rows = _train(tmp_path, mode, *(launched if mode == "sync" else running))
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
     print(f"tiny-rule on vLLM, {mode}: held-out accuracy {before:.3f} -> {after:.3f}")
-    # as tests/engine/test_learning.py: 128 held-out problems, +0.08 is ~10 problems, beyond greedy noise
+    # as tests/integration/engine/test_learning.py: 128 held-out problems, +0.08 is ~10 problems, beyond greedy noise
     assert after >= before + 0.08, f"{mode}: held-out accuracy {before:.3f} -> {after:.3f}"
     rewards = [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
     third = len(rewards) // 3

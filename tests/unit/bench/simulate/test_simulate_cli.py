@@ -14,7 +14,7 @@ from rlrm.bench.simulate.run import run_simulation
 from rlrm.bench.simulate.spec import MODES, load_spec
 from rlrm.cli.main import app
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 SMALL = [
     "workload.steps=6",
     "workload.prompts_per_step=4",

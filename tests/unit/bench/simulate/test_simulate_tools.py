@@ -9,7 +9,7 @@ from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import load_spec
 from rlrm.errors import ConfigError
-from tests.bench.test_simulate_timelines import TWO_SAMPLES
+from tests.unit.bench.simulate.test_timelines import TWO_SAMPLES
 
 
 def _run(mode: str, overrides=()):

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rlrm.config.agent import AgentConfig
 from rlrm.config.latency import parse_latency
 from rlrm.engine.agent.tools import ToolCounts, build_tools, run_tool
-from tests.engine.test_agent_loop import ScriptedEngine, run, settings
+from tests.unit.engine.agent.test_agent_loop import ScriptedEngine, run, settings
 
 
 @pytest.fixture(scope="module")

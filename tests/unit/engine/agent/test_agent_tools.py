@@ -126,7 +126,7 @@ def test_user_tools_load_from_their_file_and_run_like_built_ins(tmp_path):
 
 
 def test_the_example_user_tool_runs():
-    example = Path(__file__).resolve().parents[2] / "examples" / "tools" / "lookup.py"
+    example = Path(__file__).resolve().parents[4] / "examples" / "tools" / "lookup.py"
     tools = build_tools(["lookup"], {"lookup": f"{example}:lookup"})
     counts = ToolCounts()
     assert asyncio.run(run_tool(tools, "lookup", " Paris ", 1.0, 100, counts)) == "France"

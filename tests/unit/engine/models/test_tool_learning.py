@@ -1,7 +1,7 @@
 """The tiny policy that learns to use the calculator: the `tiny:tools` variant and the `tiny-tools` profile.
 
-    PYTHONPATH=$PWD python -m pytest -q tests/engine/test_tool_learning.py            # the variant (fast)
-    PYTHONPATH=$PWD python -m pytest -q -m slow tests/engine/test_tool_learning.py    # GRPO learns with the tool
+    PYTHONPATH=$PWD python -m pytest -q tests/unit/engine/models/test_tool_learning.py            # the variant (fast)
+    PYTHONPATH=$PWD python -m pytest -q -m slow tests/unit/engine/models/test_tool_learning.py    # GRPO learns with the tool
 
 The learning test asserts that 15 sync GRPO steps raise held-out accuracy with the tool by at least 0.2
 (0.281 -> 0.641 measured, docs/agentic.md) and that the PPO ratio stays 1 on every token in the loss. The

@@ -1,6 +1,6 @@
 """reward.inject: the wrapper that adds latency and failures to any reward function, inside the reward loop.
 
-The latency specs it draws from are tested in tests/config/test_latency.py.
+The latency specs it draws from are tested in tests/unit/config/test_latency.py.
 """
 
 from __future__ import annotations
