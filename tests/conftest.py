@@ -89,6 +89,28 @@ def arithmetic_conversations() -> list[tuple[str, str, list[dict], str]]:
     return rows
 
 
+@pytest.fixture(scope="session")
+def arithmetic_samples(arithmetic_conversations) -> list:
+    """6 GRPO groups of 4 (`arithmetic_conversations` above) as parity samples."""
+    from rlrm.parity.inputs import ParitySample
+
+    return [ParitySample(*row) for row in arithmetic_conversations]
+
+
+@pytest.fixture(scope="session")
+def input_file(tmp_path_factory, arithmetic_samples):
+    """`arithmetic_samples` as the JSONL file `rlrm parity disrm --input` reads."""
+    import json
+
+    path = tmp_path_factory.mktemp("parity-in") / "samples.jsonl"
+    rows = [
+        {"prompt": s.prompt, "response": s.response, "group_id": s.group_id, "sample_id": s.sample_id}
+        for s in arithmetic_samples
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests are skipped without a CUDA device; `vllm` tests run on the real engine when its environment is
     found (rlrm/launch/fleet/engine_env.py) and are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run),

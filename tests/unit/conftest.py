@@ -67,21 +67,22 @@ _guard_heavy()
 
 # runtest_setup/teardown are called through the item's own hooks, so these run for tests under tests/unit only
 # (pytest_runtest_protocol would run for every test of the session).
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     _state["test"], _state["seen"] = item.nodeid, []
-    yield
+    return (yield)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     try:
-        yield
+        result = yield
     finally:
         _state["test"] = None
     # A test that caught the violation (pytest.raises(Exception), a retry loop) still fails here.
     if _state["seen"]:
         pytest.fail(f"{item.nodeid} {_state['seen'][0]}: move it to tests/integration", pytrace=False)
+    return result
 
 
 @pytest.fixture

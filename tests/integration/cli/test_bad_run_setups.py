@@ -8,7 +8,6 @@ A few cases need the environment changed (a broken tracker install, ray missing)
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
@@ -17,19 +16,11 @@ from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.config.loader import dump_profile, load_profile
+from tests.unit.cli.test_bad_run_setups import _write
 
 TRAIN = ["train", "--profile", "tiny-rule", "--console", "none"]
 SIMULATE = ["bench", "simulate", "--spec", str(Path(__file__).resolve().parents[3] / "examples" / "cluster-gpu.yaml")]
 WRONG_SIGNATURE = "def compute_score(solution_str, ground_truth):\n    return 1.0\n"
-
-
-def _write(path, data):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, bytes):
-        path.write_bytes(data)
-    else:
-        path.write_text(data)
-    return path
 
 
 def _two_rank_run(tmp):
@@ -169,17 +160,6 @@ def test_ranks_on_ray_without_ray_is_one_line(tmp_path, monkeypatch):
     assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]'" in lines[0]
     assert not (tmp_path / "run").exists()
-
-
-def test_report_reads_rows_holding_nan_or_infinity(tmp_path):
-    run = tmp_path / "run"
-    _write(run / "config.yaml", dump_profile(load_profile("tiny-rule")))
-    rows = [{"step": s, "critic/score/mean": v, "perf/throughput": 10.0 * s} for s, v in [(1, 0.5), (2, float("nan"))]]
-    rows.append({"step": 3, "critic/score/mean": float("inf"), "perf/throughput": 30.0})
-    _write(run / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))  # json writes NaN and Infinity
-    result = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "report")])
-    assert result.exit_code == 0, result.output  # before: "nothing to report: no complete rows"
-    assert "holds 2 NaN or infinite value(s), drawn as gaps" in result.output
 
 
 def test_a_sync_timeout_too_short_names_the_setting(tmp_path):

@@ -93,11 +93,6 @@ def test_another_service_on_the_port_is_named_as_not_ray():
     assert "answered b'<!DOCTYP" in str(info.value) and "which is not Ray (gRPC)" in str(info.value)
 
 
-def test_auto_local_and_unset_are_not_probed():
-    for address in (None, "auto", "local"):
-        check_ray_head(address, "actor.ray_address", timeout_s=0.01)
-
-
 @pytest.mark.slow
 def test_a_real_ray_head_passes_the_probe():
     """The probe's idea of "answers as Ray" holds for Ray's own GCS (HTTP/2 SETTINGS first)."""

@@ -92,17 +92,6 @@ def test_a_custom_function_calls_the_model_and_each_call_is_counted(tmp_path, ca
     assert 0 < metrics["reward/judge_completion_tokens"] < usage["completion_tokens"]
 
 
-def test_a_custom_reward_with_addresses_needs_the_model_named(tmp_path):
-    path = tmp_path / "f.py"
-    path.write_text("def compute_score(*a):\n    return 1.0\n")
-    with pytest.raises(ValueError, match="needs reward.server.model"):
-        RewardConfig.model_validate(
-            {"kind": "custom", "custom": {"path": str(path)}, "server": {"addresses": ["http://127.0.0.1:9/v1"]}}
-        )
-    # without a model the function runs alone, as before: no servers, both optional arguments None
-    assert RewardConfig.model_validate({"kind": "custom", "custom": {"path": str(path)}}).model_kind is None
-
-
 def test_inspect_reward_shows_the_calls_a_custom_function_made(tmp_path, tiny_policy_path):
     from rlrm.config.loader import load_profile
     from rlrm.reward_checks.inspect import inspect_reward

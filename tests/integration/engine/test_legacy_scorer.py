@@ -3,17 +3,12 @@ ranks (spawned processes, rendezvous on a free port) against one, and models it 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.engine.rewards.legacy.rank import load_token_scorer
 from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
-from rlrm.errors import ConfigError, ModelError
 
 
 def encode(path, conversations, max_length=64):
@@ -76,20 +71,3 @@ def test_world_size_two_gives_the_scores_of_world_size_one(spread_disrm_path, ar
     assert double.token_level.dtype == torch.bfloat16 and double.token_level.shape == single.token_level.shape
     # sharding splits parameters, never a sample's arithmetic: the same bits
     assert torch.equal(double.token_level, single.token_level)
-
-
-def test_a_causal_lm_or_several_labels_is_not_a_disrm(tiny_policy_path, tmp_path):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    with pytest.raises(ModelError, match="no trained classification head"):
-        load_token_scorer(str(tiny_policy_path))  # loads, but the score head would be random
-    two = AutoModelForSequenceClassification.from_pretrained(tiny_policy_path, num_labels=2)
-    two.save_pretrained(tmp_path)
-    AutoTokenizer.from_pretrained(tiny_policy_path).save_pretrained(tmp_path)
-    with pytest.raises(ModelError, match="num_labels=2"):
-        load_token_scorer(str(tmp_path))
-
-
-def test_world_size_beyond_the_cores_is_refused():
-    with pytest.raises(ConfigError, match="needs a core per gloo rank"):
-        check_world_size((os.cpu_count() or 1) + 1, "cpu")

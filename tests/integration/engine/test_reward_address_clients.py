@@ -21,7 +21,7 @@ import pytest
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.metered import MeteredBalancer
-from rlrm.engine.rewards.model_proxy import ModelProxy, typed_answer
+from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
@@ -230,40 +230,6 @@ def test_health_answers_200_as_plain_text(upstream):
 
     r = asyncio.run(scenario())
     assert r.status_code == 200 and r.text.lower() == "ok" and r.headers["content-type"].startswith("text/plain")
-
-
-@pytest.mark.parametrize(
-    ("status", "body", "ctype", "expected_type", "expected_body"),
-    [
-        # the SGLang router's own /v1/models: JSON sent as text/plain
-        (200, b'{"object": "list"}', "text/plain", "application/json", b'{"object": "list"}'),
-        (200, b"[1]", "application/octet-stream", "application/json", b"[1]"),
-        (200, b"OK", "text/plain", "text/plain", b"OK"),  # /health: text stays text
-        (200, b"data: {}\n\n", "text/event-stream", "text/event-stream", b"data: {}\n\n"),  # a stream as it came
-        (400, b'{"error": {"message": "x"}}', "application/json", "application/json", b'{"error": {"message": "x"}}'),
-        (200, b"<html></html>", "text/html", "text/html", b"<html></html>"),
-    ],
-)
-def test_typed_answer_types_json_and_passes_the_rest(status, body, ctype, expected_type, expected_body):
-    assert typed_answer(status, body, ctype, "GET /v1/models") == (expected_body, expected_type)
-
-
-def test_an_error_without_a_json_body_gets_an_openai_style_one():
-    import json
-
-    # the SGLang router answers a path it does not route with 404 and no body
-    body, ctype = typed_answer(404, b"", "application/octet-stream", "POST /classify")
-    assert ctype == "application/json"
-    assert json.loads(body) == {
-        "error": {
-            "message": "the reward servers answered 404 to POST /classify",
-            "type": "invalid_request_error",
-            "code": 404,
-        }
-    }
-    body, _ = typed_answer(502, b"Bad Gateway", "text/plain", "POST /generate")
-    assert json.loads(body)["error"]["message"].endswith("502 to POST /generate: Bad Gateway")
-    assert json.loads(body)["error"]["type"] == "server_error"
 
 
 VERL_STYLE = """

@@ -4,7 +4,6 @@ wandb offline run folder and the MLflow file store; a missing extra is one line 
 from __future__ import annotations
 
 import glob
-import math
 import struct
 from pathlib import Path
 
@@ -18,34 +17,9 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.trackers import RunLog, check_trackers, run_id
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import ConfigError
+from tests.unit.engine.metrics.test_trackers import ROWS, tensorboard_scalars
 
-ROWS = [
-    {"step": 0, "val/accuracy": 0.25},
-    {
-        "step": 1,
-        "critic/score/mean": 0.5,
-        "response_length/mean": 13.0,
-        "reward/failures": 0,
-        "note": "text",
-        "flag": True,
-    },
-    {
-        "step": 2,
-        "critic/score/mean": 0.75,
-        "response_length/mean": 14.5,
-        "reward/failures": 2,
-        "actor/grad_norm": math.nan,
-    },
-]
 SECRET = "sk-audit-test-do-not-write-0123456789"
-
-
-def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def wandb_records(run_folder: Path) -> list:
@@ -130,28 +104,6 @@ def test_every_tracker_gets_the_rows_and_the_profile(tmp_path, monkeypatch):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
 
 
-def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    profile = load_profile("tiny-rule", ["logging.trackers=[tensorboard, mlflow]"])
-    first = RunLog(run_dir, profile, keep_through_step=0)
-    for row in ROWS:
-        first.log(row)
-    first.close()
-    again = RunLog(run_dir, profile, keep_through_step=1)  # checkpoint at step 1: step 2 is trained again
-    again.log({"step": 2, "critic/score/mean": 0.9})
-    again.close()
-    assert tensorboard_scalars(run_dir / "tensorboard")["critic/score/mean"] == [
-        (1, 0.5),
-        (2, pytest.approx(0.9)),
-    ]  # purged, rewritten
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
-    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
-    assert len(runs) == 1  # the same MLflow run, not a second one
-
-
 def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path):
     profile = load_profile(
         "tiny-rule",
@@ -196,8 +148,23 @@ def test_a_missing_extra_is_one_line_with_the_pip_command(tmp_path, monkeypatch)
     assert not out.exists() and not (tmp_path / "runs").exists()  # refused before the run folder exists
 
 
-def test_trackers_setting():
-    assert load_profile("tiny-rule", ["logging.trackers=mlflow"]).logging.trackers == ["mlflow"]
-    assert load_profile("tiny-rule", ["logging.trackers=[wandb, wandb]"]).logging.trackers == ["wandb"]
-    with pytest.raises(Exception, match="logging.trackers"):
-        load_profile("tiny-rule", ["logging.trackers=[neptune]"])
+def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    profile = load_profile("tiny-rule", ["logging.trackers=[tensorboard, mlflow]"])
+    first = RunLog(run_dir, profile, keep_through_step=0)
+    for row in ROWS:
+        first.log(row)
+    first.close()
+    again = RunLog(run_dir, profile, keep_through_step=1)  # checkpoint at step 1: step 2 is trained again
+    again.log({"step": 2, "critic/score/mean": 0.9})
+    again.close()
+    assert tensorboard_scalars(run_dir / "tensorboard")["critic/score/mean"] == [
+        (1, 0.5),
+        (2, pytest.approx(0.9)),
+    ]  # purged, rewritten
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
+    assert len(runs) == 1  # the same MLflow run, not a second one

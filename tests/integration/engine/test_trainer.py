@@ -215,16 +215,6 @@ def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_p
     assert all(r["reward/failures"] == 0 and "timing_s/reward_wake" in r for r in rows)
 
 
-def test_colocated_placement_needs_sync_mode():
-    from rlrm.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="needs trainer.mode=sync"):
-        load_profile(
-            "tiny-rule",
-            ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m", "reward.placement=colocated"],
-        )
-
-
 def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path):
     # Same seed, same model, fp32 on both paths: the two trainings see the same rewards.
     served = ["reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.disrm.max_length=64"]

@@ -74,13 +74,6 @@ def test_a_launched_replica_has_a_fresh_key_in_its_environment_only(tiny_policy_
     assert not files.root.exists()
 
 
-def test_running_addresses_and_sglang_get_no_invented_key():
-    assert fleet_key(RolloutServerConfig(addresses=["http://127.0.0.1:1"]).fleet_spec(), None) is None
-    assert (
-        fleet_key(RolloutServerConfig(backend="sglang").fleet_spec(), None) is None
-    )  # SGLang takes a key on its command line only
-
-
 class _Silent:
     """A port that accepts connections and never answers: a weight-update master that never comes."""
 
@@ -172,18 +165,6 @@ def test_no_server_listens_off_loopback_without_a_key_unless_told(tiny_policy_pa
     args = ["launch", "server", "--model", str(tiny_policy_path), "--host", "0.0.0.0", "--port", str(free_port())]
     result = CliRunner().invoke(app, args, env={"RLRM_API_KEY": ""})
     assert result.exit_code == 1 and result.output.startswith("error: refusing to serve on 0.0.0.0 without an API key")
-
-
-def test_the_bind_rule_itself():
-    from rlrm.errors import ConfigError
-    from rlrm.launch.common.auth import check_bind
-
-    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
-        check_bind(host, None, allow_unauthenticated=False)
-    check_bind("0.0.0.0", "key", allow_unauthenticated=False)
-    check_bind("0.0.0.0", None, allow_unauthenticated=True)
-    with pytest.raises(ConfigError):
-        check_bind("10.0.0.2", None, allow_unauthenticated=False)
 
 
 def test_a_judge_given_as_a_rollout_address_is_refused_at_start(tiny_policy_path):

@@ -15,7 +15,8 @@ from rlrm.cli.main import app
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.engine_env import EngineNotFound, find_engine
 from rlrm.launch.fleet.pool import ServerPool
-from rlrm.launch.fleet.process import ServerProcess, ServerStartError, cause_line
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError
+from tests.unit.launch.fleet.test_engine_env import ENGINE_CRASH_LOG
 
 
 def _fake_python(tmp_path, name: str, version: str | None) -> str:
@@ -79,18 +80,6 @@ def test_a_taken_port_is_refused_before_starting(tmp_path):
         with pytest.raises(ServerStartError, match=f"port {port} on 127.0.0.1 is in use by another process"):
             server.start()
         assert server.proc is None  # nothing started: /health would have been the other server's
-
-
-ENGINE_CRASH_LOG = """INFO 11-24 [core.py] EngineCore started
-(EngineCore_DP0 pid=7) ERROR 11-24 [core.py:940] EngineCore encountered a fatal error.
-(EngineCore_DP0 pid=7) ERROR 11-24 [core.py:940] RuntimeError: CPU Generator does not use offset
-(APIServer pid=6) ERROR 11-24 [async_llm.py:525] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
-(APIServer pid=6) INFO:     Shutting down"""
-
-
-def test_the_cause_is_the_root_error_not_its_relays():
-    assert cause_line(ENGINE_CRASH_LOG) == "RuntimeError: CPU Generator does not use offset"
-    assert cause_line("all fine\nINFO done") is None
 
 
 def test_a_dead_engine_is_reported_with_its_log_and_restarted():

@@ -1,4 +1,4 @@
-"""Parity fixtures: hand-made GRPO groups as parity samples, and reward servers started once per
+"""Parity fixtures: reward servers started once per
 session on free ports (the DisRMs they serve are in tests/conftest.py)."""
 
 from __future__ import annotations
@@ -6,14 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from rlrm.parity.inputs import ParitySample
-
-
-@pytest.fixture(scope="session")
-def arithmetic_samples(arithmetic_conversations) -> list[ParitySample]:
-    """6 GRPO groups of 4 (see `arithmetic_conversations` in tests/conftest.py)."""
-    return [ParitySample(*row) for row in arithmetic_conversations]
 
 
 def _server(path: Path):
