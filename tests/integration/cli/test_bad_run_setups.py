@@ -136,32 +136,6 @@ def test_bad_input_is_one_line_and_leaves_nothing_behind(tmp_path, setup, code, 
     assert _snapshot(tmp_path) == before
 
 
-def test_a_broken_tracker_install_is_one_line_before_the_run_folder(tmp_path, monkeypatch):
-    _write(tmp_path / "site" / "wandb" / "__init__.py", "raise ImportError('libfoo.so: cannot open shared object')\n")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.delitem(sys.modules, "wandb", raising=False)
-    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), "--set", "logging.trackers=wandb"])
-    assert result.exit_code == 1, result.output
-    assert result.output.strip().splitlines() == [
-        "error: logging.trackers has wandb, but `import wandb` fails (ImportError: libfoo.so: cannot open shared "
-        "object); reinstall it: pip install --force-reinstall 'rlrm[wandb]', or drop it from logging.trackers"
-    ]
-    assert not (tmp_path / "run").exists()
-
-
-def test_ranks_on_ray_without_ray_is_one_line(tmp_path, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
-    sets = ["actor.world_size=2", "actor.ranks_on=ray"]
-    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))])
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    assert "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]'" in lines[0]
-    assert not (tmp_path / "run").exists()
-
-
 def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
     sets = [
         "rollout.backend=server",

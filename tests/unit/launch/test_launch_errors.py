@@ -1,4 +1,5 @@
-"""`rlrm launch server` refuses a host it cannot listen on in one line, before it starts anything."""
+"""Launch settings refused in one line before anything starts: a host `rlrm launch server` cannot listen on, reward
+server addresses that are not URLs (and one address given as a string)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,27 @@ def test_launch_server_refuses_what_it_cannot_listen_on_in_one_line(args, messag
     result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
+
+
+@pytest.mark.parametrize(
+    ("addresses", "entry"),
+    [
+        ('["not a url"]', "entry 0 ('not a url')"),
+        ('["http://127.0.0.1:8000", "127.0.0.1:8001"]', "entry 1 ('127.0.0.1:8001')"),
+        ('["http://127.0.0.1:99999"]', "entry 0 ('http://127.0.0.1:99999')"),
+        ('["ftp://h:1"]', "entry 0 ('ftp://h:1')"),
+    ],
+)
+def test_reward_server_addresses_must_be_urls(addresses, entry):
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-disrm", "--set", f"reward.server.addresses={addresses}", "--dry-run"]
+    )
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert f"reward.server.addresses: {entry} is not an http(s) URL of a server" in result.output, result.output
+
+
+def test_one_address_may_be_given_as_a_string():
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-disrm", "--set", "reward.server.addresses=http://127.0.0.1:8000", "--dry-run"]
+    )
+    assert result.exit_code == 0 and "- http://127.0.0.1:8000" in result.output
