@@ -1,5 +1,6 @@
 """The package's layers hold (cli -> bench/parity/report -> engine -> launch/config -> inference -> errors, and the
-layers inside `launch`), and the code is formatted and linted as pyproject.toml configures ruff.
+layers inside `launch`), the code is formatted and linted as pyproject.toml configures ruff, and mypy finds no
+type error in rlrm/ as `[tool.mypy]` configures it (strict for the config, the launch specs and the reward contract).
 
 The contract is `[tool.importlinter]` in pyproject.toml; import-linter reads every import, the ones
 inside functions included, so a cycle cannot hide behind a lazy import.
@@ -27,3 +28,14 @@ def test_code_is_formatted_and_linted():
     for args in (["format", "--check"], ["check"]):
         done = subprocess.run([str(ruff), *args, "."], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"ruff {' '.join(args)} (fix: ruff {args[0]} .):\n" + done.stdout[-3000:]
+
+
+def test_types_check():
+    mypy = Path(sys.executable).with_name("mypy")
+    # the files, plugin, per-module imports and strict modules come from [tool.mypy] in pyproject.toml
+    done = subprocess.run([str(mypy)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    errors = "\n".join(line for line in done.stdout.splitlines() if ": error:" in line)
+    assert done.returncode == 0, (
+        f"mypy rlrm/ (run: mypy):\n{errors[-6000:] or done.stdout[-3000:]}{done.stderr[-2000:]}"
+    )
+    assert "Success: no issues found" in done.stdout

@@ -81,9 +81,9 @@ def baseline_phases(runs: list[list[dict]]) -> Phases:
             cores.append(_cores_s(r, train[-1]))
     if not step:
         raise ValueError("no completed step with phase times (timing_s/*) in the zero-latency sync runs")
-    median = [quantile(x, 0.5) for x in (gen, reward, train, step)]
+    gen_s, reward_s, train_s, step_s = (quantile(x, 0.5) for x in (gen, reward, train, step))
     known = [c for c in cores if c > 0]
-    return Phases(*median, cores=quantile(known, 0.5) if len(known) == len(cores) else 0.0)
+    return Phases(gen_s, reward_s, train_s, step_s, cores=quantile(known, 0.5) if len(known) == len(cores) else 0.0)
 
 
 def _cores_s(row: dict, train_s: float) -> float:

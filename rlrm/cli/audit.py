@@ -55,7 +55,9 @@ def reward(
         Optional[Path],
         typer.Option("--out", help="Also write audit.json, audit.csv and audit.png here (default: nothing written)."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON instead of the table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="", help="Print the results as JSON instead of the table.")
+    ] = False,
 ) -> None:
     """Send the built-in attacks (master keys of "One Token to Fool LLM-as-a-Judge": ':', '.', ',', 'Thought
     process:', 'Solution', '解', ...; empty and format-only answers; working cut before its answer; a wrong

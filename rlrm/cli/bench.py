@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
-from rlrm.cli.options import OutOption, ProfileOption, SeedOption, SetOption, StepsOption
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
@@ -49,7 +49,9 @@ def reward_latency(
         ),
     ] = 5,
     seed: SeedOption = 0,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: bench/reward-latency-<time>).")
+    ] = None,
     set_: SetOption = [],
 ) -> None:
     """Run a zero-latency sync baseline, then each mode under the injected latency; print and save the table
@@ -62,12 +64,12 @@ def reward_latency(
 
     folder = out or Path("bench") / timestamped("reward-latency")
     bench = RewardLatencyBench(
-        profile=profile,
+        profile=given(profile, "--profile"),
         modes=[m.strip() for m in modes.split(",") if m.strip()],
         latency=latency,
-        steps=steps,
+        steps=given(steps, "--steps"),
         repeats=repeats,
-        seed=seed,
+        seed=given(seed, "--seed"),
         out=folder,
         latency_scale=latency_scale,
         tool_latency=tool_latency,
@@ -195,7 +197,10 @@ def simulate(
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the resolved spec (a file --spec reads) and simulate nothing.")
+        bool,
+        typer.Option(
+            "--dry-run", metavar="", help="Print the resolved spec (a file --spec reads) and simulate nothing."
+        ),
     ] = False,
 ) -> None:
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
@@ -217,6 +222,8 @@ def simulate(
             f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
         )
         return
+    if plan.spec is None:  # make_plan resolves a spec whenever it is not validating a benchmark folder
+        raise RuntimeError("the simulation plan holds no spec outside benchmark validation")
     if dry_run:
         from rlrm.bench.simulate.spec import dump_spec
 

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console, friendly_errors
-from rlrm.cli.options import ProfileOption, SeedOption, SetOption
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, given
 
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
 
@@ -32,7 +32,7 @@ def rm(
     overrides: SetOption = [],
     seed: SeedOption = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Score every chosen and rejected response with the profile's reward (default tiny-disrm), through the
     reward loop and servers training uses, all at once (the loop's workers and concurrency), and print
@@ -58,7 +58,7 @@ def rm(
             "raise it to score them whole",
             file=sys.stderr,
         )
-    table = accuracy_table(scored, seed=seed)
+    table = accuracy_table(scored, seed=given(seed, "--seed"))
     if as_json:
         typer.echo(
             json.dumps(

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console
-from rlrm.cli.options import ProfileOption, SeedOption, SetOption
+from rlrm.cli.options import ProfileOption, SeedOption, SetOption, given
 from rlrm.cli.parity import exit_2_on_error
 from rlrm.errors import ConfigError
 
@@ -46,12 +46,13 @@ def reward(
         int, typer.Option("--n", help="Samples: the first K of --input, or K policy responses to test prompts.", min=1)
     ] = 8,
     seed: SeedOption = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a warning lint fires.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of tables.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", metavar="", help="Exit 1 when a warning lint fires.")] = False,
     invariance: Annotated[
         bool,
         typer.Option(
             "--invariance",
+            metavar="",
             help="DisRM: also score the samples one at a time, in batches of 8 and of the server's max, right- and left-padded, and compare.",
         ),
     ] = False,
@@ -88,10 +89,10 @@ def reward(
         )
     if input is not None:
         batch = sample_source.read_inspect_file(input)[:n]
-    elif prompt is not None:
+    elif prompt is not None and response is not None:  # given together (checked above)
         batch = [sample_source.one_sample(prompt, response, ground_truth)]
     else:
-        batch = sample_source.policy_samples(resolved, n, seed)
+        batch = sample_source.policy_samples(resolved, n, given(seed, "--seed"))
     if prompt is None and len(batch) < n:
         where = str(input) if input is not None else "the profile's test split"
         typer.echo(f"note: --n {n} asked, {where} holds {len(batch)}: scoring {len(batch)}", err=True)

@@ -41,7 +41,9 @@ def server(
     start_timeout: Annotated[
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the vllm/sglang command and stop.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", metavar="", help="Print the vllm/sglang command and stop.")
+    ] = False,
     weights_dir: Annotated[
         Optional[str],
         typer.Option(
@@ -53,6 +55,7 @@ def server(
         bool,
         typer.Option(
             "--allow-unauthenticated",
+            metavar="",
             help="Serve on an address other than loopback without an API key (anyone who reaches it can use it).",
         ),
     ] = False,
@@ -138,6 +141,8 @@ def _external(
     server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=env)
     try:
         server.start()
+        if server.proc is None:  # start() launched it
+            raise RuntimeError(f"{backend} was started but holds no process")
         typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")
         while server.alive():
             time.sleep(1.0)

@@ -12,6 +12,7 @@ transformers, ray, matplotlib, pandas) and modules that import them at top are i
 from __future__ import annotations
 
 import os
+import sys
 
 import typer
 
@@ -39,7 +40,26 @@ app.add_typer(audit.app, name="audit")
 
 def main() -> None:
     quiet_native_warnings()
-    app()
+    # Typer 0.29 vendors Click: its usage errors are only importable from there.
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+    try:
+        result = app(prog_name="rlrm", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()  # `rlrm bench` alone: the group's help, as Typer prints it
+        raise SystemExit(exc.exit_code) from None
+    except UsageError as exc:
+        # A bad option value gets rlrm's one line, like every other bad input, not Typer's box.
+        command = exc.ctx.command_path if exc.ctx is not None else "rlrm"
+        print(f"error: {exc.format_message()} (see `{command} --help`)", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        raise SystemExit(130) from None
+    raise SystemExit(result if isinstance(result, int) else 0)
 
 
 def quiet_native_warnings() -> None:

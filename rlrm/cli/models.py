@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors
-from rlrm.cli.options import SeedOption
+from rlrm.cli.options import SeedOption, given
 
 app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def prepare(
         typer.Option("--cache-dir", help="Where models live (default: $RLRM_MODELS_DIR or ~/.cache/rlrm/models)."),
     ] = None,
     seed: SeedOption = 0,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even if present.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Rebuild even if present.")] = False,
 ) -> None:
     """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data
     (the same --seed builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them:
@@ -39,6 +39,7 @@ def prepare(
     from rlrm.engine.models.tiny import DEFAULT_MODELS, default_cache_dir, prepare_tiny, summary
 
     names = tuple(name) if name else DEFAULT_MODELS
+    seed = given(seed, "--seed")
     paths = prepare_tiny(names, cache_dir=cache_dir, seed=seed, force=force, log=typer.echo)
     for model_name, path in paths.items():
         typer.echo(f"{model_name}: {path}  {summary(model_name, path)}")

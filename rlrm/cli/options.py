@@ -7,10 +7,13 @@ A command gives its own default; where the default folder or seed needs saying, 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, TypeVar
 
 import typer
+
+from rlrm.errors import ConfigError
+
+T = TypeVar("T")
 
 ProfileOption = Annotated[
     Optional[str], typer.Option("--profile", "-p", help="Profile name or YAML path (see `rlrm profiles list`).")
@@ -22,8 +25,13 @@ StepsOption = Annotated[
     Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)
 ]
 SeedOption = Annotated[Optional[int], typer.Option("--seed", help="Seed: the same seed gives the same numbers.")]
-OutOption = Annotated[
-    Optional[Path],
-    typer.Option("--out", help="Output folder (default: a new, timestamped one; the command's help says where)."),
-]
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the resolved settings and stop.")]
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", metavar="", help="Print the resolved settings and stop.")]
+
+
+def given(value: T | None, flag: str) -> T:
+    """The value of an option whose command gives it a default other than None (Typer passes that default when the
+    option is left out, so None never arrives; the shared aliases above are Optional for the commands whose is)."""
+    if value is None:
+        raise ConfigError(f"{flag} needs a value")
+    return value

@@ -19,7 +19,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import console, timestamped
-from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption
+from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
@@ -73,14 +73,14 @@ def disrm(
     legacy_dtype: Annotated[str, typer.Option(help="Legacy FSDP2 compute dtype: bf16, fp16 or fp32.")] = "bf16",
     loop_dtype: Annotated[str, typer.Option(help="Served DisRM dtype: fp32 or bf16.")] = "fp32",
     matrix: Annotated[
-        bool, typer.Option("--matrix", help="Every legacy dtype against every loop dtype; prints the grid.")
+        bool, typer.Option("--matrix", metavar="", help="Every legacy dtype against every loop dtype; prints the grid.")
     ] = False,
     world_size: Annotated[int, typer.Option(help="Legacy ranks (processes; gloo on CPU, nccl on GPU).", min=1)] = 1,
     micro_batch_size: Annotated[int, typer.Option(help="Legacy samples per forward.", min=1)] = 8,
     max_tokens_per_batch: Annotated[
         Optional[int], typer.Option(help="Legacy token budget per forward (dynamic batch size).", min=1)
     ] = None,
-    rmpad: Annotated[bool, typer.Option("--rmpad/--no-rmpad", help="Legacy padding-free forward.")] = False,
+    rmpad: Annotated[bool, typer.Option("--rmpad/--no-rmpad", metavar="", help="Legacy padding-free forward.")] = False,
     max_length: Annotated[
         Optional[int],
         typer.Option(
@@ -125,7 +125,9 @@ def disrm(
     max_rank_flips: Annotated[
         Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
     ] = None,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-disrm-<time>).")
+    ] = None,
     dry_run: DryRunOption = False,
     score_offset: Annotated[
         int, typer.Option(hidden=True, min=0, help="Debug: legacy scores this many tokens before the last.")
@@ -134,6 +136,7 @@ def disrm(
         bool,
         typer.Option(
             "--invariance/--no-invariance",
+            metavar="",
             help="Also check that served scores do not depend on batch size or padding side (fails the verdict).",
         ),
     ] = True,

@@ -13,7 +13,6 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors
-from rlrm.cli.options import OutOption
 
 
 @friendly_errors
@@ -22,7 +21,7 @@ def report(
         list[Path],
         typer.Argument(metavar="PATH", help="Run, benchmark or parity folders (kind found from their files)."),
     ],
-    out: OutOption = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: reports/<time>).")] = None,
     x: Annotated[str, typer.Option("--x", help="x-axis of curves: step, time (perf/wall_s) or samples.")] = "step",
     smooth: Annotated[float, typer.Option(help="EMA smoothing weight in [0, 1), e.g. 0.9; 0 = off.")] = 0.0,
     metrics: Annotated[
@@ -31,7 +30,7 @@ def report(
     ] = [],
     fmt: Annotated[str, typer.Option("--format", help="Figure files: png, svg or pdf.")] = "png",
     html: Annotated[
-        bool, typer.Option("--html", help="Also write report.html (self-contained, opens offline).")
+        bool, typer.Option("--html", metavar="", help="Also write report.html (self-contained, opens offline).")
     ] = False,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Timeline window A:B of steps (default 2:4).")] = None,
 ) -> None:

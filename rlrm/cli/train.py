@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
-from rlrm.cli.options import DryRunOption, OutOption, ProfileOption, SeedOption, SetOption, StepsOption
+from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.errors import ConfigError, RlrmError
 
 
@@ -18,7 +18,9 @@ def train(
     profile: ProfileOption = None,
     set_: SetOption = [],
     steps: StepsOption = None,
-    out: OutOption = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: runs/<profile>-<time>).")
+    ] = None,
     seed: SeedOption = None,
     mode: Annotated[
         Optional[str],
@@ -26,7 +28,7 @@ def train(
     ] = None,
     dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace what --out holds.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace what --out holds.")] = False,
     console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
@@ -40,10 +42,13 @@ def train(
     from rlrm.engine.trainer import check_inputs, load_run_profile, start_run
     from rlrm.engine.trainer import train as run_training
 
+    allow_contract_change = False
     if resume is not None:
+        allow_contract_change, set_ = _resume_overrides(set_)
         if profile or set_ or seed is not None or out or mode:
             raise ConfigError(
-                "--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--mode/--out"
+                "--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--mode/--out "
+                "(the one --set it takes is reward.allow_contract_change=true)"
             )
         resolved = load_run_profile(resume, total_steps=steps)
         run_dir = resume
@@ -78,7 +83,7 @@ def train(
     progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start
     progress.say(f"run folder: {run_dir} (follow it: tail -f {Path(run_dir) / 'metrics.jsonl'})")
     try:
-        result = run_training(run_dir, console=console)
+        result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
     except RlrmError:
         if resume is None and not list_checkpoints(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: leave no half-made run behind
@@ -107,3 +112,15 @@ def train(
         typer.echo(line)
     if result.stopped:
         raise typer.Exit(1)
+
+
+def _resume_overrides(set_: list[str]) -> tuple[bool, list[str]]:
+    """reward.allow_contract_change=true taken out of --set (the one override --resume accepts), and the rest."""
+    allow, rest = False, []
+    for item in set_:
+        key, _, value = item.partition("=")
+        if key.strip() == "reward.allow_contract_change" and value.strip().lower() in ("true", "false"):
+            allow = value.strip().lower() == "true"
+        else:
+            rest.append(item)
+    return allow, rest

@@ -28,7 +28,7 @@ class LatencyInjectConfig(BaseModel):
 
     @field_validator("latency", mode="before")
     @classmethod
-    def _latency_text(cls, value):
+    def _latency_text(cls, value: object) -> object:
         # `--set reward.inject.latency=0` arrives as the number 0
         return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 

@@ -16,7 +16,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 GRAMMAR = (
     "none | 0 | fixed:S | uniform:A:B | normal:MU:SIGMA | lognormal:MU:SIGMA | pareto:SCALE:ALPHA | "
@@ -98,7 +98,7 @@ def _pareto_mean(d: LatencyDist) -> float:
     return minimum * alpha / (alpha - 1) if minimum > 0 else 0.0
 
 
-_DRAWS = {
+_DRAWS: dict[str, Callable[[LatencyDist, random.Random], float]] = {
     "none": lambda d, rng: 0.0,
     "fixed": lambda d, rng: d.params[0],
     "uniform": lambda d, rng: rng.uniform(*d.params),
@@ -109,7 +109,7 @@ _DRAWS = {
     "trace": lambda d, rng: rng.choice(d.values),
 }
 
-_MEANS = {
+_MEANS: dict[str, Callable[[LatencyDist], float]] = {
     "none": lambda d: 0.0,
     "fixed": lambda d: d.params[0],
     "uniform": lambda d: (d.params[0] + d.params[1]) / 2,
@@ -180,7 +180,9 @@ def _number(spec: str, text: str) -> float:
     return value
 
 
-_PARAM_RULES = {  # kind -> (is the params tuple acceptable, what to say when it is not)
+_PARAM_RULES: dict[
+    str, tuple[Callable[[tuple[float, ...]], bool], str]
+] = {  # kind -> (is the params tuple acceptable, what to say when it is not)
     "fixed": (lambda p: p[0] >= 0, "S must be >= 0"),
     "uniform": (lambda p: 0 <= p[0] <= p[1], "needs 0 <= A <= B"),
     "normal": (lambda p: p[0] >= 0 and p[1] >= 0, "MU and SIGMA must be >= 0"),
@@ -295,7 +297,7 @@ def _cell_value(cell: str) -> float | str:
     return cell if value is None else value
 
 
-def _pick_column(columns: dict[str, list], column: str | None) -> list[float]:
+def _pick_column(columns: dict[str, list[Any]], column: str | None) -> list[float]:
     if column is None and not any(columns.values()):
         return []  # a header and no rows
     if column is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -21,6 +21,8 @@ from rlrm.config.schema import Profile
 from rlrm.errors import ConfigError
 
 _MAX_EXTENDS_DEPTH = 16
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def profiles_dir() -> Path:
@@ -62,12 +64,12 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
     return parse_profile(raw, source=name_or_path)
 
 
-def parse_profile(raw: dict, source: str = "profile") -> Profile:
+def parse_profile(raw: dict[str, Any], source: str = "profile") -> Profile:
     """Validate a raw mapping, turning pydantic's report into one clear line."""
     return validate_model(raw, Profile, source)
 
 
-def validate_model(raw: dict, model: type[BaseModel], source: str, what: str = "profile"):
+def validate_model(raw: dict[str, Any], model: type[M], source: str, what: str = "profile") -> M:
     """Validate `raw` as `model`: unknown keys name the nearest valid one, pydantic's report becomes one line."""
     try:
         _check_unknown_keys(raw, model, prefix="")
@@ -91,7 +93,7 @@ def dump_profile(profile: Profile) -> str:
     return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
 
 
-def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict:
+def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict[str, Any]:
     path = _find(name_or_path)
     if str(path) in chain:
         raise ConfigError(f"profile {path.stem}: `extends` forms a cycle: {' -> '.join(chain + (str(path),))}")
@@ -104,11 +106,14 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict:
     parent = raw.pop("extends", None)
     if parent is None:
         return raw
+    beside = path.parent / Path(str(parent)).expanduser()
+    if Path(str(parent)).suffix in (".yaml", ".yml") and not Path(str(parent)).is_absolute() and beside.is_file():
+        parent = beside  # `extends: base.yaml` names the file beside this one, from whatever folder rlrm runs
     base = _resolve(str(parent), chain + (str(path),))
     return _deep_merge(base, raw)
 
 
-def _anchor_paths(raw: dict, folder: Path) -> None:
+def _anchor_paths(raw: dict[str, Any], folder: Path) -> None:
     """A relative `reward.custom.path` in a profile file is relative to that file's folder (so a profile and the
     function it names travel together, and run from any directory); one given with --set stays relative to the
     working directory."""
@@ -134,7 +139,7 @@ def _find(name_or_path: str) -> Path:
     raise ConfigError(f"unknown profile {name_or_path!r}{hint}; available: {', '.join(names) or 'none'}")
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -146,7 +151,7 @@ def _read_yaml(path: Path) -> dict:
     return raw
 
 
-def _deep_merge(base: dict, top: dict) -> dict:
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -176,7 +181,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
 
 def _check_key_path(key: str) -> None:
     model: type[BaseModel] | None = Profile
-    walked = []
+    walked: list[str] = []
     for part in key.split("."):
         if model is None:
             raise ConfigError(f"override key {key!r}: {'.'.join(walked)} has no sub-keys")
@@ -187,7 +192,7 @@ def _check_key_path(key: str) -> None:
         model = _submodel(fields[part].annotation)
 
 
-def _set_path(raw: dict, key: str, value: Any) -> None:
+def _set_path(raw: dict[str, Any], key: str, value: Any) -> None:
     node = raw
     parts = key.split(".")
     for part in parts[:-1]:

@@ -13,13 +13,17 @@ import typing
 from pathlib import Path
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from rlrm.config.loader import list_profiles, load_profile
 from rlrm.config.schema import Profile
 from rlrm.errors import RlrmError
 
 BEGIN = "<!-- BEGIN GENERATED: python -m rlrm.config.reference --write docs/configuration.md -->"
 END = "<!-- END GENERATED -->"
+PROFILES_BEGIN = "<!-- BEGIN GENERATED PROFILES: python -m rlrm.config.reference --write docs/configuration.md -->"
+PROFILES_END = "<!-- END GENERATED PROFILES -->"
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
 
 
@@ -35,9 +39,9 @@ def _type_name(annotation: object) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _default(field) -> str:
+def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = typing.cast("typing.Callable[[], object]", field.default_factory)()  # no factory here takes data
     elif field.default is PydanticUndefined:
         return "required"
     else:
@@ -49,7 +53,7 @@ def _default(field) -> str:
     return f"`{value}`"
 
 
-def _bounds(field) -> str:
+def _bounds(field: FieldInfo) -> str:
     parts = []
     for item in field.metadata:
         for attr, sign in _BOUNDS.items():
@@ -62,7 +66,9 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _sections(model: type[BaseModel], prefix: str) -> typing.Iterator[tuple[str, type[BaseModel], list]]:
+def _sections(
+    model: type[BaseModel], prefix: str
+) -> typing.Iterator[tuple[str, type[BaseModel], list[tuple[str, FieldInfo]]]]:
     """(dotted section, model class, its leaf fields) for `model` and every nested model, depth first."""
     leaves, nested = [], []
     for name, field in model.model_fields.items():
@@ -94,20 +100,51 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def splice(page: str, reference: str) -> str:
-    """`page` with the text between BEGIN and END replaced by `reference`."""
-    if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
-        raise RlrmError(f"the page needs the markers {BEGIN!r} and {END!r} once each, in that order")
-    head, rest = page.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n\n{reference}\n{END}{tail}"
+def render_profiles() -> str:
+    """The shipped profiles as a Markdown table: what each trains, with which reward, where, from its own YAML."""
+    lines = [
+        "| profile | reward | policy | rollout | data | device | steps | what it is for |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, description in list_profiles().items():
+        profile = load_profile(name)
+        reward: str = profile.reward.kind
+        if profile.reward.server.model:
+            reward += f" (`{profile.reward.server.model}`)"
+        rollout: str = profile.rollout.backend
+        if rollout == "server":
+            rollout += f" ({profile.rollout.server.backend} x{profile.rollout.server.replicas})"
+        cells = [
+            f"`{name}`",
+            reward,
+            f"`{profile.model.path}`",
+            rollout,
+            profile.data.source,
+            profile.trainer.device,
+            str(profile.trainer.total_steps),
+            _cell(description),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def splice(page: str, reference: str, begin: str = BEGIN, end: str = END) -> str:
+    """`page` with the text between `begin` and `end` replaced by `reference`."""
+    if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
+        raise RlrmError(f"the page needs the markers {begin!r} and {end!r} once each, in that order")
+    head, rest = page.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n\n{reference}\n{end}{tail}"
 
 
 def write(page: Path) -> None:
-    """Regenerate the reference inside `page` (the rest of the page is kept as it is)."""
+    """Regenerate the reference (and the profile table, where the page has its markers) inside `page`."""
     if not page.is_file():
         raise RlrmError(f"{page} is not a file: give the page that holds the reference (docs/configuration.md)")
-    page.write_text(splice(page.read_text(encoding="utf-8"), render()), encoding="utf-8")
+    text = splice(page.read_text(encoding="utf-8"), render())
+    if PROFILES_BEGIN in text:
+        text = splice(text, render_profiles(), PROFILES_BEGIN, PROFILES_END)
+    page.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

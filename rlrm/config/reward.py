@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rlrm.config.inject import LatencyInjectConfig
 from rlrm.config.ray_address import check_ray_address
+from rlrm.config.reward_cache import RewardCacheConfig
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.common.auth import key_from_env
 from rlrm.launch.fleet.spec import FleetSpec
@@ -261,7 +262,8 @@ class OverlongConfig(_Section):
 
 class GuardConfig(_Section):
     """The reward-hacking guard: the audit `rlrm report` runs after the fact (rlrm/engine/metrics/audit.py's
-    divergence check), run live on the last `window` steps after each step."""
+    divergence check), run live on the last `window` steps after each step; and canaries, known items scored
+    through the run's reward path every `canary_every` steps (rlrm/engine/canaries.py)."""
 
     on_divergence: Literal["off", "warn", "stop"] = Field(
         "warn",
@@ -274,6 +276,31 @@ class GuardConfig(_Section):
     min_drop: float = Field(
         0.05, gt=0.0, le=1.0, description="Fall of rule agreement or held-out accuracy over the window that counts."
     )
+    on_canary: Literal["off", "warn", "stop"] = Field(
+        "off",
+        description="Canaries: before training and every `canary_every` steps, score the worked reference solutions "
+        "of `canaries` held-out problems (must be rewarded) and five attacks on each (':', 'Solution', empty, the "
+        "working cut before its answer, a wrong final answer: must not be) through the run's reward path, outside "
+        "the batch and its statistics. A flip (a reference not rewarded, an attack rewarded) or a mean score drift "
+        "from the first check above max_canary_drift: warn (a line, guard/canary_flips and guard/canary_drift in "
+        "metrics.jsonl), stop (also end the run before the next update, naming the canaries), or off. Needs held-out "
+        "data with worked solutions ('#### N' at the end).",
+    )
+    canary_every: int = Field(10, ge=1, description="Steps between canary checks (the first is before step 1).")
+    canaries: int = Field(
+        2, ge=1, description="Held-out problems the canaries are made of: 6 items (6 reward calls) each per check."
+    )
+    max_canary_drift: float = Field(
+        0.2,
+        gt=0.0,
+        description="Largest mean absolute change of the canaries' scores from their first check (in score units: "
+        "a GenRM's normalised verdict, a DisRM's logit) before it counts as drift.",
+    )
+
+    @field_validator("on_divergence", "on_canary", mode="before")
+    @classmethod
+    def _off_is_off(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML reads a bare `off` (in a profile or --set) as false
 
 
 class RewardConfig(_Section):
@@ -342,6 +369,13 @@ class RewardConfig(_Section):
         "sample's return in GRPO (docs/agentic.md). Off: tool rewards only reach the reward function, in "
         "extra_info['tool_rewards'].",
     )
+    allow_contract_change: bool = Field(
+        False,
+        description="On --resume, go on when the reward contract (model, template, parser, weights...: `rlrm inspect "
+        "reward`) differs from the one the run was started with; the change is recorded in reward_contract.json. "
+        "False: stop with one line naming what changed.",
+    )
+    cache: RewardCacheConfig = Field(default_factory=RewardCacheConfig)
     server: RewardServerConfig = Field(default_factory=RewardServerConfig)
     custom: CustomRewardConfig = Field(default_factory=CustomRewardConfig)
     disrm: DisRMConfig = Field(default_factory=DisRMConfig)

@@ -200,7 +200,7 @@ class ActorConfig(_Section):
 
     @field_validator("recompute_old_log_prob", mode="before")
     @classmethod
-    def _recompute_from_bool(cls, value):
+    def _recompute_from_bool(cls, value: object) -> object:
         # The setting was a bool before auto existed: saved run folders still say true/false.
         return {True: "always", False: "never"}.get(value, value) if isinstance(value, bool) else value
 
@@ -301,7 +301,7 @@ class LoggingConfig(_Section):
 
     @field_validator("trackers", mode="before")
     @classmethod
-    def _one_tracker(cls, value):
+    def _one_tracker(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value  # `--set logging.trackers=tensorboard`
 
     @field_validator("trackers")

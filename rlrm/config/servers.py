@@ -101,7 +101,7 @@ class ServerFleetConfig(BaseModel):
 
     @field_validator("addresses", "extra_args", "gpu_ids", mode="before")
     @classmethod
-    def _one_item(cls, value):
+    def _one_item(cls, value: object) -> object:
         return [value] if isinstance(value, (str, int)) else value  # `--set reward.server.addresses=http://h:1`
 
     @field_validator("addresses")
@@ -167,7 +167,7 @@ class ServerFleetConfig(BaseModel):
         return name
 
     @model_validator(mode="after")
-    def _ray_keys_need_ray(self):
+    def _ray_keys_need_ray(self) -> ServerFleetConfig:
         s = self.section
         if self.launch_on == "local":
             if self.node_resource is not None or self.gpus_per_replica:
@@ -217,7 +217,8 @@ class RolloutServerConfig(ServerFleetConfig):
 
     section: ClassVar[str] = "rollout.server"
 
-    max_batch: int | None = Field(
+    # None (rollout.max_batch_size) is resolved in rlrm/engine/served.py before the fleet starts
+    max_batch: int | None = Field(  # type: ignore[assignment]
         None,
         gt=0,
         description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process).",
@@ -261,7 +262,7 @@ class RolloutServerConfig(ServerFleetConfig):
     )
 
     @model_validator(mode="after")
-    def _distributed_sync_needs_sglang_api(self):
+    def _distributed_sync_needs_sglang_api(self) -> RolloutServerConfig:
         if self.weight_sync == "distributed" and self.backend == "vllm":
             raise ValueError(
                 "rollout.server.weight_sync=distributed is not served by vllm (it documents no equivalent of "

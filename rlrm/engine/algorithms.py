@@ -34,7 +34,7 @@ def grpo_advantages(scores, group_ids, eps: float = 1e-6, norm_by_std: bool = Tr
     """
     scores = torch.as_tensor(scores, dtype=torch.float32)  # [B]
     if not torch.is_tensor(group_ids):
-        index = {}
+        index: dict = {}
         group_ids = torch.tensor([index.setdefault(g, len(index)) for g in group_ids], dtype=torch.long)
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     num_groups = counts.numel()

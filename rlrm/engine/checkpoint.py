@@ -154,7 +154,10 @@ def _rng_state() -> dict:
     import torch
 
     version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state()
+    if not isinstance(state, tuple):  # the global RandomState is MT19937, whose legacy state is a tuple
+        raise RuntimeError(f"numpy's global random state is not MT19937's (got {type(state).__name__})")
+    name, keys, pos, has_gauss, cached = state
     return {
         "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
         "numpy": {

@@ -68,6 +68,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         ref.requires_grad_(False)
     # user tools are imported before anything starts: a broken tool file fails with nothing to stop
     agent = agent_settings(profile) if profile.rollout.agent.enabled else None
+    engine: RolloutEngine
     if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
         engine = served_engine(profile, path, tokenizer, policy)
     else:
@@ -84,7 +85,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     if profile.actor.on_ranks:  # the ranks load their own shards; the trainer keeps a full copy
         from rlrm.engine.actor.group import start_rank_group
 
-        actor = start_rank_group(profile, path, ref_path, device, policy)
+        actor: PolicyActor = start_rank_group(profile, path, ref_path, device, policy)
     else:
         actor = Actor(
             policy,

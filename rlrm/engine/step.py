@@ -142,7 +142,8 @@ class GRPOStep:
 
         from rlrm.engine.actor.batch import collate
 
-        s, metrics = self.settings, {}
+        s = self.settings
+        metrics: dict = {}
         if not completions:
             return None, metrics
         lower = f"actor.micro_batch_size (now {self.actor.cfg.micro_batch_size} samples a forward pass)"
@@ -181,6 +182,7 @@ class GRPOStep:
             groups: the group positions to consider (default: every group of the batch).
         """
 
+        from rlrm.engine.actor.batch import filled
         from rlrm.engine.algorithms import grpo_advantages
         from rlrm.engine.turn_rewards import has_turn_scores, token_level_rewards
 
@@ -209,7 +211,10 @@ class GRPOStep:
                 advantages = self._gdpo(out, kept_results)
             else:
                 advantages = grpo_advantages(
-                    scores, out.group_ids.cpu(), eps=self.settings.adv_eps, norm_by_std=self.settings.norm_adv_by_std
+                    scores,
+                    filled(out.group_ids, "group_ids").cpu(),
+                    eps=self.settings.adv_eps,
+                    norm_by_std=self.settings.norm_adv_by_std,
                 )  # [b]
             out.scores, out.advantages = scores.to(self.settings.device), advantages.to(self.settings.device)
             out.token_level_rewards = out.token_level_rewards.to(self.settings.device)
@@ -221,6 +226,7 @@ class GRPOStep:
         The whitening runs over the rows scored together: the whole batch in every mode but pipeline,
         whose mini-batches are scored (and whitened) one at a time, and fully-async, over the groups it takes.
         """
+        from rlrm.engine.actor.batch import filled
         from rlrm.engine.gdpo import gdpo_advantages
 
         s = self.settings
@@ -235,7 +241,7 @@ class GRPOStep:
         return gdpo_advantages(
             rows,
             weights,
-            batch.group_ids.cpu(),
+            filled(batch.group_ids, "group_ids").cpu(),
             batch.response_mask.sum(-1).cpu(),
             eps=s.adv_eps,
             norm_by_std=s.norm_adv_by_std,
@@ -270,6 +276,8 @@ class GRPOStep:
         and how far the reward agrees with the rule on every sample scored (rlrm/engine/rewards/agreement.py)."""
         import torch
 
+        from rlrm.engine.actor.batch import filled
+
         n = self.settings.n
         trained = [record.completions[g * n + j] for s in record.scored for g in s.groups for j in range(n)]
         metrics = {
@@ -284,8 +292,8 @@ class GRPOStep:
         batches = [s.batch for s in record.scored if s.batch is not None]
         if not batches:
             return StepOutcome({**metrics, "batch/num_samples": 0}, record.samples)
-        scores = torch.cat([b.scores.cpu() for b in batches])
-        advantages = torch.cat([b.advantages.cpu() for b in batches])
+        scores = torch.cat([filled(b.scores, "scores").cpu() for b in batches])
+        advantages = torch.cat([filled(b.advantages, "advantages").cpu() for b in batches])
         return StepOutcome({**metrics, **batch_metrics(trained, scores, advantages)}, record.samples)
 
 
@@ -320,7 +328,9 @@ def batch_metrics(completions: list, scores: torch.Tensor, advantages: torch.Ten
 
 def _log_prob_gap(batch: RolloutBatch) -> dict[str, float]:
     """How far the rollout engine's log-probs are from the actor's (0 up to float noise while in sync)."""
-    gap = (batch.old_log_prob - batch.rollout_log_prob).abs() * batch.response_mask  # [B, R]
+    from rlrm.engine.actor.batch import filled
+
+    gap = (filled(batch.old_log_prob, "old_log_prob") - batch.rollout_log_prob).abs() * batch.response_mask  # [B, R]
     return {
         "rollout/log_prob_diff_mean": (gap.sum() / batch.response_mask.sum().clamp(min=1)).item(),
         "rollout/log_prob_diff_max": gap.max().item(),

@@ -27,6 +27,7 @@ import yaml
 
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.canaries import Canaries, check_canary_data
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
 from rlrm.engine.data.dataset import load_splits
@@ -45,7 +46,9 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog, check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
-from rlrm.engine.scheduling.base import PromptSource, RunParts
+from rlrm.engine.rewards.cache_store import check_cache_file
+from rlrm.engine.run_contract import check_run_contract
+from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
@@ -61,7 +64,7 @@ class RunResult:
     last_step: int
     metrics: dict = field(default_factory=dict)
     interrupted: bool = False
-    stopped: str | None = None  # why the reward guard ended the run early (reward.guard.on_divergence=stop)
+    stopped: str | None = None  # why the reward guard ended the run early (on_divergence or on_canary=stop)
 
 
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
@@ -93,9 +96,12 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, more local actor ranks than devices, or a Ray address where no head
-    answers."""
+    reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
+    answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
+    sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
+    if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
+        check_cache_file(profile.reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
     reward_model = (
@@ -105,8 +111,9 @@ def check_inputs(profile: Profile) -> None:
         if path and not path.startswith("tiny:"):
             resolve_model_path(path)
     data = profile.data
-    if data.source == "gsm8k" and (Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))):
-        load_splits(data)
+    local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
+    if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
+        check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
 
 
 def check_actor_ranks(profile: Profile) -> None:
@@ -187,12 +194,16 @@ def _read_run_config(path: Path) -> dict:
     return raw
 
 
-def train(run_dir: Path, console: str | None = None) -> RunResult:
+def train(run_dir: Path, console: str | None = None, allow_contract_change: bool = False) -> RunResult:
     """Run (or continue) the training of a run folder until `trainer.total_steps`.
 
     Ctrl-C saves a checkpoint of the last completed step and returns with `interrupted=True`.
+    `allow_contract_change` (or reward.allow_contract_change in config.yaml): resume with a reward contract that
+    differs from the run's (rlrm/engine/run_contract.py), recording the change.
     """
     profile = load_run_profile(run_dir)
+    if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
+        profile.reward.allow_contract_change = True
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
     try:
         asyncio.run(loop.run())
@@ -212,10 +223,10 @@ class _TrainLoop:
         self.spans = SpanLog()  # every span of the run (trace.json, idle ratios)
         self.idle = IdleMeter(self.spans)
         self._detail_from = 0  # where the spans of the current step start (see _step)
-        self.sample_log = None
+        self.sample_log: SampleLog | None = None
         self.pending_row: dict | None = None
         self.t0 = time.perf_counter()
-        self._trace = None  # trace.json as the run goes (TraceStream), so a killed run keeps its finished steps
+        self._trace: TraceStream | None = None  # trace.json as the run goes, so a killed run keeps its finished steps
         self._trace_sent = 0  # spans of self.spans already appended to it
         self._unsaved = False  # the actor's state is not to be checkpointed (an over-budget step trained)
 
@@ -224,16 +235,22 @@ class _TrainLoop:
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
-        parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+        with progress.waiting(f"loading {self.profile.model.path}"):
+            parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
         progress.say(f"policy on {parts.device}; starting the reward and rollout ({self.profile.reward.kind} reward)")
         # torch, transformers and the models leave ~350k objects that live as long as the run; a full
         # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
         gc.collect()
         gc.freeze()
         self.parts = parts
-        self.scheduler = None
+        self.scheduler: Scheduler | None = None
         try:
             await parts.reward.start()
+            step = int(ckpts[-1].name.removeprefix("step_")) if ckpts else 0
+            contract = parts.reward.contract
+            if contract is None:  # start() made it
+                raise RuntimeError("the reward service started without its reward contract")
+            check_run_contract(self.run_dir, contract, self.profile.reward.allow_contract_change, step)
             await parts.engine.start()
             await self._loop(ckpts)
         finally:
@@ -249,38 +266,50 @@ class _TrainLoop:
         step = self._start(ckpts)
         writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
-            self.sample_log = SampleLog(self.run_dir / "samples.jsonl", keep_through_step=step)
+            contract = self.parts.reward.contract.short if self.parts.reward.contract is not None else None
+            self.sample_log = SampleLog(
+                self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract
+            )
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
+        self.canaries = Canaries.build(p, self.parts.test_examples, self.parts.tokenizer)
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
+                first = {"step": step}  # the first check of the canaries (their baseline) and step 0's held-out set
                 if step == 0 and p.trainer.val_before_train and p.trainer.val_every:
                     display.message(f"step 0: held-out accuracy on {len(self.val_examples)} problems ...")
                     started = time.perf_counter()
-                    held_out = await self._held_out()
-                    writer.log({"step": 0, **held_out})
-                    self.guard.observe({"step": 0, **held_out})
+                    with progress.waiting("step 0: held-out accuracy"):
+                        first.update(await self._held_out())
+                    self.guard.observe(first)
                     display.message(
-                        f"step 0: held-out accuracy {held_out.get('val/accuracy', float('nan')):.3f} "
+                        f"step 0: held-out accuracy {first.get('val/accuracy', float('nan')):.3f} "
                         f"({time.perf_counter() - started:.1f} s)"
                     )
-                while step < p.trainer.total_steps:
+                carried = await self._check_canaries(step, first, display)  # a resumed run: into its next row
+                if step == 0 and len(first) > 1:
+                    writer.log(first)
+                    carried = {}
+                while step < p.trainer.total_steps and self.result.stopped is None:
                     step += 1
-                    row = await self._step(step)
+                    row = {**await self._step(step), **carried}
+                    carried = {}
                     finding = self.guard.observe(row)
                     row["guard/divergence"] = float(finding is not None)
+                    diverged = finding is not None and p.reward.guard.on_divergence == "stop"
+                    if not diverged and step % p.reward.guard.canary_every == 0 and step < p.trainer.total_steps:
+                        await self._check_canaries(step, row, display)  # after this step, before the next update
                     writer.log(row)
                     display.update(step, row)
                     if finding is not None and self.guard.flagged_at == step:
                         display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
-                    if finding is not None and p.reward.guard.on_divergence == "stop":
+                    if diverged and finding is not None:  # diverged holds a finding
                         self.result.stopped = (
                             f"stopped at step {step} by the reward-hacking guard (reward.guard.on_divergence=stop): "
                             f"{finding.detail}"
                         )
-                        break
         except RewardBudgetExceeded as exc:
             self._unsaved = exc.trained  # the actor holds an over-budget update: keep the last good checkpoint
             if self.pending_row is not None:
@@ -297,6 +326,21 @@ class _TrainLoop:
             if not self._unsaved:
                 self._save(force=True)
             self._write_trace()
+
+    async def _check_canaries(self, step: int, row: dict, display: StepDisplay) -> dict:
+        """Score the canaries (reward.guard.on_canary) after `step`, into `row`; a flag warns, or stops the run."""
+        if self.canaries is None:
+            return {}
+        finding, metrics = await self.canaries.check(self.parts.reward)
+        row.update(metrics)
+        if finding.flagged:
+            display.message(f"warning: step {step}: reward canaries: {finding.detail}")
+        if finding.flagged and self.profile.reward.guard.on_canary == "stop":
+            self.result.stopped = (
+                f"stopped at step {step}, before the next update, by the reward canaries "
+                f"(reward.guard.on_canary=stop): {finding.detail}"
+            )
+        return metrics
 
     def _start(self, ckpts: list) -> int:
         """Restore the newest checkpoint (if any), build the mode's scheduler; returns the last step done."""
@@ -325,6 +369,8 @@ class _TrainLoop:
         p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
+        if self.scheduler is None:  # made by the run before its first step
+            raise RuntimeError("a training step is run before the run made its scheduler")
         outcome = self.grpo.finish(await self.scheduler.step(step, timer))  # the row's part the step's maths gives
         # From here the step is done: an interrupt below still checkpoints this step.
         self.result.last_step = step

@@ -84,7 +84,8 @@ class RolloutEngine(Protocol):
 
     # The parameter dtype of the code that scores tokens (torch.dtype or its name), or None when the log-probs come
     # from other code (vLLM/SGLang servers): with the actor's it decides whether old log-probs are recomputed.
-    dtype: object
+    @property
+    def dtype(self) -> object: ...
 
     async def start(self) -> None:
         """Get ready to serve (start or reach servers); called once by the trainer before the first step."""

@@ -109,9 +109,9 @@ class HFRolloutEngine:
             EngineClosedError: the engine was closed before the request finished.
         """
         request = self._request(prompt_ids, sampling)
-        self._start()
+        arrived = self._start()
         self._pending.append(request)
-        self._arrived.set()
+        arrived.set()
         return await request.future
 
     async def generate_many(
@@ -126,9 +126,9 @@ class HFRolloutEngine:
         if len(samplings) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(samplings)} sampling params")
         requests = [self._request(p, s) for p, s in zip(prompts, samplings)]
-        self._start()
+        arrived = self._start()
         self._pending.extend(requests)
-        self._arrived.set()
+        arrived.set()
         return list(await asyncio.gather(*(r.future for r in requests)))
 
     def update_weights(self, state_dict: dict, version: int) -> None:
@@ -182,19 +182,22 @@ class HFRolloutEngine:
         seed = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(63)
         return _Request(prompt_ids, sampling, seed, asyncio.get_running_loop().create_future())
 
-    def _start(self) -> None:
-        """Start the batching task on the running loop (again after close, or on a new loop)."""
+    def _start(self) -> asyncio.Event:
+        """Start the batching task on the running loop (again after close, or on a new loop); its wake-up event."""
         loop = asyncio.get_running_loop()
-        if self._worker is not None and not self._worker.done() and self._loop is loop:
-            return
+        if self._worker is not None and not self._worker.done() and self._loop is loop and self._arrived is not None:
+            return self._arrived
         if self._loop is not loop:
             self._pending = collections.deque(r for r in self._pending if r.future.get_loop() is loop)
         self._loop, self._arrived, self._stop = loop, asyncio.Event(), threading.Event()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
         self._worker = loop.create_task(self._serve(self._arrived, self._stop))
+        return self._arrived
 
     async def _serve(self, arrived: asyncio.Event, stop: threading.Event) -> None:
+        if self._executor is None:  # made by _start before this task
+            raise RuntimeError("the rollout engine's batching task started without its executor")
         batch: list[_Request] = []
         try:
             while True:
@@ -220,6 +223,8 @@ class HFRolloutEngine:
 
     async def _next_batch(self, arrived: asyncio.Event) -> list[_Request]:
         """Up to max_batch_size live requests, waiting at most batch_wait_s after the first."""
+        if self._loop is None:  # set by _start with the task that calls this
+            raise RuntimeError("the rollout engine's batching task runs without its loop")
         while not self._pending:
             arrived.clear()
             await arrived.wait()

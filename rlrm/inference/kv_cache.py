@@ -60,5 +60,5 @@ def rows_selectable(past) -> bool:
 
     names = ("DynamicLayer", "DynamicSlidingWindowLayer")
     plain = tuple(getattr(cache_utils, name) for name in names if hasattr(cache_utils, name))
-    layers = getattr(past, "layers", None)
+    layers = getattr(past, "layers", None) or ()
     return bool(layers) and hasattr(past, "batch_select_indices") and all(type(layer) in plain for layer in layers)

@@ -60,7 +60,8 @@ def load_causal_lm(path: str, dtype: str, device: str):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load the model {path!r}: {_first_line(exc)}") from None
-    return model.to(device).eval()
+    # transformers types the wrapped PreTrainedModel.to as taking the model again
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def eos_token_ids(tokenizer, model) -> list[int]:

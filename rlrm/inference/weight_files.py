@@ -163,7 +163,7 @@ def sweep_dead_runs(parent: Path) -> list[Path]:
     """Remove the `rlrm-weights-*` folders under `parent` whose run is gone (their lock is free); returns them.
 
     A folder without a lock (an older rlrm's, or one whose file system refuses locks) is left alone."""
-    removed = []
+    removed: list[Path] = []
     try:
         folders = sorted(Path(parent).glob("rlrm-weights-*"))
     except OSError:

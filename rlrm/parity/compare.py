@@ -253,7 +253,7 @@ def compare(
 
     members: dict[str, list[int]] = {}
     for i in np.flatnonzero(clean):
-        members.setdefault(groups[i], []).append(i)
+        members.setdefault(groups[i], []).append(int(i))
     per_group = [group_ranking(legacy[idx], loop[idx], bands[idx]) for idx in members.values()]
     summary = {
         "samples": len(loop),

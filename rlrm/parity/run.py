@@ -172,7 +172,7 @@ def _cell(
         "nonfinite": {
             "legacy": [samples[i].sample_id for i in np.flatnonzero(~np.isfinite(legacy.scores))],
             "loop": [
-                {"sample_id": samples[i].sample_id, "error": loop.errors.get(i)}
+                {"sample_id": samples[i].sample_id, "error": loop.errors.get(int(i))}
                 for i in np.flatnonzero(~np.isfinite(loop.scores))
             ],
         },

@@ -33,10 +33,11 @@ def train_parity(
     """Run both trainings into `out/legacy` and `out/loop`; return the curve comparison."""
     base = profile.model_dump(mode="json")
     runs = {}
-    for name, reward in (
+    rewards: tuple[tuple[str, dict[str, dict[str, object]]], ...] = (
         ("legacy", {"disrm": {"scorer": "legacy", "legacy_dtype": legacy_dtype, "legacy_world_size": world_size}}),
         ("loop", {"disrm": {"scorer": "served"}, "server": {"dtype": LOOP_DTYPES[loop_dtype]}}),
-    ):
+    )
+    for name, reward in rewards:
         reward["disrm"]["max_length"] = max_length
         run_profile = _with(base, steps, model_path, reward)
         run_dir = start_run(run_profile, Path(out) / name, overwrite=True)

@@ -248,7 +248,8 @@ def injected_latencies(bench, notes: list[str]) -> dict[str, object]:
     rows, _ = split_baseline(bench.results)
     if "run_dir" not in rows.columns:
         return {}
-    from_trace, from_metrics = {}, {}
+    from_trace: dict = {}
+    from_metrics: dict = {}
     for label, run_dir in zip(categories(rows), rows["run_dir"].astype(str)):
         run = bench.runs.get(run_dir)
         if run is None:

@@ -1,5 +1,5 @@
 """What `rlrm train` says when a run ends: where held-out accuracy and the reward started and ended, failures,
-cost, what the reward-hacking audit saw, and the next command.
+cost, what the reward-hacking audit and the canaries saw, and the next command.
 
     for line in closing_lines(rows, run_dir):   # rows: metrics.jsonl as dicts (resumed parts included)
         print(line)
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlrm.engine.metrics.audit import AGREEMENT, REWARD, audit_run, row_series
+from rlrm.engine.run_contract import CONTRACT_FILE, contract_summary
 
 
 def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
@@ -34,11 +35,44 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     cost = sum(r.get("reward/cost", 0.0) for r in rows)
     if cost:
         lines.append(f"  reward model cost {cost:.4f} (reward/cost)")
+    hits = sum(r.get("reward/cache_hits", 0) for r in rows)
+    if any("reward/cache_hits" in r for r in rows):
+        saved = sum(r.get("reward/cache_saved_model_calls", 0) for r in rows)
+        lines.append(
+            f"  reward cache: {hits:g} of {samples:g} samples from the cache, {saved:g} reward-model calls saved "
+            "(reward/cache_hits, reward/cache_saved_model_calls)"
+        )
+    contract = contract_summary(run_dir)
+    if contract is not None:
+        lines.append(f"  reward contract {contract} ({CONTRACT_FILE})")
     for finding in audit_run(series):
         if finding.flagged:
             lines.append(f"  warning: reward-hacking audit: {finding.check}: {finding.detail}")
+    lines += _canary_lines(rows)
     lines.append(f"  next: rlrm report {run_dir}")
     return lines
+
+
+def _canary_lines(rows: list[dict]) -> list[str]:
+    """The canaries' checks, flips, drift and what they cost in reward-model calls (reward.guard.on_canary)."""
+    checks = [r for r in rows if "guard/canary_calls" in r]
+    if not checks:
+        return []
+    calls = sum(r["guard/canary_calls"] for r in checks)
+    run_calls = sum(r.get("reward/model_calls", 0) for r in rows)
+    share = f" = {calls / (calls + run_calls):.1%} of all reward-model calls" if calls + run_calls else ""
+    drifts = [r["guard/canary_drift"] for r in checks if r["guard/canary_drift"] == r["guard/canary_drift"]]
+    drift = f", drift up to {max(drifts):.3g}" if drifts else ""
+    flipped = [r for r in checks if r["guard/canary_flips"] > 0]
+    line = f"  reward canaries: {len(checks)} checks{drift}; {calls:g} canary calls{share} (guard/canary_*)"
+    if not flipped:
+        return [line]
+    first = flipped[0]
+    return [
+        line,
+        f"  warning: reward canaries flipped in {len(flipped)} of {len(checks)} checks, first after step "
+        f"{first['step']:g} ({first['guard/canary_flips']:g} flips; the warnings above name them)",
+    ]
 
 
 _AUDITED = (REWARD, "val/accuracy", AGREEMENT, "response_length/mean", "reward/top1pct_share")

@@ -11,6 +11,10 @@ import html
 import io
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 FORMATS = ("png", "svg", "pdf")
 PALETTE = (
@@ -25,7 +29,13 @@ PALETTE = (
     "tab:olive",
     "tab:cyan",
 )
-_RC = {"svg.fonttype": "none", "axes.grid": True, "axes.axisbelow": True, "grid.alpha": 0.3, "path.simplify": True}
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "axes.grid": True,
+    "axes.axisbelow": True,
+    "grid.alpha": 0.3,
+    "path.simplify": True,
+}
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, width: float = 8.0, height: float = 4.5, **kwargs):

@@ -20,8 +20,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlrm.errors import RunFolderError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXPECTED_FILES = (
     "metrics.jsonl (run folder), results.csv or results.parquet (benchmark folder), "
@@ -36,7 +40,7 @@ class RunData:
 
     path: Path
     name: str
-    metrics: object  # pandas.DataFrame, sorted by step, one row per step
+    metrics: pd.DataFrame  # sorted by step, one row per step
     mode: str | None = None
     skipped_rows: int = 0
     trace_path: Path | None = None
@@ -54,7 +58,7 @@ class BenchData:
 
     path: Path
     name: str
-    results: object  # pandas.DataFrame, one row per run (mode, repeat, latency, ...)
+    results: pd.DataFrame  # one row per run (mode, repeat, latency, ...)
     summary: dict = field(default_factory=dict)
     runs: dict[str, RunData] = field(default_factory=dict)  # keyed by results.run_dir
 
@@ -65,7 +69,7 @@ class ParityData:
 
     path: Path
     name: str
-    scores: object | None = None  # pandas.DataFrame or None
+    scores: pd.DataFrame | None = None
     summary: dict = field(default_factory=dict)
     train: dict[str, RunData] = field(default_factory=dict)  # "legacy" / "loop"
 

@@ -14,6 +14,7 @@ body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; mar
        color: #222; padding: 0 1em; }
 h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #eee; }
+.table { overflow-x: auto; max-width: 100%; }  /* a wide table scrolls in its box; the page keeps its width */
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
 th { background: #f4f4f4; }
@@ -50,7 +51,7 @@ def _block(block) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers)
         cells = ("".join(f"<td>{html.escape(fmt(v, block.digits))}</td>" for v in row) for row in block.rows)
         rows = "".join(f"<tr>{row}</tr>" for row in cells)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
     if isinstance(block, FigureRef):
         body = block.embed or f"<p>(figure {html.escape(block.file)} not embedded)</p>"
         return (

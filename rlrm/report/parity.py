@@ -148,8 +148,8 @@ def _scalar(value) -> bool:
 
 def train_keys(train: dict) -> list[str]:
     """The training-curve metrics both the legacy and the loop run have."""
-    runs = [train.get("legacy"), train.get("loop")]
-    if any(run is None for run in runs):
+    runs = [run for run in (train.get("legacy"), train.get("loop")) if run is not None]
+    if len(runs) < 2:
         raise FigureSkipped("training-curve parity needs both train/legacy and train/loop")
     keys = [k for k in TRAIN_KEYS if all(has_metric(run.metrics, k) for run in runs)]
     if not keys:

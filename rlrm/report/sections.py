@@ -10,6 +10,7 @@ import fnmatch
 import functools
 
 from rlrm.engine.metrics.audit import AGREEMENT, AuditSettings, audit_run, run_series
+from rlrm.engine.run_contract import contract_summary
 from rlrm.report import attack_audit, benchmark, curves, parity
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
@@ -55,7 +56,8 @@ def audit_section(doc: Document, all_runs: list[RunData], writer, settings: Audi
         f"(t <= -{settings.t_min:g}). Length drift: response_length/mean moves by >= {settings.length_drift:.0%} "
         f"(|t| >= {settings.t_min:g}). Concentration: the median reward/top1pct_share (top 1% of samples) exceeds {settings.concentration:g}."
     )
-    rows, flagged = [], {}
+    rows = []
+    flagged: dict = {}
     for run in usable:
         for finding in audit_run(run_series(run.metrics), settings):
             rows.append([run.name, finding.check, finding.status, finding.detail])
@@ -127,6 +129,7 @@ def _run_table(all_runs: list[RunData]) -> tuple[list[str], list[list]]:
         "idle trainer",
         "idle rollout",
         "idle reward wait",
+        "reward contract",
     ]
     rows = []
     for run in all_runs:
@@ -146,6 +149,7 @@ def _run_table(all_runs: list[RunData]) -> tuple[list[str], list[list]]:
                 _agg(m, "idle/trainer", "mean"),
                 _agg(m, "idle/rollout", "mean"),
                 _agg(m, "idle/reward_wait", "mean"),
+                contract_summary(run.path) or "n/a",
             ]
         )
     return headers, rows

@@ -66,7 +66,7 @@ def has_metric(metrics, key: str) -> bool:
 
 def available_metrics(runs: list) -> list[str]:
     """Every metric with data in at least one run, sorted."""
-    names = set()
+    names: set[str] = set()
     for run in runs:
         names.update(col for col in run.metrics.columns if col != "step" and has_metric(run.metrics, col))
     return sorted(names)
@@ -79,7 +79,7 @@ def split_globs(globs: list[str]) -> list[str]:
 
 def match_metrics(globs: list[str], names: list[str]) -> list[str]:
     """Names matched by any glob, in the order of `names`; ConfigError for a glob matching nothing."""
-    matched = []
+    matched: list[str] = []
     for pattern in globs:
         hits = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
         if not hits:

@@ -18,11 +18,15 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlrm.engine.metrics.trace import read_chrome_trace
 from rlrm.errors import ConfigError
 from rlrm.report.figures import new_figure, note_axes
 from rlrm.report.folders import json_loads
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Trace lanes (the `cat` of each span) in drawing order, with their row label and colour. Lanes
 # not listed here are drawn after these, in grey, under their own name.
@@ -44,7 +48,7 @@ class TimelinePanel:
     """What one run contributes to a timeline: its events in the window, relative to its start."""
 
     title: str
-    events: object  # DataFrame: lane, name, start_s, end_s (seconds from the window start)
+    events: pd.DataFrame  # lane, name, start_s, end_s (seconds from the window start)
     step_starts: dict[int, float] = field(default_factory=dict)  # step -> seconds from window start
 
 
@@ -128,7 +132,7 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
         window = (inside["start_s"].min(), inside["end_s"].max()) if not inside.empty else (0.0, 0.0)
     else:
         chosen = _choose(spans, steps)
-        if not chosen:
+        if not chosen and steps is not None:  # without steps, _choose picks steps that exist
             notes.append(f"{run.name}: no steps {steps[0]}-{steps[1]}; its timeline panel is empty")
             return TimelinePanel(title=f"{label}: no steps {steps[0]}-{steps[1]}", events=events_frame([]))
         window = (min(s for s, _ in chosen.values()), max(e for _, e in chosen.values()))
@@ -232,7 +236,8 @@ def _subrows(starts: list[float], ends: list[float]) -> list[int]:
     """Greedy interval colouring: each span goes to the lowest sub-row free at its start."""
     free: list[int] = []  # sub-rows whose last span has ended
     busy: list[tuple[float, int]] = []  # (end, row) heap
-    rows, used = [], 0
+    rows: list[int] = []
+    used = 0
     for start, end in zip(starts, ends):
         while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])

@@ -31,10 +31,10 @@ from pathlib import Path
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
+from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, problem_of
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
-from rlrm.reward_checks.attacks import BUILTIN, REFERENCES, Attack, Problem
 from rlrm.reward_checks.scoring import score_samples
 from rlrm.stats import wilson_interval
 
@@ -166,12 +166,13 @@ def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
     if len(examples) < samples:
         notes.append(f"--samples {samples} asked, the test split holds {len(examples)}: auditing on {len(examples)}")
     max_tokens = profile.rollout.max_new_tokens
-    problems = [_problem(e, max_tokens) for e in examples]
+    problems = [problem_of(e, max_tokens) for e in examples]
     if any(p.solution == f"#### {p.answer}" for p in problems):
         notes.append("the data holds no worked solutions for some problems: their reference is '#### N' alone")
     tokenizer = load_tokenizer(resolve_model_path(profile.model.path))
     attacks = list(REFERENCES + BUILTIN) + list(extra_attacks)
-    batch, names, cut = [], [], {}
+    names, cut = [], {}
+    batch: list = []
     for attack in attacks:
         cut[attack.name] = 0
         for example, problem in zip(examples, problems):
@@ -180,13 +181,6 @@ def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
             batch.append(_sample(example, text, len(batch), length))
             names.append(attack.name)
     return AuditPlan(examples, attacks, batch, names, cut, notes)
-
-
-def _problem(example, max_tokens: int) -> Problem:
-    info = example.extra_info
-    question = info.get("question") or example.prompt[-1]["content"]
-    solution = next((str(info[k]) for k in ("solution", "answer") if "####" in str(info.get(k, ""))), None)
-    return Problem(str(question), example.ground_truth, solution or f"#### {example.ground_truth}", max_tokens)
 
 
 def _fit(text: str, tokenizer, max_tokens: int) -> tuple[str, int, bool]:

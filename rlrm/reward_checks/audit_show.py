@@ -45,7 +45,7 @@ def print_audit(result, console) -> None:
         over = row.group != "reference" and row.scored and row.rate > limit
         under = row.name in result.references_below
         style = "red" if over or under else ("green" if row.group == "reference" else "")
-        cells = [
+        cells: list[Text | str] = [
             Text(row.name, style=style),
             Text(example(row.example)),
             f"{row.rewarded}/{row.scored}",

@@ -37,7 +37,7 @@ def common(sample: RewardSample, result: RewardResult | None) -> dict:
         "prompt": sample.prompt,
         "response": sample.solution_str,
         "ground_truth": sample.ground_truth,
-        "score": None if failed else float(result.score),
+        "score": None if failed or result is None else float(result.score),
         "extra": {k: v for k, v in extra.items() if k not in ("reward_failed", "reward_error")},
         "error": (extra.get("reward_error") or "dropped by the reward loop") if failed else None,
     }

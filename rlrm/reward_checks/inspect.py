@@ -49,6 +49,7 @@ class InspectReport:
     findings: list[dict]
     notes: list[str] = field(default_factory=list)
     invariance: dict | None = None
+    contract: dict | None = None  # the reward contract (rlrm/engine/rewards/contract.py): fingerprint and parts
 
     @property
     def warnings(self) -> list[dict]:
@@ -62,6 +63,7 @@ class InspectReport:
             "samples": self.records,
             "lints": self.findings,
             "invariance": self.invariance,
+            "reward_contract": self.contract,
         }
 
 
@@ -82,7 +84,7 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
     """
     cfg = inspect_config(profile.reward)
     kind = cfg.model_kind
-    results, recorder, model_path, inv = asyncio.run(_score(cfg, samples, invariance))
+    results, recorder, model_path, inv, contract = asyncio.run(_score(cfg, samples, invariance))
     policy_tok = _policy_tokenizer(profile)
     # a custom function's model may be a hosted API's name, with no tokenizer to load: its calls are shown as made
     rm_tok = _tokenizer(model_path) if model_path and cfg.kind != "custom" else None
@@ -100,7 +102,8 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
         records.append(record)
     notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
     findings = run_lints(records, LintContext(kind=kind or "rule", policy_tokenizer=policy_tok, rm_tokenizer=rm_tok))
-    return InspectReport(cfg.kind, cfg.server.model if kind else None, records, findings, notes, inv)
+    model = cfg.server.model if kind else None
+    return InspectReport(cfg.kind, model, records, findings, notes, inv, contract.as_json())
 
 
 async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
@@ -119,7 +122,7 @@ async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
         await service.sleep()
     finally:
         await service.close()
-    return results, recorder, model_path, inv
+    return results, recorder, model_path, inv, service.contract
 
 
 def _tokenizer(path: str):

@@ -22,6 +22,7 @@ Each lint is a function of the inspected records (see `details.py`) and returns 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 THINK = "<think>"
 _PROBE = "rlrm-probe-7f3a"
@@ -30,8 +31,8 @@ _PROBE = "rlrm-probe-7f3a"
 @dataclass
 class LintContext:
     kind: str  # rule | disrm | genrm (composite: its model kind)
-    policy_tokenizer: object | None = None
-    rm_tokenizer: object | None = None  # the DisRM's, or the judge's
+    policy_tokenizer: Any = None  # a transformers tokenizer, or None
+    rm_tokenizer: Any = None  # the DisRM's, or the judge's
 
 
 def special_strings(tokenizer) -> set[str]:

@@ -34,7 +34,7 @@ class Recorder:
         return self.balancer.address
 
     async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
-        entry = {"path": path, "request": body}
+        entry: dict = {"path": path, "request": body}
         index = _SAMPLE.get()
         if index is not None:
             self.exchanges[index].append(entry)

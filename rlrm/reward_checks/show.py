@@ -87,6 +87,8 @@ def print_report(report, console) -> None:
 
     for note in report.notes:
         console.print(Text(note), style="yellow")
+    if report.contract is not None:
+        console.print(Text(contract_line(report.contract)))
     for r in report.records:
         table = Table(title=Text(f"sample {r['index']} ({r['uid']}) - {report.kind}"), show_header=False, expand=False)
         table.add_column("field", style="bold", no_wrap=True)
@@ -105,6 +107,12 @@ def print_report(report, console) -> None:
     for f in report.findings:
         table.add_row(f["lint"], f["severity"], ", ".join(map(str, f["samples"])) or "-", Text(f["message"]))
     console.print(table)
+
+
+def contract_line(contract: dict) -> str:
+    """`reward contract 3f2a9c01b7e4 (kind, model, ...)`: the fingerprint a run with this reward records."""
+    named = ", ".join(name for name, value in contract["parts"].items() if value not in (None, {}, []))
+    return f"reward contract {contract['fingerprint'][:12]} (of {named}; the run folder's reward_contract.json)"
 
 
 def invariance_table(inv: dict):

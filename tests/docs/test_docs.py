@@ -14,11 +14,13 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from rlrm.cli import reference as cli_reference
 from rlrm.cli.main import app
 from rlrm.config import reference
 
@@ -68,14 +70,20 @@ def relative_links(page: Path) -> list[str]:
     return [t for t in LINK.findall(prose) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
 
 
-def shown_commands() -> list[tuple[str, list[str]]]:
-    """(page name, argv after `rlrm`) for every rlrm command in a fenced shell block of the pages."""
+def shown_commands_in_dirs() -> list[tuple[str, list[str], str]]:
+    """(page name, argv after `rlrm`, folder) for every rlrm command in a fenced shell block of the pages; the folder
+    is the repository-relative one a `cd DIR` earlier in the block moved to ("" when none)."""
     found = []
     for page in PAGES:
         for lang, lines in _prose_and_blocks(page.read_text(encoding="utf-8"))[1]:
             if lang not in SHELL_LANGS:
                 continue
+            folder = ""
             for line in "\n".join(lines).replace("\\\n", " ").splitlines():
+                moved = re.match(r"^\s*cd\s+([\w./-]+)\s*(#.*)?$", line)
+                if moved:
+                    folder = moved.group(1)
+                    continue
                 if not re.search(r"(^|&&|;)\s*(\w+=\S*\s+)*(\S*/)?rlrm\s", line):
                     continue  # output, file listings, other tools
                 words = shlex.split(line, comments=True)
@@ -85,8 +93,13 @@ def shown_commands() -> list[tuple[str, list[str]]]:
                     while command and re.match(r"^\w+=", command[0]):
                         command = command[1:]  # VAR=value before the command
                     if command and Path(command[0]).name == "rlrm":
-                        found.append((page.name, command[1:]))
+                        found.append((page.name, command[1:], folder))
     return found
+
+
+def shown_commands() -> list[tuple[str, list[str]]]:
+    """(page name, argv after `rlrm`) for every rlrm command in a fenced shell block of the pages."""
+    return [(page, argv) for page, argv, _ in shown_commands_in_dirs()]
 
 
 def test_pages_exist_and_readme_is_a_front_door():
@@ -118,8 +131,14 @@ def test_commands_are_found():
     assert ("README.md", ["train", "--profile", "tiny-genrm"]) in commands
 
 
-@pytest.mark.parametrize("where, argv", shown_commands(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
-def test_shown_command_parses(where, argv, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "where, argv, folder", shown_commands_in_dirs(), ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_shown_command_parses(where, argv, folder, tmp_path, monkeypatch):
+    if folder:  # the command runs in a folder of the repository (`cd examples/...`): in a copy of it
+        assert (ROOT / folder).is_dir(), f"{where}: cd {folder}: no such folder in the repository"
+        shutil.copytree(ROOT / folder, tmp_path, dirs_exist_ok=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     monkeypatch.chdir(tmp_path)  # a dry run writes nothing; should one write, it writes here
     if argv[0] == "train" and "--resume" not in argv:
         args = argv if "--dry-run" in argv else [*argv, "--dry-run"]
@@ -127,7 +146,8 @@ def test_shown_command_parses(where, argv, tmp_path, monkeypatch):
         args = [*argv, "--help"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, f"{where}: rlrm {' '.join(args)}\n{result.output}"
-    assert not any(tmp_path.iterdir()), f"{where}: rlrm {' '.join(args)} wrote {list(tmp_path.iterdir())}"
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before, f"{where}: rlrm {' '.join(args)} wrote {sorted(set(after) - set(before))}"
 
 
 def test_configuration_page_is_generated_from_the_schema():
@@ -135,6 +155,36 @@ def test_configuration_page_is_generated_from_the_schema():
     assert reference.splice(page, reference.render()) == page, (
         "docs/configuration.md is stale: run python -m rlrm.config.reference --write docs/configuration.md"
     )
+
+
+def test_profile_table_is_generated_from_the_profiles():
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    fresh = reference.splice(page, reference.render_profiles(), reference.PROFILES_BEGIN, reference.PROFILES_END)
+    assert fresh == page, (
+        "docs/configuration.md's profile table is stale: run python -m rlrm.config.reference --write docs/configuration.md"
+    )
+    for name in reference.list_profiles():
+        assert f"| `{name}` |" in page, f"profile {name} is not in docs/configuration.md"
+
+
+def test_commands_page_is_generated_from_the_cli():
+    """An option or command added without `python -m rlrm.cli.reference --write docs/commands.md` fails here."""
+    page = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert cli_reference.splice(page, cli_reference.render(), cli_reference.BEGIN, cli_reference.END) == page, (
+        "docs/commands.md is stale: run python -m rlrm.cli.reference --write docs/commands.md"
+    )
+    for path, command in cli_reference.commands():
+        assert f"### {path}\n" in page
+        for param in command.params:
+            for option in param.opts if param.param_type_name == "option" and not param.hidden else ():
+                assert f"`{option}`" in page.split(f"### {path}\n")[1].split("\n### ")[0], f"{path} {option}"
+
+
+def test_commands_reference_shows_flags_without_a_type_and_bounds_with_it():
+    text = cli_reference.render()
+    train = text.split("### rlrm train\n")[1].split("\n### ")[0]
+    assert "| `--dry-run` | flag |" in train and "| `--steps` | int >= 1 |" in train
+    assert "Output folder (default: runs/<profile>-<time>)." in train
 
 
 def test_every_schema_key_is_in_the_reference():
@@ -258,5 +308,16 @@ def test_yaml_examples_are_valid_profiles():
         (p.name, lines) for p in PAGES for lang, lines in _prose_and_blocks(p.read_text("utf-8"))[1] if lang == "yaml"
     ]
     assert blocks, "no yaml example found"
+    from rlrm.config.loader import load_profile
+
     for name, lines in blocks:
-        parse_profile(yaml.safe_load("\n".join(lines)), source=f"the yaml example in {name}")
+        named = re.match(r"^# ((?:examples|profiles)/\S+\.ya?ml)$", lines[0]) if lines else None
+        if named:  # the page shows a file of the repository: the file is a valid profile, and holds what is shown
+            load_profile(str(ROOT / named.group(1)))
+            text = (ROOT / named.group(1)).read_text(encoding="utf-8")
+            missing = [line for line in lines[1:] if line.strip() and line not in text]
+            assert not missing, f"{name} shows lines that {named.group(1)} does not hold: {missing}"
+            continue
+        raw = yaml.safe_load("\n".join(lines))
+        raw.pop("extends", None)  # the keys the example sets are checked; what it extends is a profile of its own
+        parse_profile(raw, source=f"the yaml example in {name}")

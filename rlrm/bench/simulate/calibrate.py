@@ -76,6 +76,8 @@ def calibrate(run_dirs: list[Path]) -> Calibration:
         config, rows, events = _read(run_dir)
         profile = profile or config
         count += _observe(run_dir, config, rows, events, obs)
+    if profile is None:
+        raise RunFolderError("no run folder given to calibrate on")
     return _fit(profile, obs, [str(p) for p in run_dirs], count)
 
 

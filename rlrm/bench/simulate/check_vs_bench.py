@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def is_bench_folder(path: Path) -> bool:
     return (Path(path) / "results.csv").is_file() and (Path(path) / "runs").is_dir()
 
 
-def check_against_bench(folder: Path, out: Path | None, overrides: list[str] = (), write: bool = True) -> BenchCheck:
+def check_against_bench(
+    folder: Path, out: Path | None, overrides: Sequence[str] = (), write: bool = True
+) -> BenchCheck:
     """Calibrate on `folder`'s zero-latency sync runs, simulate its modes, compare with what it measured."""
     import pandas as pd
 

@@ -32,7 +32,7 @@ EXTRA_COLUMNS = ["sweep_key", "sweep_value", "mean_latency_s", "stopped"]
 
 @dataclass
 class SimResult:
-    out: Path
+    out: Path | None  # None: nothing written
     rows: list[dict]
     summary: dict
     seconds: float  # wall time of the simulation itself (no writing)
@@ -72,7 +72,9 @@ def run_simulation(
                 notes.append(f"{row['run_dir']}: {row['stopped']}")
         rows += compare(point_rows)
         runs.update(point_runs)
-    summary = _summary(spec, rows, key, [o.partition("=")[2] for o in overrides] if key else [], repeats)
+    summary = _summary(
+        spec, rows, key, [o.partition("=")[2] for o in overrides if o is not None] if key else [], repeats
+    )
     if write and out is not None:
         _write(out, spec, rows, runs, summary)
     return SimResult(out, rows, summary, seconds, notes)

@@ -58,9 +58,10 @@ class Simulation:
     def busy(self, name: str, seconds: float):
         """The trainer works on `name` for `seconds` (longer while a colocated engine decodes)."""
         start = self.kernel.now
-        if self.engine.shared and seconds > 0:
+        if isinstance(self.engine, StaticEngine) and self.engine.shared and seconds > 0:  # only static shares
             self.engine.trainer_work(start, seconds)
-            yield self.kernel.until(lambda: self.engine.trainer_end if self.engine.trainer_end < math.inf else None)
+            engine = self.engine
+            yield self.kernel.until(lambda: engine.trainer_end if engine.trainer_end < math.inf else None)
             self.engine.trainer_done(self.kernel.now)
         else:
             yield self.kernel.at(start + seconds)

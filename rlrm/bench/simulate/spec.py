@@ -13,7 +13,7 @@ ones `trainer.mode` of a profile accepts (rlrm/config/schema.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -29,7 +29,7 @@ MAX_AHEAD_FIXED = {"sync": 0, "stream": 0, "pipeline": 0, "one-step-off": 1}  # 
 
 def _distribution(value: str | float) -> str:
     """A spec of the latency grammar (rlrm.engine.rewards.inject), checked by parsing it."""
-    text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else cast(str, value)
     parse_latency(text)
     return text
 
@@ -238,9 +238,10 @@ class SimSpec(_Section):
     """A complete simulation input."""
 
     description: str = Field("", description="One line saying what this spec models.")
-    modes: list[Literal[MODES]] = Field(
+    # a Literal built from trainer.mode's values at run time, which a type checker cannot read
+    modes: list[Literal[MODES]] = Field(  # type: ignore[valid-type]
         list(MODES), min_length=1, description="Scheduling modes simulated (trainer.mode values)."
-    )  # type: ignore[valid-type]
+    )
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)

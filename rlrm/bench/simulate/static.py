@@ -116,7 +116,8 @@ class StaticEngine(_Engine):
         rep, cfg, f = self.reps[r], self.cfg, self.slowdown
         shared = self.shared and r == 0
         now, y = rep.t, (self.trainer_left if shared else 0.0)
-        plan, segments, queue = [], [], list(rep.queue)
+        segments, queue = [], list(rep.queue)
+        plan: list = []
         trainer_end = now if y <= 0 else math.inf
         running, first = rep.running, not rep.started
 

@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 import torch
 
 from rlrm.config.schema import ActorConfig
-from rlrm.engine.actor.batch import RolloutBatch
+from rlrm.engine.actor.batch import RolloutBatch, filled
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
 from rlrm.errors import ConfigError, TrainingError
@@ -69,6 +69,7 @@ class UpdateLoop:
         Raises:
             TrainingError: after `cfg.max_nonfinite_steps` non-finite steps in a row.
         """
+        first: Iterable[RolloutBatch]
         if isinstance(batch, RolloutBatch):
             first = (batch.select(rows) for rows in self.mini_batch_indices(batch))
         else:
@@ -85,6 +86,14 @@ class UpdateLoop:
                 if epoch == 0 and self.cfg.ppo_epochs > 1:
                     seen.append(mb)
         return self.end_update(history) if history else {}
+
+    def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
+        """One optimizer step on a mini-batch; its statistics (each subclass implements it)."""
+        raise NotImplementedError
+
+    def step_scheduler(self) -> float:
+        """One scheduler step; the learning rate the update used (each subclass implements it)."""
+        raise NotImplementedError
 
     def check_update_batch(self, batch: RolloutBatch) -> None:
         """Raise ValueError when `batch` lacks what an update needs (advantages, ref log-probs)."""
@@ -152,7 +161,7 @@ class Actor(UpdateLoop):
         self.temperature, self.total_steps, self.n = temperature, total_steps, n
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay
+            self.params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), weight_decay=cfg.weight_decay
         )
         # Linear warmup that starts at lr/warmup, not 0 (a first step at lr 0 would be wasted),
         # reaches lr after `warmup` updates and stays there.
@@ -298,12 +307,14 @@ class Actor(UpdateLoop):
                 entropy_grad=cfg.entropy_coeff > 0,
                 share_prompts=self.share_prompts,
             )  # [b, R] each, float32
+        if entropy is None:  # asked for with with_entropy=True
+            raise RuntimeError("response_log_probs returned no entropy though asked for it")
         mask = micro.response_mask
         old_log_prob = micro.old_log_prob if micro.old_log_prob is not None else micro.rollout_log_prob
         pg_loss, pg_metrics = policy_loss(
             log_prob,
             old_log_prob,
-            micro.advantages,
+            filled(micro.advantages, "advantages"),
             mask,
             clip_low=cfg.clip_ratio_low,
             clip_high=cfg.clip_ratio_high,
@@ -315,7 +326,8 @@ class Actor(UpdateLoop):
         parts = {"pg_loss": pg_loss.item(), "entropy": entropy_loss.item()}
         parts.update({k: pg_metrics[k] for k in _TOKEN_MEANS if k in pg_metrics})
         if cfg.use_kl_loss:
-            kl = aggregate_loss(kl_penalty(log_prob, micro.ref_log_prob, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
+            ref_log_prob = filled(micro.ref_log_prob, "ref_log_prob")
+            kl = aggregate_loss(kl_penalty(log_prob, ref_log_prob, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
             loss = loss + cfg.kl_loss_coef * kl
             parts["kl_loss"] = kl.item()
         return loss, parts

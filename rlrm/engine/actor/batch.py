@@ -76,6 +76,13 @@ class RolloutBatch:
         return RolloutBatch(**{f.name: _move(getattr(self, f.name), device) for f in fields(self)})
 
 
+def filled(value: torch.Tensor | None, name: str) -> torch.Tensor:
+    """`value`, a `RolloutBatch` field (named `name`) that the step has set by the time it is read."""
+    if value is None:
+        raise RuntimeError(f"RolloutBatch.{name} is read before the step set it")
+    return value
+
+
 def _take(value, index: torch.Tensor):
     return value[index.to(value.device)] if isinstance(value, torch.Tensor) else value
 

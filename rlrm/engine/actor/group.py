@@ -144,6 +144,7 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
     cores = profile.trainer.num_threads or os.cpu_count() or 1
     threads = 1 if profile.actor.ranks_on == "ray" else max(1, cores // world)  # a Ray rank reserves one CPU
     spec = RankSpec(profile, policy_path, ref_path, world_size=world, device=device, threads=threads)
+    ranks: RayRanks | RankProcesses
     if profile.actor.ranks_on == "ray":
         ranks = RayRanks(spec, address=profile.actor.ray_address or profile.reward.ray_address)
     else:

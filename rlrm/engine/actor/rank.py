@@ -24,6 +24,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -74,6 +75,8 @@ class RankActor(Actor):
         return self.train_mini_batch(shard)
 
     def mini_batch_sizes(self, mb: RolloutBatch) -> MiniBatchSizes:
+        if self.sizes is None:  # train_shard sets them before every step
+            raise RuntimeError("a rank's mini-batch sizes are read before train_shard set them")
         return self.sizes
 
     def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
@@ -96,7 +99,14 @@ class RankWorker:
     def __init__(self, spec: RankSpec):
         self.spec = spec
         self.rank = -1
-        self.actor: RankActor | None = None
+        self._actor: RankActor | None = None  # `actor`, built by setup()
+
+    @property
+    def actor(self) -> RankActor:
+        """This rank's actor (built by `setup`)."""
+        if self._actor is None:
+            raise RuntimeError("this rank has no actor before setup()")
+        return self._actor
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port on it (rank 0's is the rendezvous point)."""
@@ -136,7 +146,7 @@ class RankWorker:
             ref = load_causal_lm(spec.ref_path, master, str(device))
             ref.requires_grad_(False)
             shard_model(ref, mesh, spec.device, master if pure else profile.model.dtype)
-        self.actor = RankActor(
+        self._actor = RankActor(
             policy,
             ref,
             profile.actor,
@@ -175,7 +185,7 @@ class RankWorker:
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         full = get_model_state_dict(self.actor.model, options=options)
-        return full if self.rank == 0 else None
+        return cast("dict[str, torch.Tensor]", full) if self.rank == 0 else None  # full_state_dict: tensors only
 
     def trainer_state(self) -> dict:
         """Scheduler and non-finite counter (the same on every rank; the optimizer goes to `save`)."""
@@ -195,7 +205,7 @@ class RankWorker:
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         model_sd, optim_sd = get_state_dict(self.actor.model, self.actor.optimizer)
-        loaded = {"model": model_sd, "optim": optim_sd}
+        loaded: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         dcp.load(loaded, checkpoint_id=folder)
         set_state_dict(
             self.actor.model, self.actor.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"]

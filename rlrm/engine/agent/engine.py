@@ -52,6 +52,8 @@ class AgentEngine:
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         traj = await run_agent(self.inner, prompt_ids, sampling, self.tokenizer, self.settings, self.counts)
+        if traj.loss_mask is None:  # run_agent marks every token of a trajectory
+            raise RuntimeError("an agent trajectory came back without its loss mask")
         turns = traj.meta["agent"]["turns"]
         self._trajectories += 1
         self._turns += sum(1 for t in turns if t["role"] == "assistant")

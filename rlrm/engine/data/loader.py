@@ -26,7 +26,7 @@ class PromptLoader:
 
     def next_batch(self) -> list[Example]:
         """The next batch; an epoch's tail shorter than a batch is carried into the next epoch."""
-        batch = []
+        batch: list[Example] = []
         while len(batch) < self.batch_size:
             if self.cursor >= len(self._order):
                 self.epoch, self.cursor = self.epoch + 1, 0

@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+from typing import Any
 
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.errors import TrainingError
@@ -66,7 +67,7 @@ class RankProcesses:
         self.nodes = [socket.gethostname()] * spec.world_size
         self._procs: list = []
         self._inboxes: list = []
-        self._outbox = None
+        self._outbox: Any = None  # the ranks' shared multiprocessing queue, once spawned
         self.broken: str | None = None  # why the group stopped serving
         self._lock = threading.Lock()
 

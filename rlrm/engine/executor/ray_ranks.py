@@ -19,9 +19,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from rlrm.engine.executor.rank_procs import RankError, raise_rank_error
 from rlrm.launch.fleet.ray_release import release_ray
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
 
 
 class RayRanks:
@@ -32,7 +36,7 @@ class RayRanks:
         self.world_size = spec.world_size
         self.nodes: list[str] = ["?"] * spec.world_size
         self.actors: list = []
-        self.group = None
+        self.group: PlacementGroup | None = None
         self.broken: str | None = None
         self._lock = threading.Lock()
         self._started_ray = False
@@ -61,7 +65,7 @@ class RayRanks:
             remote = ray.remote(self.spec.worker_class())
             for rank in range(self.world_size):
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=rank)
-                options = {"num_cpus": 1, "num_gpus": 1 if gpu else 0, "scheduling_strategy": strategy}
+                options: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if gpu else 0, "scheduling_strategy": strategy}
                 if not gpu:  # the rank's torch threads: one per reserved CPU
                     options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": "1"}}
                 self.actors.append(remote.options(**options).remote(self.spec))

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class StepDisplay:
@@ -11,8 +15,8 @@ class StepDisplay:
 
     def __init__(self, total_steps: int, start_step: int, style: str = "rich"):
         self.total, self.start, self.style = total_steps, start_step, style
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None  # set in __enter__ with style rich
+        self._task: TaskID | None = None
 
     def __enter__(self) -> "StepDisplay":
         if self.style == "rich" and not sys.stdout.isatty():
@@ -34,13 +38,13 @@ class StepDisplay:
 
     def update(self, step: int, row: dict) -> None:
         info = _summary(row)
-        if self.style == "rich":
+        if self._progress is not None and self._task is not None:  # style rich
             self._progress.update(self._task, completed=step, info=info)
         elif self.style == "plain":
             print(f"step {step}/{self.total}  {info}", flush=True)
 
     def message(self, text: str) -> None:
-        if self.style == "rich":
+        if self._progress is not None:  # style rich
             self._progress.console.print(text)
         elif self.style == "plain":
             print(text, flush=True)
@@ -52,6 +56,10 @@ class StepDisplay:
 
 def _summary(row: dict) -> str:
     parts = [f"reward {row.get('critic/score/mean', float('nan')):.3f}"]
+    if "reward/rule_agreement" in row:
+        # a model reward's own scale (a DisRM's raw logit may fall while answers improve): agreement with the
+        # rule reads the same for every reward
+        parts.append(f"rule agree {row['reward/rule_agreement']:.2f}")
     if "val/accuracy" in row:
         parts.append(f"val acc {row['val/accuracy']:.3f}")
     parts.append(f"{row.get('perf/throughput', 0.0):,.0f} tok/s")

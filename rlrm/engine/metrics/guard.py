@@ -12,6 +12,7 @@ writes anyway.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from rlrm.config.reward import GuardConfig
 from rlrm.engine.metrics.audit import AGREEMENT, REWARD, AuditSettings, Finding, check_divergence, row_series
@@ -22,7 +23,7 @@ _SERIES = (REWARD, AGREEMENT, "val/accuracy")
 class DivergenceGuard:
     """Keeps the last `window` steps' reward and truth series; flags the window where they part ways."""
 
-    def __init__(self, cfg: GuardConfig, history: list[dict] = ()):
+    def __init__(self, cfg: GuardConfig, history: Iterable[dict] = ()):
         self.cfg = cfg
         self.settings = AuditSettings(window=cfg.window, min_drop=cfg.min_drop)
         self.rows: deque[dict] = deque(maxlen=cfg.window + 1)  # window + 1 steps span `window`

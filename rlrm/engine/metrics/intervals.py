@@ -16,7 +16,8 @@ def union_length(intervals: list[tuple[float, float]], window: tuple[float, floa
         if end > start:
             clipped.append((start, end))
     clipped.sort()
-    total, cur_start, cur_end = 0.0, None, None
+    total, cur_start = 0.0, 0.0
+    cur_end: float | None = None  # None: no interval open yet (cur_start is read only with one)
     for start, end in clipped:
         if cur_end is None or start > cur_end:
             if cur_end is not None:

@@ -25,6 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 from rlrm.config.loader import dump_profile
 from rlrm.config.schema import LoggingConfig, Profile
@@ -110,7 +111,7 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    def __init__(self, root: Path, run_dir: Path, profile: Profile, mode: str):
+    def __init__(self, root: Path, run_dir: Path, profile: Profile, mode: Literal["offline", "online"]):
         import wandb
 
         settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True, save_code=False)
@@ -180,7 +181,7 @@ def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -
     root = tracker_root(cfg, run_dir)
     root.mkdir(parents=True, exist_ok=True)
     profile_yaml = dump_profile(profile)
-    opened = []
+    opened: list[TensorBoardTracker | WandbTracker | MlflowTracker] = []
     try:
         for name in cfg.trackers:
             if name == "tensorboard":

@@ -137,9 +137,12 @@ def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:
 
 
 def _build_notice(line: str) -> None:
-    """A model built on first use (not shipped: a seed other than 0) takes minutes: say so (on stderr), nothing else."""
+    """A model built on first use (not shipped: a seed other than 0) takes minutes: say so, then show its progress
+    (step, loss, time so far and left, at least every 10 s) on stderr."""
     if line.startswith("building"):
         print(f"{line} (first use; `rlrm models prepare` builds ahead of time)", file=sys.stderr, flush=True)
+    elif " step " in line and "left)" in line:
+        print(line, file=sys.stderr, flush=True)
 
 
 def summary(name: str, path: Path) -> str:
@@ -186,7 +189,12 @@ def _build_policy(dest: Path, seed: int, log: Callable[[str], None], root: Path)
 
 def _build_variant(name: str, dest: Path, seed: int, log: Callable[[str], None], root: Path) -> None:
     """Build the judge, the DisRM or the tool-use variant from the same-seed policy (prepared first if needed)."""
-    build = {"judge": build_judge, "disrm": build_disrm, "tools": build_tools_policy}[name]
+    variants: dict[str, Callable[[Path, int, Callable[[str], None], Path], dict]] = {
+        "judge": build_judge,
+        "disrm": build_disrm,
+        "tools": build_tools_policy,
+    }
+    build = variants[name]
 
     policy_dir = prepare_tiny(("policy",), cache_dir=root, seed=seed, log=log)["policy"]
     metrics = build(dest, seed, log, policy_dir)
@@ -194,7 +202,7 @@ def _build_variant(name: str, dest: Path, seed: int, log: Callable[[str], None],
     (dest / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
-_BUILDERS = {
+_BUILDERS: dict[str, Callable[[Path, int, Callable[[str], None], Path], None]] = {
     "policy": _build_policy,
     "judge": partial(_build_variant, "judge"),
     "disrm": partial(_build_variant, "disrm"),

@@ -43,6 +43,7 @@ from typing import Callable
 
 from rlrm.engine.models.sft import (
     BUILD_THREADS,
+    StepProgress,
     answer_loss,
     chat_prompt,
     fixed_threads,
@@ -136,13 +137,13 @@ def teach_arithmetic(lm, tokenizer, train: list, recipe: DisRMRecipe, rng: rando
     group = {"params": list(lm.parameters()), "base_lr": recipe.arithmetic_lr}
     optimizer = torch.optim.AdamW([group], lr=recipe.arithmetic_lr, weight_decay=0.0)
     lm.train()
+    progress = StepProgress("disrm arithmetic", recipe.arithmetic_steps, log)
     for step in range(recipe.arithmetic_steps):
         items = [right_response(ex, rng, recipe.odd_share) for ex in rng.sample(train, 32)]
         ids, mask, labels = _lm_batch(tokenizer, items)
         loss = answer_loss(lm, ids, mask, labels)
         optimizer_step(optimizer, loss, step, recipe.arithmetic_steps, recipe.warmup_steps)
-        if (step + 1) % 100 == 0:
-            log(f"  disrm arithmetic step {step + 1}/{recipe.arithmetic_steps}  loss {loss.item():.3f}")
+        progress.step(step, loss)
     lm.eval()
 
 
@@ -200,6 +201,7 @@ def train_classifier(
         weight_decay=0.0,
     )
     model.train()
+    progress = StepProgress("disrm classifier", recipe.steps, log)
     for step in range(recipe.steps):
         items = _pairs(train, mistakes, recipe, rng)
         labels = torch.tensor([float(p.label) for p in items])
@@ -216,8 +218,7 @@ def train_classifier(
             lm_loss = F.cross_entropy(logits, targets[scored])
             loss = loss + recipe.lm_weight * lm_loss
         optimizer_step(optimizer, loss, step, recipe.steps, recipe.warmup_steps)
-        if (step + 1) % 100 == 0:
-            log(f"  disrm classifier step {step + 1}/{recipe.steps}  loss {loss.item():.3f}")
+        progress.step(step, loss)
     model.eval()
 
 

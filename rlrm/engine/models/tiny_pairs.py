@@ -13,12 +13,15 @@ written in the policy's format (what it meets once the policy gets close).
 from __future__ import annotations
 
 import random
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rlrm.config.schema import PROMPT_SUFFIX, SyntheticConfig
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.models.sft import generate
 from rlrm.engine.rewards.gsm8k import compute_score
+
+if TYPE_CHECKING:
+    from rlrm.engine.data.example import Example
 
 MAX_VALUE = 20  # operands up to 20, as in the default synthetic data (tiny-rule uses up to 10)
 DATA_SEED_BASE = 4242  # problems differ from the policy's warm start (987) and the profiles' (1234)
@@ -28,7 +31,7 @@ SAMPLE_MAX_NEW_TOKENS = 20
 
 
 class Labelled(NamedTuple):
-    example: object  # rlrm.engine.data.example.Example
+    example: Example
     response: str
     label: int  # 1: the GSM8K rule scores it correct
     kind: str  # "policy", "correct", "odd" (right answer, wrong equation), "result", "final", "operand"

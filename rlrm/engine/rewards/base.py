@@ -8,7 +8,7 @@ it is calling.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 
 @dataclass(frozen=True)
@@ -18,10 +18,10 @@ class RewardSample:
     uid: str  # prompt id; the n samples of one prompt share it (the GRPO group)
     index: int  # position in the step's batch
     data_source: str
-    prompt: list[dict]  # chat messages
+    prompt: list[dict[str, Any]]  # chat messages
     solution_str: str  # decoded response, special tokens removed
     ground_truth: str
-    extra_info: dict = field(default_factory=dict)
+    extra_info: dict[str, Any] = field(default_factory=dict)
     response_length: int | None = None  # response tokens, EOS included (reward.overlong); None: not known
 
 
@@ -34,3 +34,12 @@ class RewardResult:
 
 
 RewardFn = Callable[[RewardSample], Awaitable[RewardResult]]
+
+
+class ClosableRewardFn(Protocol):
+    """A `RewardFn` with `close()`, which stops what the function started (a custom function's worker processes)
+    and does nothing for the others: what `build_reward_fn` (rlrm/engine/rewards/factory.py) returns."""
+
+    close: Callable[[], None]
+
+    def __call__(self, sample: RewardSample, /) -> Awaitable[RewardResult]: ...

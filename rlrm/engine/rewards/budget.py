@@ -58,14 +58,14 @@ def check_failure_budget(
     error = " ".join((last_error or "none recorded").split())  # one line, whatever the server sent
     if len(error) > _MAX_ERROR_CHARS:
         error = error[: _MAX_ERROR_CHARS - 3] + "..."
-    error = RewardBudgetExceeded(
+    exceeded = RewardBudgetExceeded(
         f"step {step}: {failed} of {samples} reward samples failed ({failed / samples:.0%}, over "
         f"reward.max_failure_rate={cfg.max_failure_rate:g}; reward.max_retries={cfg.max_retries}): {', '.join(outcome)}; "
         f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg)} and continue with "
         "rlrm train --resume, or raise reward.max_failure_rate"
     )
-    error.trained = trained
-    raise error
+    exceeded.trained = trained
+    raise exceeded
 
 
 def _what_to_fix(cfg: RewardConfig) -> str:

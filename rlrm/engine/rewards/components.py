@@ -103,7 +103,7 @@ def component_table(results: list, weights: dict[str, float], default_score: flo
     """
     names = tuple(weights)
     if not names:
-        reported = next((r.extra[COMPONENTS_KEY] for r in results if COMPONENTS_KEY in r.extra), {})
+        reported: dict = next((r.extra[COMPONENTS_KEY] for r in results if COMPONENTS_KEY in r.extra), {})
         names = tuple(reported)
     rows = []
     for result in results:

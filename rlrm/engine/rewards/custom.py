@@ -27,10 +27,11 @@ import inspect
 import os
 import weakref
 from pathlib import Path
+from typing import cast
 
 from rlrm.call_errors import CallError, TransientError
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.base import ClosableRewardFn, RewardSample
 from rlrm.engine.rewards.ledger import current_ledger
 from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
@@ -62,7 +63,7 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     `reward_router_address` gets a forwarder's `host:port` (rlrm/engine/rewards/model_proxy.py), and one that
     takes `reward_model_tokenizer` the served model's tokenizer from `model_path`, loaded once here.
     """
-    fn = load_function(cfg.custom.path, cfg.custom.name)
+    fn = load_function(_custom_path(cfg), cfg.custom.name)
     params = inspect.signature(fn).parameters
     kwargs = {k: None for k in _OPTIONAL_KWARGS if k in params}
     check_signature(fn, cfg, kwargs)
@@ -102,7 +103,8 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
 
     custom_reward.__name__ = name  # named in the reward loop's error messages
     if pool is not None:
-        custom_reward.pool, custom_reward.close = pool, pool.close
+        setattr(custom_reward, "pool", pool)  # kept for inspection; not part of the reward contract
+        cast(ClosableRewardFn, custom_reward).close = pool.close
         weakref.finalize(custom_reward, pool.close)  # the workers go with the function (or at exit)
     return custom_reward
 
@@ -116,7 +118,13 @@ def _process_pool(cfg: RewardConfig, fn, kwargs: dict, model_path: str | None) -
     tokenizer_path = None
     if kwargs.get("reward_model_tokenizer") is not None:  # loaded in each worker from the same folder
         tokenizer_path = model_path or cfg.server.model
-    return FunctionPool(cfg.custom.path, cfg.custom.name, processes, tokenizer_path)
+    return FunctionPool(_custom_path(cfg), cfg.custom.name, processes, tokenizer_path)
+
+
+def _custom_path(cfg: RewardConfig) -> str:
+    if cfg.custom.path is None:  # the profile's validation refuses reward.kind=custom without one
+        raise ConfigError("reward.kind=custom needs reward.custom.path (the Python file defining the reward function)")
+    return cfg.custom.path
 
 
 def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rlrm.call_errors import CallError
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import ClosableRewardFn, RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.custom import make_custom_reward
 from rlrm.engine.rewards.disrm import make_disrm_reward
 from rlrm.engine.rewards.genrm import make_genrm_reward
@@ -14,7 +16,7 @@ from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.rule import make_rule_reward
 
 
-def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None, limiter=None) -> RewardFn:
+def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None, limiter=None) -> ClosableRewardFn:
     """The section's reward function, wrapped with `reward.inject` when that injects anything.
 
     Model calls go through `balancer` under `limiter` (a RateLimiter, its Ray actor's client, or None) and are
@@ -23,7 +25,7 @@ def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = N
     """
     metered = MeteredBalancer(balancer, cfg, limiter) if balancer is not None else None
     base = _base_reward_fn(cfg, metered, model_path)
-    fn = with_injection(with_ledger(base), cfg)
+    fn = cast(ClosableRewardFn, with_injection(with_ledger(base), cfg))
     fn.close = getattr(base, "close", _nothing)
     return fn
 

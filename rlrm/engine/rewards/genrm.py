@@ -42,7 +42,8 @@ def render_turns(sample: RewardSample) -> str:
     turns = sample.extra_info.get("turns")
     if not isinstance(turns, list) or not turns:
         return f"assistant (turn 1): {sample.solution_str}"
-    lines, number, call = [], 0, {}
+    lines, number = [], 0
+    call: dict = {}
     for turn in turns:
         if turn.get("role") == "assistant":
             number += 1

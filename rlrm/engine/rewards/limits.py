@@ -48,10 +48,11 @@ class RateLimiter:
         request may go at. The caller sleeps until then itself, so that a limiter in a Ray actor is asked once and
         the request leaves from the caller's own process at its slot, not whenever the actor's answer arrives."""
         if self.max_concurrent is not None:
+            limit = self.max_concurrent
             if self._freed is None:
                 self._freed = asyncio.Condition()
             async with self._freed:
-                await self._freed.wait_for(lambda: self._in_flight < self.max_concurrent)
+                await self._freed.wait_for(lambda: self._in_flight < limit)
                 self._in_flight += 1
         slot = max(time.time(), self._paused_until)
         if self.rpm is not None:

@@ -23,6 +23,7 @@ from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.budget import check_failure_budget
+from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.engine.rewards.ledger import ledger_scope
@@ -95,6 +96,7 @@ class RewardLoop:
     Args:
         max_response_len: the rollout's max_new_tokens; with reward.overlong set, each scored sample of known
             length gets the soft overlong penalty once (rlrm/engine/rewards/overlong.py). None: never shaped.
+        cache: a RewardCache in front of the attempts (rlrm/engine/rewards/cache.py); None: every sample is scored.
     """
 
     def __init__(
@@ -104,8 +106,10 @@ class RewardLoop:
         seed: int = 0,
         counters: Callable[[], dict] | None = None,
         max_response_len: int | None = None,
+        cache: RewardCache | None = None,
     ):
         self.fn, self.cfg = fn, cfg
+        self.cache = cache  # judgements kept by content (reward.cache): a hit skips the attempts
         self.counters = counters  # more per-step counters, e.g. the router's retries this loop never sees
         self.max_response_len = max_response_len if cfg.overlong.active else None
         self.name = getattr(fn, "__name__", type(fn).__name__)
@@ -120,7 +124,10 @@ class RewardLoop:
         """The sample's reward, or None when it failed and its group is to be dropped."""
         async with self._workers[sample.index % len(self._workers)]:
             start = time.perf_counter()
-            outcome = await self._attempts(sample)
+            if self.cache is not None:
+                outcome = await self.cache.through(sample, self._attempts)  # the score kept before shaping
+            else:
+                outcome = await self._attempts(sample)
             self.stats.samples += 1
             if isinstance(outcome, RewardResult):
                 self.stats.latencies_s.append(time.perf_counter() - start)
@@ -171,6 +178,12 @@ class RewardLoop:
             metrics["reward/overlong_penalty"] = self.stats.overlong_penalty_sum / shaped
             metrics["reward/overlong_frac"] = self.stats.overlong_penalised / shaped
         self.stats = RewardStats()
+        if self.cache is not None:
+            metrics.update(self.cache.take_metrics())
+            metrics["reward/cache_saved_cost"] = (
+                metrics["reward/cache_saved_prompt_tokens"] * g.price_per_mtok_input
+                + metrics["reward/cache_saved_completion_tokens"] * g.price_per_mtok_output
+            ) / 1e6
         if self.counters is not None:
             metrics.update(self.counters())
         return metrics

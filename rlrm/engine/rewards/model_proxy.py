@@ -31,16 +31,20 @@ import json
 import socket
 import sys
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from rlrm.call_errors import CallError
 from rlrm.engine.rewards.ledger import CallLedger, current_ledger
 from rlrm.engine.rewards.metered import MeteredBalancer
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 
 class ModelProxy:
     def __init__(self, metered: MeteredBalancer, timeout_s: float, host: str = "127.0.0.1"):
         self.metered, self.timeout_s, self.host = metered, timeout_s, host
-        self._runner = None
+        self._runner: web.AppRunner | None = None
         self._free: list[int] = []
         self._ledgers: dict[int, CallLedger] = {}  # port -> the ledger of the sample holding it
         self._missing_said: set[str] = set()

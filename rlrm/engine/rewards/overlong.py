@@ -26,6 +26,8 @@ def overlong_penalty(response_len: int, max_response_len: int, buffer_len: int, 
 
 def shape(result: RewardResult, response_len: int, max_response_len: int, cfg: OverlongConfig) -> RewardResult:
     """`result` with the penalty added to its score; the penalty and whether it bit are kept in its extra info."""
+    if cfg.buffer_len is None:  # the callers shape only with reward.overlong active
+        raise ValueError("reward.overlong.buffer_len is not set: no overlong penalty to add")
     penalty = overlong_penalty(response_len, max_response_len, cfg.buffer_len, cfg.penalty_factor)
     result.score += penalty
     result.extra.update(overlong_penalty=penalty, overlong=penalty < 0)

@@ -22,7 +22,7 @@ import os
 from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
-from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.base import ClosableRewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.limits import RateLimiter, paced
 from rlrm.launch.client.balancer import ReplicaBalancer
@@ -71,7 +71,7 @@ class RewardWorker:
         self.api_key = api_key  # read by the driver from reward.server.api_key_env: a remote node may not have it
         self.headers = headers  # reward.server.headers_env's values, read by the driver for the same reason
         self.limiter = RemoteLimiter(limiter) if limiter is not None else None  # the run's one budget
-        self.fn = None
+        self.fn: ClosableRewardFn | None = None
 
     async def score(self, sample: RewardSample):
         if self.fn is None:  # built lazily, inside the actor's own event loop
@@ -114,11 +114,12 @@ class RayRewardWorkers:
             ray.init(address=self.cfg.ray_address, include_dashboard=False, log_to_driver=False)
             self._started_ray = True
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-        actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)
+        # ray's remote() overloads omit the actor option max_concurrency, which Ray takes
+        actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)  # type: ignore[call-overload]
         cfg = self.cfg.model_dump(mode="json")
         limits = self.cfg.limits
         if limits.active:  # one budget for the whole run, asked by every worker before each request
-            self.limiter = ray.remote(num_cpus=0, max_concurrency=1000)(RateLimiter).remote(
+            self.limiter = ray.remote(num_cpus=0, max_concurrency=1000)(RateLimiter).remote(  # type: ignore[call-overload]
                 limits.max_concurrent, limits.rpm, limits.tpm
             )
         for i in range(self.cfg.num_workers):

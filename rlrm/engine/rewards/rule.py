@@ -21,7 +21,7 @@ def make_rule_reward(cfg: RewardConfig) -> RewardFn:
             sample.solution_str, sample.ground_truth, method=cfg.method, format_score=cfg.format_score, score=cfg.score
         )
         correct = float(answer == sample.ground_truth)
-        extra = {"acc": correct, "has_answer": answer is not None}
+        extra: dict[str, object] = {"acc": correct, "has_answer": answer is not None}
         if cfg.component_weights:
             offered = {"correct": correct, "format": float(answer is not None)}
             extra[COMPONENTS_KEY] = {name: offered[name] for name in cfg.component_weights}

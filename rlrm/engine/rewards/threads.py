@@ -39,7 +39,8 @@ async def run_abandonable(fn: Callable, *args, **kwargs):
             future.set_exception(error)
 
     def target() -> None:
-        value, error = None, None
+        value = None
+        error: BaseException | None = None
         try:
             value = fn(*args, **kwargs)
         except (SystemExit, KeyboardInterrupt) as exc:

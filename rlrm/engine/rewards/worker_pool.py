@@ -151,7 +151,7 @@ class _Worker:
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         fd = self.conn.fileno()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(fd, lambda: None if ready.done() else ready.set_result(None))
         try:
             await ready
         finally:
@@ -195,7 +195,7 @@ def _serve(conn, parent: int, path: str, name: str, tokenizer_path: str | None) 
             return
         try:
             value = fn(*args, **{**kwargs, **extra})
-            message = ("ok", loop.run_until_complete(value) if loop is not None else value)
+            message: tuple = ("ok", loop.run_until_complete(value) if loop is not None else value)
         except SystemExit as exc:
             message = ("exit", exc.code)
         except KeyboardInterrupt:

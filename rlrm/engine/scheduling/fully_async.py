@@ -69,7 +69,8 @@ class FullyAsyncScheduler(OverlapScheduler):
                 break
             await self.rollouter.wait_changed()
         chosen = sorted(due + extra[: max(0, want - len(due))], key=lambda g: g.order)
-        needed_generated = max((g.generated_at for g in chosen), default=start)
+        # every chosen group is scored, so generated: the filter only tells the type checker so
+        needed_generated = max((g.generated_at for g in chosen if g.generated_at is not None), default=start)
         end = time.perf_counter()
         timer.add("gen", "gen_wait", start, min(max(needed_generated, start), end))
         timer.add("reward", "reward_wait", max(needed_generated, start), end)

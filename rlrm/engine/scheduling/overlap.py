@@ -79,7 +79,9 @@ class OverlapScheduler:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             result = await future
-            asyncio.current_task().cancel()
+            task = asyncio.current_task()
+            if task is not None:  # always: this is a coroutine
+                task.cancel()
             return result
 
     async def generated_and_prepared(self, k: int, timer: StepTimer):

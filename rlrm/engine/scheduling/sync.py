@@ -51,8 +51,8 @@ class SyncScheduler:
         metrics.update(rollout_metrics)
         metrics.update(run.grpo.train(scored.batch, timer))
         run.weights.publish(step, timer)
-        samples = list(zip(samples, results, completions))
-        return StepRecord(step, [scored], completions, samples, metrics, prompts.dropped)
+        scored_samples = list(zip(samples, results, completions))
+        return StepRecord(step, [scored], completions, scored_samples, metrics, prompts.dropped)
 
     async def _score(self, samples: list, step: int, timer: StepTimer) -> list:
         reward = self.run.reward

@@ -17,10 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import TYPE_CHECKING
 
-from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError, retry_after_s
+from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.common.http import KEEPALIVE_S
 from rlrm.launch.fleet.process import ServerStartError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 class ReplicaBalancer:
@@ -39,8 +43,9 @@ class ReplicaBalancer:
         # `headers`: extra ones a hosted API wants on every request (reward.server.headers_env)
         self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
-        self._client = None
+        self._client: aiohttp.ClientSession | None = None
         self._prober: asyncio.Task | None = None
+        self._closed = False  # requests cut off by close() must not start a prober on the closing session
 
     @property
     def address(self) -> str:
@@ -76,7 +81,7 @@ class ReplicaBalancer:
         if status >= 500:
             if status != 503:  # 503 is load shedding: the replica is alive
                 self._mark_down(url)
-            error: Exception = TransientError(f"{url}{path} answered {status}: {_message(text)}")
+            error: CallError = TransientError(f"{url}{path} answered {status}: {_message(text)}")
         elif status >= 400:
             error = BadRequest(f"{url}{path} answered {status}: {_message(text)}")
         else:
@@ -141,6 +146,8 @@ class ReplicaBalancer:
 
     def _mark_down(self, url: str) -> None:
         self.healthy[url] = False
+        if self._closed:
+            return
         if self._prober is None or self._prober.done():
             self._prober = asyncio.get_running_loop().create_task(self._probe())
 
@@ -164,6 +171,7 @@ class ReplicaBalancer:
             await asyncio.sleep(0.2)
 
     async def close(self) -> None:
+        self._closed = True
         if self._prober is not None:
             self._prober.cancel()
         if self._client is not None:

@@ -71,5 +71,6 @@ def check_replicas(
         if isinstance(info.get("max_context_length"), int):
             contexts.append(info["max_context_length"])
     max_context = min(contexts) if contexts else None
-    dtype = engines.pop()[1] if len(engines) == 1 and None not in engines else None
+    only = engines.pop() if len(engines) == 1 else None
+    dtype = only[1] if only is not None else None
     return versions, max_context, dtype

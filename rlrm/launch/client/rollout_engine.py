@@ -43,6 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlrm.call_errors import BadRequest, RequestTimeout, TransientError
 from rlrm.errors import RolloutServerError
@@ -104,7 +105,7 @@ class ServerRolloutEngine:
         self.fleet.weights_files = files  # launched replicas load from this run's folder only
         self.version = 0
         self.max_context: int | None = None
-        self.balancer = None
+        self.balancer: ReplicaBalancer | None = None
         self.counters = {"rollout/retries": 0, "rollout/stale_refused": 0, "rollout/sync_skipped": 0}
         self.sync_times = {"write_s": 0.0, "load_s": 0.0, "broadcast_s": 0.0}
         self.broadcast = (
@@ -198,7 +199,8 @@ class ServerRolloutEngine:
 
     async def _send(self, items: list[_Item]) -> None:
         """One batched call for `items` (retried, those still missing, on replicas not tried yet); sets their futures."""
-        tried, last, failures, restarted = set(), "no attempt", 0, 0
+        tried: set[str] = set()
+        last, failures, restarted = "no attempt", 0, 0
         try:
             while True:
                 url = await self._pick(tried)
@@ -236,7 +238,7 @@ class ServerRolloutEngine:
         """One call to `url`; sets the futures of the items answered. Returns the items still missing and why."""
         body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
         try:
-            answer = await self.balancer.post(self.wire.generate_path, body, self.request_timeout_s, url=url)
+            answer = await self._live_balancer().post(self.wire.generate_path, body, self.request_timeout_s, url=url)
         except TransientError as exc:
             return items, str(exc)
         except BadRequest as exc:
@@ -270,7 +272,7 @@ class ServerRolloutEngine:
         """The least busy healthy replica not tried yet for this request (the router, when one is in front).
         A replica being restarted serves only once it holds the current weights; while every launched
         replica is down, this waits for the supervisor to bring one back (at most its start timeout)."""
-        b, deadline = self.balancer, None
+        b, deadline = self._live_balancer(), None
         while True:
             usable = [u for u in b.urls if b.healthy[u] and not self._restarting(u)]
             fresh = [u for u in usable if u not in tried] or usable
@@ -282,6 +284,11 @@ class ServerRolloutEngine:
             if time.monotonic() > deadline:
                 return b.pick()
             await asyncio.sleep(0.25)
+
+    def _live_balancer(self) -> ReplicaBalancer:
+        if self.balancer is None:
+            raise RuntimeError("the rollout engine sends requests only after start()")
+        return self.balancer
 
     def _restarting(self, url: str) -> bool:
         pool = self.fleet.pool
@@ -356,7 +363,8 @@ class ServerRolloutEngine:
         while True:
             if self.broadcast is not None and self.version != self._file_version:
                 return await self.broadcast.await_broadcast(url)
-            version, path = self.version, self.files.current
+            version = self.version
+            path: Path | str | None = self.files.current
             if path is None:  # nothing trained yet: the base weights are the current ones
                 path = self.fleet.model_path
             failure = await asyncio.to_thread(self._push_one, url, path, version)

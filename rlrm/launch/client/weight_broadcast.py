@@ -96,10 +96,12 @@ class WeightBroadcast:
             names, [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors], version, GROUP
         )
 
+        group = self.group
+
         def broadcast() -> None:
             for t in tensors:
-                self.group.broadcast(t)
-            self.group.synchronize()
+                group.broadcast(t)
+            group.synchronize()
 
         return self._during_calls(dict.fromkeys(self.members, call), broadcast)
 
@@ -177,7 +179,8 @@ class FleetBroadcast:
         urls = list(self.fleet.replica_urls)
         for _ in range(len(urls) + 1):
             members = [u for u in urls if u in self.awaiting or not self._down(u)]
-            failures, error = {}, None
+            failures: dict[str, str] = {}
+            error: str | None = None
             if members != self.group.members or self.fleet.restarts != self._restarts:
                 self._restarts = self.fleet.restarts
                 failures, error = self.group.open(members)

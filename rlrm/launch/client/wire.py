@@ -49,7 +49,7 @@ class SGLangWire:
     carries_version = True
 
     def request(self, prompt_ids: list[int], sampling: SamplingParams, seed: int) -> dict:
-        params = {
+        params: dict[str, object] = {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": sampling.top_k,

@@ -26,8 +26,12 @@ import json
 import os
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rlrm.call_errors import RequestTimeout, TransientError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 # Idle connections are reused for at most this long: less than the 5 s after which uvicorn-based servers
 # (vLLM, SGLang) close them. A run's event loop is busy between reward phases, so the client may not have
@@ -47,7 +51,7 @@ class Answer:
     status: int
     text: str
 
-    def json(self):
+    def json(self) -> Any:
         """The body as JSON; ValueError naming the URL when it is not JSON."""
         try:
             return json.loads(self.text)
@@ -55,12 +59,12 @@ class Answer:
             raise ValueError(f"{self.url} answered {self.status} with no JSON: {self.text[:120]!r}") from None
 
 
-def get(url: str, *, headers: dict | None = None, timeout_s: float) -> Answer:
+def get(url: str, *, headers: dict[str, str] | None = None, timeout_s: float) -> Answer:
     """GET `url` and wait for the answer; raises RequestTimeout or TransientError when none comes."""
     return _client().call("GET", url, None, headers, timeout_s)
 
 
-def post(url: str, body: dict, *, headers: dict | None = None, timeout_s: float) -> Answer:
+def post(url: str, body: dict[str, Any], *, headers: dict[str, str] | None = None, timeout_s: float) -> Answer:
     """POST `body` as JSON to `url` and wait for the answer; raises RequestTimeout or TransientError when none comes."""
     return _client().call("POST", url, body, headers, timeout_s)
 
@@ -68,7 +72,7 @@ def post(url: str, body: dict, *, headers: dict | None = None, timeout_s: float)
 class _LoopClient:
     """One event loop on a daemon thread and the ClientSession that lives on it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="rlrm-http", daemon=True)
@@ -76,13 +80,15 @@ class _LoopClient:
         self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
 
     @staticmethod
-    async def _open():
+    async def _open() -> aiohttp.ClientSession:
         import aiohttp
 
         # no cap on connections: the calling threads bound how many requests are in flight
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
 
-    def call(self, method: str, url: str, body: dict | None, headers: dict | None, timeout_s: float) -> Answer:
+    def call(
+        self, method: str, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, timeout_s: float
+    ) -> Answer:
         if threading.current_thread() is self.thread:
             raise RuntimeError("a synchronous HTTP call on rlrm's HTTP loop itself would wait for itself: await it")
         future = asyncio.run_coroutine_threadsafe(self._request(method, url, body, headers, timeout_s), self.loop)
@@ -92,7 +98,9 @@ class _LoopClient:
             future.cancel()
             raise RequestTimeout(f"{method} {url} did not answer within {timeout_s:g} s") from None
 
-    async def _request(self, method: str, url: str, body, headers, timeout_s: float) -> Answer:
+    async def _request(
+        self, method: str, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, timeout_s: float
+    ) -> Answer:
         import aiohttp
 
         try:

@@ -13,7 +13,7 @@ import hashlib
 ENGINE_NAME = "rlrm-hf"
 
 
-def chat_template_digest(tokenizer) -> str | None:
+def chat_template_digest(tokenizer: object) -> str | None:
     """sha256 of the tokenizer's chat template (a trainer compares it with its own), or None."""
     template = getattr(tokenizer, "chat_template", None)
     return hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 EVERY_S = 10.0
@@ -31,7 +32,7 @@ def say(line: str) -> None:
 
 
 @contextmanager
-def waiting(what: str, every_s: float = EVERY_S):
+def waiting(what: str, every_s: float = EVERY_S) -> Iterator[None]:
     """Say `what` with the seconds elapsed every `every_s` while the block runs (nothing when it ends sooner)."""
     if not _enabled:
         yield

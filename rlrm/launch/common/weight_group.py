@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from typing import TYPE_CHECKING, Any
 
 from rlrm.errors import RolloutServerError
+
+if TYPE_CHECKING:
+    import torch
 
 BACKENDS = ("gloo", "nccl")
 
 GROUP = "weight_update_group"  # SGLang's default name of the trainer's weight-update group
 
 
-def torch_dtype(name: str):
+def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype SGLang's `dtypes` entry names ("bfloat16"; "torch.bfloat16" too); ValueError when none."""
     import torch
 
@@ -36,7 +40,7 @@ def torch_dtype(name: str):
     return dtype
 
 
-def dtype_name(dtype) -> str:
+def dtype_name(dtype: object) -> str:
     """`torch.bfloat16` -> "bfloat16", the form SGLang's `getattr(torch, dtype)` reads."""
     return str(dtype).removeprefix("torch.")
 
@@ -63,11 +67,11 @@ def local_ip_towards(host: str) -> str:
 class WeightGroup:
     """One member's handle on a joined group: `broadcast` from rank 0, `close` to leave."""
 
-    def __init__(self, pg, store, rank: int, world_size: int, device, timeout_s: float):
+    def __init__(self, pg: Any, store: Any, rank: int, world_size: int, device: torch.device, timeout_s: float) -> None:
         self.pg, self.store, self.rank, self.world_size = pg, store, rank, world_size
         self.device, self.timeout_s = device, timeout_s
 
-    def broadcast(self, tensor) -> None:
+    def broadcast(self, tensor: torch.Tensor) -> None:
         """Rank 0's `tensor` into every member's `tensor` (same shape and dtype everywhere); raises on failure."""
         import torch.distributed as dist
 
@@ -100,7 +104,7 @@ def join_group(
     group_name: str,
     backend: str,
     timeout_s: float,
-    device=None,
+    device: torch.device | str | None = None,
 ) -> WeightGroup:
     """Join (rank 0: host) a weight-update group; returns once every member joined.
 
@@ -136,7 +140,7 @@ def join_group(
     )
     prefixed = dist.PrefixStore(group_name, store)
     if backend == "gloo":
-        opts = dist.ProcessGroupGloo._Options()
+        opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs: gloo's devices are set only here
         opts._timeout = timeout
         # every member on this machine: loopback; else the interface that reaches rank 0
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(master_address))]
@@ -146,5 +150,5 @@ def join_group(
     torch.cuda.set_device(device)
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timeout
-    pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
-    return WeightGroup(pg, store, rank, world_size, device, timeout_s)
+    nccl_pg = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
+    return WeightGroup(nccl_pg, store, rank, world_size, device, timeout_s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlrm.errors import ConfigError
@@ -32,7 +33,7 @@ def engine_python(backend: str) -> str:
         return "$" + ENGINES[backend][1]
 
 
-def engine_device(gpu_ids: list[int] | None = None) -> str:
+def engine_device(gpu_ids: Sequence[int] | None = None) -> str:
     """Where a launched engine runs: cuda when GPUs were handed out or this machine has an NVIDIA driver, else cpu."""
     return "cuda" if gpu_ids or shutil.which("nvidia-smi") else "cpu"
 

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,7 @@ class Engine:
         return _probe(self.python, ENGINES[self.backend][0]) or "unknown"
 
 
-def find_engine(backend: str, environ: dict | None = None) -> Engine:
+def find_engine(backend: str, environ: Mapping[str, str] | None = None) -> Engine:
     """The engine for `backend` by the lookup in the module docstring; EngineNotFound when none is usable."""
     module, var, venv_dir, _ = ENGINES[backend]
     environ = os.environ if environ is None else environ
@@ -89,9 +90,9 @@ def find_engine(backend: str, environ: dict | None = None) -> Engine:
     if importlib.util.find_spec(module) is not None:
         return Engine(backend, sys.executable, "this interpreter")
     venv = Path(environ.get(f"RLRM_{backend.upper()}_VENV") or REPO / venv_dir)
-    python = venv / "bin" / "python"
-    if python.is_file() and os.access(python, os.X_OK) and _probe(str(python), module) is not None:
-        return Engine(backend, str(python), str(venv))
+    venv_python = venv / "bin" / "python"
+    if venv_python.is_file() and os.access(venv_python, os.X_OK) and _probe(str(venv_python), module) is not None:
+        return Engine(backend, str(venv_python), str(venv))
     script = shutil.which(backend, path=environ.get("PATH"))
     if script:
         shebang = _shebang(script)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol, Sequence
 
 from rlrm.launch.common import progress
 from rlrm.launch.common.auth import ENV_VAR
@@ -126,7 +126,7 @@ class ServerPool:
         max_batch: int = 64,
         api_key: str | None = None,
         backend: str = "embedded",
-        gpu_ids: list[int] | None = None,
+        gpu_ids: Sequence[int] | None = None,
         extra_args: list[str] | None = None,
         restart_args: list[str] | None = None,
         placer=None,

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from rlrm.call_errors import TransientError
-from rlrm.errors import RlrmError
+from rlrm.errors import RlrmError, require_extra
 from rlrm.launch.common import http
 
 
@@ -48,7 +48,9 @@ def cause_line(text: str) -> str | None:
 def embedded_server_argv(
     model: str, role: str, port: int, host: str = "127.0.0.1", extra: list[str] | None = None
 ) -> list[str]:
-    """The command line of an embedded server."""
+    """The command line of an embedded server (refused in one line where the `serve` extra is missing)."""
+    for module in ("fastapi", "uvicorn"):
+        require_extra(module, "serve", "an embedded server")
     return [
         sys.executable,
         "-m",
@@ -95,6 +97,8 @@ def sweep_dead_logs(folder: Path | None = None) -> int:
 class ServerProcess:
     """A server subprocess with readiness polling and teardown in `finally`."""
 
+    metrics_url: str  # a router's Prometheus page, set by rlrm/launch/fleet/router.py (no other server has one)
+
     def __init__(
         self,
         argv: list[str],
@@ -113,7 +117,7 @@ class ServerProcess:
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
         self.env = env
         self.proc: subprocess.Popen | None = None
-        self._log = None
+        self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
 
     def start(self) -> "ServerProcess":
         """Launch and wait until healthy (stopping it again if it never gets there)."""
@@ -155,6 +159,8 @@ class ServerProcess:
         self.wait_ready()
 
     def wait_ready(self) -> None:
+        if self.proc is None:
+            raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -171,6 +177,8 @@ class ServerProcess:
 
     def wait_listening(self) -> None:
         """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""
+        if self.proc is None:
+            raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -19,12 +19,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 from rlrm.launch.fleet.ray_release import release_ray
 from rlrm.launch.fleet.spec import FleetSpec
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
 
 # Resources Ray derives from placement groups: `<name>_group_<pg id>`, `<name>_group_<index>_<pg id>`.
 _PLACEMENT_GROUP_RESOURCE = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")
@@ -50,18 +54,26 @@ class ReplicaHost:
         self.server.launch()
 
     def wait_ready(self, timeout_s: float) -> None:
-        self.server.start_timeout_s = timeout_s
-        self.server.wait_ready()
+        server = self._launched()
+        server.start_timeout_s = timeout_s
+        server.wait_ready()
 
     def wait_listening(self, timeout_s: float) -> None:
-        self.server.start_timeout_s = timeout_s
-        self.server.wait_listening()
+        server = self._launched()
+        server.start_timeout_s = timeout_s
+        server.wait_listening()
+
+    def _launched(self) -> ServerProcess:
+        if self.server is None:
+            raise ServerStartError("this replica's server is waited for but was never launched")
+        return self.server
 
     def alive(self) -> bool:
         return self.server is not None and self.server.alive()
 
     def pid(self) -> int | None:
-        return self.server.proc.pid if self.alive() else None
+        proc = self.server.proc if self.server is not None else None
+        return proc.pid if proc is not None and self.alive() else None
 
     def death(self) -> str:
         return self.server.death() if self.server is not None else "never launched"
@@ -199,7 +211,7 @@ class RayReplicas:
 
     def __init__(self, spec: FleetSpec, section: str, ray_address: str | None = None):
         self.spec, self.section, self.ray_address = spec, section, ray_address
-        self.group = None
+        self.group: PlacementGroup | None = None
         self.actors: list = []
         self._started_ray = False
 

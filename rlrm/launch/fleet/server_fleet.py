@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, cast
 
 from rlrm.errors import ConfigError
 from rlrm.inference.weight_files import WeightFiles
@@ -27,8 +27,8 @@ from rlrm.launch.common.auth import new_run_key
 from rlrm.launch.fleet.engine_argv import engine_device, require_backend
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool, replica_argv
-from rlrm.launch.fleet.process import ServerStartError
-from rlrm.launch.fleet.ray_replicas import RayReplicas
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError
+from rlrm.launch.fleet.ray_replicas import RayReplica, RayReplicas
 from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -85,8 +85,8 @@ class ServerFleet:
         self.section = spec.section
         self.on_restart = on_restart
         self.pool: ServerPool | None = None
-        self.router = None
-        self.router_counters = None
+        self.router: ServerProcess | None = None
+        self.router_counters: RouterCounters | None = None
         self.replica_urls: list[str] = [server_root(u) for u in spec.addresses]
         self._supervisor: asyncio.Task | None = None
 
@@ -184,7 +184,7 @@ class ServerFleet:
             return []
         if self.placer is None:  # local subprocesses
             return ["local"] * len(self.pool.servers)
-        return [f"{s.host} ({s.node_id[:12]})" for s in self.pool.servers]  # RayReplica
+        return [f"{s.host} ({s.node_id[:12]})" for s in cast("list[RayReplica]", self.pool.servers)]  # placed on Ray
 
     def _placed_line(self) -> str:
         """`rollout.server: 2 replicas (ray): replica 0 on 10.0.0.2 (<node id>) at http://10.0.0.2:41234, ...`"""
@@ -272,6 +272,8 @@ class ServerFleet:
         error line of its log, before any training starts."""
         probe = "policy-vllm" if self.role.startswith("policy") and self.spec.backend == "vllm" else self.role
         what = f"{self.section} replica"
+        if self.pool is None:
+            raise ServerStartError(f"{self.section}: the first request goes to launched replicas, and none were")
         try:
             await check_servers(self.pool.urls, probe, self.api_key, self.served_name, timeout_s, timeout_s, what)
         except ServerStartError:

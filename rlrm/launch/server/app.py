@@ -19,6 +19,7 @@ the server listens on loopback only, unless `--allow-unauthenticated` says other
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
@@ -114,7 +115,7 @@ def create_app(cfg: ServerConfig):
     add_weight_routes(app, cfg, backend, weight_state)
     add_distributed_routes(app, cfg, WeightGroups(weight_state, backend.device, cfg.weight_sync_timeout_s))
 
-    def _error(status: int, message: str, kind: str, headers: dict | None = None):
+    def _error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None):
         body = {"error": {"message": message, "type": kind, "code": status}}
         return JSONResponse(body, status_code=status, headers=headers)
 

@@ -71,10 +71,14 @@ class DynamicBatcher:
             self._worker = loop.create_task(self._serve())
         job = _Job(list(items), loop.create_future())
         self.queued_items += len(job.items)
+        if self._queue is None:  # made with the worker above
+            raise RuntimeError("the batcher's queue is missing while its worker runs")
         self._queue.put_nowait(job)
         return await job.future
 
     async def _serve(self) -> None:
+        if self._queue is None:  # made before this worker is started
+            raise RuntimeError("the batcher's worker started without a queue")
         loop = asyncio.get_running_loop()
         while True:
             jobs = [await self._queue.get()]

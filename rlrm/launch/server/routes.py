@@ -6,6 +6,7 @@ import asyncio
 import math
 import random
 import time
+from typing import cast
 
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.launch.server.backends import GENERATIVE_ROLES, LeftPadded
@@ -136,7 +137,7 @@ def add_routes(app, cfg, backend) -> None:
         choices = []
         for i, comp in enumerate(comps):
             text, finish = decode(comp, body.stop)
-            logprobs = None
+            logprobs: dict | None = None
             if body.logprobs:
                 logprobs = {
                     "content": [
@@ -176,9 +177,10 @@ def add_routes(app, cfg, backend) -> None:
         else:
             single = not body.input_ids or isinstance(body.input_ids[0], int)
             if single:
-                prompts = [check_ids(list(body.input_ids), backend, "input_ids")]
+                prompts = [check_ids(list(cast("list[int]", body.input_ids)), backend, "input_ids")]
             else:
-                prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(body.input_ids)]
+                batched = cast("list[list[int]]", body.input_ids)
+                prompts = [check_ids(list(x), backend, f"input_ids[{i}]") for i, x in enumerate(batched)]
         params = (
             body.sampling_params if isinstance(body.sampling_params, list) else [body.sampling_params] * len(prompts)
         )

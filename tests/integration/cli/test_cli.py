@@ -58,3 +58,19 @@ def test_doctor_reports_torch():
     result = invoke("doctor")
     assert result.exit_code == 0
     assert "torch" in result.output and "vllm" in result.output
+
+
+def test_a_bad_option_value_is_rlrm_s_one_line_not_a_usage_box():
+    """`--steps 0` and a mistyped option: one `error:` line naming the option and the help to read, exit 2."""
+    for argv, needle in (
+        (["train", "--profile", "tiny-rule", "--steps", "0", "--dry-run"], "'--steps'"),
+        (["train", "--profile", "tiny-rule", "--stepz", "3"], "--stepz"),
+        (["report"], "'PATH'"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "rlrm", *argv], capture_output=True, text=True)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, done.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
+        assert f"`rlrm {argv[0]} --help`" in lines[0]
+    grouped = subprocess.run([sys.executable, "-m", "rlrm", "bench"], capture_output=True, text=True)
+    assert grouped.returncode == 2 and "reward-latency" in grouped.stdout + grouped.stderr

@@ -304,3 +304,27 @@ def test_a_model_name_the_api_does_not_serve_is_one_line_with_both_names():
             asyncio.run(RewardService(cfg).start())
     message = str(refused.value)
     assert "'standin-judge'" in message and "'gpt-judge-v2'" in message and "served_model_name" in message
+
+
+def test_a_hosted_judge_is_named_by_its_models_entry_and_asked_once_per_judgement():
+    async def scenario(api):
+        service = RewardService(config(api))
+        await service.start()
+        try:
+            first = await service.loop.score_all(samples(6))
+            calls = service.loop.take_metrics()
+            again = await service.loop.score_all(samples(6))  # a resumed run, an audit, an epoch: the same asks
+            return service.contract, first, again, calls, service.loop.take_metrics()
+        finally:
+            await service.close()
+
+    with StandinOpenAIAPI(KEY, rpm=6000) as api:
+        contract, first, again, calls, cached = asyncio.run(scenario(api))
+        asked = len(api.accepted)
+    assert contract.parts["model"] == {"name": api.model, "served": {"id": api.model, "object": "model"}}
+    assert contract.parts["dtype"] == {"scorer": "served", "dtype": None, "backend": None}
+    assert calls["reward/model_calls"] == 6 and calls["reward/cache_misses"] == 6
+    assert cached["reward/model_calls"] == 0 and cached["reward/cache_hits"] == 6
+    assert cached["reward/cache_saved_model_calls"] == 6 and cached["reward/cache_saved_completion_tokens"] > 0
+    assert [r.score for r in again] == [r.score for r in first] == [1.0 if i % 2 == 0 else 0.0 for i in range(6)]
+    assert all(r.extra["reward_cached"] for r in again) and asked <= 6 + 1  # the readiness probe and 6 judgements

@@ -31,8 +31,12 @@ def samples(n):
 def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    cfg = RewardConfig(
-        kind="disrm", server={"model": str(random_disrm_path), "replicas": 2}, timeout_s=10, backoff_s=0.05
+    cfg = RewardConfig(  # no reward cache: the second pass must reach the surviving replica, not the cache
+        kind="disrm",
+        server={"model": str(random_disrm_path), "replicas": 2},
+        timeout_s=10,
+        backoff_s=0.05,
+        cache={"enabled": False},
     )
     tok = AutoTokenizer.from_pretrained(random_disrm_path)
     model = AutoModelForSequenceClassification.from_pretrained(random_disrm_path).eval()

@@ -273,6 +273,7 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
             "reward.backoff_s=0.05",
             "reward.timeout_s=20",
             "reward.max_failure_rate=1",  # tiny:policy as a judge mostly gives no verdict: counted, not a reason to stop here
+            "reward.guard.on_canary=off",  # every reward call counted below is a training sample's
         ],
     )
     run_dir = start_run(profile, tmp_path / "kill")

@@ -128,6 +128,32 @@ def test_html_renders_in_headless_chromium(full_report, tmp_path):
     assert high - low > 100  # not a blank page
 
 
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_html_tables_stay_inside_the_page(full_report, tmp_path):
+    """The widest table (the benchmark's, 15 columns) scrolls in its own box: the page is no wider than the window."""
+    page = (full_report[0] / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    measure = "<script>document.title = document.documentElement.scrollWidth + ' ' + window.innerWidth;</script>"
+    probe.write_text(page.replace("</body>", measure + "</body>"))
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--window-size=900,2000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    page_width, window = map(int, re.search(r"<title>(\d+) (\d+)</title>", done.stdout).groups())
+    assert page_width <= window, f"the page is {page_width} px wide in a {window} px window"
+
+
 def test_bad_inputs_are_one_line_errors(folders, tmp_path):
     assert "expected metrics.jsonl" in one_line_error(invoke(tmp_path, "--out", tmp_path / "o"))
     line = one_line_error(invoke(folders["a"], "--metrics", "actor/entrop", "--out", tmp_path / "o"))

@@ -10,6 +10,21 @@ import pytest
 from tests.unit.reward_checks.test_inspect_cli import QUESTION, invoke, write_rows
 
 
+def test_the_reward_contract_is_shown_as_a_run_records_it():
+    from rlrm.config.loader import load_profile
+    from rlrm.engine.rewards.contract import reward_contract
+
+    args = ["--profile", "tiny-rule", "--prompt", QUESTION, "--response", "#### 8", "--ground-truth", "8"]
+    report = json.loads(invoke(*args, "--json").stdout)
+    expected = reward_contract(load_profile("tiny-rule").reward)
+    assert report["reward_contract"]["fingerprint"] == expected.fingerprint
+    assert report["reward_contract"]["parts"]["parser"]["rule"]["method"] == "strict"
+    flexible = json.loads(invoke(*args, "--json", "--set", "reward.method=flexible").stdout)
+    assert flexible["reward_contract"]["fingerprint"] != expected.fingerprint
+    shown = invoke(*args)
+    assert f"reward contract {expected.short} (of kind, parser, reference" in shown.output
+
+
 def test_custom_reward_shows_what_the_function_returned(tmp_path):
     fn = tmp_path / "length_reward.py"
     fn.write_text(

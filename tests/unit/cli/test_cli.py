@@ -132,3 +132,18 @@ def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
     )
     assert result.exit_code == 1
     assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output
+
+
+def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
+    """Without fastapi (the `serve` extra) a run that starts an embedded server stops in one line, before any process."""
+    import importlib.util
+
+    import pytest
+
+    from rlrm.errors import RlrmError
+    from rlrm.launch.fleet.process import embedded_server_argv
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
+    with pytest.raises(RlrmError, match=r"an embedded server needs fastapi.*pip install 'rlrm\[serve\]'"):
+        embedded_server_argv("tiny:judge", "genrm", 8000)

@@ -71,6 +71,19 @@ def test_extends_merges_deeply(tmp_path, monkeypatch):
     assert p.description == "child"
 
 
+def test_extends_a_file_names_the_file_beside_the_profile(tmp_path, monkeypatch):
+    """`extends: base.yaml` in mine/child.yaml is mine/base.yaml, whatever folder rlrm runs from."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _write(mine / "base.yaml", "extends: tiny-rule\nrollout:\n  n: 3\n")
+    _write(mine / "child.yaml", "extends: base.yaml\nactor:\n  lr: 0.002\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    p = load_profile(str(mine / "child.yaml"))
+    assert p.rollout.n == 3 and p.actor.lr == pytest.approx(0.002)
+
+
 def test_extends_cycle_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("RLRM_PROFILES_DIR", str(tmp_path))
     _write(tmp_path / "a.yaml", "extends: b\n")

@@ -37,6 +37,25 @@ def test_a_run_that_fools_its_reward_is_named_in_the_closing_lines():
     assert "  reward agrees with the rule 0.97 -> 0.50 (reward/rule_agreement)" in lines
 
 
+def test_the_canaries_checks_flips_and_cost_are_summed_up():
+    rows = _rows(20, lambda s: 0.1, lambda s: 0.2, lambda s: 0.98)
+    for row in rows:
+        row["reward/model_calls"] = 64 * (row["step"] > 0)  # 20 steps x 64 = 1280 calls
+    for step, flips, drift in ((0, 0, 0.0), (10, 2, 0.05)):
+        rows[step].update({"guard/canary_calls": 10, "guard/canary_flips": flips, "guard/canary_drift": drift})
+    lines = closing_lines(rows, Path("runs/x"))
+    # 20 canary calls of 20 + 1280: 1.5%
+    assert "  reward canaries: 2 checks, drift up to 0.05; 20 canary calls = 1.5% of all reward-model calls" in (
+        " ".join(lines)
+    )
+    assert [line for line in lines if "canaries flipped in 1 of 2 checks, first after step 10 (2 flips" in line]
+    assert not [
+        line
+        for line in closing_lines(_rows(3, lambda s: 0.1, lambda s: 0.2, lambda s: 0.9), Path("x"))
+        if "canar" in line
+    ]
+
+
 def test_progress_lines_only_when_enabled_and_a_tick_while_waiting(capsys):
     import time
 
@@ -54,3 +73,27 @@ def test_progress_lines_only_when_enabled_and_a_tick_while_waiting(capsys):
         progress.enable(False)
     err = capsys.readouterr().err
     assert err.count("... replica starting (") >= 2, err
+
+
+def test_the_reward_cache_and_contract_are_summed_up(tmp_path):
+    from rlrm.config.reward import RewardConfig
+    from rlrm.engine.rewards.contract import reward_contract
+    from rlrm.engine.run_contract import check_run_contract
+
+    rows = [{"step": 0}] + [
+        {"step": s, "reward/samples": 16, "reward/cache_hits": h, "reward/cache_saved_model_calls": h}
+        for s, h in ((1, 4), (2, 10))
+    ]
+    assert "  reward cache: 14 of 32 samples from the cache, 14 reward-model calls saved" in "\n".join(
+        closing_lines(rows, tmp_path)
+    )
+    assert not [line for line in closing_lines(rows, tmp_path) if "reward contract" in line]  # no file: no line
+    old = reward_contract(RewardConfig())
+    check_run_contract(tmp_path, old, allow_change=False, step=0)
+    assert f"  reward contract {old.short} (reward_contract.json)" in closing_lines(rows, tmp_path)
+    new = reward_contract(RewardConfig(method="flexible"))
+    check_run_contract(tmp_path, new, allow_change=True, step=2)
+    assert f"  reward contract {new.short} (changed at step 2: parser) (reward_contract.json)" in closing_lines(
+        rows, tmp_path
+    )
+    assert not [line for line in closing_lines(rows[:1], tmp_path) if "reward cache" in line]

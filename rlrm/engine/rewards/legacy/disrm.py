@@ -21,7 +21,7 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
+from rlrm.engine.rewards.legacy.workers import LegacyScorerError, LegacyWorkerGroup
 from rlrm.launch.server.batcher import DynamicBatcher
 
 
@@ -31,8 +31,8 @@ class LegacyDisRM:
 
         self.cfg, self.model_path = cfg, model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.group = None
-        self.batcher = None
+        self.group: LegacyWorkerGroup | None = None
+        self.batcher: DynamicBatcher | None = None
         self.__name__ = "legacy_disrm"
 
     async def start(self) -> None:
@@ -50,6 +50,8 @@ class LegacyDisRM:
         self.batcher = DynamicBatcher(self._score_batch, max_batch=1024, max_queue=1 << 20, wait_ms=5.0)
 
     def _score_batch(self, sequences: list[list[int]]) -> list[float]:
+        if self.group is None:  # the batcher is made after the group
+            raise LegacyScorerError("the legacy DisRM scores only after start()")
         scores = self.group.score(sequences, [1] * len(sequences)).scores
         return scores.float().cpu().tolist()
 
@@ -61,6 +63,8 @@ class LegacyDisRM:
             if self.cfg.disrm.too_long == "error":
                 raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
             ids = ids[-limit:]  # keep the end, exactly as the served client does
+        if self.batcher is None:
+            raise LegacyScorerError("the legacy DisRM scores only after start()")
         (score,) = await self.batcher.submit([ids])
         if score != score or score in (float("inf"), float("-inf")):
             raise NonFiniteScore(f"legacy DisRM gave {score} for sample {sample.uid}")

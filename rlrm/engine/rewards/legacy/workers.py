@@ -25,12 +25,18 @@ import os
 import queue
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.legacy.config import LegacyConfig
 from rlrm.errors import RlrmError
 from rlrm.launch.common.ports import free_port
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlrm.engine.rewards.legacy.rank import LegacyRank
 
 
 class LegacyScorerError(RlrmError):
@@ -39,7 +45,7 @@ class LegacyScorerError(RlrmError):
 
 @dataclass
 class LegacyScores:
-    token_level: object  # torch.Tensor [B, T] in the compute dtype
+    token_level: torch.Tensor  # [B, T] in the compute dtype
     seconds: float  # wall time of the scoring call (model already loaded)
 
     @property
@@ -55,10 +61,10 @@ class LegacyWorkerGroup:
             cfg = replace(cfg, threads=max(1, (os.cpu_count() or 1) // cfg.world_size))
         self.cfg = cfg
         self.spawn = cfg.world_size > 1 if spawn is None else spawn
-        self._local = None  # the in-process rank
+        self._local: LegacyRank | None = None  # the in-process rank
         self._procs: list = []
         self._inboxes: list = []
-        self._outbox = None
+        self._outbox: Any = None  # the ranks' shared torch.multiprocessing queue, once spawned
 
     def __enter__(self) -> LegacyWorkerGroup:
         self.start()
@@ -103,6 +109,8 @@ class LegacyWorkerGroup:
         tokens_p = list(response_tokens) + [response_tokens[i % len(ids)] for i in range(pad)]
         start = time.perf_counter()
         if not self.spawn:
+            if self._local is None:
+                raise LegacyScorerError("the legacy DisRM scores only after start()")
             token_level = self._local.score(ids_p, tokens_p, width)
         else:
             for rank, inbox in enumerate(self._inboxes):
@@ -144,7 +152,7 @@ class LegacyWorkerGroup:
         self._procs, self._inboxes = [], []
 
 
-def _init_rank(cfg: LegacyConfig, rank: int, port: int):
+def _init_rank(cfg: LegacyConfig, rank: int, port: int) -> LegacyRank:
     """Join the process group and build the rank's sharded model."""
     from datetime import timedelta
 

@@ -74,3 +74,10 @@ def test_the_display_shows_failures_whenever_there_are_any():
         {"critic/score/mean": 0.5, "reward/failures": 3, "reward/defaulted": 1, "reward/dropped_groups": 1}
     )
     assert shown.endswith("reward failures 3 (1 defaulted, 1 groups dropped)")
+
+
+def test_the_display_shows_rule_agreement_beside_a_model_reward():
+    """A DisRM's raw logit can fall while answers improve: the step line also shows agreement with the rule."""
+    line = _summary({"critic/score/mean": -5.1, "reward/rule_agreement": 0.953, "perf/throughput": 10.0})
+    assert line.startswith("reward -5.100  rule agree 0.95  ")
+    assert "rule agree" not in _summary({"critic/score/mean": 0.5})

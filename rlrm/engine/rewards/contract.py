@@ -1,0 +1,114 @@
+"""The reward contract: everything that decides a score, as named parts, and one stable fingerprint of them.
+
+    contract = reward_contract(profile.reward, model={"path": ..., "weights": "sha256:..."})
+    contract.fingerprint          # sha256 hex of the parts: the reward cache's key prefix, in every score record
+    contract.short                # its first 12 characters, what users are shown
+    changed_parts(old.parts, contract.parts)   # ["template"]: what a resumed run changed
+
+A pure function of the resolved `reward` section and the model's identity (read by
+rlrm/engine/rewards/model_identity.py: a local folder's weights digest, or what a served model's /v1/models
+reports) and a custom function's source digest. Two rewards with the same fingerprint give the same score to
+the same (prompt, response, reference); anything that may change a score changes a part. The failure policy
+(on_failure, default_score) and injected latency are not part of it: they never change a score that was given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from rlrm.config.reward import RewardConfig
+
+CONTRACT_VERSION = 1  # bump when a part's meaning changes, so older fingerprints never match by accident
+SHORT_CHARS = 12
+
+
+@dataclass(frozen=True)
+class RewardContract:
+    parts: dict  # part name -> what decides it (JSON-able; None where the reward has no such part)
+
+    @property
+    def fingerprint(self) -> str:
+        return _digest({"version": CONTRACT_VERSION, "parts": self.parts})
+
+    @property
+    def short(self) -> str:
+        return self.fingerprint[:SHORT_CHARS]
+
+    def as_json(self) -> dict:
+        """What reward_contract.json and `rlrm inspect reward --json` hold."""
+        return {"version": CONTRACT_VERSION, "fingerprint": self.fingerprint, "parts": self.parts}
+
+    def part_digests(self) -> dict[str, str]:
+        """Each part's own short digest, so two contracts can be compared part by part."""
+        return {name: _digest(value)[:SHORT_CHARS] for name, value in self.parts.items()}
+
+
+def reward_contract(cfg: RewardConfig, model: dict | None = None, source_digest: str | None = None) -> RewardContract:
+    """The contract of a `reward` section.
+
+    Args:
+        cfg: the resolved reward section.
+        model: the reward model's identity (model_identity.py), None for rewards that call no model.
+        source_digest: sha256 of a custom function's file (reward.kind=custom), else None.
+    """
+    kind = cfg.model_kind if cfg.kind != "custom" else None  # the model rlrm's own clients call
+    uses_rule = cfg.kind in ("rule", "composite")
+    g, d = cfg.genrm, cfg.disrm
+    parts = {
+        "kind": {"kind": cfg.kind, "model_kind": cfg.model_kind},
+        "model": model if cfg.model_kind else None,
+        "dtype": _dtype(cfg) if cfg.model_kind else None,
+        "template": g.template if kind == "genrm" else None,  # a DisRM's chat template is in the model's files
+        "parser": {
+            "rule": {"method": cfg.method, "score": cfg.score, "format_score": cfg.format_score} if uses_rule else None,
+            "genrm": {"verdict": g.verdict, "max_score": g.max_score, "max_tokens": g.max_tokens,
+                      "temperature": g.temperature} if kind == "genrm" else None,
+            "disrm": {"max_length": d.max_length, "too_long": d.too_long} if kind == "disrm" else None,
+        },
+        "reference": _reference(cfg, kind, uses_rule),
+        "composite": cfg.composite.model_dump(exclude={"model_kind"}) if cfg.kind == "composite" else None,
+        "components": dict(sorted(cfg.component_weights.items())),
+        "custom": {"name": cfg.custom.name, "source_sha256": source_digest, "model_role": cfg.custom.model_role}
+        if cfg.kind == "custom" else None,
+        "shaping": cfg.overlong.model_dump() if cfg.overlong.active else None,
+    }  # fmt: skip
+    return RewardContract(parts)
+
+
+def changed_parts(old: dict, new: dict) -> list[str]:
+    """Names of the parts that differ between two contracts' `parts` (a part only one has counts)."""
+    return sorted(name for name in set(old) | set(new) if _digest(old.get(name)) != _digest(new.get(name)))
+
+
+def describe_change(name: str, old, new) -> str:
+    """`template ('Is the answ...' -> 'Judge this...')`: a part and, when short enough to read, its two values."""
+    before, after = _short_value(old), _short_value(new)
+    return f"{name} ({before} -> {after})"
+
+
+def _short_value(value, chars: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return repr(text if len(text) <= chars else text[: chars - 3] + "...")
+
+
+def _dtype(cfg: RewardConfig) -> dict:
+    if cfg.model_kind == "disrm" and cfg.disrm.scorer == "legacy":
+        return {"scorer": "legacy", "dtype": cfg.disrm.legacy_dtype}
+    if cfg.server.addresses:  # running servers: their dtype is theirs, and part of what /v1/models names
+        return {"scorer": "served", "dtype": None, "backend": None}
+    return {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
+
+
+def _reference(cfg: RewardConfig, kind: str | None, uses_rule: bool) -> dict:
+    """Where the reference answer (ground truth) enters the score."""
+    return {
+        "rule_compares": uses_rule,
+        "judge_sees": kind == "genrm" and "{reference}" in cfg.genrm.template,
+        "custom_gets": cfg.kind == "custom",
+    }
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
