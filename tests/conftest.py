@@ -29,6 +29,14 @@ def tiny_policy_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tools_path(tiny_policy_path) -> Path:
+    """The prepared tiny tools policy (tiny:tools, built on first use, then reused)."""
+    from rlrm.engine.models.tiny import resolve_model_path
+
+    return Path(resolve_model_path("tiny:tools"))
+
+
+@pytest.fixture(scope="session")
 def random_disrm_path(tmp_path_factory, tiny_policy_path) -> Path:
     """A randomly initialised Qwen2 sequence classifier (num_labels=1) with the tiny tokenizer."""
     return _random_disrm(tmp_path_factory.mktemp("disrm"), tiny_policy_path)
