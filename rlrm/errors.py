@@ -31,6 +31,14 @@ class RolloutServerError(RlrmError):
     """Rollout servers cannot generate or take new weights (named replica, and what to do)."""
 
 
+def clipped(text: str, keep: int = 80) -> str:
+    """`text` as an error line may repeat it: whole when short, else its first `keep` characters and its length
+    (a 10 MB value pasted into a profile must not become a 10 MB error line)."""
+    if len(text) <= 2 * keep:
+        return text
+    return f"{text[:keep]}... ({len(text)} characters)"
+
+
 def require_extra(module: str, extra: str, purpose: str) -> None:
     """ConfigError naming the optional extra to install when `module` cannot be imported."""
     import importlib.util

@@ -41,6 +41,7 @@ from rlrm.engine.trainer import check_inputs, start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 BASELINE = "sync-nolatency"
+MAX_REPEATS = 100  # each repeat is len(modes) + 1 training runs: a typo of 1000000 must not start millions
 SPREAD_NOTE = "median over repeats; interval: bootstrap 95% of the median from 5 repeats, min-max below"
 
 
@@ -76,6 +77,12 @@ class RewardLatencyBench:
             raise ConfigError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
         if self.steps < 1 or self.repeats < 1:
             raise ConfigError("--steps and --repeats must be at least 1")
+        if self.repeats > MAX_REPEATS:
+            runs = self.repeats * (len(self.modes) + 1)
+            raise ConfigError(
+                f"--repeats {self.repeats} would start {runs} training runs; at most {MAX_REPEATS} repeats "
+                "(5 give a bootstrap 95% interval)"
+            )
         try:
             self.dist = parse_latency(self.latency)
         except ValueError as exc:
@@ -87,6 +94,7 @@ class RewardLatencyBench:
                 self.tool_dist = parse_latency(self.tool_latency)
             except ValueError as exc:
                 raise ConfigError(f"--tool-latency: {exc}") from None
+            self._check_agent_not_turned_off()
         if self.latency_scale is None:
             self._mean_latency()  # the automatic scale needs a finite mean: refuse now, not after the baseline
         self.out = Path(self.out)
@@ -177,6 +185,16 @@ class RewardLatencyBench:
         from rlrm.stats import quantile
 
         return quantile(sorted(self.scales.values()), 0.5)
+
+    def _check_agent_not_turned_off(self) -> None:
+        """--tool-latency turns rollout.agent on for every run: a --set that turns it off is a contradiction, not
+        something to override in silence."""
+        named = any(o.partition("=")[0].strip() == "rollout.agent.enabled" for o in self.overrides)
+        if named and not load_profile(self.profile, self.overrides).rollout.agent.enabled:
+            raise ConfigError(
+                "--tool-latency needs tool rollouts, and --set rollout.agent.enabled=false turns them off; "
+                "drop one of the two"
+            )
 
     def _mean_latency(self) -> float:
         try:

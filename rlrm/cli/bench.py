@@ -28,7 +28,7 @@ def reward_latency(
         Optional[str],
         typer.Option(
             help="Also inject this latency before every tool call (rollout.agent.inject.latency, seconds, not "
-            "rescaled); turns rollout.agent on for every run.",
+            "rescaled); turns rollout.agent on for every run (refused with --set rollout.agent.enabled=false).",
         ),
     ] = None,
     latency_scale: Annotated[
@@ -44,7 +44,7 @@ def reward_latency(
         int,
         typer.Option(
             help="Repeats: each a zero-latency baseline and every mode, in a rotated order (5: a bootstrap 95% "
-            "interval; 2-4: min-max; 1: no spread).",
+            "interval; 2-4: min-max; 1: no spread; at most 100).",
             min=1,
         ),
     ] = 5,

@@ -74,14 +74,14 @@ def server(
     if backend != "embedded":
         return _external(
             backend,
-            model,
+            resolve_model_path(model),  # tiny:NAME is rlrm's alias: vLLM and SGLang get its folder
             role,
             host,
             port,
             dtype,
             max_batch,
             api_key,
-            served_model_name,
+            served_model_name or model,  # clients ask for the name given, as the embedded server answers
             start_timeout,
             dry_run,
             allow_unauthenticated,

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlrm.config.schema import Profile
-from rlrm.errors import ConfigError
+from rlrm.errors import ConfigError, clipped
 
 _MAX_EXTENDS_DEPTH = 16
 
@@ -84,7 +84,7 @@ def validate_model(raw: dict[str, Any], model: type[M], source: str, what: str =
         loc = ".".join(str(p) for p in err["loc"]) or f"({what})"
         value = err.get("input")
         # a value carrying a secret (credentials in a URL) is never repeated back
-        shown = "" if isinstance(value, dict) or err["type"] == "credentials" else f" (got {value!r})"
+        shown = "" if isinstance(value, dict) or err["type"] == "credentials" else f" (got {clipped(repr(value))})"
         raise ConfigError(f"{source}: {loc}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
 
 

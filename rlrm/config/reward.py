@@ -413,6 +413,13 @@ class RewardConfig(_Section):
                 "executor local and no server.addresses"
             )
         check_component_weights(self.kind, self.component_weights)
+        rpm = self.limits.rpm
+        if rpm is not None and 60.0 / rpm > self.timeout_s:  # every request but the first would wait past its deadline
+            raise ValueError(
+                f"reward.limits.rpm={rpm:g} spaces reward-model requests {60.0 / rpm:.3g} s apart, longer than "
+                f"reward.timeout_s={self.timeout_s:g}: they would time out waiting for their turn; set rpm to at least "
+                f"{60.0 / self.timeout_s:.3g} (or raise reward.timeout_s)"
+            )
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(
                 "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm or composite, "

@@ -124,13 +124,15 @@ class ServerFleetConfig(BaseModel):
                     "variable holding the key in api_key_env",
                     {"i": i},
                 )
-            if (
-                parts is None
-                or parts.scheme not in ("http", "https")
-                or not parts.hostname
-                or parts.query
-                or parts.fragment
-            ):
+            if parts is not None and (parts.query or parts.fragment):  # `?api_key=...`: never echoed back
+                raise PydanticCustomError(
+                    "credentials",
+                    "entry {i} has a query or fragment in its URL (not shown: it may hold a key); give the server's "
+                    "URL alone, such as https://api.example.com/v1, and name the environment variable holding the "
+                    "key in api_key_env",
+                    {"i": i},
+                )
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
                 raise PydanticCustomError(
                     "address",
                     "entry {i} ({url}) is not an http(s) URL of a server, such as http://127.0.0.1:8000",

@@ -104,8 +104,15 @@ def check_checkpoint(ckpt_dir: Path) -> None:
     if not files:
         raise ModelError(f"{model_dir} holds no .safetensors weights; it was not written by rlrm train")
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            bad = nonfinite_parameter((name, f.get_tensor(name)) for name in f.keys())
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                bad = nonfinite_parameter((name, f.get_tensor(name)) for name in f.keys())
+        except Exception as exc:  # safetensors' SafetensorError (a cut or edited file): not an importable type
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(
+                f"checkpoint {Path(ckpt_dir).name}: {path.name} is damaged ({reason}): it was cut short or edited; "
+                "delete that checkpoint folder to resume from an earlier one"
+            ) from None
         if bad is not None:
             raise ModelError(
                 f"checkpoint {Path(ckpt_dir).name} has non-finite weights ({bad} holds NaN or inf): cannot resume from it; "

@@ -233,6 +233,14 @@ class GRPOStep:
         weights, default = (s.reward.component_weights, s.reward.default_score) if s.reward else ({}, 0.0)
         names, rows, weights = component_table(results, weights, default)
         if not names:
+            failed = [
+                r.extra["reward_error"] for r in results if r.extra.get("reward_failed") and "reward_error" in r.extra
+            ]
+            if failed:  # the components were there, but NaN or not numbers: say so, not that none were reported
+                raise TrainingError(
+                    f"algorithm.component_norm=gdpo, but {len(failed)} of {len(results)} samples failed their reward "
+                    f"and none reported usable components (the last: {failed[-1]}); fix the reward function"
+                )
             raise TrainingError(
                 "algorithm.component_norm=gdpo, but no sample of the step reported reward components; return "
                 f"{{'score': ..., '{COMPONENTS_KEY}': {{name: value}}}} from the reward function, or set "

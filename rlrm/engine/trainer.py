@@ -5,7 +5,7 @@
     result = train(run_dir)                   # a new run, or the continuation of a stopped one
 
 A run folder holds `config.yaml` (the resolved profile), `metrics.jsonl` (one row per step),
-`trace.json` (timeline spans) and `checkpoints/step_<k>/`. `train` resumes from the newest
+`trace.json` (timeline spans), `checkpoints/step_<k>/` and, when a reward attempt timed out, `hung_rewards.jsonl`. `train` resumes from the newest
 checkpoint when there is one, so `rlrm train --resume DIR` and a fresh start share one path.
 """
 
@@ -27,6 +27,7 @@ import yaml
 
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
+from rlrm.engine.agent.tools import build_tools
 from rlrm.engine.canaries import Canaries, check_canary_data
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
@@ -37,6 +38,7 @@ from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.held_out import evaluate_held_out
 from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.guard import DivergenceGuard
+from rlrm.engine.metrics.hung_rewards import HungRewardLog
 from rlrm.engine.metrics.idle import IdleMeter
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.samples import SampleLog
@@ -52,8 +54,9 @@ from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, clipped
 from rlrm.inference.loading import pick_device
+from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common import progress
 from rlrm.launch.common.ray_head import check_ray_head
 
@@ -95,10 +98,13 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a tracker extra not installed, a missing local model (policy, reference,
-    reward), an unreadable local dataset, more local actor ranks than devices, a Ray address where no head
-    answers, or a reward.cache.path that is not a reward cache."""
+    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
+    folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local
+    actor ranks than devices, a Ray address where no head answers, or a reward.cache.path that is not a reward cache."""
     check_trackers(profile.logging)
+    if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
+        build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
+    check_weights_dir(profile.rollout.server.weights_dir)
     sampled = profile.reward.kind in ("genrm", "composite") and profile.reward.genrm.temperature > 0
     if profile.reward.cache.path and profile.reward.cache.active(profile.reward.kind, sampled):
         check_cache_file(profile.reward.cache.path)
@@ -139,8 +145,23 @@ def check_ray_heads(profile: Profile) -> None:
         profile.reward.server.launch_on,
     )
     if uses_ray:
+        _check_ray_imports()
         check_ray_head(profile.actor.ray_address, "actor.ray_address")
         check_ray_head(profile.reward.ray_address, "reward.ray_address")
+
+
+def _check_ray_imports() -> None:
+    """A Ray that is installed but fails to import (a broken wheel, a missing shared library): one line, now."""
+    if importlib.util.find_spec("ray") is None:
+        return  # not installed: each Ray setting's own check names the extra to install
+    try:
+        import ray  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"ray is installed but fails to import ({type(exc).__name__}: {clipped(reason)}); repair it "
+            "(pip install --force-reinstall 'rlrm[ray]') or drop the Ray settings"
+        ) from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
@@ -270,6 +291,7 @@ class _TrainLoop:
             self.sample_log = SampleLog(
                 self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract
             )
+        hung = HungRewardLog(self.run_dir / "hung_rewards.jsonl")  # created at the first reward that hangs
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
@@ -296,6 +318,7 @@ class _TrainLoop:
                     step += 1
                     row = {**await self._step(step), **carried}
                     carried = {}
+                    hung.write(step, self.parts.reward.loop.take_hung())
                     finding = self.guard.observe(row)
                     row["guard/divergence"] = float(finding is not None)
                     diverged = finding is not None and p.reward.guard.on_divergence == "stop"
@@ -320,6 +343,7 @@ class _TrainLoop:
             if self.pending_row is not None:
                 writer.log(self.pending_row)
         finally:
+            hung.write(step, self.parts.reward.loop.take_hung())  # a stopped step's hangs are the ones to see
             writer.close()
             if self.sample_log is not None:
                 self.sample_log.close()

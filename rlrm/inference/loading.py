@@ -11,16 +11,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrm.errors import ModelError
+from rlrm.errors import ModelError, clipped
 
 
 def check_model_path(path: str, hint: str = "") -> str:
     """A local folder (checked to exist: a path-like name that does not is an error) or a hub id (passed)."""
     local = Path(path).expanduser()
-    if local.exists():
-        return str(local)
+    try:
+        if local.exists():
+            return str(local)
+    except OSError as exc:  # a name the OS refuses (too long, say) is no folder, and no hub id either
+        raise ModelError(
+            f"model path {clipped(repr(path))} cannot be a folder ({exc.strerror}); give a local HF folder, a hub id "
+            f"(org/name){hint}"
+        ) from None
     if path.startswith((".", "/", "~")):
-        raise ModelError(f"model path {path!r} does not exist; give a local HF folder, a hub id (org/name){hint}")
+        raise ModelError(
+            f"model path {clipped(repr(path))} does not exist; give a local HF folder, a hub id (org/name){hint}"
+        )
     return path
 
 

@@ -34,6 +34,22 @@ def default_weights_dir() -> Path:
     return SHM if SHM.is_dir() and os.access(SHM, os.W_OK) else Path(tempfile.gettempdir())
 
 
+def check_weights_dir(weights_dir: str | None) -> None:
+    """Refuse (RolloutServerError) a rollout.server.weights_dir that is a file or lies under one: said at start, in
+    words, not as mkdir's "File exists" after the policy has loaded."""
+    if not weights_dir:
+        return
+    path = Path(weights_dir).expanduser()
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == path else f"lies under {folder}, a file"
+                raise RolloutServerError(
+                    f"rollout.server.weights_dir {weights_dir} {where}, not a folder; set it to a writable local folder"
+                )
+            return
+
+
 class WeightFiles:
     """Versioned safetensors folders under one run-owned folder.
 
@@ -58,6 +74,7 @@ class WeightFiles:
         unlocked; a folder someone else made at `root` with anything in it makes the rename fail)."""
         if self._lock_fd is not None:
             return
+        check_weights_dir(str(self.parent))
         try:
             self._make_root()
         except OSError as exc:

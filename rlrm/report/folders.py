@@ -16,6 +16,7 @@ leaves a field empty, and each such thing is appended to `notes` (shown to the u
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlrm.errors import RunFolderError
+from rlrm.results_file import read_complete_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -213,7 +215,10 @@ def load_bench(path: Path, notes: list[str], name: str | None = None) -> BenchDa
     name = name or Path(path).resolve().name
     table = path / "results.csv" if (path / "results.csv").is_file() else path / "results.parquet"
     try:
-        results = pd.read_csv(table) if table.suffix == ".csv" else pd.read_parquet(table)
+        if table.suffix == ".csv":  # a cut file parses, with a changed last row: refused as bench simulate does
+            results = pd.read_csv(io.StringIO(read_complete_csv(table)))
+        else:
+            results = pd.read_parquet(table)
     except (ValueError, OSError) as exc:  # pandas' parser errors and pyarrow's are ValueErrors
         raise RunFolderError(f"{table} is unreadable: {exc}") from None
     summary = _read_json(path / "summary.json", notes, name)

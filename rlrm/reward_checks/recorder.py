@@ -33,6 +33,11 @@ class Recorder:
     def address(self) -> str:
         return self.balancer.address
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The balancer's own (the key, reward.server.headers_env's): a function's tokenizer check reads them."""
+        return self.balancer.headers
+
     async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
         entry: dict = {"path": path, "request": body}
         index = _SAMPLE.get()

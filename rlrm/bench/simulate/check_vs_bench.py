@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.bench.results import mode_stats
-from rlrm.bench.results_file import read_results
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.replay import injected_latencies
 from rlrm.bench.simulate.run import SimResult, run_simulation
 from rlrm.bench.simulate.spec import MODES, load_spec, spec_from_mapping
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.errors import RunFolderError
+from rlrm.results_file import read_results
 
 
 @dataclass

@@ -7,20 +7,27 @@
 
 A user tool is an `async def tool(arguments: str) -> str` (or `-> tuple[str, float]`: text and a reward),
 registered by name in a dict. The runner
-never lets a tool end a rollout: a raise, a run past `timeout_s`, a result over `max_chars`
-(truncated to it) and an unknown tool name all become an observation the policy reads, and each
-is counted under its own `agent/*` metric so a run shows how often its tools misbehave.
+never lets a tool end a rollout: a raise (SystemExit and KeyboardInterrupt included), a run past `timeout_s`,
+a result over `max_chars` (truncated to it) and an unknown tool name all become an observation the policy
+reads, and each is counted under its own `agent/*` metric so a run shows how often its tools misbehave.
+
+A user tool runs on an event loop of its own (rlrm/engine/rewards/side_loop.py), not on the loop that runs the
+rollouts: an `async def` that blocks inside (`time.sleep`, `requests.get`, a CPU loop) would otherwise stall
+every trajectory, and no timeout on that loop could fire. The caller's loop waits for the result with the
+deadline; a loop that a tool blocked is given up after `TOOL_LOOP_GRACE_S` and the next call gets a fresh one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
+from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.errors import ConfigError
 from rlrm.user_code import import_file
 
@@ -35,6 +42,9 @@ COUNTERS = (
     "malformed_calls",
     "version_restarts",  # a trajectory started over because new weights landed mid-way (loop.py)
 )
+# after a timed-out call, how long a user tool's loop may take to run a no-op before it is taken as blocked
+# and replaced; a healthy loop runs one in well under a millisecond
+TOOL_LOOP_GRACE_S = 1.0
 
 
 def build_tools(names: list[str], user_tools: dict[str, str] | None = None) -> dict[str, Tool]:
@@ -60,7 +70,13 @@ def load_user_tool(name: str, spec: str) -> Tool:
     fn = getattr(module, function, None)
     if not inspect.iscoroutinefunction(fn):
         raise ConfigError(f"{where}: {path} has no `async def {function}(arguments: str) -> str`; define one")
-    return fn
+    side = SideLoop(name, grace_s=TOOL_LOOP_GRACE_S, kind="tool")
+
+    @functools.wraps(fn)
+    async def on_side_loop(arguments: str):
+        return await side.call(fn, arguments)
+
+    return on_side_loop
 
 
 @dataclass
@@ -109,7 +125,7 @@ async def run_tool(
         return f"error: tool {name} took longer than {timeout_s:g}s"
     except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
         counts.add("tool_errors")
-        return f"error: tool {name} failed: {type(exc).__name__}: {exc}"[:max_chars]
+        return f"error: tool {name} failed: {_describe(exc)}"[:max_chars]
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str):
         result, reward = result
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
@@ -120,12 +136,22 @@ async def run_tool(
     if not isinstance(result, str):
         counts.add("tool_errors")
         return f"error: tool {name} returned {type(result).__name__}, not str"
+    result = str.__str__(result)  # a str subclass's own methods never run past here: plain text only
     if result.startswith("error:"):
         counts.add("tool_errors")
     if len(result) > max_chars:
         counts.add("truncated_observations")
         result = result[:max_chars]
     return result
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message`, even for an exception whose `__str__` raises."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - the user's __str__ may raise anything
+        text = "(its message could not be printed)"
+    return f"{type(exc).__name__}: {text}"
 
 
 async def _delayed(tool: Tool, arguments: str, delay_s: float):

@@ -4,6 +4,7 @@ failure policy, and counters for everything that went wrong.
     loop = RewardLoop(reward_fn, profile.reward)
     result = await loop.score(sample)      # RewardResult, or None when the sample's group must be dropped
     loop.take_metrics()                    # reward/latency_p50, reward/failures, ... since the last call
+    loop.take_hung()                       # the attempts past reward.timeout_s: sample, function, how long
 
 Nothing is ever silently zeroed: a sample that still fails after its retries is given
 `reward.default_score` (counted in `reward/defaulted`), dropped with its whole group (counted in
@@ -13,6 +14,7 @@ Nothing is ever silently zeroed: a sample that still fails after its retries is 
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import random
 import time
@@ -32,6 +34,8 @@ from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
 from rlrm.stats import quantile
+
+HUNG_KEPT = 1000  # hung-attempt records held between two take_hung() calls (the oldest go first)
 
 
 class RewardError(RlrmError):
@@ -119,6 +123,7 @@ class RewardLoop:
         self.stats = RewardStats()
         self.components = ComponentSpec(cfg.component_weights)  # names pinned by the profile or the first sample
         self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
+        self._hung: collections.deque[dict] = collections.deque(maxlen=HUNG_KEPT)
 
     async def score(self, sample: RewardSample) -> RewardResult | None:
         """The sample's reward, or None when it failed and its group is to be dropped."""
@@ -188,6 +193,15 @@ class RewardLoop:
             metrics.update(self.counters())
         return metrics
 
+    def take_hung(self) -> list[dict]:
+        """The attempts given up at reward.timeout_s since the last call (then cleared): one dict each, with the
+        sample (uid, index, prompt, response, data source, ground truth), the function, the attempt and how long
+        it ran before it was given up (a custom function's worker is killed by then: rlrm/engine/rewards/worker_pool.py).
+        The trainer appends them to `<run>/hung_rewards.jsonl`; each is also counted in reward/timeouts."""
+        hung = list(self._hung)
+        self._hung.clear()
+        return hung
+
     def check_budget(
         self, step: int, metrics: dict, dropped_groups: int = 0, of_samples: int | None = None, trained: bool = False
     ) -> None:
@@ -209,6 +223,7 @@ class RewardLoop:
         cfg = self.cfg
         for attempt in range(cfg.max_retries + 1):
             counted = False  # the attempt's model calls: from its result or error, else from its ledger
+            started = time.perf_counter()
             try:
                 with ledger_scope() as ledger:  # outlives an attempt its timeout cuts off
                     raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
@@ -223,6 +238,7 @@ class RewardLoop:
                 error: CallError = RequestTimeout(
                     f"reward function {self.name}: no reward within reward.timeout_s={cfg.timeout_s:g} s"
                 )
+                self._hung.append(self._hung_record(sample, attempt, time.perf_counter() - started))
             except (FunctionExited, SystemExit) as exc:  # sys.exit() in a user's function: a failed sample, named
                 code = exc.code
                 error = CallError(f"reward function {self.name} called sys.exit({code!r}); return a score instead")
@@ -242,6 +258,20 @@ class RewardLoop:
             delay = min(cfg.backoff_max_s, cfg.backoff_s * 2**attempt)
             await asyncio.sleep(delay * (0.5 + self._jitter.random()))  # jitter spreads retries out
         raise AssertionError("unreachable")
+
+    def _hung_record(self, sample: RewardSample, attempt: int, elapsed_s: float) -> dict:
+        return {
+            "uid": sample.uid,
+            "index": sample.index,
+            "function": self.name,
+            "attempt": attempt + 1,
+            "timeout_s": self.cfg.timeout_s,
+            "elapsed_s": round(elapsed_s, 3),  # until the attempt was given up (and its worker killed)
+            "prompt": sample.prompt,
+            "response": sample.solution_str,
+            "data_source": sample.data_source,
+            "ground_truth": sample.ground_truth,
+        }
 
     def _check(self, raw, sample: RewardSample) -> RewardResult:
         if isinstance(raw, RewardResult):

@@ -30,8 +30,8 @@ from rlrm.engine.rewards.threads import FunctionExited
 class SideLoop:
     """One event loop in a daemon thread for a user's async function, replaced when a call blocks it."""
 
-    def __init__(self, name: str, grace_s: float):
-        self.name, self.grace_s = name, grace_s
+    def __init__(self, name: str, grace_s: float, kind: str = "reward"):
+        self.name, self.grace_s, self.kind = name, grace_s, kind
         self.abandoned = 0  # loops given up for blocked (counted so that tests and logs can tell)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checks: set[asyncio.Task] = set()  # health checks in flight (held so they are not collected)
@@ -54,7 +54,7 @@ class SideLoop:
             loop = asyncio.new_event_loop()
             started = threading.Event()
             loop.call_soon(started.set)
-            thread = threading.Thread(target=loop.run_forever, name=f"reward-{self.name}-loop", daemon=True)
+            thread = threading.Thread(target=loop.run_forever, name=f"{self.kind}-{self.name}-loop", daemon=True)
             thread.start()
             started.wait()
             self._loop = loop

@@ -110,3 +110,14 @@ def test_a_run_whose_weights_blow_up_keeps_its_last_finite_checkpoint(tmp_path, 
     with pytest.raises(TrainingError, match="non-finite losses in a row"):
         train(run_dir)
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0001])  # cut inside the tensors, and inside the header
+def test_a_truncated_model_safetensors_is_one_line_naming_the_checkpoint(tmp_path, tiny_policy_path, keep):
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    weights = ckpt / "model" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: max(4, int(len(data) * keep))])  # a copy cut short, a full disk
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("error: checkpoint step_1: model.safetensors is damaged") and "delete" in lines[0]

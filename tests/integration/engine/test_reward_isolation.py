@@ -7,6 +7,7 @@ Real spawned processes throughout; "gone" is checked on the pid itself (signal 0
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -203,6 +205,7 @@ def test_a_run_with_a_reward_that_hangs_on_some_samples_goes_on_and_leaves_nothi
         "trainer.num_threads=1",
         "trainer.total_steps=2",
         "logging.console=none",
+        "logging.save_samples=true",
         "reward.kind=custom",
         f"reward.custom.path={fn}",
         "reward.custom.name=sometimes_hangs",
@@ -218,9 +221,25 @@ def test_a_run_with_a_reward_that_hangs_on_some_samples_goes_on_and_leaves_nothi
     assert result.last_step == 2
     rows = read_metrics(run / "metrics.jsonl")
     assert sum(r["reward/timeouts"] for r in rows) > 0  # some samples did hang, and were counted
+    # each hung sample is written to the run folder: the sample, the function, how long; exactly the counted ones
+    hung = [json.loads(line) for line in (run / "hung_rewards.jsonl").read_text().splitlines()]
+    assert len(hung) == sum(r["reward/timeouts"] for r in rows)
+    loops = [s for s in map(json.loads, (run / "samples.jsonl").read_text().splitlines()) if _loops(s["response"])]
+    assert loops and all(s["score"] == 0.0 for s in loops)  # reward.default_score, never a score the function gave
+    # every sample the function loops on is written; a sample that waited for a worker behind two hung ones can
+    # run out of its deadline too, and is written as well
+    assert {(s["step"], s["response"]) for s in loops} <= {(h["step"], h["response"]) for h in hung}
+    for record in hung:
+        assert record["function"] == "sometimes_hangs" and record["attempt"] == 1 and record["timeout_s"] == 1
+        assert record["elapsed_s"] >= 1.0 and record["step"] in (1, 2)
+        assert record["prompt"][-1]["role"] == "user" and record["ground_truth"]
     assert all(not _alive(pid) or pid in children_before for pid in _children()), "a reward worker outlived the run"
     spinning = [t.name for t in threading.enumerate() if t.name == "reward-sometimes_hangs"]  # run_abandonable's
     assert not spinning, f"threads still running the reward: {spinning}"  # on a thread, a hung call never ends
+
+
+def _loops(response: str) -> bool:
+    return zlib.crc32(response.encode()) % 5 == 0  # sometimes_hangs's own test
 
 
 def _children() -> set[int]:

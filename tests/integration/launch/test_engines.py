@@ -72,6 +72,16 @@ def test_dry_run_prints_the_command():
     assert "--port 8123" in result.output and "--convert classify" in result.output
 
 
+def test_a_tiny_alias_is_resolved_to_its_folder_for_vllm(tiny_policy_path):
+    result = CliRunner().invoke(
+        app, ["launch", "server", "--backend", "vllm", "--model", "tiny:policy", "--port", "8123", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    argv = result.output.split()
+    assert argv[argv.index("--model") + 1] == str(tiny_policy_path)  # vLLM cannot read "tiny:policy"
+    assert argv[argv.index("--served-model-name") + 1] == "tiny:policy"  # the name clients ask for
+
+
 def test_missing_engine_env_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("RLRM_VLLM_PYTHON", sys.executable)  # rlrm's own python: no vllm in this venv
     with pytest.raises(ConfigError, match=r"RLRM_VLLM_PYTHON=.* cannot import vllm.*bash scripts/setup.sh --vllm"):

@@ -230,3 +230,21 @@ def test_parity_matrix_folder_reads_as_its_pairs(tmp_path):
     assert "parity-legacy-float32-vs-loop-float32_scatter" in stems and len(stems) == 6
     summary = (tmp_path / "o" / "summary.md").read_text()
     assert "## Parity legacy-bfloat16-vs-loop-float32" in summary
+
+
+def test_a_benchmark_results_csv_cut_inside_its_last_row_is_refused(folders, tmp_path):
+    # a copy cut short parses (its last row holds "1.0" of "1.05"): the table would change with no word; refused
+    # as `rlrm bench simulate --from` refuses it, naming the file and the row
+    bench = tmp_path / "bench"
+    shutil.copytree(folders["bench"], bench)
+    table = bench / "results.csv"
+    text = table.read_text()
+    rows = text.count("\n") - 1
+    table.write_text(text[: text.rstrip("\n").rfind(",") + 3])
+    line = one_line_error(invoke(bench, "--out", tmp_path / "o"))
+    assert f"{table} row {rows} is cut short" in line and "truncated" in line
+    assert not (tmp_path / "o").exists()  # nothing half-written
+    # a row with a field too few (cut and a newline added after it) is refused too
+    table.write_text(text[: text.rstrip("\n").rfind(",")] + "\n")
+    line = one_line_error(invoke(bench, "--out", tmp_path / "o"))
+    assert f"{table} row {rows} has" in line and "fields" in line

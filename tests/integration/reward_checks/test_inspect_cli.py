@@ -86,6 +86,19 @@ def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path)
     assert strict.exit_code == 1 and "eos-in-response" in strict.output and "rendered for the DisRM" in strict.output
 
 
+def test_the_fapo_example_a_custom_reward_taking_the_judge_tokenizer_is_inspected(tmp_path):
+    # tiny-fapo's reward is the repository's own example: a custom function given reward_router_address and
+    # reward_model_tokenizer; inspect hands it a recording balancer, which must answer what train's does
+    path = write_rows(
+        tmp_path / "in.jsonl", [{"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}] * 2
+    )
+    result = invoke("--profile", "tiny-fapo", "--input", path, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert len(report["samples"]) == 2
+    assert all(isinstance(r["score"], float) for r in report["samples"]), report["samples"]
+
+
 @pytest.mark.slow
 def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
     path = write_rows(

@@ -38,6 +38,14 @@ def test_reward_loop_concurrency_leaves_room_for_every_sample_in_flight(tmp_path
         (["--set", "reward.inject.fail_rate=1.5"], "[0, 1]"),
         (["--latency", "none"], "latency is zero"),
         (["--tool-latency", "fixd:1"], "--tool-latency: bad latency spec 'fixd:1': unknown kind 'fixd'"),
+        (
+            ["--modes", "sync", "--repeats", "1000000"],
+            "--repeats 1000000 would start 2000000 training runs; at most 100 repeats",
+        ),
+        (
+            ["--tool-latency", "fixed:1", "--set", "rollout.agent.enabled=false"],
+            "--tool-latency needs tool rollouts, and --set rollout.agent.enabled=false turns them off",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_runs_nothing(tmp_path, args, message):

@@ -53,7 +53,58 @@ def _parity(tmp, rows, model):
 
 PAIR = {"prompt": "What is 2 + 3?", "response": "#### 5", "group_id": 1}
 
+
+def _tool(tmp, source):
+    path = _write(tmp / "my_tool.py", source)
+    return [
+        *TRAIN,
+        "--set",
+        "rollout.agent.enabled=true",
+        "--set",
+        "rollout.agent.tools=[calculator,mine]",
+        "--set",
+        f"rollout.agent.user_tools={{mine: {path}:mine}}",
+    ]
+
+
 CASES = [
+    (
+        "rollout.server.weights_dir is a file",
+        lambda t, m: [
+            *TRAIN,
+            "--set",
+            "rollout.backend=server",
+            "--set",
+            f"rollout.server.weights_dir={_write(t / 'w', 'x')}",
+        ],
+        1,
+        "w is a file, not a folder; set it to a writable local folder",
+    ),
+    (
+        "rollout.server.weights_dir under a file",
+        lambda t, m: [
+            *TRAIN,
+            "--set",
+            "rollout.backend=server",
+            "--set",
+            f"rollout.server.weights_dir={_write(t / 'w', 'x')}/sub",
+        ],
+        1,
+        "/w, a file, not a folder",
+    ),
+    # user tools: refused before the model loads and before a run folder exists
+    (
+        "user tool fails at import",
+        lambda t, m: _tool(t, "import not_a_module_anywhere\n"),
+        1,
+        "failed to import: ModuleNotFoundError",
+    ),
+    (
+        "user tool not async",
+        lambda t, m: _tool(t, "def mine(arguments):\n    return arguments\n"),
+        1,
+        "has no `async def mine(arguments: str) -> str`",
+    ),
     # run folders and output paths
     (
         "train --out is a file",
@@ -207,3 +258,23 @@ def test_bad_input_is_one_line_and_leaves_nothing_behind(tmp_path, monkeypatch, 
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert needle in lines[0]
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("model", "model path '/xxxxxxxxxx"),  # model.path: checked on disk, where the OS refuses the name
+        ("trainer", "trainer.total_steps: Input should be a valid integer"),  # a bad value repeated by the loader
+    ],
+)
+def test_a_10_mb_value_is_refused_in_one_short_line(tmp_path, monkeypatch, key, needle):
+    monkeypatch.chdir(tmp_path)
+    huge = "/" + "x" * 10_000_000
+    section = {"model": {"path": huge}, "trainer": {"total_steps": huge}}[key]
+    profile = _write(tmp_path / "huge.yaml", json.dumps({"extends": "tiny-rule", key: section}))  # JSON is YAML
+    result = CliRunner().invoke(app, ["train", "--profile", str(profile), "--console", "none", "--out", "run"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1, result.output[:500]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines[0][:500]
+    assert "... (10000003 characters)" in lines[0]  # the quoted value's length and len(lines[0]) < 600, lines[0][:600]
+    assert not (tmp_path / "run").exists()

@@ -49,3 +49,22 @@ def test_a_step_without_components_stops_with_one_line(model):
     batch, _ = grpo.prepare(completions(), off_policy=False, timer=StepTimer())
     with pytest.raises(TrainingError, match="no sample of the step reported reward components"):
         grpo.score(batch, [RewardResult(1.0)] * 6, StepTimer())
+
+
+@pytest.mark.parametrize("value", [float("nan"), "high"])
+def test_a_step_whose_components_all_failed_names_the_failure_not_missing_components(model, value):
+    # components without weights, every one NaN (or not a number): each sample is a counted failure, defaulted;
+    # the step must say that, not that no sample reported components
+    from rlrm.engine.rewards.components import ComponentSpec
+
+    with pytest.raises(Exception) as failed:
+        ComponentSpec({}).read({"reward_components": {"correct": value}}, "compute_score", "p0")
+    error = str(failed.value)
+    grpo = gdpo_step(model, {})
+    batch, _ = grpo.prepare(completions(), off_policy=False, timer=StepTimer())
+    results = [RewardResult(-1.0, {"reward_failed": True, "reward_error": error}) for _ in range(6)]
+    with pytest.raises(TrainingError) as stopped:
+        grpo.score(batch, results, StepTimer())
+    message = str(stopped.value)
+    assert "6 of 6 samples failed their reward" in message and error in message, message
+    assert "component correct" in error and "\n" not in message

@@ -1,6 +1,10 @@
 """A benchmark's results.csv read back, refusing a cut or non-finite file instead of using it.
 
     records = read_results(Path("bench/reward-latency-1/results.csv"))   # list of dicts, or RunFolderError
+    text = read_complete_csv(Path("bench/reward-latency-1/results.csv"))  # the text, only the cut checks
+
+Both `rlrm bench simulate --from` (read_results) and `rlrm report` (read_complete_csv) read it through here, so
+the two refuse the same damaged file with the same line.
 
 A results.csv that lost its last bytes (a copy cut short, a full disk) still parses: its last row holds a
 truncated number ("0.70" of "0.7031") and the comparison built on it is quietly wrong. The file is written
@@ -21,10 +25,8 @@ from rlrm.errors import RunFolderError
 MEASURED = ("tokens_per_s", "idle_trainer", "speedup_vs_sync")
 
 
-def read_results(path: Path) -> list[dict]:
-    """The rows of `path` as dicts (numbers parsed by pandas), after the checks in the module docstring."""
-    import pandas as pd
-
+def read_complete_csv(path: Path) -> str:
+    """The text of `path`, after the UTF-8, final-newline and field-count checks of the module docstring."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -47,6 +49,16 @@ def read_results(path: Path) -> list[dict]:
                 f"{path} row {number} has {len(row)} fields, the header {len(header)}: the file is damaged; "
                 "rerun the benchmark"
             )
+    return text
+
+
+def read_results(path: Path) -> list[dict]:
+    """The rows of `path` as dicts (numbers parsed by pandas), after the checks in the module docstring."""
+    import pandas as pd
+
+    path = Path(path)
+    text = read_complete_csv(path)
+    header = next(csv.reader(io.StringIO(text)))
     records = pd.read_csv(io.StringIO(text)).to_dict("records")
     for number, record in enumerate(records, start=1):
         for column in MEASURED:

@@ -1,0 +1,30 @@
+"""`<run>/hung_rewards.jsonl`: every reward attempt given up at `reward.timeout_s`, one JSON object per line.
+
+    log = HungRewardLog(run_dir / "hung_rewards.jsonl")
+    log.write(step, reward_loop.take_hung())   # nothing is written (or created) when nothing hung
+
+Each line holds the step it was written at, the sample (uid, index, prompt messages, response, data source,
+ground truth), the reward function's name, the attempt (1 = first), reward.timeout_s and `elapsed_s`, how long
+the attempt ran before it was given up. A custom sync function's worker process is killed at that moment
+(docs/security.md). The same attempts are counted in the step's `reward/timeouts`; this file says which samples
+they were, so the function can be run on them by hand. Lines are appended and never cut on resume: a hang
+happened even in a step a resumed run trains again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class HungRewardLog:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def write(self, step: int, records: list[dict]) -> None:
+        """Append `records` (RewardLoop.take_hung), each with `step` first; the file is created on the first one."""
+        if not records:
+            return
+        with self.path.open("a", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps({"step": step, **record}, default=str) + "\n")
