@@ -119,6 +119,25 @@ def input_file(tmp_path_factory, arithmetic_samples):
     return path
 
 
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """Small synthetic run, benchmark and parity folders (rlrm/report/synthetic.py), built once per session."""
+    from rlrm.report.synthetic import write_bench, write_parity, write_run
+
+    root = tmp_path_factory.mktemp("report-inputs")
+    return {
+        "a": write_run(root / "a", steps=12, mode="sync", seed=0),
+        "b": write_run(root / "b", steps=10, mode="stream", seed=1),
+        "bench": write_bench(root / "bench", modes=("sync", "stream", "one-step-off"), repeats=2, steps=5),
+        "parity": write_parity(root / "parity", groups=12, n=4, train_steps=6),
+    }
+
+
+@pytest.fixture
+def notes() -> list[str]:
+    return []
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests are skipped without a CUDA device; `vllm` tests run on the real engine when its environment is
     found (rlrm/launch/fleet/engine_env.py) and are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run),
