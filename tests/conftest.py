@@ -29,6 +29,14 @@ def tiny_policy_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tools_path(tiny_policy_path) -> Path:
+    """The prepared tiny tools policy (tiny:tools, built on first use, then reused)."""
+    from rlrm.engine.models.tiny import resolve_model_path
+
+    return Path(resolve_model_path("tiny:tools"))
+
+
+@pytest.fixture(scope="session")
 def random_disrm_path(tmp_path_factory, tiny_policy_path) -> Path:
     """A randomly initialised Qwen2 sequence classifier (num_labels=1) with the tiny tokenizer."""
     return _random_disrm(tmp_path_factory.mktemp("disrm"), tiny_policy_path)
@@ -87,6 +95,47 @@ def arithmetic_conversations() -> list[tuple[str, str, list[dict], str]]:
         ]
         rows += [(f"{ex.uid}#{j}", ex.uid, ex.prompt, response) for j, response in enumerate(responses)]
     return rows
+
+
+@pytest.fixture(scope="session")
+def arithmetic_samples(arithmetic_conversations) -> list:
+    """6 GRPO groups of 4 (`arithmetic_conversations` above) as parity samples."""
+    from rlrm.parity.inputs import ParitySample
+
+    return [ParitySample(*row) for row in arithmetic_conversations]
+
+
+@pytest.fixture(scope="session")
+def input_file(tmp_path_factory, arithmetic_samples):
+    """`arithmetic_samples` as the JSONL file `rlrm parity disrm --input` reads."""
+    import json
+
+    path = tmp_path_factory.mktemp("parity-in") / "samples.jsonl"
+    rows = [
+        {"prompt": s.prompt, "response": s.response, "group_id": s.group_id, "sample_id": s.sample_id}
+        for s in arithmetic_samples
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """Small synthetic run, benchmark and parity folders (rlrm/report/synthetic.py), built once per session."""
+    from rlrm.report.synthetic import write_bench, write_parity, write_run
+
+    root = tmp_path_factory.mktemp("report-inputs")
+    return {
+        "a": write_run(root / "a", steps=12, mode="sync", seed=0),
+        "b": write_run(root / "b", steps=10, mode="stream", seed=1),
+        "bench": write_bench(root / "bench", modes=("sync", "stream", "one-step-off"), repeats=2, steps=5),
+        "parity": write_parity(root / "parity", groups=12, n=4, train_steps=6),
+    }
+
+
+@pytest.fixture
+def notes() -> list[str]:
+    return []
 
 
 def pytest_collection_modifyitems(config, items):

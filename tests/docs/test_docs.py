@@ -229,7 +229,7 @@ def test_table_command_options_exist(where, path, options):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_named_repository_paths_exist(page):
-    """A path such as `rlrm/launch/fleet/pool.py` or `tests/engine/` named in a page exists (renames update the docs)."""
+    """A path such as `rlrm/launch/fleet/pool.py` or `tests/unit/engine/` named in a page exists (renames update the docs)."""
     text = page.read_text(encoding="utf-8")
     named = re.findall(r"(?<![\w./~-])((?:rlrm|tests|benchmarks|examples|scripts|profiles|docs)/[\w./-]*)", text)
     missing = sorted({p for p in named if not (ROOT / p.rstrip(".")).exists()})

@@ -18,7 +18,7 @@ Builds are deterministic for a seed and safe under concurrent callers.
 
 The seed-0 builds ship with the package (`shipped/`, about 10 MB): first use copies them into the cache in
 well under a second. Other seeds, and `--force`, build from the recipe. A slow test rebuilds them and checks
-that the recipe reproduces the shipped files (tests/engine/test_shipped_models.py).
+that the recipe reproduces the shipped files (tests/unit/engine/models/test_shipped_models.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""The actor on two FSDP2 ranks (real gloo processes) takes the optimizer steps one rank takes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlrm.config.schema import Profile
+from rlrm.engine.actor.actor import Actor
+from rlrm.engine.actor.batch import collate
+from rlrm.engine.actor.logprobs import response_log_probs
+from rlrm.engine.actor.shards import split_for_ranks
+from rlrm.inference.loading import load_causal_lm
+from tests.unit.engine.actor.test_actor_ranks import N, _completions
+
+MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def _batch(model, temperature=1.0):
+    batch = collate(_completions(), pad_token_id=0)
+    batch.group_ids = torch.arange(len(batch)) // N
+    batch.advantages = torch.linspace(-1.5, 1.5, len(batch))[
+        torch.randperm(len(batch), generator=torch.Generator().manual_seed(1))
+    ]
+    with torch.no_grad():
+        lp = response_log_probs(model, batch, temperature, 64)[0]
+    batch.old_log_prob = lp + 0.05 * torch.sin(torch.arange(lp.numel()).reshape(lp.shape).float())  # ratios != 1
+    return batch
+
+
+def _profile(path, mode, world_size) -> Profile:
+    # mini-batches of 3 prompts (2 optimizer steps), micro-batches of 3 samples
+    return Profile.model_validate(
+        {
+            "model": {"path": str(path)},
+            "data": {"train_batch_size": 6},
+            "rollout": {"n": N},
+            "actor": {
+                "lr": 1e-4,
+                "mini_batch_size": 3,
+                "micro_batch_size": 3,
+                "loss_agg_mode": mode,
+                "world_size": world_size,
+                "entropy_coeff": 0.01,
+                "clip_ratio_low": 0.02,
+                "clip_ratio_high": 0.02,
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_policy_path):
+    from rlrm.engine.actor.group import RankGroupActor
+    from rlrm.engine.actor.rank import RankSpec
+    from rlrm.engine.executor.rank_procs import RankProcesses
+
+    p = _profile(tiny_policy_path, MODES[0], 2)
+    ranks = RankProcesses(RankSpec(p, str(tiny_policy_path), None, world_size=2, device="cpu", threads=1))
+    ranks.start()
+    actor = RankGroupActor(ranks, load_causal_lm(str(tiny_policy_path), "float32", "cpu"), p)
+    try:
+        yield actor
+    finally:
+        actor.close()
+
+
+def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks, tiny_policy_path):
+    model = load_causal_lm(str(tiny_policy_path), "float32", "cpu")
+    batch = _batch(model)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    shards = split_for_ranks(batch.select(range(3 * N)), 2)
+    assert shards[0].batch.response_mask.sum() != shards[1].batch.response_mask.sum()  # unequal tokens per rank
+    assert sorted(len(s.rows) for s in shards) == [N, 2 * N]  # and unequal sequences
+    assert torch.allclose(
+        two_ranks.compute_old_log_prob(batch), response_log_probs(model, batch, 1.0, 64)[0], atol=1e-5
+    )
+    one = Actor(model, None, _profile(tiny_policy_path, MODES[0], 1).actor, temperature=1.0, total_steps=1, n=N)
+    # the modes one after the other on both sides (two optimizer steps each), compared after each
+    for mode in MODES:
+        two_ranks.ranks.call_all("configure", {"loss_agg_mode": mode})
+        one.cfg = one.cfg.model_copy(update={"loss_agg_mode": mode})
+        before = one.policy_state_dict()
+        before = {k: v.clone() for k, v in before.items()}
+        metrics = two_ranks.update(copy.deepcopy(batch))
+        want_metrics = one.update(copy.deepcopy(batch))
+        got, want = two_ranks.policy_state_dict(), one.policy_state_dict()
+        moved = max((want[k] - before[k]).abs().max().item() for k in want)
+        assert moved > 1e-4, mode  # the steps moved the weights by far more than the tolerance
+        worst = max((got[k] - want[k]).abs().max().item() for k in want)
+        assert worst < 1e-5, f"{mode}: weights differ by {worst:.2e} (moved {moved:.2e})"
+        for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
+            assert metrics[key] == pytest.approx(want_metrics[key], rel=1e-4, abs=1e-6), (mode, key)
+    assert max((want[k] - start[k]).abs().max().item() for k in want) > 5e-4

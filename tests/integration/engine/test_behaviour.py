@@ -1,0 +1,39 @@
+"""Old log-probs: recomputed by the actor or taken from the rollout engine (`actor.recompute_old_log_prob`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrm.config.loader import load_profile
+from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.trainer import start_run, train
+
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "actor.micro_batch_size=8",
+    "rollout.n=4",
+    "rollout.max_new_tokens=12",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "trainer.save_every=0",
+    "trainer.num_threads=1",
+    "logging.console=none",
+    "trainer.total_steps=1",
+]
+
+
+@pytest.mark.parametrize(("setting", "recomputed"), [("auto", False), ("always", True), ("auto-2-epochs", True)])
+def test_sync_step_recomputes_only_when_told(tmp_path, tiny_policy_path, setting, recomputed):
+    extra = (
+        ["actor.ppo_epochs=2", "actor.recompute_old_log_prob=auto"]
+        if setting == "auto-2-epochs"
+        else [f"actor.recompute_old_log_prob={setting}"]
+    )
+    run_dir = start_run(load_profile("tiny-rule", SMALL + extra), tmp_path / setting)
+    train(run_dir)
+    (row,) = read_metrics(run_dir / "metrics.jsonl")
+    # The gap to the engine's log-probs is measured only when the actor recomputed them.
+    assert ("rollout/log_prob_diff_max" in row) is recomputed
+    if recomputed:
+        assert row["rollout/log_prob_diff_max"] < 1e-4  # the engine's log-probs are the actor's up to float noise

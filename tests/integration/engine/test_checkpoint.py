@@ -1,0 +1,123 @@
+"""Checkpoints: nothing in one is unpickled, RNG states round-trip as tensors, non-finite weights
+are never saved nor resumed from."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.config.loader import load_profile
+from rlrm.engine.checkpoint import list_checkpoints
+from rlrm.engine.trainer import start_run, train
+from rlrm.errors import TrainingError
+
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "rollout.n=2",
+    "rollout.max_new_tokens=8",
+    "data.val_size=4",
+    "trainer.val_every=0",
+    "trainer.save_every=1",
+    "trainer.keep_checkpoints=10",
+    "trainer.num_threads=1",
+    "logging.console=none",
+]
+
+
+class _Payload:
+    """Unpickling this creates `marker`: what a malicious state.pt would do (with os.system instead)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _fake_checkpoint(tmp_path, tiny_policy_path):
+    """A run folder whose step_1 checkpoint holds the tiny policy (state.pt left to the test)."""
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=2"]), tmp_path / "run")
+    ckpt = run_dir / "checkpoints" / "step_1"
+    shutil.copytree(tiny_policy_path, ckpt / "model")
+    return run_dir, ckpt
+
+
+def _resume(run_dir):
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--console", "none"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return result.exit_code, lines
+
+
+def test_a_state_pt_with_a_pickle_payload_is_refused_and_never_runs(tmp_path, tiny_policy_path):
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    marker = tmp_path / "payload-ran"
+    torch.save({"actor": {}, "loader": {}, "step": 1, "rng": _Payload(marker)}, ckpt / "state.pt")
+    # The payload is live: an unrestricted load (what resume did before) runs it.
+    probe = tmp_path / "probe.pt"
+    torch.save({"rng": _Payload(tmp_path / "probe-ran")}, probe)
+    torch.load(probe, weights_only=False)
+    assert (tmp_path / "probe-ran").exists()
+
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("error: ") and "state.pt" in lines[0] and "weights_only=True" in lines[0]
+    assert not marker.exists()
+    assert list_checkpoints(run_dir) == [ckpt]  # nothing removed: the user decides
+
+
+def test_pickled_weights_in_the_model_folder_are_refused_before_loading(tmp_path, tiny_policy_path):
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    marker = tmp_path / "payload-ran"
+    torch.save({"w": _Payload(marker)}, ckpt / "model" / "pytorch_model.bin")
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert "pickled weights (pytorch_model.bin)" in lines[0] and "never unpickles" in lines[0]
+    assert not marker.exists()
+
+
+def test_a_checkpoint_with_non_finite_weights_is_not_resumed(tmp_path, tiny_policy_path):
+    from safetensors.torch import load_file, save_file
+
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    weights = load_file(ckpt / "model" / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name][0] = float("nan")
+    save_file(weights, ckpt / "model" / "model.safetensors", metadata={"format": "pt"})
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert f"checkpoint step_1 has non-finite weights ({name} holds NaN or inf)" in lines[0]
+
+
+def test_a_run_whose_weights_blow_up_keeps_its_last_finite_checkpoint(tmp_path, tiny_policy_path, monkeypatch):
+    from rlrm.engine.actor.actor import Actor
+
+    real_end_update = Actor.end_update
+
+    def end_update(self, history):
+        metrics = real_end_update(self, history)
+        if self.scheduler.last_epoch >= 2:  # the second update overflows (as a too-high lr in bf16 would)
+            with torch.no_grad():
+                next(iter(self.model.parameters())).fill_(float("inf"))
+        return metrics
+
+    monkeypatch.setattr(Actor, "end_update", end_update)
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=6"]), tmp_path / "run")
+    with pytest.raises(TrainingError, match="non-finite losses in a row"):
+        train(run_dir)
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0001])  # cut inside the tensors, and inside the header
+def test_a_truncated_model_safetensors_is_one_line_naming_the_checkpoint(tmp_path, tiny_policy_path, keep):
+    run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)
+    weights = ckpt / "model" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: max(4, int(len(data) * keep))])  # a copy cut short, a full disk
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("error: checkpoint step_1: model.safetensors is damaged") and "delete" in lines[0]

@@ -1,0 +1,273 @@
+"""The address rlrm hands a custom reward (`reward_router_address`), called with the HTTP clients users' functions
+use: aiohttp (whose `json()` refuses an answer not typed JSON), httpx, and the openai SDK. Every JSON answer, errors
+included, must say `application/json`: behind the SGLang router, `/v1/models` came back as `text/plain` and a 404
+with no body, and a verl-style function failed on every sample.
+
+The upstreams are real processes on free loopback ports: the embedded server (genrm and disrm), the SGLang router in
+front of the genrm one (as rlrm launches a generative judge), and a stand-in for a hosted API (tests/fixtures).
+The embedded servers are also called directly, as `rlrm launch server` serves them.
+
+    PYTHONPATH=$PWD python -m pytest -q tests/integration/engine/test_reward_address_clients.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.metered import MeteredBalancer
+from rlrm.engine.rewards.model_proxy import ModelProxy
+from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+from rlrm.launch.fleet.router import sglang_router, sglang_router_available
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from standin_openai_api import StandinOpenAIAPI  # noqa: E402
+
+KEY = "sk-standin-clients"
+CHAT = {"messages": [{"role": "user", "content": "1 + 1 = ?"}], "max_tokens": 2, "temperature": 0}
+GENERATIVE = [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/chat/completions", CHAT),
+    ("POST", "/v1/completions", {"prompt": "1 + 1 =", "max_tokens": 2, "temperature": 0}),
+    ("POST", "/generate", {"text": "1 + 1 =", "sampling_params": {"max_new_tokens": 2, "temperature": 0}}),
+]
+ENDPOINTS = {  # the JSON endpoints each upstream serves (a body's "model", when it has one, comes from /v1/models)
+    "router": GENERATIVE,
+    "genrm": GENERATIVE,
+    "genrm-direct": GENERATIVE,
+    "hosted": GENERATIVE[:2],
+    "disrm": [("GET", "/v1/models", None), ("POST", "/classify", {"input": "1 + 1 = 2"})],
+    "disrm-direct": [("GET", "/v1/models", None), ("POST", "/classify", {"input": "1 + 1 = 2"})],
+}
+BAD_BODY = {  # a request each upstream refuses with 400 (the hosted stand-in is not asked: it judges no bodies)
+    "router": ("POST", "/v1/chat/completions", {"messages": "not a list"}),
+    "genrm": ("POST", "/v1/chat/completions", {"messages": "not a list"}),
+    "genrm-direct": ("POST", "/v1/chat/completions", {"messages": "not a list"}),
+    "disrm": ("POST", "/classify", {"input": []}),
+    "disrm-direct": ("POST", "/classify", {"input": []}),
+}
+OPENAI_SHAPED = ["router", "genrm", "genrm-direct", "hosted"]
+
+
+@pytest.fixture(scope="module")
+def genrm(tiny_policy_path):
+    with ServerProcess(
+        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def disrm(random_disrm_path):
+    with ServerProcess(
+        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def router(genrm):
+    if not sglang_router_available():
+        pytest.skip("sglang-router not installed (extra: router)")
+    with sglang_router([genrm.url]) as r:
+        _wait_for_a_model(r.url)
+        yield r
+
+
+def _wait_for_a_model(url: str, timeout_s: float = 60.0) -> None:
+    """The router answers /health before its worker is registered; its /v1/models lists the model only after."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/models", timeout=5).json().get("data"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the router at {url} listed no model within {timeout_s:g} s")
+
+
+@pytest.fixture(scope="module")
+def hosted():
+    with StandinOpenAIAPI(KEY, rpm=60000) as api:
+        yield api
+
+
+@pytest.fixture()
+def upstream(request):
+    """(the URL the balancer sends to, its key, whether the test calls it through the forwarder)"""
+    name = request.param
+    if name == "hosted":
+        return request.getfixturevalue("hosted").base_url.removesuffix("/v1"), KEY, True
+    server = request.getfixturevalue(name.removesuffix("-direct"))
+    return server.url, None, not name.endswith("-direct")
+
+
+@asynccontextmanager
+async def address(upstream):
+    """The base URL a function's client calls: a leased forwarder port (as `reward_router_address`), or the server."""
+    url, key, forwarded = upstream
+    if not forwarded:
+        yield url
+        return
+    balancer = ReplicaBalancer([url], api_key=key)
+    proxy = ModelProxy(MeteredBalancer(balancer, RewardConfig()), timeout_s=60)
+    try:
+        async with proxy.lease() as host_port:
+            yield f"http://{host_port}"  # verl's functions add the scheme to the host:port they are given
+    finally:
+        await proxy.close()
+        await balancer.close()
+
+
+def cases(names):
+    return pytest.mark.parametrize("upstream", names, indirect=True)
+
+
+@cases(list(ENDPOINTS))
+def test_aiohttp_reads_every_answer_with_its_content_type_check(upstream, request):
+    import aiohttp
+
+    name = request.node.callspec.params["upstream"]
+
+    async def scenario():
+        answers, model = [], None
+        async with address(upstream) as base, aiohttp.ClientSession() as session:
+            for method, path, body in ENDPOINTS[name]:
+                body = {**body, "model": model} if body is not None and model else body
+                async with session.request(method, base + path, json=body) as resp:
+                    answer = await resp.json()  # raises ContentTypeError unless the answer says application/json
+                    answers.append((path, resp.status))
+                if path == "/v1/models":
+                    model = answer["data"][0]["id"]
+            if name in BAD_BODY:
+                method, path, body = BAD_BODY[name]
+                async with session.request(method, base + path, json=body) as resp:
+                    answers.append((path, resp.status, bool((await resp.json())["error"]["message"])))
+            async with session.post(base + "/v1/no-such-path", json={}) as resp:
+                answers.append(("/v1/no-such-path", resp.status, bool((await resp.json())["error"]["message"])))
+        return answers
+
+    expected = [(path, 200) for _, path, _ in ENDPOINTS[name]]
+    if name in BAD_BODY:
+        expected.append((BAD_BODY[name][1], 400, True))
+    expected.append(("/v1/no-such-path", 404, True))
+    assert asyncio.run(scenario()) == expected
+
+
+@cases(list(ENDPOINTS))
+def test_httpx_sees_application_json_on_every_answer(upstream, request):
+    import httpx
+
+    name = request.node.callspec.params["upstream"]
+
+    async def scenario():
+        types, model = [], None
+        async with address(upstream) as base, httpx.AsyncClient(base_url=base, timeout=60) as client:
+            calls = ENDPOINTS[name] + ([BAD_BODY[name]] if name in BAD_BODY else []) + [("POST", "/v1/x", {})]
+            for method, path, body in calls:
+                body = {**body, "model": model} if body is not None and model else body
+                r = await client.request(method, path, json=body)
+                types.append((path, r.status_code, r.headers["content-type"].split(";")[0]))
+                if path == "/v1/models":
+                    model = r.json()["data"][0]["id"]
+                else:
+                    r.json()
+        return types
+
+    types = asyncio.run(scenario())
+    assert [t for t in types if t[2] != "application/json"] == [], types
+    assert [status for *_, status, _ in types[: len(ENDPOINTS[name])]] == [200] * len(ENDPOINTS[name])
+
+
+@cases(OPENAI_SHAPED)
+def test_the_openai_sdk_lists_models_and_chats_through_the_address(upstream, request):
+    import openai
+
+    name = request.node.callspec.params["upstream"]
+
+    async def scenario():
+        async with address(upstream) as base:
+            client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+            try:
+                models = [m.id async for m in client.models.list()]
+                chat = await client.chat.completions.create(model=models[0], **CHAT)
+                text = None
+                if name != "hosted":  # the stand-in serves chat only
+                    done = await client.completions.create(model=models[0], prompt="1 + 1 =", max_tokens=2)
+                    text = done.choices[0].text
+                with pytest.raises(openai.NotFoundError) as missing:
+                    await client.post("/no-such-path", body={}, cast_to=object)
+            finally:
+                await client.close()
+        return models, chat, text, missing.value
+
+    models, chat, text, missing = asyncio.run(scenario())
+    assert len(models) == 1 and models[0]
+    assert isinstance(chat.choices[0].message.content, str) and chat.choices[0].finish_reason in ("stop", "length")
+    assert name == "hosted" or isinstance(text, str)
+    assert missing.status_code == 404 and "no-such-path" in missing.message
+
+
+@cases(["router", "genrm", "genrm-direct"])
+def test_health_answers_200_as_plain_text(upstream):
+    import httpx
+
+    async def scenario():
+        async with address(upstream) as base, httpx.AsyncClient(base_url=base) as client:
+            return await client.get("/health")
+
+    r = asyncio.run(scenario())
+    assert r.status_code == 200 and r.text.lower() == "ok" and r.headers["content-type"].startswith("text/plain")
+
+
+VERL_STYLE = """
+import aiohttp
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info, reward_router_address=None):
+    base = f"http://{reward_router_address}"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base}/v1/models") as resp:
+            model = (await resp.json())["data"][0]["id"]
+        payload = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Answer: {solution_str}\\nReference: {ground_truth}\\nScore 0-10:"}],
+            "max_tokens": 4,
+            "temperature": 0,
+        }
+        async with session.post(f"{base}/v1/chat/completions", json=payload) as resp:
+            verdict = (await resp.json())["choices"][0]["message"]["content"]
+    return {"score": float(ground_truth in solution_str), "verdict": verdict}
+"""
+
+
+def test_a_verl_style_async_function_scores_every_sample_in_a_run(tmp_path):
+    # as verl's reward-loop docs write one: async, aiohttp, the model's name from /v1/models, then the judge; rlrm
+    # launches the tiny judge (behind the SGLang router where it is installed) and hands the function the address
+    from test_trainer import SMALL
+
+    from rlrm.config.loader import load_profile
+    from rlrm.engine.metrics.metrics_file import read_metrics
+    from rlrm.engine.trainer import start_run, train
+
+    path = tmp_path / "verl_style.py"
+    path.write_text(VERL_STYLE)
+    overrides = ["reward.server.model=tiny:policy", "trainer.total_steps=1", "trainer.val_every=100"]
+    profile = load_profile("tiny-fapo", [*SMALL, *overrides, f"reward.custom.path={path}"])
+    run_dir = start_run(profile, tmp_path / "run")
+    assert train(run_dir).last_step == 1
+    (row,) = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
+    samples = 4 * 4  # data.train_batch_size x rollout.n (SMALL)
+    assert row["reward/failures"] == 0 and row["reward/defaulted"] == 0
+    assert row["reward/model_calls"] == 2 * samples and row["reward/model_not_found"] == 0

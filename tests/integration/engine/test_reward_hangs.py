@@ -1,0 +1,185 @@
+"""A custom reward that never returns, or that calls sys.exit, cannot hold or silently end a run.
+
+The trainer runs as a real subprocess: what is checked is when the process itself exits and what it says.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+TINY = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "rollout.n=2",
+    "data.val_size=4",
+    "trainer.num_threads=1",
+    "trainer.val_every=0",
+    "trainer.val_before_train=false",
+    "reward.kind=custom",
+    "reward.max_retries=0",
+]
+BLOCKS = "import time\n\ndef never_returns(data_source, solution_str, ground_truth, extra_info):\n    time.sleep(600)\n"
+# async functions that block the event loop they run on (before: on the reward loop's own, where no timeout fires)
+ASYNC_BLOCKS = {
+    "sleeps": "import time\n\nasync def sleeps(data_source, solution_str, ground_truth, extra_info):\n"
+    "    time.sleep(3600)\n",
+    "spins": "async def spins(data_source, solution_str, ground_truth, extra_info):\n    while True:\n        pass\n",
+    "awaits_forever": "import asyncio\n\nasync def awaits_forever(data_source, solution_str, ground_truth, extra_info):\n"
+    "    await asyncio.sleep(1e9)\n",
+}
+EXITS = "import sys\n\ndef quits(data_source, solution_str, ground_truth, extra_info):\n    sys.exit(3)\n"
+
+
+def _train(tmp_path: Path, source: str, name: str, timeout_s: float) -> subprocess.CompletedProcess:
+    fn = tmp_path / "reward_fn.py"
+    fn.write_text(source)
+    sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.timeout_s=1"]
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
+    argv += ["--steps", "2", "--console", "none", *(a for s in sets for a in ("--set", s))]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # timeout_s is the bound: half the blocking function's 600 s (a hang raises TimeoutExpired)
+    return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+
+
+def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path):
+    # before: every sample timed out after 1 s, then the process waited for the 600-s sleeps to end
+    done = _train(tmp_path, BLOCKS, "never_returns", timeout_s=300)
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
+    assert "timeouts 8" in lines[0]
+    assert "reward function never_returns: no reward within reward.timeout_s=1 s" in lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(ASYNC_BLOCKS))
+def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path, name):
+    # before ("sleeps", "spins"): the function blocked the reward loop's event loop, no timeout fired, and the
+    # run hung until the subprocess bound (the function's 3600 s, or forever); 60 s is far below either and far above a 1-s deadline
+    done = _train(tmp_path, ASYNC_BLOCKS[name], name, timeout_s=60)
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
+    assert "timeouts 8" in lines[0]
+    assert f"reward function {name}: no reward within reward.timeout_s=1 s" in lines[0]
+
+
+LEAKS = (
+    "import asyncio\n\nasync def leaks(data_source, solution_str, ground_truth, extra_info):\n"
+    "    asyncio.get_running_loop().create_task(asyncio.sleep(1e9))  # never awaited, never ends\n"
+    "    return 1.0\n"
+)
+
+
+def test_an_async_reward_that_leaks_tasks_trains_and_exits(tmp_path, tiny_policy_path):
+    done = _train(tmp_path, LEAKS, "leaks", timeout_s=60)
+    assert done.returncode == 0, done.stderr
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 2 and all('"reward/failures": 0' in row for row in rows), rows
+
+
+def test_sys_exit_inside_a_reward_is_a_named_failure_not_a_silent_exit(tmp_path, tiny_policy_path):
+    done = _train(tmp_path, EXITS, "quits", timeout_s=300)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)  # before: exit code 3, no message
+    out = done.stdout + done.stderr
+    assert "reward function quits called sys.exit(3)" in out, out
+
+
+@pytest.mark.parametrize("code", [None, "bye"])
+def test_the_thread_runner_reports_any_exit(code):
+    import asyncio
+
+    from rlrm.engine.rewards.threads import FunctionExited, run_abandonable
+
+    def quits():
+        sys.exit(code)
+
+    with pytest.raises(FunctionExited) as info:
+        asyncio.run(run_abandonable(quits))
+    assert info.value.code == code
+
+
+def test_an_abandoned_call_does_not_hold_the_event_loop_or_its_shutdown():
+    import asyncio
+    import threading
+
+    from rlrm.engine.rewards.threads import run_abandonable
+
+    release = threading.Event()
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(run_abandonable(release.wait), 0.2)
+        return await run_abandonable(lambda: 7)
+
+    assert asyncio.run(main()) == 7
+    # asyncio.run returned while the abandoned call still blocks (asyncio.to_thread's executor would join it)
+    assert any(t.name.startswith("reward-") and t.is_alive() for t in threading.enumerate())
+    release.set()
+
+
+def test_the_side_loop_is_reused_and_a_blocked_one_is_given_up():
+    import asyncio
+    import threading
+    import time
+
+    from rlrm.engine.rewards.side_loop import SideLoop
+
+    release = threading.Event()
+    side = SideLoop("fn", grace_s=0.2)
+
+    async def loop_id():
+        return id(asyncio.get_running_loop())
+
+    async def leaks_a_blocker():
+        async def blocks():
+            release.wait()  # a leaked task that blocks the loop it was left on
+
+        asyncio.get_running_loop().create_task(blocks())
+        return "never delivered"
+
+    async def main():
+        first, second = await side.call(loop_id), await side.call(loop_id)
+        assert first == second != id(asyncio.get_running_loop())  # one side loop, reused; never the caller's
+        started = time.perf_counter()
+        with pytest.raises(asyncio.TimeoutError):  # its result would be delivered after the blocker: never
+            await asyncio.wait_for(side.call(leaks_a_blocker), 0.2)
+        waited_s = time.perf_counter() - started
+        await asyncio.sleep(0.5)  # the health check's grace
+        assert side.abandoned == 1
+        assert await side.call(loop_id) != first  # a fresh loop serves the next call
+        return waited_s
+
+    try:
+        waited_s = asyncio.run(main())
+    finally:
+        release.set()
+    assert waited_s < 10 * 0.2  # the caller waited for its deadline, not for the blocked loop
+
+
+def test_sys_exit_in_an_async_reward_is_reported_and_its_loop_goes_on():
+    import asyncio
+
+    from rlrm.engine.rewards.side_loop import SideLoop
+    from rlrm.engine.rewards.threads import FunctionExited
+
+    side = SideLoop("quits", grace_s=1.0)
+
+    async def quits():
+        sys.exit(3)
+
+    async def seven():
+        return 7
+
+    async def main():
+        with pytest.raises(FunctionExited) as info:
+            await asyncio.wait_for(side.call(quits), 10)
+        return info.value.code, await asyncio.wait_for(side.call(seven), 10)  # asyncio would re-raise SystemExit
+        # out of run_forever and end the side loop's thread: the next call would then never be answered
+
+    assert asyncio.run(main()) == (3, 7)

@@ -1,0 +1,170 @@
+"""Trackers beside metrics.jsonl (rlrm/engine/metrics/trackers.py): read back from TensorBoard's event files, the
+wandb offline run folder and the MLflow file store; a missing extra is one line before anything is written."""
+
+from __future__ import annotations
+
+import glob
+import struct
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.config.loader import load_profile
+from rlrm.engine.metrics import trackers
+from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.metrics.trackers import RunLog, check_trackers, run_id
+from rlrm.engine.trainer import start_run, train
+from rlrm.errors import ConfigError
+from tests.unit.engine.metrics.test_trackers import ROWS, tensorboard_scalars
+
+SECRET = "sk-audit-test-do-not-write-0123456789"
+
+
+def wandb_records(run_folder: Path) -> list:
+    """The records of a wandb offline run file (LevelDB log format: 32 KiB blocks, 7-byte chunk headers)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = glob.glob(str(run_folder / "*.wandb"))
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, out, buf = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if length == 0 and kind == 0:  # padding up to the block's end
+            pos += left
+            continue
+        buf = data[pos + 7 : pos + 7 + length] if kind in (1, 2) else buf + data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = pb.Record()
+            record.ParseFromString(buf)
+            out.append(record)
+    return out
+
+
+def profile_with(*overrides):
+    return load_profile("tiny-rule", ["logging.trackers=[tensorboard, wandb, mlflow]", *overrides])
+
+
+def test_every_tracker_gets_the_rows_and_the_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)  # offline: never used, never written
+    monkeypatch.setenv("RLRM_API_KEY", SECRET)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    profile = profile_with("actor.lr=3e-4")
+    log = RunLog(run_dir, profile, keep_through_step=0)
+    for row in ROWS:
+        log.log(row)
+    log.close()
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2]  # metrics.jsonl as always
+
+    tb = tensorboard_scalars(run_dir / "tensorboard")
+    assert tb["critic/score/mean"] == [(1, 0.5), (2, 0.75)] and tb["val/accuracy"] == [(0, 0.25)]
+    assert tb["reward/failures"] == [(1, 0.0), (2, 2.0)]
+    assert "note" not in tb and "flag" not in tb and "actor/grad_norm" not in tb  # text, bools, NaN left out
+
+    (folder,) = glob.glob(str(run_dir / "wandb" / "offline-run-*"))
+    records = wandb_records(Path(folder))
+
+    def item(i):  # wandb stores a name with "/" as its parts
+        return i.key or "/".join(i.nested_key)
+
+    history = [
+        {item(i): float(i.value_json) for i in r.history.item if not item(i).startswith("_")}
+        | {"_step": r.history.step.num}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
+    assert history == [
+        {"val/accuracy": 0.25, "_step": 0},
+        {"critic/score/mean": 0.5, "response_length/mean": 13.0, "reward/failures": 0.0, "_step": 1},
+        {"critic/score/mean": 0.75, "response_length/mean": 14.5, "reward/failures": 2.0, "_step": 2},
+    ]
+    (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    config = {i.key: i.value_json for i in run_record.config.update}
+    assert run_record.run_id == run_id(run_dir) and '"lr":0.0003' in config["actor"].replace(" ", "")
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
+    history = client.get_metric_history(run.info.run_id, "critic/score/mean")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, 0.75)]
+    assert run.data.params["actor.lr"] == "0.0003" and run.info.status == "FINISHED"
+    artifact = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
+    assert "lr: 0.0003" in artifact.read_text()
+
+    for path in run_dir.rglob("*"):  # no key anywhere in the run folder
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+
+
+def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path):
+    profile = load_profile(
+        "tiny-rule",
+        [
+            "data.train_batch_size=4",
+            "actor.mini_batch_size=2",
+            "rollout.n=4",
+            "rollout.max_new_tokens=8",
+            "data.val_size=8",
+            "trainer.total_steps=2",
+            "trainer.val_every=2",
+            "trainer.save_every=0",
+            "trainer.num_threads=1",
+            "logging.console=none",
+            "logging.trackers=tensorboard",
+            f"logging.tracker_dir={tmp_path / 'trackers'}",
+        ],
+    )
+    run_dir = start_run(profile, tmp_path / "run")
+    train(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    tb = tensorboard_scalars(tmp_path / "trackers" / "tensorboard")
+    for key in ("critic/score/mean", "val/accuracy", "response_length/mean", "perf/throughput"):
+        expected = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        assert [(s, pytest.approx(v)) for s, v in tb[key]] == expected, key
+    assert not (run_dir / "tensorboard").exists()  # logging.tracker_dir is where they go
+
+
+def test_a_missing_extra_is_one_line_with_the_pip_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(trackers.EXTRAS, "wandb", ("rlrm_no_such_module_for_test", "wandb"))
+    with pytest.raises(
+        ConfigError, match=r"logging.trackers has wandb, which is not installed: pip install 'rlrm\[wandb\]'"
+    ):
+        check_trackers(profile_with().logging)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-rule", "--set", "logging.trackers=wandb", "--out", str(out)]
+    )
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and "pip install 'rlrm[wandb]'" in lines[0], result.output
+    assert not out.exists() and not (tmp_path / "runs").exists()  # refused before the run folder exists
+
+
+def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    profile = load_profile("tiny-rule", ["logging.trackers=[tensorboard, mlflow]"])
+    first = RunLog(run_dir, profile, keep_through_step=0)
+    for row in ROWS:
+        first.log(row)
+    first.close()
+    again = RunLog(run_dir, profile, keep_through_step=1)  # checkpoint at step 1: step 2 is trained again
+    again.log({"step": 2, "critic/score/mean": 0.9})
+    again.close()
+    assert tensorboard_scalars(run_dir / "tensorboard")["critic/score/mean"] == [
+        (1, 0.5),
+        (2, pytest.approx(0.9)),
+    ]  # purged, rewritten
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
+    assert len(runs) == 1  # the same MLflow run, not a second one

@@ -1,0 +1,236 @@
+"""Distributed weight sync (`rollout.server.weight_sync: distributed`) against real embedded policy servers:
+SGLang's /init_weights_update_group + /update_weights_from_distributed contract over a real gloo group,
+refusals that leave the group usable, and a replica killed (-9) while the trainer broadcasts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rlrm.config.servers import RolloutServerConfig
+from rlrm.inference.base import SamplingParams
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+from rlrm.launch.client.weight_broadcast import WeightBroadcast
+from rlrm.launch.client.wire import SGLangWire
+from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+from rlrm.launch.fleet.server_fleet import ServerFleet
+
+ARGS = ["--threads", "1", "--weight-sync-timeout-s", "30"]
+
+
+def _state(model_path, shift):
+    from safetensors.torch import load_file
+
+    return {k: v + shift for k, v in load_file(str(Path(model_path) / "model.safetensors")).items()}
+
+
+def _generate(url, seed=3):
+    body = {
+        "input_ids": [5, 6, 7, 8],
+        "return_logprob": True,
+        "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "sampling_seed": seed},
+    }
+    out = httpx.post(url + "/generate", json=body, timeout=60).json()
+    return (
+        out["output_ids"],
+        [e[0] for e in out["meta_info"]["output_token_logprobs"]],
+        out["meta_info"]["weight_version"],
+    )
+
+
+@pytest.fixture(scope="module")
+def two_replicas(tiny_policy_path, tmp_path_factory):
+    extra = ARGS + ["--weights-dir", str(tmp_path_factory.getbasetemp())]  # every test's tmp_path is inside
+    a = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra))
+    b = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra))
+    with a, b:
+        yield a, b
+
+
+def test_a_broadcast_reaches_both_replicas_as_one_version_and_equals_loading_the_same_weights_from_disk(
+    two_replicas, tiny_policy_path, tmp_path
+):
+    a, b = two_replicas
+    base = _generate(a.url)
+    sync = WeightBroadcast(SGLangWire(), "gloo", timeout_s=30)
+    try:
+        assert sync.open([a.url, b.url]) == ({}, None)
+        shifted = _state(tiny_policy_path, 0.05)
+        assert sync.send(shifted, version=5) == ({}, None)
+        on_a, on_b = _generate(a.url), _generate(b.url)
+    finally:
+        sync.close()
+    assert on_a[2] == on_b[2] == "5" and on_a == on_b
+    assert on_a[1] != base[1]  # the weights changed
+    # the same weights from disk into b: what it generates does not move by a bit
+    path = WeightFiles(str(tmp_path)).write(shifted, version=6)
+    done = httpx.post(
+        b.url + "/update_weights_from_disk", json={"model_path": str(path), "weight_version": "6"}, timeout=60
+    )
+    assert done.json()["success"] is True
+    from_disk = _generate(b.url)
+    assert from_disk[:2] == on_a[:2] and from_disk[2] == "6"
+    # the group is gone on both: an update now is refused at once, naming what to do
+    refused = httpx.post(
+        a.url + "/update_weights_from_distributed", json={"names": [], "dtypes": [], "shapes": []}
+    ).json()
+    assert refused == {
+        "success": False,
+        "message": "no weight-update group 'weight_update_group': POST /init_weights_update_group first",
+    }
+
+
+def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replicas, tiny_policy_path):
+    import torch
+
+    a, b = two_replicas
+    before = _generate(a.url)
+    sync = WeightBroadcast(SGLangWire(), "gloo", timeout_s=30)
+    try:
+        assert sync.open([a.url, b.url]) == ({}, None)
+        state = _state(tiny_policy_path, 0.02)
+        renamed = {("model.embed.weight" if k == "model.embed_tokens.weight" else k): v for k, v in state.items()}
+        failures, error = sync.send(renamed, version=8)
+        assert error is None and set(failures) == {a.url, b.url}
+        assert failures[a.url].startswith(
+            f"weights not loaded, still version {before[2]}: the broadcast weights do not "
+            "fit this model: missing ['model.embed_tokens.weight'"
+        )
+        wrong = dict(state, **{"model.norm.weight": torch.ones(7)})
+        failures, error = sync.send(wrong, version=8)
+        assert error is None and "model.norm.weight has shape (7,), the model's is (" in failures[b.url]
+        assert _generate(a.url) == before  # untouched by either
+        assert sync.send(state, version=9) == ({}, None)  # every tensor was received both times: still in step
+        assert _generate(a.url)[2] == _generate(b.url)[2] == "9"
+    finally:
+        sync.close()
+
+
+def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas_timeout():
+    from pydantic import ValidationError
+
+    with pytest.raises(
+        ValidationError,
+        match=r"weight_sync=distributed is not served by vllm .*use "
+        r"rollout.server.weight_sync=disk",
+    ):
+        RolloutServerConfig(backend="vllm", weight_sync="distributed")
+    assert RolloutServerConfig().weight_sync == "disk" and RolloutServerConfig().weight_sync_backend == "auto"
+    # launched embedded replicas get the group's timeout; disk sync adds nothing
+    cfg = RolloutServerConfig(weight_sync="distributed", sync_timeout_s=42)
+    assert ServerFleet(cfg.fleet_spec(), role="policy", model_path="m").extra_args()[-2:] == [
+        "--weight-sync-timeout-s",
+        "42",
+    ]
+    assert (
+        "--weight-sync-timeout-s"
+        not in ServerFleet(RolloutServerConfig().fleet_spec(), role="policy", model_path="m").extra_args()
+    )
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_of_two_replicas_with_distributed_sync(tiny_policy_path, tmp_path):
+    """A replica dies mid-run: nothing lost, it comes back only with the current weights, and later broadcasts reach both."""
+    cfg = RolloutServerConfig(router="client", threads=1, replicas=2, weight_sync="distributed", sync_timeout_s=30)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
+    engine = ServerRolloutEngine(
+        fleet,
+        SGLangWire(),
+        WeightFiles(str(tmp_path)),
+        request_timeout_s=60,
+        sync_timeout_s=30,
+        weight_sync="distributed",
+        sync_backend="gloo",
+    )
+    prompts = [[5, 6, 7 + i] for i in range(16)]
+    sampling = [SamplingParams(max_new_tokens=8, seed=i) for i in range(16)]
+
+    async def wait_for(check, what, timeout_s=120):
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.05)
+
+    async def scenario():
+        await engine.start()
+        try:
+            engine.update_weights(_state(tiny_policy_path, 0.05), version=1)
+            reference = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, sampling)))
+            victim, survivor = engine.fleet.pool.servers
+            victim.kill()  # kill -9 of its process group
+            await wait_for(lambda: not victim.alive(), "the killed replica stayed alive", 10)
+            after = await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, sampling)))
+            # still down (a restart takes seconds: python, torch, the model): left out of the group
+            engine.update_weights(_state(tiny_policy_path, 0.07), version=2)
+            first = engine.take_metrics()
+            await wait_for(
+                lambda: victim.url in engine.broadcast.awaiting, "the restarted replica never waited for weights"
+            )
+            waiting = [
+                httpx.get(victim.url + "/health").status_code,
+                httpx.post(victim.url + "/generate", json={"input_ids": [5]}).status_code,
+            ]
+            await asyncio.to_thread(
+                engine.update_weights, _state(tiny_policy_path, 0.09), 3
+            )  # the group rebuilt with it
+            await wait_for(lambda: httpx.get(victim.url + "/health").status_code == 200, "it never came back")
+            served = [_generate(victim.url), _generate(survivor.url)]
+            await asyncio.to_thread(engine.update_weights, _state(tiny_policy_path, 0.11), 4)  # no rebuild: both in it
+            later = [_generate(victim.url), _generate(survivor.url)]
+            return reference, after, first, waiting, served, later, engine.take_metrics()
+        finally:
+            await engine.close()
+
+    reference, after, first, waiting, served, later, metrics = asyncio.run(scenario())
+    assert [c.token_ids for c in after] == [c.token_ids for c in reference]  # nothing lost, same samples
+    assert all(c.policy_version == 1 for c in after)
+    assert first["rollout/sync_skipped"] == 1
+    assert waiting == [503, 503]  # restarted: never serves the base model (or version 1) while it waits
+    assert served[0] == served[1] and served[0][2] == "3"
+    assert later[0] == later[1] and later[0][2] == "4" and later[0][1] != served[0][1]
+    assert (
+        first["rollout/replica_restarts"] + metrics["rollout/replica_restarts"] == 1
+        and metrics["rollout/sync_skipped"] == 0
+    )
+    assert metrics["timing_s/weight_broadcast"] > 0 and metrics["timing_s/weight_write"] == 0
+    assert not any(s.alive() for s in engine.fleet.pool.servers)  # torn down by pid
+
+
+def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_path, tiny_policy_path):
+    """Through the real `rlrm` command: before, two raw `[W ... socket.cpp] [c10d] waitForInput ...` lines from
+    the trainer's TCPStore came first on stderr; the group join fails here because the replicas get 1 ms."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    sets = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.replicas=2",
+        "rollout.server.weight_sync=distributed",
+        "rollout.server.sync_timeout_s=0.001",  # too short for anything to join, however idle the machine
+        f"rollout.server.weights_dir={tmp_path / 'w'}",
+        "data.train_batch_size=2",
+        "actor.mini_batch_size=2",
+        "rollout.n=2",
+        "trainer.val_every=0",
+        "trainer.val_before_train=false",
+    ]
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1"]
+    argv += ["--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))]
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "RLRM_DEBUG")}
+    env.update(PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
+    done = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1, lines
+    assert not [line for line in lines if "c10d" in line or line.startswith("[W")], lines
+    assert len(lines) == 1 and lines[0].startswith("error: rollout replica "), lines  # could not join, or refused
+    assert not (tmp_path / "run").exists()

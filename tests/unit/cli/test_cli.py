@@ -1,0 +1,149 @@
+"""CLI commands through Typer's CliRunner that start nothing: output, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import yaml
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_profiles_list_and_show():
+    result = invoke("profiles", "list")
+    assert result.exit_code == 0
+    assert "tiny-rule" in result.output and "gsm8k-rule" in result.output
+    shown = invoke("profiles", "show", "tiny-rule", "--set", "rollout.n=3")
+    assert shown.exit_code == 0
+    assert yaml.safe_load(shown.output)["rollout"]["n"] == 3
+
+
+def test_unknown_profile_is_one_line():
+    result = invoke("train", "--profile", "nope")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: unknown profile 'nope'")
+    assert "tiny-rule" in lines[0]
+
+
+def test_bad_set_is_rejected():
+    result = invoke("train", "--profile", "tiny-rule", "--set", "actor.lrr=1", "--dry-run")
+    assert result.exit_code == 1
+    assert "did you mean 'actor.lr'" in result.output
+
+
+def test_dry_run_resolves_gsm8k_profile(tmp_path):
+    result = invoke(
+        "train", "--profile", "gsm8k-rule", "--dry-run", "--steps", "7", "--seed", "3", "--out", str(tmp_path / "r")
+    )
+    assert result.exit_code == 0, result.output
+    body = yaml.safe_load(result.output.split("\n", 1)[1])
+    assert body["trainer"]["total_steps"] == 7 and body["trainer"]["seed"] == 3
+    assert body["rollout"]["n"] == 5 and body["model"]["path"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert not (tmp_path / "r").exists()  # a dry run writes nothing
+
+
+def test_refuses_folder_holding_another_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    result = invoke("train", "--profile", "tiny-rule", "--out", str(run))
+    assert result.exit_code == 1
+    assert "--resume" in result.output and "--overwrite" in result.output
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'  # nothing lost
+
+
+def test_resume_needs_a_run_folder(tmp_path):
+    result = invoke("train", "--resume", str(tmp_path))
+    assert result.exit_code == 1
+    assert "not an rlrm run folder" in result.output
+
+
+def test_resume_refuses_new_settings(tmp_path):
+    result = invoke("train", "--resume", str(tmp_path), "--set", "actor.lr=1")
+    assert result.exit_code == 1 and "--resume" in result.output
+
+
+def test_train_needs_a_profile():
+    result = invoke("train")
+    assert result.exit_code == 1 and "--profile" in result.output
+
+
+def test_debug_variable_shows_traceback(monkeypatch):
+    monkeypatch.setenv("RLRM_DEBUG", "1")
+    result = invoke("train", "--profile", "nope")
+    assert result.exit_code != 0
+    assert type(result.exception).__name__ == "ConfigError"
+
+
+def test_models_prepare_reuses_the_cache(tiny_policy_path):
+    result = invoke("models", "prepare", "--name", "policy")
+    assert result.exit_code == 0, result.output
+    assert f"policy: {tiny_policy_path}" in result.output and "ready" in result.output
+
+
+def test_missing_model_path_leaves_no_run_folder(tmp_path):
+    run = tmp_path / "run"
+    result = invoke("train", "--profile", "tiny-rule", "--out", str(run), "--set", f"model.path={tmp_path}/nope")
+    assert result.exit_code == 1
+    assert "does not exist" in result.output and "nope" in result.output
+    assert not run.exists()
+
+
+def test_missing_dataset_file_leaves_no_run_folder(tmp_path):
+    run = tmp_path / "run"
+    result = invoke(
+        "train",
+        "--profile",
+        "gsm8k-rule",
+        "--out",
+        str(run),
+        "--set",
+        "model.path=tiny:policy",
+        "--set",
+        f"data.path={tmp_path}/absent.jsonl",
+    )
+    assert result.exit_code == 1
+    assert "absent.jsonl" in result.output
+    assert not run.exists()
+
+
+def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
+    data = tmp_path / "gsm.jsonl"
+    data.write_text('{"question": "q1", "answer": "#### 1"}\n{"question": "q2"}\n')
+    (tmp_path / "test.jsonl").write_text('{"question": "q1", "answer": "#### 1"}\n')
+    result = invoke(
+        "train",
+        "--profile",
+        "gsm8k-rule",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "model.path=tiny:policy",
+        "--set",
+        f"data.path={data}",
+        "--set",
+        f"data.test_split={tmp_path / 'test.jsonl'}",
+    )
+    assert result.exit_code == 1
+    assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output
+
+
+def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
+    """Without fastapi (the `serve` extra) a run that starts an embedded server stops in one line, before any process."""
+    import importlib.util
+
+    import pytest
+
+    from rlrm.errors import RlrmError
+    from rlrm.launch.fleet.process import embedded_server_argv
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
+    with pytest.raises(RlrmError, match=r"an embedded server needs fastapi.*pip install 'rlrm\[serve\]'"):
+        embedded_server_argv("tiny:judge", "genrm", 8000)

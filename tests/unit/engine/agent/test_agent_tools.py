@@ -1,0 +1,155 @@
+"""The calculator (exact values, every bad input an error string) and the tool runner's outcomes and counters."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rlrm.engine.agent.calculator import MAX_DIGITS, MAX_INPUT_CHARS, calculator
+from rlrm.engine.agent.tools import ToolCounts, build_tools, run_tool
+
+
+def calc(text: str) -> str:
+    return asyncio.run(calculator(text))
+
+
+@pytest.mark.parametrize(
+    ("expr", "want"),
+    [
+        ("12+34", "46"),
+        ("2 + 3 * 4", "14"),  # precedence: * before +
+        ("(2 + 3) * 4", "20"),
+        ("10 - 4 - 3", "3"),  # left-associative
+        ("8 / 4 / 2", "1"),
+        ("0.1 + 0.2", "0.3"),  # exact, not 0.30000000000000004
+        ("1/3", "0.333333"),
+        ("-2 * -3", "6"),
+        ("-(4 - 10)", "6"),
+        ("123456789 * 987654321", "121932631112635269"),
+        ("7 / 2", "3.5"),
+        ("-7 / 2", "-3.5"),
+    ],
+)
+def test_calculator_values(expr, want):
+    assert calc(expr) == want
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("1/0", "division by zero"),
+        ("5 / (2 - 2)", "division by zero"),
+        ("", "empty expression"),
+        ("2 +", "ends too early"),
+        ("(2 + 3", "unbalanced parentheses"),
+        ("2 + 3)", "unexpected ')'"),
+        ("2 ** 3", "unexpected '*'"),
+        ("__import__('os')", "unexpected '_'"),
+        ("2 3", "unexpected '3'"),
+        ("1" + "+1" * MAX_INPUT_CHARS, f"longer than {MAX_INPUT_CHARS}"),
+        ("*".join(["99999999999"] * 8), f"more than {MAX_DIGITS} digits"),
+    ],
+)
+def test_calculator_errors_are_observations(expr, reason):
+    out = calc(expr)
+    assert out.startswith("error: ") and reason in out, out
+
+
+def test_calculator_deep_nesting_stays_bounded():
+    # the input cap bounds the recursion depth: 99 nested parentheses parse, nothing raises
+    depth = (MAX_INPUT_CHARS - 1) // 2
+    assert calc("(" * depth + "1" + ")" * depth) == "1"
+
+
+async def _slow(arguments: str) -> str:
+    await asyncio.sleep(10)
+    return "late"
+
+
+async def _raises(arguments: str) -> str:
+    raise RuntimeError("disk on fire")
+
+
+async def _huge(arguments: str) -> str:
+    return "x" * 1_000_000
+
+
+def test_run_tool_outcomes_become_observations_and_are_counted():
+    tools = {**build_tools(["calculator"]), "slow": _slow, "raises": _raises, "huge": _huge}
+    counts = ToolCounts()
+
+    def run(name, args="1"):
+        return asyncio.run(run_tool(tools, name, args, timeout_s=0.05, max_chars=100, counts=counts))
+
+    assert run("calculator", "2+2") == "4"
+    assert run("slow") == "error: tool slow took longer than 0.05s"
+    assert run("raises") == "error: tool raises failed: RuntimeError: disk on fire"
+    assert run("huge") == "x" * 100
+    assert run("nope").startswith("error: unknown tool 'nope'; tools: calculator, huge, raises, slow")
+    assert run("calculator", "1/0") == "error: division by zero"
+    metrics = counts.take()
+    assert metrics == {
+        "agent/tool_calls": 6.0,
+        "agent/tool_errors": 2.0,  # the raise and the calculator's own error answer
+        "agent/tool_timeouts": 1.0,
+        "agent/truncated_observations": 1.0,
+        "agent/unknown_tools": 1.0,
+        "agent/malformed_calls": 0.0,
+        "agent/version_restarts": 0.0,
+    }
+    assert counts.take()["agent/tool_calls"] == 0.0  # take() zeroes
+
+
+def test_build_tools_unknown_name_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown tool.*search; known tools: calculator"):
+        build_tools(["calculator", "search"])
+
+
+def test_user_tools_load_from_their_file_and_run_like_built_ins(tmp_path):
+    from rlrm.errors import ConfigError
+
+    good = tmp_path / "good.py"
+    good.write_text(
+        "async def shout(arguments):\n    return arguments.upper()\n\ndef plain(arguments):\n    return ''\n"
+    )
+    tools = build_tools(["calculator", "shout"], {"shout": f"{good}:shout"})
+    counts = ToolCounts()
+    assert asyncio.run(run_tool(tools, "shout", "hi", 1.0, 100, counts)) == "HI"
+    with pytest.raises(ConfigError, match=r"user_tools.p: .*good.py has no `async def plain\(arguments: str\) -> str`"):
+        build_tools(["p"], {"p": f"{good}:plain"})
+    broken = tmp_path / "broken.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    with pytest.raises(ConfigError, match="broken.py failed to import: ModuleNotFoundError"):
+        build_tools(["b"], {"b": f"{broken}:b"})
+
+
+def test_the_example_user_tool_runs():
+    example = Path(__file__).resolve().parents[4] / "examples" / "tools" / "lookup.py"
+    tools = build_tools(["lookup"], {"lookup": f"{example}:lookup"})
+    counts = ToolCounts()
+    assert asyncio.run(run_tool(tools, "lookup", " Paris ", 1.0, 100, counts)) == "France"
+    assert asyncio.run(run_tool(tools, "lookup", "oslo", 1.0, 100, counts)) == "error: no capital named 'oslo'"
+
+
+async def _scored(arguments: str):
+    return arguments[::-1], float(len(arguments))
+
+
+async def _bad_reward(arguments: str):
+    return "text", float("nan") if arguments == "nan" else "high"
+
+
+def test_a_tool_reward_is_collected_and_a_bad_one_is_an_error():
+    tools = {"scored": _scored, "bad": _bad_reward}
+    counts, rewards = ToolCounts(), []
+
+    def run(name, args):
+        return asyncio.run(run_tool(tools, name, args, 1.0, 100, counts, rewards))
+
+    assert run("scored", "abc") == "cba"
+    assert rewards == [3.0]
+    assert run("bad", "nan") == "error: tool bad returned the reward nan, not a finite number"
+    assert run("bad", "x") == "error: tool bad returned the reward 'high', not a finite number"
+    assert rewards == [3.0] and counts.take()["agent/tool_errors"] == 2.0

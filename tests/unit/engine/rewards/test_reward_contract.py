@@ -1,0 +1,112 @@
+"""The reward contract fingerprint and the run folder's reward_contract.json (rlrm/engine/rewards/contract.py,
+model_identity.py, rlrm/engine/run_contract.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards import model_identity
+from rlrm.engine.rewards.contract import changed_parts, reward_contract
+from rlrm.engine.run_contract import CONTRACT_FILE, check_run_contract
+from rlrm.errors import ConfigError
+
+MODEL = {"name": "judge", "path": "/m", "weights": "sha256:0"}
+GENRM = {"kind": "genrm", "server": {"model": "judge"}}
+
+
+def contract(model=MODEL, source=None, **kw):
+    return reward_contract(RewardConfig(**{**GENRM, **kw}), model, source)
+
+
+@pytest.mark.parametrize(
+    "change, part",
+    [
+        ({"genrm": {"template": "Judge: {question} {response}"}}, "template"),
+        ({"genrm": {"verdict": "boxed"}}, "parser"),
+        ({"genrm": {"max_score": 5}}, "parser"),
+        ({"server": {"model": "judge", "dtype": "bfloat16"}}, "dtype"),
+        ({"overlong": {"buffer_len": 4}}, "shaping"),
+        ({"genrm": {"template": "{question} {response} {reference}"}}, "template"),
+    ],
+)
+def test_each_change_that_decides_a_score_names_its_part(change, part):
+    changed = changed_parts(contract().parts, contract(**change).parts)
+    assert part in changed
+    assert contract(**change).fingerprint != contract().fingerprint
+
+
+def test_the_reference_part_says_whether_the_judge_sees_it():
+    seen = contract(genrm={"template": "{question} {response} {reference}"})
+    assert seen.parts["reference"]["judge_sees"] and not contract().parts["reference"]["judge_sees"]
+
+
+def test_model_identity_composite_weights_and_custom_source_are_parts(tmp_path):
+    assert changed_parts(contract().parts, contract(model={**MODEL, "weights": "sha256:1"}).parts) == ["model"]
+    composite = {"kind": "composite", "server": {"model": "judge"}}
+    a = reward_contract(RewardConfig(**composite), MODEL)
+    b = reward_contract(RewardConfig(**composite, composite={"rule_weight": 0.7}), MODEL)
+    assert changed_parts(a.parts, b.parts) == ["composite"]
+    fn = tmp_path / "r.py"
+    fn.write_text("def compute_score(*a, **k):\n    return 1.0\n")
+    custom = RewardConfig(kind="custom", custom={"path": str(fn)})
+    before = reward_contract(custom, None, model_identity.source_digest(str(fn)))
+    fn.write_text("def compute_score(*a, **k):\n    return 0.0\n")
+    after = reward_contract(custom, None, model_identity.source_digest(str(fn)))
+    assert changed_parts(before.parts, after.parts) == ["custom"]
+
+
+def test_the_failure_policy_and_worker_settings_are_not_part_of_it():
+    same = contract(on_failure="drop-group", default_score=-1.0, num_workers=9, timeout_s=3, max_retries=0)
+    assert same.fingerprint == contract().fingerprint
+
+
+def test_a_rule_contract_has_no_model_and_names_its_parser():
+    rule = reward_contract(RewardConfig())
+    assert rule.parts["model"] is None and rule.parts["template"] is None
+    flexible = reward_contract(RewardConfig(method="flexible"))
+    assert changed_parts(rule.parts, flexible.parts) == ["parser"]
+
+
+def test_a_folder_digest_changes_with_one_byte_of_the_weights(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text("{}")
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 64)
+    (tmp_path / ".lock").write_text("pid")  # beside the weights, not part of them
+    first = model_identity.folder_digest(tmp_path)
+    (tmp_path / ".lock").write_text("another pid")
+    assert model_identity.folder_digest(tmp_path) == first
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert model_identity.folder_digest(tmp_path) != first
+    # a file past SAMPLED_FROM is read at both ends: its last byte still counts
+    monkeypatch.setattr(model_identity, "SAMPLED_FROM", 1024)
+    monkeypatch.setattr(model_identity, "SAMPLE_BYTES", 256)
+    sampled = model_identity.folder_digest(tmp_path)
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert model_identity.folder_digest(tmp_path) != sampled
+
+
+def test_a_resume_with_a_changed_template_stops_naming_it(tmp_path):
+    old = contract()
+    assert check_run_contract(tmp_path, old, allow_change=False, step=0) == []
+    saved = json.loads((tmp_path / CONTRACT_FILE).read_text())
+    assert saved["fingerprint"] == old.fingerprint and saved["changes"] == []
+    assert check_run_contract(tmp_path, old, allow_change=False, step=3) == []  # the same reward: nothing to say
+
+    new = contract(genrm={"template": "Judge: {question} {response}"})
+    with pytest.raises(ConfigError, match=r"the reward changed since this run was started: template \(") as info:
+        check_run_contract(tmp_path, new, allow_change=False, step=3)
+    assert "reward.allow_contract_change=true" in str(info.value) and "\n" not in str(info.value)
+    assert json.loads((tmp_path / CONTRACT_FILE).read_text()) == saved  # nothing written
+
+    assert check_run_contract(tmp_path, new, allow_change=True, step=3) == ["template"]
+    record = json.loads((tmp_path / CONTRACT_FILE).read_text())
+    assert record["fingerprint"] == new.fingerprint
+    assert record["changes"] == [
+        {"at_step": 3, "changed": ["template"], "from": old.fingerprint, "to": new.fingerprint}
+    ]

@@ -1,0 +1,68 @@
+"""Checkpoint state in process: loads with weights_only and restores every RNG; non-finite weights are never saved."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from rlrm.config.schema import ActorConfig
+from rlrm.engine.checkpoint import list_checkpoints, load_state, save_checkpoint
+
+
+def _actor_after_one_step(tiny_policy_path):
+    from transformers import AutoModelForCausalLM
+
+    from rlrm.engine.actor.actor import Actor
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy_path)
+    actor = Actor(model, None, ActorConfig(warmup_steps=3), temperature=1.0, total_steps=10, n=2)
+    for p in actor.params:
+        p.grad = torch.full_like(p, 1e-3)
+    actor.optimizer.step()
+    actor.scheduler.step()
+    return model, actor
+
+
+def test_state_loads_with_weights_only_and_restores_every_rng_exactly(tmp_path, tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    model, actor = _actor_after_one_step(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    np.random.normal()  # numpy now holds a cached gaussian: part of its state
+    ckpt = save_checkpoint(
+        tmp_path, 1, model, tok, {"actor": actor.state_dict(), "loader": {"epoch": 0, "cursor": 4}}, keep=2
+    )
+    expected = (random.random(), np.random.normal(), torch.rand(3).tolist())
+
+    raw = torch.load(ckpt / "state.pt", weights_only=True)  # the only way rlrm reads it
+    assert isinstance(raw["rng"]["numpy"]["keys"], torch.Tensor) and isinstance(
+        raw["rng"]["python"]["state"], torch.Tensor
+    )
+    state = load_state(ckpt)
+    assert (random.random(), np.random.normal(), torch.rand(3).tolist()) == expected
+    assert state["step"] == 1 and state["loader"] == {"epoch": 0, "cursor": 4}
+    _, other = _actor_after_one_step(tiny_policy_path)
+    other.load_state_dict(state["actor"])
+    assert other.scheduler.last_epoch == actor.scheduler.last_epoch == 1
+    for p, q in zip(actor.params, other.params):
+        a, b = actor.optimizer.state[p], other.optimizer.state[q]
+        assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
+
+
+def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
+    from transformers import AutoTokenizer
+
+    model, actor = _actor_after_one_step(tiny_policy_path)
+    name, param = next(iter(model.named_parameters()))
+    with torch.no_grad():
+        param[0] = float("inf")
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    assert save_checkpoint(tmp_path, 7, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=2) is None
+    assert list_checkpoints(tmp_path) == [] and not (tmp_path / "checkpoints" / "step_7.tmp").exists()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [f"warning: checkpoint step_7 not saved: parameter {name} holds NaN or inf"]

@@ -1,0 +1,63 @@
+"""Launch settings refused in one line before anything starts: a host `rlrm launch server` cannot listen on, reward
+server addresses that are not URLs (and one address given as a string)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+from rlrm.launch.common.ports import free_port
+
+HOSTS = "bind 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of this machine's own addresses"
+
+
+def _launch(*args: str):
+    return CliRunner().invoke(app, ["launch", "server", "--model", "tiny:policy", *args])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "70000"], "error: --port 70000 is not a TCP port; use one in 1-65535"),
+        (["--port", "-1"], "error: --port -1 is not a TCP port; use one in 1-65535"),
+        # TEST-NET-1 (RFC 5737): an address no machine here has
+        (
+            ["--host", "192.0.2.1", "--port", "{free}"],
+            f"error: --host 192.0.2.1 is not an address of this machine; {HOSTS}",
+        ),
+        (
+            ["--host", "no-such-host.invalid", "--port", "{free}"],
+            "error: --host no-such-host.invalid does not resolve to an address",
+        ),
+        (["--backend", "vllm", "--port", "0", "--dry-run"], "error: --port 0 is not a TCP port; use one in 1-65535"),
+    ],
+)
+def test_launch_server_refuses_what_it_cannot_listen_on_in_one_line(args, message):
+    result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
+
+
+@pytest.mark.parametrize(
+    ("addresses", "entry"),
+    [
+        ('["not a url"]', "entry 0 ('not a url')"),
+        ('["http://127.0.0.1:8000", "127.0.0.1:8001"]', "entry 1 ('127.0.0.1:8001')"),
+        ('["http://127.0.0.1:99999"]', "entry 0 ('http://127.0.0.1:99999')"),
+        ('["ftp://h:1"]', "entry 0 ('ftp://h:1')"),
+    ],
+)
+def test_reward_server_addresses_must_be_urls(addresses, entry):
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-disrm", "--set", f"reward.server.addresses={addresses}", "--dry-run"]
+    )
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert f"reward.server.addresses: {entry} is not an http(s) URL of a server" in result.output, result.output
+
+
+def test_one_address_may_be_given_as_a_string():
+    result = CliRunner().invoke(
+        app, ["train", "--profile", "tiny-disrm", "--set", "reward.server.addresses=http://127.0.0.1:8000", "--dry-run"]
+    )
+    assert result.exit_code == 0 and "- http://127.0.0.1:8000" in result.output

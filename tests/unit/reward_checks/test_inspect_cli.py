@@ -1,0 +1,55 @@
+"""`rlrm inspect reward` input rows missing fields, and a rule profile's note on what is shown."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+
+runner = CliRunner()
+
+
+QUESTION = "Kim has 2 pens. She buys 6 more pens. How many pens does Kim have now?"
+
+
+def invoke(*args):
+    return runner.invoke(app, ["inspect", "reward", *map(str, args)])
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_rows_missing_fields_are_named(tmp_path):
+    path = write_rows(tmp_path / "in.jsonl", [{"prompt": QUESTION, "response": "8"}, {"prompt": QUESTION}])
+    result = invoke("--profile", "tiny-rule", "--input", path)
+    assert result.exit_code == 2
+    assert f"{path} row 2: missing field(s) response" in result.output
+    result = invoke("--profile", "tiny-rule", "--input", path, "--prompt", "q", "--response", "r")
+    assert result.exit_code == 2 and "either --input FILE or --prompt/--response" in result.output
+    result = invoke("--profile", "tiny-rule", "--prompt", "q")
+    assert result.exit_code == 2 and "--prompt and --response go together" in result.output
+    result = invoke("--profile", "tiny-rule", "--invariance", "--prompt", "q", "--response", "r")
+    assert result.exit_code == 2 and "reward.kind=rule serves no DisRM" in result.output
+
+
+def test_rule_profile_says_what_is_shown_instead():
+    result = invoke(
+        "--profile",
+        "tiny-rule",
+        "--prompt",
+        QUESTION,
+        "--response",
+        "2 + 6 = 8\n#### 8",
+        "--ground-truth",
+        "8",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert "has no reward model to inspect" in report["notes"][0]
+    (record,) = report["samples"]
+    assert record["extracted_answer"] == "8" and record["score"] == 1.0 and report["lints"] == []

@@ -1,0 +1,69 @@
+"""`rlrm inspect reward` on multi-turn rows: bad turns named, and what the DisRM and the judge see."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from rlrm.cli.main import app
+
+runner = CliRunner()
+
+
+QUESTION = "What is 12+34?"
+
+
+RESPONSE = "Sum: <call>calculator 12+34</call><obs>46</obs>#### 46"
+
+
+TURNS = [
+    {
+        "role": "assistant",
+        "text": "Sum: <call>calculator 12+34</call>",
+        "tool_call": {"name": "calculator", "arguments": "12+34"},
+    },
+    {"role": "tool", "name": "calculator", "text": "46"},
+    {"role": "assistant", "text": "#### 46"},
+]
+
+
+SHOWN = (
+    "assistant (turn 1): Sum: <call>calculator 12+34</call>\ntool calculator (12+34): 46\nassistant (turn 2): #### 46"
+)
+
+
+def rows(tmp_path, **row):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({"prompt": QUESTION, "response": RESPONSE, "ground_truth": "46", **row}) + "\n")
+    return path
+
+
+def test_bad_turns_in_the_input_are_named(tmp_path):
+    result = runner.invoke(
+        app,
+        ["inspect", "reward", "--profile", "tiny-rule", "--input", str(rows(tmp_path, turns=[{"role": "user"}]))],
+    )
+    assert result.exit_code == 2 and "row 1: turns[0] must be a dict with role 'assistant' or 'tool'" in result.output
+
+
+def test_the_disrm_and_the_judge_see_the_trajectory(tmp_path, tiny_policy_path):
+    """What inspect shows for a DisRM (its rendering) and a judge (the prompt as sent), without serving either."""
+    from transformers import AutoTokenizer
+
+    from rlrm.config.loader import load_profile
+    from rlrm.engine.rewards.genrm import judge_messages
+    from rlrm.reward_checks.details import disrm_detail, genrm_detail
+    from rlrm.reward_checks.samples import read_inspect_file
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
+    (sample,) = read_inspect_file(rows(tmp_path, turns=TURNS))
+    disrm = disrm_detail(sample, None, tokenizer, load_profile("tiny-disrm", []).reward)
+    # the DisRM scores the whole response, observation included, as one assistant message
+    assert disrm["rendered_text"].endswith(f"<|im_start|>assistant\n{RESPONSE}<|im_end|>\n")
+    template = "Problem: {question}\nSteps:\n{turns}\nReference: {reference}\nAnswer: {response}"
+    cfg = load_profile("tiny-genrm", [f"reward.genrm.template={template}"]).reward
+    exchange = {"request": {"messages": judge_messages(cfg.genrm.template, sample)}}
+    judge = genrm_detail(exchange, tokenizer, cfg)
+    assert f"Steps:\n{SHOWN}\nReference: 46\nAnswer: {RESPONSE}" in judge["judge_messages"][0]["content"]
+    assert SHOWN in judge["judge_prompt_text"]
