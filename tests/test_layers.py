@@ -39,3 +39,12 @@ def test_types_check():
         f"mypy rlrm/ (run: mypy):\n{errors[-6000:] or done.stdout[-3000:]}{done.stderr[-2000:]}"
     )
     assert "Success: no issues found" in done.stdout
+
+
+def test_test_file_names_are_unique():
+    """Test files are imported by basename (no packages under tests/): two files of one name in different tiers
+    stop the whole collection with "import file mismatch"."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (REPO / "tests").rglob("test_*.py"))
+    assert not [name for name, count in names.items() if count > 1]

@@ -1,5 +1,5 @@
 """Bad run setups caught before anything starts: a broken tracker install, ranks on Ray without ray, and `rlrm report`
-on rows holding NaN or infinity (the cases that start processes are in tests/integration/cli/test_bad_run_setups.py)."""
+on rows holding NaN or infinity (the cases that start processes are in tests/integration/cli/test_bad_run_setups_runs.py)."""
 
 from __future__ import annotations
 
