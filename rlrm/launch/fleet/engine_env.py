@@ -87,7 +87,9 @@ def find_engine(backend: str, environ: Mapping[str, str] | None = None) -> Engin
                 f"or unset it and run `{setup}`"
             )
         return Engine(backend, python, var)
-    if importlib.util.find_spec(module) is not None:
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.origin not in (None, "namespace"):
+        # a folder named like the engine on sys.path (a namespace package: no __init__.py) is not the engine
         return Engine(backend, sys.executable, "this interpreter")
     venv = Path(environ.get(f"RLRM_{backend.upper()}_VENV") or REPO / venv_dir)
     venv_python = venv / "bin" / "python"

@@ -30,6 +30,7 @@ def test_calibrated_on_a_rate_limited_run_the_simulator_predicts_its_step_time(t
             f"reward.server.model={api.model}",
             "reward.server.api_key_env=STANDIN_KEY",
             f"reward.limits.rpm={rpm}",
+            "reward.cache.enabled=false",  # 16 judge calls a step: a cache hit would skip one
             "data.train_batch_size=4",
             "actor.mini_batch_size=4",
             "rollout.n=4",

@@ -118,6 +118,7 @@ def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path, cap
                 f"reward.server.addresses={api.base_url}",
                 "reward.server.api_key_env=STANDIN_KEY",
                 "reward.server.headers_env={OpenAI-Organization: STANDIN_ORG}",
+                "reward.cache.enabled=false",  # every sample asks the API: the headers go with each call
                 "logging.console=plain",  # the step lines a user's log keeps
             ]
             # a tracker writes the resolved profile and every row into the run folder too

@@ -121,3 +121,11 @@ def test_a_dead_engine_is_reported_with_its_log_and_restarted():
     finally:
         pool.stop()
         os.path.exists(marker) and os.unlink(marker)
+
+
+def test_a_folder_named_vllm_on_the_path_is_not_the_engine(tmp_path, monkeypatch):
+    """A folder `vllm/` without __init__.py on sys.path (a namespace package, e.g. a test folder) is no engine."""
+    (tmp_path / "vllm").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EngineNotFound, match="backend vllm needs an environment with vllm"):
+        find_engine("vllm", {"RLRM_VLLM_VENV": str(tmp_path / "none"), "PATH": ""})

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from typer.testing import CliRunner
-from vllm_fleets import policy_sized_disrm  # tests/integration/launch/vllm/vllm_fleets.py
+from vllm_fleets import policy_sized_disrm  # tests/integration/launch/on_vllm/vllm_fleets.py
 
 from rlrm.cli.main import app
 from rlrm.engine.metrics.metrics_file import read_metrics

@@ -9,7 +9,7 @@ import random
 
 import httpx
 import pytest
-from vllm_fleets import LoopFleets, policy_sized_disrm  # tests/integration/launch/vllm/vllm_fleets.py
+from vllm_fleets import LoopFleets, policy_sized_disrm  # tests/integration/launch/on_vllm/vllm_fleets.py
 
 from rlrm.config.reward import RewardServerConfig
 from rlrm.launch.fleet.health import check_servers
