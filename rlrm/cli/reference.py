@@ -15,7 +15,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from rlrm.cli.main import app
-from rlrm.config.reference import splice
+from rlrm.config.reference import page_main, splice
 from rlrm.errors import RlrmError
 
 BEGIN = "<!-- BEGIN GENERATED: python -m rlrm.cli.reference --write docs/commands.md -->"
@@ -99,18 +99,7 @@ def write(page: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "--write":
-        try:
-            write(Path(argv[1]))
-        except RlrmError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        return 0
-    if argv:
-        print("usage: python -m rlrm.cli.reference [--write docs/commands.md]", file=sys.stderr)
-        return 2
-    sys.stdout.write(render())
-    return 0
+    return page_main(argv, render, write, "python -m rlrm.cli.reference [--write docs/commands.md]")
 
 
 if __name__ == "__main__":

@@ -147,19 +147,24 @@ def write(page: Path) -> None:
     page.write_text(text, encoding="utf-8")
 
 
-def main(argv: list[str]) -> int:
+def page_main(argv: list[str], render_page, write_page, usage: str) -> int:
+    """The command line of a generated reference: no argument prints it, `--write PAGE` regenerates PAGE."""
     if len(argv) == 2 and argv[0] == "--write":
         try:
-            write(Path(argv[1]))
+            write_page(Path(argv[1]))
         except RlrmError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
     if argv:
-        print("usage: python -m rlrm.config.reference [--write docs/configuration.md]", file=sys.stderr)
+        print(f"usage: {usage}", file=sys.stderr)
         return 2
-    sys.stdout.write(render())
+    sys.stdout.write(render_page())
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return page_main(argv, render, write, "python -m rlrm.config.reference [--write docs/configuration.md]")
 
 
 if __name__ == "__main__":
