@@ -11,6 +11,7 @@ import sys
 import types
 import typing
 from pathlib import Path
+from typing import Callable
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -147,7 +148,7 @@ def write(page: Path) -> None:
     page.write_text(text, encoding="utf-8")
 
 
-def page_main(argv: list[str], render_page, write_page, usage: str) -> int:
+def page_main(argv: list[str], render_page: Callable[[], str], write_page: Callable[[Path], None], usage: str) -> int:
     """The command line of a generated reference: no argument prints it, `--write PAGE` regenerates PAGE."""
     if len(argv) == 2 and argv[0] == "--write":
         try:

@@ -21,7 +21,7 @@ from rlrm.config.schema import Profile
 from rlrm.engine.metrics.canary import CanaryFinding, CanaryItem, judge_canaries
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
-from rlrm.engine.rewards.attack_kinds import REFERENCES, attack_named, problem_of, worked_solution
+from rlrm.engine.rewards.attack_kinds import REFERENCES, answered, attack_named, problem_of, worked_solution
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.errors import ConfigError
@@ -66,7 +66,7 @@ class Canaries:
                 text = attack_named(name).make(problem)
                 self.items.append(CanaryItem(f"{name}#{k}", must_reward=name == REFERENCE))
                 length = len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 1  # + the EOS
-                self.samples.append(_sample(example, text, len(self.samples), length))
+                self.samples.append(answered(example, text, len(self.samples), length, uid=f"canary/{example.uid}"))
         self.threshold = canary_threshold(self.cfg)
         self.baseline: list[float | None] | None = None
         self.loop_cfg = _side_config(self.cfg)
@@ -104,16 +104,3 @@ def _side_config(cfg: RewardConfig) -> RewardConfig:
     raw = cfg.model_dump()
     raw.update(on_failure="default", default_score=math.nan, max_failure_rate=1.0)
     return RewardConfig.model_validate(raw)
-
-
-def _sample(example, text: str, index: int, length: int) -> RewardSample:
-    return RewardSample(
-        uid=f"canary/{example.uid}",
-        index=index,
-        data_source=example.data_source,
-        prompt=example.prompt,
-        solution_str=text,
-        ground_truth=example.ground_truth,
-        extra_info=example.extra_info,
-        response_length=length,
-    )

@@ -31,7 +31,7 @@ from pathlib import Path
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
-from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, problem_of
+from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
@@ -178,7 +178,7 @@ def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
         for example, problem in zip(examples, problems):
             text, length, was_cut = _fit(attack.make(problem), tokenizer, max_tokens)
             cut[attack.name] += was_cut
-            batch.append(_sample(example, text, len(batch), length))
+            batch.append(answered(example, text, len(batch), length))
             names.append(attack.name)
     return AuditPlan(examples, attacks, batch, names, cut, notes)
 
@@ -191,19 +191,6 @@ def _fit(text: str, tokenizer, max_tokens: int) -> tuple[str, int, bool]:
     if len(ids) == max_tokens:
         return text, max_tokens, False
     return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True), max_tokens, True
-
-
-def _sample(example, text: str, index: int, length: int) -> RewardSample:
-    return RewardSample(
-        uid=example.uid,
-        index=index,
-        data_source=example.data_source,
-        prompt=example.prompt,
-        solution_str=text,
-        ground_truth=example.ground_truth,
-        extra_info=example.extra_info,
-        response_length=length,
-    )
 
 
 def threshold_of(reward, settings: AuditSettings) -> tuple[float, str]:

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from rlrm.engine.rewards.base import RewardSample
+
 NUMBER_DUMP_MAX = 200
 
 
@@ -179,6 +181,20 @@ def problem_of(example, max_tokens: int) -> Problem:
     question = example.extra_info.get("question") or example.prompt[-1]["content"]
     solution = worked_solution(example)
     return Problem(str(question), example.ground_truth, solution or f"#### {example.ground_truth}", max_tokens)
+
+
+def answered(example, text: str, index: int, length: int, uid: str | None = None) -> RewardSample:
+    """The held-out `example` answered with `text` (`length` tokens): the sample its reward scores."""
+    return RewardSample(
+        uid=example.uid if uid is None else uid,
+        index=index,
+        data_source=example.data_source,
+        prompt=example.prompt,
+        solution_str=text,
+        ground_truth=example.ground_truth,
+        extra_info=example.extra_info,
+        response_length=length,
+    )
 
 
 def attack_named(name: str) -> Attack:
