@@ -37,7 +37,8 @@ from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
 from rlrm.engine.metrics.metrics_file import read_metrics
-from rlrm.engine.trainer import check_inputs, start_run, train
+from rlrm.engine.run_checks import check_inputs
+from rlrm.engine.trainer import start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
 BASELINE = "sync-nolatency"

@@ -39,7 +39,8 @@ def train(
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
     from rlrm.engine.checkpoint import list_checkpoints
-    from rlrm.engine.trainer import check_inputs, load_run_profile, start_run
+    from rlrm.engine.run_checks import check_inputs
+    from rlrm.engine.trainer import load_run_profile, start_run
     from rlrm.engine.trainer import train as run_training
 
     allow_contract_change = False

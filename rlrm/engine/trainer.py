@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import os
 import re
 import resource
@@ -27,14 +26,11 @@ import yaml
 
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
-from rlrm.engine.agent.tools import build_tools
-from rlrm.engine.canaries import Canaries, check_canary_data
+from rlrm.engine.canaries import Canaries
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
 from rlrm.engine.components import build_components
-from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
-from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.held_out import evaluate_held_out
 from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.guard import DivergenceGuard
@@ -45,20 +41,16 @@ from rlrm.engine.metrics.samples import SampleLog
 from rlrm.engine.metrics.spans import SpanLog
 from rlrm.engine.metrics.timing import Span, StepTimer
 from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
-from rlrm.engine.metrics.trackers import RunLog, check_trackers
-from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.metrics.trackers import RunLog
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
-from rlrm.engine.rewards.cache_store import check_cache_file
+from rlrm.engine.run_checks import check_ray_heads
 from rlrm.engine.run_contract import check_run_contract
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
 from rlrm.engine.weights import PolicyWeights
-from rlrm.errors import ConfigError, RunFolderError, clipped
-from rlrm.inference.loading import pick_device
-from rlrm.inference.weight_files import check_weights_dir
+from rlrm.errors import ConfigError, RunFolderError
 from rlrm.launch.common import progress
-from rlrm.launch.common.ray_head import check_ray_head
 
 
 @dataclass
@@ -95,73 +87,6 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
             f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
         ) from None
     return run_dir
-
-
-def check_inputs(profile: Profile) -> None:
-    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
-    folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local
-    actor ranks than devices, a Ray address where no head answers, or a reward.cache.path that is not a reward cache."""
-    check_trackers(profile.logging)
-    if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
-        build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
-    check_weights_dir(profile.rollout.server.weights_dir)
-    reward = profile.reward
-    if reward.cache.path and reward.cache.active(reward.kind, reward.samples_verdicts):
-        check_cache_file(reward.cache.path)
-    check_actor_ranks(profile)
-    check_ray_heads(profile)
-    reward_model = (
-        profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
-    )
-    for path in (profile.model.path, profile.model.ref_path, reward_model):
-        if path and not path.startswith("tiny:"):
-            resolve_model_path(path)
-    data = profile.data
-    local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
-    if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
-        check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
-
-
-def check_actor_ranks(profile: Profile) -> None:
-    """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
-    if profile.actor.on_ranks and profile.actor.ranks_on == "ray" and importlib.util.find_spec("ray") is None:
-        raise ConfigError(
-            "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]', or set actor.ranks_on=local"
-        )
-    if not profile.actor.on_ranks or profile.actor.ranks_on == "ray":
-        return  # Ray's placement group says whether the cluster can hold them
-    try:
-        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device), key="actor.world_size")
-    except ConfigError as exc:
-        raise ConfigError(f"{exc}; or place ranks on a Ray cluster with actor.ranks_on=ray") from None
-
-
-def check_ray_heads(profile: Profile) -> None:
-    """Refuse, before a run folder exists, a Ray address where no Ray head answers (ray.init waits minutes there)."""
-    uses_ray = "ray" in (
-        profile.actor.ranks_on,
-        profile.reward.executor,
-        profile.rollout.server.launch_on,
-        profile.reward.server.launch_on,
-    )
-    if uses_ray:
-        _check_ray_imports()
-        check_ray_head(profile.actor.ray_address, "actor.ray_address")
-        check_ray_head(profile.reward.ray_address, "reward.ray_address")
-
-
-def _check_ray_imports() -> None:
-    """A Ray that is installed but fails to import (a broken wheel, a missing shared library): one line, now."""
-    if importlib.util.find_spec("ray") is None:
-        return  # not installed: each Ray setting's own check names the extra to install
-    try:
-        import ray  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises
-        reason = (str(exc).strip().splitlines() or [""])[0]
-        raise ConfigError(
-            f"ray is installed but fails to import ({type(exc).__name__}: {clipped(reason)}); repair it "
-            "(pip install --force-reinstall 'rlrm[ray]') or drop the Ray settings"
-        ) from None
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:

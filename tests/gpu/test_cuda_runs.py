@@ -90,7 +90,7 @@ def test_the_actor_on_an_fsdp2_rank_trains_and_reports_its_memory(tmp_path, tiny
 def test_more_actor_ranks_than_gpus_is_one_clear_error(tmp_path, tiny_policy_path):
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else os.cpu_count()
     p = load_profile("tiny-rule", [*SMALL, f"actor.world_size={gpus + 1}", "trainer.total_steps=1"])
-    from rlrm.engine.trainer import check_actor_ranks
+    from rlrm.engine.run_checks import check_actor_ranks
 
     with pytest.raises(ConfigError, match="actor.world_size"):
         check_actor_ranks(p)

@@ -45,7 +45,7 @@ def test_more_local_ranks_than_cores_are_refused_before_anything_starts():
     import os
 
     from rlrm.config.loader import load_profile
-    from rlrm.engine.trainer import check_inputs
+    from rlrm.engine.run_checks import check_inputs
     from rlrm.errors import ConfigError
 
     too_many = (os.cpu_count() or 1) + 1

@@ -13,7 +13,7 @@ from rlrm.config.reward import GuardConfig
 from rlrm.engine.canaries import ATTACKS, Canaries, canary_threshold, check_canary_data
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.metrics.canary import CanaryItem, judge_canaries
-from rlrm.engine.trainer import check_inputs
+from rlrm.engine.run_checks import check_inputs
 from rlrm.errors import ConfigError
 
 ITEMS = [

@@ -1,0 +1,89 @@
+"""What a run needs, checked before its run folder exists: each bad input is one line, and nothing is written.
+
+check_inputs(profile)        # rlrm train and rlrm bench call it before start_run
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from rlrm.config.schema import Profile
+from rlrm.engine.agent.tools import build_tools
+from rlrm.engine.canaries import check_canary_data
+from rlrm.engine.data.dataset import load_splits
+from rlrm.engine.executor.world_size import check_world_size
+from rlrm.engine.metrics.trackers import check_trackers
+from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.rewards.cache_store import check_cache_file
+from rlrm.errors import ConfigError, clipped
+from rlrm.inference.loading import pick_device
+from rlrm.inference.weight_files import check_weights_dir
+from rlrm.launch.common.ray_head import check_ray_head
+
+
+def check_inputs(profile: Profile) -> None:
+    """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
+    folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local
+    actor ranks than devices, a Ray address where no head answers, or a reward.cache.path that is not a reward cache."""
+    check_trackers(profile.logging)
+    if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
+        build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
+    check_weights_dir(profile.rollout.server.weights_dir)
+    reward = profile.reward
+    if reward.cache.path and reward.cache.active(reward.kind, reward.samples_verdicts):
+        check_cache_file(reward.cache.path)
+    check_actor_ranks(profile)
+    check_ray_heads(profile)
+    reward_model = (
+        profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
+    )
+    for path in (profile.model.path, profile.model.ref_path, reward_model):
+        if path and not path.startswith("tiny:"):
+            resolve_model_path(path)
+    data = profile.data
+    local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
+    if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
+        check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
+
+
+def check_actor_ranks(profile: Profile) -> None:
+    """Refuse, before anything starts, more local actor ranks than this machine has GPUs (cuda) or cores (cpu)."""
+    if profile.actor.on_ranks and profile.actor.ranks_on == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "actor.ranks_on=ray needs the ray package: pip install 'rlrm[ray]', or set actor.ranks_on=local"
+        )
+    if not profile.actor.on_ranks or profile.actor.ranks_on == "ray":
+        return  # Ray's placement group says whether the cluster can hold them
+    try:
+        check_world_size(profile.actor.world_size, pick_device(profile.trainer.device), key="actor.world_size")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; or place ranks on a Ray cluster with actor.ranks_on=ray") from None
+
+
+def check_ray_heads(profile: Profile) -> None:
+    """Refuse, before a run folder exists, a Ray address where no Ray head answers (ray.init waits minutes there)."""
+    uses_ray = "ray" in (
+        profile.actor.ranks_on,
+        profile.reward.executor,
+        profile.rollout.server.launch_on,
+        profile.reward.server.launch_on,
+    )
+    if uses_ray:
+        _check_ray_imports()
+        check_ray_head(profile.actor.ray_address, "actor.ray_address")
+        check_ray_head(profile.reward.ray_address, "reward.ray_address")
+
+
+def _check_ray_imports() -> None:
+    """A Ray that is installed but fails to import (a broken wheel, a missing shared library): one line, now."""
+    if importlib.util.find_spec("ray") is None:
+        return  # not installed: each Ray setting's own check names the extra to install
+    try:
+        import ray  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"ray is installed but fails to import ({type(exc).__name__}: {clipped(reason)}); repair it "
+            "(pip install --force-reinstall 'rlrm[ray]') or drop the Ray settings"
+        ) from None
