@@ -88,8 +88,8 @@ def main() -> None:
     from rlrm.config.loader import load_profile
     from rlrm.config.reward import RewardConfig
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.engine.rewards.legacy.config import LegacyConfig
-    from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
+    from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+    from rlrm.engine.rewards.fsdp_disrm.workers import LegacyWorkerGroup
     from rlrm.parity.inputs import encode_samples, generate_samples
     from rlrm.parity.loop import loop_reward_config, score_with_loop
     from rlrm.parity.run import load_rm_tokenizer

@@ -18,7 +18,7 @@ from rlrm.engine.rewards.base import RewardFn
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.contract import RewardContract, reward_contract
 from rlrm.engine.rewards.factory import build_reward_fn, with_injection
-from rlrm.engine.rewards.legacy.disrm import LegacyDisRM
+from rlrm.engine.rewards.fsdp_disrm.disrm import LegacyDisRM
 from rlrm.engine.rewards.limits import RateLimiter
 from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.engine.rewards.model_identity import local_identity, served_identity, source_digest

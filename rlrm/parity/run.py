@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.workers import LegacyWorkerGroup
 from rlrm.errors import ModelError
 from rlrm.parity.compare import compare, verdict
 from rlrm.parity.config import ParityConfig

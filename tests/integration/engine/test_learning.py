@@ -70,6 +70,38 @@ def test_reward_model_profiles_learn(tmp_path, tiny_policy_path, profile_name, s
     assert sum(r["reward/failures"] - r["reward/unparsed"] for r in rows if "reward/failures" in r) == 0
 
 
+GENRM_SEEDS_STEPS = 40
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tiny_genrm_learns_in_every_seed_without_fooling_its_judge(tmp_path, tiny_policy_path, seed):
+    # The README's first command, as shipped (40 steps, the recipe-5 judge, guard and canaries on), per seed: the
+    # held-out accuracy (the rule's) must rise, and the judge must keep agreeing with the rule while it does. With the
+    # recipe-3 judge seed 0 was stopped by the guard at step 26, and the recipe-4 judge at seed 4 at step 34.
+    profile = load_profile(
+        "tiny-genrm",
+        [
+            f"trainer.total_steps={GENRM_SEEDS_STEPS}",
+            f"trainer.seed={seed}",
+            "trainer.save_every=0",
+            "trainer.num_threads=2",
+            "logging.console=none",
+        ],
+    )
+    run_dir = start_run(profile, tmp_path / f"tiny-genrm-{seed}")
+    result = train(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert not result.stopped, f"seed {seed}: {result.stopped}"
+    assert result.last_step == GENRM_SEEDS_STEPS
+    accuracy = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
+    # 2026-11-27, seeds 0-4: gains 0.117-0.195 on 128 held-out problems; +0.08 is ~10 of them
+    assert accuracy[-1] >= accuracy[0] + 0.08, f"seed {seed}: held-out accuracy {accuracy[0]:.3f} -> {accuracy[-1]:.3f}"
+    agreement = [r["reward/rule_agreement"] for r in rows if "reward/rule_agreement" in r]
+    assert agreement and min(agreement) >= 0.95, f"seed {seed}: the judge left the rule (lowest {min(agreement):.3f})"
+    assert not any(r.get("guard/divergence") for r in rows), f"seed {seed}: the guard saw the reward being gamed"
+
+
 FAPO_STEPS = 20
 
 

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.executor.world_size import check_world_size
-from rlrm.engine.rewards.legacy.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.errors import RlrmError
 from rlrm.launch.common.ports import free_port
 
 if TYPE_CHECKING:
     import torch
 
-    from rlrm.engine.rewards.legacy.rank import LegacyRank
+    from rlrm.engine.rewards.fsdp_disrm.rank import LegacyRank
 
 
 class LegacyScorerError(RlrmError):
@@ -159,7 +159,7 @@ def _init_rank(cfg: LegacyConfig, rank: int, port: int) -> LegacyRank:
     import torch
     import torch.distributed as dist
 
-    from rlrm.engine.rewards.legacy.rank import LegacyRank
+    from rlrm.engine.rewards.fsdp_disrm.rank import LegacyRank
 
     if dist.is_initialized():
         raise LegacyScorerError(

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.engine.rewards.legacy.workers import LegacyWorkerGroup
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.workers import LegacyWorkerGroup
 
 
 def encode(path, conversations, max_length=64):

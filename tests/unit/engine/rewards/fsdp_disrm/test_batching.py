@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrm.engine.rewards.legacy.batching import (
+from rlrm.engine.rewards.fsdp_disrm.batching import (
     balanced_partitions,
     count_micro_batches,
     expand_to_token_level,

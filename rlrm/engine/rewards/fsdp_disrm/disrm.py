@@ -20,8 +20,8 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.errors import NonFiniteScore
-from rlrm.engine.rewards.legacy.config import LegacyConfig
-from rlrm.engine.rewards.legacy.workers import LegacyScorerError, LegacyWorkerGroup
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.workers import LegacyScorerError, LegacyWorkerGroup
 from rlrm.launch.server.batcher import DynamicBatcher
 
 

@@ -1,4 +1,4 @@
-"""The legacy DisRM scorer: verl's in-trainer FSDP reward-model worker, rebuilt on FSDP2.
+"""The in-trainer FSDP DisRM (`reward.disrm.scorer: legacy`): verl's legacy FSDP reward-model worker, rebuilt on FSDP2.
 
     batching.py  micro-batches by count or token budget, the token-level reward tensor (pure)
     rank.py      one rank: the reward model as a token scorer, sharded with FSDP2 (imports torch)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rlrm.engine.executor.world_size import check_world_size
-from rlrm.engine.rewards.legacy.rank import load_token_scorer
+from rlrm.engine.rewards.fsdp_disrm.rank import load_token_scorer
 from rlrm.errors import ConfigError, ModelError
 
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rlrm.engine.rewards.legacy.batching import (
+from rlrm.engine.rewards.fsdp_disrm.batching import (
     balanced_partitions,
     count_micro_batches,
     expand_to_token_level,
     num_token_micro_batches,
     restore_order,
 )
-from rlrm.engine.rewards.legacy.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.errors import ModelError
 
 LEGACY_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -112,7 +112,7 @@ def shard_fsdp2(module: nn.Module, layer_classes: list[str], mesh, dtype: torch.
 class LegacyRank:
     """One rank: the sharded model and the scoring of this rank's share of a batch.
 
-    Needs the default process group to be initialised (see `rlrm.engine.rewards.legacy.workers`).
+    Needs the default process group to be initialised (see `rlrm.engine.rewards.fsdp_disrm.workers`).
     """
 
     def __init__(self, cfg: LegacyConfig, rank: int):
