@@ -5,7 +5,9 @@
     encoded = encode_samples(rm_tokenizer, samples, max_length=512, truncation="keep-end")
 
 A file holds one row per sample with `prompt` (chat messages, or a string for one user turn),
-`response` (text), `group_id` (the GRPO group: the prompt it answers) and optionally `sample_id`.
+`response` (text), `group_id` (the GRPO group: the prompt it answers) and optionally `sample_id`,
+`reference` (the reference answer a rule or a GenRM judge compares with), `question` (what a judge
+template's {question} shows; default: the last prompt message) and `data_source`.
 
 Both paths see the same tokens: the conversation is rendered with the reward model's chat template
 by the reward loop's own function (`rlrm.engine.rewards.disrm.render_conversation`), and a
@@ -15,6 +17,7 @@ conversation longer than `max_length` is cut the same way in both (see `encode_s
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,9 @@ class ParitySample:
     prompt: list[dict]  # chat messages
     response: str  # decoded without special tokens, as the reward loop sees it
     response_tokens: int | None = None  # policy tokens of the response (EOS included), when generated here
+    reference: str | None = None  # the reference answer (ground truth) a rule or a GenRM judge compares with
+    extra_info: dict | None = None  # the dataset row's extra_info (the judge's {question}), when known
+    data_source: str = "parity"
 
 
 @dataclass
@@ -112,12 +118,27 @@ def _to_sample(row, index: int, path: Path) -> ParitySample:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (str, numbers.Integral))):
             raise DataError(f"{where}: {key} must be a string or an integer, got {_shown(value)}")
     sample_id = row.get("sample_id")
+    reference, question, source = (
+        _optional_text(row.get(k), k, where) for k in ("reference", "question", "data_source")
+    )
     return ParitySample(
         sample_id=str(sample_id) if sample_id is not None else str(index),
         group_id=str(row["group_id"]),
         prompt=prompt,
         response=row["response"],
+        reference=reference,
+        extra_info={"question": question} if question is not None else None,
+        data_source=source or "parity",
     )
+
+
+def _optional_text(value, key: str, where: str) -> str | None:
+    """An optional text field (a number is taken as its text); a parquet column's missing value (NaN) is None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Number)):
+        raise DataError(f"{where}: {key} must be text or a number, got {_shown(value)}")
+    return str(value)
 
 
 def _shown(value) -> str:
@@ -158,7 +179,16 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
     completions = asyncio.run(run())
     samples = reward_samples(tokenizer, examples, completions, n)
     return [
-        ParitySample(f"{s.uid}#{s.index % n}", s.uid, s.prompt, s.solution_str, len(c.token_ids))
+        ParitySample(
+            f"{s.uid}#{s.index % n}",
+            s.uid,
+            s.prompt,
+            s.solution_str,
+            len(c.token_ids),
+            reference=s.ground_truth,
+            extra_info=dict(s.extra_info),
+            data_source=s.data_source,
+        )
         for s, c in zip(samples, completions)
     ]
 
