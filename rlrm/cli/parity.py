@@ -1,9 +1,12 @@
 """`rlrm parity disrm`: the legacy in-trainer DisRM (FSDP2, bf16) against the reward loop's served
-DisRM (fp32), per sample, per group and in GRPO advantages.
+DisRM (fp32), per sample, per group and in GRPO advantages. `rlrm parity reward`: the same samples
+scored through two reward contracts (a GenRM judge against another template, model, dtype or a
+hosted judge; or another profile's reward), compared the same way.
 
     rlrm parity disrm --profile tiny-disrm --samples 16 --n 8
     rlrm parity disrm --input pairs.jsonl --model PATH --matrix
     rlrm parity disrm --model PATH --world-size 2 --legacy-dtype bf16 --out runs/parity
+    rlrm parity reward --profile tiny-genrm --b-set reward.genrm.template="..." --samples 8 --n 4
 
 Exit code 0: the verdict passed; 1: it failed; 2: an error (one line; RLRM_DEBUG=1 for the traceback).
 """
@@ -229,3 +232,112 @@ def _run(cfg, samples, out: Path) -> int:
     failed = [c for c in cells if not c.passed]
     term.print(f"{'FAIL' if failed else 'PASS'}: scores.parquet and summary.json in {out}")
     return EXIT_FAIL if failed else EXIT_PASS
+
+
+@app.command("reward")
+@exit_2_on_error
+def reward(
+    profile: ProfileOption = None,
+    overrides: SetOption = [],
+    b_profile: Annotated[
+        Optional[str],
+        typer.Option("--b-profile", help="Side B scores with this profile's reward (default: --profile's)."),
+    ] = None,
+    b_sets: Annotated[
+        list[str],
+        typer.Option(
+            "--b-set",
+            help="Change side B's reward only, e.g. --b-set reward.genrm.template=... or reward.server.addresses=URL "
+            "(repeatable; reward.* keys).",
+        ),
+    ] = [],
+    input: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--input", help=".jsonl/.parquet of prompt, response, group_id[, reference] (instead of generating)."
+        ),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(help="Prompts to generate for (the first of the profile's train split).", min=1)
+    ] = 8,
+    n: Annotated[
+        Optional[int], typer.Option("--n", help="Responses per prompt (default: the profile's rollout.n).", min=1)
+    ] = None,
+    seed: SeedOption = 0,
+    atol: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Absolute score tolerance (default 2^-5); B passes within atol + rtol * max(|A|, RMS).", min=0
+        ),
+    ] = None,
+    rtol: Annotated[
+        Optional[float], typer.Option(help="Relative score tolerance, of max(|A|, RMS of A) (default 2^-3).", min=0)
+    ] = None,
+    max_outside_frac: Annotated[
+        Optional[float],
+        typer.Option(help="Share of samples allowed outside the band (default 0.01).", min=0, max=1),
+    ] = None,
+    min_spearman: Annotated[
+        Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")
+    ] = None,
+    max_rank_flips: Annotated[
+        Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
+    ] = None,
+    max_failed_frac: Annotated[
+        float,
+        typer.Option(
+            help="Share of samples each side may fail to score (left out, counted; default none).", min=0, max=1
+        ),
+    ] = 0.0,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-reward-<time>).")
+    ] = None,
+    dry_run: DryRunOption = False,
+) -> None:
+    """Score the same samples through two reward contracts, side A (the profile's reward) and side B (with
+    --b-set, or --b-profile's reward), and compare them as `parity disrm` does: both contract fingerprints and
+    what differs, verdict agreement (Cohen's kappa for yes/no judges), score differences, group rank flips, GRPO
+    advantages, failures and judge calls per side. The profile defaults to tiny-genrm; scores.parquet and
+    summary.json go to --out."""
+    import json
+
+    from rlrm.parity.contract_diff import setting_changes
+    from rlrm.parity.reward_options import RewardParityOptions, build_reward_samples, load_sides
+
+    opts = RewardParityOptions.of(locals())  # the options above, by their parameter names
+    resolved, a, b = load_sides(opts)
+    if dry_run:
+        source = (
+            str(input)
+            if input is not None
+            else f"{samples} prompts x {n or resolved.rollout.n} of {resolved.model.path}"
+        )
+        sides = {side.name: {"origin": side.origin, "reward": side.reward.model_dump(mode="json")} for side in (a, b)}
+        differs = setting_changes(a.reward, b.reward)
+        typer.echo(json.dumps({"samples": source, "settings_that_differ": differs, "sides": sides}, indent=2))
+        return
+    out = out or Path("runs") / timestamped("parity-reward")
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file; give a folder")
+    raise typer.Exit(_run_reward(opts, resolved, a, b, build_reward_samples(opts, resolved), out))
+
+
+def _run_reward(opts, profile, a, b, samples, out: Path) -> int:
+    from rlrm.parity.reward_report import reward_table, write_reward_parity
+    from rlrm.parity.reward_run import run_reward_parity
+
+    term = console()
+    result = run_reward_parity(
+        a,
+        b,
+        samples,
+        opts.tolerances(),
+        profile.algorithm.adv_eps,
+        profile.algorithm.norm_adv_by_std,
+        opts.max_failed_frac,
+        log=lambda line: term.print(f"[dim]{line}[/dim]"),
+    )
+    write_reward_parity(out, samples, result)
+    term.print(reward_table(result))
+    term.print(f"{'PASS' if result.passed else 'FAIL'}: scores.parquet and summary.json in {out}")
+    return EXIT_PASS if result.passed else EXIT_FAIL

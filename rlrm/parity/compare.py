@@ -284,11 +284,19 @@ def verdict(summary: dict, tol: Tolerances) -> tuple[bool, list[str]]:
             f"{summary['nonfinite_samples']} samples with a non-finite score "
             f"(legacy {summary['nonfinite_legacy']}, loop {summary['nonfinite_loop']})"
         )
+    reasons += score_reasons(summary, tol)
+    return not reasons, reasons
+
+
+def score_reasons(summary: dict, tol: Tolerances, reference: str = "loop") -> list[str]:
+    """Why the finite scores fail the tolerances (empty: they pass): samples outside the band, Spearman, rank
+    flips. `reference` names the reference side in the band's formula."""
+    reasons = []
     allowed = tol.allowed_outside(summary["samples"] - summary["nonfinite_samples"])
     if summary["outside_tolerance"] > allowed:
         reasons.append(
             f"{summary['outside_tolerance']} of {summary['samples']} samples (allowed {allowed}) differ by more than "
-            f"atol {tol.atol:g} + rtol {tol.rtol:g} * max(|loop|, scale {summary['score_scale']:.3g}) "
+            f"atol {tol.atol:g} + rtol {tol.rtol:g} * max(|{reference}|, scale {summary['score_scale']:.3g}) "
             f"(max abs diff {summary['abs_diff_max']:.4g})"
         )
     rho = summary["spearman"]
@@ -296,7 +304,7 @@ def verdict(summary: dict, tol: Tolerances) -> tuple[bool, list[str]]:
         reasons.append(f"Spearman {rho:.4f} below --min-spearman {tol.min_spearman:g}")
     if summary["rank_flip_groups"] > tol.max_rank_flips:
         reasons.append(f"{summary['rank_flip_groups']} groups flip their ranking (allowed {tol.max_rank_flips})")
-    return not reasons, reasons
+    return reasons
 
 
 def _diff_stats(abs_diff: np.ndarray, rel_diff: np.ndarray, finite: np.ndarray) -> dict:

@@ -117,7 +117,7 @@ def build_config(opts: ParityOptions, profile) -> ParityConfig:
         device=device,
         threads=opts.threads,
         addresses=list(opts.addresses),
-        **_tolerances(opts),
+        **tolerance_settings(opts),
         adv_eps=profile.algorithm.adv_eps,
         norm_adv_by_std=profile.algorithm.norm_adv_by_std,
         score_offset=opts.score_offset,
@@ -133,7 +133,8 @@ def build_samples(opts: ParityOptions, profile) -> list:
     return generate_samples(profile, opts.samples, opts.n or profile.rollout.n, opts.seed)
 
 
-def _tolerances(opts: ParityOptions) -> dict:
+def tolerance_settings(opts) -> dict:
+    """The five tolerance options of `opts`, each given or its default (rlrm.parity.compare)."""
     defaults = {
         "atol": DEFAULT_ATOL,
         "rtol": DEFAULT_RTOL,

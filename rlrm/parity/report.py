@@ -51,7 +51,7 @@ def write_cell(out_dir: Path, samples, cell, extra: dict | None = None) -> None:
     )
     frame.to_parquet(out_dir / "scores.parquet", index=False)
     summary = {**cell.summary, **(extra or {})}
-    (out_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
 
 
 def write_matrix(out_dir: Path, samples, cells, extra: dict | None = None) -> None:
@@ -69,7 +69,7 @@ def write_matrix(out_dir: Path, samples, cells, extra: dict | None = None) -> No
         }
         for c in cells
     ]
-    (out_dir / "matrix.json").write_text(json.dumps(_json_safe({"cells": grid, **(extra or {})}), indent=2) + "\n")
+    (out_dir / "matrix.json").write_text(json.dumps(json_safe({"cells": grid, **(extra or {})}), indent=2) + "\n")
 
 
 def summary_table(cell):
@@ -87,24 +87,36 @@ def summary_table(cell):
     rows = [
         ("samples / groups", f"{s['samples']} / {s['groups']}"),
         ("truncated to max_length", f"{s['truncated']} (max_length {s['max_length']}, {s['truncation']})"),
-        ("abs diff mean / p50", f"{_f(st['abs_diff_mean'])} / {_f(st['abs_diff_p50'])}"),
-        ("abs diff p99 / max", f"{_f(st['abs_diff_p99'])} / {_f(st['abs_diff_max'])}"),
-        ("rel diff max", _f(st["rel_diff_max"])),
+        ("abs diff mean / p50", f"{shown_number(st['abs_diff_mean'])} / {shown_number(st['abs_diff_p50'])}"),
+        ("abs diff p99 / max", f"{shown_number(st['abs_diff_p99'])} / {shown_number(st['abs_diff_max'])}"),
+        ("rel diff max", shown_number(st["rel_diff_max"])),
         (
             "outside tolerance",
-            f"{st['outside_tolerance']} (atol {tol['atol']:g}, rtol {tol['rtol']:g} of scale {_f(st['score_scale'])}, allowed {_pct(tol['max_outside_frac'])})",
+            f"{st['outside_tolerance']} (atol {tol['atol']:g}, rtol {tol['rtol']:g} of scale {shown_number(st['score_scale'])}, allowed {shown_percent(tol['max_outside_frac'])})",
         ),
         ("non-finite (legacy / loop)", f"{st['nonfinite_legacy']} / {st['nonfinite_loop']}"),
-        ("Pearson / Spearman", f"{_f(st['pearson'], 5)} / {_f(st['spearman'], 5)} (min {tol['min_spearman']:g})"),
-        ("Kendall tau per group: mean / min", f"{_f(st['kendall_tau_mean'], 4)} / {_f(st['kendall_tau_min'], 4)}"),
-        ("top-1 agreement (ties / strict)", f"{_pct(st['top1_agreement'])} / {_pct(st['top1_agreement_strict'])}"),
+        (
+            "Pearson / Spearman",
+            f"{shown_number(st['pearson'], 5)} / {shown_number(st['spearman'], 5)} (min {tol['min_spearman']:g})",
+        ),
+        (
+            "Kendall tau per group: mean / min",
+            f"{shown_number(st['kendall_tau_mean'], 4)} / {shown_number(st['kendall_tau_min'], 4)}",
+        ),
+        (
+            "top-1 agreement (ties / strict)",
+            f"{shown_percent(st['top1_agreement'])} / {shown_percent(st['top1_agreement_strict'])}",
+        ),
         (
             "groups flipping rank (resolved / strict)",
             f"{st['rank_flip_groups']} / {st['rank_flip_groups_strict']} (max {tol['max_rank_flips']})",
         ),
         ("constant groups", str(st["constant_groups"])),
-        ("GRPO adv: max / mean abs diff", f"{_f(st['adv_max_abs_diff'])} / {_f(st['adv_mean_abs_diff'])}"),
-        ("GRPO adv sign agreement", _pct(st["adv_sign_agreement"])),
+        (
+            "GRPO adv: max / mean abs diff",
+            f"{shown_number(st['adv_max_abs_diff'])} / {shown_number(st['adv_mean_abs_diff'])}",
+        ),
+        ("GRPO adv sign agreement", shown_percent(st["adv_sign_agreement"])),
         ("samples/s: legacy / loop", f"{s['legacy']['samples_per_s']:.1f} / {s['loop']['samples_per_s']:.1f}"),
     ]
     inv = s.get("invariance")
@@ -113,8 +125,8 @@ def summary_table(cell):
             (
                 "invariance: batch 1 / 8 / max, right / left pad",
                 (
-                    f"{'pass' if inv['passed'] else 'FAIL'}: max {_f(inv['max_abs_diff'])}, p99 {_f(inv['p99_abs_diff'])}, "
-                    f"{inv['rank_flips']} rank flips (tolerance {_f(inv['tolerance'])})"
+                    f"{'pass' if inv['passed'] else 'FAIL'}: max {shown_number(inv['max_abs_diff'])}, p99 {shown_number(inv['p99_abs_diff'])}, "
+                    f"{inv['rank_flips']} rank flips (tolerance {shown_number(inv['tolerance'])})"
                 ),
             )
         )
@@ -138,31 +150,31 @@ def matrix_table(cells):
             c.legacy_dtype,
             c.loop_dtype,
             "[green]pass[/green]" if c.passed else "[red]fail[/red]",
-            _f(st["abs_diff_max"]),
-            _f(st["abs_diff_p99"]),
-            _f(st["spearman"], 5),
+            shown_number(st["abs_diff_max"]),
+            shown_number(st["abs_diff_p99"]),
+            shown_number(st["spearman"], 5),
             str(st["rank_flip_groups"]),
-            _f(st["adv_max_abs_diff"]),
+            shown_number(st["adv_max_abs_diff"]),
         )
     return table
 
 
-def _f(value, digits: int = 3) -> str:
+def shown_number(value, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:.{digits}g}" if abs(value) < 1e-3 and value != 0 else f"{value:.{digits + 1}f}"
 
 
-def _pct(value) -> str:
+def shown_percent(value) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
 
 
-def _json_safe(value):
+def json_safe(value):
     """NaN and infinities become null (JSON has neither); numpy scalars become Python numbers."""
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (np.floating, float)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, np.integer):
