@@ -35,11 +35,28 @@ def contract_diff(a: RewardContract, b: RewardContract) -> dict:
 def _changes(name: str, old, new) -> list[str]:
     """One line per differing leaf of a part (`model.weights ('sha256:1f...' -> 'sha256:9c...')`), so a long part
     (a model's identity, a parser's settings) shows where it differs rather than a shared first few characters."""
+    if isinstance(old, str) and isinstance(new, str):
+        return [_text_change(name, old, new)]
     if not (isinstance(old, dict) and isinstance(new, dict)):
         return [describe_change(name, old, new)]
     flat_old, flat_new = _flatten(old, name), _flatten(new, name)
     keys = sorted(k for k in set(flat_old) | set(flat_new) if flat_old.get(k) != flat_new.get(k))
     return [describe_change(k, flat_old.get(k), flat_new.get(k)) for k in keys]
+
+
+def _text_change(name: str, old: str, new: str, before: int = 12, chars: int = 40) -> str:
+    """Two long texts (judge templates) shown from just before where they first differ: two templates that share
+    their first sentence would otherwise read the same."""
+    start = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+    if start <= before:
+        return describe_change(name, old, new)
+    cut = start - before
+
+    def excerpt(text: str) -> str:
+        tail = text[cut : cut + chars]
+        return repr("..." + tail + ("..." if cut + chars < len(text) else ""))
+
+    return f"{name} (from character {cut}: {excerpt(old)} -> {excerpt(new)})"
 
 
 def _flatten(value, prefix: str) -> dict:

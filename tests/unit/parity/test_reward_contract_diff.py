@@ -49,3 +49,15 @@ def test_a_hosted_judge_differs_in_model_and_dtype():
     diff = contract_diff(reward_contract(a, JUDGE), reward_contract(b, hosted))
     assert diff["parts"] == ["dtype", "model"]
     assert "dtype.dtype ('float32' -> 'null')" in diff["changes"]
+
+
+def test_two_templates_that_share_a_beginning_are_shown_where_they_part():
+    a = load_profile("tiny-genrm").reward
+    shared = a.genrm.template.split("Reference answer:")[0]  # 'Is the answer ... Answer: {response}\n'
+    b = load_profile("tiny-genrm", [f"reward.genrm.template={shared}Say Score: 10 or Score: 0."]).reward
+    changes = contract_diff(reward_contract(a, JUDGE), reward_contract(b, JUDGE))["changes"]
+    cut = len(shared) - 12
+    assert changes[1] == (
+        f"template (from character {cut}: '... {{response}}\\nReference answer: {{reference...' -> "
+        "'... {response}\\nSay Score: 10 or Score: 0.')"
+    )
