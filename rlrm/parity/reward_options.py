@@ -88,7 +88,7 @@ def _reward_setting(setting: str) -> str:
     return setting
 
 
-def _origin(profile: str, sets: list[str], flag: str, b_sets: list[str] = ()) -> str:
+def _origin(profile: str, sets: list[str], flag: str, b_sets: tuple[str, ...] | list[str] = ()) -> str:
     """`tiny-genrm with --set k, --b-set reward.genrm.template`: keys only (a value may be long, or private)."""
     shown = [f"{flag} {s.partition('=')[0]}" for s in sets] + [f"--b-set {s.partition('=')[0]}" for s in b_sets]
     return profile + (f" with {', '.join(shown)}" if shown else "")
