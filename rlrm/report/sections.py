@@ -254,7 +254,7 @@ def parity_section(doc: Document, data: ParityData, prefix: str, writer) -> None
         section.text(
             f"Rank flips (strict: any discordant pair): {int(flips['flips'].sum())} of "
             f"{int(flips['pairs'].sum())} pairs in {len(flips)} groups; "
-            f"top-1 agreement {flips['top1_agree'].mean():.4g}"
+            f"top-1 agreement {flips['top1_agree'].mean():.1%}"
         )
         section.table(["flips in group", "groups"], [[k, v] for k, v in counts.items()])
         writer.emit(
