@@ -283,13 +283,13 @@ def injected_latencies(bench, notes: list[str]) -> dict[str, object]:
 
 def distinct_latencies(latencies: dict) -> dict:
     """The latencies with identical distributions drawn once: modes given the same draws (the same seed and
-    latency) share one entry, named for all of them (`every mode @ 0.5`, `sync, stream`)."""
+    latency) share one entry, named for all of them (`every mode (5) @ 0.5`, `sync, stream`)."""
     import numpy as np
 
-    groups: list[tuple[list[str], object]] = []
+    groups: list[tuple[list[str], tuple[float, ...]]] = []
     for label, values in latencies.items():
-        ordered_values = np.sort(np.asarray(values, dtype=float))
-        same = next((g for g in groups if np.array_equal(g[1], ordered_values)), None)
+        ordered_values = tuple(np.sort(np.asarray(values, dtype=float)).tolist())
+        same = next((g for g in groups if g[1] == ordered_values), None)
         if same is None:
             groups.append(([label], ordered_values))
         else:
