@@ -375,8 +375,11 @@ def bar_width(categories: int, per: float = 1.4, least: float = 6.0) -> float:
 
 
 def category_ticks(ax, labels: list[str]) -> None:
-    """A tick per bar; labels turned 45 degrees (anchored at their end) when they would overprint level."""
-    crowded = len(labels) > 4 or max((len(label) for label in labels), default=0) > 12
+    """A tick per bar; labels turned 45 degrees (anchored at their end) when they would overprint level: about 7 px
+    a character at the report's font size and 100 dpi, against the axes' width."""
+    fig = ax.get_figure()
+    room_px = ax.get_position().width * fig.get_figwidth() * 100
+    crowded = any(7 * len(label) + 8 > room_px / max(1, len(labels)) for label in labels)
     if crowded:
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize="small")
     else:
