@@ -139,7 +139,7 @@ NAN_ALLOWED = {"reward.default_score"}
 
 
 def test_the_schema_walk_finds_the_float_fields():
-    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.timeout_s"} <= set(
+    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.attempt_timeout_s"} <= set(
         FLOAT_KEYS
     )
 
