@@ -69,7 +69,9 @@ def _note(old: str, new: tuple[str, ...]) -> None:
     if old in _noted:
         return
     _noted.add(old)
-    print(f"note: {old} is now {' and '.join(new)} (each given its value); set those instead", file=sys.stderr, flush=True)
+    print(
+        f"note: {old} is now {' and '.join(new)} (each given its value); set those instead", file=sys.stderr, flush=True
+    )
 
 
 def _parent(raw: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:

@@ -70,7 +70,11 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     if "reward_model_tokenizer" in kwargs and metered is not None:
         kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
         check_tokenizer(kwargs["reward_model_tokenizer"], metered, cfg.server.model)
-    proxy = ModelProxy(metered, cfg.server.request_timeout_s) if metered is not None and "reward_router_address" in kwargs else None
+    proxy = (
+        ModelProxy(metered, cfg.server.request_timeout_s)
+        if metered is not None and "reward_router_address" in kwargs
+        else None
+    )
     name = cfg.custom.name
     pool = _process_pool(cfg, fn, kwargs, model_path)
     side = SideLoop(name, grace_s=cfg.attempt_timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
