@@ -4,17 +4,26 @@
 - reward.server.request_timeout_s cuts one request (a slow answer), while the attempt still has time;
 - reward.attempt_timeout_s gives up the whole attempt (written as hung), while its request still has time;
 - at start, each readiness probe is one request (request_timeout_s), all of them within reward.server.start_timeout_s.
+
+And a run folder written before the rename (config.yaml with reward.timeout_s) resumes: same reward contract.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from rlrm.cli.main import app
+from rlrm.config import renamed_keys
+from rlrm.config.loader import load_profile
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.trainer import start_run, train
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerStartError
 
@@ -106,7 +115,7 @@ def test_a_request_past_request_timeout_fails_while_its_attempt_has_time():
     (result, metrics, hung, error), chats = asyncio.run(scenario())
     assert chats == 2 and result.extra.get("reward_failed")  # counted and defaulted, never a silent score
     assert metrics["reward/timeouts"] == 1 and metrics["reward/defaulted"] == 1
-    assert "/v1/chat/completions did not answer within 0.5 s" in error  # the request's own timeout
+    assert "/v1/chat/completions did not answer within 0.5 s (reward.server.request_timeout_s)" in error
     assert hung == []  # the attempt was not given up at its deadline: its request failed first
 
 
@@ -146,3 +155,37 @@ def test_readiness_gives_up_at_start_timeout_naming_it():
     message, chats = asyncio.run(scenario())
     assert "reward.server.start_timeout_s" in message and "no answer within 0.5 s" in message
     assert chats >= 2  # probed again after each cut request, until start_timeout_s ran out
+
+
+SMALL = [
+    "data.train_batch_size=4",
+    "actor.mini_batch_size=4",
+    "rollout.n=2",
+    "rollout.max_new_tokens=8",
+    "data.val_size=4",
+    "trainer.val_every=0",
+    "trainer.save_every=1",
+    "trainer.num_threads=1",
+    "logging.console=none",
+]
+
+
+def test_a_run_folder_with_the_old_key_resumes_with_its_contract(tmp_path, tiny_policy_path, monkeypatch):
+    run = start_run(load_profile("tiny-rule", [*SMALL, "trainer.total_steps=1"]), tmp_path / "run")
+    assert train(run).last_step == 1
+    fingerprint = json.loads((run / "reward_contract.json").read_text())["fingerprint"]
+    config = run / "config.yaml"
+    raw = yaml.safe_load(config.read_text())
+    del raw["reward"]["attempt_timeout_s"], raw["reward"]["server"]["request_timeout_s"]
+    raw["reward"]["timeout_s"] = 20.0  # as an rlrm from before the rename wrote it
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.setattr(renamed_keys, "_noted", set())
+    resumed = CliRunner().invoke(app, ["train", "--resume", str(run), "--steps", "2", "--console", "none"])
+    assert resumed.exit_code == 0 and f"done: 2 steps in {run}" in resumed.stdout, resumed.output
+    notes = [line for line in resumed.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "reward.timeout_s is now reward.attempt_timeout_s" in notes[0]
+    # the contract check on resume passed (a changed contract stops it) and the contract file is unchanged
+    assert json.loads((run / "reward_contract.json").read_text())["fingerprint"] == fingerprint
+    reward = yaml.safe_load(config.read_text())["reward"]  # --steps wrote config.yaml again: the new keys
+    assert "timeout_s" not in reward
+    assert (reward["attempt_timeout_s"], reward["server"]["request_timeout_s"]) == (20.0, 20.0)
