@@ -305,7 +305,7 @@ def _profile_of_spec(spec: dict, mode: str | None) -> dict:
         "reward": {
             "num_workers": rw.get("workers"),
             "max_concurrency": rw.get("max_concurrency"),
-            "timeout_s": rw.get("timeout_s"),
+            "attempt_timeout_s": rw.get("timeout_s"),
             "max_retries": rw.get("max_retries"),
             "backoff_s": rw.get("backoff_s"),
             "backoff_max_s": rw.get("backoff_max_s"),
@@ -410,7 +410,7 @@ def _reward(p: _Profile, obs: _Steps, put) -> None:
     for key, path, default in (
         ("workers", "reward.num_workers", 4),
         ("max_concurrency", "reward.max_concurrency", 64),
-        ("timeout_s", "reward.timeout_s", 30.0),
+        ("timeout_s", "reward.attempt_timeout_s", p.get("reward.timeout_s", 30.0)),  # a run from before the rename
         ("max_retries", "reward.max_retries", 3),
         ("backoff_s", "reward.backoff_s", 0.1),
         ("backoff_max_s", "reward.backoff_max_s", 5.0),

@@ -153,7 +153,7 @@ class RewardSpec(_Section):
         "worker or rate-limit slot, no attempt, never failed.",
     )
     timeout_s: float = Field(
-        30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.timeout_s)."
+        30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.attempt_timeout_s)."
     )
     max_retries: int = Field(3, ge=0, le=1000, description="Retries of a failed attempt (reward.max_retries).")
     backoff_s: float = Field(

@@ -160,3 +160,21 @@ def test_the_reward_cache_hit_rate_is_fitted_and_its_hits_leave_the_reward_cost_
     assert 0.55 < hits / looked < 0.85
     assert fitted["reward.cache_hit_rate"] == pytest.approx(hits / looked)
     assert fitted["reward.base_s"] == pytest.approx(TRUE["reward.base_s"], rel=0.02)
+
+
+@pytest.mark.parametrize("reward", [{"attempt_timeout_s": 9.0}, {"timeout_s": 9.0}])
+def test_the_attempt_deadline_is_read_from_a_run_under_its_new_name_or_the_old(synthetic_run, tmp_path, reward):
+    import shutil
+
+    import yaml
+
+    from rlrm.bench.simulate.calibrate import _profile_of_spec
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    profile = _profile_of_spec(raw["spec"], "sync")  # the run as a profile, as a real run's config.yaml holds it
+    assert profile["reward"].pop("attempt_timeout_s") == 30.0  # the simulated spec's deadline, read as the new key
+    profile["reward"].update(reward)  # a run from after the rename, or from before it
+    (run / "config.yaml").write_text(yaml.safe_dump(profile))
+    assert calibrate([run]).spec_values["reward"]["timeout_s"] == 9.0  # the simulator's attempt deadline
