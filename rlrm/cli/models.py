@@ -27,9 +27,10 @@ def prepare(
     seed: SeedOption = 0,
     force: Annotated[bool, typer.Option("--force", metavar="", help="Rebuild even if present.")] = False,
 ) -> None:
-    """Build the tiny policy, judge and DisRM locally and print what each measured on held-out data
-    (the same --seed builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them:
-    chosen/rejected pairs of held-out problems for `rlrm eval rm --pairs`.
+    """Put the tiny policy, judge and DisRM in the model cache and print what each measured on held-out data:
+    seed 0 ships with rlrm and is copied; --force or another --seed builds from the recipe (minutes; the same seed
+    builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them: chosen/rejected pairs of
+    held-out problems for `rlrm eval rm --pairs`.
 
     The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM
     start from it and are trained briefly to tell correct answers from wrong ones. `--name tools`

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rlrm.config.renamed_keys import migrate, migrate_overrides
 from rlrm.config.schema import Profile
 from rlrm.errors import ConfigError, clipped
 
@@ -57,15 +58,15 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
     """
     raw = _resolve(name_or_path, chain=())
     raw.pop("extends", None)
-    for item in overrides:
-        key, value = _parse_override(item)
+    for key, value in migrate_overrides([_parse_override(item) for item in overrides]):
         _check_key_path(key)
         _set_path(raw, key, value)
     return parse_profile(raw, source=name_or_path)
 
 
 def parse_profile(raw: dict[str, Any], source: str = "profile") -> Profile:
-    """Validate a raw mapping, turning pydantic's report into one clear line."""
+    """Validate a raw mapping (renamed keys read as their new names, in place), pydantic's report as one line."""
+    migrate(raw, source)
     return validate_model(raw, Profile, source)
 
 
@@ -103,6 +104,7 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict[str, Any]:
     if not raw:
         raise ConfigError(f"{path}: the profile is empty; give at least `extends: NAME` (see `rlrm profiles list`)")
     _anchor_paths(raw, path.parent)
+    migrate(raw, str(path))  # each file on its own: a child's old key still overrides its parent's new one
     parent = raw.pop("extends", None)
     if parent is None:
         return raw

@@ -74,6 +74,15 @@ class RewardServerConfig(ServerFleetConfig):
         """The base settings, with the model that running `addresses` must serve."""
         return replace(super().fleet_spec(), model=self.model)
 
+    request_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest one HTTP request to a reward server or hosted API may take: a judge's chat completion, "
+        "a DisRM's /classify, a custom function's call through reward_router_address, each readiness probe at start. "
+        "A request past it fails as a timeout (retried as reward.max_retries says); reward.attempt_timeout_s bounds "
+        "it too.",
+    )
+
     @property
     def request_model(self) -> str | None:
         """The `model` every request names: served_model_name when set, else the model as written."""
@@ -198,7 +207,7 @@ class CustomRewardConfig(_Section):
     isolation: Literal["auto", "process", "thread"] = Field(
         "auto",
         description="Where the function runs. process: in worker processes (reward.custom.processes); a call past "
-        "reward.timeout_s is killed with its worker, which is replaced. thread: in the trainer process (a sync "
+        "reward.attempt_timeout_s is killed with its worker, which is replaced. thread: in the trainer process (a sync "
         "function on a thread of its own, an async one on an event loop of its own); a call past the timeout is "
         "abandoned, not stopped. auto: process for a sync function, thread for an async one (it yields).",
     )
@@ -398,7 +407,14 @@ class RewardConfig(_Section):
         None, description="Ray cluster to join (None: the one already initialised, or a new local one)."
     )
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")
-    timeout_s: float = Field(30.0, gt=0, description="Per-request timeout.")
+    attempt_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Deadline of one attempt at one sample's reward: the reward function's whole call, every model "
+        "request it makes and every wait for a rate-limit slot included. Past it the attempt fails as a timeout "
+        "(reward/timeouts, hung_rewards.jsonl) and is retried as reward.max_retries says; a custom function in a "
+        "worker process (reward.custom.isolation) is killed with its worker.",
+    )
     max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")
     backoff_s: float = Field(0.1, ge=0, description="First retry delay; doubles each retry, with jitter.")
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay.")
@@ -495,11 +511,13 @@ class RewardConfig(_Section):
             )
         check_component_weights(self.kind, self.component_weights)
         rpm = self.limits.rpm
-        if rpm is not None and 60.0 / rpm > self.timeout_s:  # every request but the first would wait past its deadline
+        # a request waits for its slot inside its attempt (rewards/metered.py): the attempt's deadline is what it meets
+        deadline = self.attempt_timeout_s
+        if rpm is not None and 60.0 / rpm > deadline:  # every request but the first would wait past its deadline
             raise ValueError(
                 f"reward.limits.rpm={rpm:g} spaces reward-model requests {60.0 / rpm:.3g} s apart, longer than "
-                f"reward.timeout_s={self.timeout_s:g}: they would time out waiting for their turn; set rpm to at least "
-                f"{60.0 / self.timeout_s:.3g} (or raise reward.timeout_s)"
+                f"reward.attempt_timeout_s={deadline:g}: they would time out waiting for their turn; set rpm to at "
+                f"least {60.0 / deadline:.3g} (or raise reward.attempt_timeout_s)"
             )
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(

@@ -74,7 +74,13 @@ class ServerFleetConfig(BaseModel):
         description="sglang: SGLang router (generation only: it does not route /classify); client: rlrm's balancer; "
         "auto: sglang when installed and it can route.",
     )
-    start_timeout_s: float = Field(180.0, gt=0, description="Total time allowed for servers to become healthy.")
+    start_timeout_s: float = Field(
+        180.0,
+        gt=0,
+        description="Total time allowed for servers to become ready at start: launched ones to load and answer, "
+        "running addresses (a hosted API included) to pass their first check (each probe of that check is one "
+        "request, bounded by the section's request_timeout_s too).",
+    )
     launch_on: Literal["local", "ray"] = Field(
         "local",
         description="local: the replicas are subprocesses on the trainer's node; ray: each replica is owned by a small "

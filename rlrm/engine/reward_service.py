@@ -106,7 +106,7 @@ class RewardService:
             ray_address=self.cfg.ray_address,
             headers=self.headers,
         )
-        await self.fleet.start(check_timeout_s=self.cfg.timeout_s)
+        await self.fleet.start(check_timeout_s=server.request_timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
         self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key, headers=self.headers)
         await self.balancer.wait_healthy(server.start_timeout_s)
@@ -132,7 +132,7 @@ class RewardService:
         if self.cfg.model_kind is not None and self.model_path is not None and not server.addresses:
             model = await asyncio.to_thread(local_identity, self._served_model(), self.model_path)
         elif self.cfg.model_kind is not None:
-            model = await served_identity(self.balancer, server.request_model, self.cfg.timeout_s)
+            model = await served_identity(self.balancer, server.request_model, server.request_timeout_s)
         source = source_digest(self.cfg.custom.path) if self.cfg.kind == "custom" else None
         return reward_contract(self.cfg, model, source)
 

@@ -121,5 +121,10 @@ async def _invariance(service, cfg: RewardConfig, samples: list[ParitySample], t
     ids = [render_conversation(tok, s.prompt, s.response)[-limit:] for s in samples]
     settings = InvarianceSettings(max_batch=cfg.server.max_batch, dtype=cfg.server.dtype)
     return await check_invariance(
-        service.balancer, cfg.server.request_model, ids, [s.group_id for s in samples], settings, cfg.timeout_s
+        service.balancer,
+        cfg.server.request_model,
+        ids,
+        [s.group_id for s in samples],
+        settings,
+        cfg.server.request_timeout_s,
     )

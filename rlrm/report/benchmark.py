@@ -15,6 +15,7 @@ from rlrm.report.figures import FigureSkipped, color, new_figure
 from rlrm.report.timeline import events_frame, read_trace
 
 MODE_ORDER = MODES
+MAX_WIDTH_IN = 14.0  # 1,400 px at the report's 100 dpi: a figure wider than a screen is read by no one
 IDLE_COLUMNS = {"idle_trainer": "trainer", "idle_rollout": "rollout", "idle_reward_wait": "reward wait"}
 PHASE_ORDER = (
     "gen",
@@ -131,7 +132,9 @@ def throughput_figure(bench):
     """Tokens/s and speedup vs sync per mode: bars (median over repeats) with their intervals."""
     table = _table_with(bench, ["tokens_per_s"], "throughput")
     panels = [c for c in ("tokens_per_s", "speedup_vs_sync") if c in table.columns]
-    fig, axes = new_figure(1, len(panels), width=5.0 * len(panels), squeeze=False)
+    fig, axes = new_figure(
+        1, len(panels), width=min(MAX_WIDTH_IN, len(panels) * bar_width(len(table), per=0.6, least=5.0)), squeeze=False
+    )
     titles = {"tokens_per_s": "Throughput (tokens/s)", "speedup_vs_sync": "Speedup vs sync"}
     for ax, col in zip(axes[0], panels):
         _bars(ax, table, col)
@@ -148,7 +151,7 @@ def throughput_figure(bench):
 def hiding_figure(bench):
     """Latency-hiding efficiency per mode (1 = the injected latency costs nothing)."""
     table = _table_with(bench, ["hiding_efficiency"], "latency hiding")
-    fig, ax = new_figure(width=6.0)
+    fig, ax = new_figure(width=bar_width(len(table), per=0.6))
     _bars(ax, table, "hiding_efficiency")
     ax.axhline(1.0, color="0.3", linestyle=":", linewidth=1)
     ax.set_title("Latency-hiding efficiency")
@@ -163,7 +166,7 @@ def idle_figure(bench):
         raise FigureSkipped(f"results has none of the columns {', '.join(IDLE_COLUMNS)}")
     import numpy as np
 
-    fig, ax = new_figure(width=max(6.0, 1.4 * len(table)))
+    fig, ax = new_figure(width=bar_width(len(table)))
     pos = np.arange(len(table))
     width = 0.8 / len(present)
     for i, col in enumerate(present):
@@ -178,7 +181,7 @@ def idle_figure(bench):
             color=color(i),
             label=IDLE_COLUMNS[col],
         )
-    ax.set_xticks(pos, list(table.index))
+    category_ticks(ax, list(table.index))
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("fraction of wall time idle")
     ax.set_title("Idle ratios")
@@ -221,7 +224,7 @@ def step_time_figure(bench):
 
     table = step_time_table(bench)
     phases = [c for c in table.columns if c != "step"]
-    fig, ax = new_figure(width=max(6.0, 1.4 * len(table)))
+    fig, ax = new_figure(width=bar_width(len(table)))
     pos = np.arange(len(table))
     bottom = np.zeros(len(table))
     for i, phase in enumerate(phases):
@@ -229,8 +232,9 @@ def step_time_figure(bench):
         ax.bar(pos, heights, 0.6, bottom=bottom, color=color(i), label=phase)
         bottom += heights
     if "step" in table.columns:
-        ax.scatter(pos, table["step"].to_numpy(), marker="_", s=900, color="black", zorder=3, label="step (wall)")
-    ax.set_xticks(pos, list(table.index))
+        marker = max(60.0, min(900.0, 9000.0 / len(table)))  # the tick as wide as its bar
+        ax.scatter(pos, table["step"].to_numpy(), marker="_", s=marker, color="black", zorder=3, label="step (wall)")
+    category_ticks(ax, list(table.index))
     ax.set_ylabel("seconds per step")
     ax.set_title("Step-time breakdown (timing_s/*)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
@@ -277,65 +281,65 @@ def injected_latencies(bench, notes: list[str]) -> dict[str, object]:
     return {label: merged[label] for label in ordered(merged) if len(merged[label])}
 
 
+def distinct_latencies(latencies: dict) -> dict:
+    """The latencies with identical distributions drawn once: modes given the same draws (the same seed and
+    latency) share one entry, named for all of them (`every mode (5) @ 0.5`, `sync, stream`)."""
+    import numpy as np
+
+    groups: list[tuple[list[str], tuple[float, ...]]] = []
+    for label, values in latencies.items():
+        ordered_values = tuple(np.sort(np.asarray(values, dtype=float)).tolist())
+        same = next((g for g in groups if g[1] == ordered_values), None)
+        if same is None:
+            groups.append(([label], ordered_values))
+        else:
+            same[0].append(label)
+    modes = {label.split(" @ ")[0] for label in latencies}
+    merged = {}
+    for labels, _ in groups:
+        merged[_group_name(labels, modes)] = latencies[labels[0]]
+    return merged
+
+
+def _group_name(labels: list[str], modes: set[str]) -> str:
+    if len(labels) == 1:
+        return labels[0]
+    suffixes = {label.partition(" @ ")[2] for label in labels}
+    if len(suffixes) > 1:
+        return ", ".join(labels)
+    mine = [label.split(" @ ")[0] for label in labels]
+    suffix = suffixes.pop()
+    name = f"every mode ({len(mine)})" if set(mine) == modes else ", ".join(mine)
+    return f"{name} @ {suffix}" if suffix else name
+
+
 def latency_figure(latencies: dict):
-    """Injected latency distribution per mode: histogram (left) and empirical CDF (right)."""
+    """Injected latency distribution per mode: histogram (left) and empirical CDF (right); modes whose draws are
+    identical are drawn once (distinct_latencies), and the title says so."""
     import numpy as np
 
     if not latencies:
         raise FigureSkipped("no injected latencies (trace args.injected_latency_s or reward/injected_latency_mean)")
+    shown = distinct_latencies(latencies)
     fig, (hist_ax, cdf_ax) = new_figure(1, 2, width=10.0)
-    everything = np.concatenate(list(latencies.values()))
+    everything = np.concatenate(list(shown.values()))
     edges = np.histogram_bin_edges(everything, bins=min(50, max(5, int(np.sqrt(len(everything))))))
-    for i, (label, values) in enumerate(latencies.items()):
+    for i, (label, values) in enumerate(shown.items()):
         hist_ax.hist(values, bins=edges, histtype="step", color=color(i), label=label)
         ordered_values = np.sort(values)
         cdf_ax.plot(ordered_values, np.arange(1, len(values) + 1) / len(values), color=color(i), label=label)
     hist_ax.set_title("Injected reward latency")
+    if len(shown) < len(latencies):  # five identical lines would read as five modes that agree by chance
+        fig.suptitle(
+            f"runs given identical latencies are drawn once: {len(shown)} distinct of {len(latencies)}",
+            fontsize="medium",
+        )
     hist_ax.set_xlabel("seconds")
     hist_ax.set_ylabel("samples")
     cdf_ax.set_title("CDF")
     cdf_ax.set_xlabel("seconds")
     cdf_ax.set_ylim(0, 1.02)
     cdf_ax.legend(loc="lower right", fontsize="small")
-    return fig
-
-
-def sweep_figure(bench):
-    """Speedup vs sync and idle/trainer per mode against the swept value (one line per mode).
-
-    The x axis is the mean reward latency when the sweep moved the latency, else the swept value
-    itself (numbers when every value is one, evenly spaced labels otherwise).
-    """
-    import pandas as pd
-
-    rows, _ = split_baseline(bench.results)
-    if not is_sweep(rows):
-        raise FigureSkipped("results hold no sweep (sweep_value)")
-    key = str(rows["sweep_key"].dropna().iloc[0]) if "sweep_key" in rows.columns else "swept value"
-    by_latency = key.startswith("reward.latency") and "mean_latency_s" in rows.columns
-    values = rows["sweep_value"].astype(str)
-    numeric = pd.to_numeric(values, errors="coerce")
-    if by_latency:
-        xs, label = rows["mean_latency_s"].astype(float), "mean reward latency (s)"
-    elif numeric.notna().all():
-        xs, label = numeric, key
-    else:
-        order = list(dict.fromkeys(values))
-        xs, label = values.map(order.index).astype(float), key
-    panels = [c for c in ("speedup_vs_sync", "idle_trainer") if c in rows.columns]
-    fig, axes = new_figure(1, len(panels), width=5.5 * len(panels), squeeze=False)
-    titles = {"speedup_vs_sync": "Speedup vs sync", "idle_trainer": "Trainer idle (fraction of wall time)"}
-    frame = rows.assign(_x=xs.to_numpy())
-    for ax, col in zip(axes[0], panels):
-        for i, mode in enumerate(m for m in ordered(frame["mode"].astype(str)) if m in set(frame["mode"])):
-            mine = frame[frame["mode"] == mode].groupby("_x")[col].mean().sort_index()
-            ax.plot(mine.index, mine.to_numpy(), marker="o", color=color(i), label=mode)
-        ax.set_title(titles[col])
-        ax.set_xlabel(label)
-        if not by_latency and numeric.isna().any():
-            order = list(dict.fromkeys(values))
-            ax.set_xticks(range(len(order)), order)
-    axes[0, 0].legend(loc="best", fontsize="small")
     return fig
 
 
@@ -362,4 +366,21 @@ def _bars(ax, table, col: str) -> None:
         color=[color(i) for i in range(len(labels))],
         label="median over repeats (interval)",
     )
-    ax.set_xticks(range(len(labels)), labels)
+    category_ticks(ax, labels)
+
+
+def bar_width(categories: int, per: float = 1.4, least: float = 6.0) -> float:
+    """A bar figure's width in inches: `per` inch a category, at least `least`, at most MAX_WIDTH_IN."""
+    return min(MAX_WIDTH_IN, max(least, per * categories))
+
+
+def category_ticks(ax, labels: list[str]) -> None:
+    """A tick per bar; labels turned 45 degrees (anchored at their end) when they would overprint level: about 7 px
+    a character at the report's font size and 100 dpi, against the axes' width."""
+    fig = ax.get_figure()
+    room_px = ax.get_position().width * fig.get_figwidth() * 100
+    crowded = any(7 * len(label) + 8 > room_px / max(1, len(labels)) for label in labels)
+    if crowded:
+        ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize="small")
+    else:
+        ax.set_xticks(range(len(labels)), labels)

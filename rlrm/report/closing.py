@@ -23,7 +23,12 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
             f"  held-out accuracy {values[0]:.3f} -> {values[-1]:.3f} (val/accuracy, step {steps[0]:g} -> {steps[-1]:g})"
         )
     steps, values = series.get(REWARD, ([], []))
-    if steps:
+    if steps and _reward_kind(run_dir) == "disrm":  # a raw logit may fall while answers improve: say what it is
+        lines.append(
+            f"  reward (the DisRM's raw logit, not a rate) {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step 1 -> "
+            f"{steps[-1]:g}); agreement with the rule below says whether answers improved"
+        )
+    elif steps:
         lines.append(f"  reward {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step 1 -> {steps[-1]:g})")
     steps, values = series.get(AGREEMENT, ([], []))
     if len(steps) >= 2:
@@ -51,6 +56,17 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     lines += _canary_lines(rows)
     lines.append(f"  next: rlrm report {run_dir}")
     return lines
+
+
+def _reward_kind(run_dir: Path) -> str | None:
+    """reward.kind of the run's resolved profile (config.yaml), or None when it cannot be read."""
+    import yaml
+
+    try:
+        profile = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+        return str(profile["reward"]["kind"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
 def _canary_lines(rows: list[dict]) -> list[str]:

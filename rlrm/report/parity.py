@@ -12,6 +12,7 @@ from rlrm.report.figures import FigureSkipped, new_figure
 from rlrm.report.series import has_metric
 
 LEGACY_COLOR, LOOP_COLOR = "tab:orange", "tab:red"
+PASS_COLOR, FAIL_COLOR = "tab:green", "tab:red"
 TRAIN_KEYS = ("critic/score/mean", "val/accuracy", "response_length/mean", "actor/entropy")
 
 
@@ -84,13 +85,24 @@ def residual_figure(scores):
     return fig
 
 
-def rank_flip_figure(flips):
-    """Groups by number of rank flips (bar heights are `flip_counts(flips)`), top-1 agreement in the title."""
+def rank_flip_figure(flips, verdict: str | None = None):
+    """Groups by number of rank flips (bar heights are `flip_counts(flips)`, each written on its bar), top-1
+    agreement and the verdict in the title.
+
+    Colour says what a bar means, not that a bar exists: groups with no flip are green; groups with flips are red
+    when the verdict failed (or is unknown), grey when it passed (the strict count: near-ties within the
+    tolerance bands the verdict reads)."""
     counts = flip_counts(flips)
+    passed = str(verdict).lower() == "pass"
+    flipped = "0.6" if passed else FAIL_COLOR
+    colours = [PASS_COLOR if k == 0 else flipped for k in counts.index]
     fig, ax = new_figure(width=6.5)
-    ax.bar(counts.index.to_numpy(), counts.to_numpy(), 0.7, color=LOOP_COLOR, label="groups")
+    bars = ax.bar(counts.index.to_numpy(), counts.to_numpy(), 0.7, color=colours, label="groups")
+    ax.bar_label(bars, labels=[str(int(v)) for v in counts.to_numpy()], padding=2)
+    ax.set_ylim(0, max(1, int(counts.max())) * 1.15)
     agree = flips["top1_agree"].mean() if len(flips) else float("nan")
-    ax.set_title(f"Rank flips per group ({len(flips)} groups, top-1 agreement {agree:.1%})")
+    said = f"verdict {str(verdict).upper()}: " if verdict else ""
+    ax.set_title(f"Rank flips per group\n{said}{len(flips)} groups, top-1 agreement {agree:.1%}")
     ax.set_xlabel("pairs ordered differently by legacy and loop (strict: near-ties count)")
     ax.set_ylabel("groups")
     ax.set_xticks(counts.index.to_numpy())

@@ -11,7 +11,7 @@ import functools
 
 from rlrm.engine.metrics.audit import AGREEMENT, AuditSettings, audit_run, run_series
 from rlrm.engine.run_contract import contract_summary
-from rlrm.report import attack_audit, benchmark, curves, parity
+from rlrm.report import attack_audit, benchmark, curves, parity, sweep
 from rlrm.report.document import Document
 from rlrm.report.figures import FigureSkipped
 from rlrm.report.folders import BenchData, ParityData, RewardAuditData, RunData
@@ -190,11 +190,13 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
     if not base.empty:
         section.text("Zero-latency baseline (sync, latency none), mean over its repeats:")
         section.table(cols, [[benchmark.baseline_value(data, c) for c in cols]])
-    if benchmark.is_sweep(data.results):
-        writer.emit(section, f"{prefix}_sweep", lambda: benchmark.sweep_figure(data))
-    writer.emit(section, f"{prefix}_throughput", lambda: benchmark.throughput_figure(data))
-    writer.emit(section, f"{prefix}_idle", lambda: benchmark.idle_figure(data))
-    writer.emit(section, f"{prefix}_hiding", lambda: benchmark.hiding_figure(data))
+    # a sweep's bars would be one per mode and value: its figures are lines against the swept value instead
+    bars = sweep if benchmark.is_sweep(data.results) else benchmark
+    if bars is sweep:
+        writer.emit(section, f"{prefix}_sweep", lambda: sweep.sweep_figure(data))
+    writer.emit(section, f"{prefix}_throughput", lambda: bars.throughput_figure(data))
+    writer.emit(section, f"{prefix}_idle", lambda: bars.idle_figure(data))
+    writer.emit(section, f"{prefix}_hiding", lambda: bars.hiding_figure(data))
     try:
         phases = benchmark.step_time_table(data)
         section.table(["mode", *phases.columns], [[label, *row] for label, row in phases.iterrows()])
@@ -203,7 +205,8 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
     writer.emit(section, f"{prefix}_step_time", lambda: benchmark.step_time_figure(data))
     latencies = benchmark.injected_latencies(data, doc.notes)
     if latencies:
-        section.table(["mode", "samples", "mean s", "p50 s", "p90 s", "p99 s", "max s"], _latency_rows(latencies))
+        rows = _latency_rows(benchmark.distinct_latencies(latencies))
+        section.table(["mode", "samples", "mean s", "p50 s", "p90 s", "p99 s", "max s"], rows, digits=3)
     writer.emit(section, f"{prefix}_latency", lambda: benchmark.latency_figure(latencies))
     _timeline(section, _first_repeats(data), steps, writer, f"{prefix}_timeline")
 
@@ -251,10 +254,12 @@ def parity_section(doc: Document, data: ParityData, prefix: str, writer) -> None
         section.text(
             f"Rank flips (strict: any discordant pair): {int(flips['flips'].sum())} of "
             f"{int(flips['pairs'].sum())} pairs in {len(flips)} groups; "
-            f"top-1 agreement {flips['top1_agree'].mean():.4g}"
+            f"top-1 agreement {flips['top1_agree'].mean():.1%}"
         )
         section.table(["flips in group", "groups"], [[k, v] for k, v in counts.items()])
-        writer.emit(section, f"{prefix}_rank_flips", lambda: parity.rank_flip_figure(flips))
+        writer.emit(
+            section, f"{prefix}_rank_flips", lambda: parity.rank_flip_figure(flips, data.summary.get("verdict"))
+        )
     if data.train:
         writer.emit(section, f"{prefix}_train", lambda: parity.train_figure(data.train))
     else:

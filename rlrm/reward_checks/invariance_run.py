@@ -17,5 +17,10 @@ async def run_invariance(service, cfg: RewardConfig, samples: list[RewardSample]
     limit = cfg.disrm.max_length
     ids = [render_conversation(tokenizer, s.prompt, s.solution_str)[-limit:] for s in samples]
     return await check_invariance(
-        service.balancer, cfg.server.request_model, ids, [s.uid for s in samples], settings, cfg.timeout_s
+        service.balancer,
+        cfg.server.request_model,
+        ids,
+        [s.uid for s in samples],
+        settings,
+        cfg.server.request_timeout_s,
     )

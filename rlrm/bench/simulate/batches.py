@@ -39,6 +39,7 @@ class Batch:
         self.reward_s = draws.reward_s[k - 1]  # [N]
         self.failed = draws.failed[k - 1]  # [N]
         self.attempts = draws.attempts[k - 1]  # [N]
+        self.cached = draws.cached[k - 1]  # [N] answered by the reward cache: no call
         self.gen_done, self.version = gen_done, version  # [N] views, written by the engine
         self.prompts = len(self.resp_len) // n
         self.taken = np.zeros(self.prompts, dtype=bool)  # fully-async: groups already trained
@@ -89,10 +90,18 @@ class RewardQueue:
         self._calls: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # batch k -> (arrival, start, done)
 
     def schedule(self, batch: Batch, arrival: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, done) [N] of the batch's reward calls for these arrival times."""
+        """(start, done) [N] of the batch's reward calls for these arrival times. A sample the reward
+        cache answers is done on arrival and takes no slot (its calls are not queued or paced)."""
+        if not batch.cached.any():
+            return self._schedule(batch.k, arrival, batch.reward_s)
+        start, done, miss = arrival.copy(), arrival.copy(), ~batch.cached
+        if miss.any():
+            start[miss], done[miss] = self._schedule(batch.k, arrival[miss], batch.reward_s[miss])
+        return start, done
+
+    def _schedule(self, k: int, arrival: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.unlimited:
-            return arrival, arrival + batch.reward_s
-        k = batch.k
+            return arrival, arrival + seconds
         if k in self._calls and not np.array_equal(self._calls[k][0], arrival):
             self.revision += 1  # this batch moved: the later ones are queued again when asked
         worker = np.arange(len(arrival)) % self.workers
@@ -105,7 +114,7 @@ class RewardQueue:
         )
         live = before_d > earliest
         before_s, before_d, before_w = before_s[live], before_d[live], before_w[live]
-        done = arrival + batch.reward_s
+        done = arrival + seconds
         if (
             _most_at_once(
                 np.concatenate([before_s, arrival]),
@@ -116,10 +125,10 @@ class RewardQueue:
         ):
             start = arrival
         else:
-            start = self._queue(arrival, batch.reward_s, worker, before_d, before_w)
+            start = self._queue(arrival, seconds, worker, before_d, before_w)
         if self.pace_s > 0:
             start = self._paced(k, start)
-        done = start + batch.reward_s
+        done = start + seconds
         self._calls[k] = (arrival.copy(), start, done)
         for j in [j for j in self._calls if j < k - 8]:  # long finished
             del self._calls[j]

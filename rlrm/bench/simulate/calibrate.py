@@ -52,6 +52,7 @@ class _Steps:
     returned: list[float] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
     judge_tokens: list[float] = field(default_factory=list)  # tokens per reward-model call (usage)
+    cache: list[tuple[float, float]] = field(default_factory=list)  # (hits, lookups) of the reward cache
     overhead: list[float] = field(default_factory=list)
     first: list[tuple[float, float, float, float, float, float]] = field(
         default_factory=list
@@ -203,7 +204,11 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
     )
     if requests and decodes:
         obs.returned.append(max(0.0, max(r[1] for r in requests) - max(d[1] for d in decodes)))
-    rewards = [s for s in lanes.get("reward", []) if s[3] == "reward" and s[2].get("batch") == row["step"]]
+    rewards = [
+        s
+        for s in lanes.get("reward", [])
+        if s[3] == "reward" and s[2].get("batch") == row["step"] and not s[2].get("cached")  # a hit made no call
+    ]
     if sync and requests and decode_obs:
         # nothing overlaps: from the step's start to its first decode batch is submission (prompt
         # encoding, request set-up); the whole batch is scored after the last request returned
@@ -217,6 +222,9 @@ def _observe_step(row: dict, lanes: dict, obs: _Steps, generated: int, sync: boo
             s[1] - s[0] - float(s[2].get("injected_latency_s", 0.0)) - float(s[2].get("throttle_wait_s", 0.0))
             for s in rewards
         )
+    looked = row.get("reward/cache_hits", 0) + row.get("reward/cache_misses", 0)
+    if looked:
+        obs.cache.append((row["reward/cache_hits"], looked))
     if row.get("reward/model_calls"):
         used = row.get("reward/judge_prompt_tokens", 0) + row.get("reward/judge_completion_tokens", 0)
         obs.judge_tokens.append(used / row["reward/model_calls"])
@@ -297,7 +305,7 @@ def _profile_of_spec(spec: dict, mode: str | None) -> dict:
         "reward": {
             "num_workers": rw.get("workers"),
             "max_concurrency": rw.get("max_concurrency"),
-            "timeout_s": rw.get("timeout_s"),
+            "attempt_timeout_s": rw.get("timeout_s"),
             "max_retries": rw.get("max_retries"),
             "backoff_s": rw.get("backoff_s"),
             "backoff_max_s": rw.get("backoff_max_s"),
@@ -402,7 +410,7 @@ def _reward(p: _Profile, obs: _Steps, put) -> None:
     for key, path, default in (
         ("workers", "reward.num_workers", 4),
         ("max_concurrency", "reward.max_concurrency", 64),
-        ("timeout_s", "reward.timeout_s", 30.0),
+        ("timeout_s", "reward.attempt_timeout_s", p.get("reward.timeout_s", 30.0)),  # a run from before the rename
         ("max_retries", "reward.max_retries", 3),
         ("backoff_s", "reward.backoff_s", 0.1),
         ("backoff_max_s", "reward.backoff_max_s", 5.0),
@@ -415,6 +423,12 @@ def _reward(p: _Profile, obs: _Steps, put) -> None:
         ("limits.tpm", "reward.limits.tpm", None),
     ):
         put(f"reward.{key}", p.get(path, default), "")
+    hits, looked = (sum(x) for x in zip(*obs.cache)) if obs.cache else (0.0, 0.0)
+    put(
+        "reward.cache_hit_rate",
+        hits / looked if looked else 0.0,
+        f"reward cache hits over {int(looked)} lookups ({len(obs.cache)} steps)" if looked else "",
+    )
     if obs.judge_tokens:
         tokens = _median(obs.judge_tokens)
         put(

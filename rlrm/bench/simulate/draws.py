@@ -53,6 +53,7 @@ class Draws:
     timeouts: np.ndarray  # [steps] attempts that timed out
     injected_failures: np.ndarray  # [steps] attempts failed by fail_rate
     latency_mean: np.ndarray  # [steps] mean injected latency of the successful attempts
+    cached: np.ndarray  # [steps, N] bool: answered by the reward cache (no attempt made)
     tool_s: np.ndarray | None = None  # [steps, N] seconds its tool calls add to each sample's generation
 
 
@@ -79,7 +80,9 @@ def draw_workload(
     reward_rng = np.random.default_rng([w.seed, 2, int(latency)])
     if first_latency is not None and first_latency.shape != (steps, p * n):
         raise ValueError(f"first_latency has shape {first_latency.shape}, the run has {(steps, p * n)} samples")
-    draws = Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency))
+    # the cache's hits from a stream of their own: a hit rate of 0 leaves every other draw as it was
+    cached = np.random.default_rng([w.seed, 4]).random((steps, p * n)) < r.cache_hit_rate
+    draws = Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency, cached), cached)
     draws.tool_s = tool_times(spec.tools, np.random.default_rng([w.seed, 3]), (steps, p * n), latency)
     return draws
 
@@ -95,12 +98,20 @@ def tool_times(tools, rng: np.random.Generator, shape, latency: bool = True) -> 
     return np.where(np.arange(whole + 1) < count[..., None], calls, 0.0).sum(-1)
 
 
-def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: np.ndarray | None = None):
+def _reward_times(
+    dist: LatencyDist,
+    r,
+    rng: np.random.Generator,
+    shape,
+    first: np.ndarray | None = None,
+    cached: np.ndarray | None = None,
+):
     """The reward loop's attempts per sample, as rlrm/engine/rewards/loop.py makes them.
 
     An attempt sleeps its latency, then fails with `fail_rate` or runs the function (`base_s`);
     longer than `timeout_s` it is cut there and fails as a timeout. A failed attempt is retried
-    after min(backoff_max_s, backoff_s * 2^attempt) * U[0.5, 1.5) until `max_retries`.
+    after min(backoff_max_s, backoff_s * 2^attempt) * U[0.5, 1.5) until `max_retries`. A sample the
+    cache answers (`cached`) makes no attempt: 0 s, never failed, not counted in the latency mean.
     """
     steps, width = shape
     count = lambda where, weights=None: np.bincount(where // width, weights=weights, minlength=steps)  # noqa: E731
@@ -108,13 +119,17 @@ def _reward_times(dist: LatencyDist, r, rng: np.random.Generator, shape, first: 
     latency = sample(dist, rng, shape) if first is None else np.asarray(first, dtype=float)
     injected_fail = rng.random(shape) < r.fail_rate if r.fail_rate > 0 else np.zeros(shape, dtype=bool)
     spent = latency + np.where(injected_fail, 0.0, r.base_s) if r.fail_rate > 0 else latency + r.base_s
+    hit = np.zeros(shape, dtype=bool) if cached is None else np.asarray(cached, dtype=bool)
+    spent = np.where(hit, 0.0, spent)
+    injected_fail = injected_fail & ~hit
     timed_out = spent > r.timeout_s
     ok = ~(injected_fail | timed_out)
     total = np.minimum(spent, r.timeout_s).ravel()
-    attempts = np.ones(steps * width, dtype=np.int16)  # at most max_retries + 1
+    attempts = np.where(hit, 0, 1).astype(np.int16).ravel()  # at most max_retries + 1
     timeouts = timed_out.sum(1)
     injected = (injected_fail & ~timed_out).sum(1)
-    lat_sum, lat_count = np.where(ok, latency, 0.0).sum(1), ok.sum(1).astype(float)
+    called = ok & ~hit
+    lat_sum, lat_count = np.where(called, latency, 0.0).sum(1), called.sum(1).astype(float)
     idx = np.flatnonzero(~ok)  # samples still trying, flat
     for attempt in range(1, r.max_retries + 1):
         if idx.size == 0:

@@ -78,7 +78,9 @@ class Recorder:
                 "async/staleness_mean": float(lag.mean()) if lag.size else 0.0,
                 "async/staleness_max": int(lag.max(initial=0)),
                 "reward/failures": failed,
-                "reward/retries": sum(int((b.attempts[i] - 1).sum()) for b, i in rows),
+                "reward/retries": sum(int(np.maximum(b.attempts[i] - 1, 0).sum()) for b, i in rows),
+                "reward/cache_hits": sum(int(b.cached[i].sum()) for b, i in rows),
+                "reward/cache_misses": sum(int((~b.cached[i]).sum()) for b, i in rows),
                 "reward/defaulted": failed if on_failure == "default" else 0,
             }
         )
@@ -149,6 +151,8 @@ def _sample_spans(batch, spec) -> list[Span]:
             "sample": i,
             "injected_latency_s": max(0.0, float(batch.reward_s[i]) - base),
         }
+        if batch.cached[i]:
+            args["cached"] = True  # as the trainer's trace marks a sample the reward cache answered
         out.append(Span("reward", "reward", start, done, args))
     return out
 

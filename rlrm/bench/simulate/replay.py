@@ -38,6 +38,6 @@ def injected_latencies(run_dir: Path, steps: int, width: int, timeout_s: float) 
             first_seen[step, index] = e.get("ts", 0.0)  # a retried sample: its first attempt
             latency, spent = float(args.get("injected_latency_s", np.nan)), float(e.get("dur", np.nan)) / 1e6
             # the span covers every attempt and names the last one's latency: a first attempt cut at
-            # reward.timeout_s left `spent` over it (its latency is at least that: the simulator cuts it too)
+            # reward.attempt_timeout_s left `spent` over it (its latency is at least that: the simulator cuts it too)
             out[step, index] = spent if spent - latency >= timeout_s or np.isnan(latency) else latency
     return None if np.isnan(out).any() else out

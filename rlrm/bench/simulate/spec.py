@@ -145,8 +145,15 @@ class RewardSpec(_Section):
         64, gt=0, description="Calls in flight per worker (reward.max_concurrency); more wait in line."
     )
     fail_rate: float = Field(0.0, ge=0, le=1, description="Chance that an attempt fails (reward.inject.fail_rate).")
+    cache_hit_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of samples the reward cache answers (a run's reward/cache_hit_rate): no latency, no "
+        "worker or rate-limit slot, no attempt, never failed.",
+    )
     timeout_s: float = Field(
-        30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.timeout_s)."
+        30.0, gt=0, description="An attempt longer than this fails as a timeout (reward.attempt_timeout_s)."
     )
     max_retries: int = Field(3, ge=0, le=1000, description="Retries of a failed attempt (reward.max_retries).")
     backoff_s: float = Field(

@@ -1,11 +1,11 @@
-"""`<run>/hung_rewards.jsonl`: every reward attempt given up at `reward.timeout_s`, one JSON object per line.
+"""`<run>/hung_rewards.jsonl`: every reward attempt given up at `reward.attempt_timeout_s`, one JSON object per line.
 
     log = HungRewardLog(run_dir / "hung_rewards.jsonl")
     log.write(step, reward_loop.take_hung())   # nothing is written (or created) when nothing hung
 
 Each line holds the step it was written at, the sample (uid, index, prompt messages, response, data source,
-ground truth), the reward function's name, the attempt (1 = first), reward.timeout_s and `elapsed_s`, how long
-the attempt ran before it was given up. A custom sync function's worker process is killed at that moment
+ground truth), the reward function's name, the attempt (1 = first), `attempt_timeout_s` (the run's
+reward.attempt_timeout_s) and `elapsed_s`, how long the attempt ran before it was given up. A custom sync function's worker process is killed at that moment
 (docs/security.md). The same attempts are counted in the step's `reward/timeouts`; this file says which samples
 they were, so the function can be run on them by hand. Lines are appended and never cut on resume: a hang
 happened even in a step a resumed run trains again.

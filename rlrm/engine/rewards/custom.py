@@ -9,7 +9,7 @@
         return {"score": float(solution_str.strip().endswith(ground_truth)), "ends_right": True}
 
 A sync function runs in worker processes (`reward.custom.isolation: auto` or `process`,
-rlrm/engine/rewards/worker_pool.py): a call past reward.timeout_s is killed with its worker. An async one runs on an
+rlrm/engine/rewards/worker_pool.py): a call past reward.attempt_timeout_s is killed with its worker. An async one runs on an
 event loop of its own (rlrm/engine/rewards/side_loop.py; with `isolation: process`, on one per worker process), and
 with `isolation: thread` a sync one runs on a thread of its own: a call past the timeout is then abandoned. It returns a
 float or a dict with `score`; the reward loop checks it (a non-numeric or non-finite score is a
@@ -70,10 +70,14 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     if "reward_model_tokenizer" in kwargs and metered is not None:
         kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
         check_tokenizer(kwargs["reward_model_tokenizer"], metered, cfg.server.model)
-    proxy = ModelProxy(metered, cfg.timeout_s) if metered is not None and "reward_router_address" in kwargs else None
+    proxy = (
+        ModelProxy(metered, cfg.server.request_timeout_s)
+        if metered is not None and "reward_router_address" in kwargs
+        else None
+    )
     name = cfg.custom.name
     pool = _process_pool(cfg, fn, kwargs, model_path)
-    side = SideLoop(name, grace_s=cfg.timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
+    side = SideLoop(name, grace_s=cfg.attempt_timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
 
     async def call(sample: RewardSample, extra_kwargs: dict):
         args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))

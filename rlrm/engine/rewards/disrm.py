@@ -35,7 +35,9 @@ def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
                 raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
             ids = ids[-limit:]  # keep the end: the response is what is being judged
         body = await balancer.post(
-            "/classify", {"model": cfg.server.request_model, "input": ids, "use_activation": False}, cfg.timeout_s
+            "/classify",
+            {"model": cfg.server.request_model, "input": ids, "use_activation": False},
+            cfg.server.request_timeout_s,
         )
         value = body["data"][-1]["probs"][-1]
         score = np.float32(value if value is not None else np.nan)

@@ -71,7 +71,7 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,
         }
-        out = await balancer.post("/v1/chat/completions", body, cfg.timeout_s)
+        out = await balancer.post("/v1/chat/completions", body, cfg.server.request_timeout_s)
         text = out["choices"][0]["message"]["content"] or ""
         usage = out.get("usage") or {}
         score = parse_verdict(text, g.verdict, g.max_score)

@@ -4,7 +4,7 @@ failure policy, and counters for everything that went wrong.
     loop = RewardLoop(reward_fn, profile.reward)
     result = await loop.score(sample)      # RewardResult, or None when the sample's group must be dropped
     loop.take_metrics()                    # reward/latency_p50, reward/failures, ... since the last call
-    loop.take_hung()                       # the attempts past reward.timeout_s: sample, function, how long
+    loop.take_hung()                       # the attempts past reward.attempt_timeout_s: sample, function, how long
 
 Nothing is ever silently zeroed: a sample that still fails after its retries is given
 `reward.default_score` (counted in `reward/defaulted`), dropped with its whole group (counted in
@@ -194,7 +194,7 @@ class RewardLoop:
         return metrics
 
     def take_hung(self) -> list[dict]:
-        """The attempts given up at reward.timeout_s since the last call (then cleared): one dict each, with the
+        """The attempts given up at reward.attempt_timeout_s since the last call (then cleared): one dict each, with the
         sample (uid, index, prompt, response, data source, ground truth), the function, the attempt and how long
         it ran before it was given up (a custom function's worker is killed by then: rlrm/engine/rewards/worker_pool.py).
         The trainer appends them to `<run>/hung_rewards.jsonl`; each is also counted in reward/timeouts."""
@@ -226,7 +226,7 @@ class RewardLoop:
             started = time.perf_counter()
             try:
                 with ledger_scope() as ledger:  # outlives an attempt its timeout cuts off
-                    raw = await asyncio.wait_for(self.fn(sample), cfg.timeout_s)
+                    raw = await asyncio.wait_for(self.fn(sample), cfg.attempt_timeout_s)
                 counted = True
                 result = self._check(raw, sample)
                 self._count_tokens(result.extra)
@@ -236,7 +236,7 @@ class RewardLoop:
                 return result
             except asyncio.TimeoutError:
                 error: CallError = RequestTimeout(
-                    f"reward function {self.name}: no reward within reward.timeout_s={cfg.timeout_s:g} s"
+                    f"reward function {self.name}: no reward within reward.attempt_timeout_s={cfg.attempt_timeout_s:g} s"
                 )
                 self._hung.append(self._hung_record(sample, attempt, time.perf_counter() - started))
             except (FunctionExited, SystemExit) as exc:  # sys.exit() in a user's function: a failed sample, named
@@ -265,7 +265,7 @@ class RewardLoop:
             "index": sample.index,
             "function": self.name,
             "attempt": attempt + 1,
-            "timeout_s": self.cfg.timeout_s,
+            "attempt_timeout_s": self.cfg.attempt_timeout_s,
             "elapsed_s": round(elapsed_s, 3),  # until the attempt was given up (and its worker killed)
             "prompt": sample.prompt,
             "response": sample.solution_str,

@@ -26,7 +26,7 @@ import sys
 import time
 from collections import deque
 
-from rlrm.call_errors import CallError, Throttled
+from rlrm.call_errors import CallError, RequestTimeout, Throttled
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.ledger import CallLedger, current_ledger
 
@@ -80,6 +80,8 @@ class MeteredBalancer:
                 raise
             except CallError as exc:
                 ledger.record("POST", path, exc.status, start, str(exc))
+                if isinstance(exc, RequestTimeout):
+                    raise _named(exc) from None
                 raise
             ledger.record("POST", path, 200, start, json.dumps(out))
             return out, ledger.add_usage(_usage(out))
@@ -99,6 +101,8 @@ class MeteredBalancer:
                 raise
             except CallError as exc:
                 ledger.record(method, path, 0, start, str(exc))
+                if isinstance(exc, RequestTimeout):
+                    raise _named(exc) from None
                 raise
             ledger.record(method, path, status, start, body[:200].decode("utf-8", "replace"))
             used = ledger.add_usage(_usage(_json(body))) if status == 200 else None
@@ -166,3 +170,10 @@ def _usage(out) -> dict | None:
     if not isinstance(usage, dict) or "prompt_tokens" not in usage:
         return None
     return usage
+
+
+def _named(exc: RequestTimeout) -> RequestTimeout:
+    """A request's own timeout, naming the key that sets it (the attempt's deadline names its own, in the loop)."""
+    named = RequestTimeout(f"{exc} (reward.server.request_timeout_s)")
+    named.extra, named.status = exc.extra, exc.status
+    return named

@@ -44,7 +44,7 @@ def make_rubric_reward(cfg: RewardConfig, balancer) -> RewardFn:
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,
         }
-        out = await balancer.post("/v1/chat/completions", body, cfg.timeout_s)
+        out = await balancer.post("/v1/chat/completions", body, cfg.server.request_timeout_s)
         text = out["choices"][0]["message"]["content"] or ""
         usage = out.get("usage") or {}
         tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}

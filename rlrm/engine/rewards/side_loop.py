@@ -1,7 +1,7 @@
 """A user's async function run on an event loop of its own, in a daemon thread, so that a function that blocks
 its loop cannot hold the run.
 
-    side = SideLoop("compute_score", grace_s=cfg.timeout_s)
+    side = SideLoop("compute_score", grace_s=cfg.attempt_timeout_s)
     result = await side.call(fn, *args, **kwargs)   # under asyncio.wait_for: a timeout abandons the call
 
 Why not await the function on the caller's loop: an `async def` that calls `time.sleep(600)`, or loops without

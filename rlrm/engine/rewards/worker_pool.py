@@ -8,8 +8,8 @@ A thread cannot be stopped from outside: a sync function that loops forever on a
 the GIL and a core, for the rest of the run (rlrm/engine/rewards/threads.py leaves it behind). Here each call
 runs in one of `processes` spawned workers, each of which imported the user's file itself (functions are never
 pickled; arguments and results travel as plain data over a pipe). When the caller gives up (asyncio
-cancellation: the reward loop's `reward.timeout_s`), the worker is SIGKILLed at once and a fresh one takes its
-place at the next call. A worker that dies inside the function (a segfault, `os._exit`, the OOM killer) is a
+cancellation: the reward loop's `reward.attempt_timeout_s`), the worker is SIGKILLed at once and a fresh one
+takes its place at the next call. A worker that dies inside the function (a segfault, `os._exit`, the OOM killer) is a
 `WorkerDied` for that call only. A worker whose parent dies, even by SIGKILL, exits too: a watchdog thread in it
 waits on the parent's pidfd.
 

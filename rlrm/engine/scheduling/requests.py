@@ -55,12 +55,14 @@ async def generate_groups(
 
 
 def reward_span_args(result, **args) -> dict:
-    """The args of a `reward` trace span: `args`, the latency `reward.inject` added to this result and the time it
-    waited for `reward.limits` or a Retry-After, if any."""
+    """The args of a `reward` trace span: `args`, the latency `reward.inject` added to this result, the time it
+    waited for `reward.limits` or a Retry-After, and whether the reward cache answered it, if any."""
     if result is not None and "injected_latency_s" in result.extra:
         args["injected_latency_s"] = result.extra["injected_latency_s"]
     if result is not None and result.extra.get("throttle_wait_s"):
         args["throttle_wait_s"] = result.extra["throttle_wait_s"]
+    if result is not None and result.extra.get("reward_cached"):
+        args["cached"] = True  # answered by reward.cache: no call was made
     return args
 
 

@@ -197,7 +197,7 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info, rew
         for _ in range(2):
             async with session.get(f"http://{reward_router_address}/v1/models") as resp:
                 await resp.read()
-    await asyncio.sleep(60)   # then never returns within reward.timeout_s
+    await asyncio.sleep(60)   # then never returns within reward.attempt_timeout_s
 """
 
 
@@ -210,7 +210,7 @@ def test_calls_an_attempt_made_before_its_timeout_are_still_counted(tmp_path):
                 "kind": "custom",
                 "custom": {"path": str(path)},
                 "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
-                "timeout_s": 1.5,
+                "attempt_timeout_s": 1.5,
                 "max_retries": 1,
                 "max_failure_rate": 1.0,
             }
@@ -260,8 +260,8 @@ def test_the_address_answers_every_path_the_launched_servers_serve(tmp_path, rol
         {
             "kind": "custom",
             "custom": {"path": str(path), "model_role": role},
-            "server": {"model": str(model), "threads": 1},
-            "timeout_s": 120,
+            "server": {"model": str(model), "threads": 1, "request_timeout_s": 120},
+            "attempt_timeout_s": 120,
         }
     )
     batch = samples(2)

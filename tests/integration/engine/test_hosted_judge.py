@@ -45,9 +45,14 @@ def config(api: StandinOpenAIAPI, **over) -> RewardConfig:
     base = {
         "kind": "genrm",
         "num_workers": 4,
-        "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+        "server": {
+            "model": api.model,
+            "addresses": [api.base_url],
+            "api_key_env": "STANDIN_KEY",
+            "request_timeout_s": 60,
+        },
         "genrm": {"template": TEMPLATE, "max_tokens": 8},
-        "timeout_s": 60,
+        "attempt_timeout_s": 60,
         "max_failure_rate": 1.0,
     }
     for key, value in over.items():
@@ -277,7 +282,7 @@ def test_an_api_that_keeps_refusing_fails_the_sample_at_its_deadline_counted():
     # one request a minute, and the readiness probe took it: every judge call is refused until the deadline; the
     # samples end as counted timeouts with default scores, their 429s counted apart, never a silent score
     with StandinOpenAIAPI(KEY, rpm=1.0, burst=1.0) as api:
-        cfg = config(api, timeout_s=1.0, max_retries=0, limits={"max_retry_after_s": 0.2})
+        cfg = config(api, attempt_timeout_s=1.0, max_retries=0, limits={"max_retry_after_s": 0.2})
         results, metrics = score(cfg, samples(3))
         throttled = len(api.throttled)
     assert throttled >= 3 and metrics["reward/rate_limited"] == throttled

@@ -100,6 +100,9 @@ def test_tiny_genrm_learns_in_every_seed_without_fooling_its_judge(tmp_path, tin
     agreement = [r["reward/rule_agreement"] for r in rows if "reward/rule_agreement" in r]
     assert agreement and min(agreement) >= 0.95, f"seed {seed}: the judge left the rule (lowest {min(agreement):.3f})"
     assert not any(r.get("guard/divergence") for r in rows), f"seed {seed}: the guard saw the reward being gamed"
+    print(
+        f"tiny-genrm seed {seed}: val/accuracy {accuracy[0]:.3f} -> {accuracy[-1]:.3f}, lowest rule agreement {min(agreement):.3f}"
+    )
 
 
 FAPO_STEPS = 20

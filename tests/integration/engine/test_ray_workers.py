@@ -83,10 +83,10 @@ def test_remote_failures_keep_their_kind(two_node_cluster):
         executor="ray",
         num_workers=1,
         kind="genrm",
-        server={"model": "unused"},
+        server={"model": "unused", "request_timeout_s": 5},
         max_retries=1,
         backoff_s=0.0,
-        timeout_s=5,
+        attempt_timeout_s=5,
     )
     # a judge address where nothing listens: connection errors, retried, then defaulted and counted
     workers = RayRewardWorkers(cfg, urls=["http://127.0.0.1:9"], model_path=None)

@@ -39,7 +39,7 @@ EXITS = "import sys\n\ndef quits(data_source, solution_str, ground_truth, extra_
 def _train(tmp_path: Path, source: str, name: str, timeout_s: float) -> subprocess.CompletedProcess:
     fn = tmp_path / "reward_fn.py"
     fn.write_text(source)
-    sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.timeout_s=1"]
+    sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.attempt_timeout_s=1"]
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
     argv += ["--steps", "2", "--console", "none", *(a for s in sets for a in ("--set", s))]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -54,7 +54,7 @@ def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_p
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
     assert "timeouts 8" in lines[0]
-    assert "reward function never_returns: no reward within reward.timeout_s=1 s" in lines[0]
+    assert "reward function never_returns: no reward within reward.attempt_timeout_s=1 s" in lines[0]
 
 
 @pytest.mark.parametrize("name", sorted(ASYNC_BLOCKS))
@@ -66,7 +66,7 @@ def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(t
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
     assert "timeouts 8" in lines[0]
-    assert f"reward function {name}: no reward within reward.timeout_s=1 s" in lines[0]
+    assert f"reward function {name}: no reward within reward.attempt_timeout_s=1 s" in lines[0]
 
 
 LEAKS = (

@@ -210,7 +210,7 @@ def test_a_run_with_a_reward_that_hangs_on_some_samples_goes_on_and_leaves_nothi
         f"reward.custom.path={fn}",
         "reward.custom.name=sometimes_hangs",
         "reward.custom.processes=2",
-        "reward.timeout_s=1",
+        "reward.attempt_timeout_s=1",
         "reward.max_retries=0",
         "reward.on_failure=default",
         "reward.max_failure_rate=1.0",
@@ -230,7 +230,7 @@ def test_a_run_with_a_reward_that_hangs_on_some_samples_goes_on_and_leaves_nothi
     # run out of its deadline too, and is written as well
     assert {(s["step"], s["response"]) for s in loops} <= {(h["step"], h["response"]) for h in hung}
     for record in hung:
-        assert record["function"] == "sometimes_hangs" and record["attempt"] == 1 and record["timeout_s"] == 1
+        assert record["function"] == "sometimes_hangs" and record["attempt"] == 1 and record["attempt_timeout_s"] == 1
         assert record["elapsed_s"] >= 1.0 and record["step"] in (1, 2)
         assert record["prompt"][-1]["role"] == "user" and record["ground_truth"]
     assert all(not _alive(pid) or pid in children_before for pid in _children()), "a reward worker outlived the run"

@@ -33,8 +33,8 @@ def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_
 
     cfg = RewardConfig(  # no reward cache: the second pass must reach the surviving replica, not the cache
         kind="disrm",
-        server={"model": str(random_disrm_path), "replicas": 2},
-        timeout_s=10,
+        server={"model": str(random_disrm_path), "replicas": 2, "request_timeout_s": 10},
+        attempt_timeout_s=10,
         backoff_s=0.05,
         cache={"enabled": False},
     )
@@ -69,11 +69,11 @@ def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
     # the tiny policy is no judge: it answers arithmetic, never "Score: N"
     cfg = RewardConfig(
         kind="genrm",
-        server={"model": str(tiny_policy_path)},
+        server={"model": str(tiny_policy_path), "request_timeout_s": 20},
         genrm={"max_tokens": 8},
         on_failure="default",
         default_score=0.5,
-        timeout_s=20,
+        attempt_timeout_s=20,
     )
 
     async def scenario():
@@ -95,9 +95,9 @@ def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
 def test_judge_traffic_goes_through_the_sglang_router_and_survives_a_kill(tiny_policy_path):
     cfg = RewardConfig(
         kind="genrm",
-        server={"model": str(tiny_policy_path), "replicas": 2, "router": "sglang"},
+        server={"model": str(tiny_policy_path), "replicas": 2, "router": "sglang", "request_timeout_s": 20},
         genrm={"max_tokens": 4},
-        timeout_s=20,
+        attempt_timeout_s=20,
     )
     body = {"model": "judge", "messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 4}
 

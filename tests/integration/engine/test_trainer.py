@@ -176,7 +176,8 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
             "reward.server.replicas=2",
             "reward.disrm.max_length=64",
             "reward.backoff_s=0.05",
-            "reward.timeout_s=10",
+            "reward.attempt_timeout_s=10",
+            "reward.server.request_timeout_s=10",
         ],
     )
     assert result.last_step == 4 and len(calls) == 4 * 16
@@ -271,7 +272,8 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
             "reward.server.replicas=2",
             "reward.server.router=sglang",
             "reward.backoff_s=0.05",
-            "reward.timeout_s=20",
+            "reward.attempt_timeout_s=20",
+            "reward.server.request_timeout_s=20",
             "reward.max_failure_rate=1",  # tiny:policy as a judge mostly gives no verdict: counted, not a reason to stop here
             "reward.guard.on_canary=off",  # every reward call counted below is a training sample's
         ],

@@ -31,7 +31,9 @@ def test_authorized_accepts_bearer_in_any_case_and_only_the_key():
 def test_replicas_get_the_key_by_environment_not_command_line(random_disrm_path, monkeypatch):
     monkeypatch.setenv("RLRM_TEST_REWARD_KEY", KEY)
     cfg = RewardConfig(
-        kind="disrm", server={"model": str(random_disrm_path), "api_key_env": "RLRM_TEST_REWARD_KEY"}, timeout_s=20
+        kind="disrm",
+        server={"model": str(random_disrm_path), "api_key_env": "RLRM_TEST_REWARD_KEY", "request_timeout_s": 20},
+        attempt_timeout_s=20,
     )
     body = {"input": [[5, 6, 7]], "use_activation": False}
 

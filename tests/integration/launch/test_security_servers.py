@@ -180,7 +180,9 @@ def test_launched_reward_servers_get_a_fresh_key_too(random_disrm_path):
     from rlrm.config.reward import RewardConfig
     from rlrm.engine.reward_service import RewardService
 
-    cfg = RewardConfig(kind="disrm", server={"model": str(random_disrm_path)}, timeout_s=20)  # no api_key_env
+    cfg = RewardConfig(  # no api_key_env
+        kind="disrm", server={"model": str(random_disrm_path), "request_timeout_s": 20}, attempt_timeout_s=20
+    )
     body = {"input": [[5, 6, 7]], "use_activation": False}
 
     async def scenario():

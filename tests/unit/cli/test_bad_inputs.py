@@ -153,10 +153,10 @@ CASES = [
     ("rollout.n=1e9", lambda t, m: [*TRAIN, "--set", "rollout.n=1e9"], 1, "at most 1024 samples per prompt"),
     ("actor.lr=inf", lambda t, m: [*TRAIN, "--set", "actor.lr=inf"], 1, "actor.lr: Input should be a finite number"),
     (
-        "reward.timeout_s=nan",
-        lambda t, m: [*TRAIN, "--set", "reward.timeout_s=nan"],
+        "reward.attempt_timeout_s=nan",
+        lambda t, m: [*TRAIN, "--set", "reward.attempt_timeout_s=nan"],
         1,
-        "reward.timeout_s: Input should be a finite",
+        "reward.attempt_timeout_s: Input should be a finite",
     ),
     (
         "reward.max_failure_rate=2",

@@ -139,9 +139,13 @@ NAN_ALLOWED = {"reward.default_score"}
 
 
 def test_the_schema_walk_finds_the_float_fields():
-    assert {"actor.lr", "actor.betas.1", "rollout.temperature", "reward.inject.fail_rate", "reward.timeout_s"} <= set(
-        FLOAT_KEYS
-    )
+    assert {
+        "actor.lr",
+        "actor.betas.1",
+        "rollout.temperature",
+        "reward.inject.fail_rate",
+        "reward.attempt_timeout_s",
+    } <= set(FLOAT_KEYS)
 
 
 @pytest.mark.parametrize("key", [k for k in FLOAT_KEYS if k not in NAN_ALLOWED])

@@ -97,3 +97,15 @@ def test_the_reward_cache_and_contract_are_summed_up(tmp_path):
         rows, tmp_path
     )
     assert not [line for line in closing_lines(rows[:1], tmp_path) if "reward cache" in line]
+
+
+def test_a_disrm_runs_reward_is_named_a_logit_beside_the_agreement(tmp_path):
+    """A DisRM's raw logit fell (-5.1 -> -6.0) while its answers improved: the line must not read as a rate."""
+    rows = _rows(20, lambda s: -5.1 - 0.045 * s, lambda s: 0.2 + 0.01 * s, lambda s: 0.80 + 0.01 * s)
+    (tmp_path / "config.yaml").write_text("reward:\n  kind: disrm\n", encoding="utf-8")
+    lines = closing_lines(rows, tmp_path)
+    reward = next(line for line in lines if line.startswith("  reward ("))
+    assert "raw logit" in reward and "-5.145 -> -6.000" in reward
+    assert "  reward agrees with the rule 0.81 -> 1.00 (reward/rule_agreement)" in lines
+    (tmp_path / "config.yaml").write_text("reward:\n  kind: genrm\n", encoding="utf-8")
+    assert "  reward -5.145 -> -6.000 (critic/score/mean, step 1 -> 20)" in closing_lines(rows, tmp_path)

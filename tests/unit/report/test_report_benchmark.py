@@ -95,3 +95,31 @@ def test_missing_columns_skip_the_figure(folders, notes):
         benchmark.idle_figure(bench)
     with pytest.raises(FigureSkipped):
         benchmark.latency_figure({})
+
+
+def test_distinct_latencies_merge_identical_draws_by_hand():
+    same = np.array([1.0, 2.0, 3.0])
+    latencies = {
+        "sync @ 1": same,
+        "stream @ 1": same[::-1].copy(),  # the same draws in another order: the same distribution
+        "sync @ 2": same * 2,
+        "stream @ 2": same * 2 + 0.5,  # another distribution at the same point stays apart
+    }
+    merged = benchmark.distinct_latencies(latencies)
+    assert list(merged) == ["every mode (2) @ 1", "sync @ 2", "stream @ 2"]
+    np.testing.assert_allclose(merged["sync @ 2"], same * 2)
+    assert list(benchmark.distinct_latencies({"sync": same, "stream": same, "fully-async": same * 3})) == [
+        "sync, stream",  # not every mode of the folder: named one by one
+        "fully-async",
+    ]
+
+
+def test_bar_width_is_capped_and_crowded_labels_turn():
+    assert benchmark.bar_width(3) == 6.0 and benchmark.bar_width(30) == benchmark.MAX_WIDTH_IN
+    from rlrm.report.figures import new_figure
+
+    _, ax = new_figure()
+    benchmark.category_ticks(ax, ["sync", "stream", "one-step-off"])
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {0.0}
+    benchmark.category_ticks(ax, [f"one-step-off @ {i}" for i in range(12)])  # 12 x ~15 characters in 8 inches
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {45.0}

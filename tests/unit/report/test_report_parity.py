@@ -89,3 +89,28 @@ def test_summary_stats_flatten_nested_stats():
         ("rank_flip_groups", 2),
     ]
     assert ("tolerances.atol", 0.03125) in rows and ("legacy.device", "cpu") in rows
+
+
+def test_rank_flip_bars_are_coloured_by_verdict_and_labelled_with_their_counts():
+    from matplotlib.colors import to_rgba
+
+    # two groups of 3: group 0 orders (b, c) the other way (1 flip), group 1 agrees (0 flips)
+    scores = pd.DataFrame(
+        {
+            "group_id": [0, 0, 0, 1, 1, 1],
+            "legacy_score": [0.1, 0.5, 0.9, 1, 2, 3],
+            "loop_score": [0.1, 0.95, 0.9, 1, 2, 3],
+        }
+    )
+    flips = parity.group_flips(scores)
+    passed = parity.rank_flip_figure(flips, "pass").axes[0]
+    failed = parity.rank_flip_figure(flips, "fail").axes[0]
+    for ax, flipped in ((passed, "0.6"), (failed, parity.FAIL_COLOR)):
+        zero, one = ax.containers[0].patches
+        assert zero.get_facecolor() == to_rgba(parity.PASS_COLOR)  # no flip is never drawn as an alarm
+        assert one.get_facecolor() == to_rgba(flipped)  # red only when the verdict failed
+        assert [t.get_text() for t in ax.texts] == ["1", "1"]  # each bar says its count
+    assert "verdict PASS" in passed.get_title() and "verdict FAIL" in failed.get_title()
+    none = parity.group_flips(scores[scores["group_id"] == 1])
+    only = parity.rank_flip_figure(none, "pass").axes[0].containers[0].patches
+    assert len(only) == 1 and only[0].get_facecolor() == to_rgba(parity.PASS_COLOR)

@@ -143,3 +143,38 @@ def test_colocated_slowdown_is_fitted_from_the_cores_each_phase_keeps_busy(synth
         row["perf/cpu_cores"] = 8
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert {k: v for k, v, _ in calibrate([run]).params}["rollout.colocated_slowdown"] == 1.0
+
+
+def test_the_reward_cache_hit_rate_is_fitted_and_its_hits_leave_the_reward_cost_alone(tmp_path):
+    # a run whose reward cache answered ~70% of the samples: the hit rate comes back, and the hits (no call, 0 s)
+    # are not averaged into the reward function's own cost
+    spec = load_spec(
+        overrides=[*WORKLOAD, *(f"{k}={v}" for k, v in TRUE.items()), "modes=[stream]", "reward.cache_hit_rate=0.7"]
+    )
+    run_simulation(spec, tmp_path)
+    run = tmp_path / "runs" / "stream-r0"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["step"] >= 2]  # calibration leaves out step 1 (warm-up)
+    hits, looked = sum(r["reward/cache_hits"] for r in rows), sum(r["batch/num_samples"] for r in rows)
+    fitted = {key: value for key, value, _ in calibrate([run]).params}
+    assert 0.55 < hits / looked < 0.85
+    assert fitted["reward.cache_hit_rate"] == pytest.approx(hits / looked)
+    assert fitted["reward.base_s"] == pytest.approx(TRUE["reward.base_s"], rel=0.02)
+
+
+@pytest.mark.parametrize("reward", [{"attempt_timeout_s": 9.0}, {"timeout_s": 9.0}])
+def test_the_attempt_deadline_is_read_from_a_run_under_its_new_name_or_the_old(synthetic_run, tmp_path, reward):
+    import shutil
+
+    import yaml
+
+    from rlrm.bench.simulate.calibrate import _profile_of_spec
+
+    run = tmp_path / "run"
+    shutil.copytree(synthetic_run, run)
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    profile = _profile_of_spec(raw["spec"], "sync")  # the run as a profile, as a real run's config.yaml holds it
+    assert profile["reward"].pop("attempt_timeout_s") == 30.0  # the simulated spec's deadline, read as the new key
+    profile["reward"].update(reward)  # a run from after the rename, or from before it
+    (run / "config.yaml").write_text(yaml.safe_dump(profile))
+    assert calibrate([run]).spec_values["reward"]["timeout_s"] == 9.0  # the simulator's attempt deadline

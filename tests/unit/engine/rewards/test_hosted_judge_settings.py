@@ -33,13 +33,13 @@ def test_bad_limits_and_credentials_in_the_url_are_refused():
             validate_model({"kind": "genrm", "server": {"model": "m", "addresses": [url]}}, RewardConfig, "profile")
         message = str(refused.value)
         assert "s3cret" not in message and "api_key_env" in message and "query" in message, message
-    # a rate so low that requests would wait past reward.timeout_s for their turn: refused at start, one line
+    # a rate so low that requests would wait past reward.attempt_timeout_s for their turn: refused at start, one line
     with pytest.raises(ConfigError) as refused:
-        validate_model({"timeout_s": 30, "limits": {"rpm": 1e-9}}, RewardConfig, "profile")
+        validate_model({"attempt_timeout_s": 30, "limits": {"rpm": 1e-9}}, RewardConfig, "profile")
     message = str(refused.value)
-    assert "reward.limits.rpm=1e-09" in message and "reward.timeout_s=30" in message and "at least 2" in message
+    assert "reward.limits.rpm=1e-09" in message and "reward.attempt_timeout_s=30" in message and "at least 2" in message
     assert "\n" not in message
-    RewardConfig.model_validate({"timeout_s": 30, "limits": {"rpm": 2}})  # one request every 30 s: allowed
+    RewardConfig.model_validate({"attempt_timeout_s": 30, "limits": {"rpm": 2}})  # one request every 30 s: allowed
 
 
 @pytest.mark.parametrize(

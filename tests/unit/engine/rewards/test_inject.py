@@ -67,7 +67,7 @@ def test_draws_depend_on_seed_sample_and_attempt_not_on_order():
 
 
 def test_wrapper_does_not_block_the_event_loop():
-    cfg = RewardConfig(inject={"latency": "fixed:0.05"}, num_workers=2, timeout_s=5)
+    cfg = RewardConfig(inject={"latency": "fixed:0.05"}, num_workers=2, attempt_timeout_s=5)
     fn = build_reward_fn(cfg)
     assert fn.__name__ == "injected(rule_reward)"
     loop = RewardLoop(fn, cfg)

@@ -26,14 +26,14 @@ ROW = {
 
 def test_over_the_budget_stops_with_the_kinds_and_the_last_error():
     with pytest.raises(RewardBudgetExceeded) as info:
-        check_failure_budget(4, ROW, RewardConfig(), "no reward within\nreward.timeout_s=30 s")
+        check_failure_budget(4, ROW, RewardConfig(), "no reward within\nreward.attempt_timeout_s=30 s")
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
         "step 4: 9 of 16 reward samples failed (56%, over reward.max_failure_rate=0.5; reward.max_retries=3)"
     )
     assert (
-        "9 defaulted, 0 groups dropped; timeouts 27, retries 27; last error: no reward within reward.timeout_s=30 s."
+        "9 defaulted, 0 groups dropped; timeouts 27, retries 27; last error: no reward within reward.attempt_timeout_s=30 s."
         in message
     )
 

@@ -26,7 +26,13 @@ def sample(i: int, response: str, uid: str = "p0") -> RewardSample:
 
 
 def genrm_cfg(**kw) -> RewardConfig:
-    base = {"kind": "genrm", "server": {"model": "judge"}, "timeout_s": 1, "max_retries": 0, "backoff_s": 0.0}
+    base = {
+        "kind": "genrm",
+        "server": {"model": "judge", "request_timeout_s": 1},
+        "attempt_timeout_s": 1,
+        "max_retries": 0,
+        "backoff_s": 0.0,
+    }
     return RewardConfig(**{**base, **kw})
 
 

@@ -59,7 +59,7 @@ def test_model_identity_composite_weights_and_custom_source_are_parts(tmp_path):
 
 
 def test_the_failure_policy_and_worker_settings_are_not_part_of_it():
-    same = contract(on_failure="drop-group", default_score=-1.0, num_workers=9, timeout_s=3, max_retries=0)
+    same = contract(on_failure="drop-group", default_score=-1.0, num_workers=9, attempt_timeout_s=3, max_retries=0)
     assert same.fingerprint == contract().fingerprint
 
 

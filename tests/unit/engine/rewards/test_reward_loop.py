@@ -28,7 +28,7 @@ def sample(i=0, uid="p0"):
 
 
 def cfg(**kw):
-    base = {"timeout_s": 0.2, "max_retries": 2, "backoff_s": 0.0, "num_workers": 2}
+    base = {"attempt_timeout_s": 0.2, "max_retries": 2, "backoff_s": 0.0, "num_workers": 2}
     return RewardConfig(**{**base, **kw})
 
 
@@ -69,7 +69,7 @@ def test_timeouts_are_counted_and_retried():
     async def hang(s):
         await asyncio.sleep(10)
 
-    loop = RewardLoop(hang, cfg(timeout_s=0.05, max_retries=1, on_failure="drop-group"))
+    loop = RewardLoop(hang, cfg(attempt_timeout_s=0.05, max_retries=1, on_failure="drop-group"))
     assert run(loop.score(sample())) is None
     m = loop.take_metrics()
     assert m["reward/timeouts"] == 2 and m["reward/retries"] == 1 and m["reward/failures"] == 1
@@ -82,12 +82,12 @@ def test_each_attempt_given_up_is_kept_with_its_sample_function_and_how_long():
     async def fine(s):
         return 1.0
 
-    loop = RewardLoop(hang, cfg(timeout_s=0.05, max_retries=1, on_failure="drop-group"))
+    loop = RewardLoop(hang, cfg(attempt_timeout_s=0.05, max_retries=1, on_failure="drop-group"))
     run(loop.score(sample(i=3, uid="p9")))
     hung = loop.take_hung()
     assert [h["attempt"] for h in hung] == [1, 2]  # both attempts, as reward/timeouts counts them
     first = hung[0]
-    assert (first["uid"], first["index"], first["function"], first["timeout_s"]) == ("p9", 3, "hang", 0.05)
+    assert (first["uid"], first["index"], first["function"], first["attempt_timeout_s"]) == ("p9", 3, "hang", 0.05)
     assert first["response"] == "#### 3" and first["prompt"] == [{"role": "user", "content": "Q?"}]
     assert first["ground_truth"] == "3" and first["elapsed_s"] >= 0.05
     assert loop.take_hung() == []  # taken once
