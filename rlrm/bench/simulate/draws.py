@@ -82,7 +82,10 @@ def draw_workload(
         raise ValueError(f"first_latency has shape {first_latency.shape}, the run has {(steps, p * n)} samples")
     # the cache's hits from a stream of their own: a hit rate of 0 leaves every other draw as it was
     cached = np.random.default_rng([w.seed, 4]).random((steps, p * n)) < r.cache_hit_rate
-    draws = Draws(prompt, resp, *_reward_times(dist, r, reward_rng, (steps, p * n), first_latency, cached), cached)
+    reward_s, failed, attempts, timeouts, injected, latency_mean = _reward_times(
+        dist, r, reward_rng, (steps, p * n), first_latency, cached
+    )
+    draws = Draws(prompt, resp, reward_s, failed, attempts, timeouts, injected, latency_mean, cached)
     draws.tool_s = tool_times(spec.tools, np.random.default_rng([w.seed, 3]), (steps, p * n), latency)
     return draws
 
