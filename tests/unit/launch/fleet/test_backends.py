@@ -32,7 +32,9 @@ def test_a_role_reads_and_writes_as_the_string_profiles_use():
 
 def test_each_backend_is_registered_once_and_unknown_ones_are_refused_in_one_line():
     assert list(BACKENDS) == ["embedded", "vllm", "sglang"]
-    assert all(backend_for(name) is BACKENDS[name] and backend_for(BACKENDS[name]) is BACKENDS[name] for name in BACKENDS)
+    assert all(
+        backend_for(name) is BACKENDS[name] and backend_for(BACKENDS[name]) is BACKENDS[name] for name in BACKENDS
+    )
     with pytest.raises(ConfigError, match=r"^unknown backend 'trt'; use one of embedded, vllm, sglang$"):
         backend_for("trt")
 
