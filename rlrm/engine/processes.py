@@ -80,5 +80,5 @@ def _weights_folder(profile: Profile):
 
 def _env(fleet: ServerFleet, i: int) -> str:
     """The variables replica `i` is started with, as the pool sets them (the key only where it reads it)."""
-    env = fleet.launch().env(i)
+    env = fleet.replica_launch().env(i)
     return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items() if v is not None)

@@ -132,13 +132,13 @@ class ServerFleet:
             ports = [base_port + i for i in range(self.spec.replicas)]  # illustrative: real runs take free ports
             host = "NODE_IP" if self.on_ray else "127.0.0.1"  # on Ray: the IP of the node it is placed on
             replicas = [f"http://{host}:{p}" for p in ports]
-            launch = self.launch()
+            launch = self.replica_launch()
             out = [launch.argv(host, p) for p in ports]
         if self.uses_router():
             out.append(sglang_router_argv(replicas, router_port, router_port + 1))
         return out
 
-    def launch(self) -> ReplicaLaunch:
+    def replica_launch(self) -> ReplicaLaunch:
         """What every launched replica is started with: the spec, this fleet's role, model, key and flags."""
         return ReplicaLaunch.of(
             self.spec, self.role, self.model_path, self.api_key, self.extra_args(), served_model_name=self.served_name
@@ -225,7 +225,7 @@ class ServerFleet:
                     self.placer = RayReplicas(spec, self.section, self.ray_address)
                 self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
                     ServerPool,
-                    self.launch(),
+                    self.replica_launch(),
                     replicas=spec.replicas,
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,

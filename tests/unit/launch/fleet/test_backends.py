@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import get_args
 
 import pytest
 from pydantic import ValidationError
 
-from rlrm.config.servers import RolloutServerConfig
+from rlrm.config.servers import RolloutServerConfig, ServerBackend
 from rlrm.errors import ConfigError
 from rlrm.launch.client.wire import SGLangWire, VllmWire, wire_for
 from rlrm.launch.common.auth import ENV_VAR
@@ -32,6 +33,7 @@ def test_a_role_reads_and_writes_as_the_string_profiles_use():
 
 def test_each_backend_is_registered_once_and_unknown_ones_are_refused_in_one_line():
     assert list(BACKENDS) == ["embedded", "vllm", "sglang"]
+    assert get_args(ServerBackend) == tuple(BACKENDS)  # the profile keys accept exactly the registered backends
     assert all(
         backend_for(name) is BACKENDS[name] and backend_for(BACKENDS[name]) is BACKENDS[name] for name in BACKENDS
     )
