@@ -42,7 +42,8 @@ class ServerFleetConfig(BaseModel):
     )
     extra_args: list[str] = Field(
         default_factory=list,
-        description="Extra command-line arguments appended to every launched server (engine flags).",
+        description="Extra command-line arguments appended to every launched server (engine flags); not --port: "
+        "rlrm starts each replica on a free port of its own.",
     )
     addresses: list[str] = Field(
         default_factory=list,
