@@ -34,12 +34,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # vLLM's torch threads (the embedded: --threads)
     from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.fleet.backends import ReplicaLaunch
     from rlrm.launch.fleet.pool import ServerPool
+    from rlrm.launch.fleet.spec import FleetSpec
 
     disrm, judge = resolve_model_path(args.disrm), resolve_model_path(args.judge)
     pools = {
         (kind, backend): ServerPool(
-            path, role=kind, backend=backend, threads=args.threads, max_batch=256, served_model_name=name
+            ReplicaLaunch.of(
+                FleetSpec(backend=backend, threads=args.threads, max_batch=256), kind, path, served_model_name=name
+            )
         )
         for kind, path, name in (("disrm", disrm, "tiny:disrm"), ("genrm", judge, "tiny:judge"))
         for backend in ("embedded", "vllm")

@@ -74,12 +74,19 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # vLLM's torch threads (the embedded: --threads)
     from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.fleet.backends import ReplicaLaunch
     from rlrm.launch.fleet.pool import ServerPool
+    from rlrm.launch.fleet.spec import FleetSpec
 
     policy = resolve_model_path("tiny:policy")
     pools = {
         backend: ServerPool(
-            policy, role="policy", backend=backend, threads=args.threads, max_batch=256, served_model_name=policy
+            ReplicaLaunch.of(
+                FleetSpec(backend=backend, threads=args.threads, max_batch=256),
+                "policy",
+                policy,
+                served_model_name=policy,
+            )
         )
         for backend in ("embedded", "vllm")
     }

@@ -40,8 +40,10 @@ def doctor() -> None:
     for module, what in _OPTIONAL.items():
         found = importlib.util.find_spec(module) is not None
         table.add_row(module, ("[green]present[/green]" if found else "absent") + f"  {what}")
-    for backend in ("vllm", "sglang"):
-        table.add_row(f"{backend} engine", _engine_row(backend))
+    from rlrm.launch.fleet.backends import BACKENDS
+
+    for backend in (b for b in BACKENDS.values() if b.external):
+        table.add_row(f"{backend} engine", _engine_row(backend.name))
     table.add_row("nvidia-smi", "present" if shutil.which("nvidia-smi") else "absent")
     console().print(table)
 

@@ -65,17 +65,20 @@ def server(
     from rlrm.errors import ConfigError
     from rlrm.launch.common.auth import check_bind, key_from_env
     from rlrm.launch.common.ports import check_port, ensure_port_free
+    from rlrm.launch.common.roles import Role
+    from rlrm.launch.fleet.backends import backend_for
     from rlrm.launch.server.app import serve
-    from rlrm.launch.server.backends import ROLES, ServerConfig
+    from rlrm.launch.server.backends import ServerConfig
 
     check_port(port)
+    engine, served_role = backend_for(backend), Role.parse(role)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
-    if backend != "embedded":
+    if engine.external:
         return _external(
-            backend,
+            engine,
             resolve_model_path(model),  # tiny:NAME is rlrm's alias: vLLM and SGLang get its folder
-            role,
+            served_role,
             host,
             port,
             dtype,
@@ -86,15 +89,13 @@ def server(
             dry_run,
             allow_unauthenticated,
         )
-    if role not in ROLES:
-        raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
     check_bind(host, api_key, allow_unauthenticated)
     cfg = ServerConfig(
         model_path=resolve_model_path(model),
-        role=role,
+        role=served_role,
         dtype=dtype,
         max_batch=max_batch,
         max_queue=max_queue,
@@ -126,18 +127,27 @@ def _external(
 
     from rlrm.launch.common.auth import check_bind
     from rlrm.launch.common.ports import ensure_port_free
-    from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env, require_backend
+    from rlrm.launch.fleet.backends import ReplicaLaunch, engine_device
     from rlrm.launch.fleet.process import ServerProcess
 
-    device = engine_device()
-    argv = engine_argv(backend, model, role, port, host, dtype, max_batch, api_key, served_model_name, device)
+    launch = ReplicaLaunch(
+        backend,
+        model,
+        role,
+        dtype=dtype,
+        max_batch=max_batch,
+        api_key=api_key,
+        served_model_name=served_model_name,
+        device=engine_device(),
+    )
+    argv = launch.argv(host, port)
     if dry_run:
         typer.echo(shlex.join(argv))
         return
-    require_backend(backend)
-    ensure_port_free(host, port)
+    ensure_port_free(host, port)  # before the engine is looked for or started: a taken port fails in a second
+    backend.require()
     check_bind(host, api_key, allow_unauthenticated)
-    env = engine_env(backend, api_key, role, device)
+    env = launch.env(0)
     server = ServerProcess(argv, host=host, port=port, start_timeout_s=start_timeout, env=env)
     try:
         server.start()

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.launch.common.auth import key_from_env
+from rlrm.launch.fleet.backends import backend_for
 from rlrm.launch.fleet.spec import Batching, FleetSpec
 
 ServerBackend = Literal["embedded", "vllm", "sglang"]
@@ -41,7 +42,8 @@ class ServerFleetConfig(BaseModel):
     )
     extra_args: list[str] = Field(
         default_factory=list,
-        description="Extra command-line arguments appended to every launched server (engine flags).",
+        description="Extra command-line arguments appended to every launched server (engine flags); not --port: "
+        "rlrm starts each replica on a free port of its own.",
     )
     addresses: list[str] = Field(
         default_factory=list,
@@ -271,9 +273,9 @@ class RolloutServerConfig(ServerFleetConfig):
 
     @model_validator(mode="after")
     def _distributed_sync_needs_sglang_api(self) -> RolloutServerConfig:
-        if self.weight_sync == "distributed" and self.backend == "vllm":
+        if self.weight_sync == "distributed" and not backend_for(self.backend).supports_distributed_weight_sync:
             raise ValueError(
-                "rollout.server.weight_sync=distributed is not served by vllm (it documents no equivalent of "
+                f"rollout.server.weight_sync=distributed is not served by {self.backend} (it documents no equivalent of "
                 "SGLang's update_weights_from_distributed); use rollout.server.weight_sync=disk"
             )
         return self

@@ -18,8 +18,8 @@ from pathlib import Path
 from rlrm.config.schema import Profile
 from rlrm.engine.served import fleet_spec, ray_address
 from rlrm.inference.weight_files import default_weights_dir
-from rlrm.launch.common.auth import ENV_VAR
-from rlrm.launch.fleet.engine_argv import engine_device, engine_env
+from rlrm.launch.common.roles import Role
+from rlrm.launch.fleet.backends import backend_for
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
@@ -30,7 +30,7 @@ def planned_processes(profile: Profile) -> list[str]:
         fleets.append(
             ServerFleet(
                 fleet_spec(profile),
-                role="policy",
+                role=Role.POLICY,
                 model_path=profile.model.path,
                 api_key=_key_shown(fleet_spec(profile), profile.rollout.server.api_key_env),
                 ray_address=ray_address(profile),
@@ -57,8 +57,8 @@ def planned_processes(profile: Profile) -> list[str]:
         for i, argv in enumerate(argvs):
             what = f"replica {i}" if i < launched else "router"
             env = _env(fleet, i) if i < launched else ""
-            if i < launched and fleet.role == "policy" and fleet.spec.backend == "embedded":
-                argv = [*argv, "--weights-dir", str(_weights_folder(profile))]
+            if i < launched and fleet.role.takes_weights:  # rlrm's own server: the one folder it loads from
+                argv = [*argv, *fleet.backend.weights_dir_flags(str(_weights_folder(profile)))]
             lines.append(f"# {fleet.section} {what}: {env}{shlex.join(argv)}")
         if fleet.spec.addresses:
             lines.append(f"# {fleet.section}: running servers {', '.join(fleet.spec.addresses)} (nothing launched)")
@@ -70,7 +70,7 @@ def _key_shown(spec, api_key_env: str | None) -> str | None:
     servers but SGLang's, rlrm/launch/fleet/server_fleet.py fleet_key), else none."""
     if api_key_env:
         return f"${api_key_env}"
-    return None if spec.addresses or spec.backend == "sglang" else "<run key>"
+    return None if spec.addresses or not backend_for(spec.backend).key_in_env else "<run key>"
 
 
 def _weights_folder(profile: Profile):
@@ -79,9 +79,6 @@ def _weights_folder(profile: Profile):
 
 
 def _env(fleet: ServerFleet, i: int) -> str:
-    env = dict(engine_env(fleet.spec.backend, fleet.api_key, fleet.role, engine_device(fleet.spec.gpu_ids)))
-    if fleet.api_key and fleet.spec.backend == "embedded":
-        env[ENV_VAR] = fleet.api_key
-    if fleet.spec.gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = str(fleet.spec.gpu_ids[i % len(fleet.spec.gpu_ids)])
-    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+    """The variables replica `i` is started with, as the pool sets them (the key only where it reads it)."""
+    env = fleet.replica_launch().env(i)
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in env.items() if v is not None)

@@ -12,6 +12,8 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
 from rlrm.launch.client.wire import wire_for
 from rlrm.launch.common.model_info import chat_template_digest
+from rlrm.launch.common.roles import Role
+from rlrm.launch.fleet.backends import backend_for
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -31,10 +33,8 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
     """A ServerRolloutEngine over the policy fleet (launched replicas of `policy_path`, or `addresses`)."""
     cfg = profile.rollout.server
     api_key = fleet_key(cfg.fleet_spec(), cfg.read_api_key())
-    # vLLM serves no /generate: running vLLM servers are probed on /v1/completions instead
-    role = "policy-vllm" if cfg.backend == "vllm" and cfg.addresses else "policy"
     fleet = ServerFleet(
-        fleet_spec(profile), role=role, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile)
+        fleet_spec(profile), role=Role.POLICY, model_path=policy_path, api_key=api_key, ray_address=ray_address(profile)
     )
     expect = TrainerModel(
         name=profile.model.path,
@@ -44,7 +44,7 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
     )
     return ServerRolloutEngine(
         fleet,
-        wire_for(cfg.backend, fleet.served_name),  # what launched replicas serve, or served_model_name
+        wire_for(fleet.backend, fleet.served_name),  # what launched replicas serve, or served_model_name
         WeightFiles(cfg.weights_dir, config_from=policy_path),
         expect=expect,
         api_key=api_key,
@@ -60,7 +60,7 @@ def sync_backend(cfg) -> str:
     """`weight_sync_backend` resolved: auto is nccl when the replicas run on GPUs and the trainer has CUDA, else gloo."""
     if cfg.weight_sync_backend != "auto":
         return cfg.weight_sync_backend
-    on_gpus = cfg.backend == "sglang" or bool(cfg.gpu_ids) or cfg.gpus_per_replica > 0
+    on_gpus = backend_for(cfg.backend).needs_gpu or bool(cfg.gpu_ids) or cfg.gpus_per_replica > 0
     if not on_gpus:
         return "gloo"
     import torch

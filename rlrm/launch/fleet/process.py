@@ -19,6 +19,7 @@ from pathlib import Path
 from rlrm.call_errors import TransientError
 from rlrm.errors import RlrmError, require_extra
 from rlrm.launch.common import http
+from rlrm.launch.common.ports import port_taken
 
 
 class ServerStartError(RlrmError):
@@ -136,7 +137,7 @@ class ServerProcess:
         if not _swept_logs:
             _swept_logs = True
             sweep_dead_logs()
-        if _port_taken(self.host, self.port):
+        if port_taken(self.host, self.port):
             raise ServerStartError(
                 f"port {self.port} on {self.host} is in use by another process; {self.argv[0]} not started"
             )
@@ -251,14 +252,3 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _port_taken(host: str, port: int) -> bool:
-    """Whether something listens on host:port now (a connect succeeds)."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False

@@ -24,9 +24,10 @@ from typing import Awaitable, Callable, cast
 from rlrm.errors import ConfigError
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.common.auth import new_run_key
-from rlrm.launch.fleet.engine_argv import engine_device, require_backend
+from rlrm.launch.common.roles import Role
+from rlrm.launch.fleet.backends import ReplicaLaunch, backend_for
 from rlrm.launch.fleet.health import check_servers
-from rlrm.launch.fleet.pool import ServerPool, replica_argv
+from rlrm.launch.fleet.pool import ServerPool
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 from rlrm.launch.fleet.ray_replicas import RayReplica, RayReplicas
 from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
@@ -50,7 +51,7 @@ class ServerFleet:
 
     Args:
         spec: the fleet's settings (`section` names them in errors).
-        role: policy, genrm or disrm.
+        role: policy, genrm or disrm (a `Role`, or its string).
         model_path: the model launched replicas serve.
         api_key: the servers' bearer key (read from `api_key_env` by the caller), or None.
         headers: extra headers the readiness probes of running `addresses` send (read from the environment by the
@@ -67,7 +68,7 @@ class ServerFleet:
     def __init__(
         self,
         spec: FleetSpec,
-        role: str,
+        role: Role | str,
         model_path: str,
         api_key: str | None = None,
         on_restart: Callable[[str], Awaitable[None]] | None = None,
@@ -77,7 +78,8 @@ class ServerFleet:
     ):
         if not isinstance(spec, FleetSpec):  # a config section is not a spec: call its .fleet_spec()
             raise TypeError(f"ServerFleet takes a FleetSpec, not {type(spec).__name__}; pass section.fleet_spec()")
-        self.spec, self.role, self.model_path, self.api_key = spec, role, model_path, api_key
+        self.spec, self.role, self.model_path, self.api_key = spec, Role(role), model_path, api_key
+        self.backend = backend_for(spec.backend)  # what differs between embedded, vLLM and SGLang
         self.headers = headers  # extra headers of every probe (a hosted API's reward.server.headers_env)
         self.weights_files = weights_files
         self.ray_address = ray_address
@@ -93,7 +95,7 @@ class ServerFleet:
     @property
     def metrics_prefix(self) -> str:
         """Where this fleet's counters go: the policy's under rollout/, the reward models' under reward/."""
-        return "rollout/" if self.role == "policy" else "reward/"
+        return self.role.metrics_prefix
 
     @property
     def urls(self) -> list[str]:
@@ -106,7 +108,7 @@ class ServerFleet:
         if choice == "client":
             return False
         if choice == "sglang":
-            if self.role == "disrm":
+            if not self.role.generates:
                 raise ConfigError(
                     f"sglang-router does not route /classify; use {self.section}.router=client for a DisRM"
                 )
@@ -117,10 +119,10 @@ class ServerFleet:
         # /v1/completions fields (return_token_ids) the router was never measured to pass through
         if any(server_root(u) != u.rstrip("/") for u in self.spec.addresses):
             return False  # a hosted API's base URL: no /health for the router to register it with
-        policy = self.role.startswith("policy")
-        if policy and (self.spec.backend == "vllm" or len(self.spec.addresses or [None] * self.spec.replicas) < 2):
+        policy = self.role is Role.POLICY
+        if policy and (not self.backend.native_generate or len(self.spec.addresses or [None] * self.spec.replicas) < 2):
             return False  # one policy replica: nothing to route, and rlrm's client sends its requests batched
-        return self.role != "disrm" and sglang_router_available()
+        return self.role.generates and sglang_router_available()
 
     def argvs(self, base_port: int = 8000, router_port: int = 30000) -> list[list[str]]:
         """The command line of every process `start` would launch (replicas, then the router): `--dry-run` prints them."""
@@ -130,27 +132,16 @@ class ServerFleet:
             ports = [base_port + i for i in range(self.spec.replicas)]  # illustrative: real runs take free ports
             host = "NODE_IP" if self.on_ray else "127.0.0.1"  # on Ray: the IP of the node it is placed on
             replicas = [f"http://{host}:{p}" for p in ports]
-            out = [self._argv(p, host) for p in ports]
+            launch = self.replica_launch()
+            out = [launch.argv(host, p) for p in ports]
         if self.uses_router():
             out.append(sglang_router_argv(replicas, router_port, router_port + 1))
         return out
 
-    def _argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
-        c = self.spec
-        return replica_argv(
-            c.backend,
-            self.model_path,
-            self.role,
-            port,
-            c.threads,
-            c.dtype,
-            c.max_batch or 64,
-            self.api_key,
-            self.extra_args(),
-            host=host,
-            served_model_name=self.served_name,
-            device=engine_device(c.gpu_ids),
-            gpu_memory_utilization=c.gpu_memory_utilization,
+    def replica_launch(self) -> ReplicaLaunch:
+        """What every launched replica is started with: the spec, this fleet's role, model, key and flags."""
+        return ReplicaLaunch.of(
+            self.spec, self.role, self.model_path, self.api_key, self.extra_args(), served_model_name=self.served_name
         )
 
     @property
@@ -198,14 +189,14 @@ class ServerFleet:
     def extra_args(self) -> list[str]:
         """The section's extra_args, after the batching flags (and weight-sync timeout) of embedded policy replicas."""
         c = self.spec
-        batching = []
-        if c.backend == "embedded" and self.role == "policy" and c.batching is not None:
-            batching = ["--batch-wait-ms", f"{c.batching.wait_ms:g}", "--batch-gap-ms", f"{c.batching.gap_ms:g}"]
-            if c.weight_sync == "distributed":  # the replicas' side of the group's timeout
-                batching += ["--weight-sync-timeout-s", f"{c.sync_timeout_s:g}"]
-            if self.weights_files is not None:
-                batching += ["--weights-dir", str(self.weights_files.root)]
-        return batching + list(c.extra_args)
+        flags: list[str] = []
+        if self.role is Role.POLICY and c.batching is not None:
+            flags = self.backend.policy_flags(
+                c.batching,
+                c.sync_timeout_s if c.weight_sync == "distributed" else None,
+                str(self.weights_files.root) if self.weights_files is not None else None,
+            )
+        return flags + list(c.extra_args)
 
     async def start(self, check_timeout_s: float = 30.0) -> None:
         """Launch (or check) the replicas, then the router; anything started is stopped again on failure."""
@@ -223,35 +214,25 @@ class ServerFleet:
                     what=f"{self.section}.addresses",
                     served_model_name=spec.served_model_name,
                     headers=self.headers,
+                    backend=self.backend,
                 )
             else:
-                if spec.backend != "embedded":
-                    require_backend(spec.backend)
-                gated = self.role == "policy" and spec.backend == "embedded" and self.on_restart is not None
+                self.backend.require()
+                gated = self.role.takes_weights and self.backend.waits_for_weights and self.on_restart is not None
                 if self.weights_files is not None:  # before any replica names it: nobody else made it first
                     await asyncio.to_thread(self.weights_files.create)
                 if self.on_ray:
                     self.placer = RayReplicas(spec, self.section, self.ray_address)
                 self.pool = await asyncio.to_thread(  # placing on Ray waits for the placement group
                     ServerPool,
-                    self.model_path,
-                    role=self.role,
+                    self.replica_launch(),
                     replicas=spec.replicas,
-                    threads=spec.threads,
-                    dtype=spec.dtype,
-                    max_batch=spec.max_batch or 64,
-                    api_key=self.api_key,
-                    backend=spec.backend,
-                    gpu_ids=spec.gpu_ids,
-                    extra_args=self.extra_args(),
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
-                    served_model_name=self.served_name if spec.backend != "embedded" else None,
-                    gpu_memory_utilization=spec.gpu_memory_utilization,
                 )
                 await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
-                if spec.backend != "embedded":
+                if self.backend.external:
                     await self._first_request()
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
@@ -270,19 +251,25 @@ class ServerFleet:
         """One request of the role's shape to every launched engine replica: an engine that is healthy but cannot
         run the model (vLLM's CPU attention refuses some head sizes at the first forward) fails here, with the
         error line of its log, before any training starts."""
-        probe = "policy-vllm" if self.role.startswith("policy") and self.spec.backend == "vllm" else self.role
         what = f"{self.section} replica"
         if self.pool is None:
             raise ServerStartError(f"{self.section}: the first request goes to launched replicas, and none were")
         try:
-            await check_servers(self.pool.urls, probe, self.api_key, self.served_name, timeout_s, timeout_s, what)
+            await check_servers(
+                self.pool.urls,
+                self.role,
+                self.api_key,
+                self.served_name,
+                timeout_s,
+                timeout_s,
+                what,
+                backend=self.backend,
+            )
         except ServerStartError:
             await asyncio.sleep(2.0)  # a dying engine takes its API server down within a second or two
             dead = [s.death() for s in self.pool.servers if not s.alive()]
             if dead:
-                raise ServerStartError(
-                    f"{self.section}: {self.spec.backend} failed its first request: {dead[0]}"
-                ) from None
+                raise ServerStartError(f"{self.section}: {self.backend} failed its first request: {dead[0]}") from None
             raise
 
     @property
@@ -307,6 +294,6 @@ def fleet_key(spec: FleetSpec, configured: str | None) -> str | None:
     """The servers' bearer key: the configured one (what `api_key_env` names); else, for servers the run launches,
     a fresh random key (held by the trainer and the servers' environment only). None for running `addresses`
     without a key, and for SGLang, which takes a key only on its command line, where every local user can read it."""
-    if configured or spec.addresses or spec.backend == "sglang":
+    if configured or spec.addresses or not backend_for(spec.backend).key_in_env:
         return configured
     return new_run_key()

@@ -25,8 +25,9 @@ from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
 from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
 from rlrm.launch.common.ports import ensure_port_free
+from rlrm.launch.common.roles import Role
 from rlrm.launch.server import routes
-from rlrm.launch.server.backends import ROLES, CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.server.backends import CausalLMBackend, ClassifierBackend, ServerConfig
 from rlrm.launch.server.group_routes import WeightGroups, add_distributed_routes
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.sleep import SleepState, add_sleep_routes
@@ -42,9 +43,7 @@ def create_app(cfg: ServerConfig):
     from fastapi.responses import JSONResponse, PlainTextResponse
     from starlette.exceptions import HTTPException
 
-    if cfg.role not in ROLES:
-        raise ValueError(f"unknown role {cfg.role!r}; use one of {', '.join(ROLES)}")
-    backend = ClassifierBackend(cfg) if cfg.role == "disrm" else CausalLMBackend(cfg)
+    backend = CausalLMBackend(cfg) if cfg.role.generates else ClassifierBackend(cfg)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -105,7 +104,7 @@ def create_app(cfg: ServerConfig):
                     "created": app.state.started,
                     "owned_by": "rlrm",
                     "max_model_len": backend.max_len,
-                    "role": cfg.role,
+                    "role": cfg.role.value,
                 }
             ],
         }
@@ -191,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--model", required=True, help="HF folder or hub id (`rlrm launch server` also takes tiny:NAME)"
     )
-    parser.add_argument("--role", choices=ROLES, default="genrm")
+    parser.add_argument("--role", choices=[r.value for r in Role], default=Role.GENRM.value)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
             torch.set_num_threads(args.threads)
         cfg = ServerConfig(
             model_path=check_model_path(args.model),
-            role=args.role,
+            role=Role(args.role),
             dtype=args.dtype,
             max_batch=args.max_batch,
             max_queue=args.max_queue,

@@ -13,16 +13,14 @@ from dataclasses import dataclass
 from rlrm.errors import ModelError
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.launch.common.roles import Role
 from rlrm.launch.server.batcher import DynamicBatcher
-
-GENERATIVE_ROLES = ("policy", "genrm")
-ROLES = GENERATIVE_ROLES + ("disrm",)
 
 
 @dataclass
 class ServerConfig:
     model_path: str
-    role: str = "genrm"  # policy | genrm | disrm
+    role: Role = Role.GENRM  # a string is read as its Role
     dtype: str = "float32"
     max_batch: int = 64
     max_queue: int = 1024
@@ -34,6 +32,9 @@ class ServerConfig:
     batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
     weight_sync_timeout_s: float = 300.0  # bound on joining a weight-update group and on each broadcast
     weights_dir: str | None = None  # the only folder /update_weights_from_disk loads from (None: none)
+
+    def __post_init__(self) -> None:
+        self.role = Role(self.role)
 
     @property
     def model_name(self) -> str:

@@ -9,7 +9,7 @@ import time
 from typing import cast
 
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.launch.server.backends import GENERATIVE_ROLES, LeftPadded
+from rlrm.launch.server.backends import LeftPadded
 from rlrm.launch.server.batcher import ForwardFailed, Overloaded
 from rlrm.launch.server.protocol import (
     ChatCompletionRequest,
@@ -24,7 +24,7 @@ RETRY_AFTER_S = "1"
 
 
 def add_routes(app, cfg, backend) -> None:
-    generative = cfg.role in GENERATIVE_ROLES
+    generative = cfg.role.generates
     state = {"inflight": 0}
     respond = json_response_class()  # the model endpoints are Starlette routes: they return a Response
 
@@ -53,7 +53,9 @@ def add_routes(app, cfg, backend) -> None:
 
     def need(kind: str) -> None:
         if (kind == "generate") != generative:
-            raise RequestError(f"this server has role {cfg.role!r}; {kind} endpoints are not served here", status=404)
+            raise RequestError(
+                f"this server has role {cfg.role.value!r}; {kind} endpoints are not served here", status=404
+            )
 
     async def generate(prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
         if not prompt_ids:

@@ -30,7 +30,6 @@ import asyncio
 from pydantic import BaseModel, ConfigDict
 
 from rlrm.launch.common.model_info import ENGINE_NAME, chat_template_digest
-from rlrm.launch.server.backends import GENERATIVE_ROLES
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.weight_source import WeightSource
 
@@ -146,9 +145,9 @@ def _fill_tied(model, tensors: dict) -> None:
 
 def require_policy(cfg) -> None:
     """404 on a server that is not a policy server: weights are updated on policy servers only."""
-    if cfg.role != "policy":
+    if not cfg.role.takes_weights:
         raise RequestError(
-            f"this server has role {cfg.role!r}; weight updates are served to policy servers", status=404
+            f"this server has role {cfg.role.value!r}; weight updates are served to policy servers", status=404
         )
 
 
@@ -163,8 +162,8 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
         return {
             "model_path": cfg.model_path,
             "tokenizer_path": cfg.model_path,
-            "is_generation": cfg.role != "disrm",
-            "weight_version": str(state.version) if cfg.role in GENERATIVE_ROLES else None,
+            "is_generation": cfg.role.generates,
+            "weight_version": str(state.version) if cfg.role.generates else None,
             "vocab_size": backend.vocab_size,
             "tokenizer_size": len(backend.tokenizer),
             "max_context_length": backend.max_len,
@@ -176,4 +175,4 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
 
     @app.get("/get_weight_version")
     async def get_weight_version():
-        return {"weight_version": str(state.version) if cfg.role in GENERATIVE_ROLES else None}
+        return {"weight_version": str(state.version) if cfg.role.generates else None}

@@ -18,10 +18,11 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import wire_for
 from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.backends import ReplicaLaunch
 from rlrm.launch.fleet.engine_argv import engine_argv, engine_env
-from rlrm.launch.fleet.pool import replica_argv
 from rlrm.launch.fleet.process import ServerProcess
 from rlrm.launch.fleet.server_fleet import ServerFleet
+from rlrm.launch.fleet.spec import FleetSpec
 
 STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 
@@ -35,7 +36,7 @@ def _standin(kind, log, *flags):
 
 def _engine(kind, urls, tmp_path, model_dir=None):
     cfg = RolloutServerConfig(backend=kind, addresses=urls, router="client")
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy-vllm" if kind == "vllm" else "policy", model_path="standin")
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path="standin")  # a vLLM policy: /v1/completions
     return ServerRolloutEngine(
         fleet,
         wire_for(kind, "standin"),
@@ -188,19 +189,13 @@ def test_sglang_distributed_sync_sends_sglangs_request_bodies(tmp_path):
 
 
 def test_engine_command_lines_for_policy_and_reward_servers():
-    vllm = replica_argv(
-        "vllm",
-        "Qwen/Qwen2.5-1.5B-Instruct",
-        "policy",
-        8000,
-        dtype="bfloat16",
-        extra_args=["--gpu-memory-utilization", "0.5"],
-    )
+    spec = FleetSpec(backend="vllm", dtype="bfloat16", extra_args=("--gpu-memory-utilization", "0.5"))
+    vllm = ReplicaLaunch.of(spec, "policy", "Qwen/Qwen2.5-1.5B-Instruct").argv("127.0.0.1", 8000)
     assert vllm[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen2.5-1.5B-Instruct"]
     assert vllm[-2:] == ["--gpu-memory-utilization", "0.5"]
     assert engine_env("vllm", None, "policy", "cuda") == {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc: dev mode
     assert engine_env("vllm", None, "genrm", "cuda") == {}
-    sglang = replica_argv("sglang", "m", "policy", 8001, dtype="bfloat16")
+    sglang = ReplicaLaunch.of(FleetSpec(backend="sglang", dtype="bfloat16"), "policy", "m").argv("127.0.0.1", 8001)
     assert sglang[1:3] == ["-m", "sglang.launch_server"] and "--is-embedding" not in sglang
     assert engine_argv("sglang", "rm", "disrm", 8002)[-1] == "--is-embedding"
     # reward servers go through the same fleet code: reward.server.backend=vllm

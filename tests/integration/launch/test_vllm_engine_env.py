@@ -13,9 +13,11 @@ from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.launch.common.ports import free_port
+from rlrm.launch.fleet.backends import ReplicaLaunch
 from rlrm.launch.fleet.engine_env import EngineNotFound, find_engine
 from rlrm.launch.fleet.pool import ServerPool
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
+from rlrm.launch.fleet.spec import FleetSpec
 from tests.unit.launch.fleet.test_engine_env import ENGINE_CRASH_LOG
 
 
@@ -99,7 +101,7 @@ def test_a_dead_engine_is_reported_with_its_log_and_restarted():
         f"    print({ENGINE_CRASH_LOG!r}, flush=True); os._exit(1)\n"
         "time.sleep(600)\n"
     )
-    pool = ServerPool("unused", role="genrm")
+    pool = ServerPool(ReplicaLaunch.of(FleetSpec(), "genrm", "unused"))
     pool.servers = [ServerProcess([sys.executable, "-c", code, "--port", str(port)], start_timeout_s=20)]
     url = pool.urls[0]
     try:

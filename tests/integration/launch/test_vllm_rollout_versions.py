@@ -37,7 +37,7 @@ def _standin(tmp_path, *flags):
 
 def _engine(url, tmp_path):
     cfg = RolloutServerConfig(backend="vllm", addresses=[url], router="client")
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy-vllm", model_path="standin")
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path="standin")
     return ServerRolloutEngine(
         fleet, wire_for("vllm", "standin"), WeightFiles(str(tmp_path / "w")), request_timeout_s=20, sync_timeout_s=20
     )
