@@ -114,7 +114,9 @@ async def _check_one(
             return f"{last} (still after {timeout_s:g} s: {section}.start_timeout_s)"
         if now - said >= progress.EVERY_S:  # what it got, while waiting: not a silent start_timeout_s
             said = now
-            progress.say(f"  ... {url}: {last}; trying again for {deadline - now:.0f} s more ({section}.start_timeout_s)")
+            progress.say(
+                f"  ... {url}: {last}; trying again for {deadline - now:.0f} s more ({section}.start_timeout_s)"
+            )
         await asyncio.sleep(0.5)
 
 

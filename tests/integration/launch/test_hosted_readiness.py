@@ -28,7 +28,12 @@ def config(url: str, start_timeout_s: float = 120, model: str = "odd-judge", tim
     return RewardConfig.model_validate(
         {
             "kind": "genrm",
-            "server": {"model": model, "addresses": [url], "api_key_env": "ODD_KEY", "start_timeout_s": start_timeout_s},
+            "server": {
+                "model": model,
+                "addresses": [url],
+                "api_key_env": "ODD_KEY",
+                "start_timeout_s": start_timeout_s,
+            },
             "timeout_s": timeout_s,
         }
     )
@@ -120,9 +125,7 @@ def test_a_certificate_nobody_trusts_is_one_line_at_once_and_ssl_cert_file_trust
             """
         )
         env = {**os.environ, "SSL_CERT_FILE": str(cert[0]), "PYTHONPATH": str(FIXTURES.parents[1])}
-        trusted = subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
-        )
+        trusted = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         chats = api.requests["/v1/chat/completions"]
     assert "its TLS certificate failed verification (self-signed certificate)" in message, message
     assert "SSL_CERT_FILE" in message and "\n" not in message and elapsed < 120 / 4
