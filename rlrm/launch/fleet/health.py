@@ -4,9 +4,11 @@
 
 A server passes when `/health` answers 200 (an OpenAI-compatible API without `/health`: `GET /v1/models`) and one tiny request to its role's endpoint answers in
 that endpoint's shape: a DisRM must serve `/classify`, a judge (genrm) `/v1/chat/completions`.
-Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading); a
-4xx is an answer (wrong role, wrong key, unknown model) and fails at once. The error is one line
-naming the address and what failed, so a run with dead or wrong servers stops before training.
+Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading), and what the
+last try got is said on stderr every 10 s while waiting (rlrm/launch/common/progress.py); a 4xx is an answer
+(wrong role, wrong key, unknown model) and fails at once, as do a hosted API's model list without the model
+and a TLS certificate that does not verify. The error is one line naming the address and what failed, so a
+run with dead or wrong servers stops before training.
 """
 
 from __future__ import annotations
