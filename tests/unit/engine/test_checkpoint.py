@@ -63,6 +63,7 @@ def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
     with torch.no_grad():
         param[0] = float("inf")
     tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    capsys.readouterr()  # what loading printed (transformers' "Loading weights" bar, when this test runs alone)
     assert save_checkpoint(tmp_path, 7, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=2) is None
     assert list_checkpoints(tmp_path) == [] and not (tmp_path / "checkpoints" / "step_7.tmp").exists()
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
