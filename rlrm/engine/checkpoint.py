@@ -4,6 +4,8 @@
     step_<k>/state.pt        optimizer, scheduler, data cursor, RNG states, step, counters
     step_<k>/shards/         actor.world_size > 1: each rank's shard of the model and optimizer
                              (torch.distributed.checkpoint); state.pt then holds no optimizer
+    step_<k>/model_keys.json the profile's `model` section it was trained from: a resume whose config.yaml names
+                             another model (or dtype) is refused, naming the key (check_resume_model)
 
 A checkpoint is written to `step_<k>.tmp` and renamed when complete, so a crash mid-save never
 leaves a half-written checkpoint that resume would pick up.
@@ -16,21 +18,23 @@ never written, nor resumed from.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from rlrm.errors import ModelError
+from rlrm.errors import ConfigError, ModelError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Weight files that are pickles: loading one can run arbitrary code, so a checkpoint never holds one.
 _PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+MODEL_KEYS_FILE = "model_keys.json"
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None
+    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None, model_keys=None
 ) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep`.
 
@@ -47,6 +51,7 @@ def save_checkpoint(
         keep: how many checkpoints to keep.
         write_extra: called with the unfinished checkpoint folder to add to it (the actor ranks write
             their torch.distributed.checkpoint shards under `shards/`), before it is renamed into place.
+        model_keys: the profile's `model` section (JSON data), written as model_keys.json for resume to check.
 
     Returns:
         The checkpoint folder, or None when the weights were not finite.
@@ -68,6 +73,8 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp / "model")
     payload = dict(state, step=step, rng=_rng_state())
     torch.save(payload, tmp / "state.pt")
+    if model_keys is not None:
+        (tmp / MODEL_KEYS_FILE).write_text(json.dumps(model_keys, indent=1, sort_keys=True))
     if write_extra is not None:
         write_extra(tmp)
     shutil.rmtree(final, ignore_errors=True)
@@ -118,6 +125,31 @@ def check_checkpoint(ckpt_dir: Path) -> None:
                 f"checkpoint {Path(ckpt_dir).name} has non-finite weights ({bad} holds NaN or inf): cannot resume from it; "
                 "delete it to resume from an earlier one"
             )
+
+
+def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
+    """Refuse (ConfigError, one line naming each key) a resume whose `model` section differs from the one checkpoint
+    `ckpt_dir` was trained from: the weights would continue under another model's name, dtype or reference.
+    A checkpoint written before rlrm recorded its model (no model_keys.json) is not checked."""
+    path = Path(ckpt_dir) / MODEL_KEYS_FILE
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        saved = None
+    if not isinstance(saved, dict):
+        raise ModelError(
+            f"{path} is damaged (not the JSON rlrm wrote); delete that checkpoint folder to resume from an earlier one"
+        )
+    changed = [k for k in sorted(saved.keys() | model_keys.keys()) if saved.get(k) != model_keys.get(k)]
+    if changed:
+        what = ", ".join(f"model.{k}={model_keys.get(k)!r} (trained with {saved.get(k)!r})" for k in changed)
+        raise ConfigError(
+            f"the run's config.yaml names another model than checkpoint {Path(ckpt_dir).name} was trained from: "
+            f"{what}; restore {', '.join(f'model.{k}' for k in changed)} in config.yaml to resume, or start a new run "
+            "with --profile"
+        )
 
 
 def nonfinite_parameter(named_tensors) -> str | None:

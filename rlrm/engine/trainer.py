@@ -27,7 +27,13 @@ import yaml
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
 from rlrm.engine.canaries import Canaries
-from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints, load_state, save_checkpoint
+from rlrm.engine.checkpoint import (
+    check_checkpoint,
+    check_resume_model,
+    list_checkpoints,
+    load_state,
+    save_checkpoint,
+)
 from rlrm.engine.components import build_components
 from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
@@ -103,6 +109,7 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
     ckpts = list_checkpoints(run_dir)
     if ckpts:
         check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
+        check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
     check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
     if total_steps is not None:
         path.write_text(dump_profile(profile))
@@ -406,6 +413,7 @@ class _TrainLoop:
             state,
             self.profile.trainer.keep_checkpoints,
             write_extra=self.parts.actor.write_shards,
+            model_keys=self.profile.model.model_dump(mode="json"),
         )
 
     def _stream_trace(self) -> None:

@@ -99,9 +99,10 @@ def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
             "usage": None,
         }
     messages = exchange["request"]["messages"]
-    text = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=False
-    )  # as the server renders it
+    if tokenizer is not None:  # as the server renders it
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:  # a hosted judge's tokenizer is not on this machine: the messages as sent, one per line
+        text = "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages)
     answer = exchange.get("response")
     if answer is None:
         verdict, finish, usage = None, None, None

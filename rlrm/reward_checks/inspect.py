@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.models.tiny import resolve_model_path
@@ -31,6 +32,12 @@ from rlrm.reward_checks.recorder import Recorder
 RULE_NOTE = (
     "reward.kind=rule has no reward model to inspect: shown instead is the answer the GSM8K rule extracts "
     "from each response ({method}) and the score it gives"
+)
+
+
+HOSTED_NOTE = (
+    "the judge {model!r} is served at reward.server.addresses and its tokenizer is not on this machine (a hosted "
+    "model): each judge prompt is shown as the messages sent, role: content, not as the server renders it"
 )
 
 
@@ -86,8 +93,7 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
     kind = cfg.model_kind
     results, recorder, model_path, inv, contract = asyncio.run(_score(cfg, samples, invariance))
     policy_tok = _policy_tokenizer(profile)
-    # a custom function's model may be a hosted API's name, with no tokenizer to load: its calls are shown as made
-    rm_tok = _tokenizer(model_path) if model_path and cfg.kind != "custom" else None
+    rm_tok = _reward_tokenizer(cfg, model_path)
     records = []
     for sample, result in zip(samples, results):
         record = details.common(sample, result)
@@ -101,6 +107,8 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
             record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))
         records.append(record)
     notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
+    if kind == "genrm" and rm_tok is None and cfg.kind != "custom":
+        notes = [*notes, HOSTED_NOTE.format(model=cfg.server.model)]
     findings = run_lints(records, LintContext(kind=kind or "rule", policy_tokenizer=policy_tok, rm_tokenizer=rm_tok))
     model = cfg.server.model if kind else None
     return InspectReport(cfg.kind, model, records, findings, notes, inv, contract.as_json())
@@ -123,6 +131,22 @@ async def _score(cfg: RewardConfig, samples: list[RewardSample], invariance):
     finally:
         await service.close()
     return results, recorder, model_path, inv, service.contract
+
+
+def _reward_tokenizer(cfg: RewardConfig, model_path: str | None):
+    """The reward model's tokenizer, for showing what it was sent; None where `rlrm train` loads none either: a
+    custom function's model, and a judge at running `addresses` whose model is no local folder nor in the hub cache
+    (a hosted API's model name: asking the hub for it fails offline, and is not what train does)."""
+    if not model_path or cfg.kind == "custom":
+        return None
+    if cfg.model_kind == "genrm" and cfg.server.addresses and not Path(model_path).is_dir():
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        except (OSError, ValueError):
+            return None
+    return _tokenizer(model_path)
 
 
 def _tokenizer(path: str):

@@ -96,6 +96,19 @@ class WeightGroup:
                 pass
 
 
+def resolve_master(host: str) -> None:
+    """RolloutServerError (one line naming `host`) unless `host` resolves to an address: found in the resolver's
+    answer, at once, rather than after the group's join timeout."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise RolloutServerError(
+            f"the weight-update group's master host {host[:100]!r} does not resolve ({reason}); give an address "
+            "every member can reach (an IP, or a name in DNS or /etc/hosts)"
+        ) from None
+
+
 def join_group(
     master_address: str,
     master_port: int,
@@ -117,7 +130,7 @@ def join_group(
         device: nccl only: the CUDA device this member's tensors live on.
 
     Raises:
-        RolloutServerError: nccl without CUDA, or an unknown backend.
+        RolloutServerError: nccl without CUDA, an unknown backend, or a master host that does not resolve.
         RuntimeError, TimeoutError: the other members did not join in time.
     """
     import datetime
@@ -135,6 +148,7 @@ def join_group(
             "backend nccl needs CUDA on every member of the weight-update group; this process has "
             "none: use rollout.server.weight_sync_backend=gloo"
         )
+    resolve_master(master_address)  # torch's store retries a name that never resolves until the whole timeout
     store = dist.TCPStore(
         master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout, wait_for_workers=False
     )

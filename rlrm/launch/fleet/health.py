@@ -4,9 +4,11 @@
 
 A server passes when `/health` answers 200 (an OpenAI-compatible API without `/health`: `GET /v1/models`) and one tiny request to its role's endpoint answers in
 that endpoint's shape: a DisRM must serve `/classify`, a judge (genrm) `/v1/chat/completions`.
-Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading); a
-4xx is an answer (wrong role, wrong key, unknown model) and fails at once. The error is one line
-naming the address and what failed, so a run with dead or wrong servers stops before training.
+Connection errors, 5xx and 429 are retried until `timeout_s` (a server may still be loading), and what the
+last try got is said on stderr every 10 s while waiting (rlrm/launch/common/progress.py); a 4xx is an answer
+(wrong role, wrong key, unknown model) and fails at once, as do a hosted API's model list without the model
+and a TLS certificate that does not verify. The error is one line naming the address and what failed, so a
+run with dead or wrong servers stops before training.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import json
 import time
 
+from rlrm.launch.common import progress
 from rlrm.launch.common.roles import Role
 from rlrm.launch.fleet.backends import Backend, Probe, backend_for
 from rlrm.launch.fleet.process import ServerStartError
@@ -78,35 +81,52 @@ async def _check_one(
 ) -> str | None:
     """None when the server passes, else what failed last."""
     path, body = probe.path, probe.body
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline, said, last = start + timeout_s, start, ""
     while True:
         # a port that accepts and never answers must not hold the check past start_timeout_s
         probe_s = min(request_timeout_s, max(1.0, deadline - time.monotonic()))
-        failure, final = await _probe(session, url, path, body(model), probe_s, section)
+        failure, final = await _probe(session, url, path, body(model), probe_s, section, model)
         if failure is None and role.takes_weights:
             return await _not_a_policy(session, url, probe_s, section)
         if failure is None or final:
             return failure
-        if time.monotonic() > deadline:
-            return f"{failure} (still after {timeout_s:g} s: {section}.start_timeout_s)"
+        if not (last and probe_s < request_timeout_s and failure.startswith("no answer")):
+            last = failure  # a probe cut short by the deadline says less than the full one before it
+        now = time.monotonic()
+        if now > deadline:
+            return f"{last} (still after {timeout_s:g} s: {section}.start_timeout_s)"
+        if now - said >= progress.EVERY_S:  # what it got, while waiting: not a silent start_timeout_s
+            said = now
+            progress.say(
+                f"  ... {url}: {last}; trying again for {deadline - now:.0f} s more ({section}.start_timeout_s)"
+            )
         await asyncio.sleep(0.5)
 
 
 async def _probe(
-    session, url: str, path: str, body: dict, timeout_s: float, section: str = "reward.server"
+    session,
+    url: str,
+    path: str,
+    body: dict,
+    timeout_s: float,
+    section: str = "reward.server",
+    model: str | None = None,
 ) -> tuple[str | None, bool]:
     """(what failed or None, whether that failure is final)."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     try:
-        ready = await _ready(session, url, timeout, section)
+        ready = await _ready(session, url, timeout, section, model)
         if ready is not None:
             return ready
         async with session.post(url + path, json=body, timeout=timeout) as resp:
             status, text = resp.status, await resp.text()
     except asyncio.TimeoutError:
-        return f"no answer within {timeout_s:g} s", False
+        return f"no answer in {timeout_s:.1f} s", False
+    except aiohttp.ClientSSLError as exc:  # a certificate nobody trusts stays untrusted: retrying cannot help
+        return tls_failure(exc), True
     except aiohttp.ClientError as exc:
         return f"{type(exc).__name__}: {exc}", False
     if status in (401, 403):
@@ -115,7 +135,7 @@ async def _probe(
             True,
         )
     if status >= 500 or status == 429:
-        return f"POST {path} answered {status}: {_message(text)}", False
+        return f"POST {path} answered {_status(status)}: {_message(text)}", False
     if status >= 400:
         hint = _CLASSIFY_HINT if path == "/classify" and status in (400, 404) else ""
         return f"POST {path} answered {status}: {_message(text)}{hint}", True
@@ -165,18 +185,19 @@ async def _check_name(session, url: str, name: str, section: str) -> str | None:
     )
 
 
-async def _ready(session, url: str, timeout, section: str) -> tuple[str, bool] | None:
+async def _ready(session, url: str, timeout, section: str, model: str | None = None) -> tuple[str, bool] | None:
     """None when the server says it is ready: `/health` answers 200, or, on an OpenAI-compatible API that has no
-    `/health` (404), `GET /v1/models` answers 200 with the bearer key. A 401/403/404 there is final."""
+    `/health` (404), `GET /v1/models` answers 200 with the bearer key and lists `model` (when given). A 401/403/404
+    there, or a list without the model, is final."""
     async with session.get(url + "/health", timeout=timeout) as resp:
         if resp.status == 200:
             return None
         if resp.status != 404:
-            return f"GET /health answered {resp.status}", False
+            return f"GET /health answered {_status(resp.status)}", False
     async with session.get(url + "/v1/models", timeout=timeout) as resp:
         status, text = resp.status, await resp.text()
     if status == 200:
-        return None
+        return _unlisted(text, model, section)
     if status in (401, 403):
         return (
             f"GET /v1/models answered {status} ({_message(text)}): set {section}.api_key_env to the variable "
@@ -185,7 +206,44 @@ async def _ready(session, url: str, timeout, section: str) -> tuple[str, bool] |
         )
     if status == 404:
         return "serves neither GET /health nor GET /v1/models (404): is the address its API's base URL?", True
-    return f"GET /v1/models answered {status}: {_message(text)}", False
+    return f"GET /v1/models answered {_status(status)}: {_message(text)}", False
+
+
+def _unlisted(text: str, model: str | None, section: str) -> tuple[str, bool] | None:
+    """The final failure of a hosted API's model list that does not name `model` (None when it does, when no model
+    is asked for, or when the answer is no list to read: the probe request then tells)."""
+    try:
+        ids = [m["id"] for m in json.loads(text)["data"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if model is None or model in ids or not all(isinstance(i, str) for i in ids):
+        return None
+    shown = ", ".join(map(repr, ids[:8])) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "") or "no model"
+    return (
+        f"GET /v1/models lists {shown}, not {model!r}; set {section}.model (or {section}.served_model_name) to a "
+        "model this API serves",
+        True,
+    )
+
+
+def _status(status: int) -> str:
+    """A status code with what it means where the number alone misleads (429: rate limited, not down)."""
+    return f"{status} (rate limited)" if status == 429 else str(status)
+
+
+def tls_failure(exc: Exception) -> str:
+    """One line for a failed TLS handshake: the certificate's problem in OpenSSL's words, and what to do."""
+    import ssl
+
+    cause = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None) or exc
+    said = cause.verify_message if isinstance(cause, ssl.SSLCertVerificationError) else None
+    if said:
+        return (
+            f"its TLS certificate failed verification ({said}); if you trust it, add its CA to a PEM bundle and "
+            "set SSL_CERT_FILE to that file before starting rlrm"
+        )
+    reason = getattr(cause, "reason", None) or type(cause).__name__
+    return f"the TLS handshake failed ({reason}); is it served over https at this port?"
 
 
 def _has_shape(path: str, text: str) -> bool:

@@ -121,3 +121,27 @@ def test_a_truncated_model_safetensors_is_one_line_naming_the_checkpoint(tmp_pat
     code, lines = _resume(run_dir)
     assert code == 1 and len(lines) == 1, lines
     assert lines[0].startswith("error: checkpoint step_1: model.safetensors is damaged") and "delete" in lines[0]
+
+
+def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(tmp_path, tiny_policy_path):
+    import yaml
+
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=1"]), tmp_path / "run")
+    train(run_dir)
+    ckpt = list_checkpoints(run_dir)[-1]
+    assert ckpt.name == "step_1" and (ckpt / "model_keys.json").is_file()
+    config = run_dir / "config.yaml"
+    original = config.read_text()
+    edited = yaml.safe_load(original)
+    edited["model"].update(path="tiny:judge", dtype="bfloat16")
+    config.write_text(yaml.safe_dump(edited))
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "none"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1, lines
+    assert "model.path='tiny:judge' (trained with 'tiny:policy')" in lines[0], lines[0]
+    assert "model.dtype='bfloat16' (trained with 'float32')" in lines[0] and "checkpoint step_1" in lines[0]
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]  # nothing ran, nothing removed
+    config.write_text(original)  # the model restored: the run goes on
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "none"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]

@@ -4,6 +4,7 @@ few failures goes on, and the live display never hides them."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -118,3 +119,28 @@ def test_an_over_budget_step_is_never_trained_and_resume_continues_from_the_last
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_1", "step_2"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
+def test_every_mode_stops_a_run_whose_rewards_all_fail_with_one_line(tmp_path, tiny_policy_path, mode):
+    # issue 35 item 4: the budget is checked by the step every mode calls, not by one mode's loop
+    run, result = _train(
+        tmp_path,
+        "--console",
+        "none",
+        "--mode",
+        mode,
+        "--set",
+        "reward.inject.fail_rate=1.0",
+        "--set",
+        "reward.max_retries=0",
+    )
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1, lines
+    # one-step-off and fully-async have scored later steps' samples too by then (8 a step, failed as well)
+    said = re.match(r"error: step 1: (\d+) of \1 reward samples failed \(100%", lines[0])
+    assert said and int(said.group(1)) in (8, 16, 24), lines[0]
+    assert int(said.group(1)) == 8 or mode in ("one-step-off", "fully-async"), lines[0]
+    assert "last error: injected failure (reward.inject.fail_rate=1)" in lines[0]
+    rows = (run / "metrics.jsonl").read_text().strip() if (run / "metrics.jsonl").exists() else ""
+    assert not rows  # never trained on it

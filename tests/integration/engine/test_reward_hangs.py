@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,6 @@ TINY = [
     "reward.kind=custom",
     "reward.max_retries=0",
 ]
-BLOCKS = "import time\n\ndef never_returns(data_source, solution_str, ground_truth, extra_info):\n    time.sleep(600)\n"
 # async functions that block the event loop they run on (before: on the reward loop's own, where no timeout fires)
 ASYNC_BLOCKS = {
     "sleeps": "import time\n\nasync def sleeps(data_source, solution_str, ground_truth, extra_info):\n"
@@ -47,9 +47,26 @@ def _train(tmp_path: Path, source: str, name: str, timeout_s: float) -> subproce
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
+# blocks 30 s, and says when each call started and whether one ever got to the end (wall-clock times, which the
+# trainer's processes share)
+BLOCKS_30 = (
+    "import time\n\ndef never_returns(data_source, solution_str, ground_truth, extra_info):\n"
+    "    with open({started!r}, 'a') as f:\n        f.write(f'{{time.time()}}\\n')\n"
+    "    time.sleep(30)\n"
+    "    with open({ended!r}, 'a') as f:\n        f.write('ended\\n')\n"
+)
+
+
 def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path):
-    # before: every sample timed out after 1 s, then the process waited for the 600-s sleeps to end
-    done = _train(tmp_path, BLOCKS, "never_returns", timeout_s=300)
+    # before: every sample timed out after 1 s, then the process waited for the sleeps to end. The bound is the
+    # sleep itself, counted from the first call's start (not from the process's, which loads a model first): a
+    # run that waits out the 30-s sleep fails here, however fast or slow the machine
+    started, ended = tmp_path / "started.txt", tmp_path / "ended.txt"
+    done = _train(tmp_path, BLOCKS_30.format(started=str(started), ended=str(ended)), "never_returns", timeout_s=300)
+    finished = time.time()
+    first = min(float(t) for t in started.read_text().split())
+    assert finished - first < 30, f"the run ended {finished - first:.1f} s after the first call began its 30-s sleep"
+    assert not ended.exists()  # no call ran to its end: each was stopped at its deadline
     assert done.returncode == 1, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines

@@ -112,6 +112,22 @@ def test_a_wrong_name_or_shape_is_refused_and_the_group_stays_usable(two_replica
         sync.close()
 
 
+def test_a_master_host_that_does_not_resolve_is_refused_at_once_naming_it(two_replicas):
+    # before: the replica's store retried the name until --weight-sync-timeout-s (30 s here; 300 by default)
+    a, _ = two_replicas
+    body = {"master_address": "no-such-trainer.invalid", "master_port": free_port(), "rank_offset": 1}
+    start = time.monotonic()
+    out = httpx.post(
+        a.url + "/init_weights_update_group", json={**body, "world_size": 2, "backend": "gloo"}, timeout=60
+    )
+    elapsed = time.monotonic() - start
+    assert out.status_code == 200 and out.json()["success"] is False, out.text
+    message = out.json()["message"]
+    assert "master host 'no-such-trainer.invalid' does not resolve" in message and "\n" not in message, message
+    assert elapsed < 30 / 3
+    assert _generate(a.url)[2] is not None  # the replica still serves, and can join a group (the next tests)
+
+
 def test_distributed_sync_is_refused_with_vllm_in_one_line_and_sets_the_replicas_timeout():
     from pydantic import ValidationError
 

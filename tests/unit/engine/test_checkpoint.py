@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from rlrm.config.schema import ActorConfig
@@ -62,7 +63,31 @@ def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
     with torch.no_grad():
         param[0] = float("inf")
     tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    capsys.readouterr()  # what loading printed (transformers' "Loading weights" bar, when this test runs alone)
     assert save_checkpoint(tmp_path, 7, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=2) is None
     assert list_checkpoints(tmp_path) == [] and not (tmp_path / "checkpoints" / "step_7.tmp").exists()
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err == [f"warning: checkpoint step_7 not saved: parameter {name} holds NaN or inf"]
+
+
+def test_a_resume_naming_another_model_is_refused_naming_each_key(tmp_path):
+    import json
+
+    from rlrm.engine.checkpoint import MODEL_KEYS_FILE, check_resume_model
+    from rlrm.errors import ConfigError, ModelError
+
+    trained = {"path": "tiny:policy", "dtype": "float32", "precision": "mixed", "ref_path": None}
+    ckpt = tmp_path / "step_3"
+    ckpt.mkdir()
+    check_resume_model(ckpt, dict(trained, path="elsewhere"))  # a checkpoint from before the record: not checked
+    (ckpt / MODEL_KEYS_FILE).write_text(json.dumps(trained))
+    check_resume_model(ckpt, dict(trained))  # the same model: resumes
+    with pytest.raises(ConfigError) as refused:
+        check_resume_model(ckpt, dict(trained, path="/models/other", ref_path="/models/ref"))
+    message = str(refused.value)
+    assert "checkpoint step_3" in message and "\n" not in message
+    assert "model.path='/models/other' (trained with 'tiny:policy')" in message
+    assert "model.ref_path='/models/ref' (trained with None)" in message and "dtype" not in message
+    (ckpt / MODEL_KEYS_FILE).write_text("{cut")
+    with pytest.raises(ModelError, match="model_keys.json is damaged"):
+        check_resume_model(ckpt, dict(trained))
