@@ -1,0 +1,140 @@
+"""What the embedded server's model endpoints share: the backend, the bound on requests in flight, decoding, and
+registration as plain Starlette routes.
+
+    ep = Endpoints(app, cfg, backend)
+    @ep.post("/v1/completions", CompletionRequest)
+    async def completions(body): ... await ep.generate(ids, sampling, n) ... return ep.respond({...})
+
+The endpoints themselves: completions.py (OpenAI completions and chat), generate.py (SGLang's /generate),
+classify.py (vLLM's /classify); routes.py adds them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from rlrm.inference.base import Completion, SamplingParams
+from rlrm.launch.server.protocol import RequestError
+
+RETRY_AFTER_S = "1"
+
+
+class Endpoints:
+    def __init__(self, app, cfg, backend):
+        self.app, self.cfg, self.backend = app, cfg, backend
+        self.generative = cfg.role.generates
+        self.inflight = 0
+        self.respond = json_response_class()  # the model endpoints are Starlette routes: they return a Response
+
+    def post(self, path: str, model):
+        """Register `handler(body)` for POST `path` as a plain Starlette route ahead of FastAPI's own.
+
+        The body is validated with `model` here; FastAPI's per-request dependency solving (path,
+        query, header and cookie parameters these endpoints do not have) and route scan are skipped.
+        Errors go through the app's handlers as before (RequestValidationError -> 400)."""
+        from fastapi.exceptions import RequestValidationError
+        from pydantic import ValidationError
+        from starlette.routing import Route
+
+        def register(handler):
+            async def endpoint(request):
+                try:
+                    body = model.model_validate_json(await request.body())
+                except ValidationError as exc:
+                    raise RequestValidationError(exc.errors(include_url=False)) from None
+                return await handler(body)
+
+            self.app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
+            return handler
+
+        return register
+
+    def need(self, kind: str) -> None:
+        if (kind == "generate") != self.generative:
+            raise RequestError(
+                f"this server has role {self.cfg.role.value!r}; {kind} endpoints are not served here", status=404
+            )
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
+        backend, cfg = self.backend, self.cfg
+        if not prompt_ids:
+            raise RequestError("empty prompt: send at least one token of input")
+        if len(prompt_ids) + sampling.max_new_tokens > backend.max_len:
+            raise RequestError(
+                f"prompt has {len(prompt_ids)} tokens; with {sampling.max_new_tokens} new tokens it exceeds "
+                f"the model's {backend.max_len}-token context; shorten it or lower max_tokens"
+            )
+        if self.inflight + n > cfg.max_queue:
+            raise RequestError(
+                "server overloaded: too many requests in flight", status=503, headers={"Retry-After": RETRY_AFTER_S}
+            )
+        base = sampling.seed if sampling.seed is not None else random.getrandbits(62)
+        self.inflight += n
+        try:
+            jobs = [backend.engine.generate(prompt_ids, with_seed(sampling, base + i)) for i in range(n)]
+            return list(await asyncio.gather(*jobs))
+        finally:
+            self.inflight -= n
+
+    def decode(self, comp: Completion, stop) -> tuple[str, str]:
+        text = self.backend.tokenizer.decode(comp.token_ids, skip_special_tokens=True)
+        finish = comp.finish_reason
+        for s in [stop] if isinstance(stop, str) else stop or []:
+            cut = text.find(s)
+            if s and cut >= 0:
+                text, finish = text[:cut], "stop"
+        return text, finish
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @staticmethod
+    def usage(prompt_len: int, comps: list[Completion]) -> dict:
+        done = sum(len(c.token_ids) for c in comps)
+        return {"prompt_tokens": prompt_len, "completion_tokens": done, "total_tokens": prompt_len + done}
+
+
+def json_response_class():
+    """orjson's response when installed (the `serve` extra has it): cheaper per request under load."""
+    import importlib.util
+
+    from fastapi.responses import JSONResponse, ORJSONResponse
+
+    return ORJSONResponse if importlib.util.find_spec("orjson") else JSONResponse
+
+
+def check_ids(ids: list[int], backend, field: str) -> list[int]:
+    """`ids`, if every one is a row of the model's embedding; else a 400 naming the first bad one.
+
+    Checked per request before batching: an id out of range makes the batched forward raise (or,
+    on a GPU, trip a device-side assert), which would fail every request in the batch.
+    """
+    if ids and (min(ids) < 0 or max(ids) >= backend.vocab_size):
+        pos = next(i for i, t in enumerate(ids) if not 0 <= t < backend.vocab_size)
+        raise RequestError(
+            f"{field}[{pos}]: token id {ids[pos]} is outside this model's vocabulary (0 <= id < {backend.vocab_size})"
+        )
+    return ids
+
+
+def sampling_of(body, default_max: int) -> SamplingParams:
+    max_new = body.max_completion_tokens or body.max_tokens or default_max
+    return SamplingParams(
+        temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_new_tokens=max_new, seed=body.seed
+    )
+
+
+def with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(sampling, seed=seed)
+
+
+def no_stream(stream: bool) -> None:
+    if stream:
+        raise RequestError("stream=true is not supported by the embedded server; send stream=false")
+
+
+def token_strings(backend, comp: Completion) -> list[str]:
+    return backend.tokenizer.convert_ids_to_tokens(comp.token_ids)
