@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -38,9 +37,8 @@ def train(
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
-    from rlrm.engine.checkpoint import list_checkpoints
     from rlrm.engine.run_checks import check_inputs
-    from rlrm.engine.trainer import load_run_profile, start_run
+    from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
     from rlrm.engine.trainer import train as run_training
 
     allow_contract_change = False
@@ -86,8 +84,8 @@ def train(
     try:
         result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
     except RlrmError:
-        if resume is None and not list_checkpoints(run_dir):
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume: leave no half-made run behind
+        if resume is None:
+            discard_unresumable(run_dir)
         raise
     finally:
         progress.enable(False)

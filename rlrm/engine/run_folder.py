@@ -1,0 +1,109 @@
+"""A run folder's life outside the loop: created with its resolved profile, read back on resume (with the checks
+a resume needs before anything loads), and removed when a run stops before it has anything to resume.
+
+    run_dir = start_run(profile, Path("runs/demo"))       # refuses a folder holding another run
+    profile = load_run_profile(run_dir, total_steps=60)   # --resume, with a new step budget
+    discard_unresumable(run_dir)                           # after a failed start: nothing half-made is left
+
+The loop itself is in trainer.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+from rlrm.config.loader import dump_profile, parse_profile
+from rlrm.config.schema import Profile
+from rlrm.engine.checkpoint import check_resume_model, list_checkpoints
+from rlrm.engine.run_checks import check_ray_heads
+from rlrm.errors import ConfigError, RunFolderError
+
+
+def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
+    """Create a run folder and write its `config.yaml`; refuse to mix two runs in one folder."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir} is a file, not a folder; choose another --out (or trainer.out_dir)")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            raise RunFolderError(
+                f"{run_dir} already holds files of another run; continue it with --resume {run_dir}, "
+                f"replace it with --overwrite, or choose another --out"
+            )
+        shutil.rmtree(run_dir)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(dump_profile(profile))
+        tmp.replace(run_dir / "config.yaml")
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise RunFolderError(
+            f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
+        ) from None
+    return run_dir
+
+
+def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
+    """The profile a run folder was started with (optionally with a new step budget)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise RunFolderError(
+            f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote"
+        )
+    raw = _read_run_config(path)
+    if total_steps is not None:
+        raw.setdefault("trainer", {})["total_steps"] = total_steps
+    profile = parse_profile(raw, source=str(path))
+    ckpts = list_checkpoints(run_dir)
+    if ckpts:
+        check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
+        check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
+    check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
+    if total_steps is not None:
+        path.write_text(dump_profile(profile))
+    return profile
+
+
+def check_resume_world_size(ckpt_dir: Path, world_size: int) -> None:
+    """ConfigError unless `ckpt_dir` was written by `world_size` actor ranks: read from its file names (the
+    ranks' torch.distributed.checkpoint files, `shards/__<rank>_<n>.distcp`; none: one rank), nothing loaded."""
+    shards = Path(ckpt_dir) / "shards"
+    ranks = {m.group(1) for m in (re.match(r"__(\d+)_\d+\.distcp$", p.name) for p in shards.glob("*")) if m}
+    saved = len(ranks) if shards.is_dir() else 1
+    if saved and saved != world_size:
+        raise ConfigError(
+            f"{Path(ckpt_dir).name} was written by {saved} actor rank(s) but this run has actor.world_size={world_size}; "
+            f"resume with actor.world_size={saved} (edit the run folder's config.yaml): optimizer shards are "
+            "not resharded across world sizes"
+        )
+
+
+def _read_run_config(path: Path) -> dict:
+    """A run folder's config.yaml as a mapping; a damaged one is a RunFolderError of one line."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise RunFolderError(
+            f"{path} is not valid YAML{where}: {problem}; the run's resolved profile is damaged: restore it, or start "
+            "a new run with --profile"
+        ) from None
+    if not isinstance(raw, dict):
+        raise RunFolderError(f"{path} does not hold a profile (a mapping of sections); the run folder is damaged")
+    return raw
+
+
+def discard_unresumable(run_dir: Path) -> None:
+    """Remove a run folder that holds no checkpoint: a run that failed before its first save has nothing to
+    resume, and a half-made folder would only block the next `--out`."""
+    if Path(run_dir).is_dir() and not list_checkpoints(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
