@@ -36,20 +36,51 @@ ASYNC_BLOCKS = {
 EXITS = "import sys\n\ndef quits(data_source, solution_str, ground_truth, extra_info):\n    sys.exit(3)\n"
 
 
-def _train(tmp_path: Path, source: str, name: str, timeout_s: float) -> subprocess.CompletedProcess:
-    fn = tmp_path / "reward_fn.py"
+LEAKS = (
+    "import asyncio\n\nasync def leaks(data_source, solution_str, ground_truth, extra_info):\n"
+    "    asyncio.get_running_loop().create_task(asyncio.sleep(1e9))  # never awaited, never ends\n"
+    "    return 1.0\n"
+)
+# (reward function source, the subprocess bound in s): half the blocking function's 600 s for the sync one (a hang
+# raises TimeoutExpired); for the async ones 60 s, far below their 3600 s (or forever) and far above a 1-s deadline
+CASES = {
+    "never_returns": (BLOCKS, 300),
+    **{name: (source, 60) for name, source in ASYNC_BLOCKS.items()},
+    "leaks": (LEAKS, 60),
+    "quits": (EXITS, 300),
+}
+
+
+def _train(folder: Path, name: str) -> subprocess.CompletedProcess:
+    source, timeout_s = CASES[name]
+    fn = folder / "reward_fn.py"
     fn.write_text(source)
     sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.timeout_s=1"]
-    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(folder / "run")]
     argv += ["--steps", "2", "--console", "none", *(a for s in sets for a in ("--set", s))]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    # timeout_s is the bound: half the blocking function's 600 s (a hang raises TimeoutExpired)
     return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
-def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path):
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory, tiny_policy_path):
+    """{case: its finished run}: the `rlrm train` subprocess of every case the session selected in this module,
+    started at once two at a time (one each took ~20 s of imports and a 1-s deadline on one core; one after the
+    other they were the slowest module of the tier). Each run keeps its own bound (CASES)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = [getattr(item, "callspec", None) for item in request.session.items if item.module is request.module]
+    selected = [p.params["name"] for p in params if p is not None and "name" in p.params]
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward-hang-run")
+    futures = {name: pool.submit(_train, tmp_path_factory.mktemp(name), name) for name in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("name", ["never_returns"])
+def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(runs, name):
     # before: every sample timed out after 1 s, then the process waited for the 600-s sleeps to end
-    done = _train(tmp_path, BLOCKS, "never_returns", timeout_s=300)
+    done = runs[name].result()
     assert done.returncode == 1, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
@@ -58,10 +89,10 @@ def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_p
 
 
 @pytest.mark.parametrize("name", sorted(ASYNC_BLOCKS))
-def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path, name):
+def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(runs, name):
     # before ("sleeps", "spins"): the function blocked the reward loop's event loop, no timeout fired, and the
-    # run hung until the subprocess bound (the function's 3600 s, or forever); 60 s is far below either and far above a 1-s deadline
-    done = _train(tmp_path, ASYNC_BLOCKS[name], name, timeout_s=60)
+    # run hung until the subprocess bound (the function's 3600 s, or forever)
+    done = runs[name].result()
     assert done.returncode == 1, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
@@ -69,22 +100,17 @@ def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(t
     assert f"reward function {name}: no reward within reward.timeout_s=1 s" in lines[0]
 
 
-LEAKS = (
-    "import asyncio\n\nasync def leaks(data_source, solution_str, ground_truth, extra_info):\n"
-    "    asyncio.get_running_loop().create_task(asyncio.sleep(1e9))  # never awaited, never ends\n"
-    "    return 1.0\n"
-)
-
-
-def test_an_async_reward_that_leaks_tasks_trains_and_exits(tmp_path, tiny_policy_path):
-    done = _train(tmp_path, LEAKS, "leaks", timeout_s=60)
+@pytest.mark.parametrize("name", ["leaks"])
+def test_an_async_reward_that_leaks_tasks_trains_and_exits(runs, name):
+    done = runs[name].result()
     assert done.returncode == 0, done.stderr
-    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = (Path(done.args[done.args.index("--out") + 1]) / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and all('"reward/failures": 0' in row for row in rows), rows
 
 
-def test_sys_exit_inside_a_reward_is_a_named_failure_not_a_silent_exit(tmp_path, tiny_policy_path):
-    done = _train(tmp_path, EXITS, "quits", timeout_s=300)
+@pytest.mark.parametrize("name", ["quits"])
+def test_sys_exit_inside_a_reward_is_a_named_failure_not_a_silent_exit(runs, name):
+    done = runs[name].result()
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)  # before: exit code 3, no message
     out = done.stdout + done.stderr
     assert "reward function quits called sys.exit(3)" in out, out
