@@ -279,12 +279,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info, reward_mo
 """
 
 
-def test_a_tokenizer_the_reward_server_does_not_use_is_refused_at_start(tmp_path, tiny_policy_path):
+def test_a_tokenizer_the_reward_server_does_not_use_is_refused_at_start(tmp_path, tiny_policy_path, tiny_genrm_server):
     from transformers import AutoTokenizer
 
     from rlrm.errors import ConfigError
-    from rlrm.launch.common.ports import free_port
-    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     other = tmp_path / "bigger-tokenizer"
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
@@ -292,28 +290,26 @@ def test_a_tokenizer_the_reward_server_does_not_use_is_refused_at_start(tmp_path
     tokenizer.save_pretrained(other)
     path = tmp_path / "uses_tokenizer.py"
     path.write_text(TOKENIZER_FUNCTION)
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
-    ) as server:
+    server = tiny_genrm_server  # the session's (tests/integration/conftest.py)
 
-        def service_with(model: str):
-            cfg = RewardConfig.model_validate(
-                {"kind": "custom", "custom": {"path": str(path)}, "server": {"model": model, "addresses": [server.url]}}
-            )
+    def service_with(model: str):
+        cfg = RewardConfig.model_validate(
+            {"kind": "custom", "custom": {"path": str(path)}, "server": {"model": model, "addresses": [server.url]}}
+        )
 
-            async def scenario():
-                service = RewardService(cfg)
-                await service.start()
-                try:
-                    return await service.loop.score_all(samples(2))
-                finally:
-                    await service.close()
+        async def scenario():
+            service = RewardService(cfg)
+            await service.start()
+            try:
+                return await service.loop.score_all(samples(2))
+            finally:
+                await service.close()
 
-            return asyncio.run(scenario())
+        return asyncio.run(scenario())
 
-        assert [r.score for r in service_with(str(tiny_policy_path))] == [1.0, 1.0]  # its own tokenizer: accepted
-        with pytest.raises(
-            ConfigError,
-            match=rf"has {len(tokenizer)} tokens, but the reward server .* with a tokenizer of {len(tokenizer) - 2}",
-        ):
-            service_with(str(other))
+    assert [r.score for r in service_with(str(tiny_policy_path))] == [1.0, 1.0]  # its own tokenizer: accepted
+    with pytest.raises(
+        ConfigError,
+        match=rf"has {len(tokenizer)} tokens, but the reward server .* with a tokenizer of {len(tokenizer) - 2}",
+    ):
+        service_with(str(other))

@@ -23,8 +23,6 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.launch.client.balancer import ReplicaBalancer
-from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 from rlrm.launch.fleet.router import sglang_router, sglang_router_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
@@ -57,19 +55,13 @@ OPENAI_SHAPED = ["router", "genrm", "genrm-direct", "hosted"]
 
 
 @pytest.fixture(scope="module")
-def genrm(tiny_policy_path):
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
-    ) as s:
-        yield s
+def genrm(tiny_genrm_server):
+    return tiny_genrm_server  # the session's (tests/integration/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def disrm(random_disrm_path):
-    with ServerProcess(
-        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
-    ) as s:
-        yield s
+def disrm(random_disrm_server):
+    return random_disrm_server
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,8 @@ from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_
 
 
 @pytest.fixture(scope="module")
-def judge_server(tiny_policy_path):
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
-    ) as server:
-        yield server
+def judge_server(tiny_genrm_server):
+    return tiny_genrm_server  # the session's (tests/integration/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,14 @@ TINY = [
     "reward.kind=custom",
     "reward.max_retries=0",
 ]
+# blocks 30 s, and says when each call started and whether one ever got to the end (wall-clock times, which the
+# trainer's processes share); {started} and {ended} are files in the case's folder
+BLOCKS_30 = (
+    "import time\n\ndef never_returns(data_source, solution_str, ground_truth, extra_info):\n"
+    "    with open({started!r}, 'a') as f:\n        f.write(f'{{time.time()}}\\n')\n"
+    "    time.sleep(30)\n"
+    "    with open({ended!r}, 'a') as f:\n        f.write('ended\\n')\n"
+)
 # async functions that block the event loop they run on (before: on the reward loop's own, where no timeout fires)
 ASYNC_BLOCKS = {
     "sleeps": "import time\n\nasync def sleeps(data_source, solution_str, ground_truth, extra_info):\n"
@@ -36,37 +44,62 @@ ASYNC_BLOCKS = {
 EXITS = "import sys\n\ndef quits(data_source, solution_str, ground_truth, extra_info):\n    sys.exit(3)\n"
 
 
-def _train(tmp_path: Path, source: str, name: str, timeout_s: float) -> subprocess.CompletedProcess:
-    fn = tmp_path / "reward_fn.py"
+LEAKS = (
+    "import asyncio\n\nasync def leaks(data_source, solution_str, ground_truth, extra_info):\n"
+    "    asyncio.get_running_loop().create_task(asyncio.sleep(1e9))  # never awaited, never ends\n"
+    "    return 1.0\n"
+)
+# (reward function source, the subprocess bound in s): half the blocking function's 600 s for the sync one (a hang
+# raises TimeoutExpired); for the async ones 60 s, far below their 3600 s (or forever) and far above a 1-s deadline
+CASES = {
+    "never_returns": (BLOCKS_30, 300),
+    **{name: (source, 60) for name, source in ASYNC_BLOCKS.items()},
+    "leaks": (LEAKS, 60),
+    "quits": (EXITS, 300),
+}
+
+
+def _train(folder: Path, name: str) -> subprocess.CompletedProcess:
+    source, timeout_s = CASES[name]
+    fn = folder / "reward_fn.py"
+    if source is BLOCKS_30:
+        source = source.format(started=str(folder / "started.txt"), ended=str(folder / "ended.txt"))
     fn.write_text(source)
     sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.attempt_timeout_s=1"]
-    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(folder / "run")]
     argv += ["--steps", "2", "--console", "none", *(a for s in sets for a in ("--set", s))]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    # timeout_s is the bound: half the blocking function's 600 s (a hang raises TimeoutExpired)
-    return subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    (folder / "finished.txt").write_text(str(time.time()))  # when the process had exited (the runs overlap)
+    return done
 
 
-# blocks 30 s, and says when each call started and whether one ever got to the end (wall-clock times, which the
-# trainer's processes share)
-BLOCKS_30 = (
-    "import time\n\ndef never_returns(data_source, solution_str, ground_truth, extra_info):\n"
-    "    with open({started!r}, 'a') as f:\n        f.write(f'{{time.time()}}\\n')\n"
-    "    time.sleep(30)\n"
-    "    with open({ended!r}, 'a') as f:\n        f.write('ended\\n')\n"
-)
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory, tiny_policy_path):
+    """{case: its finished run}: the `rlrm train` subprocess of every case the session selected in this module,
+    started at once two at a time (one each took ~20 s of imports and a 1-s deadline on one core; one after the
+    other they were the slowest module of the tier). Each run keeps its own bound (CASES)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = [getattr(item, "callspec", None) for item in request.session.items if item.module is request.module]
+    selected = [p.params["name"] for p in params if p is not None and "name" in p.params]
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward-hang-run")
+    futures = {name: pool.submit(_train, tmp_path_factory.mktemp(name), name) for name in selected}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
-def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path):
+@pytest.mark.parametrize("name", ["never_returns"])
+def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(runs, name):
     # before: every sample timed out after 1 s, then the process waited for the sleeps to end. The bound is the
     # sleep itself, counted from the first call's start (not from the process's, which loads a model first): a
     # run that waits out the 30-s sleep fails here, however fast or slow the machine
-    started, ended = tmp_path / "started.txt", tmp_path / "ended.txt"
-    done = _train(tmp_path, BLOCKS_30.format(started=str(started), ended=str(ended)), "never_returns", timeout_s=300)
-    finished = time.time()
-    first = min(float(t) for t in started.read_text().split())
+    done = runs[name].result()
+    folder = Path(done.args[done.args.index("--out") + 1]).parent
+    first = min(float(t) for t in (folder / "started.txt").read_text().split())
+    finished = float((folder / "finished.txt").read_text())
     assert finished - first < 30, f"the run ended {finished - first:.1f} s after the first call began its 30-s sleep"
-    assert not ended.exists()  # no call ran to its end: each was stopped at its deadline
+    assert not (folder / "ended.txt").exists()  # no call ran to its end: each was stopped at its deadline
     assert done.returncode == 1, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
@@ -75,10 +108,10 @@ def test_a_sync_reward_that_never_returns_stops_the_run_within_its_timeout(tmp_p
 
 
 @pytest.mark.parametrize("name", sorted(ASYNC_BLOCKS))
-def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(tmp_path, tiny_policy_path, name):
+def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(runs, name):
     # before ("sleeps", "spins"): the function blocked the reward loop's event loop, no timeout fired, and the
-    # run hung until the subprocess bound (the function's 3600 s, or forever); 60 s is far below either and far above a 1-s deadline
-    done = _train(tmp_path, ASYNC_BLOCKS[name], name, timeout_s=60)
+    # run hung until the subprocess bound (the function's 3600 s, or forever)
+    done = runs[name].result()
     assert done.returncode == 1, done.stderr
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: step 1: 8 of 8 reward samples failed"), lines
@@ -86,22 +119,17 @@ def test_an_async_reward_that_blocks_its_loop_stops_the_run_within_its_timeout(t
     assert f"reward function {name}: no reward within reward.attempt_timeout_s=1 s" in lines[0]
 
 
-LEAKS = (
-    "import asyncio\n\nasync def leaks(data_source, solution_str, ground_truth, extra_info):\n"
-    "    asyncio.get_running_loop().create_task(asyncio.sleep(1e9))  # never awaited, never ends\n"
-    "    return 1.0\n"
-)
-
-
-def test_an_async_reward_that_leaks_tasks_trains_and_exits(tmp_path, tiny_policy_path):
-    done = _train(tmp_path, LEAKS, "leaks", timeout_s=60)
+@pytest.mark.parametrize("name", ["leaks"])
+def test_an_async_reward_that_leaks_tasks_trains_and_exits(runs, name):
+    done = runs[name].result()
     assert done.returncode == 0, done.stderr
-    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = (Path(done.args[done.args.index("--out") + 1]) / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 2 and all('"reward/failures": 0' in row for row in rows), rows
 
 
-def test_sys_exit_inside_a_reward_is_a_named_failure_not_a_silent_exit(tmp_path, tiny_policy_path):
-    done = _train(tmp_path, EXITS, "quits", timeout_s=300)
+@pytest.mark.parametrize("name", ["quits"])
+def test_sys_exit_inside_a_reward_is_a_named_failure_not_a_silent_exit(runs, name):
+    done = runs[name].result()
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)  # before: exit code 3, no message
     out = done.stdout + done.stderr
     assert "reward function quits called sys.exit(3)" in out, out

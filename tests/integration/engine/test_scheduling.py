@@ -56,32 +56,55 @@ def _assert_same_training(run_a, rows_a, run_b, rows_b, steps):
         assert (wa[name] == wb[name]).all(), name
 
 
-@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
-def test_every_mode_publishes_each_steps_weights_once_in_order(tmp_path, tiny_policy_path, mode, monkeypatch):
-    # the weight sync is each mode's own call (rlrm/engine/weights.py): the engine must get version k after update k
+# logging only (every sample written, step 1's requests traced one by one): the 2-step runs of every mode below
+# share it, so test_samples_log_and_bounded_trace reads the same runs as the tests of the step's maths
+LOGGED = ("logging.save_samples=true", "logging.trace_detail_steps=1")
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory, tiny_policy_path):
+    """shared_run(mode, extra=LOGGED) -> (run dir, metrics rows, the weight versions the rollout engine got): a
+    2-step run made on first use and read by every test of this module that asks for the same mode and settings
+    (they only read it)."""
     from rlrm.inference.hf import HFRolloutEngine
 
-    versions = []
     update = HFRolloutEngine.update_weights
+    runs = {}
 
-    def recording(self, state_dict, version):
-        versions.append(version)
-        update(self, state_dict, version)
+    def get(mode: str, extra=LOGGED):
+        key = (mode, tuple(extra))
+        if key not in runs:
+            versions = []
 
-    monkeypatch.setattr(HFRolloutEngine, "update_weights", recording)
-    _run(tmp_path, mode, mode, steps=2)
+            def recording(self, state_dict, version):
+                versions.append(version)
+                update(self, state_dict, version)
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(HFRolloutEngine, "update_weights", recording)
+                run_dir, rows = _run(tmp_path_factory.mktemp(mode), mode, mode, steps=2, extra=extra)
+            runs[key] = (run_dir, rows, versions)
+        return runs[key]
+
+    return get
+
+
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
+def test_every_mode_publishes_each_steps_weights_once_in_order(shared_run, mode):
+    # the weight sync is each mode's own call (rlrm/engine/weights.py): the engine must get version k after update k
+    _, _, versions = shared_run(mode)
     assert versions == [1, 2]
 
 
-def test_stream_equals_sync_at_zero_latency(tmp_path, tiny_policy_path):
-    sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2)
-    stream_dir, stream_rows = _run(tmp_path, "stream", "stream", steps=2)
+def test_stream_equals_sync_at_zero_latency(shared_run):
+    sync_dir, sync_rows, _ = shared_run("sync")
+    stream_dir, stream_rows, _ = shared_run("stream")
     _assert_same_training(sync_dir, sync_rows, stream_dir, stream_rows, steps=2)
     assert all(r["async/staleness_max"] == 0 for r in stream_rows)
 
 
 @pytest.mark.parametrize("mode", ["stream", "pipeline"])
-def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(tmp_path, tiny_policy_path, mode):
+def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(shared_run, mode):
     # Seeded injected failures fail the same samples in every mode; their groups must leave the
     # update the same way (stream and pipeline compute log-probs before the scores are known).
     extra = [
@@ -90,8 +113,8 @@ def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(tmp_path
         "reward.max_retries=0",
         "reward.on_failure=drop-group",
     ]
-    sync_dir, sync_rows = _run(tmp_path, "sync", "sync", steps=2, extra=extra)
-    other_dir, other_rows = _run(tmp_path, mode, mode, steps=2, extra=extra)
+    sync_dir, sync_rows, _ = shared_run("sync", extra)  # one sync run for both modes
+    other_dir, other_rows, _ = shared_run(mode, extra)
     assert [r["reward/dropped_groups"] for r in sync_rows] == [r["reward/dropped_groups"] for r in other_rows]
     assert 0 < sum(r["reward/dropped_groups"] for r in sync_rows) < 8  # some dropped, some trained
     for a, b in zip(sync_rows, other_rows):
@@ -169,10 +192,8 @@ def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
 
 
 @pytest.mark.parametrize("mode", ["sync", "stream"])
-def test_samples_log_and_bounded_trace(tmp_path, tiny_policy_path, mode):
-    run_dir, rows = _run(
-        tmp_path, mode, mode, steps=2, extra=["logging.save_samples=true", "logging.trace_detail_steps=1"]
-    )
+def test_samples_log_and_bounded_trace(shared_run, mode):
+    run_dir, rows, _ = shared_run(mode)
     lines = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1] * 16 + [2] * 16
     assert all(r["score"] in (0.0, 1.0) and r["response"] and r["prompt"][-1]["role"] == "user" for r in lines)

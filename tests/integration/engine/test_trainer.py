@@ -40,8 +40,56 @@ def _comparable(row):
     }
 
 
-def test_run_folder_layout(tmp_path, tiny_policy_path):
-    run_dir, result = _run(tmp_path, "a", steps=2)
+@pytest.fixture(scope="module")
+def served_disrm_run(tmp_path_factory, random_disrm_path):
+    """One 2-step run scored by a served random DisRM (two replicas), read by two tests below."""
+    extra = [
+        "reward.kind=disrm",
+        f"reward.server.model={random_disrm_path}",
+        "reward.server.replicas=2",
+        "reward.disrm.max_length=64",
+    ]
+    run_dir, result = _run(tmp_path_factory.mktemp("served-disrm"), "disrm", steps=2, extra=extra)
+    return run_dir, result
+
+
+def test_run_folder_layout_frozen_startup_objects_and_resume(tmp_path, tiny_policy_path):
+    # One 2-step run checked three ways (once three runs): its folder's layout; the startup objects frozen while it
+    # trains; and, resumed to 4 steps, the same metrics as an uninterrupted 4-step run.
+    import gc
+
+    frozen = []
+
+    def record(phase, info):
+        frozen.append(gc.get_freeze_count())
+
+    gc.callbacks.append(record)
+    try:
+        run_dir, result = _run(tmp_path, "split", steps=2)
+    finally:
+        gc.callbacks.remove(record)
+    # A full collection during training must not walk the ~100k+ objects that torch, transformers and the
+    # models leave behind at startup; after the run they are collected as usual again.
+    assert max(frozen) > 50_000 and gc.get_freeze_count() == 0
+    _check_layout(run_dir, result)
+
+    _, full = _run(tmp_path, "full", steps=4)
+    from rlrm.engine.trainer import load_run_profile
+
+    load_run_profile(run_dir, total_steps=4)  # what `rlrm train --resume DIR --steps 4` does
+    resumed = train(run_dir)
+    assert resumed.last_step == 4
+    a = [_comparable(r) for r in read_metrics(tmp_path / "full" / "metrics.jsonl")]
+    b = [_comparable(r) for r in read_metrics(run_dir / "metrics.jsonl")]
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    for row_a, row_b in zip(a, b):
+        assert row_a.keys() == row_b.keys()
+        for key in row_a:
+            assert row_b[key] == pytest.approx(row_a[key], abs=1e-5), (row_a["step"], key)
+
+
+def _check_layout(run_dir, result):
+    """What a 2-step run (val_every=2, save_every=1) leaves in its folder."""
     assert result.last_step == 2 and not result.interrupted
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["trainer"]["total_steps"] == 2 and config["rollout"]["n"] == 4
@@ -71,42 +119,6 @@ def test_run_folder_layout(tmp_path, tiny_policy_path):
     assert {e["name"] for e in trace["traceEvents"]} >= {"gen", "reward", "update_actor"}
 
 
-def test_startup_objects_are_frozen_while_training(tmp_path, tiny_policy_path):
-    # A full collection during training must not walk the ~100k+ objects that torch, transformers and the
-    # models leave behind at startup; after the run they are collected as usual again.
-    import gc
-
-    frozen = []
-
-    def record(phase, info):
-        frozen.append(gc.get_freeze_count())
-
-    gc.callbacks.append(record)
-    try:
-        _run(tmp_path, "run", steps=1, extra=["trainer.val_every=0", "trainer.save_every=0"])
-    finally:
-        gc.callbacks.remove(record)
-    assert max(frozen) > 50_000 and gc.get_freeze_count() == 0
-
-
-def test_resume_matches_uninterrupted_run(tmp_path, tiny_policy_path):
-    _, full = _run(tmp_path, "full", steps=4)
-    run_dir, first = _run(tmp_path, "split", steps=2)
-    assert first.last_step == 2
-    from rlrm.engine.trainer import load_run_profile
-
-    load_run_profile(run_dir, total_steps=4)  # what `rlrm train --resume DIR --steps 4` does
-    resumed = train(run_dir)
-    assert resumed.last_step == 4
-    a = [_comparable(r) for r in read_metrics(tmp_path / "full" / "metrics.jsonl")]
-    b = [_comparable(r) for r in read_metrics(run_dir / "metrics.jsonl")]
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
-    for row_a, row_b in zip(a, b):
-        assert row_a.keys() == row_b.keys()
-        for key in row_a:
-            assert row_b[key] == pytest.approx(row_a[key], abs=1e-5), (row_a["step"], key)
-
-
 def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypatch):
     from rlrm.engine.scheduling.sync import SyncScheduler
 
@@ -126,18 +138,8 @@ def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypa
     assert train(run_dir).last_step == 5
 
 
-def test_training_with_a_served_disrm(tmp_path, random_disrm_path):
-    run_dir, result = _run(
-        tmp_path,
-        "disrm",
-        steps=2,
-        extra=[
-            "reward.kind=disrm",
-            f"reward.server.model={random_disrm_path}",
-            "reward.server.replicas=2",
-            "reward.disrm.max_length=64",
-        ],
-    )
+def test_training_with_a_served_disrm(served_disrm_run):
+    run_dir, result = served_disrm_run
     assert result.last_step == 2
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert rows[1]["reward/failures"] == 0 and rows[1]["reward/latency_p50"] > 0
@@ -216,14 +218,13 @@ def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_p
     assert all(r["reward/failures"] == 0 and "timing_s/reward_wake" in r for r in rows)
 
 
-def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path):
-    # Same seed, same model, fp32 on both paths: the two trainings see the same rewards.
-    served = ["reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.disrm.max_length=64"]
-    _, a = _run(tmp_path, "served", steps=2, extra=served)
-    _, b = _run(
-        tmp_path, "legacy", steps=2, extra=[*served, "reward.disrm.scorer=legacy", "reward.disrm.legacy_dtype=fp32"]
-    )
-    rows_a = read_metrics(tmp_path / "served" / "metrics.jsonl")
+def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path, served_disrm_run):
+    # Same seed, same model, fp32 on both paths: the two trainings see the same rewards. The served side is the
+    # module's run above (two replicas: each sample is scored alone or in a batch, the same score to 1e-5).
+    served_dir, _ = served_disrm_run
+    legacy = ["reward.kind=disrm", f"reward.server.model={random_disrm_path}", "reward.disrm.max_length=64"]
+    _run(tmp_path, "legacy", steps=2, extra=[*legacy, "reward.disrm.scorer=legacy", "reward.disrm.legacy_dtype=fp32"])
+    rows_a = read_metrics(served_dir / "metrics.jsonl")
     rows_b = read_metrics(tmp_path / "legacy" / "metrics.jsonl")
     for ra, rb in zip(rows_a[1:], rows_b[1:]):
         for key in ("critic/score/mean", "critic/score/min", "critic/score/max"):

@@ -16,7 +16,7 @@ import time
 from rlrm.call_errors import TransientError
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+from rlrm.launch.fleet.process import ServerProcess
 
 # A stand-in for vLLM / SGLang: a uvicorn app with uvicorn's default keep-alive (5 s), as they use.
 STAND_IN = """
@@ -59,19 +59,17 @@ def test_the_balancer_drops_connections_idle_longer_than_servers_keep_them():
     assert failed == [], failed[:2]  # before the fix: "Server disconnected" for the reused connections
 
 
-def test_the_embedded_server_keeps_an_idle_connection_open(random_disrm_path):
+def test_the_embedded_server_keeps_an_idle_connection_open(random_disrm_server):
     import http.client
 
-    with ServerProcess(
-        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
-    ) as server:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-        try:
-            conn.request("GET", "/health")
-            assert conn.getresponse().read() == b"ok"
-            sock = conn.sock
-            time.sleep(5.5)  # longer than uvicorn's default keep-alive (5 s)
-            conn.request("GET", "/health")  # before the fix: RemoteDisconnected, the server had closed it
-            assert conn.getresponse().read() == b"ok" and conn.sock is sock  # served on the same connection
-        finally:
-            conn.close()
+    server = random_disrm_server  # the session's (tests/integration/conftest.py)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", "/health")
+        assert conn.getresponse().read() == b"ok"
+        sock = conn.sock
+        time.sleep(5.5)  # longer than uvicorn's default keep-alive (5 s)
+        conn.request("GET", "/health")  # before the fix: RemoteDisconnected, the server had closed it
+        assert conn.getresponse().read() == b"ok" and conn.sock is sock  # served on the same connection
+    finally:
+        conn.close()

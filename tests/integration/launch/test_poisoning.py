@@ -21,11 +21,8 @@ def disrm(random_disrm_path):
 
 
 @pytest.fixture(scope="module")
-def genrm(tiny_policy_path):
-    with ServerProcess(
-        embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
-    ) as server:
-        yield server
+def genrm(tiny_genrm_server):
+    return tiny_genrm_server  # the session's (tests/integration/conftest.py)
 
 
 def _valid_inputs(n: int) -> list[list[int]]:

@@ -160,17 +160,14 @@ def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, 
             asyncio.run(engine.start())
 
 
-def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, tmp_path):
-    with ServerProcess(
-        embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1"])
-    ) as server:
-        engine = _engine(random_disrm_path, tmp_path, addresses=[server.url])
-        with pytest.raises(
-            ServerStartError,
-            match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: "
-            r"POST /generate answered 404",
-        ):
-            asyncio.run(engine.start())
+def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, random_disrm_server, tmp_path):
+    server = random_disrm_server  # the session's (tests/integration/conftest.py)
+    engine = _engine(random_disrm_path, tmp_path, addresses=[server.url])
+    with pytest.raises(
+        ServerStartError,
+        match=rf"rollout.server.addresses\[0\] {server.url} cannot serve the policy: POST /generate answered 404",
+    ):
+        asyncio.run(engine.start())
 
 
 @pytest.mark.slow

@@ -46,12 +46,13 @@ def test_settings_are_8_and_the_max_batch_each_side():
     assert [b for _, b, _ in settings_to_run(5, 64)] == [5, 5]  # capped at the sample count
 
 
-def _server(argv_head, path):
+def _leaky_server(path):
     from rlrm.launch.common.ports import free_port
     from rlrm.launch.fleet.process import ServerProcess
 
     port = free_port()
-    return ServerProcess([*argv_head, "--model", str(path), "--role", "disrm", "--port", str(port), "--threads", "1"])
+    argv = [sys.executable, str(LEAKY_SERVER), "--model", str(path), "--role", "disrm", "--port", str(port)]
+    return ServerProcess([*argv, "--threads", "1"])
 
 
 def _check(url, path, conversations):
@@ -74,16 +75,17 @@ def _check(url, path, conversations):
     return asyncio.run(run())
 
 
-def test_a_healthy_served_disrm_passes_and_a_batch_dependent_one_fails(spread_disrm_path, arithmetic_conversations):
-    with _server([sys.executable, "-m", "rlrm.launch.server"], spread_disrm_path) as healthy:
-        good = _check(healthy.url, spread_disrm_path, arithmetic_conversations)
+def test_a_healthy_served_disrm_passes_and_a_batch_dependent_one_fails(
+    spread_disrm_path, spread_disrm_server, arithmetic_conversations
+):
+    good = _check(spread_disrm_server.url, spread_disrm_path, arithmetic_conversations)  # the session's server
     assert good["passed"], good["comparisons"]
     assert [c["name"] for c in good["comparisons"]] == [name for name, _, _ in settings_to_run(24, 16)]
     assert all(c["max_abs_diff"] <= good["tolerance"] and c["rank_flips"] == 0 for c in good["comparisons"])
     assert good["tolerance"] == pytest.approx(
         1e-4 * max(1.0, float(np.sqrt(np.mean(np.square(good["reference_scores"])))))
     )
-    with _server([sys.executable, str(LEAKY_SERVER)], spread_disrm_path) as leaky:
+    with _leaky_server(spread_disrm_path) as leaky:
         bad = _check(leaky.url, spread_disrm_path, arithmetic_conversations)
     assert not bad["passed"]
     assert all(not c["passed"] and c["max_abs_diff"] > 10 * bad["tolerance"] for c in bad["comparisons"])

@@ -13,21 +13,16 @@ default in vLLM 0.32, CPU included; docs/agentic.md quotes the hit ratio).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 
 import httpx
 import pytest
 
-from rlrm.config.servers import RolloutServerConfig
 from rlrm.engine.agent.loop import AgentSettings, run_agent
 from rlrm.engine.agent.tools import ToolCounts, build_tools
 from rlrm.inference.base import SamplingParams
-from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import VllmWire
-from rlrm.launch.fleet.server_fleet import ServerFleet
 
 pytestmark = pytest.mark.vllm
 
@@ -73,15 +68,13 @@ def _metrics(url: str) -> dict[str, float]:
     return out
 
 
-def test_tool_trajectories_on_vllm_splice_observations_and_hit_the_prefix_cache(tiny_policy_path, tmp_path):
+def test_tool_trajectories_on_vllm_splice_observations_and_hit_the_prefix_cache(vllm_rollout, tiny_policy_path):
+    # the session's replica (conftest.py), still on the policy's own weights; this test's wire for its requests
     from transformers import AutoTokenizer
 
+    engine, loop = vllm_rollout
     tok = AutoTokenizer.from_pretrained(tiny_policy_path)
-    path = str(tiny_policy_path)
-    cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
-    wire = GuidedWire(fleet.served_name, tok)
-    engine = ServerRolloutEngine(fleet, wire, WeightFiles(str(tmp_path / "w"), config_from=path))
+    wire = GuidedWire(engine.fleet.served_name, tok)
     settings = AgentSettings(tools=build_tools(["calculator"]), max_turns=3, max_response_tokens=120)
     prompts = [
         list(
@@ -94,22 +87,22 @@ def test_tool_trajectories_on_vllm_splice_observations_and_hit_the_prefix_cache(
     counts = ToolCounts()
 
     async def scenario():
-        await engine.start()
-        try:
-            before = _metrics(fleet.urls[0])
-            trajs = []
-            for i, prompt in enumerate(prompts):  # one after the other: the hits are each trajectory's own turns
-                sampling = SamplingParams(
-                    temperature=1.0, max_new_tokens=120, seed=11 + i, stop_token_ids=[tok.eos_token_id]
-                )
-                trajs.append(await run_agent(engine, prompt, sampling, tok, settings, counts))
-            return trajs, before, _metrics(fleet.urls[0]), engine.version
-        finally:
-            await engine.close()
+        before = _metrics(engine.fleet.urls[0])
+        trajs = []
+        for i, prompt in enumerate(prompts):  # one after the other: the hits are each trajectory's own turns
+            sampling = SamplingParams(
+                temperature=1.0, max_new_tokens=120, seed=11 + i, stop_token_ids=[tok.eos_token_id]
+            )
+            trajs.append(await run_agent(engine, prompt, sampling, tok, settings, counts))
+        return trajs, before, _metrics(engine.fleet.urls[0]), engine.version
 
+    shared_wire, engine.wire = engine.wire, wire
     started = time.perf_counter()
-    trajs, before, after, version = asyncio.run(scenario())
-    print(f"vLLM agent run (start + {len(trajs)} trajectories): {time.perf_counter() - started:.1f} s")
+    try:
+        trajs, before, after, version = loop.run(scenario())
+    finally:
+        engine.wire = shared_wire
+    print(f"vLLM agent run ({len(trajs)} trajectories): {time.perf_counter() - started:.1f} s")
     assert counts.take()["agent/tool_calls"] == 2.0
     answers = iter(wire.answers)
     for prompt, traj in zip(prompts, trajs):

@@ -1,7 +1,7 @@
 """Rollout on the real vLLM (`pytest -m vllm`; the engine env from `bash scripts/setup.sh --vllm`).
 
-One vLLM policy replica is launched for the module (`rollout.server.backend: vllm`, a 35-130 s start on 2 cores)
-and shared: weight reload (samples and version change), log-probs against the actor's fp32 recompute, a tiny-rule
+One vLLM policy replica is launched for the session (`vllm_rollout` in conftest.py: `rollout.server.backend: vllm`,
+a 35-130 s start on 2 cores; test_vllm_agent.py uses it first) and shared: weight reload (samples and version change), log-probs against the actor's fp32 recompute, a tiny-rule
 run that learns in one-step-off (through `rollout.server.addresses`) and, last, kill -9 of the replica mid-run
 (the supervisor restarts it and it loads the current weights before it serves). The sync tiny-rule run is the
 README's command as a user types it: rlrm launches its own replica.
@@ -12,18 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 
 import pytest
 from typer.testing import CliRunner
 
-from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.base import SamplingParams
-from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.client.rollout_engine import ServerRolloutEngine
-from rlrm.launch.client.wire import wire_for
-from rlrm.launch.fleet.server_fleet import ServerFleet
 
 pytestmark = pytest.mark.vllm
 
@@ -31,39 +25,6 @@ pytestmark = pytest.mark.vllm
 # issue 22); 1e-3 leaves room for other CPUs' kernels and still fails on a wrong temperature or an off-by-one
 LOG_PROB_BOUND = 1e-3
 LEARNING_STEPS = 20
-
-
-class _Loop:
-    """A background event loop the module's engine lives on (its supervisor needs one that keeps running)."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout_s: float = 900):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-@pytest.fixture(scope="module")
-def vllm_rollout(tiny_policy_path, tmp_path_factory):
-    """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica."""
-    path = str(tiny_policy_path)
-    cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
-    files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
-    engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, sync_timeout_s=120)
-    loop = _Loop()
-    started = time.perf_counter()
-    loop.run(engine.start())
-    print(f"vLLM policy replica healthy after {time.perf_counter() - started:.1f} s")
-    yield engine, loop
-    loop.run(engine.close(), 120)
-    loop.close()
 
 
 def _policy_state(path):
