@@ -33,8 +33,8 @@ def config(url: str, start_timeout_s: float = 120, model: str = "odd-judge", tim
                 "addresses": [url],
                 "api_key_env": "ODD_KEY",
                 "start_timeout_s": start_timeout_s,
+                "request_timeout_s": timeout_s,
             },
-            "timeout_s": timeout_s,
         }
     )
 
@@ -96,7 +96,7 @@ def test_an_api_that_keeps_failing_is_named_while_waiting_and_in_the_last_line(s
 
 
 def test_an_api_that_answers_too_late_is_named_with_the_seconds_waited(said):
-    # answers after 30 s: each probe waits reward.timeout_s (2 s), and the start gives up at start_timeout_s
+    # answers after 30 s: each probe waits reward.server.request_timeout_s (2 s), and the start gives up at start_timeout_s
     with OddJudgeAPI(delay_s=30) as api:
         message, elapsed = refused(config(api.base_url, start_timeout_s=5, timeout_s=2))
     assert "no answer in 2.0 s (still after 5 s: reward.server.start_timeout_s)" in message, message
