@@ -153,7 +153,7 @@ def test_readiness_gives_up_at_start_timeout_naming_it():
             return str(refused.value), judge.chats
 
     message, chats = asyncio.run(scenario())
-    assert "reward.server.start_timeout_s" in message and "no answer within 0.5 s" in message
+    assert "reward.server.start_timeout_s" in message and "no answer in 0.5 s" in message
     assert chats >= 2  # probed again after each cut request, until start_timeout_s ran out
 
 
