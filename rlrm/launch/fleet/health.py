@@ -14,8 +14,10 @@ run with dead or wrong servers stops before training.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
+from typing import Callable
 
 from rlrm.launch.common import progress
 from rlrm.launch.common.roles import Role
@@ -40,10 +42,13 @@ async def check_servers(
     served_model_name: str | None = None,
     headers: dict[str, str] | None = None,
     backend: Backend | str = "embedded",
+    alive: Callable[[str], bool] | None = None,
 ) -> None:
     """Return when every server in `urls` is healthy and serves `role`'s endpoint as `backend` serves it (a vLLM
     policy: /v1/completions, others /generate; rlrm/launch/fleet/backends.py) and, when `served_model_name` is
-    given, lists that name in its /v1/models; else ServerStartError. `headers` go with every probe."""
+    given, lists that name in its /v1/models; else ServerStartError. `headers` go with every probe. `alive(url)`:
+    whether the process behind a launched url still runs; a failed probe of one that has exited is final (a dead
+    replica is not retried until start_timeout_s)."""
     import aiohttp
 
     role = Role(role)
@@ -54,7 +59,15 @@ async def check_servers(
         outcomes = await asyncio.gather(
             *(
                 _check_one(
-                    session, url.rstrip("/"), role, probe, model, timeout_s, request_timeout_s, what.rsplit(".", 1)[0]
+                    session,
+                    url.rstrip("/"),
+                    role,
+                    probe,
+                    model,
+                    timeout_s,
+                    request_timeout_s,
+                    what.rsplit(".", 1)[0],
+                    functools.partial(alive, url) if alive is not None else None,
                 )
                 for url in urls
             )
@@ -78,6 +91,7 @@ async def _check_one(
     timeout_s: float,
     request_timeout_s: float,
     section: str,
+    alive: Callable[[], bool] | None = None,
 ) -> str | None:
     """None when the server passes, else what failed last."""
     path, body = probe.path, probe.body
@@ -91,6 +105,8 @@ async def _check_one(
             return await _not_a_policy(session, url, probe_s, section)
         if failure is None or final:
             return failure
+        if alive is not None and not alive():
+            return f"{failure} (its process has exited)"
         if not (last and probe_s < request_timeout_s and failure.startswith("no answer")):
             last = failure  # a probe cut short by the deadline says less than the full one before it
         now = time.monotonic()

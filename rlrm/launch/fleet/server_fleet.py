@@ -264,6 +264,7 @@ class ServerFleet:
                 timeout_s,
                 what,
                 backend=self.backend,
+                alive=self.pool.alive,
             )
         except ServerStartError:
             await asyncio.sleep(2.0)  # a dying engine takes its API server down within a second or two
