@@ -350,3 +350,19 @@ def _advantage_stats(legacy_adv: np.ndarray, loop_adv: np.ndarray, clean: np.nda
         "adv_mean_abs_diff": float(diff.mean()),
         "adv_sign_agreement": float((np.sign(legacy_adv[clean]) == np.sign(loop_adv[clean])).mean()),
     }
+
+
+def worst_samples(samples, sides: dict[str, np.ndarray], abs_diff: np.ndarray, k: int = 5) -> list[dict]:
+    """The k samples furthest apart (non-finite ones first), with each side's score under its name: where to start
+    looking."""
+    key = np.where(np.isnan(abs_diff), np.inf, abs_diff)
+    order = np.argsort(-key, kind="stable")[:k]
+    return [
+        {
+            "sample_id": samples[i].sample_id,
+            "group_id": samples[i].group_id,
+            **{name: float(scores[i]) for name, scores in sides.items()},
+            "abs_diff": float(abs_diff[i]),
+        }
+        for i in order
+    ]

@@ -21,10 +21,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlrm.parity.agreement import verdict_agreement
-from rlrm.parity.compare import Comparison, Tolerances, compare, score_reasons
+from rlrm.parity.compare import Comparison, Tolerances, compare, score_reasons, worst_samples
 from rlrm.parity.contract_diff import contract_diff, setting_changes
 from rlrm.parity.inputs import ParitySample
 from rlrm.parity.reward_sides import RewardSide, SideScores, check_references, score_side
@@ -79,7 +77,7 @@ def run_reward_parity(
         "agreement": verdict_agreement(sa.scores, sb.scores),
         "tolerances": {**tol.as_dict(), "max_failed_frac": max_failed_frac},
         "stats": _stats(cmp.summary, samples),
-        "worst": _worst(samples, sa.scores, sb.scores, cmp.abs_diff),
+        "worst": worst_samples(samples, {"a": sa.scores, "b": sb.scores}, cmp.abs_diff),
     }
     return RewardParity(sa, sb, cmp, not reasons, reasons, summary)
 
@@ -117,19 +115,3 @@ def _stats(stats: dict, samples: list[ParitySample]) -> dict:
     argmax = out.get("abs_diff_argmax")
     out["abs_diff_argmax"] = samples[argmax].sample_id if argmax is not None else None
     return out
-
-
-def _worst(samples, a: np.ndarray, b: np.ndarray, abs_diff: np.ndarray, k: int = 5) -> list[dict]:
-    """The k samples furthest apart (failed ones first): where to start looking."""
-    key = np.where(np.isnan(abs_diff), np.inf, abs_diff)
-    order = np.argsort(-key, kind="stable")[:k]
-    return [
-        {
-            "sample_id": samples[i].sample_id,
-            "group_id": samples[i].group_id,
-            "a": float(a[i]),
-            "b": float(b[i]),
-            "abs_diff": float(abs_diff[i]),
-        }
-        for i in order
-    ]

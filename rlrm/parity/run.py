@@ -19,7 +19,7 @@ import numpy as np
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.engine.rewards.fsdp_disrm.workers import LegacyWorkerGroup
 from rlrm.errors import ModelError
-from rlrm.parity.compare import compare, verdict
+from rlrm.parity.compare import compare, verdict, worst_samples
 from rlrm.parity.config import ParityConfig
 from rlrm.parity.inputs import Encoded, ParitySample, encode_samples
 from rlrm.parity.loop import loop_reward_config, score_with_loop
@@ -176,26 +176,10 @@ def _cell(
                 for i in np.flatnonzero(~np.isfinite(loop.scores))
             ],
         },
-        "worst": _worst(samples, legacy.scores, loop.scores, cmp.abs_diff),
+        "worst": worst_samples(samples, {"legacy": legacy.scores, "loop": loop.scores}, cmp.abs_diff),
         "invariance": loop.invariance,
         "config": cfg.model_dump(mode="json"),
     }
     argmax = summary["stats"].get("abs_diff_argmax")
     summary["stats"]["abs_diff_argmax"] = samples[argmax].sample_id if argmax is not None else None
     return Cell(legacy_dtype, loop_dtype, legacy, loop, cmp, passed, reasons, summary)
-
-
-def _worst(samples, legacy: np.ndarray, loop: np.ndarray, abs_diff: np.ndarray, k: int = 5) -> list[dict]:
-    """The k samples furthest apart (non-finite ones first): where to start looking."""
-    key = np.where(np.isnan(abs_diff), np.inf, abs_diff)
-    order = np.argsort(-key, kind="stable")[:k]
-    return [
-        {
-            "sample_id": samples[i].sample_id,
-            "group_id": samples[i].group_id,
-            "legacy": float(legacy[i]),
-            "loop": float(loop[i]),
-            "abs_diff": float(abs_diff[i]),
-        }
-        for i in order
-    ]
