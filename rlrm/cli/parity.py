@@ -25,6 +25,14 @@ from rlrm.cli.common import console, timestamped
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
+# the verdict's ranking checks, the same for both parity commands
+MinSpearmanOption = Annotated[
+    Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")
+]
+MaxRankFlipsOption = Annotated[
+    Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
+]
+
 app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -122,12 +130,8 @@ def disrm(
         Optional[float],
         typer.Option(help="Share of samples allowed outside the band (default 0.01; NaN never).", min=0, max=1),
     ] = None,
-    min_spearman: Annotated[
-        Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")
-    ] = None,
-    max_rank_flips: Annotated[
-        Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
-    ] = None,
+    min_spearman: MinSpearmanOption = None,
+    max_rank_flips: MaxRankFlipsOption = None,
     out: Annotated[
         Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-disrm-<time>).")
     ] = None,
@@ -277,12 +281,8 @@ def reward(
         Optional[float],
         typer.Option(help="Share of samples allowed outside the band (default 0.01).", min=0, max=1),
     ] = None,
-    min_spearman: Annotated[
-        Optional[float], typer.Option(help="Lowest Spearman correlation that passes (default 0.99).")
-    ] = None,
-    max_rank_flips: Annotated[
-        Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
-    ] = None,
+    min_spearman: MinSpearmanOption = None,
+    max_rank_flips: MaxRankFlipsOption = None,
     max_failed_frac: Annotated[
         float,
         typer.Option(
