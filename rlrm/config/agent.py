@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlrm.config.inject import LatencyInjectConfig
+from rlrm.config.section import Section
 
 # A turn is at least one request to the engine and one tool run: more than this many turns in one
 # trajectory is a typo (max_turns=1e6), not a plan, and would hold a sample for hours.
@@ -15,10 +16,8 @@ MAX_TURNS = 64
 KNOWN_TOOLS = ("calculator",)
 
 
-class AgentConfig(BaseModel):
+class AgentConfig(Section):
     """Each sample is a trajectory: the policy calls tools as `<call>NAME ARGUMENTS</call>`, reads `<obs>RESULT</obs>`."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     enabled: bool = Field(False, description="Run rollouts as multi-turn trajectories with tools.")
     max_turns: int = Field(

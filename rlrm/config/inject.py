@@ -8,15 +8,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from rlrm.config.latency import LatencyDist, parse_latency
+from rlrm.config.section import Section
 
 
-class LatencyInjectConfig(BaseModel):
+class LatencyInjectConfig(Section):
     """A latency drawn and slept before each call, to measure what scheduling hides (off by default)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     latency: str | None = Field(
         None,

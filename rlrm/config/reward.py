@@ -7,11 +7,12 @@ import string
 from dataclasses import replace
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlrm.config.inject import LatencyInjectConfig
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward_cache import RewardCacheConfig
+from rlrm.config.section import Section
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.common.auth import key_from_env
 from rlrm.launch.fleet.spec import FleetSpec
@@ -28,12 +29,6 @@ DEFAULT_JUDGE_TEMPLATE = (
 
 
 LegacyDtype = Literal["bf16", "fp16", "fp32"]  # compute dtypes of the legacy FSDP2 DisRM scorer
-
-
-class _Section(BaseModel):
-    # NaN and inf are refused in every float field unless the field says otherwise: `actor.lr=inf`
-    # would pass a `gt=0` bound and turn every weight into inf at the first update.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class RewardServerConfig(ServerFleetConfig):
@@ -89,7 +84,7 @@ class RewardServerConfig(ServerFleetConfig):
         return self.served_model_name or self.model
 
 
-class DisRMConfig(_Section):
+class DisRMConfig(Section):
     max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")
     too_long: Literal["truncate", "error"] = Field(
         "truncate", description="Keep the last max_length tokens, or fail the sample."
@@ -106,7 +101,7 @@ class DisRMConfig(_Section):
     legacy_micro_batch: int = Field(8, gt=0, description="scorer=legacy: samples per forward.")
 
 
-class GenRMConfig(_Section):
+class GenRMConfig(Section):
     template: str = Field(
         DEFAULT_JUDGE_TEMPLATE,
         description="Judge prompt with {question}, {response} and optionally {reference} and {turns} (an agent "
@@ -129,7 +124,7 @@ RUBRIC_PREFIX = (
 )
 
 
-class RubricCriterion(_Section):
+class RubricCriterion(Section):
     """One criterion of a rubric: a question put to the judge after the sample's prefix, its weight and parser."""
 
     name: str = Field(
@@ -146,7 +141,7 @@ class RubricCriterion(_Section):
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully met (scores are divided by it).")
 
 
-class RubricConfig(_Section):
+class RubricConfig(Section):
     """reward.kind=rubric: K criteria asked of the judge per sample, each scored on its own (a reward component);
     the reward is their weighted sum. The K prompts of a sample share `prefix` (question, response, reference):
     only the criterion, last, differs, so a prefix-caching engine reads the sample once."""
@@ -180,7 +175,7 @@ class RubricConfig(_Section):
         return {c.name: c.weight for c in self.criteria}
 
 
-class CompositeConfig(_Section):
+class CompositeConfig(Section):
     mode: Literal["weighted", "gate"] = Field(
         "weighted", description="Weighted sum of rule and model, or the rule gating the model."
     )
@@ -189,7 +184,7 @@ class CompositeConfig(_Section):
     model_kind: Literal["disrm", "genrm"] = Field("genrm", description="Which model kind the composite calls.")
 
 
-class CustomRewardConfig(_Section):
+class CustomRewardConfig(Section):
     """A reward function of your own (reward.kind: custom), with verl's contract:
     `[async] def compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict` (a dict holds
     `score` and any extra keys). With reward.server.model set, the reward servers are started (or reached at
@@ -251,7 +246,7 @@ class InjectConfig(LatencyInjectConfig):
         return self.fail_rate > 0 or self.latency_dist() is not None
 
 
-class RewardLimitsConfig(_Section):
+class RewardLimitsConfig(Section):
     """A hosted judge's rate limits, enforced for the whole run: one budget shared by every reward worker."""
 
     max_concurrent: int | None = Field(None, gt=0, description="Most reward-model requests in flight (None: no cap).")
@@ -330,7 +325,7 @@ def check_rubric(rubric: RubricConfig, component_weights: dict[str, float]) -> N
         )
 
 
-class OverlongConfig(_Section):
+class OverlongConfig(Section):
     """The soft overlong penalty of verl's DAPO reward manager (`overlong_buffer_cfg`), added once to every scored
     sample whatever the reward kind: with L = rollout.max_new_tokens, a response longer than L - buffer_len tokens
     loses penalty_factor x (its tokens past L - buffer_len) / buffer_len, i.e. up to penalty_factor at L."""
@@ -345,7 +340,7 @@ class OverlongConfig(_Section):
         return self.buffer_len is not None
 
 
-class GuardConfig(_Section):
+class GuardConfig(Section):
     """The reward-hacking guard: the audit `rlrm report` runs after the fact (rlrm/engine/metrics/audit.py's
     divergence check), run live on the last `window` steps after each step; and canaries, known items scored
     through the run's reward path every `canary_every` steps (rlrm/engine/canaries.py)."""
@@ -388,7 +383,7 @@ class GuardConfig(_Section):
         return "off" if value is False else value  # YAML reads a bare `off` (in a profile or --set) as false
 
 
-class RewardConfig(_Section):
+class RewardConfig(Section):
     """Where scores come from and how failures are handled."""
 
     kind: Literal["rule", "disrm", "genrm", "composite", "custom", "rubric"] = Field(

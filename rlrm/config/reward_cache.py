@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from rlrm.config.section import Section
 
 CACHED_BY_DEFAULT = (
     "disrm",
@@ -18,10 +20,8 @@ CACHED_BY_DEFAULT = (
 )  # reward kinds that call a model: a hit saves a model call
 
 
-class RewardCacheConfig(BaseModel):
+class RewardCacheConfig(Section):
     """The content-addressed reward cache: key = (reward contract fingerprint, prompt, response, reference)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     enabled: Literal["auto"] | bool = Field(
         "auto",

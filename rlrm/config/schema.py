@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlrm.config.agent import AgentConfig
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward import RewardConfig
+from rlrm.config.section import Section
 from rlrm.config.servers import RolloutServerConfig
 
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
@@ -24,13 +25,7 @@ MAX_GROUP_SIZE = 1024
 MAX_SAMPLES_PER_STEP = 1_000_000
 
 
-class _Section(BaseModel):
-    # NaN and inf are refused in every float field unless the field says otherwise: `actor.lr=inf`
-    # would pass a `gt=0` bound and turn every weight into inf at the first update.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-class SyntheticConfig(_Section):
+class SyntheticConfig(Section):
     """Knobs of the synthetic arithmetic word-problem generator."""
 
     num_train: int = Field(4096, gt=0, description="Problems in the train split.")
@@ -49,7 +44,7 @@ class SyntheticConfig(_Section):
         return self
 
 
-class DataConfig(_Section):
+class DataConfig(Section):
     """Where prompts come from and how they become token ids."""
 
     source: Literal["synthetic", "gsm8k"] = Field("synthetic", description="Dataset kind.")
@@ -68,7 +63,7 @@ class DataConfig(_Section):
     shuffle: bool = Field(True, description="Reshuffle the train split each epoch (seeded).")
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The policy checkpoint. `tiny:NAME` names a model that `rlrm models prepare` builds."""
 
     path: str = Field("tiny:policy", description="HF folder, hub id, or tiny:NAME.")
@@ -87,7 +82,7 @@ class ModelConfig(_Section):
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     """Generation: backend, sampling and batching."""
 
     backend: Literal["hf", "server"] = Field(
@@ -117,7 +112,7 @@ class RolloutConfig(_Section):
         return value
 
 
-class ActorConfig(_Section):
+class ActorConfig(Section):
     """Policy optimisation: PPO-clip loss, optimizer, batching."""
 
     lr: float = Field(
@@ -217,7 +212,7 @@ class ActorConfig(_Section):
         return self.world_size > 1 or self.strategy == "fsdp2"
 
 
-class AlgorithmConfig(_Section):
+class AlgorithmConfig(Section):
     """Advantage estimation."""
 
     adv_estimator: Literal["grpo"] = Field("grpo", description="Advantage estimator.")
@@ -236,7 +231,7 @@ Mode = Literal["sync", "stream", "pipeline", "one-step-off", "fully-async"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 
-class TrainerConfig(_Section):
+class TrainerConfig(Section):
     """The training loop."""
 
     mode: Mode = Field(
@@ -263,7 +258,7 @@ class TrainerConfig(_Section):
     num_threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default).")
 
 
-class LoggingConfig(_Section):
+class LoggingConfig(Section):
     """What a run prints and writes."""
 
     console: Literal["rich", "plain", "none"] = Field("rich", description="Live display style.")
@@ -310,7 +305,7 @@ class LoggingConfig(_Section):
         return list(dict.fromkeys(value))
 
 
-class Profile(_Section):
+class Profile(Section):
     """A complete training setup."""
 
     description: str = Field("", description="One line saying what this profile is for.")

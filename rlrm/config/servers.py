@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from rlrm.config.section import Section
 from rlrm.launch.common.auth import key_from_env
 from rlrm.launch.fleet.backends import backend_for
 from rlrm.launch.fleet.spec import Batching, FleetSpec
@@ -21,10 +22,9 @@ RayStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 _RAY_BUILTIN = {"CPU", "GPU", "memory", "object_store_memory"}
 
 
-class ServerFleetConfig(BaseModel):
+class ServerFleetConfig(Section):
     """Server processes launched by rlrm (`replicas` of `backend`), or already running at `addresses`."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
     section: ClassVar[str] = "server"  # the profile path named in error messages
 
     replicas: int = Field(1, ge=1, le=16, description="Server processes rlrm launches (behind the router or balancer).")
