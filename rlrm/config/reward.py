@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from rlrm.config.inject import LatencyInjectConfig
+from rlrm.config.judge_template import check_template_fields
 from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward_cache import RewardCacheConfig
+from rlrm.config.reward_guard import GuardConfig
+from rlrm.config.rubric import RubricConfig, check_rubric
 from rlrm.config.section import Section
 from rlrm.config.servers import ServerFleetConfig
 from rlrm.launch.common.auth import key_from_env
@@ -119,62 +121,6 @@ class GenRMConfig(Section):
     )
 
 
-RUBRIC_PREFIX = (
-    "Is the answer to this problem correct?\nProblem: {question}\nAnswer: {response}\nReference answer: {reference}\n"
-)
-
-
-class RubricCriterion(Section):
-    """One criterion of a rubric: a question put to the judge after the sample's prefix, its weight and parser."""
-
-    name: str = Field(
-        ..., pattern=r"^[A-Za-z0-9_.-]+$", description="Component name (reward/component/<name>/* in metrics)."
-    )
-    question: str = Field(
-        ...,
-        min_length=1,
-        description="What the judge is asked, put last in its prompt after reward.rubric.prefix; it should say how "
-        "to end (e.g. \"... end with 'Score: 10' if it does or 'Score: 0' if it does not.\").",
-    )
-    weight: float = Field(..., description="Weight of this criterion's score in the reward (finite; 0 logs it only).")
-    verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
-    max_score: float = Field(10.0, gt=0, description="The verdict that means fully met (scores are divided by it).")
-
-
-class RubricConfig(Section):
-    """reward.kind=rubric: K criteria asked of the judge per sample, each scored on its own (a reward component);
-    the reward is their weighted sum. The K prompts of a sample share `prefix` (question, response, reference):
-    only the criterion, last, differs, so a prefix-caching engine reads the sample once."""
-
-    prefix: str = Field(
-        RUBRIC_PREFIX,
-        description="The part of every criterion's prompt that comes first, with {question}, {response} and "
-        "optionally {reference} and {turns}; the criterion's question is appended to it.",
-    )
-    criteria: list[RubricCriterion] = Field(
-        default_factory=list,
-        description="The criteria, at least one, each {name, question, weight, verdict, max_score}: name: the "
-        "component's name (letters, digits, _ . -; unique); question: put last in the judge's prompt; weight: a "
-        "finite number; verdict: score ('Score: N', default) or boxed ('\\boxed{N}'); max_score: the verdict "
-        "that means fully met (default 10).",
-    )
-
-    @field_validator("criteria")
-    @classmethod
-    def _names_unique(cls, criteria: list[RubricCriterion]) -> list[RubricCriterion]:
-        names = [c.name for c in criteria]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(
-                f"the criterion name(s) {', '.join(repeated)} appear more than once; give each criterion its own name"
-            )
-        return criteria
-
-    @property
-    def weights(self) -> dict[str, float]:
-        return {c.name: c.weight for c in self.criteria}
-
-
 class CompositeConfig(Section):
     mode: Literal["weighted", "gate"] = Field(
         "weighted", description="Weighted sum of rule and model, or the rule gating the model."
@@ -269,24 +215,6 @@ class RewardLimitsConfig(Section):
 RULE_COMPONENTS = ("correct", "format")  # what the GSM8K rule can report (rlrm/engine/rewards/rule.py)
 
 
-JUDGE_TEMPLATE_FIELDS = ("question", "response", "reference", "turns")
-
-
-def check_template_fields(template: str) -> None:
-    """Refuse a judge template whose placeholders are not JUDGE_TEMPLATE_FIELDS, or that str.format cannot read."""
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise ValueError(f"genrm.template cannot be filled in ({exc}); write a literal brace as {{{{ or }}}}") from None
-    unknown = sorted(n for n in names if n not in JUDGE_TEMPLATE_FIELDS)
-    if unknown:
-        fields = ", ".join("{" + f + "}" for f in JUDGE_TEMPLATE_FIELDS)
-        raise ValueError(
-            f"genrm.template has the unknown field(s) {', '.join('{' + n + '}' for n in unknown)}; use {fields} "
-            "(a literal brace is {{ or }})"
-        )
-
-
 def check_component_weights(kind: str, weights: dict[str, float]) -> None:
     """Weights (finite: pydantic refuses inf and NaN here) of components the reward can report."""
     for name in weights:
@@ -305,26 +233,6 @@ def check_component_weights(kind: str, weights: dict[str, float]) -> None:
         )
 
 
-def check_rubric(rubric: RubricConfig, component_weights: dict[str, float]) -> None:
-    """A rubric with criteria, a prefix the judge can be given, and its weights in one place."""
-    if not rubric.criteria:
-        raise ValueError(
-            "reward.kind=rubric needs reward.rubric.criteria (at least one {name, question, weight}); "
-            "for a single judge question use reward.kind=genrm"
-        )
-    if "{response}" not in rubric.prefix:
-        raise ValueError("reward.rubric.prefix must contain {response}")
-    try:
-        check_template_fields(rubric.prefix)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("genrm.template", "reward.rubric.prefix")) from None
-    if component_weights:
-        raise ValueError(
-            "reward.component_weights: a rubric's component weights are its criteria's (reward.rubric.criteria[].weight); "
-            "leave component_weights empty"
-        )
-
-
 class OverlongConfig(Section):
     """The soft overlong penalty of verl's DAPO reward manager (`overlong_buffer_cfg`), added once to every scored
     sample whatever the reward kind: with L = rollout.max_new_tokens, a response longer than L - buffer_len tokens
@@ -338,49 +246,6 @@ class OverlongConfig(Section):
     @property
     def active(self) -> bool:
         return self.buffer_len is not None
-
-
-class GuardConfig(Section):
-    """The reward-hacking guard: the audit `rlrm report` runs after the fact (rlrm/engine/metrics/audit.py's
-    divergence check), run live on the last `window` steps after each step; and canaries, known items scored
-    through the run's reward path every `canary_every` steps (rlrm/engine/canaries.py)."""
-
-    on_divergence: Literal["off", "warn", "stop"] = Field(
-        "warn",
-        description="When the reward rises (t >= 2) while reward/rule_agreement or val/accuracy falls by at least "
-        "min_drop (t <= -2) over the last `window` steps: warn (a line and guard/divergence=1 in metrics.jsonl), "
-        "stop (also end the run after that step with one line naming the step and the numbers; the last checkpoint "
-        "stays), or off. It reads metrics the run writes anyway: no reward call.",
-    )
-    window: int = Field(20, ge=3, description="Steps the live check fits its trends over.")
-    min_drop: float = Field(
-        0.05, gt=0.0, le=1.0, description="Fall of rule agreement or held-out accuracy over the window that counts."
-    )
-    on_canary: Literal["off", "warn", "stop"] = Field(
-        "off",
-        description="Canaries: before training and every `canary_every` steps, score the worked reference solutions "
-        "of `canaries` held-out problems (must be rewarded) and five attacks on each (':', 'Solution', empty, the "
-        "working cut before its answer, a wrong final answer: must not be) through the run's reward path, outside "
-        "the batch and its statistics. A flip (a reference not rewarded, an attack rewarded) or a mean score drift "
-        "from the first check above max_canary_drift: warn (a line, guard/canary_flips and guard/canary_drift in "
-        "metrics.jsonl), stop (also end the run before the next update, naming the canaries), or off. Needs held-out "
-        "data with worked solutions ('#### N' at the end).",
-    )
-    canary_every: int = Field(10, ge=1, description="Steps between canary checks (the first is before step 1).")
-    canaries: int = Field(
-        2, ge=1, description="Held-out problems the canaries are made of: 6 items (6 reward calls) each per check."
-    )
-    max_canary_drift: float = Field(
-        0.2,
-        gt=0.0,
-        description="Largest mean absolute change of the canaries' scores from their first check (in score units: "
-        "a GenRM's normalised verdict, a DisRM's logit) before it counts as drift.",
-    )
-
-    @field_validator("on_divergence", "on_canary", mode="before")
-    @classmethod
-    def _off_is_off(cls, value: object) -> object:
-        return "off" if value is False else value  # YAML reads a bare `off` (in a profile or --set) as false
 
 
 class RewardConfig(Section):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from rlrm.config.reward import GuardConfig
+from rlrm.config.reward_guard import GuardConfig
 from rlrm.engine.metrics.audit import AGREEMENT, REWARD, AuditSettings, Finding, check_divergence, row_series
 
 _SERIES = (REWARD, AGREEMENT, "val/accuracy")

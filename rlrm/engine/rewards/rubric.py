@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rlrm.config.reward import RewardConfig, RubricCriterion
+from rlrm.config.reward import RewardConfig
+from rlrm.config.rubric import RubricCriterion
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.errors import UnparsedVerdict

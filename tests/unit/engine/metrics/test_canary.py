@@ -9,7 +9,7 @@ import math
 import pytest
 
 from rlrm.config.loader import load_profile
-from rlrm.config.reward import GuardConfig
+from rlrm.config.reward_guard import GuardConfig
 from rlrm.engine.canaries import ATTACKS, Canaries, canary_threshold, check_canary_data
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.metrics.canary import CanaryItem, judge_canaries

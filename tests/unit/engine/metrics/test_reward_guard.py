@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlrm.config.reward import GuardConfig
+from rlrm.config.reward_guard import GuardConfig
 from rlrm.engine.metrics.guard import DivergenceGuard
 
 
