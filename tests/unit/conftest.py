@@ -89,3 +89,13 @@ def pytest_runtest_teardown(item, nextitem):
 def unit_tier_guard() -> dict:
     """The guard's state, for the test that checks the guard itself (tests/unit/test_unit_tier.py)."""
     return _state
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_venvs(monkeypatch, tmp_path_factory):
+    """The engine lookup (rlrm/launch/fleet/engine_env.py) asks a found venv's python for its version, a subprocess:
+    in the unit tier no vLLM or SGLang venv is found, so the tier gives the same result whether or not
+    `scripts/setup.sh --vllm` has built one beside the checkout."""
+    empty = tmp_path_factory.getbasetemp() / "no-engine-venv"
+    monkeypatch.setenv("RLRM_VLLM_VENV", str(empty))
+    monkeypatch.setenv("RLRM_SGLANG_VENV", str(empty))
