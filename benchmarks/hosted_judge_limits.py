@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "engine"))
 
 
 def main() -> None:

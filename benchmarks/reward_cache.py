@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 10
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 10 --compare --pairs 2
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 40 --compare --pairs 2 --hosted-rpm 3000
 
 Runs `rlrm train --profile tiny-genrm` (subprocesses; samples.jsonl on, no validation or checkpoints) with the
 reward cache on (the profile's default: reward.cache.enabled=auto) and prints, per step, from samples.jsonl
@@ -9,14 +10,23 @@ and metrics.jsonl:
 - samples, distinct (prompt, response) pairs among them, and pairs already judged at an earlier step;
 - reward/cache_hits and misses (hit rate), the judge calls really made (reward/model_calls) and the calls
   saved (reward/cache_saved_model_calls): a repeat inside a step waits for the first of its kind;
-and the run's totals. With --compare, alternated pairs of runs with the cache on and off (same seed, same
-samples up to the judge's scores) and the mean step time of each, steps 2 on.
+and the run's totals. With --compare, runs with the cache on and off alternated (on, off, on, off ...; same
+seed) and, per side, the mean and median step time (steps 2 on), the judge calls, and the median of the pair
+ratios (on / off step time); and whether the two sides gave the same score to the same (prompt, response).
+
+With --hosted-rpm RPM the judge is the test suite's stand-in for a hosted, rate-limited OpenAI-compatible API
+(tests/fixtures/standin_openai_api.py, a real HTTP server on loopback, not a provider; 429 + Retry-After over
+RPM), one fresh per run, reached as users reach a hosted judge: its base URL in reward.server.addresses, its
+key in an environment variable named by reward.server.api_key_env, and reward.limits.rpm=RPM. Each run then
+also reports the requests the stand-in let in (its readiness probe and the guard's canaries included) and the
+429s it answered.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,15 +34,42 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+STANDIN_KEY = "standin-key-for-the-benchmark"  # the stand-in's own key: given through the environment only
 
-def train(run_dir: Path, steps: int, seed: int, cache: bool, overrides: list[str]) -> None:
+
+def train(run_dir: Path, steps: int, seed: int, cache: bool, overrides: list[str], env: dict | None = None) -> None:
     cmd = [sys.executable, "-m", "rlrm.cli", "train", "--profile", "tiny-genrm", "--steps", str(steps)]
     cmd += ["--out", str(run_dir), "--console", "none", "--seed", str(seed)]
     sets = ["trainer.save_every=0", "trainer.val_every=0", "trainer.val_before_train=false"]
     sets += ["logging.save_samples=true", f"reward.cache.enabled={'auto' if cache else 'false'}", *overrides]
     for item in sets:
         cmd += ["--set", item]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+
+
+def hosted_sets(api, rpm: float) -> list[str]:
+    """The profile keys that point tiny-genrm's judge at the stand-in API, as a user points it at a provider."""
+    return [
+        f"reward.server.addresses=[{api.base_url}]",
+        f"reward.server.model={api.model}",
+        "reward.server.api_key_env=STANDIN_KEY",
+        f"reward.limits.rpm={rpm:g}",
+    ]
+
+
+def timed_run(run_dir: Path, args, cache: bool) -> dict:
+    """One run; with --hosted-rpm against a fresh stand-in, whose accepted and throttled requests are counted."""
+    if args.hosted_rpm is None:
+        train(run_dir, args.steps, args.seed, cache, args.overrides)
+        return {"accepted": None, "throttled": None}
+    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+    from standin_openai_api import StandinOpenAIAPI
+
+    env = {**os.environ, "STANDIN_KEY": STANDIN_KEY, "PYTHONPATH": str(REPO)}
+    with StandinOpenAIAPI(STANDIN_KEY, rpm=args.hosted_rpm) as api:
+        train(run_dir, args.steps, args.seed, cache, [*hosted_sets(api, args.hosted_rpm), *args.overrides], env)
+        return {"accepted": len(api.accepted), "throttled": len(api.throttled)}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -60,11 +97,25 @@ def per_step(run_dir: Path) -> list[dict]:
                 "misses": r.get("reward/cache_misses", 0),
                 "judge_calls": r.get("reward/model_calls", 0),
                 "saved_calls": r.get("reward/cache_saved_model_calls", 0),
+                "rate_limited": r.get("reward/rate_limited", 0),
                 "step_s": r["timing_s/step"],
             }
         )
         seen |= distinct
     return out
+
+
+def scored(run_dir: Path) -> dict[tuple, float]:
+    """(step, uid, index) -> (prompt, response, reference, score) of every sample the run trained on."""
+    return {
+        (s["step"], s["uid"], s["index"]): (
+            json.dumps(s["prompt"], sort_keys=True),
+            s["response"],
+            s["ground_truth"],
+            s["score"],
+        )
+        for s in read_jsonl(run_dir / "samples.jsonl")
+    }
 
 
 def print_table(rows: list[dict]) -> None:
@@ -83,36 +134,92 @@ def print_table(rows: list[dict]) -> None:
     )
 
 
+def summarise(run_dir: Path, counted: dict) -> dict:
+    steps = per_step(run_dir)
+    times = [r["step_s"] for r in steps[1:]]
+    samples = sum(r["samples"] for r in steps)
+    return {
+        **counted,
+        "mean_s": statistics.mean(times),
+        "median_s": statistics.median(times),
+        "judge_calls": sum(r["judge_calls"] for r in steps),
+        "rate_limited": sum(r["rate_limited"] for r in steps),
+        "hit_rate": sum(r["hits"] for r in steps) / max(1, samples),
+    }
+
+
+def consistency(runs: list[Path]) -> str:
+    """Whether the runs trained on the same samples and scored each (prompt, response, reference) alike."""
+    sides = [scored(run) for run in runs]
+    first = sides[0]
+    same = sum(1 for side in sides[1:] for key, value in side.items() if first.get(key, (None,))[:3] == value[:3])
+    verdicts: dict[tuple, set] = defaultdict(set)
+    for side in sides:
+        for value in side.values():
+            verdicts[value[:3]].add(value[3])
+    split = sum(1 for scores in verdicts.values() if len(scores) > 1)
+    total = sum(len(side) for side in sides[1:])
+    return (
+        f"{same} of {total} samples in runs 2-{len(runs)} identical to run 1's at the same (step, uid, index); "
+        f"{len(verdicts)} distinct (prompt, response, reference) over all runs, {split} scored differently by two runs"
+    )
+
+
+def compare(args, tmp: Path) -> None:
+    results: dict[str, list[dict]] = {"on": [], "off": []}
+    runs = []
+    for i in range(2 * args.pairs):
+        which = "on" if i % 2 == 0 else "off"
+        out = tmp / f"{which}-{i // 2}"
+        counted = timed_run(out, args, which == "on")
+        results[which].append(summarise(out, counted))
+        runs.append(out)
+        if i == 0:
+            print_table(per_step(out))
+        print(f"run {i + 1} (cache {which}): {json.dumps(results[which][-1])}", flush=True)
+    print(
+        "| cache | mean step s | median step s | judge calls (reward/model_calls) | stand-in accepted | 429s (stand-in / rlrm) | hit rate |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for which in ("on", "off"):
+        rows = results[which]
+
+        def each(key: str, fmt: str) -> str:
+            return ", ".join("-" if r[key] is None else format(r[key], fmt) for r in rows)
+
+        print(
+            f"| {which} | {statistics.mean(r['mean_s'] for r in rows):.3f} ({each('mean_s', '.3f')}) | "
+            f"{statistics.median(r['median_s'] for r in rows):.3f} ({each('median_s', '.3f')}) | "
+            f"{each('judge_calls', 'd')} | {each('accepted', 'd')} | {each('throttled', 'd')} / {each('rate_limited', 'd')} | {each('hit_rate', '.3f')} |"
+        )
+    ratios = [on["mean_s"] / off["mean_s"] for on, off in zip(results["on"], results["off"])]
+    print(
+        f"on/off mean step time per pair: {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}"
+        f" (steps 2-{args.steps})"
+    )
+    print(consistency(runs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--compare", action="store_true", help="also time alternated runs with the cache off")
-    parser.add_argument("--pairs", type=int, default=1, help="with --compare: on/off pairs, order alternated")
+    parser.add_argument("--compare", action="store_true", help="time alternated runs with the cache on and off")
+    parser.add_argument("--pairs", type=int, default=1, help="with --compare: on/off pairs, run on, off, on, off ...")
+    parser.add_argument(
+        "--hosted-rpm", type=float, help="judge: the stand-in hosted API limited to this many requests a minute"
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "cached"
-        train(run, args.steps, args.seed, True, args.overrides)
-        rows = per_step(run)
-        print_table(rows)
-        if not args.compare:
+        if args.compare:
+            compare(args, Path(tmp))
             return
-        times: dict[str, list[float]] = {"on": [], "off": []}
-        calls: dict[str, list[int]] = {"on": [], "off": []}
-        for i in range(args.pairs):
-            order = ("off", "on") if i % 2 == 0 else ("on", "off")
-            for which in order:
-                out = Path(tmp) / f"{which}-{i}"
-                train(out, args.steps, args.seed, which == "on", args.overrides)
-                steps = per_step(out)
-                times[which].append(statistics.mean(r["step_s"] for r in steps[1:]))
-                calls[which].append(sum(r["judge_calls"] for r in steps))
-        for which in ("on", "off"):
-            print(
-                f"cache {which}: mean step {statistics.mean(times[which]):.3f} s (steps 2-{args.steps}, runs "
-                f"{', '.join(f'{t:.3f}' for t in times[which])}); judge calls per run {calls[which]}"
-            )
+        run = Path(tmp) / "cached"
+        counted = timed_run(run, args, True)
+        print_table(per_step(run))
+        if args.hosted_rpm is not None:
+            print(f"stand-in: {counted['accepted']} requests accepted, {counted['throttled']} answered 429")
 
 
 if __name__ == "__main__":
