@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RLRM_MODELS_DIR", str(REPO / ".cache" / "models"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("RLRM_DEBUG", None)
+# the stand-in servers and shared settings of tests/fixtures/ import by name (`from small_run import SMALL_RUN`)
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
 
 def pytest_configure(config):
