@@ -1,7 +1,10 @@
-"""The vLLM policy replica shared by this folder's tests: launched once per session (a 35-130 s start on 2 cores).
+"""The vLLM replicas shared by this folder's tests, each launched once per session (a 20-130 s start on 2 cores).
 
-test_vllm_agent.py uses it first, with the policy's own weights (its file sorts before test_vllm_rollout.py);
-test_vllm_rollout.py then reloads weights, trains through it and, last, kills it (see that module's docstring).
+- `vllm_rollout`, the policy replica, on vLLM's default (compiled) path: test_vllm_agent.py uses it first, with the
+  policy's own weights (its file sorts before test_vllm_rollout.py); test_vllm_rollout.py then reloads weights,
+  trains through it and, last, kills it (see that module's docstring).
+- `vllm_disrm`, a DisRM replica (eager, `vllm_disrm_path`'s model, served as "rm"): test_vllm_reward_roles.py
+  compares its /classify with the embedded server's, test_vllm_runs.py runs `rlrm parity disrm` against it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import threading
 import time
 
 import pytest
+from vllm_fleets import EAGER, LoopFleets, disrm_config, policy_sized_disrm  # on_vllm/vllm_fleets.py
 
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.weight_files import WeightFiles
@@ -50,3 +54,20 @@ def vllm_rollout(tiny_policy_path, tmp_path_factory):
     yield engine, loop
     loop.run(engine.close(), 120)
     loop.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_fleets():
+    """Fleets launched for the session on a loop of their own, closed at its end."""
+    with LoopFleets() as fleets:
+        yield fleets
+
+
+@pytest.fixture(scope="session")
+def vllm_disrm_path(tmp_path_factory, tiny_policy_path):
+    return policy_sized_disrm(tmp_path_factory.mktemp("vllm-disrm"), tiny_policy_path)
+
+
+@pytest.fixture(scope="session")
+def vllm_disrm(vllm_fleets, vllm_disrm_path):
+    return vllm_fleets.start(disrm_config("vllm", vllm_disrm_path, extra_args=EAGER), "disrm")

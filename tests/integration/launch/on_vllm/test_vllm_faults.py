@@ -7,6 +7,7 @@ import socket
 
 import pytest
 from typer.testing import CliRunner
+from vllm_fleets import EAGER  # tests/integration/launch/on_vllm/vllm_fleets.py
 
 from rlrm.cli.main import app
 from rlrm.launch.common.ports import free_port
@@ -67,7 +68,9 @@ def test_a_model_that_fails_at_its_first_forward_stops_the_start(spread_disrm_pa
     from rlrm.config.reward import RewardServerConfig
     from rlrm.launch.fleet.server_fleet import ServerFleet
 
-    cfg = RewardServerConfig(backend="vllm", model=str(spread_disrm_path), router="client", start_timeout_s=600)
+    cfg = RewardServerConfig(
+        backend="vllm", model=str(spread_disrm_path), router="client", start_timeout_s=600, extra_args=EAGER
+    )
     fleet = ServerFleet(cfg.fleet_spec(), role="disrm", model_path=str(spread_disrm_path))
     with pytest.raises(ServerStartError) as err:
         asyncio.run(fleet.start())

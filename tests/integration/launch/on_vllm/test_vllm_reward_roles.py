@@ -1,5 +1,6 @@
 """The reward roles on the real vLLM, launched by rlrm's fleet from profile keys alone (`pytest -m vllm`; CI runs
-them through .ci/run). One judge and one DisRM engine for the whole module (each takes 35-80 s to start).
+them through .ci/run). One judge for the whole module and the session's DisRM (conftest.py; each takes 20-80 s to
+start).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import random
 
 import httpx
 import pytest
-from vllm_fleets import LoopFleets, policy_sized_disrm  # tests/integration/launch/on_vllm/vllm_fleets.py
+from vllm_fleets import EAGER, LoopFleets, disrm_config  # tests/integration/launch/on_vllm/vllm_fleets.py
 
 from rlrm.config.reward import RewardServerConfig
 from rlrm.launch.fleet.health import check_servers
@@ -28,30 +29,15 @@ def fleets():
 def judge(fleets, tiny_policy_path):
     """A judge on vLLM from `reward.server.backend: vllm`, served under the profile's model name (`tiny:policy`:
     the chat contract does not need a trained judge; test_vllm_runs.py runs the trained one)."""
-    cfg = RewardServerConfig(backend="vllm", model="tiny:policy", router="client", start_timeout_s=600)
+    cfg = RewardServerConfig(
+        backend="vllm", model="tiny:policy", router="client", start_timeout_s=600, extra_args=EAGER
+    )
     return fleets.start(cfg, "genrm")
 
 
 @pytest.fixture(scope="module")
-def disrm_path(tmp_path_factory, tiny_policy_path):
-    return policy_sized_disrm(tmp_path_factory.mktemp("vllm-disrm"), tiny_policy_path)
-
-
-def _disrm_config(backend: str, path) -> RewardServerConfig:
-    # served under a name of its own: the requests carry it
-    return RewardServerConfig(
-        backend=backend, model=str(path), served_model_name="rm", router="client", start_timeout_s=600
-    )
-
-
-@pytest.fixture(scope="module")
-def disrm(fleets, disrm_path):
-    return fleets.start(_disrm_config("vllm", disrm_path), "disrm")
-
-
-@pytest.fixture(scope="module")
-def embedded_disrm(fleets, disrm_path):
-    return fleets.start(_disrm_config("embedded", disrm_path), "disrm")
+def embedded_disrm(fleets, vllm_disrm_path):
+    return fleets.start(disrm_config("embedded", vllm_disrm_path), "disrm")
 
 
 def test_judge_serves_chat_under_the_profiles_model_name(judge):
@@ -89,7 +75,7 @@ def test_many_concurrent_seeded_requests_with_long_prompts_all_succeed(judge):
     assert codes == [200] * 256 and judge.pool.servers[0].alive()
 
 
-def test_disrm_classify_matches_the_embedded_server(disrm, embedded_disrm):
+def test_disrm_classify_matches_the_embedded_server(vllm_disrm, embedded_disrm):
     rng = random.Random(0)
     inputs = [[rng.randrange(3, 400) for _ in range(rng.randrange(8, 60))] for _ in range(16)]
 
@@ -102,10 +88,10 @@ def test_disrm_classify_matches_the_embedded_server(disrm, embedded_disrm):
         assert out.status_code == 200, out.text
         return [d["probs"][0] for d in out.json()["data"]]
 
-    real, ours = scores(disrm), scores(embedded_disrm)
+    real, ours = scores(vllm_disrm), scores(embedded_disrm)
     assert len(real) == 16 and max(abs(a - b) for a, b in zip(real, ours)) < 1e-4
     assert max(real) - min(real) > 1e-3  # the inputs are told apart: not a constant
-    argv = disrm.pool.servers[0].argv
+    argv = vllm_disrm.pool.servers[0].argv
     assert argv[argv.index("--convert") + 1] == "classify"
 
 

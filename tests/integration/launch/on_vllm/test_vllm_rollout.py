@@ -4,7 +4,7 @@ One vLLM policy replica is launched for the session (`vllm_rollout` in conftest.
 a 35-130 s start on 2 cores; test_vllm_agent.py uses it first) and shared: weight reload (samples and version change), log-probs against the actor's fp32 recompute, a tiny-rule
 run that learns in one-step-off (through `rollout.server.addresses`) and, last, kill -9 of the replica mid-run
 (the supervisor restarts it and it loads the current weights before it serves). The sync tiny-rule run is the
-README's command as a user types it: rlrm launches its own replica.
+README's command as a user types it, eager (vllm_fleets.EAGER): rlrm launches its own replica.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 
 import pytest
 from typer.testing import CliRunner
+from vllm_fleets import EAGER_ROLLOUT_SERVER  # tests/integration/launch/on_vllm/vllm_fleets.py
 
 from rlrm.inference.base import SamplingParams
 
@@ -132,7 +133,7 @@ def test_tiny_rule_learns_with_rollout_on_vllm(vllm_rollout, tmp_path, mode):
     engine, _ = vllm_rollout
     running = [f"rollout.server.addresses=[{engine.fleet.replica_urls[0]}]"]
     running += [f"rollout.server.served_model_name={engine.wire.model_name}"]
-    launched = ["rollout.server.start_timeout_s=600"]  # 35-170 s to healthy on 2 busy cores
+    launched = ["rollout.server.start_timeout_s=600", EAGER_ROLLOUT_SERVER]  # 20-170 s to healthy on 2 busy cores
     rows = _train(tmp_path, mode, *(launched if mode == "sync" else running))
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]
     print(f"tiny-rule on vLLM, {mode}: held-out accuracy {before:.3f} -> {after:.3f}")

@@ -11,6 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
+# vLLM on the CPU compiles the model with torch.compile/inductor at start (17 of a 35-s start on a quiet 2-core
+# machine, 2026-11-27); --enforce-eager skips it. The session's policy replica (conftest.py) keeps vLLM's default,
+# compiled path, which rlrm launches for users; every other test replica here starts eager.
+EAGER = ["--enforce-eager"]
+EAGER_REWARD_SERVER = "reward.server.extra_args=--enforce-eager"  # as `--set` takes it
+EAGER_ROLLOUT_SERVER = "rollout.server.extra_args=--enforce-eager"
+
 
 class LoopFleets:
     """Runs ServerFleets on a background event loop (their supervisors need one that keeps running)."""
@@ -59,3 +66,12 @@ def policy_sized_disrm(folder, policy_path):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def disrm_config(backend: str, path, **keys):
+    """A DisRM's reward.server section: served under a name of its own ("rm"), which the requests carry."""
+    from rlrm.config.reward import RewardServerConfig
+
+    return RewardServerConfig(
+        backend=backend, model=str(path), served_model_name="rm", router="client", start_timeout_s=600, **keys
+    )
