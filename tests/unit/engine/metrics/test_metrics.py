@@ -148,7 +148,7 @@ def _rows_by_scan(calls: list[list[Span]]) -> list[list[int]]:
         for span in sorted(spans, key=lambda sp: (sp.lane, sp.start_s)):
             lane = ends.setdefault(span.lane, [])
             row = next((i for i, end in enumerate(lane) if end <= span.start_s), len(lane))
-            lane[row:row + 1] = [span.end_s]
+            lane[row : row + 1] = [span.end_s]
             rows.append((span.name, row))
         out.append(sorted(rows))
     return out
@@ -176,6 +176,9 @@ def test_trace_rows_are_the_first_free_row_across_steps_and_ties(tmp_path):
     names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
     row_of = {e["name"]: names[e["tid"]] for e in events if e["ph"] == "X"}
     expected = _rows_by_scan(calls)
-    got = [sorted((n, 0 if row_of[n] == "generate" else int(row_of[n].split("#")[1])) for n, _ in rows) for rows in expected]
+    got = [
+        sorted((n, 0 if row_of[n] == "generate" else int(row_of[n].split("#")[1])) for n, _ in rows)
+        for rows in expected
+    ]
     assert got == expected
     assert max(r for rows in expected for _, r in rows) >= 5  # the test packs real concurrency
