@@ -38,9 +38,9 @@ def token_level_rewards(batch: RolloutBatch, results: list) -> torch.Tensor:
     turn_end = batch.turn_end.cpu() if batch.turn_end is not None else torch.zeros_like(columns)  # [B, R]
     given = [list(r.extra.get(TURN_SCORES_KEY, ())) for r in results]
     turns = max([int(turn_end.max())] + [len(g) for g in given])
-    table = torch.zeros((rows, turns + 1), dtype=torch.float32)  # column k + 1: turn k's reward; column 0 stays 0
-    for i, values in enumerate(given):
-        table[i, 1 : len(values) + 1] = torch.tensor(values, dtype=torch.float32)
+    # column k + 1: turn k's reward; column 0 stays 0. One tensor from one list (a tensor per row: ~1 ms a 256-row step)
+    table = torch.tensor([[0.0, *values] + [0.0] * (turns - len(values)) for values in given], dtype=torch.float32)
+    table = table.view(rows, turns + 1)  # [B, turns + 1], also when B is 0
     out = table.gather(1, turn_end)  # [B, R]: each turn's reward at its last token, 0 elsewhere
     placed = torch.zeros_like(table).scatter_(1, turn_end, 1.0)
     unplaced = (table * (1.0 - placed)).sum(-1)  # turns that generated no token

@@ -117,23 +117,38 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
     rows = len(completions)
     width_p = max(len(c.prompt_ids) for c in completions)
     width_r = max(max(len(c.token_ids) for c in completions), 1)  # keep R >= 1 so shapes stay 2-D
-    input_ids = torch.full((rows, width_p + width_r), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((rows, width_p + width_r), dtype=torch.long)
-    response_mask = torch.zeros((rows, width_r), dtype=torch.float32)
-    rollout_lp = torch.zeros((rows, width_r), dtype=torch.float32)
-    turn_end = torch.zeros((rows, width_r), dtype=torch.long)
+    # One tensor made from one flat list per field: a tensor per row and a slice assignment per row cost ~8 ms a
+    # tiny-rule step (256 rows), the flat lists ~1 ms.
+    ids: list[int] = []
+    log_probs: list[float] = []
+    ends: tuple[list[int], list[int], list[int]] = ([], [], [])  # row, position, turn + 1
     for i, c in enumerate(completions):
         p, r = len(c.prompt_ids), len(c.token_ids)
-        input_ids[i, width_p - p : width_p] = torch.tensor(c.prompt_ids, dtype=torch.long)
-        attention[i, width_p - p : width_p] = 1
-        if r:
-            input_ids[i, width_p : width_p + r] = torch.tensor(c.token_ids, dtype=torch.long)
-            attention[i, width_p : width_p + r] = 1
-            response_mask[i, :r] = 1.0 if c.loss_mask is None else torch.tensor(c.loss_mask, dtype=torch.float32)
-            rollout_lp[i, :r] = torch.tensor(c.log_probs, dtype=torch.float32)
-        for k, position in enumerate(turn_ends(c)):
-            if position is not None:
-                turn_end[i, position] = k + 1
+        ids += [pad_token_id] * (width_p - p)
+        ids += c.prompt_ids
+        ids += c.token_ids
+        ids += [pad_token_id] * (width_r - r)
+        log_probs += c.log_probs
+        log_probs += [0.0] * (width_r - r)
+        placed = {position: k + 1 for k, position in enumerate(turn_ends(c)) if position is not None}
+        for position, turn in placed.items():
+            ends[0].append(i)
+            ends[1].append(position)
+            ends[2].append(turn)
+    input_ids = torch.tensor(ids, dtype=torch.long).view(rows, width_p + width_r)
+    rollout_lp = torch.tensor(log_probs, dtype=torch.float32).view(rows, width_r)
+    prompt_len = torch.tensor([len(c.prompt_ids) for c in completions])  # [B]
+    response_len = torch.tensor([len(c.token_ids) for c in completions])  # [B]
+    columns = torch.arange(width_p + width_r)  # [P + R]
+    attention = (columns >= width_p - prompt_len[:, None]) & (columns < width_p + response_len[:, None])
+    attention = attention.long()  # [B, P + R]: 1 from the prompt's first token to the response's last
+    response_mask = (columns[:width_r] < response_len[:, None]).float()  # [B, R]
+    for i, c in enumerate(completions):
+        if c.loss_mask is not None and c.token_ids:  # tool observations: attended to, never trained on
+            response_mask[i, : len(c.token_ids)] = torch.tensor(c.loss_mask, dtype=torch.float32)
+    turn_end = torch.zeros((rows, width_r), dtype=torch.long)
+    if ends[0]:
+        turn_end[ends[0], ends[1]] = torch.tensor(ends[2], dtype=torch.long)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     return RolloutBatch(
         input_ids=input_ids,

@@ -11,6 +11,7 @@ rewritten whole, atomically, in the JSON Object Format (`{"traceEvents": [...]}`
 
 from __future__ import annotations
 
+import heapq
 import json
 from pathlib import Path
 
@@ -36,13 +37,22 @@ class _RowPacker:
         events, first_new = [], len(self.names)
         for lane in order:
             rows = self._rows.setdefault(lane, [])
+            # Each span takes the lowest row whose last span ended by its start. Spans go by start, so a row
+            # once free stays free for the rest of this call: heaps of busy (end, row) and free rows find it in
+            # O(log rows), where scanning the rows cost O(rows) a span (256 concurrent requests: ~3 ms a step).
+            busy = [(end, row) for row, (_, end) in enumerate(rows)]
+            heapq.heapify(busy)
+            free: list[int] = []
             for span in sorted(by_lane[lane], key=lambda sp: sp.start_s):
-                row = next((i for i, (_, end) in enumerate(rows) if end <= span.start_s), len(rows))
+                while busy and busy[0][0] <= span.start_s:
+                    heapq.heappush(free, heapq.heappop(busy)[1])
+                row = heapq.heappop(free) if free else len(rows)
                 if row == len(rows):
                     rows.append((len(self.names), span.end_s))
                     self.names.append(lane if row == 0 else f"{lane} #{row}")
                 tid = rows[row][0]
                 rows[row] = (tid, span.end_s)
+                heapq.heappush(busy, (span.end_s, row))
                 event = {
                     "name": span.name,
                     "cat": span.lane,

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -36,6 +37,18 @@ from rlrm.errors import RlrmError
 from rlrm.stats import quantile
 
 HUNG_KEPT = 1000  # hung-attempt records held between two take_hung() calls (the oldest go first)
+
+
+async def within(coro, timeout_s: float):
+    """`await coro`, raising asyncio.TimeoutError (and cancelling it) when it takes over `timeout_s`.
+
+    From Python 3.11 the coroutine runs in the calling task under `asyncio.timeout`: `asyncio.wait_for` wraps it
+    in a task of its own, one more task a sample (~1.5 ms of a 256-sample tiny-rule step's scoring).
+    """
+    if sys.version_info < (3, 11):
+        return await asyncio.wait_for(coro, timeout_s)
+    async with asyncio.timeout(timeout_s):
+        return await coro
 
 
 class RewardError(RlrmError):
@@ -226,7 +239,7 @@ class RewardLoop:
             started = time.perf_counter()
             try:
                 with ledger_scope() as ledger:  # outlives an attempt its timeout cuts off
-                    raw = await asyncio.wait_for(self.fn(sample), cfg.attempt_timeout_s)
+                    raw = await within(self.fn(sample), cfg.attempt_timeout_s)
                 counted = True
                 result = self._check(raw, sample)
                 self._count_tokens(result.extra)

@@ -65,6 +65,25 @@ def test_collate_pads_left_and_right():
     assert b.advantages is None and b.old_log_prob is None
 
 
+def test_collate_masks_turn_ends_and_empty_responses():
+    # row 0: an agent trajectory of 5 tokens (assistant 2, tool 2, assistant 1), its observation masked out;
+    # row 1: no response at all; row 2: one plain response. P = 2, R = 5.
+    agent = Completion(
+        [3, 4], [10, 11, 90, 91, 12], [-0.25, -0.5, 0.0, 0.0, -0.125], "stop", loss_mask=[1, 1, 0, 0, 1],
+        meta={"agent": {"turns": [{"role": "assistant", "tokens": 2}, {"role": "tool", "tokens": 2},
+                                  {"role": "assistant", "tokens": 1}]}},
+    )  # fmt: skip
+    b = collate([agent, Completion([5], [], [], "length"), Completion([6, 7], [13, 14], [-2.0, -0.75], "stop")], 0)
+    assert b.input_ids.tolist() == [[3, 4, 10, 11, 90, 91, 12], [0, 5, 0, 0, 0, 0, 0], [6, 7, 13, 14, 0, 0, 0]]
+    assert b.attention_mask.tolist() == [[1] * 7, [0, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0]]
+    assert b.response_mask.tolist() == [[1, 1, 0, 0, 1], [0] * 5, [1, 1, 0, 0, 0]]
+    assert b.rollout_log_prob.tolist() == [[-0.25, -0.5, 0.0, 0.0, -0.125], [0.0] * 5, [-2.0, -0.75, 0.0, 0.0, 0.0]]
+    # turn k's last generated token holds k + 1: positions 1 and 4 of the trajectory, 1 of the plain response
+    assert b.turn_end.tolist() == [[0, 1, 0, 0, 2], [0] * 5, [0, 1, 0, 0, 0]]
+    assert (b.input_ids.dtype, b.attention_mask.dtype, b.turn_end.dtype) == (torch.long,) * 3
+    assert (b.response_mask.dtype, b.rollout_log_prob.dtype) == (torch.float32,) * 2
+
+
 def test_select_takes_rows_of_every_tensor():
     b = collate(completions(), pad_token_id=0)
     b.advantages = torch.tensor([1.0, 2.0, 3.0, 4.0])

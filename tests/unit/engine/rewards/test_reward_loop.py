@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 
 import pytest
 
@@ -12,7 +13,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.errors import UnparsedVerdict
 from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
-from rlrm.engine.rewards.loop import RewardError, RewardLoop
+from rlrm.engine.rewards.loop import RewardError, RewardLoop, within
 
 
 def sample(i=0, uid="p0"):
@@ -73,6 +74,35 @@ def test_timeouts_are_counted_and_retried():
     assert run(loop.score(sample())) is None
     m = loop.take_metrics()
     assert m["reward/timeouts"] == 2 and m["reward/retries"] == 1 and m["reward/failures"] == 1
+
+
+def test_an_attempt_runs_in_the_scoring_task_and_is_cancelled_at_its_deadline():
+    # `within` bounds an attempt without a task of its own (one task a sample fewer than asyncio.wait_for), and
+    # still stops one that overruns: the function sees the cancellation, the caller a TimeoutError.
+    seen = {}
+
+    async def quick():
+        seen["task"] = asyncio.current_task()
+        return 2.5
+
+    async def slow():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen["cancelled"] = True
+            raise
+
+    async def main():
+        assert await within(quick(), 1.0) == 2.5
+        if sys.version_info >= (3, 11):  # 3.10 has no asyncio.timeout: wait_for's task there
+            assert seen["task"] is asyncio.current_task()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(asyncio.TimeoutError):
+            await within(slow(), 0.05)
+        return asyncio.get_running_loop().time() - started
+
+    waited = run(main())
+    assert seen["cancelled"] and 0.05 <= waited < 5
 
 
 def test_each_attempt_given_up_is_kept_with_its_sample_function_and_how_long():
