@@ -14,9 +14,10 @@ prints, per step, from samples.jsonl and metrics.jsonl:
 and the run's totals. Hits and misses count samples; judge calls count requests. A GenRM judge gets one request
 per judged sample, a rubric one per criterion: K per judged sample (K read from the run's config.yaml), so a
 rubric's hit saves K calls. With --compare, runs with the cache on and off alternated (on, off, on, off ...;
-same seed) and, per side, the mean and median step time (steps 2 on), the judge calls, the hit rate (the run's,
-and the lowest and highest of a step), and the median of the pair ratios (on / off step time); and whether the
-two sides gave the same score (and the same reward components, for a rubric) to the same (prompt, response).
+same seed) and, per side, the mean and median step time and the mean reward phase (timing_s/reward; steps 2
+on), the judge calls, the hit rate (the run's, and the lowest and highest of a step), and the median of the pair
+ratios (on / off step time); and whether the two sides gave the same score (and the same reward components,
+for a rubric) to the same (prompt, response).
 
 With --hosted-rpm RPM the judge is the test suite's stand-in for a hosted, rate-limited OpenAI-compatible API
 (tests/fixtures/standin_openai_api.py, a real HTTP server on loopback, not a provider; 429 + Retry-After over
@@ -115,6 +116,7 @@ def per_step(run_dir: Path) -> list[dict]:
                 "rate_limited": r.get("reward/rate_limited", 0),
                 "failures": r.get("reward/failures", 0),
                 "step_s": r["timing_s/step"],
+                "reward_s": r.get("timing_s/reward", 0.0),
             }
         )
         seen |= distinct
@@ -166,6 +168,7 @@ def summarise(run_dir: Path, counted: dict) -> dict:
         **counted,
         "mean_s": statistics.mean(times),
         "median_s": statistics.median(times),
+        "reward_mean_s": statistics.mean(r["reward_s"] for r in steps[1:]),
         "judge_calls": sum(r["judge_calls"] for r in steps),
         "saved_calls": sum(r["saved_calls"] for r in steps),
         "rate_limited": sum(r["rate_limited"] for r in steps),
