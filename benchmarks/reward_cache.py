@@ -1,18 +1,23 @@
-"""How often a GenRM run asks its judge the same question, and what the reward cache saves.
+"""How often a GenRM or rubric run asks its judge the same question, and what the reward cache saves.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 10
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 10 --compare --pairs 2
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --steps 40 --compare --pairs 2 --hosted-rpm 3000
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/reward_cache.py --profile tiny-rubric --steps 40 --compare --pairs 2
 
-Runs `rlrm train --profile tiny-genrm` (subprocesses; samples.jsonl on, no validation or checkpoints) with the
-reward cache on (the profile's default: reward.cache.enabled=auto) and prints, per step, from samples.jsonl
-and metrics.jsonl:
+Runs `rlrm train --profile PROFILE` (tiny-genrm unless --profile says otherwise; subprocesses; samples.jsonl on,
+no validation or checkpoints) with the reward cache on (the profiles' default: reward.cache.enabled=auto) and
+prints, per step, from samples.jsonl and metrics.jsonl:
 - samples, distinct (prompt, response) pairs among them, and pairs already judged at an earlier step;
 - reward/cache_hits and misses (hit rate), the judge calls really made (reward/model_calls) and the calls
   saved (reward/cache_saved_model_calls): a repeat inside a step waits for the first of its kind;
-and the run's totals. With --compare, runs with the cache on and off alternated (on, off, on, off ...; same
-seed) and, per side, the mean and median step time (steps 2 on), the judge calls, and the median of the pair
-ratios (on / off step time); and whether the two sides gave the same score to the same (prompt, response).
+and the run's totals. Hits and misses count samples; judge calls count requests. A GenRM judge gets one request
+per judged sample, a rubric one per criterion: K per judged sample (K read from the run's config.yaml), so a
+rubric's hit saves K calls. With --compare, runs with the cache on and off alternated (on, off, on, off ...;
+same seed) and, per side, the mean and median step time and the mean reward phase (timing_s/reward; steps 2
+on), the judge calls, the hit rate (the run's, and the lowest and highest of a step), and the median of the pair
+ratios (on / off step time); and whether the two sides gave the same score (and the same reward components,
+for a rubric) to the same (prompt, response).
 
 With --hosted-rpm RPM the judge is the test suite's stand-in for a hosted, rate-limited OpenAI-compatible API
 (tests/fixtures/standin_openai_api.py, a real HTTP server on loopback, not a provider; 429 + Retry-After over
@@ -34,12 +39,16 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 STANDIN_KEY = "standin-key-for-the-benchmark"  # the stand-in's own key: given through the environment only
 
 
-def train(run_dir: Path, steps: int, seed: int, cache: bool, overrides: list[str], env: dict | None = None) -> None:
-    cmd = [sys.executable, "-m", "rlrm.cli", "train", "--profile", "tiny-genrm", "--steps", str(steps)]
+def train(
+    run_dir: Path, profile: str, steps: int, seed: int, cache: bool, overrides: list[str], env: dict | None = None
+) -> None:
+    cmd = [sys.executable, "-m", "rlrm.cli", "train", "--profile", profile, "--steps", str(steps)]
     cmd += ["--out", str(run_dir), "--console", "none", "--seed", str(seed)]
     sets = ["trainer.save_every=0", "trainer.val_every=0", "trainer.val_before_train=false"]
     sets += ["logging.save_samples=true", f"reward.cache.enabled={'auto' if cache else 'false'}", *overrides]
@@ -49,7 +58,7 @@ def train(run_dir: Path, steps: int, seed: int, cache: bool, overrides: list[str
 
 
 def hosted_sets(api, rpm: float) -> list[str]:
-    """The profile keys that point tiny-genrm's judge at the stand-in API, as a user points it at a provider."""
+    """The profile keys that point the profile's judge at the stand-in API, as a user points it at a provider."""
     return [
         f"reward.server.addresses=[{api.base_url}]",
         f"reward.server.model={api.model}",
@@ -61,19 +70,26 @@ def hosted_sets(api, rpm: float) -> list[str]:
 def timed_run(run_dir: Path, args, cache: bool) -> dict:
     """One run; with --hosted-rpm against a fresh stand-in, whose accepted and throttled requests are counted."""
     if args.hosted_rpm is None:
-        train(run_dir, args.steps, args.seed, cache, args.overrides)
+        train(run_dir, args.profile, args.steps, args.seed, cache, args.overrides)
         return {"accepted": None, "throttled": None}
     sys.path.insert(0, str(REPO / "tests" / "fixtures"))
     from standin_openai_api import StandinOpenAIAPI
 
     env = {**os.environ, "STANDIN_KEY": STANDIN_KEY, "PYTHONPATH": str(REPO)}
     with StandinOpenAIAPI(STANDIN_KEY, rpm=args.hosted_rpm) as api:
-        train(run_dir, args.steps, args.seed, cache, [*hosted_sets(api, args.hosted_rpm), *args.overrides], env)
+        sets = [*hosted_sets(api, args.hosted_rpm), *args.overrides]
+        train(run_dir, args.profile, args.steps, args.seed, cache, sets, env)
         return {"accepted": len(api.accepted), "throttled": len(api.throttled)}
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def calls_per_judgement(run_dir: Path) -> int:
+    """K: the judge requests one judged sample costs (a rubric's criteria; 1 for any other reward)."""
+    reward = yaml.safe_load((run_dir / "config.yaml").read_text())["reward"]
+    return len(reward["rubric"]["criteria"]) if reward["kind"] == "rubric" else 1
 
 
 def per_step(run_dir: Path) -> list[dict]:
@@ -98,39 +114,49 @@ def per_step(run_dir: Path) -> list[dict]:
                 "judge_calls": r.get("reward/model_calls", 0),
                 "saved_calls": r.get("reward/cache_saved_model_calls", 0),
                 "rate_limited": r.get("reward/rate_limited", 0),
+                "failures": r.get("reward/failures", 0),
                 "step_s": r["timing_s/step"],
+                "reward_s": r.get("timing_s/reward", 0.0),
             }
         )
         seen |= distinct
     return out
 
 
-def scored(run_dir: Path) -> dict[tuple, float]:
-    """(step, uid, index) -> (prompt, response, reference, score) of every sample the run trained on."""
+def scored(run_dir: Path) -> dict[tuple, tuple]:
+    """(step, uid, index) -> (prompt, response, reference, (score, components)) of every sample the run trained on."""
     return {
         (s["step"], s["uid"], s["index"]): (
             json.dumps(s["prompt"], sort_keys=True),
             s["response"],
             s["ground_truth"],
-            s["score"],
+            (s["score"], json.dumps(s["reward_extra_info"].get("reward_components"), sort_keys=True)),
         )
         for s in read_jsonl(run_dir / "samples.jsonl")
     }
 
 
-def print_table(rows: list[dict]) -> None:
-    print("step  samples  distinct  seen-before  hits  misses  hit-rate  judge-calls  saved")
+def hit_rate(row: dict) -> float:
+    return row["hits"] / max(1, row["hits"] + row["misses"])
+
+
+def print_table(rows: list[dict], k: int) -> None:
+    print(
+        f"hits, misses: samples (a miss is judged); judge-calls, saved: requests to the judge, {k} per judged sample"
+        + (" (one per rubric criterion)" if k > 1 else "")
+    )
+    print("step  samples  distinct  seen-before  hits  misses  hit-rate  judge-calls  saved  failures")
     for r in rows:
-        rate = r["hits"] / max(1, r["hits"] + r["misses"])
         print(
             f"{r['step']:>4}  {r['samples']:>7}  {r['distinct']:>8}  {r['seen_before']:>11}  {r['hits']:>4}  "
-            f"{r['misses']:>6}  {rate:>8.3f}  {r['judge_calls']:>11}  {r['saved_calls']:>5}"
+            f"{r['misses']:>6}  {hit_rate(r):>8.3f}  {r['judge_calls']:>11}  {r['saved_calls']:>5}  {r['failures']:>8}"
         )
     samples, hits = sum(r["samples"] for r in rows), sum(r["hits"] for r in rows)
     calls, saved = sum(r["judge_calls"] for r in rows), sum(r["saved_calls"] for r in rows)
     print(
         f"run: {samples} samples, {hits} from the cache (hit rate {hits / max(1, samples):.3f}); "
-        f"{calls} judge calls made, {saved} saved ({saved / max(1, calls + saved):.3f} of {calls + saved})"
+        f"{calls} judge calls made, {saved} saved ({saved / max(1, calls + saved):.3f} of {calls + saved}); "
+        f"per-step hit rate {min(map(hit_rate, rows)):.3f}-{max(map(hit_rate, rows)):.3f}"
     )
 
 
@@ -142,9 +168,14 @@ def summarise(run_dir: Path, counted: dict) -> dict:
         **counted,
         "mean_s": statistics.mean(times),
         "median_s": statistics.median(times),
+        "reward_mean_s": statistics.mean(r["reward_s"] for r in steps[1:]),
         "judge_calls": sum(r["judge_calls"] for r in steps),
+        "saved_calls": sum(r["saved_calls"] for r in steps),
         "rate_limited": sum(r["rate_limited"] for r in steps),
+        "failures": sum(r["failures"] for r in steps),
         "hit_rate": sum(r["hits"] for r in steps) / max(1, samples),
+        "step_hit_rate_min": min(map(hit_rate, steps)),
+        "step_hit_rate_max": max(map(hit_rate, steps)),
     }
 
 
@@ -161,7 +192,7 @@ def consistency(runs: list[Path]) -> str:
     total = sum(len(side) for side in sides[1:])
     return (
         f"{same} of {total} samples in runs 2-{len(runs)} identical to run 1's at the same (step, uid, index); "
-        f"{len(verdicts)} distinct (prompt, response, reference) over all runs, {split} scored differently by two runs"
+        f"{len(verdicts)} distinct (prompt, response, reference) over all runs, {split} given a different score or reward components by two runs"
     )
 
 
@@ -175,12 +206,13 @@ def compare(args, tmp: Path) -> None:
         results[which].append(summarise(out, counted))
         runs.append(out)
         if i == 0:
-            print_table(per_step(out))
+            print_table(per_step(out), calls_per_judgement(out))
         print(f"run {i + 1} (cache {which}): {json.dumps(results[which][-1])}", flush=True)
     print(
-        "| cache | mean step s | median step s | judge calls (reward/model_calls) | stand-in accepted | 429s (stand-in / rlrm) | hit rate |"
+        "| cache | mean step s | median step s | judge calls (reward/model_calls) | saved | stand-in accepted "
+        "| 429s (stand-in / rlrm) | hit rate (steps min-max) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for which in ("on", "off"):
         rows = results[which]
 
@@ -190,18 +222,23 @@ def compare(args, tmp: Path) -> None:
         print(
             f"| {which} | {statistics.mean(r['mean_s'] for r in rows):.3f} ({each('mean_s', '.3f')}) | "
             f"{statistics.median(r['median_s'] for r in rows):.3f} ({each('median_s', '.3f')}) | "
-            f"{each('judge_calls', 'd')} | {each('accepted', 'd')} | {each('throttled', 'd')} / {each('rate_limited', 'd')} | {each('hit_rate', '.3f')} |"
+            f"{each('judge_calls', 'd')} | {each('saved_calls', 'd')} | {each('accepted', 'd')} | "
+            f"{each('throttled', 'd')} / {each('rate_limited', 'd')} | {each('hit_rate', '.3f')} "
+            f"({each('step_hit_rate_min', '.3f')} - {each('step_hit_rate_max', '.3f')}) |"
         )
     ratios = [on["mean_s"] / off["mean_s"] for on, off in zip(results["on"], results["off"])]
+    medians = [on["median_s"] / off["median_s"] for on, off in zip(results["on"], results["off"])]
     print(
         f"on/off mean step time per pair: {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}"
-        f" (steps 2-{args.steps})"
+        f" (steps 2-{args.steps}); on/off median step time per pair: {', '.join(f'{r:.3f}' for r in medians)}; "
+        f"median {statistics.median(medians):.3f}"
     )
     print(consistency(runs))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="tiny-genrm", help="a profile whose reward calls a judge (genrm, rubric)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compare", action="store_true", help="time alternated runs with the cache on and off")
@@ -217,7 +254,7 @@ def main() -> None:
             return
         run = Path(tmp) / "cached"
         counted = timed_run(run, args, True)
-        print_table(per_step(run))
+        print_table(per_step(run), calls_per_judgement(run))
         if args.hosted_rpm is not None:
             print(f"stand-in: {counted['accepted']} requests accepted, {counted['throttled']} answered 429")
 

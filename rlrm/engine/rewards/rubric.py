@@ -8,8 +8,9 @@
 Each criterion's prompt is the rubric's prefix (question, response, reference) filled in for the sample, then
 the criterion's question: the K prompts of one sample differ only in their last part, so an engine with a
 prefix cache (vLLM, SGLang) reads the sample once. The K requests go out together. A criterion whose verdict
-the parser cannot read fails the whole sample (UnparsedVerdict, naming the criterion): the loop retries it
-and then applies reward.on_failure, as for any judge; a sample is never scored with a criterion missing.
+the parser cannot read fails the whole sample (UnparsedVerdict, naming the criterion; not retryable, as for any
+judge: its K calls are counted) and the loop applies reward.on_failure; a sample is never scored with a
+criterion missing.
 """
 
 from __future__ import annotations
