@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_trainer import SMALL  # noqa: E402
+from small_run import SMALL_RUN
 
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
@@ -22,13 +22,11 @@ ITEMS = 2 * 6  # reward.guard.canaries=2 problems x (1 reference + 5 attacks)
 def _profile(steps: int, on_canary: str, extra=()):
     return load_profile(
         "tiny-fapo",
-        SMALL
-        + [
+        [
+            *SMALL_RUN,
             "reward.server.model=tiny:judge",
             f"reward.custom.path={FOOLED}",
             f"trainer.total_steps={steps}",
-            "trainer.val_every=0",
-            "trainer.val_before_train=false",
             f"reward.guard.on_canary={on_canary}",
             "reward.guard.canaries=2",
             "reward.guard.canary_every=1",
@@ -59,7 +57,7 @@ def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_pat
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["guard/canary_flips"] >= 2 for r in rows[:2])  # before step 1, and after step 1
     assert "guard/canary_flips" not in rows[2]  # no check after the last step: no update follows it
-    samples = 4 * 4  # data.train_batch_size x rollout.n
+    samples = 4 * 2  # data.train_batch_size x rollout.n (SMALL_RUN)
     for row in rows[1:]:
         assert row["batch/num_samples"] == samples and row["reward/samples"] == samples
         assert row["reward/model_calls"] <= samples  # one call a sample at most: the canaries' 10 are not in it
@@ -82,13 +80,11 @@ def test_a_judge_that_goes_wrong_mid_run_is_stopped_after_that_step_with_the_rea
     from typer.testing import CliRunner
 
     sets = [
-        *SMALL,
+        *SMALL_RUN,
         "reward.server.model=tiny:judge",
         f"reward.custom.path={FOOLED}",
         "reward.custom.name=compute_score_fooled_later",
         "trainer.mode=one-step-off",
-        "trainer.val_every=0",
-        "trainer.val_before_train=false",
         "reward.guard.on_canary=stop",
         "reward.guard.canary_every=1",
     ]
