@@ -6,12 +6,12 @@ import json
 
 import pytest
 import yaml
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
-from small_run import SMALL_RUN
 
 # The shared small run, plus what this file checks: two optimizer steps a step (mini-batches of 2 prompts), a
 # validation every 2 steps on 4 held-out prompts, a checkpoint every step.
