@@ -20,6 +20,7 @@ from rlrm.errors import ConfigError
 from rlrm.launch.fleet.process import ServerStartError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from small_run import SMALL_RUN  # noqa: E402
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-headers-0123"
@@ -106,12 +107,8 @@ def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path, cap
         profile = load_profile(
             "tiny-rule",
             [
+                *SMALL_RUN,
                 "trainer.total_steps=1",
-                "trainer.val_every=0",
-                "trainer.save_every=0",
-                "data.train_batch_size=4",
-                "actor.mini_batch_size=4",
-                "rollout.n=2",
                 "logging.save_samples=true",
                 "reward.kind=genrm",
                 f"reward.server.model={api.model}",

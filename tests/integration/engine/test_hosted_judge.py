@@ -19,6 +19,7 @@ from rlrm.engine.rewards.base import RewardSample
 from rlrm.launch.fleet.process import ServerStartError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from small_run import SMALL_RUN  # noqa: E402
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-0123456789"
@@ -132,13 +133,10 @@ def test_the_run_summary_says_what_the_judge_cost(tmp_path, tiny_policy_path):
 
     with StandinOpenAIAPI(KEY, rpm=6000) as api:
         sets = [
+            *SMALL_RUN,
             "trainer.total_steps=2",
-            "trainer.val_every=0",
-            "trainer.save_every=0",
             "data.train_batch_size=2",
             "actor.mini_batch_size=2",
-            "rollout.n=2",
-            "logging.console=none",
             "reward.kind=genrm",
             f"reward.server.model={api.model}",
             f"reward.server.addresses={api.base_url}",
