@@ -68,17 +68,6 @@ def test_headers_reach_every_request_readiness_check_included():
     assert [r.score for r in results] == [1.0, 0.0] * 3 and metrics["reward/failures"] == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
-def test_ray_workers_send_the_headers_too():
-    # the driver reads the variables and hands the values to its Ray workers: a remote node may not have them
-    with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
-        cfg = config(api, headers_env={"OpenAI-Organization": "STANDIN_ORG"})
-        cfg = cfg.model_copy(update={"executor": "ray", "num_workers": 2})
-        results, _ = score(cfg, samples(4))
-        assert api.missing_headers == [] and len(api.accepted) == 1 + 4
-    assert [r.score for r in results] == [1.0, 0.0] * 2
-
-
 def test_without_the_header_the_api_refuses_at_the_readiness_check():
     # the stand-in does enforce the header: without headers_env the start fails at once, on GET /v1/models
     with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
