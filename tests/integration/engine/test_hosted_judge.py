@@ -180,7 +180,7 @@ def test_a_wrong_key_fails_at_once_with_one_line(monkeypatch):
     ],
 )
 def test_odd_429s_are_still_waited_out_and_counted(standin, said, capfd):
-    with StandinOpenAIAPI(KEY, rpm=300, burst=2, **standin) as api:
+    with StandinOpenAIAPI(KEY, rpm=600, burst=2, **standin) as api:  # 8 samples, 4 at a time: some refused
         cfg = config(api, limits={"max_retry_after_s": 0.3}, backoff_s=0.05, backoff_max_s=0.3)
         results, metrics = score(cfg, samples(8))
         throttled = len(api.throttled)
