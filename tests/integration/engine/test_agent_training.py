@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from small_run import SMALL_RUN
 
 import rlrm.engine.actor.batch as batch_module
 from rlrm.config.loader import load_profile
@@ -14,16 +15,11 @@ from rlrm.inference.hf import HFRolloutEngine
 from tests.unit.engine.agent.test_agent_trajectories import CALL, force_first_turn
 
 SMALL = [
+    *SMALL_RUN,
     "data.train_batch_size=2",
     "actor.mini_batch_size=2",
-    "actor.micro_batch_size=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=48",
-    "data.val_size=2",
-    "trainer.val_before_train=false",
+    "rollout.max_new_tokens=48",  # a tool call, its observation and an answer after it
     "trainer.total_steps=1",
-    "trainer.num_threads=1",
-    "logging.console=none",
     "rollout.agent.enabled=true",
     "rollout.agent.max_turns=2",
 ]

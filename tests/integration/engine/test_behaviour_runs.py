@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "actor.micro_batch_size=8",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "trainer.val_every=0",
-    "trainer.val_before_train=false",
-    "trainer.save_every=0",
-    "trainer.num_threads=1",
-    "logging.console=none",
-    "trainer.total_steps=1",
-]
+SMALL = [*SMALL_RUN, "trainer.total_steps=1"]
 
 
 @pytest.mark.parametrize(("setting", "recomputed"), [("auto", False), ("always", True), ("auto-2-epochs", True)])

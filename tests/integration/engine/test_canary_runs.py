@@ -1,5 +1,5 @@
-"""Canaries in real runs: a custom reward that asks the tiny judge (served by rlrm, through the address it hands the
-function) but rewards a lone ":" on purpose; the canaries catch it before the first update and, with
+"""Canaries in real runs: a custom reward that asks the tiny judge (one server for the module, given to each run in
+reward.server.addresses; the function reaches it through the address rlrm hands it) but rewards a lone ":" on purpose; the canaries catch it before the first update and, with
 reward.guard.on_canary=stop, end the run with the reason. Their judge calls are counted apart from the run's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_trainer import SMALL  # noqa: E402
+from small_run import SMALL_RUN
 
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
@@ -19,16 +19,27 @@ FOOLED = Path(__file__).resolve().parents[2] / "fixtures" / "colon_fooled_judge.
 ITEMS = 2 * 6  # reward.guard.canaries=2 problems x (1 reference + 5 attacks)
 
 
-def _profile(steps: int, on_canary: str, extra=()):
+@pytest.fixture(scope="module")
+def judge():
+    """The tiny judge served once for the module's runs: they only send it requests (their counts are the reward
+    loop's), so none needs a server of its own (rlrm launching the judge for a custom function: test_fapo_reward)."""
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+
+    path = resolve_model_path("tiny:judge")
+    with ServerProcess(embedded_server_argv(path, "genrm", free_port(), extra=["--threads", "1"])) as server:
+        yield ["reward.server.model=tiny:judge", f"reward.server.addresses={server.url}"]
+
+
+def _profile(judge, steps: int, on_canary: str, extra=()):
     return load_profile(
         "tiny-fapo",
-        SMALL
-        + [
-            "reward.server.model=tiny:judge",
+        [
+            *SMALL_RUN,
+            *judge,
             f"reward.custom.path={FOOLED}",
             f"trainer.total_steps={steps}",
-            "trainer.val_every=0",
-            "trainer.val_before_train=false",
             f"reward.guard.on_canary={on_canary}",
             "reward.guard.canaries=2",
             "reward.guard.canary_every=1",
@@ -38,8 +49,10 @@ def _profile(steps: int, on_canary: str, extra=()):
 
 
 @pytest.mark.parametrize("mode", ["sync", "fully-async"])
-def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(tmp_path, tiny_policy_path, mode):
-    run = start_run(_profile(3, "stop", [f"trainer.mode={mode}"]), tmp_path / "stopped")
+def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(
+    tmp_path, tiny_policy_path, judge, mode
+):
+    run = start_run(_profile(judge, 3, "stop", [f"trainer.mode={mode}"]), tmp_path / "stopped")
     result = train(run)
     assert result.last_step == 0 and not list_checkpoints(run)  # nothing was trained
     assert result.stopped.startswith("stopped at step 0, before the next update, by the reward canaries")
@@ -51,15 +64,15 @@ def test_a_judge_fooled_by_a_colon_is_stopped_by_the_canaries_before_any_update(
     assert row["guard/canary_failed"] == 0 and row["guard/canary_drift"] == 0.0  # the first check is the baseline
 
 
-def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_path, tiny_policy_path):
-    run = start_run(_profile(2, "warn"), tmp_path / "warned")
+def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_path, tiny_policy_path, judge):
+    run = start_run(_profile(judge, 2, "warn"), tmp_path / "warned")
     result = train(run)
     assert result.last_step == 2 and result.stopped is None  # warn: the run goes on
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["guard/canary_flips"] >= 2 for r in rows[:2])  # before step 1, and after step 1
     assert "guard/canary_flips" not in rows[2]  # no check after the last step: no update follows it
-    samples = 4 * 4  # data.train_batch_size x rollout.n
+    samples = 4 * 2  # data.train_batch_size x rollout.n (SMALL_RUN)
     for row in rows[1:]:
         assert row["batch/num_samples"] == samples and row["reward/samples"] == samples
         assert row["reward/model_calls"] <= samples  # one call a sample at most: the canaries' 10 are not in it
@@ -75,20 +88,18 @@ def test_warned_canaries_stay_out_of_the_batch_and_the_reward_statistics(tmp_pat
 
 
 def test_a_judge_that_goes_wrong_mid_run_is_stopped_after_that_step_with_the_reason_and_exit_1(
-    tmp_path, tiny_policy_path
+    tmp_path, tiny_policy_path, judge
 ):
     """One-step-off: the first check holds (the judge rejects ':' twice), the check after step 1 finds both colons
     rewarded, and `rlrm train` ends there, before step 2's update, exit code 1, the reason on its closing line."""
     from typer.testing import CliRunner
 
     sets = [
-        *SMALL,
-        "reward.server.model=tiny:judge",
+        *SMALL_RUN,
+        *judge,
         f"reward.custom.path={FOOLED}",
         "reward.custom.name=compute_score_fooled_later",
         "trainer.mode=one-step-off",
-        "trainer.val_every=0",
-        "trainer.val_before_train=false",
         "reward.guard.on_canary=stop",
         "reward.guard.canary_every=1",
     ]

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+from small_run import SMALL_RUN
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -15,18 +16,7 @@ from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import TrainingError
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=8",
-    "data.val_size=4",
-    "trainer.val_every=0",
-    "trainer.save_every=1",
-    "trainer.keep_checkpoints=10",
-    "trainer.num_threads=1",
-    "logging.console=none",
-]
+SMALL = [*SMALL_RUN, "trainer.save_every=1", "trainer.keep_checkpoints=10"]
 
 
 class _Payload:

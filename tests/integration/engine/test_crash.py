@@ -10,26 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from small_run import SMALL_RUN, as_set_args
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.report.timeline import read_trace
 
 REPO = Path(__file__).resolve().parents[3]
-TINY = [
-    "--set",
-    "data.train_batch_size=4",
-    "--set",
-    "actor.mini_batch_size=4",
-    "--set",
-    "rollout.n=2",
-    "--set",
-    "trainer.val_every=0",
-    "--set",
-    "trainer.num_threads=1",
-    "--set",
-    "trainer.save_every=2",
-]
+TINY = as_set_args(*SMALL_RUN, "trainer.save_every=2")  # --console plain below: it wins over logging.console
 
 
 def _train_until_step(run: Path, step: int, timeout_s: float = 300.0) -> list[str]:

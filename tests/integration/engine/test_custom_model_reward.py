@@ -6,7 +6,6 @@ run's rate limits. The servers here are a stand-in for a hosted OpenAI-compatibl
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -162,30 +161,6 @@ def test_a_functions_calls_wait_out_the_apis_429s_and_never_see_one(tmp_path):
     assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
     assert [r.score for r in results] == [1.0, 0.0] * 6
     assert all(c["status"] != 429 for r in results for c in r.extra["model_requests"])
-
-
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
-def test_in_ray_workers_a_functions_calls_are_counted_and_share_the_runs_limit(tmp_path):
-    # each Ray reward worker has its own forwarder; the rate limit is still the run's one budget
-    rpm = 300.0
-    path = tmp_path / "judge_some.py"
-    path.write_text(FUNCTION)
-    with StandinOpenAIAPI(KEY, rpm=rpm) as api:
-        cfg = RewardConfig.model_validate(
-            {
-                "kind": "custom",
-                "custom": {"path": str(path)},
-                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
-                "executor": "ray",
-                "num_workers": 2,
-                "limits": {"rpm": rpm},
-            }
-        )
-        results, metrics = run(cfg, 12)
-    assert not api.throttled and metrics["reward/rate_limited"] == 0
-    assert [r.score for r in results] == [1.0, 0.0] * 6 and metrics["reward/failures"] == 0
-    # per sample: GET /v1/models, /classify for samples 1 and 3 (404), the judge for the even ones
-    assert metrics["reward/model_calls"] == 12 + 2 + 6 and metrics["reward/model_not_found"] == 2
 
 
 SLOW_AFTER_CALLS = """

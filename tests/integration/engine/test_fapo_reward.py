@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_trainer import SMALL  # noqa: E402
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
@@ -28,11 +28,11 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rewards" / "fapo_j
 def test_fapo_calls_the_judge_only_for_rule_correct_samples(tmp_path, tiny_policy_path, judge):
     profile = load_profile(
         "tiny-fapo",
-        SMALL
-        + [
+        [
+            *SMALL_RUN,
+            "rollout.max_new_tokens=12",  # room for a whole answer: some are right, and judged
             f"reward.server.model={judge}",
             "trainer.total_steps=2",
-            "trainer.val_every=100",
             f"reward.custom.path={EXAMPLE}",
             "logging.save_samples=true",
         ],

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_trainer import SMALL
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
@@ -19,10 +19,9 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "rewards" / "compon
 def test_gdpo_trains_end_to_end_and_logs_every_component(tmp_path, tiny_policy_path):
     profile = load_profile(
         "tiny-rule",
-        SMALL
-        + [
+        [
+            *SMALL_RUN,
             "trainer.total_steps=2",
-            "trainer.val_every=100",
             "reward.kind=custom",
             f"reward.custom.path={EXAMPLE}",
             "reward.component_weights={correct: 1.0, format: 0.2}",

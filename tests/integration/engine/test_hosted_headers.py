@@ -20,6 +20,7 @@ from rlrm.errors import ConfigError
 from rlrm.launch.fleet.process import ServerStartError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+from small_run import SMALL_RUN  # noqa: E402
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-headers-0123"
@@ -67,17 +68,6 @@ def test_headers_reach_every_request_readiness_check_included():
     assert [r.score for r in results] == [1.0, 0.0] * 3 and metrics["reward/failures"] == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
-def test_ray_workers_send_the_headers_too():
-    # the driver reads the variables and hands the values to its Ray workers: a remote node may not have them
-    with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
-        cfg = config(api, headers_env={"OpenAI-Organization": "STANDIN_ORG"})
-        cfg = cfg.model_copy(update={"executor": "ray", "num_workers": 2})
-        results, _ = score(cfg, samples(4))
-        assert api.missing_headers == [] and len(api.accepted) == 1 + 4
-    assert [r.score for r in results] == [1.0, 0.0] * 2
-
-
 def test_without_the_header_the_api_refuses_at_the_readiness_check():
     # the stand-in does enforce the header: without headers_env the start fails at once, on GET /v1/models
     with StandinOpenAIAPI(KEY, rpm=6000, required_headers={"OpenAI-Organization": ORG}) as api:
@@ -106,12 +96,8 @@ def test_the_value_never_lands_in_the_run_folder(tmp_path, tiny_policy_path, cap
         profile = load_profile(
             "tiny-rule",
             [
+                *SMALL_RUN,
                 "trainer.total_steps=1",
-                "trainer.val_every=0",
-                "trainer.save_every=0",
-                "data.train_batch_size=4",
-                "actor.mini_batch_size=4",
-                "rollout.n=2",
                 "logging.save_samples=true",
                 "reward.kind=genrm",
                 f"reward.server.model={api.model}",

@@ -116,3 +116,73 @@ def test_a_lost_worker_hands_its_samples_to_the_next(two_node_cluster):
         assert all(r is not None and "reward_failed" not in r.extra for r in results)
     finally:
         workers.close()
+
+
+# Reward services with executor=ray against the stand-in hosted API (tests/fixtures), on this module's cluster: the
+# service uses the Ray it finds running (as on a user's cluster) and leaves it up; one Ray start serves them all. The
+# service that starts and stops a Ray of its own is tested in test_reward_service.py.
+
+
+def test_ray_workers_share_one_budget_not_one_each(two_node_cluster, monkeypatch):
+    # (from test_hosted_judge.py) three Ray reward workers, each scoring its own samples: one limiter actor holds the
+    # run's budget, so the API sees the limit, not three times it (a per-worker limiter would draw 429s here)
+    import test_hosted_judge as hosted
+    from standin_openai_api import StandinOpenAIAPI
+
+    monkeypatch.setenv("STANDIN_KEY", hosted.KEY)
+    rpm = 240.0
+    with StandinOpenAIAPI(hosted.KEY, rpm=rpm) as api:
+        cfg = hosted.config(api, executor="ray", num_workers=3, limits={"rpm": rpm})
+        results, metrics = hosted.score(cfg, hosted.samples(18))
+        times = [t for t, _ in api.accepted]
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(18)]
+    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0
+    # never over the limit; how close to it depends on how promptly starved worker processes wake (a request
+    # whose worker woke late takes a new slot rather than go out in a burst), so no floor is asserted here
+    assert rate <= rpm * 1.1, rate
+    assert metrics["reward/model_calls"] == 18
+
+
+def test_in_ray_workers_a_functions_calls_are_counted_and_share_the_runs_limit(two_node_cluster, tmp_path, monkeypatch):
+    # (from test_custom_model_reward.py) each Ray reward worker has its own forwarder; the rate limit is still the
+    # run's one budget
+    import test_custom_model_reward as custom
+    from standin_openai_api import StandinOpenAIAPI
+
+    monkeypatch.setenv("STANDIN_KEY", custom.KEY)
+    rpm = 300.0
+    path = tmp_path / "judge_some.py"
+    path.write_text(custom.FUNCTION)
+    with StandinOpenAIAPI(custom.KEY, rpm=rpm) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "executor": "ray",
+                "num_workers": 2,
+                "limits": {"rpm": rpm},
+            }
+        )
+        results, metrics = custom.run(cfg, 12)
+    assert not api.throttled and metrics["reward/rate_limited"] == 0
+    assert [r.score for r in results] == [1.0, 0.0] * 6 and metrics["reward/failures"] == 0
+    # per sample: GET /v1/models, /classify for samples 1 and 3 (404), the judge for the even ones
+    assert metrics["reward/model_calls"] == 12 + 2 + 6 and metrics["reward/model_not_found"] == 2
+
+
+def test_ray_workers_send_the_headers_too(two_node_cluster, monkeypatch):
+    # (from test_hosted_headers.py) the driver reads the variables and hands the values to its Ray workers: a remote
+    # node may not have them (this cluster's nodes started before the variables were set)
+    import test_hosted_headers as headers
+    from standin_openai_api import StandinOpenAIAPI
+
+    monkeypatch.setenv("STANDIN_KEY", headers.KEY)
+    monkeypatch.setenv("STANDIN_ORG", headers.ORG)
+    with StandinOpenAIAPI(headers.KEY, rpm=6000, required_headers={"OpenAI-Organization": headers.ORG}) as api:
+        cfg = headers.config(api, headers_env={"OpenAI-Organization": "STANDIN_ORG"})
+        cfg = cfg.model_copy(update={"executor": "ray", "num_workers": 2})
+        results, _ = headers.score(cfg, headers.samples(4))
+        assert api.missing_headers == [] and len(api.accepted) == 1 + 4
+    assert [r.score for r in results] == [1.0, 0.0] * 2

@@ -247,7 +247,7 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info, rew
 def test_a_verl_style_async_function_scores_every_sample_in_a_run(tmp_path):
     # as verl's reward-loop docs write one: async, aiohttp, the model's name from /v1/models, then the judge; rlrm
     # launches the tiny judge (behind the SGLang router where it is installed) and hands the function the address
-    from test_trainer import SMALL
+    from small_run import SMALL_RUN
 
     from rlrm.config.loader import load_profile
     from rlrm.engine.metrics.metrics_file import read_metrics
@@ -255,11 +255,11 @@ def test_a_verl_style_async_function_scores_every_sample_in_a_run(tmp_path):
 
     path = tmp_path / "verl_style.py"
     path.write_text(VERL_STYLE)
-    overrides = ["reward.server.model=tiny:policy", "trainer.total_steps=1", "trainer.val_every=100"]
-    profile = load_profile("tiny-fapo", [*SMALL, *overrides, f"reward.custom.path={path}"])
+    overrides = ["reward.server.model=tiny:policy", "trainer.total_steps=1"]
+    profile = load_profile("tiny-fapo", [*SMALL_RUN, *overrides, f"reward.custom.path={path}"])
     run_dir = start_run(profile, tmp_path / "run")
     assert train(run_dir).last_step == 1
     (row,) = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
-    samples = 4 * 4  # data.train_batch_size x rollout.n (SMALL)
+    samples = 4 * 2  # data.train_batch_size x rollout.n (SMALL_RUN)
     assert row["reward/failures"] == 0 and row["reward/defaulted"] == 0
     assert row["reward/model_calls"] == 2 * samples and row["reward/model_not_found"] == 0

@@ -7,28 +7,12 @@ import json
 import re
 
 import pytest
+from small_run import SMALL_RUN, as_set_args
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 
-TINY = [
-    "--steps",
-    "3",
-    "--set",
-    "data.train_batch_size=4",
-    "--set",
-    "actor.mini_batch_size=4",
-    "--set",
-    "rollout.n=2",
-    "--set",
-    "data.val_size=4",
-    "--set",
-    "trainer.num_threads=1",
-    "--set",
-    "trainer.val_every=0",
-    "--set",
-    "reward.backoff_s=0",
-]
+TINY = ["--steps", "3", *as_set_args(*SMALL_RUN, "reward.backoff_s=0")]  # each test's --console wins
 
 
 def _train(tmp_path, *extra):

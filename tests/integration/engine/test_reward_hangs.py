@@ -12,19 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from small_run import SMALL_RUN
 
 REPO = Path(__file__).resolve().parents[3]
-TINY = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "rollout.n=2",
-    "data.val_size=4",
-    "trainer.num_threads=1",
-    "trainer.val_every=0",
-    "trainer.val_before_train=false",
-    "reward.kind=custom",
-    "reward.max_retries=0",
-]
+TINY = [*SMALL_RUN, "reward.kind=custom", "reward.max_retries=0"]
 # blocks 30 s, and says when each call started and whether one ever got to the end (wall-clock times, which the
 # trainer's processes share); {started} and {ended} are files in the case's folder
 BLOCKS_30 = (

@@ -65,11 +65,12 @@ def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_
     assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
 
 
-def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path):
-    # the tiny policy is no judge: it answers arithmetic, never "Score: N"
+def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path, tiny_genrm_server):
+    # the tiny policy is no judge: it answers arithmetic, never "Score: N". Served by the session's server
+    # (tests/integration/conftest.py): only requests are sent to it, the counts are the reward loop's
     cfg = RewardConfig(
         kind="genrm",
-        server={"model": str(tiny_policy_path), "request_timeout_s": 20},
+        server={"model": str(tiny_policy_path), "addresses": [tiny_genrm_server.url], "request_timeout_s": 20},
         genrm={"max_tokens": 8},
         on_failure="default",
         default_score=0.5,

@@ -15,6 +15,7 @@ import json
 
 import pytest
 import yaml
+from small_run import SMALL_RUN
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -157,17 +158,7 @@ def test_readiness_gives_up_at_start_timeout_naming_it():
     assert chats >= 2  # probed again after each cut request, until start_timeout_s ran out
 
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=8",
-    "data.val_size=4",
-    "trainer.val_every=0",
-    "trainer.save_every=1",
-    "trainer.num_threads=1",
-    "logging.console=none",
-]
+SMALL = [*SMALL_RUN, "trainer.save_every=1"]
 
 
 def test_a_run_folder_with_the_old_key_resumes_with_its_contract(tmp_path, tiny_policy_path, monkeypatch):

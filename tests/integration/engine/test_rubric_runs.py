@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from test_trainer import SMALL
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
@@ -50,9 +50,9 @@ def test_each_criterion_of_the_rubric_is_asked_of_the_tiny_judge_and_kept_as_a_c
 
 
 def test_a_two_step_tiny_rubric_run_trains_on_the_criteria_components(tmp_path, tiny_policy_path):
-    overrides = ["trainer.total_steps=2", "trainer.val_every=100", "trainer.val_before_train=false"]
+    overrides = ["trainer.total_steps=2"]
     overrides += ["algorithm.component_norm=gdpo", "logging.save_samples=true", "reward.guard.on_canary=off"]
-    run_dir = start_run(load_profile("tiny-rubric", SMALL + overrides), tmp_path / "rubric")
+    run_dir = start_run(load_profile("tiny-rubric", [*SMALL_RUN, *overrides]), tmp_path / "rubric")
     assert train(run_dir).last_step == 2
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] >= 1]
     samples_seen = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]

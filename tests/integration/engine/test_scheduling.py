@@ -7,23 +7,15 @@ import json
 
 import pytest
 import torch
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "actor.micro_batch_size=8",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "trainer.val_every=0",
-    "trainer.val_before_train=false",
-    "trainer.save_every=0",
-    "trainer.num_threads=1",
-    "logging.console=none",
-]
+SMALL = list(SMALL_RUN)
+N = 2  # rollout.n of SMALL_RUN
+SAMPLES = 4 * N  # data.train_batch_size x rollout.n: samples a step
 
 
 def _run(tmp_path, name, mode, steps, extra=()):
@@ -116,7 +108,9 @@ def test_a_dropped_group_is_dropped_alike_in_sync_and_overlapping_modes(shared_r
     sync_dir, sync_rows, _ = shared_run("sync", extra)  # one sync run for both modes
     other_dir, other_rows, _ = shared_run(mode, extra)
     assert [r["reward/dropped_groups"] for r in sync_rows] == [r["reward/dropped_groups"] for r in other_rows]
-    assert 0 < sum(r["reward/dropped_groups"] for r in sync_rows) < 8  # some dropped, some trained
+    assert (
+        0 < sum(r["reward/dropped_groups"] for r in sync_rows) < 2 * 4
+    )  # some dropped, some trained (4 groups a step)
     for a, b in zip(sync_rows, other_rows):
         assert b["batch/num_samples"] == a["batch/num_samples"]
         for key in ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm"):
@@ -141,7 +135,7 @@ def test_staleness_never_exceeds_its_bound(tmp_path, tiny_policy_path, mode, bou
     run_dir, rows = _run(tmp_path, mode, mode, steps=5, extra=extra)
     assert max(r["async/staleness_max"] for r in rows) <= bound
     assert max(r["async/staleness_max"] for r in rows) >= 1  # it did run off-policy
-    assert all(r["batch/num_samples"] == 16 for r in rows)
+    assert all(r["batch/num_samples"] == SAMPLES for r in rows)
     assert all(r["reward/failures"] == 0 for r in rows)
     # reward counters are per step window; off-policy, a window may see no reward finish
     assert any(r["reward/injected_latency_mean"] > 0 for r in rows)
@@ -159,8 +153,8 @@ def test_sync_idle_ratio_matches_the_phase_times(tmp_path, tiny_policy_path):
     trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
     spans = [e for e in trace if e["ph"] == "X"]
     rewards = [e for e in spans if e["cat"] == "reward"]
-    assert len(rewards) == 3 * 16 and all(e["args"]["injected_latency_s"] == pytest.approx(0.4) for e in rewards)
-    assert sum(e["cat"] == "generate" for e in spans) == 3 * 16
+    assert len(rewards) == 3 * SAMPLES and all(e["args"]["injected_latency_s"] == pytest.approx(0.4) for e in rewards)
+    assert sum(e["cat"] == "generate" for e in spans) == 3 * SAMPLES
     assert sum(e["cat"] == "minibatch" for e in spans) == 3  # one mini-batch per step here
     assert {e["cat"] for e in spans} >= {"trainer", "gen_wait", "reward_wait", "rollout"}
 
@@ -169,9 +163,9 @@ def test_overlap_mode_traces_every_request_and_reward(tmp_path, tiny_policy_path
     run_dir, rows = _run(tmp_path, "trace", "one-step-off", steps=2, extra=["reward.inject.latency=fixed:0.05"])
     trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
     spans = [e for e in trace if e["ph"] == "X"]
-    assert sum(e["cat"] == "generate" for e in spans) >= 2 * 16  # two batches trained, maybe a third started
+    assert sum(e["cat"] == "generate" for e in spans) >= 2 * SAMPLES  # two batches trained, maybe a third started
     rewards = [e for e in spans if e["cat"] == "reward"]
-    assert len(rewards) >= 2 * 16
+    assert len(rewards) >= 2 * SAMPLES
     assert all(e["args"]["injected_latency_s"] == pytest.approx(0.05) for e in rewards)
     assert all(e["dur"] >= 0.05e6 for e in rewards)
 
@@ -186,8 +180,8 @@ def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
     ]  # go on although every sample failed: what is counted is under test
     _, rows = _run(tmp_path, "fail", "stream", steps=1, extra=extra)
     row = rows[0]
-    assert row["reward/injected_failures"] == 16 * 2  # every attempt of every sample
-    assert row["reward/failures"] == 16 and row["reward/dropped_groups"] == 4
+    assert row["reward/injected_failures"] == SAMPLES * 2  # every attempt of every sample
+    assert row["reward/failures"] == SAMPLES and row["reward/dropped_groups"] == 4
     assert row["batch/num_samples"] == 0 and "actor/pg_loss" not in row
 
 
@@ -195,12 +189,12 @@ def test_injected_failures_are_counted_never_zeroed(tmp_path, tiny_policy_path):
 def test_samples_log_and_bounded_trace(shared_run, mode):
     run_dir, rows, _ = shared_run(mode)
     lines = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in lines] == [1] * 16 + [2] * 16
+    assert [r["step"] for r in lines] == [1] * SAMPLES + [2] * SAMPLES
     assert all(r["score"] in (0.0, 1.0) and r["response"] and r["prompt"][-1]["role"] == "user" for r in lines)
-    assert sum(r["score"] for r in lines if r["step"] == 1) == pytest.approx(rows[0]["critic/score/mean"] * 16)
+    assert sum(r["score"] for r in lines if r["step"] == 1) == pytest.approx(rows[0]["critic/score/mean"] * SAMPLES)
     trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
     generate = [e for e in trace if e.get("cat") == "generate"]
-    assert len(generate) == 16 and all(e["args"]["batch"] == 1 for e in generate)  # detail for step 1 only
+    assert len(generate) == SAMPLES and all(e["args"]["batch"] == 1 for e in generate)  # detail for step 1 only
     assert sum(e.get("name") == "update_actor" for e in trace) == 2  # phases for every step
 
 
@@ -236,4 +230,4 @@ def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, 
     assert train(split).last_step == 4
     # every prompt of batches 1-4 trained once (n samples each), whether or not the run was resumed
     assert trained_uids(split) == trained_uids(full)
-    assert set(trained_uids(full).values()) == {4}
+    assert set(trained_uids(full).values()) == {N}

@@ -6,25 +6,13 @@ import json
 
 import pytest
 from safetensors.torch import load_file
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=2",
-    "actor.micro_batch_size=4",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "data.val_size=8",
-    "trainer.val_every=0",
-    "trainer.val_before_train=false",
-    "trainer.save_every=0",
-    "trainer.num_threads=1",
-    "logging.console=none",
-    "logging.save_samples=true",
-]
+SMALL = [*SMALL_RUN, "actor.mini_batch_size=2", "logging.save_samples=true"]  # two optimizer steps a step
 SERVED = ["rollout.backend=server", "rollout.server.router=client", "rollout.server.threads=1"]
 
 
@@ -38,16 +26,22 @@ def _samples(run_dir):
     return [(r["step"], r["response"]) for r in map(json.loads, (run_dir / "samples.jsonl").read_text().splitlines())]
 
 
-def _weights(run_dir, step=5):
+def _weights(run_dir, step=3):
     return load_file(str(run_dir / "checkpoints" / f"step_{step}" / "model" / "model.safetensors"))
 
 
-def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_path):
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory, tiny_policy_path):
+    """One 3-step run on one embedded replica with the default disk sync, read by both tests below."""
+    return _run(tmp_path_factory.mktemp("served"), "served", 3, SERVED)
+
+
+def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_path, served_run):
     # `auto` on both sides: neither recomputes old log-probs (an embedded replica runs the in-process engine's
     # code in its dtype, rlrm/engine/behaviour.py), so the PPO ratio is built on each engine's own log-probs
-    hf_dir, _ = _run(tmp_path, "hf", 5)
-    sv_dir, result = _run(tmp_path, "served", 5, SERVED)
-    assert result.last_step == 5 and not result.interrupted
+    hf_dir, _ = _run(tmp_path, "hf", 3)
+    sv_dir, result = served_run
+    assert result.last_step == 3 and not result.interrupted
     assert _samples(sv_dir) == _samples(hf_dir)  # token for token, every step: the weights were synced each time
     a, b = _weights(hf_dir), _weights(sv_dir)
     assert a.keys() == b.keys()
@@ -59,9 +53,9 @@ def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_pa
     assert not any("rollout/log_prob_diff_max" in r for r in rows)  # no recompute: the served log-probs were used
 
 
-def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_policy_path):
+def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_policy_path, served_run):
     """rollout.server.weight_sync=distributed (gloo broadcast, no files) against the default disk sync."""
-    disk_dir, _ = _run(tmp_path, "disk", 3, SERVED)
+    disk_dir, _ = served_run
     dist_dir, result = _run(tmp_path, "distributed", 3, SERVED + ["rollout.server.weight_sync=distributed"])
     assert result.last_step == 3 and _samples(dist_dir) == _samples(
         disk_dir

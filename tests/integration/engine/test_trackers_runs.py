@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from small_run import SMALL_RUN
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -108,16 +109,10 @@ def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path
     profile = load_profile(
         "tiny-rule",
         [
-            "data.train_batch_size=4",
-            "actor.mini_batch_size=2",
-            "rollout.n=4",
-            "rollout.max_new_tokens=8",
-            "data.val_size=8",
+            *SMALL_RUN,
+            "data.val_size=4",
             "trainer.total_steps=2",
-            "trainer.val_every=2",
-            "trainer.save_every=0",
-            "trainer.num_threads=1",
-            "logging.console=none",
+            "trainer.val_every=2",  # val/accuracy before step 1 and after step 2
             "logging.trackers=tensorboard",
             f"logging.tracker_dir={tmp_path / 'trackers'}",
         ],

@@ -6,26 +6,25 @@ import json
 
 import pytest
 import yaml
+from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 
-# Small enough for seconds per step on one thread, big enough that groups have spread.
+# The shared small run, plus what this file checks: two optimizer steps a step (mini-batches of 2 prompts), a
+# validation every 2 steps on 4 held-out prompts, a checkpoint every step.
 SMALL = [
-    "data.train_batch_size=4",
+    *SMALL_RUN,
     "actor.mini_batch_size=2",
-    "actor.micro_batch_size=4",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "data.val_size=8",
+    "data.val_size=4",
     "trainer.val_every=2",
     "trainer.save_every=1",
     "trainer.keep_checkpoints=10",
-    "trainer.num_threads=1",
-    "logging.console=none",
 ]
+N = 2  # rollout.n of SMALL_RUN
+SAMPLES = 4 * N  # data.train_batch_size x rollout.n: samples a step
 
 
 def _run(tmp_path, name, steps, extra=()):
@@ -92,7 +91,7 @@ def _check_layout(run_dir, result):
     """What a 2-step run (val_every=2, save_every=1) leaves in its folder."""
     assert result.last_step == 2 and not result.interrupted
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert config["trainer"]["total_steps"] == 2 and config["rollout"]["n"] == 4
+    assert config["trainer"]["total_steps"] == 2 and config["rollout"]["n"] == N
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "val/accuracy" in rows[0] and "val/accuracy" in rows[2]
@@ -110,7 +109,7 @@ def _check_layout(run_dir, result):
     ):
         assert key in rows[1], key
     assert 0.0 <= rows[1]["critic/score/mean"] <= 1.0
-    assert rows[1]["batch/num_samples"] == 16
+    assert rows[1]["batch/num_samples"] == SAMPLES
     # sync: the CPU time of generation and of the update alone (what bench simulate's calibration reads)
     assert 0 < rows[1]["cpu_s/gen"] and 0 < rows[1]["cpu_s/update_actor"] and rows[1]["perf/cpu_cores"] >= 1
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]
@@ -130,12 +129,12 @@ def test_interrupt_saves_last_complete_step(tmp_path, tiny_policy_path, monkeypa
         return await real_step(self, step, timer)
 
     monkeypatch.setattr(SyncScheduler, "_step", interrupting_step)
-    run_dir, result = _run(tmp_path, "int", steps=5, extra=["trainer.save_every=0"])
+    run_dir, result = _run(tmp_path, "int", steps=4, extra=["trainer.save_every=0"])
     assert result.interrupted and result.last_step == 2
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_2"]
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1, 2]
     monkeypatch.setattr(SyncScheduler, "_step", real_step)
-    assert train(run_dir).last_step == 5
+    assert train(run_dir).last_step == 4
 
 
 def test_training_with_a_served_disrm(served_disrm_run):
@@ -161,7 +160,7 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
 
     async def score(self, sample):
         calls.append(sample.uid)
-        if len(calls) == 24:  # mid-way through step 2 (16 samples a step)
+        if len(calls) == SAMPLES + SAMPLES // 2:  # mid-way through step 2
             services[0].pool.servers[0].kill()
         return await real_score(self, sample)
 
@@ -182,9 +181,9 @@ def test_a_reward_replica_killed_during_training_loses_no_sample(tmp_path, rando
             "reward.server.request_timeout_s=10",
         ],
     )
-    assert result.last_step == 4 and len(calls) == 4 * 16
+    assert result.last_step == 4 and len(calls) == 4 * SAMPLES
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
-    assert all(r["batch/num_samples"] == 16 and r["reward/failures"] == 0 for r in rows)
+    assert all(r["batch/num_samples"] == SAMPLES and r["reward/failures"] == 0 for r in rows)
     assert all(r["reward/defaulted"] == 0 and r["reward/dropped_groups"] == 0 for r in rows)
     # (the supervisor's restart of the dead replica is tested in test_reward_service; a short run may end first)
 
@@ -257,7 +256,7 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
 
     async def score(self, sample):
         calls.append(sample.uid)
-        if len(calls) == 24:
+        if len(calls) == SAMPLES + SAMPLES // 2:
             services[0].pool.servers[0].kill()
         return await real_score(self, sample)
 
@@ -282,9 +281,9 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
     run_dir = start_run(profile, tmp_path / "kill")
     result = train(run_dir)
     assert services[0].router is not None  # the judge traffic went through the router
-    assert result.last_step == 4 and len(calls) == 4 * 16
+    assert result.last_step == 4 and len(calls) == 4 * SAMPLES
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
-    assert all(r["batch/num_samples"] == 16 and r["reward/dropped_groups"] == 0 for r in rows)
+    assert all(r["batch/num_samples"] == SAMPLES and r["reward/dropped_groups"] == 0 for r in rows)
     # No sample failed for want of a server: the only failures are verdicts that did not parse,
     # and each of those was given the default score and counted.
     assert all(r["reward/failures"] == r["reward/unparsed"] == r["reward/defaulted"] for r in rows)
