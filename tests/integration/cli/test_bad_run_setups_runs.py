@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_run import SMALL_RUN
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -143,10 +144,9 @@ def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
         "rollout.server.threads=1",
         "rollout.server.sync_timeout_s=0.001",
         f"rollout.server.weights_dir={tmp_path / 'w'}",
+        *SMALL_RUN,
         "data.train_batch_size=2",
         "actor.mini_batch_size=2",
-        "rollout.n=2",
-        "trainer.val_every=0",
         "trainer.val_before_train=false",
     ]
     run = tmp_path / "run"
@@ -238,10 +238,9 @@ def test_a_weights_dir_without_room_for_a_sync_is_one_line_and_leaves_nothing(tm
         "rollout.server.router=client",
         "rollout.server.threads=1",
         f"rollout.server.weights_dir={weights}",
+        *SMALL_RUN,
         "data.train_batch_size=2",
         "actor.mini_batch_size=2",
-        "rollout.n=2",
-        "trainer.val_every=0",
         "trainer.val_before_train=false",
     ]
     argv = [sys.executable, "-m", "rlrm", *TRAIN, "--out", str(tmp_path / "run"), "--steps", "2"]

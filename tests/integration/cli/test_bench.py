@@ -7,27 +7,19 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from small_run import SMALL_RUN, as_set_args
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 
-TINY = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=2",
-    "actor.micro_batch_size=8",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "data.val_size=8",
-    "trainer.num_threads=1",
-]
+# the bench validates once, at the end of each run (it sets trainer.val_every itself): 4 problems are enough
+TINY = [*SMALL_RUN, "data.val_size=4"]
 
 
 def _args(out, modes="sync,stream,fully-async", extra=(), repeats=1):
     args = ["bench", "reward-latency", "--modes", modes, "--steps", "2", "--out", str(out), "--latency", "uniform:1:40"]
     args += ["--repeats", str(repeats)]
-    for s in TINY:
-        args += ["--set", s]
-    return args + list(extra)
+    return args + as_set_args(*TINY) + list(extra)
 
 
 def test_benchmark_writes_a_complete_table(tmp_path, tiny_policy_path):

@@ -47,17 +47,14 @@ def test_vllm_rollout_servers_in_an_overlapping_mode_are_accepted(tmp_path):
     assert result.exit_code == 0, result.output
 
 
-def test_a_judge_given_as_the_rollout_address_is_one_line_and_leaves_no_run(tmp_path, tiny_policy_path):
+def test_a_judge_given_as_the_rollout_address_is_one_line_and_leaves_no_run(tmp_path, tiny_genrm_server):
     # a judge generates too (/generate answers), but takes no weights: the first sync would fail mid-run
-    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
-
-    argv = embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
+    judge = tiny_genrm_server  # the session's (tests/integration/conftest.py): the refused run only asks it
     out = tmp_path / "run"
     sets = ["rollout.backend=server", "rollout.server.start_timeout_s=60", "trainer.num_threads=1"]
-    with ServerProcess(argv) as judge:
-        sets.append(f"rollout.server.addresses={judge.url}")
-        args = ["train", "--profile", "tiny-rule", "--console", "none", "--steps", "1", "--out", str(out)]
-        result = CliRunner().invoke(app, [*args, *(a for s in sets for a in ("--set", s))])
+    sets.append(f"rollout.server.addresses={judge.url}")
+    args = ["train", "--profile", "tiny-rule", "--console", "none", "--steps", "1", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, *(a for s in sets for a in ("--set", s))])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"error: rollout.server.addresses[0] {judge.url} cannot serve the policy: "), lines

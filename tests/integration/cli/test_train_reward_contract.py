@@ -7,22 +7,15 @@ import json
 from collections import defaultdict
 
 import yaml
+from small_run import SMALL_RUN, as_set_args
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.engine.metrics.metrics_file import read_metrics
 
-SMALL = [
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "rollout.n=4",
-    "rollout.max_new_tokens=12",
-    "data.val_size=4",
-    "trainer.val_every=0",
-    "trainer.save_every=1",
-    "trainer.num_threads=1",
-    "logging.save_samples=true",
-]
+# two steps' checkpoints (the resume) and every sample logged (the contract per sample)
+SMALL = [*SMALL_RUN, "trainer.save_every=1", "logging.save_samples=true"]
+SAMPLES_PER_STEP = 4 * 2  # data.train_batch_size x rollout.n of SMALL_RUN
 
 
 def invoke(*args):
@@ -35,7 +28,7 @@ def samples(run) -> list[dict]:
 
 def test_tiny_genrm_caches_judgements_and_a_changed_template_stops_the_resume(tmp_path, tiny_policy_path):
     run = tmp_path / "run"
-    sets = [a for s in SMALL for a in ("--set", s)]
+    sets = as_set_args(*SMALL)
     result = invoke("train", "--profile", "tiny-genrm", "--steps", 2, "--out", run, "--console", "none", *sets)
     assert result.exit_code == 0, result.output
 
@@ -43,7 +36,7 @@ def test_tiny_genrm_caches_judgements_and_a_changed_template_stops_the_resume(tm
     assert contract["parts"]["kind"]["kind"] == "genrm" and contract["parts"]["model"]["weights"].startswith("sha256:")
     rows = [r for r in read_metrics(run / "metrics.jsonl") if r["step"] > 0]
     for row in rows:  # every sample was looked up; every miss asked the judge at least once
-        assert row["reward/cache_hits"] + row["reward/cache_misses"] == row["reward/samples"] == 16
+        assert row["reward/cache_hits"] + row["reward/cache_misses"] == row["reward/samples"] == SAMPLES_PER_STEP
         assert row["reward/model_calls"] >= row["reward/cache_misses"] - row["reward/failures"]
     logged = samples(run)
     assert {s["reward_contract"] for s in logged} == {contract["fingerprint"][:12]}

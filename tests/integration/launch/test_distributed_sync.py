@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from small_run import SMALL_RUN
 
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.base import SamplingParams
@@ -234,10 +235,9 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
         "rollout.server.weight_sync=distributed",
         "rollout.server.sync_timeout_s=0.001",  # too short for anything to join, however idle the machine
         f"rollout.server.weights_dir={tmp_path / 'w'}",
+        *SMALL_RUN,
         "data.train_batch_size=2",
         "actor.mini_batch_size=2",
-        "rollout.n=2",
-        "trainer.val_every=0",
         "trainer.val_before_train=false",
     ]
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1"]

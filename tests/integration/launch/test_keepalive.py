@@ -36,8 +36,13 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 
 
-def test_the_balancer_drops_connections_idle_longer_than_servers_keep_them():
+def test_idle_connections_outlive_the_servers_keep_alive_on_both_sides(random_disrm_server):
+    """Both sides in one idle wait (it is the test's cost): the balancer against a uvicorn stand-in, and a plain
+    client's idle connection to the embedded server (the session's, tests/integration/conftest.py)."""
+    import http.client
+
     port = free_port()
+    conn = http.client.HTTPConnection("127.0.0.1", random_disrm_server.port, timeout=10)
     with ServerProcess([sys.executable, "-c", STAND_IN, str(port)], port=port, start_timeout_s=60) as server:
 
         async def scenario():
@@ -47,29 +52,22 @@ def test_the_balancer_drops_connections_idle_longer_than_servers_keep_them():
                     *(balancer.post("/classify", {"input": [1]}, 10) for _ in range(32)), return_exceptions=True
                 )
                 first = await burst()
-                time.sleep(5.5)  # the loop is busy (an update step) while the server's keep-alive runs out
+                conn.request("GET", "/health")
+                said, sock = conn.getresponse().read(), conn.sock
+                # the loop is busy (an update step) while both servers' keep-alive would run out: longer than
+                # uvicorn's default (5 s)
+                time.sleep(5.5)
                 second = await burst()
-                return first, second
+                conn.request("GET", "/health")  # before the fix: RemoteDisconnected, the server had closed it
+                said_again = conn.getresponse().read()
+                return first, second, said, said_again, conn.sock is sock
             finally:
                 await balancer.close()
+                conn.close()
 
-        first, second = asyncio.run(scenario())
+        first, second, said, said_again, same_connection = asyncio.run(scenario())
     assert not [r for r in first if isinstance(r, Exception)]
     failed = [str(r) for r in second if isinstance(r, TransientError)]
     assert failed == [], failed[:2]  # before the fix: "Server disconnected" for the reused connections
-
-
-def test_the_embedded_server_keeps_an_idle_connection_open(random_disrm_server):
-    import http.client
-
-    server = random_disrm_server  # the session's (tests/integration/conftest.py)
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        conn.request("GET", "/health")
-        assert conn.getresponse().read() == b"ok"
-        sock = conn.sock
-        time.sleep(5.5)  # longer than uvicorn's default keep-alive (5 s)
-        conn.request("GET", "/health")  # before the fix: RemoteDisconnected, the server had closed it
-        assert conn.getresponse().read() == b"ok" and conn.sock is sock  # served on the same connection
-    finally:
-        conn.close()
+    # the embedded server kept the idle connection open: served on the same connection
+    assert said == said_again == b"ok" and same_connection

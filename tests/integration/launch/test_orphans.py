@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from small_run import SMALL_RUN
 
 from rlrm.inference.weight_files import WeightFiles, sweep_dead_runs
 from rlrm.launch.fleet.process import sweep_dead_logs
@@ -67,14 +68,11 @@ def test_kill_9_of_the_trainer_leaves_no_process_and_the_next_start_clears_its_f
     logs.mkdir()
     router = "sglang" if sglang_router_available() else "client"
     sets = [
+        *SMALL_RUN,
         "data.train_batch_size=2",
         "actor.mini_batch_size=2",
-        "rollout.n=2",
-        "rollout.max_new_tokens=8",
         "data.val_size=2",
-        "trainer.val_every=0",
         "trainer.val_before_train=false",
-        "trainer.num_threads=1",
         "actor.world_size=2",
         "rollout.backend=server",
         "rollout.server.replicas=2",

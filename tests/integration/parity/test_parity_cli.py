@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 import pytest
+from small_run import SMALL_RUN, as_set_args
 
 from rlrm.parity.report import SCORE_COLUMNS
 from tests.unit.parity.test_parity_cli_inputs import invoke, one_error_line
@@ -179,16 +180,7 @@ def test_train_steps_trains_twice_and_compares_the_reward_curves(spread_disrm_pa
     # moved a score by 1 ulp from run to run; two identical responses then tied in one path and not in
     # the other (measured: 2 of 4 runs). The verdict now treats such near-ties as ties; this makes the
     # numbers themselves repeat.
-    small = [
-        "data.train_batch_size=4",
-        "actor.mini_batch_size=2",
-        "rollout.n=4",
-        "rollout.max_new_tokens=12",
-        "trainer.val_every=0",
-        "trainer.num_threads=1",
-        "reward.server.max_batch=1",
-    ]
-    sets = [a for s in small for a in ("--set", s)]
+    sets = as_set_args(*SMALL_RUN, "reward.server.max_batch=1")
     result = invoke(
         "--profile",
         "tiny-rule",

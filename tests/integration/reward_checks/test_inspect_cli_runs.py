@@ -51,7 +51,9 @@ def test_custom_reward_shows_what_the_function_returned(tmp_path):
     assert record["score"] == 0.16 and record["extra"] == {"chars": 16}  # "2 + 6 = 8\n#### 8": 16 characters
 
 
-def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path):
+def test_disrm_samples_show_rendering_truncation_score_token_and_lints(
+    tmp_path, random_disrm_path, random_disrm_server
+):
     clean = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"}
     eos = {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8<|im_end|>", "ground_truth": "8"}
     long = {
@@ -82,7 +84,15 @@ def test_disrm_samples_show_rendering_truncation_score_token_and_lints(tmp_path)
         ("eos-in-response", (1,)),
         ("truncated", (2,)),
     }
-    strict = invoke(*args[:-1], "--strict")
+    # --strict fails on the same lints, which come from the rendering, not the scores: asked of the session's random
+    # DisRM server (same tokenizer; tests/integration/conftest.py) rather than launching the tiny DisRM again
+    served = [
+        "--set",
+        f"reward.server.model={random_disrm_path}",
+        "--set",
+        f"reward.server.addresses=[{random_disrm_server.url}]",
+    ]
+    strict = invoke(*args[:-1], *served, "--strict")
     assert strict.exit_code == 1 and "eos-in-response" in strict.output and "rendered for the DisRM" in strict.output
 
 

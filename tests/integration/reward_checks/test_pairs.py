@@ -103,8 +103,15 @@ def test_rule_profile_counts_identical_pairs_and_scores_the_rest(pairs_file, tmp
     )
 
 
-def test_tiny_disrm_is_accurate_on_the_pairs_and_a_random_disrm_is_not(pairs_file, random_disrm_path):
-    report, _ = eval_rm("--profile", "tiny-disrm", "--pairs", pairs_file)
+def served_random_disrm(path, server) -> list[str]:
+    """The random DisRM as a running reward server: the session's (tests/integration/conftest.py), only asked."""
+    return ["--set", f"reward.server.model={path}", "--set", f"reward.server.addresses=[{server.url}]"]
+
+
+def test_tiny_disrm_is_accurate_on_the_pairs_and_a_random_disrm_is_not(
+    pairs_file, random_disrm_path, random_disrm_server
+):
+    report, _ = eval_rm("--profile", "tiny-disrm", "--pairs", pairs_file)  # rlrm launches the tiny DisRM
     overall = report["subsets"][-1]
     assert overall["pairs"] == 192 and overall["failed"] == 0
     assert overall["accuracy"] >= DISRM_MIN_ACCURACY and overall["ci95_low"] >= DISRM_MIN_ACCURACY - 0.05
@@ -113,8 +120,7 @@ def test_tiny_disrm_is_accurate_on_the_pairs_and_a_random_disrm_is_not(pairs_fil
         "tiny-disrm",
         "--pairs",
         pairs_file,
-        "--set",
-        f"reward.server.model={random_disrm_path}",
+        *served_random_disrm(random_disrm_path, random_disrm_server),
         "--set",
         "reward.disrm.max_length=64",
     )
@@ -130,11 +136,11 @@ def test_tiny_judge_is_accurate_on_the_pairs(pairs_file):
     assert overall["accuracy"] >= JUDGE_MIN_ACCURACY
 
 
-def test_a_prompt_cut_to_the_disrms_max_length_is_said(tmp_path, random_disrm_path):
+def test_a_prompt_cut_to_the_disrms_max_length_is_said(tmp_path, random_disrm_path, random_disrm_server):
     long = {"prompt": "word " * 2000, "chosen": "#### 5", "rejected": "#### 6"}  # ~2000 tokens, max_length 64
     short = {"prompt": "What is 2 + 3?", "chosen": "#### 5", "rejected": "#### 6", "id": "short"}
     pairs = write_rows(tmp_path / "pairs.jsonl", [{**long, "id": "long"}, short])
-    sets = ["--set", f"reward.server.model={random_disrm_path}", "--set", "reward.disrm.max_length=64"]
+    sets = [*served_random_disrm(random_disrm_path, random_disrm_server), "--set", "reward.disrm.max_length=64"]
     report, stderr = eval_rm("--profile", "tiny-disrm", "--pairs", pairs, *sets)
     assert report["subsets"][-1]["pairs"] == 2
     # before: scored on the last 64 tokens without a word
