@@ -65,7 +65,7 @@ def test_a_head_that_is_down_is_one_line_and_no_run_folder(tmp_path, closed_port
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize(("scheme", "probe_s"), [("", PROBE_S), ("ray://", 2.0)])
+@pytest.mark.parametrize(("scheme", "probe_s"), [("", PROBE_S), ("ray://", 3.0)])
 def test_a_head_that_never_answers_is_one_line_within_the_bound(tmp_path, silent_port, scheme, probe_s, monkeypatch):
     if probe_s != PROBE_S:  # the default bound is shown by the GCS case; the Ray Client case waits a shorter one
         monkeypatch.setattr(run_checks, "check_ray_head", functools.partial(check_ray_head, timeout_s=probe_s))
