@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
@@ -23,44 +21,28 @@ from rlrm.launch.client.wire import wire_for
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
 
-class _Loop:
-    """A background event loop the session's engine lives on (its supervisor needs one that keeps running)."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout_s: float = 900):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-@pytest.fixture(scope="session")
-def vllm_rollout(tiny_policy_path, tmp_path_factory):
-    """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica (fp32, client router)."""
-    path = str(tiny_policy_path)
-    cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
-    files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
-    engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, sync_timeout_s=120)
-    loop = _Loop()
-    started = time.perf_counter()
-    loop.run(engine.start())
-    print(f"vLLM policy replica healthy after {time.perf_counter() - started:.1f} s")
-    yield engine, loop
-    loop.run(engine.close(), 120)
-    loop.close()
-
-
 @pytest.fixture(scope="session")
 def vllm_fleets():
     """Fleets launched for the session on a loop of their own, closed at its end."""
     with LoopFleets() as fleets:
         yield fleets
+
+
+@pytest.fixture(scope="session")
+def vllm_rollout(vllm_fleets, tiny_policy_path, tmp_path_factory):
+    """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica (fp32, client router),
+    on the session fleets' event loop (`loop.run(coro)`, `loop.loop`)."""
+    path = str(tiny_policy_path)
+    cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
+    files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
+    engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, sync_timeout_s=120)
+    loop = vllm_fleets
+    started = time.perf_counter()
+    loop.run(engine.start())
+    print(f"vLLM policy replica healthy after {time.perf_counter() - started:.1f} s")
+    yield engine, loop
+    loop.run(engine.close(), 120)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ EAGER_ROLLOUT_SERVER = "rollout.server.extra_args=--enforce-eager"
 
 
 class LoopFleets:
-    """Runs ServerFleets on a background event loop (their supervisors need one that keeps running)."""
+    """Runs ServerFleets, and the session's rollout engine, on a background event loop (their supervisors need one
+    that keeps running)."""
 
     def __init__(self):
         self.loop = asyncio.new_event_loop()
