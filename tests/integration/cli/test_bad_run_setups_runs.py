@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from small_run import SMALL_RUN
+from small_run import SMALL_RUN, as_set_args
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -150,9 +150,7 @@ def test_a_sync_timeout_too_short_names_the_setting(tmp_path):
         "trainer.val_before_train=false",
     ]
     run = tmp_path / "run"
-    result = CliRunner().invoke(
-        app, [*TRAIN, "--out", str(run), "--steps", "1", *(a for s in sets for a in ("--set", s))]
-    )
+    result = CliRunner().invoke(app, [*TRAIN, "--out", str(run), "--steps", "1", *as_set_args(*sets)])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert "within rollout.server.sync_timeout_s=0.001 s; raise it" in lines[0], lines[0]
@@ -191,7 +189,7 @@ def test_a_read_only_tracker_dir_is_one_line_before_the_run_folder(tmp_path):
         *TRAIN,
         "--out",
         str(tmp_path / "run"),
-        *(a for s in sets for a in ("--set", s)),
+        *as_set_args(*sets),
     ]
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -244,7 +242,7 @@ def test_a_weights_dir_without_room_for_a_sync_is_one_line_and_leaves_nothing(tm
         "trainer.val_before_train=false",
     ]
     argv = [sys.executable, "-m", "rlrm", *TRAIN, "--out", str(tmp_path / "run"), "--steps", "2"]
-    argv += [a for s in sets for a in ("--set", s)]
+    argv += as_set_args(*sets)
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         _on_a_small_tmpfs(weights, options, argv), env=env, cwd=repo, capture_output=True, text=True, timeout=300

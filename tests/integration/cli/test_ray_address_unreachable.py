@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from small_run import as_set_args  # tests/fixtures/small_run.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -47,7 +48,7 @@ def closed_port():
 def _train(tmp_path, address: str):
     sets = ["actor.world_size=2", "actor.ranks_on=ray", f"actor.ray_address={address}"]
     started = time.perf_counter()
-    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))])
+    result = CliRunner().invoke(app, [*TRAIN, "--out", str(tmp_path / "run"), *as_set_args(*sets)])
     return result, time.perf_counter() - started
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from small_run import as_set_args  # tests/fixtures/small_run.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -54,7 +55,7 @@ def test_a_judge_given_as_the_rollout_address_is_one_line_and_leaves_no_run(tmp_
     sets = ["rollout.backend=server", "rollout.server.start_timeout_s=60", "trainer.num_threads=1"]
     sets.append(f"rollout.server.addresses={judge.url}")
     args = ["train", "--profile", "tiny-rule", "--console", "none", "--steps", "1", "--out", str(out)]
-    result = CliRunner().invoke(app, [*args, *(a for s in sets for a in ("--set", s))])
+    result = CliRunner().invoke(app, [*args, *as_set_args(*sets)])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"error: rollout.server.addresses[0] {judge.url} cannot serve the policy: "), lines

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from small_run import as_set_args  # tests/fixtures/small_run.py
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import check_checkpoint, list_checkpoints
@@ -86,7 +87,7 @@ def _rank_pids(parent: int) -> list[int]:
 
 def test_a_killed_rank_stops_the_run_named_and_the_run_resumes(tmp_path):
     run = tmp_path / "run"
-    sets = [a for s in SMALL for a in ("--set", s)]
+    sets = as_set_args(*SMALL)
     argv = [
         sys.executable,
         "-m",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from small_run import SMALL_RUN
+from small_run import SMALL_RUN, as_set_args
 
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
@@ -105,7 +105,7 @@ def test_a_judge_that_goes_wrong_mid_run_is_stopped_after_that_step_with_the_rea
     ]
     run = tmp_path / "mid"
     argv = ["train", "--profile", "tiny-fapo", "--steps", "4", "--out", str(run)]
-    result = CliRunner().invoke(app, argv + [a for s in sets for a in ("--set", s)])
+    result = CliRunner().invoke(app, argv + as_set_args(*sets))
     assert result.exit_code == 1, result.output
     assert "stopped at step 1, before the next update, by the reward canaries (reward.guard.on_canary=stop)" in (
         result.output

@@ -18,7 +18,7 @@ from rlrm.engine.rewards.base import RewardSample
 from rlrm.launch.fleet.process import ServerStartError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
-from small_run import SMALL_RUN  # noqa: E402
+from small_run import SMALL_RUN, as_set_args  # noqa: E402
 from standin_openai_api import StandinOpenAIAPI  # noqa: E402
 
 KEY = "sk-standin-0123456789"
@@ -144,7 +144,7 @@ def test_the_run_summary_says_what_the_judge_cost(tmp_path, tiny_policy_path):
             "reward.genrm.price_per_mtok_output=10",
         ]
         args = ["train", "--profile", "tiny-rule", "--out", str(tmp_path / "run")]
-        result = CliRunner().invoke(app, [*args, *[a for s in sets for a in ("--set", s)]])
+        result = CliRunner().invoke(app, [*args, *as_set_args(*sets)])
     assert result.exit_code == 0, result.output
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/cost" in r]
     assert len(rows) == 2 and all(r["reward/cost"] > 0 for r in rows)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from small_run import SMALL_RUN
+from small_run import SMALL_RUN, as_set_args
 
 REPO = Path(__file__).resolve().parents[3]
 TINY = [*SMALL_RUN, "reward.kind=custom", "reward.max_retries=0"]
@@ -58,7 +58,7 @@ def _train(folder: Path, name: str) -> subprocess.CompletedProcess:
     fn.write_text(source)
     sets = [*TINY, f"reward.custom.path={fn}", f"reward.custom.name={name}", "reward.attempt_timeout_s=1"]
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--out", str(folder / "run")]
-    argv += ["--steps", "2", "--console", "none", *(a for s in sets for a in ("--set", s))]
+    argv += ["--steps", "2", "--console", "none", *as_set_args(*sets)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
     (folder / "finished.txt").write_text(str(time.time()))  # when the process had exited (the runs overlap)

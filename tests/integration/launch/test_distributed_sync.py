@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from small_run import SMALL_RUN
+from small_run import SMALL_RUN, as_set_args
 
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.base import SamplingParams
@@ -241,7 +241,7 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
         "trainer.val_before_train=false",
     ]
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", "--console", "none", "--steps", "1"]
-    argv += ["--out", str(tmp_path / "run"), *(a for s in sets for a in ("--set", s))]
+    argv += ["--out", str(tmp_path / "run"), *as_set_args(*sets)]
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "RLRM_DEBUG")}
     env.update(PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
     done = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=300)

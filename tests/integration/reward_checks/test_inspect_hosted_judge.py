@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 from odd_judge_api import OddJudgeAPI  # noqa: E402
+from small_run import as_set_args  # noqa: E402
 
 from tests.unit.reward_checks.test_inspect_cli import QUESTION, invoke  # noqa: E402
 
@@ -25,7 +26,7 @@ def test_a_hosted_judge_is_inspected_without_a_hub_tokenizer(monkeypatch):
             "reward.server.api_key_env=ODD_KEY",
         ]
         args = ["--profile", "tiny-rule", "--prompt", QUESTION, "--response", "#### 8", "--ground-truth", "8"]
-        result = invoke(*args, *[a for s in sets for a in ("--set", s)], "--json")
+        result = invoke(*args, *as_set_args(*sets), "--json")
         judged = api.requests["/v1/chat/completions"]
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
