@@ -9,12 +9,13 @@ is compared, its versions are unknown (None) and its dtype too (the actor recomp
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.launch.client.wire import int_or_none
-from rlrm.launch.common import http
+from rlrm.launch.common import http, progress
 from rlrm.launch.common.model_info import ENGINE_NAME
 
 
@@ -28,14 +29,37 @@ class TrainerModel:
     chat_template_sha256: str | None
 
 
-def model_info(url: str, headers: dict) -> dict:
-    """A server's `/get_model_info` answer ({} when it has none or cannot be reached: vLLM, hosted APIs)."""
-    try:
-        answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
-        info = answer.json() if answer.status == 200 else {}
-    except (TransientError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+NOT_SERVED = frozenset({401, 403, 404, 405, 501})  # vLLM has no /get_model_info; hosted APIs neither (or not for us)
+
+
+def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5) -> dict:
+    """A server's `/get_model_info` answer; {} when it serves no such route (vLLM, hosted APIs).
+
+    A server that answers 5xx or 429, or not at all, is asked again (`tries` in all, `pause_s` doubling between):
+    a busy moment must not pass for "reports nothing", which would skip the checks this answer feeds. Still no
+    answer after that: {} with a warning line, and the checks trust the server as they trust vLLM.
+    """
+    why = ""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(pause_s * 2 ** (attempt - 1))
+        try:
+            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
+        except TransientError as exc:
+            why = str(exc)
+            continue
+        if answer.status in NOT_SERVED:
+            return {}
+        if answer.status != 200:
+            why = f"it answered {answer.status}"
+            continue
+        try:
+            info = answer.json()
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+    progress.say(f"warning: {url}/get_model_info gave no answer in {tries} tries ({why}): its model is not checked")
+    return {}
 
 
 def check_replicas(

@@ -1,0 +1,87 @@
+"""The `/get_model_info` probe (rlrm/launch/client/replica_info.py) against a real aiohttp server on a free port:
+a busy answer (503) is asked again, so the model checks it feeds are not skipped by one bad moment; a route the
+server does not serve (404: vLLM, hosted APIs) is "reports nothing" at once.
+
+    PYTHONPATH=$PWD python -m pytest -q tests/integration/launch/test_model_info_probe.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from rlrm.launch.client.replica_info import TrainerModel, check_replicas, model_info
+from rlrm.launch.common.ports import free_port
+
+
+class InfoServer:
+    """Answers /get_model_info with `status` for the first `busy` calls, then `final` (200 with `info`, or 404)."""
+
+    def __init__(self, busy: int, final: int = 200, status: int = 503):
+        self.port, self.busy, self.final, self.status = free_port(), busy, final, status
+        self.calls = 0
+        self.info = {"tokenizer_size": 7, "vocab_size": 7, "model_path": "/models/other", "weight_version": "3"}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc):
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _start(self):
+        from aiohttp import web
+
+        async def get_model_info(request):
+            self.calls += 1
+            if self.calls <= self.busy:
+                return web.json_response({"error": "busy"}, status=self.status)
+            if self.final != 200:
+                return web.json_response({"detail": "Not Found"}, status=self.final)
+            return web.json_response(self.info)
+
+        app = web.Application()
+        app.router.add_get("/get_model_info", get_model_info)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+
+@pytest.mark.parametrize("status", [503, 429, 500])
+def test_a_busy_answer_is_asked_again_and_the_check_still_runs(status):
+    with InfoServer(busy=2, status=status) as server:
+        assert model_info(server.url, {}, pause_s=0.01)["tokenizer_size"] == 7
+        assert server.calls == 3
+        server.calls = 0
+        with pytest.raises(Exception, match="tokenizer size 7, but the trainer's policy tiny:policy has 9"):
+            check_replicas([server.url], None, TrainerModel("tiny:policy", 7, 9, None))
+
+
+def test_a_route_the_server_does_not_serve_is_nothing_reported_at_once():
+    with InfoServer(busy=0, final=404) as server:
+        assert model_info(server.url, {}, pause_s=0.01) == {}
+        assert server.calls == 1
+        versions, max_context, dtype = check_replicas([server.url], None, TrainerModel("tiny:policy", 7, 9, None))
+        assert versions == {server.url: None} and max_context is None and dtype is None
+
+
+def test_a_server_busy_every_time_is_reported_after_the_tries_not_forever():
+    with InfoServer(busy=100) as server:
+        assert model_info(server.url, {}, tries=3, pause_s=0.01) == {}
+        assert server.calls == 3
+
+
+def test_no_server_at_all_is_tried_again_then_nothing():
+    url = f"http://127.0.0.1:{free_port()}"
+    assert model_info(url, {}, tries=2, pause_s=0.01) == {}
