@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from rlrm.engine.executor.mailbox import pack, receive, send, short_socket_folder
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.errors import TrainingError
 from rlrm.launch.common.ports import free_port
@@ -77,6 +78,7 @@ class RankProcesses:
 
         timeout = self.spec.profile.actor.collective_timeout_s
         port = free_port()
+        short_socket_folder()  # tensors pass over a Unix socket: a long TMPDIR would fail every call
         ctx = mp.get_context("spawn")
         self._outbox = ctx.Queue()
         try:
@@ -96,8 +98,10 @@ class RankProcesses:
         with self._lock:  # one call at a time: every rank must see the calls in the same order
             if self.broken:
                 raise RankError(f"the actor ranks stopped after an earlier failure ({self.broken})")
-            for inbox, rank_args in zip(self._inboxes, args):
-                inbox.put((method, rank_args))
+            # all pickled before any is put: a rank never starts a call (and its collectives) that another misses
+            jobs = [pack((method, rank_args)) for rank_args in args]
+            for inbox, job in zip(self._inboxes, jobs):
+                inbox.put(job)
             return self._collect(method, None)
 
     def call_all(self, method: str, *args) -> list:
@@ -109,7 +113,7 @@ class RankProcesses:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
             try:
-                status, rank, payload = self._outbox.get(timeout=0.2)
+                status, rank, payload = receive(self._outbox, timeout_s=0.2)
             except queue.Empty:
                 self._raise_if_dead(method)
                 if deadline is not None and time.monotonic() > deadline:
@@ -154,6 +158,7 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     import os
 
     parent = os.getppid()
+    short_socket_folder()
     # a rank busy in a call (a collective, a load) when the trainer is killed would wait out its timeout: exit
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     worker = spec.worker_class()(spec)
@@ -161,15 +166,16 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
         try:
             node = worker.setup(rank, rank, "127.0.0.1", port)
         except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
-            outbox.put(("error", rank, describe(exc)))
+            send(outbox, ("error", rank, describe(exc)))
             return
-        outbox.put(("ok", rank, node))
+        send(outbox, ("ok", rank, node))
         while (job := _next_job(inbox, parent)) is not None:
             method, args = job
-            try:
-                outbox.put(("ok", rank, getattr(worker, method)(*args)))
+            try:  # the answer is pickled here: one that cannot be sent is this call's error, not a lost message
+                answer = pack(("ok", rank, getattr(worker, method)(*args)))
             except Exception as exc:  # noqa: BLE001 - reported; the rank stays up so that only a death reads as one
-                outbox.put(("error", rank, describe(exc)))
+                answer = pack(("error", rank, describe(exc)))
+            outbox.put(answer)
     finally:
         worker.close()
 
@@ -180,7 +186,7 @@ def _next_job(inbox, parent: int):
 
     while True:
         try:
-            return inbox.get(timeout=1.0)
+            return receive(inbox, timeout_s=1.0)
         except queue.Empty:
             if os.getppid() != parent:
                 return None

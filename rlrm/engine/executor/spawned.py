@@ -5,12 +5,14 @@ stop_spawned(procs, inboxes, grace_s=5.0)   # ask (None in each inbox), then ter
 
 from __future__ import annotations
 
+from rlrm.engine.executor.mailbox import send
+
 
 def stop_spawned(procs: list, inboxes: list, grace_s: float = 5.0) -> None:
     """Ask each process to stop (None in its inbox), wait `grace_s`, then terminate, then kill."""
     for inbox in inboxes:
         try:
-            inbox.put(None)
+            send(inbox, None)
         except (OSError, ValueError):  # the queue is already closed
             pass
     for proc in procs:

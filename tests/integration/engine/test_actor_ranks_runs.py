@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -94,3 +96,56 @@ def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks
         for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
             assert metrics[key] == pytest.approx(want_metrics[key], rel=1e-4, abs=1e-6), (mode, key)
     assert max((want[k] - start[k]).abs().max().item() for k in want) > 5e-4
+
+
+LONG_TMPDIR_RUN = """
+import sys
+from multiprocessing import util
+
+from rlrm.engine.actor.group import RankGroupActor
+from rlrm.engine.actor.logprobs import response_log_probs
+from rlrm.engine.actor.rank import RankSpec
+from rlrm.engine.executor.rank_procs import RankProcesses
+from rlrm.inference.loading import load_causal_lm
+from tests.integration.engine.test_actor_ranks_runs import MODES, _batch, _profile
+
+path = sys.argv[1]
+profile = _profile(path, MODES[0], 2)
+ranks = RankProcesses(RankSpec(profile, path, None, world_size=2, device="cpu", threads=1))
+ranks.start()
+model = load_causal_lm(path, "float32", "cpu")
+actor = RankGroupActor(ranks, model, profile)
+try:
+    batch = _batch(model)  # tensors to the ranks, log-prob tensors back: a shared-memory fd each way
+    worst = (actor.compute_old_log_prob(batch) - response_log_probs(model, batch, 1.0, 64)[0]).abs().max().item()
+    print(util.get_temp_dir())
+    print(worst)
+finally:
+    actor.close()
+"""
+
+
+def test_two_ranks_work_under_a_tmpdir_too_long_for_a_unix_socket(tmp_path, tiny_policy_path):
+    """Tensors pass between the trainer and its ranks as file descriptors over a Unix socket in multiprocessing's
+    temp folder; under a TMPDIR of 80+ characters (a cluster job's scratch folder) its path is over the 107-byte
+    limit. Before, the message was dropped by the queue's feeder thread and the trainer waited for ever."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[3]
+    long_tmp = tmp_path / ("scratch-" + "x" * 80)
+    long_tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1", "TMPDIR": str(long_tmp)}
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_TMPDIR_RUN, str(tiny_policy_path)],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    folder, worst = done.stdout.split()
+    assert len(folder) + len("/listener-xxxxxxxx") <= 107 and not folder.startswith(str(long_tmp)), folder
+    assert not Path(folder).exists()  # removed at exit, as multiprocessing's own folder is
+    assert float(worst) < 1e-5

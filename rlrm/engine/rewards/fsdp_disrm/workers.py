@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from rlrm.engine.executor.mailbox import pack, receive, send, short_socket_folder
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
@@ -82,6 +83,7 @@ class LegacyWorkerGroup:
                 return
             import torch.multiprocessing as mp
 
+            short_socket_folder()  # the scores come back as shared-memory tensors, over a Unix socket
             ctx = mp.get_context("spawn")
             self._outbox = ctx.Queue()
             for rank in range(self.cfg.world_size):
@@ -113,9 +115,10 @@ class LegacyWorkerGroup:
                 raise LegacyScorerError("the legacy DisRM scores only after start()")
             token_level = self._local.score(ids_p, tokens_p, width)
         else:
-            for rank, inbox in enumerate(self._inboxes):
-                chunk = slice(rank * per_rank, (rank + 1) * per_rank)
-                inbox.put(("score", ids_p[chunk], tokens_p[chunk], width))
+            chunks = [slice(rank * per_rank, (rank + 1) * per_rank) for rank in range(world)]
+            jobs = [pack(("score", ids_p[chunk], tokens_p[chunk], width)) for chunk in chunks]
+            for inbox, job in zip(self._inboxes, jobs):
+                inbox.put(job)
             shards = self._collect("scored", self.cfg.start_timeout_s)
             token_level = torch.cat([shards[r] for r in range(world)])
         return LegacyScores(token_level[: len(ids)], time.perf_counter() - start)
@@ -126,7 +129,7 @@ class LegacyWorkerGroup:
         deadline = time.monotonic() + timeout_s
         while pending:
             try:
-                status, rank, payload = self._outbox.get(timeout=0.2)
+                status, rank, payload = receive(self._outbox, timeout_s=0.2)
             except queue.Empty:
                 for rank in sorted(pending):
                     code = self._procs[rank].exitcode
@@ -193,19 +196,20 @@ def _destroy_group() -> None:
 
 def _rank_main(cfg: LegacyConfig, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then score what arrives until None."""
+    short_socket_folder()
     try:
         worker = _init_rank(cfg, rank, port)
     except BaseException as exc:
-        outbox.put(("error", rank, _one_line(exc)))
+        send(outbox, ("error", rank, _one_line(exc)))
         return
-    outbox.put(("ready", rank, None))
+    send(outbox, ("ready", rank, None))
     try:
-        while (job := inbox.get()) is not None:
+        while (job := receive(inbox, timeout_s=None)) is not None:
             _, ids, tokens, width = job
             try:
-                outbox.put(("scored", rank, worker.score(ids, tokens, width)))
+                send(outbox, ("scored", rank, worker.score(ids, tokens, width)))
             except Exception as exc:
-                outbox.put(("error", rank, _one_line(exc)))
+                send(outbox, ("error", rank, _one_line(exc)))
                 return
     finally:
         _destroy_group()
