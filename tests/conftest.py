@@ -141,11 +141,16 @@ def notes() -> list[str]:
     return []
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests are skipped without a CUDA device; `vllm` tests run on the real engine when its environment is
     found (rlrm/launch/fleet/engine_env.py) and are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run),
-    where a missing engine fails them."""
+    where a missing engine fails them. In pytest-xdist's workers (`-n 2`) the longest work comes first."""
     _skip_gpu_tests_without_cuda(items)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its collection order is the order work is handed out
+        items.sort(
+            key=lambda item: next(i for i, prefix in enumerate(_ORDER) if _unit_of_work(item.nodeid).startswith(prefix))
+        )
     marked = [item for item in items if "vllm" in item.keywords]
     if not marked:
         return
@@ -164,6 +169,29 @@ def pytest_collection_modifyitems(config, items):
 
 
 _VLLM_MISSING = pytest.StashKey[str]()
+# With `-n 2` (pytest-xdist, the README's test command) a worker takes a whole test file at a time, so a module's
+# fixtures (a server, a trained run) start once, and the vLLM tests as one unit, so the session's vLLM replicas
+# start once. The vLLM unit goes first and the unit files last: the longest work starts at once, many short
+# files fill in at the end.
+_VLLM_TESTS = "tests/integration/launch/on_vllm/"
+_ORDER = ("vllm", "tests/integration/", "tests/docs/", "tests/")
+
+
+def _unit_of_work(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return "vllm" if path.startswith(_VLLM_TESTS) else path
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # a pytest-xdist hook: without the plugin, never called
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of_work(nodeid)
+
+    config.option.loadscopereorder = False  # hand the units out in the workers' collection order (above)
+    return ByFile(config, log)
 
 
 def pytest_runtest_setup(item):
