@@ -149,7 +149,9 @@ def pytest_collection_modifyitems(config, items):
     _skip_gpu_tests_without_cuda(items)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its collection order is the order work is handed out
         items.sort(
-            key=lambda item: next(i for i, prefix in enumerate(_ORDER) if _unit_of_work(item.nodeid).startswith(prefix))
+            key=lambda item: next(
+                (i for i, prefix in enumerate(_ORDER) if _unit_of_work(item.nodeid).startswith(prefix)), len(_ORDER)
+            )
         )
     marked = [item for item in items if "vllm" in item.keywords]
     if not marked:
@@ -190,6 +192,8 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _unit_of_work(nodeid)
 
+    if config.getvalue("dist") != "load":  # -n alone means "load"; a --dist asked for by name is xdist's own
+        return None
     config.option.loadscopereorder = False  # hand the units out in the workers' collection order (above)
     return ByFile(config, log)
 

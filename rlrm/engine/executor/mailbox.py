@@ -24,7 +24,8 @@ from typing import Any
 
 # sun_path is 108 bytes with its NUL; multiprocessing names the socket <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX
 SOCKET_PATH_MAX = 107
-_SOCKET_TAIL = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+_LISTENER = len("/listener-xxxxxxxx")
+_SOCKET_TAIL = len("/pymp-xxxxxxxx") + _LISTENER
 _SHORT_BASES = ("/dev/shm", "/tmp", "/var/tmp")
 
 
@@ -56,13 +57,17 @@ def socket_room(folder: str) -> bool:
 
 def short_socket_folder() -> str | None:
     """Make multiprocessing keep its sockets in a folder on a short path when TMPDIR's is too long; returns the
-    folder it chose (None: TMPDIR's is fine, or multiprocessing already has one). The folder is this process's
-    own (0700) and is removed at exit, as multiprocessing's own would be."""
+    folder it chose (None: TMPDIR's is fine, or multiprocessing already has a folder where a socket fits). The
+    folder is this process's own (0700) and is removed at exit, as multiprocessing's own would be; spawned children
+    inherit it."""
     from multiprocessing import process, util
 
     # where multiprocessing.util.get_temp_dir keeps its folder (a private dict, the same from Python 3.4 to 3.13)
     config: dict = process.current_process()._config  # type: ignore[attr-defined]
-    if config.get("tempdir") is not None or socket_room(tempfile.gettempdir()):
+    made = config.get("tempdir")  # made already (anything that needed it earlier): kept when a socket fits in it
+    if made is not None and len(os.fsencode(made)) + _LISTENER <= SOCKET_PATH_MAX:
+        return None
+    if made is None and socket_room(tempfile.gettempdir()):
         return None
     for base in _SHORT_BASES:
         if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK) and socket_room(base):
@@ -73,7 +78,7 @@ def short_socket_folder() -> str | None:
     from rlrm.errors import ConfigError
 
     raise ConfigError(
-        f"TMPDIR {tempfile.gettempdir()} is too long a path for the Unix sockets the actor ranks pass tensors over "
+        f"TMPDIR {tempfile.gettempdir()} is too long a path for the Unix sockets rank processes pass tensors over "
         f"(at most {SOCKET_PATH_MAX - _SOCKET_TAIL} characters), and none of {', '.join(_SHORT_BASES)} is writable: "
         "set TMPDIR to a shorter folder"
     )

@@ -50,6 +50,23 @@ def raise_rank_error(rank: int, node: str, method: str, kind: str, message: str)
     raise RankError(f"actor rank {rank} on node {node} failed in {method}: {kind}: {message}")
 
 
+def dead_rank_line(what: str, method: str) -> str:
+    """The line for a rank found dead (`what`: "rank R on node H died (...)") during `method`: one that dies while
+    the ranks start has no checkpoint of this start to point to."""
+    if method in STARTING:
+        return (
+            f"actor {what} while the ranks were starting ({method}); the run stops before its first step: the "
+            "rank's own error, when it printed one, is in the lines above"
+        )
+    return (
+        f"actor {what} during {method}; the run stops here. Its last checkpoint is intact: "
+        "continue with `rlrm train --resume RUN_DIR`"
+    )
+
+
+STARTING = ("setup", "address")  # the calls before a rank holds its shard of the models
+
+
 def exit_text(code: int) -> str:
     if code < 0:
         try:
@@ -131,15 +148,14 @@ class RankProcesses:
         return [got[r] for r in range(self.world_size)]
 
     def _raise_if_dead(self, method: str, grace_s: float = 0.0) -> None:
+        """RankError for the first rank found exited (a rank that fails a call stays up until closed, so an exit is a
+        death), waiting up to `grace_s` for one to show."""
         end = time.monotonic() + grace_s
         while True:
             for rank, proc in enumerate(self._procs):
                 if proc.exitcode is not None:
                     self.broken = f"rank {rank} on node {self.nodes[rank]} died ({exit_text(proc.exitcode)})"
-                    raise RankError(
-                        f"actor {self.broken} during {method}; the run stops here. Its last checkpoint is intact: "
-                        "continue with `rlrm train --resume RUN_DIR`"
-                    )
+                    raise RankError(dead_rank_line(self.broken, method))
             if time.monotonic() >= end:
                 return
             time.sleep(0.1)
@@ -167,6 +183,8 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
             node = worker.setup(rank, rank, "127.0.0.1", port)
         except BaseException as exc:  # noqa: BLE001 - reported to the trainer, which raises it
             send(outbox, ("error", rank, describe(exc)))
+            while _next_job(inbox, parent) is not None:  # up until told to stop: an exit would read as a death
+                pass
             return
         send(outbox, ("ok", rank, node))
         while (job := _next_job(inbox, parent)) is not None:

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from rlrm.engine.executor.rank_procs import RankError, raise_rank_error
+from rlrm.engine.executor.rank_procs import RankError, dead_rank_line, raise_rank_error
 from rlrm.launch.fleet.ray_release import release_ray
 
 if TYPE_CHECKING:
@@ -115,10 +115,7 @@ class RayRanks:
 
     def _raise_dead(self, rank: int, method: str) -> None:
         self.broken = f"rank {rank} on node {self.nodes[rank]} died (its Ray actor is gone)"
-        raise RankError(
-            f"actor {self.broken} during {method}; the run stops here. Its last checkpoint is intact: continue with "
-            "`rlrm train --resume RUN_DIR`"
-        )
+        raise RankError(dead_rank_line(self.broken, method))
 
     def close(self) -> None:
         release_ray(self.actors, self.group, shutdown=self._started_ray)

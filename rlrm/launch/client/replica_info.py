@@ -32,33 +32,37 @@ class TrainerModel:
 NOT_SERVED = frozenset({401, 403, 404, 405, 501})  # vLLM has no /get_model_info; hosted APIs neither (or not for us)
 
 
-def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5) -> dict:
-    """A server's `/get_model_info` answer; {} when it serves no such route (vLLM, hosted APIs).
+def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5, timeout_s: float = 10.0) -> dict:
+    """A server's `/get_model_info` answer; {} when it serves no such route (vLLM, hosted APIs) or answers
+    something else than model info.
 
-    A server that answers 5xx or 429, or not at all, is asked again (`tries` in all, `pause_s` doubling between):
-    a busy moment must not pass for "reports nothing", which would skip the checks this answer feeds. Still no
-    answer after that: {} with a warning line, and the checks trust the server as they trust vLLM.
+    A busy server (5xx, 429) or one that does not answer is asked again (`tries` in all, `pause_s` doubling
+    between, `timeout_s` each): a busy moment must not pass for "reports nothing", which would skip the checks
+    this answer feeds. Still nothing usable after that: {} with a warning line, and the checks trust the server
+    as they trust vLLM.
     """
     why = ""
     for attempt in range(tries):
         if attempt:
             time.sleep(pause_s * 2 ** (attempt - 1))
         try:
-            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=30.0)
+            answer = http.get(url + "/get_model_info", headers=headers, timeout_s=timeout_s)
         except TransientError as exc:
             why = str(exc)
             continue
-        if answer.status in NOT_SERVED:
-            return {}
-        if answer.status != 200:
+        if answer.status == 429 or (answer.status >= 500 and answer.status not in NOT_SERVED):
             why = f"it answered {answer.status}"
             continue
+        if answer.status != 200:
+            return {}
         try:
             info = answer.json()
         except ValueError:
             return {}
         return info if isinstance(info, dict) else {}
-    progress.say(f"warning: {url}/get_model_info gave no answer in {tries} tries ({why}): its model is not checked")
+    progress.say(
+        f"warning: {url}/get_model_info gave no usable answer in {tries} tries ({why}): its model is not checked"
+    )
     return {}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -149,3 +150,20 @@ def test_two_ranks_work_under_a_tmpdir_too_long_for_a_unix_socket(tmp_path, tiny
     assert len(folder) + len("/listener-xxxxxxxx") <= 107 and not folder.startswith(str(long_tmp)), folder
     assert not Path(folder).exists()  # removed at exit, as multiprocessing's own folder is
     assert float(worst) < 1e-5
+
+
+def test_ranks_that_fail_their_setup_are_named_with_their_own_error(tmp_path):
+    """A rank whose setup raises reports the error and stays up until closed: before, it exited (code 0) and the
+    trainer, finding it gone, said "died (exit code 0)" and dropped the error it had just received."""
+    from rlrm.engine.actor.rank import RankSpec
+    from rlrm.engine.executor.rank_procs import RankError, RankProcesses
+
+    missing = tmp_path / "no-such-model"
+    profile = _profile(missing, MODES[0], 2)
+    ranks = RankProcesses(RankSpec(profile, str(missing), None, world_size=2, device="cpu", threads=1))
+    with pytest.raises(RankError) as caught:
+        ranks.start()
+    line = str(caught.value)
+    assert re.match(r"actor rank [01] on node \S+ failed in setup: \w+: ", line), line
+    assert "died" not in line and str(missing) in line, line
+    assert ranks.pids() == []  # closed: no rank left behind

@@ -68,6 +68,13 @@ def test_a_busy_answer_is_asked_again_and_the_check_still_runs(status):
             check_replicas([server.url], None, TrainerModel("tiny:policy", 7, 9, None))
 
 
+@pytest.mark.parametrize("status", [400, 422])
+def test_an_answer_that_is_not_model_info_is_nothing_reported_at_once(status):
+    with InfoServer(busy=1, status=status) as server:
+        assert model_info(server.url, {}, pause_s=0.01) == {}
+        assert server.calls == 1  # not busy: asking again would get the same answer
+
+
 def test_a_route_the_server_does_not_serve_is_nothing_reported_at_once():
     with InfoServer(busy=0, final=404) as server:
         assert model_info(server.url, {}, pause_s=0.01) == {}

@@ -74,3 +74,16 @@ def test_no_short_writable_folder_is_one_line_naming_tmpdir(fresh_config, monkey
     monkeypatch.setattr(mailbox, "_SHORT_BASES", ("/no/such/folder",))
     with pytest.raises(ConfigError, match=r"TMPDIR /scratch/x+ is too long .* set TMPDIR to a shorter folder"):
         mailbox.short_socket_folder()
+
+
+def test_a_folder_multiprocessing_made_earlier_under_a_long_tmpdir_is_replaced(fresh_config):
+    config, made = fresh_config
+    config["tempdir"] = "/scratch/" + "job-1234567/" * 8 + "pymp-abcdefgh"  # made before: too long for a socket
+    folder = mailbox.short_socket_folder()
+    assert folder is not None and config["tempdir"] == folder and mailbox.socket_room(folder)
+
+
+def test_a_folder_multiprocessing_made_earlier_where_a_socket_fits_is_kept(fresh_config):
+    config, _ = fresh_config
+    config["tempdir"] = "/tmp/pymp-abcdefgh"
+    assert mailbox.short_socket_folder() is None and config["tempdir"] == "/tmp/pymp-abcdefgh"
