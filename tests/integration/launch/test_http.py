@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from threaded_app import ThreadedApp
 
 from rlrm.call_errors import RequestTimeout, TransientError
 from rlrm.launch.client.wire import SGLangWire, post_sync_call
@@ -28,32 +29,16 @@ REPO = Path(__file__).resolve().parents[3]
 SLOW_S = 3.0  # how long /slow takes to answer
 
 
-class TinyServer:
+class TinyServer(ThreadedApp):
     """/json, /text (not JSON), /slow (also POST), POST /echo (the body and the Authorization header back), /metrics."""
 
     def __init__(self):
-        self.port = free_port()
+        super().__init__()
         self.peers: list[int] = []  # the client port of each request: one port for two requests = a reused connection
         self.metrics = "smg_worker_retries_total 3\n"
         self.metrics_status = 200
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self):
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc):
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _start(self):
+    def routes(self, app) -> None:
         from aiohttp import web
 
         async def answer_json(request):
@@ -73,14 +58,10 @@ class TinyServer:
         async def metrics(request):
             return web.Response(text=self.metrics, status=self.metrics_status)
 
-        app = web.Application()
         for path, handler in (("/json", answer_json), ("/text", text), ("/slow", slow), ("/metrics", metrics)):
             app.router.add_get(path, handler)
         app.router.add_post("/echo", echo)
         app.router.add_post("/slow", slow)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
 
 @pytest.fixture(scope="module")

@@ -7,55 +7,34 @@ server does not serve (404: vLLM, hosted APIs) is "reports nothing" at once.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-
 import pytest
+from threaded_app import ThreadedApp
 
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas, model_info
 from rlrm.launch.common.ports import free_port
 
 
-class InfoServer:
+class InfoServer(ThreadedApp):
     """Answers /get_model_info with `status` for the first `busy` calls, then `final` (200 with `info`, or 404)."""
 
     def __init__(self, busy: int, final: int = 200, status: int = 503):
-        self.port, self.busy, self.final, self.status = free_port(), busy, final, status
+        super().__init__()
+        self.busy, self.final, self.status = busy, final, status
         self.calls = 0
         self.info = {"tokenizer_size": 7, "vocab_size": 7, "model_path": "/models/other", "weight_version": "3"}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def routes(self, app) -> None:
+        app.router.add_get("/get_model_info", self._get_model_info)
 
-    def __enter__(self):
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def __exit__(self, *exc):
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _start(self):
+    async def _get_model_info(self, request):
         from aiohttp import web
 
-        async def get_model_info(request):
-            self.calls += 1
-            if self.calls <= self.busy:
-                return web.json_response({"error": "busy"}, status=self.status)
-            if self.final != 200:
-                return web.json_response({"detail": "Not Found"}, status=self.final)
-            return web.json_response(self.info)
-
-        app = web.Application()
-        app.router.add_get("/get_model_info", get_model_info)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        self.calls += 1
+        if self.calls <= self.busy:
+            return web.json_response({"error": "busy"}, status=self.status)
+        if self.final != 200:
+            return web.json_response({"detail": "Not Found"}, status=self.final)
+        return web.json_response(self.info)
 
 
 @pytest.mark.parametrize("status", [503, 429, 500])
