@@ -50,6 +50,9 @@ def raise_rank_error(rank: int, node: str, method: str, kind: str, message: str)
     raise RankError(f"actor rank {rank} on node {node} failed in {method}: {kind}: {message}")
 
 
+STARTING = ("setup", "address")  # the calls before a rank holds its shard of the models
+
+
 def dead_rank_line(what: str, method: str) -> str:
     """The line for a rank found dead (`what`: "rank R on node H died (...)") during `method`: one that dies while
     the ranks start has no checkpoint of this start to point to."""
@@ -62,9 +65,6 @@ def dead_rank_line(what: str, method: str) -> str:
         f"actor {what} during {method}; the run stops here. Its last checkpoint is intact: "
         "continue with `rlrm train --resume RUN_DIR`"
     )
-
-
-STARTING = ("setup", "address")  # the calls before a rank holds its shard of the models
 
 
 def exit_text(code: int) -> str:

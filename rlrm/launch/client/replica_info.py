@@ -29,9 +29,6 @@ class TrainerModel:
     chat_template_sha256: str | None
 
 
-NOT_SERVED = frozenset({401, 403, 404, 405, 501})  # vLLM has no /get_model_info; hosted APIs neither (or not for us)
-
-
 def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5, timeout_s: float = 10.0) -> dict:
     """A server's `/get_model_info` answer; {} when it serves no such route (vLLM, hosted APIs) or answers
     something else than model info.
@@ -50,10 +47,10 @@ def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5,
         except TransientError as exc:
             why = str(exc)
             continue
-        if answer.status == 429 or (answer.status >= 500 and answer.status not in NOT_SERVED):
+        if answer.status >= 500 or answer.status == 429:  # busy: as the readiness probes read it (fleet/health.py)
             why = f"it answered {answer.status}"
             continue
-        if answer.status != 200:
+        if answer.status != 200:  # 404: no such route (vLLM, hosted APIs); 401/403, 400: nothing to read either
             return {}
         try:
             info = answer.json()
