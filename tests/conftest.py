@@ -141,18 +141,13 @@ def notes() -> list[str]:
     return []
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests are skipped without a CUDA device; `vllm` tests run on the real engine when its environment is
     found (rlrm/launch/fleet/engine_env.py) and are skipped otherwise, unless RLRM_REQUIRE_VLLM=1 (CI: .ci/run),
     where a missing engine fails them. In pytest-xdist's workers (`-n 2`) the longest work comes first."""
     _skip_gpu_tests_without_cuda(items)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its collection order is the order work is handed out
-        items.sort(
-            key=lambda item: next(
-                (i for i, prefix in enumerate(_ORDER) if _unit_of_work(item.nodeid).startswith(prefix)), len(_ORDER)
-            )
-        )
+        items.sort(key=_work_order)
     marked = [item for item in items if "vllm" in item.keywords]
     if not marked:
         return
@@ -182,6 +177,11 @@ _ORDER = ("vllm", "tests/integration/", "tests/docs/", "tests/")
 def _unit_of_work(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     return "vllm" if path.startswith(_VLLM_TESTS) else path
+
+
+def _work_order(item) -> int:
+    unit = _unit_of_work(item.nodeid)
+    return next((i for i, prefix in enumerate(_ORDER) if unit.startswith(prefix)), len(_ORDER))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # a pytest-xdist hook: without the plugin, never called
