@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
-from rlrm.launch.common.http import KEEPALIVE_S
+from rlrm.launch.common.http import exchange, session
 from rlrm.launch.fleet.process import ServerStartError
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class ReplicaBalancer:
         self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
         self._client: aiohttp.ClientSession | None = None
+        self._fresh_client: aiohttp.ClientSession | None = None
         self._prober: asyncio.Task | None = None
         self._closed = False  # requests cut off by close() must not start a prober on the closing session
 
@@ -61,14 +62,15 @@ class ReplicaBalancer:
         """POST to one replica (the least busy, or `url`); raises TransientError, RequestTimeout or BadRequest."""
         import aiohttp
 
-        session = self._http()
         url = url.rstrip("/") if url else self.pick()
         self.outstanding[url] += 1
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            async with session.post(url + path, json=body, headers=self.headers, timeout=timeout) as resp:
-                status, text = resp.status, await resp.text()
-                wait_s = retry_after_s(resp.headers.get("Retry-After"))
+            reply = await exchange(
+                self._http(), self._fresh, "POST", url + path, json=body, headers=self.headers, timeout=timeout
+            )
+            status, text = reply.status, reply.body.decode("utf-8", "replace")
+            wait_s = retry_after_s(reply.headers.get("Retry-After"))
         except asyncio.TimeoutError:
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
@@ -103,12 +105,11 @@ class ReplicaBalancer:
         headers = {**self.headers, "Content-Type": "application/json"}
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            async with self._http().request(
-                method, url + path, data=data or None, headers=headers, timeout=timeout
-            ) as resp:
-                status, body = resp.status, await resp.read()
-                wait_s = retry_after_s(resp.headers.get("Retry-After"))
-                ctype = resp.content_type
+            reply = await exchange(
+                self._http(), self._fresh, method, url + path, data=data or None, headers=headers, timeout=timeout
+            )
+            status, body, ctype = reply.status, reply.body, reply.content_type
+            wait_s = retry_after_s(reply.headers.get("Retry-After"))
         except asyncio.TimeoutError:
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
@@ -134,15 +135,16 @@ class ReplicaBalancer:
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
 
-    def _http(self):
-        import aiohttp
-
+    def _http(self) -> aiohttp.ClientSession:
         if self._client is None:
-            connector = aiohttp.TCPConnector(
-                limit=0, keepalive_timeout=KEEPALIVE_S
-            )  # no cap: the loop bounds concurrency
-            self._client = aiohttp.ClientSession(connector=connector)
+            self._client = session()  # no cap on connections: the loop bounds concurrency
         return self._client
+
+    def _fresh(self) -> aiohttp.ClientSession:
+        """A session that keeps no connection: a request that met a stale one goes again on it (http.exchange)."""
+        if self._fresh_client is None:
+            self._fresh_client = session(keep_alive=False)
+        return self._fresh_client
 
     def _mark_down(self, url: str) -> None:
         self.healthy[url] = False
@@ -174,9 +176,10 @@ class ReplicaBalancer:
         self._closed = True
         if self._prober is not None:
             self._prober.cancel()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        for client in (self._client, self._fresh_client):
+            if client is not None:
+                await client.close()
+        self._client = self._fresh_client = None
 
 
 def _message(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import torch
 
@@ -10,9 +11,15 @@ from rlrm.engine.models import sft, tiny
 from rlrm.engine.models.sft import StepProgress
 
 
+def fake_clock(monkeypatch, step_s: float) -> None:
+    """sft's own `time` reads a clock that advances `step_s` a read. Only sft's: patching time.monotonic itself
+    would let any thread of the process (an event loop left by an earlier test) take readings off the clock."""
+    clock = itertools.count(start=0.0, step=step_s)
+    monkeypatch.setattr(sft, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+
+
 def test_a_slow_build_prints_a_line_at_least_every_ten_seconds(monkeypatch):
-    clock = itertools.count(start=0.0, step=3.0)  # 3 s a step: a busy machine
-    monkeypatch.setattr(sft.time, "monotonic", lambda: next(clock))
+    fake_clock(monkeypatch, 3.0)  # 3 s a step: a busy machine
     lines: list[str] = []
     progress = StepProgress("judge", 1000, lines.append, every=100)
     for step in range(20):
@@ -23,8 +30,7 @@ def test_a_slow_build_prints_a_line_at_least_every_ten_seconds(monkeypatch):
 
 
 def test_a_fast_build_prints_every_n_steps(monkeypatch):
-    clock = itertools.count(start=0.0, step=0.01)
-    monkeypatch.setattr(sft.time, "monotonic", lambda: next(clock))
+    fake_clock(monkeypatch, 0.01)
     lines: list[str] = []
     progress = StepProgress("policy", 200, lines.append, every=50)
     for step in range(200):
