@@ -273,7 +273,9 @@ def test_an_api_that_keeps_refusing_fails_the_sample_at_its_deadline_counted():
         cfg = config(api, attempt_timeout_s=1.0, max_retries=0, limits={"max_retry_after_s": 0.2})
         results, metrics = score(cfg, samples(3))
         throttled = len(api.throttled)
-    assert throttled >= 3 and metrics["reward/rate_limited"] == throttled
+    # each 429 the loop read is counted; one the stand-in sent as a sample's deadline cut its request off was never
+    # read (2 of 9 in a loaded CI run), so the stand-in may count more
+    assert throttled >= 3 and 3 <= metrics["reward/rate_limited"] <= throttled
     assert metrics["reward/timeouts"] == 3 and metrics["reward/failures"] == 3 and metrics["reward/defaulted"] == 3
     assert all(r.extra.get("reward_failed") for r in results)
 
