@@ -17,14 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING
 
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
-from rlrm.launch.common.http import exchange, session
+from rlrm.launch.common.http import Sessions
 from rlrm.launch.fleet.process import ServerStartError
-
-if TYPE_CHECKING:
-    import aiohttp
 
 
 class ReplicaBalancer:
@@ -43,8 +39,7 @@ class ReplicaBalancer:
         # `headers`: extra ones a hosted API wants on every request (reward.server.headers_env)
         self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
-        self._client: aiohttp.ClientSession | None = None
-        self._fresh_client: aiohttp.ClientSession | None = None
+        self._sessions = Sessions()
         self._prober: asyncio.Task | None = None
         self._closed = False  # requests cut off by close() must not start a prober on the closing session
 
@@ -66,9 +61,7 @@ class ReplicaBalancer:
         self.outstanding[url] += 1
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            reply = await exchange(
-                self._http(), self._fresh, "POST", url + path, json=body, headers=self.headers, timeout=timeout
-            )
+            reply = await self._sessions.send("POST", url + path, json=body, headers=self.headers, timeout=timeout)
             status, text = reply.status, reply.body.decode("utf-8", "replace")
             wait_s = retry_after_s(reply.headers.get("Retry-After"))
         except asyncio.TimeoutError:
@@ -105,9 +98,7 @@ class ReplicaBalancer:
         headers = {**self.headers, "Content-Type": "application/json"}
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            reply = await exchange(
-                self._http(), self._fresh, method, url + path, data=data or None, headers=headers, timeout=timeout
-            )
+            reply = await self._sessions.send(method, url + path, data=data or None, headers=headers, timeout=timeout)
             status, body, ctype = reply.status, reply.body, reply.content_type
             wait_s = retry_after_s(reply.headers.get("Retry-After"))
         except asyncio.TimeoutError:
@@ -127,24 +118,13 @@ class ReplicaBalancer:
 
         try:
             timeout = aiohttp.ClientTimeout(total=2.0)
-            async with self._http().get(url + "/health", timeout=timeout) as resp:
+            async with self._sessions.pooled.get(url + "/health", timeout=timeout) as resp:
                 if resp.status != 404:
                     return resp.status == 200
-            async with self._http().get(url + "/v1/models", headers=self.headers, timeout=timeout) as resp:
+            async with self._sessions.pooled.get(url + "/v1/models", headers=self.headers, timeout=timeout) as resp:
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._client is None:
-            self._client = session()  # no cap on connections: the loop bounds concurrency
-        return self._client
-
-    def _fresh(self) -> aiohttp.ClientSession:
-        """A session that keeps no connection: a request that met a stale one goes again on it (http.exchange)."""
-        if self._fresh_client is None:
-            self._fresh_client = session(keep_alive=False)
-        return self._fresh_client
 
     def _mark_down(self, url: str) -> None:
         self.healthy[url] = False
@@ -176,10 +156,7 @@ class ReplicaBalancer:
         self._closed = True
         if self._prober is not None:
             self._prober.cancel()
-        for client in (self._client, self._fresh_client):
-            if client is not None:
-                await client.close()
-        self._client = self._fresh_client = None
+        await self._sessions.close()
 
 
 def _message(text: str) -> str:

@@ -25,7 +25,6 @@ import concurrent.futures
 import json
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,7 @@ _GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class Reply:
-    """One answer as `exchange` read it."""
+    """One answer as `Sessions.send` read it."""
 
     status: int
     body: bytes
@@ -54,36 +53,51 @@ class Reply:
     content_type: str
 
 
-def session(keep_alive: bool = True) -> aiohttp.ClientSession:
-    """A ClientSession on the running loop: pooled connections reused for KEEPALIVE_S, or (keep_alive=False) a
-    new connection for each request. No cap on connections: the callers bound how many requests are in flight."""
-    import aiohttp
+class Sessions:
+    """The ClientSessions of one event loop, made there on first use: `pooled`, whose connections are kept alive for
+    KEEPALIVE_S (no cap on them: the callers bound how many requests are in flight), and, made on first need, one
+    that keeps none, for a request `send` sends again."""
 
-    if keep_alive:
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+    def __init__(self) -> None:
+        self._pooled: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
+        self.closed = False
 
+    @property
+    def pooled(self) -> aiohttp.ClientSession:
+        import aiohttp
 
-async def exchange(
-    pooled: aiohttp.ClientSession, fresh: Callable[[], aiohttp.ClientSession], method: str, url: str, **kwargs: Any
-) -> Reply:
-    """Send one request on `pooled` and read the whole answer; aiohttp's errors propagate.
+        if self._pooled is None:
+            self._pooled = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+        return self._pooled
 
-    A connection the server closed while this process's loop was busy (it ran for seconds without reading the
-    close) still looks open: a request sent on it fails before any answer, with "Server disconnected" or "Can not
-    write request body", and so do the requests on the other connections closed at the same time. Such a request
-    is sent once more at once on a new connection, `fresh()` (a session that keeps none): a server that closed an
-    idle connection never read it, and a server that died refuses the new connection. A second failure, a refused
-    connection, or a request cut off because its owner closed `pooled` is the caller's to handle.
-    """
-    import aiohttp
+    async def send(self, method: str, url: str, **kwargs: Any) -> Reply:
+        """Send one request on `pooled` and read the whole answer; aiohttp's errors propagate.
 
-    try:
-        return await _read(pooled, method, url, kwargs)
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        if isinstance(exc, aiohttp.ClientConnectorError) or pooled.closed:  # no server there; or closed by its owner
-            raise
-    return await _read(fresh(), method, url, kwargs)
+        A connection the server closed while this process's loop was busy (it ran for seconds without reading the
+        close) still looks open: a request sent on it fails before any answer, with "Server disconnected" or "Can
+        not write request body", and so do the requests on the other connections closed at the same time. Such a
+        request is sent once more at once on a new connection: a server that closed an idle connection never read
+        it, and a server that died refuses the new connection. A second failure, a refused connection, or a request
+        cut off by `close()` is the caller's to handle.
+        """
+        import aiohttp
+
+        try:
+            return await _read(self.pooled, method, url, kwargs)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError) or self.closed:  # no server there; or closed here
+                raise
+        if self._fresh is None:
+            self._fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        return await _read(self._fresh, method, url, kwargs)
+
+    async def close(self) -> None:
+        self.closed = True
+        for made in (self._pooled, self._fresh):
+            if made is not None:
+                await made.close()
+        self._pooled = self._fresh = None
 
 
 async def _read(client: aiohttp.ClientSession, method: str, url: str, kwargs: dict[str, Any]) -> Reply:
@@ -125,17 +139,7 @@ class _LoopClient:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="rlrm-http", daemon=True)
         self.thread.start()
-        self.session = asyncio.run_coroutine_threadsafe(self._open(), self.loop).result()
-        self._fresh: aiohttp.ClientSession | None = None  # for a request sent again after a stale connection
-
-    @staticmethod
-    async def _open() -> aiohttp.ClientSession:
-        return session()  # the calling threads bound how many requests are in flight
-
-    def _fresh_session(self) -> aiohttp.ClientSession:
-        if self._fresh is None:
-            self._fresh = session(keep_alive=False)
-        return self._fresh
+        self.sessions = Sessions()  # used on the loop thread only
 
     def call(
         self, method: str, url: str, body: dict[str, Any] | None, headers: dict[str, str] | None, timeout_s: float
@@ -156,9 +160,7 @@ class _LoopClient:
 
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            reply = await exchange(
-                self.session, self._fresh_session, method, url, json=body, headers=headers, timeout=timeout
-            )
+            reply = await self.sessions.send(method, url, json=body, headers=headers, timeout=timeout)
             return Answer(url, reply.status, reply.body.decode("utf-8", "replace"))
         except asyncio.TimeoutError:  # before ClientError: aiohttp's ServerTimeoutError is both
             raise RequestTimeout(f"{method} {url} did not answer within {timeout_s:g} s") from None
@@ -170,9 +172,7 @@ class _LoopClient:
         if self.pid != os.getpid() or not self.thread.is_alive():
             return
         try:
-            for open_session in (self.session, self._fresh):
-                if open_session is not None:
-                    asyncio.run_coroutine_threadsafe(open_session.close(), self.loop).result(_GRACE_S)
+            asyncio.run_coroutine_threadsafe(self.sessions.close(), self.loop).result(_GRACE_S)
         except Exception:  # noqa: BLE001 - at exit a connection that fails to close is closed by the OS
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)

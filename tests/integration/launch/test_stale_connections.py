@@ -1,6 +1,6 @@
 """A kept-alive connection the server closed while the client's loop was busy (a training step, a starved CPU)
 still looks open to the client: a request sent on it fails before any answer. rlrm's HTTP clients send such a
-request once more on a new connection (rlrm.launch.common.http.exchange). Seen as a run that stopped with
+request once more on a new connection (rlrm.launch.common.http.Sessions.send). Seen as a run that stopped with
 "rollout request failed after 4 attempts; last: ... Can not write request body" on a loaded machine: every retry
 took another of the connections the server had closed at the same time."""
 
