@@ -232,7 +232,9 @@ def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
     # many samples in flight: the first wave holds its estimates (~100 tokens, before any usage came back); later
     # waves hold what recent answers used (~40, plus 5%), so the API sees close to its limit and never more
     async def scenario(api):
-        service = RewardService(config(api, limits={"tpm": TPM}, genrm={"max_tokens": 64}))
+        # every sample of a wave in flight at once: the 0.1-s gap ~40 tokens buy then leaves a round trip 1.2 s, not
+        # the 0.4 s of 4 workers (a loaded CI run's round trips paced it at 0.635x)
+        service = RewardService(config(api, num_workers=12, limits={"tpm": TPM}, genrm={"max_tokens": 64}))
         await service.start()
         try:
             marks = []
