@@ -1,7 +1,7 @@
 """Save and resume: `<run>/checkpoints/step_<k>/` holds everything a run needs to continue.
 
     step_<k>/model/          the policy in HF format (loadable with from_pretrained)
-    step_<k>/state.pt        optimizer, scheduler, data cursor, RNG states, step, counters
+    step_<k>/state.pt        optimizer, scheduler, data cursor, RNG states (Python, numpy, torch, each GPU), step, counters
     step_<k>/shards/         actor.world_size > 1: each rank's shard of the model and optimizer
                              (torch.distributed.checkpoint); state.pt then holds no optimizer
     step_<k>/model_keys.json the profile's `model` section it was trained from: a resume whose config.yaml names
@@ -207,7 +207,20 @@ def _rng_state() -> dict:
             "cached_gaussian": float(cached),
         },
         "torch": torch.get_rng_state(),
+        "cuda": _cuda_rng_states(),
     }
+
+
+def _cuda_rng_states() -> list:
+    """Each visible GPU's RNG state (dropout and `torch.rand` on CUDA draw from it); none without CUDA.
+
+    Read only where this process already uses CUDA: asking would otherwise start a CUDA context (GPU memory,
+    seconds) in a run on the CPU of a GPU machine."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return []
+    return list(torch.cuda.get_rng_state_all())
 
 
 def _set_rng_state(rng: dict) -> None:
@@ -219,3 +232,15 @@ def _set_rng_state(rng: dict) -> None:
     keys = npy["keys"].numpy().astype(np.uint32)
     np.random.set_state((npy["name"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(rng["torch"])
+    _set_cuda_rng_states(rng.get("cuda", []))  # checkpoints before 2026-11-27 hold none
+
+
+def _set_cuda_rng_states(states: list) -> None:
+    """Restore the GPUs' RNG states saved with the checkpoint, as far as this machine has the GPUs: a run saved on
+    a GPU and resumed on the CPU draws nothing on CUDA, one resumed on fewer GPUs restores those it has."""
+    import torch
+
+    if not states or not torch.cuda.is_available():
+        return
+    for index, state in enumerate(states[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(state, index)

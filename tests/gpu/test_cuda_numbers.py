@@ -186,3 +186,21 @@ def test_out_of_memory_in_the_update_is_one_line_naming_the_micro_batch(model):
             step.train(batch, StepTimer())
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def test_a_checkpoint_restores_the_gpu_random_state(tmp_path, tiny_policy_path):
+    """Dropout and `torch.rand` on CUDA draw from the GPU's own generator: a resumed run draws what the run would
+    have drawn next (state.pt holds one state per GPU; on the CPU the check covers torch's CPU generator)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlrm.engine.checkpoint import load_state, save_checkpoint
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_policy_path).to(DEVICE)
+    torch.manual_seed(7)
+    torch.rand(5, device=DEVICE)  # the generator has moved on from its seed
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy_path)
+    ckpt = save_checkpoint(tmp_path, 1, policy, tokenizer, {"actor": {}, "loader": {}}, keep=1)
+    expected = torch.rand(4, device=DEVICE).tolist()
+    torch.manual_seed(8)
+    load_state(ckpt)
+    assert torch.rand(4, device=DEVICE).tolist() == expected

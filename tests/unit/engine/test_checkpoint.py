@@ -55,6 +55,30 @@ def test_state_loads_with_weights_only_and_restores_every_rng_exactly(tmp_path, 
         assert torch.equal(a["exp_avg"], b["exp_avg"]) and torch.equal(a["exp_avg_sq"], b["exp_avg_sq"])
 
 
+def test_gpu_rng_states_are_kept_and_a_cpu_machine_resumes_without_them(tmp_path, tiny_policy_path):
+    """A run on the CPU saves no GPU state (and starts no CUDA context); a state saved on a GPU machine (one
+    16-byte Philox state per GPU) and one from before GPU states were saved both resume here, every CPU RNG
+    restored. That the GPU states come back on a GPU: tests/gpu/test_cuda_numbers.py."""
+    from transformers import AutoTokenizer
+
+    model, actor = _actor_after_one_step(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    torch.manual_seed(5)
+    ckpt = save_checkpoint(tmp_path, 1, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=3)
+    expected = torch.rand(3).tolist()
+    raw = torch.load(ckpt / "state.pt", weights_only=True)
+    assert raw["rng"]["cuda"] == []
+    for cuda in ([torch.zeros(16, dtype=torch.uint8)] * 2, None):
+        if cuda is None:
+            del raw["rng"]["cuda"]
+        else:
+            raw["rng"]["cuda"] = cuda
+        torch.save(raw, ckpt / "state.pt")
+        torch.manual_seed(6)
+        load_state(ckpt)
+        assert torch.rand(3).tolist() == expected
+
+
 def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
     from transformers import AutoTokenizer
 
