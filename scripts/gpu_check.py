@@ -4,8 +4,10 @@
 
 Each row is one real command on the GPU, timed, its result read from the files it wrote: the tiny models
 (built or loaded), tiny-rule, tiny-genrm and tiny-disrm runs, the DisRM parity check (legacy bf16 against the
-served fp32), a 3-step reward-latency benchmark, and rlrm's GRPO step against TRL's at the Qwen2.5-0.5B shape
-(random weights, the tiny tokenizer) in float32 and in bf16. A row that fails says so and the rest still run;
+served fp32), a 3-step reward-latency benchmark, the rollout engine's decoding at the Qwen2.5-0.5B shape (random
+weights, the tiny tokenizer; eager against CUDA graphs, tokens/s against the memory-bandwidth bound, the largest
+batch), and rlrm's GRPO step against TRL's at that shape in float32 (rollout.compile=off) and in bf16
+(rollout.compile=cudagraphs). A row that fails says so and the rest still run;
 the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
 """
 
@@ -40,8 +42,9 @@ def main() -> int:
     env_line = environment()
     print(env_line, flush=True)
 
-    checks = [(check_models, out)]
+    checks: list[tuple] = [(check_models, out)]
     device = args.device
+    graphs = "cudagraphs" if device.startswith("cuda") else "inductor"  # CUDA graphs need CUDA
     checks += [
         (check_train, out, device, "tiny-rule", 12, ["trainer.val_every=12", "data.val_size=128"]),
         (check_train, out, device, "tiny-genrm", 4, ["trainer.val_every=0", "trainer.val_before_train=false"]),
@@ -49,7 +52,11 @@ def main() -> int:
         (check_parity, out, device),
     ]
     if not args.quick:
-        checks += [(check_step_vs_trl, out, device, dtype) for dtype in ("float32", "bfloat16")]
+        checks.append((check_decode, out, device))
+        checks += [
+            (check_step_vs_trl, out, device, "float32", "off"),
+            (check_step_vs_trl, out, device, "bfloat16", graphs),
+        ]
     checks.append((check_bench, out, device))
     if args.tier_xml:
         rows.append(tier_row(args.tier_xml, args.tier_seconds))
@@ -213,12 +220,37 @@ def check_bench(out: Path, device: str) -> tuple[str, str, str, str]:
     return (name, "ok", took, "; ".join(figures))
 
 
-def check_step_vs_trl(out: Path, device: str, dtype: str) -> tuple[str, str, str, str]:
-    name = f"GRPO step vs TRL, Qwen2.5-0.5B shape, {dtype}"
+def check_decode(out: Path, device: str) -> tuple[str, str, str, str]:
+    graphs = "cudagraphs" if device.startswith("cuda") else "inductor"
+    name = f"decoding, Qwen2.5-0.5B shape, bfloat16, 256 rows x 128 tokens: eager vs {graphs}"
+    start = time.perf_counter()
+    cmd = [sys.executable, str(REPO / "benchmarks" / "decode_speed.py"), "--device", device, "--shape", "qwen2.5-0.5b"]
+    cmd += ["--dtype", "bfloat16", "--compile", graphs, "--pairs", "2", "--threads", "4"]
+    done = _run(cmd, timeout=300, log=out / "decode_speed.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    text = done.stdout
+    if done.returncode or "median of pair ratios" not in text:
+        return (name, "FAILED", took, _failed(done))
+    keep = ("tokens equal", "bandwidth bound", "off ", f"{graphs} ", "median of pair ratios", "largest batch")
+    lines = [line.strip() for line in text.splitlines() if any(k in line for k in keep)]
+    return (name, "ok", took, "; ".join(lines).replace("|", "/")[:600])
+
+
+def check_step_vs_trl(out: Path, device: str, dtype: str, compile: str) -> tuple[str, str, str, str]:
+    name = f"GRPO step vs TRL, Qwen2.5-0.5B shape, {dtype}, rollout.compile={compile}"
     start = time.perf_counter()
     cmd = [sys.executable, str(REPO / "benchmarks" / "step_vs_trl.py"), "--trl-python", sys.executable]
     cmd += ["--device", device, "--shape", "qwen2.5-0.5b", "--dtype", dtype, "--pairs", "1", "--steps", "2"]
-    cmd += ["--warmup", "1", "--threads", "4", "--set", "rollout.max_new_tokens=128"]
+    cmd += [
+        "--warmup",
+        "1",
+        "--threads",
+        "4",
+        "--set",
+        "rollout.max_new_tokens=128",
+        "--set",
+        f"rollout.compile={compile}",
+    ]
     done = _run(cmd, timeout=400, log=out / f"step_vs_trl_{dtype}.log")
     took = f"{time.perf_counter() - start:.0f}"
     text = done.stdout

@@ -98,6 +98,13 @@ class RolloutConfig(Section):
     val_temperature: float = Field(0.0, ge=0.0, description="Temperature at validation (0: greedy).")
     max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")
     batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
+    compile: Literal["off", "cudagraphs", "inductor"] = Field(
+        "off",
+        description="The hf engine's decoding: off (eager, a KV cache that grows), or a static KV cache and a compiled "
+        "decode step: cudagraphs (CUDA only: each step replayed as one CUDA graph, seconds to capture per batch "
+        "shape) or inductor (fused kernels, with CUDA graphs on a GPU; a minute or more to compile per shape). "
+        "Same tokens up to float rounding. For GPUs, where a small model's eager step waits on kernel launches.",
+    )
     server: RolloutServerConfig = Field(default_factory=RolloutServerConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
 

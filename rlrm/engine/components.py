@@ -18,6 +18,7 @@ from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.served import served_engine
+from rlrm.errors import ConfigError
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
@@ -54,6 +55,11 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         torch.set_num_threads(profile.trainer.num_threads)
     torch.manual_seed(profile.trainer.seed)
     device = pick_device(profile.trainer.device)
+    if profile.rollout.compile == "cudagraphs" and not device.startswith("cuda"):
+        raise ConfigError(
+            f"rollout.compile=cudagraphs needs a GPU, and this run's device is {device} (trainer.device="
+            f"{profile.trainer.device}): set rollout.compile=off (or inductor) on the CPU"
+        )
     base_path = resolve_model_path(profile.model.path)
     path = policy_path or base_path
     tokenizer = load_tokenizer(path)
@@ -78,6 +84,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             pad_token_id=tokenizer.pad_token_id,
             max_batch_size=profile.rollout.max_batch_size,
             batch_wait_ms=profile.rollout.batch_wait_ms,
+            compile=profile.rollout.compile,
         )
     if agent is not None:  # every generate becomes a multi-turn trajectory with tools
         engine = AgentEngine(engine, tokenizer, agent)

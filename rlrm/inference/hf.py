@@ -10,15 +10,14 @@ in a dedicated worker thread, so the event loop stays free for rewards and new r
 long-lived thread rather than `asyncio.to_thread`: torch gives every thread that runs ops its own
 OpenMP team, so a stable thread keeps one warm team.) Requests with the same prompt (a GRPO
 group) are prefilled once and their KV cache copied per row. Rows that finish leave the batch
-once at most half of it is still decoding, so a few long responses do not pay for the finished ones.
+once at most half of it is still decoding, so a few long responses do not pay for the finished ones
+(`rlrm.inference.decode`). With `compile` set, batches decode instead with a static KV cache and a
+compiled step, CUDA graphs on a GPU (`rlrm.inference.static_decode`).
 
 Sampling is inverse-CDF with one uniform per row and token drawn from that request's own seeded
-generator, so a request draws the same tokens whatever else shares its batch. New weights are
-loaded under a lock the decode loop holds for a whole batch: never inside one.
-
-Longer than most modules on purpose: the queue, the batch former, the decode loop and the
-sampler share the engine's lock, versioning and per-row state; split apart, each piece would
-reach into the others' fields.
+generator, so a request draws the same tokens whatever else shares its batch
+(`rlrm.inference.sampling`). New weights are loaded in place under a lock the decode loop holds for a
+whole batch: never inside one.
 """
 
 from __future__ import annotations
@@ -31,10 +30,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from rlrm.errors import out_of_memory_named
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
-from rlrm.inference.kv_cache import cache_of, pass_cache, rows_selectable
+from rlrm.inference.decode import decode
 
 
 @dataclass
@@ -58,6 +58,8 @@ class HFRolloutEngine:
             whose requests trickle in over HTTP, waits up to `batch_wait_ms` only while they keep coming).
         seed: seeds the seeds given to requests that bring none (default: `torch.initial_seed()`,
             so a run seeded with `torch.manual_seed` repeats itself).
+        compile: "off" (the dynamic loop), or a `rlrm.inference.static_decode` backend: "cudagraphs" (CUDA
+            only), "inductor", "eager". The same tokens either way, up to float rounding.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class HFRolloutEngine:
         batch_wait_ms: float = 2.0,
         seed: int | None = None,
         batch_gap_ms: float | None = None,
+        compile: str = "off",
     ):
         import torch
 
@@ -86,6 +89,11 @@ class HFRolloutEngine:
         self._max_len = getattr(model.config, "max_position_embeddings", None)
         self._vocab = model.get_input_embeddings().num_embeddings
         self._keep_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._static = None
+        if compile != "off":
+            from rlrm.inference.static_decode import StaticDecoder
+
+            self._static = StaticDecoder(self.model, compile, max_batch_size)
         self._seeds = random.Random(torch.initial_seed() if seed is None else seed)
         self._lock = threading.Lock()  # held by a decode loop for a whole batch, and by update_weights
         self._executor: ThreadPoolExecutor | None = None
@@ -260,7 +268,10 @@ class HFRolloutEngine:
             )
             try:
                 with out_of_memory_named("while generating", lower):
-                    rows = _decode(self.model, batch, stops, self.pad_token_id, stop, self._keep_last_logits)
+                    run = self._static.decode if self._static is not None else partial(decode, self.model)
+                    prompts, params = [r.prompt_ids for r in batch], [r.sampling for r in batch]
+                    seeds = [r.seed for r in batch]
+                    rows = run(prompts, params, seeds, stops, self.pad_token_id, stop, self._keep_last_logits)
             finally:
                 self.busy_intervals.append((start, time.perf_counter()))
         return [
@@ -280,181 +291,3 @@ def _fail(requests: list[_Request], error: BaseException) -> None:
     for req in requests:
         if not req.future.done() and not req.future.get_loop().is_closed():
             req.future.set_exception(error)
-
-
-def _decode(model, batch: list[_Request], stops: list[list[int]], pad_id: int, stop_flag, keep_last: bool):
-    """Prefill then KV-cached decoding of one left-padded batch.
-
-    Returns (token_ids, log_probs, stopped_on_stop_token) per request, in batch order.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    rows = len(batch)
-    limits = [r.sampling.max_new_tokens for r in batch]
-    steps = max(limits)
-    widest_stop = max(1, max(len(s) for s in stops))
-    row = {  # per-row decoding state, [B, ...]; rows leave together when the batch is compacted
-        "orig": torch.arange(rows, device=device),
-        "limit": torch.tensor(limits, device=device),
-        "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [B, S]
-        "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
-        "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
-        "length": torch.zeros(rows, dtype=torch.long, device=device),
-        "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
-        "active": torch.ones(rows, dtype=torch.bool, device=device),
-    }
-    sampler = _RowSampler([r.sampling for r in batch], [r.seed for r in batch], steps, device)
-    results: list = [None] * rows
-
-    mask, past, logits = _prefill(model, [r.prompt_ids for r in batch], pad_id, device, keep_last)
-    next_pos = mask.sum(-1)  # [B]: a left-padded prompt's next position is its length
-    compactable = rows_selectable(past)
-    for t in range(steps):
-        if stop_flag.is_set():
-            raise EngineClosedError("rollout engine closed before the request finished")
-        token, log_prob = sampler.sample(logits, t)  # [B], [B]
-        active = row["active"]
-        row["tokens"][:, t] = token  # rows already done write past their length: never read
-        row["log_probs"][:, t] = log_prob
-        row["length"] += active.long()
-        hit = active & (token[:, None] == row["stops"]).any(-1)
-        row["stopped"] |= hit
-        active &= ~hit & (row["length"] < row["limit"])
-        live = int(active.sum())  # the one host sync per token, as in HF generate
-        if live == 0:
-            break
-        current = active.shape[0]
-        if live <= current // 2 and compactable:
-            keep = active.nonzero().squeeze(-1)
-            _collect(row, ~active, results)
-            row = {k: v[keep] for k, v in row.items()}
-            sampler.select(keep)
-            past.batch_select_indices(keep)
-            mask, next_pos, token = mask[keep], next_pos[keep], token[keep]
-            active = row["active"]
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        feed = torch.where(active, token, torch.full_like(token, pad_id))
-        out = model(
-            input_ids=feed[:, None],
-            attention_mask=mask,
-            position_ids=next_pos[:, None],
-            **pass_cache(past),
-            use_cache=True,
-        )
-        past, logits = cache_of(out), out.logits[:, -1, :].float()
-        next_pos = next_pos + 1
-    _collect(row, torch.ones_like(row["active"]), results)
-    return results
-
-
-def _prefill(model, prompts: list[list[int]], pad_id: int, device, keep_last: bool, share: bool = True):
-    """Run the left-padded prompts, each distinct prompt once (see `rlrm.inference.kv_cache`).
-
-    Returns:
-        (attention mask [B, P], KV cache of B rows, logits [B, V] float32 of each prompt's last position).
-    """
-    import torch
-
-    distinct: dict[tuple[int, ...], int] = {}
-    inverse = [distinct.setdefault(tuple(p), len(distinct)) if share else i for i, p in enumerate(prompts)]
-    unique = list(distinct) if share else prompts
-    width = max(len(p) for p in unique)
-    input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in unique], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in unique], device=device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [G, P]
-    extra = {"logits_to_keep": 1} if keep_last else {}
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
-    past, logits = cache_of(out), out.logits[:, -1, :].float()  # [G, V]
-    if len(unique) == len(prompts):
-        return mask, past, logits
-    if not rows_selectable(past):
-        return _prefill(model, prompts, pad_id, device, keep_last, share=False)
-    index = torch.tensor(inverse, device=device)
-    past.batch_select_indices(index)
-    return mask[index], past, logits[index]
-
-
-def _collect(row: dict, which, results: list) -> None:
-    """Copy the finished rows picked by `which` [B] to Python lists, at their original index."""
-    picked = which.nonzero().squeeze(-1)
-    orig = row["orig"][picked].tolist()
-    tokens, log_probs = row["tokens"][picked].cpu(), row["log_probs"][picked].cpu()
-    lengths, stopped = row["length"][picked].tolist(), row["stopped"][picked].tolist()
-    for j, i in enumerate(orig):
-        n = lengths[j]
-        results[i] = (tokens[j, :n].tolist(), log_probs[j, :n].tolist(), bool(stopped[j]))
-
-
-class _RowSampler:
-    """Per-row temperature, top-k, top-p and seeded inverse-CDF sampling over a [B, V] batch.
-
-    Row i draws uniform t for its token t from its own generator, up front, so what it samples
-    does not depend on the other rows. Unfiltered rows invert the CDF in vocabulary order,
-    filtered rows in (stable) descending-probability order; each row always uses the same one.
-    """
-
-    def __init__(self, params: list[SamplingParams], seeds: list[int], steps: int, device):
-        import torch
-
-        temps = torch.tensor([p.temperature for p in params], dtype=torch.float32)
-        self.greedy = (temps <= 0).to(device)  # [B]
-        self.temps = torch.where(temps <= 0, torch.ones_like(temps), temps)[:, None].to(device)  # [B, 1]
-        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else 2**62 for p in params], device=device)[:, None]
-        self.top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)[:, None]
-        self.filtered = torch.tensor([p.top_k > 0 or p.top_p < 1.0 for p in params], device=device)  # [B]
-        uniforms = torch.full((len(params), steps), 0.5)
-        for i, (p, seed) in enumerate(zip(params, seeds)):
-            if p.temperature > 0:
-                g = torch.Generator().manual_seed(seed)  # CPU generator: the same draws on every device
-                uniforms[i, : p.max_new_tokens] = torch.rand(p.max_new_tokens, generator=g)
-        self.uniforms = uniforms.to(device)  # [B, T]
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self.all_greedy = bool(self.greedy.all())
-        self.any_filtered = bool((self.filtered & ~self.greedy).any())
-
-    def select(self, keep) -> None:
-        """Keep only rows `keep` (the batch was compacted)."""
-        for name in ("greedy", "temps", "top_k", "top_p", "filtered", "uniforms"):
-            setattr(self, name, getattr(self, name)[keep])
-        self._refresh()
-
-    def sample(self, logits, t: int):
-        """Tokens [B] for decode step t and their log-probs [B] (float32, before filtering)."""
-        import torch
-
-        log_probs = torch.log_softmax(logits / self.temps, dim=-1)  # [B, V]
-        if self.all_greedy:
-            token = torch.argmax(logits, dim=-1)
-        else:
-            probs = log_probs.exp()
-            u = self.uniforms[:, t]  # [B]
-            token = _invert_cdf(probs, u)
-            if self.any_filtered:
-                token = torch.where(self.filtered, self._sample_filtered(probs, u), token)
-            token = torch.where(self.greedy, torch.argmax(logits, dim=-1), token)
-        return token, log_probs.gather(-1, token[:, None]).squeeze(-1)
-
-    def _sample_filtered(self, probs, u):
-        import torch
-
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # [B, V]
-        ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]
-        sorted_p = sorted_p.masked_fill(ranks >= self.top_k, 0.0)
-        cum = sorted_p.cumsum(-1)
-        mass_before = cum - sorted_p  # mass of strictly better tokens; the best token always stays
-        sorted_p = sorted_p.masked_fill(mass_before >= self.top_p * cum[:, -1:], 0.0)
-        return order.gather(-1, _invert_cdf(sorted_p, u)[:, None]).squeeze(-1)
-
-
-def _invert_cdf(weights, u):
-    """Index [B] where the running sum of non-negative `weights` [B, V] first exceeds u * total."""
-    import torch
-
-    cdf = weights.cumsum(-1)  # [B, V]
-    total = cdf[:, -1]
-    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # strictly below total
-    index = torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)
-    return index.clamp(max=weights.shape[-1] - 1)

@@ -26,11 +26,12 @@ def cache_of(out):
 
 def pass_cache(cache) -> dict:
     """The keyword argument that hands `cache` to a model's forward, under this transformers' name for it."""
-    return {_cache_keyword(): cache}
+    return {cache_keyword(): cache}
 
 
 @lru_cache(maxsize=1)
-def _cache_keyword() -> str:
+def cache_keyword() -> str:
+    """`cache` from transformers 5.24 on, `past_key_values` before."""
     from importlib.metadata import version
 
     major, minor = (int(part) for part in version("transformers").split(".")[:2])

@@ -80,6 +80,17 @@ def test_the_agent_loop_trains_on_the_device(tmp_path, tiny_policy_path):
     assert rows[0]["critic/score/mean"] >= 0
 
 
+def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path):
+    """rollout.compile=cudagraphs: each decode step a CUDA graph. On the CPU (RLRM_GPU_TIER_DEVICE=cpu) the
+    same setting is refused in one line naming what to set."""
+    if DEVICE != "cuda":
+        with pytest.raises(ConfigError, match="rollout.compile=cudagraphs needs a GPU"):
+            _train(tmp_path, "tiny-rule", 1, "rollout.compile=cudagraphs")
+        return
+    rows = _train(tmp_path, "tiny-rule", 2, "rollout.compile=cudagraphs", "model.dtype=bfloat16")
+    assert all(r["response_length/mean"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize("precision", ["mixed", "pure"])
 def test_bf16_trains_in_both_precisions(tmp_path, tiny_policy_path, precision):
     _train(tmp_path, "tiny-rule", 2, "model.dtype=bfloat16", f"model.precision={precision}")

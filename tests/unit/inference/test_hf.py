@@ -14,26 +14,9 @@ import torch
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
 from rlrm.inference.hf import HFRolloutEngine
+from tests.unit.inference.conftest import VOCAB
 
-VOCAB = 64
 PROMPTS = [[5, 9, 12], [7, 3, 3, 3, 8, 1], [11], [2, 4, 6, 8]]
-
-
-@pytest.fixture(scope="module")
-def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return Qwen2ForCausalLM(config).eval()
 
 
 def make_engine(model, eos=(), **kw):

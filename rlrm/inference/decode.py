@@ -1,0 +1,137 @@
+"""The dynamic decode loop: prefill each distinct prompt once, then KV-cached decoding of a left-padded batch.
+
+    rows = decode(model, prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
+    tokens, log_probs, stopped = rows[i]
+
+The KV cache grows by a token a step; rows that finish leave the batch once at most half of it is
+still decoding, so a few long responses do not pay for the finished ones. One host sync per token
+(are any rows left?), as in transformers' generate. `rlrm.inference.static_decode` is the
+fixed-shape variant for compiled decoding.
+"""
+
+from __future__ import annotations
+
+from rlrm.inference.base import EngineClosedError, SamplingParams
+from rlrm.inference.kv_cache import cache_of, pass_cache, rows_selectable
+from rlrm.inference.sampling import RowSampler
+
+Decoded = tuple[list[int], list[float], bool]  # a row's tokens, their log-probs, whether a stop token ended it
+
+
+def decode(
+    model,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    seeds: list[int],
+    stops: list[list[int]],
+    pad_id: int,
+    stop_flag,
+    keep_last: bool,
+) -> list[Decoded]:
+    """Prefill then KV-cached decoding of one left-padded batch, a row per prompt.
+
+    Args:
+        stops: each row's stop token ids (EOS included), kept in its response.
+        stop_flag: a threading.Event checked every token: set, the batch is abandoned (EngineClosedError).
+        keep_last: the model's forward takes `logits_to_keep` (prefill computes the last position's logits only).
+
+    Returns:
+        (token_ids, log_probs, stopped_on_stop_token) per row, in batch order.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    rows = len(prompts)
+    limits = [p.max_new_tokens for p in params]
+    steps = max(limits)
+    widest_stop = max(1, max(len(s) for s in stops))
+    row = {  # per-row decoding state, [B, ...]; rows leave together when the batch is compacted
+        "orig": torch.arange(rows, device=device),
+        "limit": torch.tensor(limits, device=device),
+        "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [B, S]
+        "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
+        "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
+        "length": torch.zeros(rows, dtype=torch.long, device=device),
+        "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
+        "active": torch.ones(rows, dtype=torch.bool, device=device),
+    }
+    sampler = RowSampler(params, seeds, steps, device)
+    results: list = [None] * rows
+
+    mask, past, logits = prefill(model, prompts, pad_id, device, keep_last)
+    next_pos = mask.sum(-1)  # [B]: a left-padded prompt's next position is its length
+    compactable = rows_selectable(past)
+    for t in range(steps):
+        if stop_flag.is_set():
+            raise EngineClosedError("rollout engine closed before the request finished")
+        token, log_prob = sampler.sample(logits, t)  # [B], [B]
+        active = row["active"]
+        row["tokens"][:, t] = token  # rows already done write past their length: never read
+        row["log_probs"][:, t] = log_prob
+        row["length"] += active.long()
+        hit = active & (token[:, None] == row["stops"]).any(-1)
+        row["stopped"] |= hit
+        active &= ~hit & (row["length"] < row["limit"])
+        live = int(active.sum())  # the one host sync per token, as in HF generate
+        if live == 0:
+            break
+        current = active.shape[0]
+        if live <= current // 2 and compactable:
+            keep = active.nonzero().squeeze(-1)
+            collect(row, ~active, results)
+            row = {k: v[keep] for k, v in row.items()}
+            sampler.select(keep)
+            past.batch_select_indices(keep)
+            mask, next_pos, token = mask[keep], next_pos[keep], token[keep]
+            active = row["active"]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        feed = torch.where(active, token, torch.full_like(token, pad_id))
+        out = model(
+            input_ids=feed[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            **pass_cache(past),
+            use_cache=True,
+        )
+        past, logits = cache_of(out), out.logits[:, -1, :].float()
+        next_pos = next_pos + 1
+    collect(row, torch.ones_like(row["active"]), results)
+    return results
+
+
+def prefill(model, prompts: list[list[int]], pad_id: int, device, keep_last: bool, share: bool = True):
+    """Run the left-padded prompts, each distinct prompt once (see `rlrm.inference.kv_cache`).
+
+    Returns:
+        (attention mask [B, P], KV cache of B rows, logits [B, V] float32 of each prompt's last position).
+    """
+    import torch
+
+    distinct: dict[tuple[int, ...], int] = {}
+    inverse = [distinct.setdefault(tuple(p), len(distinct)) if share else i for i, p in enumerate(prompts)]
+    unique = list(distinct) if share else prompts
+    width = max(len(p) for p in unique)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in unique], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in unique], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [G, P]
+    extra = {"logits_to_keep": 1} if keep_last else {}
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **extra)
+    past, logits = cache_of(out), out.logits[:, -1, :].float()  # [G, V]
+    if len(unique) == len(prompts):
+        return mask, past, logits
+    if not rows_selectable(past):
+        return prefill(model, prompts, pad_id, device, keep_last, share=False)
+    index = torch.tensor(inverse, device=device)
+    past.batch_select_indices(index)
+    return mask[index], past, logits[index]
+
+
+def collect(row: dict, which, results: list) -> None:
+    """Copy the finished rows picked by `which` [B] to Python lists, at their original index."""
+    picked = which.nonzero().squeeze(-1)
+    orig = row["orig"][picked].tolist()
+    tokens, log_probs = row["tokens"][picked].cpu(), row["log_probs"][picked].cpu()
+    lengths, stopped = row["length"][picked].tolist(), row["stopped"][picked].tolist()
+    for j, i in enumerate(orig):
+        n = lengths[j]
+        results[i] = (tokens[j, :n].tolist(), log_probs[j, :n].tolist(), bool(stopped[j]))
