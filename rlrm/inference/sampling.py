@@ -40,6 +40,7 @@ class RowSampler:
 
     def _refresh(self) -> None:
         self.all_greedy = bool(self.greedy.all())
+        self.any_greedy = bool(self.greedy.any())
         self.any_filtered = bool((self.filtered & ~self.greedy).any())
 
     def select(self, keep) -> None:
@@ -61,7 +62,8 @@ class RowSampler:
             token = invert_cdf(probs, u)
             if self.any_filtered:
                 token = torch.where(self.filtered, self._sample_filtered(probs, u), token)
-            token = torch.where(self.greedy, torch.argmax(logits, dim=-1), token)
+            if self.any_greedy:
+                token = torch.where(self.greedy, torch.argmax(logits, dim=-1), token)
         return token, log_probs.gather(-1, token[:, None]).squeeze(-1)
 
     def _sample_filtered(self, probs, u):
