@@ -118,6 +118,15 @@ class RolloutConfig(Section):
             )
         return value
 
+    @model_validator(mode="after")
+    def _compile_is_the_hf_engines(self) -> RolloutConfig:
+        if self.compile != "off" and self.backend != "hf":
+            raise ValueError(
+                f"rollout.compile={self.compile} compiles the in-process hf engine's decoding, and rollout.backend is "
+                f"{self.backend} (its replicas decode on their own engine): set rollout.compile=off"
+            )
+        return self
+
 
 class ActorConfig(Section):
     """Policy optimisation: PPO-clip loss, optimizer, batching."""

@@ -110,6 +110,9 @@ def test_cross_field_validation():
         load_profile("tiny-rule", ["actor.mini_batch_size=5"])
     with pytest.raises(ConfigError, match="min_value"):
         load_profile("tiny-rule", ["data.synthetic.min_value=50", "data.synthetic.max_value=10"])
+    with pytest.raises(ConfigError, match="rollout.backend is server .*: set rollout.compile=off"):
+        load_profile("tiny-rule", ["rollout.backend=server", "rollout.compile=cudagraphs"])
+    assert load_profile("tiny-rule", ["rollout.compile=inductor"]).rollout.compile == "inductor"
 
 
 def test_model_rewards_need_a_model():
