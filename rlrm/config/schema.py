@@ -100,10 +100,11 @@ class RolloutConfig(Section):
     batch_wait_ms: float = Field(2.0, ge=0.0, description="How long the hf engine waits to fill a batch.")
     compile: Literal["off", "cudagraphs", "inductor"] = Field(
         "off",
-        description="The hf engine's decoding: off (eager, a KV cache that grows), or a static KV cache and a compiled "
-        "decode step: cudagraphs (CUDA only: each step replayed as one CUDA graph, seconds to capture per batch "
-        "shape) or inductor (fused kernels, with CUDA graphs on a GPU; a minute or more to compile per shape). "
-        "Same tokens up to float rounding. For GPUs, where a small model's eager step waits on kernel launches.",
+        description="The hf engine's decoding: off (eager, a KV cache that grows), or a static KV cache and a "
+        "captured or compiled decode step: cudagraphs (CUDA only: each step replayed as one CUDA graph, captured once "
+        "per batch shape) or inductor (torch.compile: fused kernels, with CUDA graphs on a GPU; a minute or more to "
+        "compile per shape). Same tokens up to float rounding. For GPUs, where a small model's eager step waits on "
+        "kernel launches.",
     )
     server: RolloutServerConfig = Field(default_factory=RolloutServerConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

@@ -1,55 +1,79 @@
-"""Compiled decoding: a static KV cache and one fixed-shape decode step, so the step can be a CUDA graph.
+"""Compiled decoding: a static KV cache and one fixed-shape decode step, replayed as a CUDA graph on a GPU.
 
     decoder = StaticDecoder(model, "cudagraphs", max_batch_size=64)
     rows = decoder.decode(prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
 
 Why: a transformers decode step is hundreds of small kernels launched one by one from Python; for a model
 of a few hundred million parameters the GPU waits on the launches far longer than it computes. Captured
-once as a CUDA graph, a step is replayed with one launch. A graph needs fixed shapes and addresses, so:
+once as a CUDA graph, a step is replayed with one launch. A graph needs fixed shapes and addresses, so each
+batch decodes in a *bucket* of R rows x L slots that holds everything the step reads:
 
-- the KV cache is a transformers `StaticCache` of R rows x L slots, kept per (R, L) bucket and reused:
-  R rounds the batch up to 8, 16, 32, ... (at most `max_batch_size`), L rounds prompt width + new tokens
-  up to a multiple of 64. The padding rows repeat row 0's request (its prompt is prefilled once, shared)
-  and their results are dropped;
-- the attention mask is the whole [R, L] buffer, a slot switched on as it is written;
-- rows that finish stay in the batch (a step costs the same with or without them) and feed padding;
-  whether any row is left is read back every `CHECK_EVERY` tokens, so the host queues steps ahead.
+- a transformers `StaticCache`; R rounds the batch up to 8, 16, 32, ... (at most `max_batch_size`), L rounds
+  prompt width + new tokens up to a power of two (at least 64). The padding rows repeat row 0's request (its
+  prompt is prefilled once, shared) and their results are dropped;
+- the step's inputs, written in place: token ids [R, 1], positions [R, 1] and the attention mask [R, L], a
+  slot switched on as it is written;
+- the step: a CUDA graph captured when the bucket is made ("cudagraphs": `torch.cuda.CUDAGraph`, no
+  compiler; weights and cache are read where they are, so new weights loaded in place reach it), a
+  `torch.compile`d function ("inductor": fused kernels, and CUDA graphs on a GPU, mode reduce-overhead; a
+  minute or more to compile per shape), or the plain forward ("eager": the same buffers and loop, nothing
+  captured, on any device).
 
-- attention packs the query heads that share a key/value head onto it (grouped-query attention, as
-  transformers does outside torch.compile): inside a compiled step transformers copies every key/value
-  head once per query head instead, the whole cache each step (7x over for Qwen2.5-0.5B).
+Rows that finish stay in the batch (a step costs the same with or without them) and feed padding; whether
+any row is left is read back every `CHECK_EVERY` tokens, so the host queues steps ahead. Attention packs
+the query heads that share a key/value head onto it (grouped-query attention, as transformers does in
+eager decoding; inside a compiled step transformers copies every key/value head once per query head, the
+whole cache each step). The prompt is prefilled as in the dynamic loop (each distinct prompt once) and
+copied into the bucket's cache. Tokens and log-probs equal the dynamic loop's up to float rounding.
 
-The prompt is prefilled as in the dynamic loop (each distinct prompt once), uncompiled, and copied into
-the static cache. Tokens and log-probs equal the dynamic loop's up to float rounding (attention then runs
-over the masked, unwritten slots too). Backends (`torch.compile`): "cudagraphs" (dynamo traces the step,
-CUDA graphs replay it; no kernel compiler, seconds to warm up), "inductor" (fused kernels too; on CUDA
-with CUDA graphs, mode reduce-overhead; its first compile of a shape takes a minute or more), "eager"
-(traced and run as is: checks the step compiles whole, on any device). Each new (R, L) bucket compiles
-once; torch's recompile limit (8 per function) then runs further shapes uncompiled, with its warning.
+Where it cannot work it says so once on stderr and decodes another way: a model whose cache has
+sliding-window or other non-static layers uses the dynamic loop; a bucket whose graph capture or compile
+fails (torch's recompile limit, an operation a graph cannot hold) runs its steps uncompiled.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from typing import Any
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
-from rlrm.inference.decode import Decoded, prefill
+from rlrm.inference.decode import Decoded, decode, prefill
 from rlrm.inference.kv_cache import cache_keyword
 from rlrm.inference.sampling import RowSampler
 
 BACKENDS = ("cudagraphs", "inductor", "eager")
 ATTENTION = "rlrm_packed_gqa"  # the attention implementation a model decoding here is switched to (from sdpa)
 CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
-SLOT_MULTIPLE = 64  # cache lengths are rounded up to a multiple of this
-KEPT_CACHES = 4  # static caches (and their compiled steps' inputs) kept for reuse, newest first
+MIN_SLOTS = 64  # cache lengths are powers of two from this
+KEPT_BUCKETS = 2  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
+
+
+class _Bucket:
+    """One (rows, slots) shape: its static cache, the step's input buffers and the step itself."""
+
+    def __init__(self, cache, rows: int, slots: int, device):
+        import torch
+
+        self.cache = cache
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.positions = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.mask = torch.zeros((rows, slots), dtype=torch.long, device=device)
+        self.graph: Any = None  # a torch.cuda.CUDAGraph ("cudagraphs")
+        self.logits: Any = None  # the graph's output buffer, overwritten by each replay
+        self.compiled = True  # False: the step runs uncompiled (its capture or compile failed)
+
+    def reset(self) -> None:
+        self.cache.reset()
+        self.mask.zero_()
 
 
 class StaticDecoder:
-    """Decodes batches with a static KV cache and a compiled decode step.
+    """Decodes batches with a static KV cache and a captured or compiled decode step.
 
     Args:
-        model: a transformers causal LM whose forward takes a `StaticCache` (Llama, Qwen2, Mistral, ...).
+        model: a transformers causal LM whose forward takes a `StaticCache` (Llama, Qwen2, ...). When it runs
+            sdpa attention, it is switched to rlrm's packed grouped-query attention (`ATTENTION`).
         backend: "cudagraphs" (CUDA only), "inductor" or "eager"; see the module docstring.
         max_batch_size: the engine's largest batch (the largest row bucket).
 
@@ -63,18 +87,28 @@ class StaticDecoder:
         if backend not in BACKENDS:
             raise ValueError(f"unknown compile backend {backend!r}: choose one of {', '.join(BACKENDS)}")
         self.model = model
+        self.backend = backend
         self.device = next(model.parameters()).device
         if backend == "cudagraphs" and self.device.type != "cuda":
             raise ValueError(f"compiled decoding with CUDA graphs needs the model on CUDA, not {self.device}")
         self.max_batch_size = max_batch_size
-        self._graphs = backend == "cudagraphs" or (backend == "inductor" and self.device.type == "cuda")
-        mode = "reduce-overhead" if backend == "inductor" and self.device.type == "cuda" else None
+        self.captured = 0  # buckets whose step became a CUDA graph or a compiled function
+        self._keyword = cache_keyword()
+        self._buckets: OrderedDict[tuple[int, int], _Bucket] = OrderedDict()
+        self._warned: set[str] = set()
+        self._static_layers = _static_layers_only(model.config)
+        if not self._static_layers:
+            self._warn(
+                "static", "this model's KV cache has sliding-window or other non-static layers: decoding eagerly"
+            )
         if getattr(model.config, "_attn_implementation", None) == "sdpa":
             _register_attention()
             model.set_attn_implementation(ATTENTION)
-        self._step = torch.compile(self._forward, backend=backend, mode=mode, fullgraph=True, dynamic=False)
-        self._caches: OrderedDict[tuple[int, int], Any] = OrderedDict()  # transformers StaticCache
-        self._keyword = cache_keyword()
+        self._pool = torch.cuda.graph_pool_handle() if backend == "cudagraphs" else None
+        self._compiled = None
+        if backend == "inductor":
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            self._compiled = torch.compile(self._forward, mode=mode, fullgraph=True, dynamic=False)
 
     def _forward(self, ids, mask, positions, cache):
         out = self.model(
@@ -89,6 +123,14 @@ class StaticDecoder:
             rows *= 2
         return max(batch, min(rows, self.max_batch_size))
 
+    @staticmethod
+    def slots_for(length: int) -> int:
+        """The cache length a batch of prompt width + new tokens `length` decodes in."""
+        slots = MIN_SLOTS
+        while slots < length:
+            slots *= 2
+        return slots
+
     def decode(
         self,
         prompts: list[list[int]],
@@ -102,6 +144,8 @@ class StaticDecoder:
         """Same contract as `rlrm.inference.decode.decode`."""
         import torch
 
+        if not self._static_layers:
+            return decode(self.model, prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
         count, device = len(prompts), self.device
         rows = self.rows_for(count)
         prompts = prompts + [prompts[0]] * (rows - count)  # padding rows: row 0 again, prefilled with it
@@ -119,16 +163,14 @@ class StaticDecoder:
         active = torch.ones(rows, dtype=torch.bool, device=device)
         sampler = RowSampler(params, seeds, steps, device)
 
+        width = max(len(p) for p in prompts)
+        bucket = self._bucket(rows, self.slots_for(width + steps))
         prompt_mask, past, logits = prefill(self.model, prompts, pad_id, device, keep_last)
-        width = prompt_mask.shape[1]
-        slots = -(-(width + steps) // SLOT_MULTIPLE) * SLOT_MULTIPLE
-        cache = self._cache(rows, slots)
         for layer, filled in enumerate(past.layers):  # the prompts' keys/values into slots [0, width)
-            cache.update(filled.keys, filled.values, layer)
+            bucket.cache.update(filled.keys, filled.values, layer)
         del past
-        mask = torch.zeros((rows, slots), dtype=prompt_mask.dtype, device=device)
-        mask[:, :width] = prompt_mask
-        positions = prompt_mask.sum(-1, keepdim=True)  # [R, 1]: a left-padded prompt's next position is its length
+        bucket.mask[:, :width] = prompt_mask
+        bucket.positions.copy_(prompt_mask.sum(-1, keepdim=True))  # a left-padded prompt's next position: its length
         pad = torch.full((rows,), pad_id, dtype=torch.long, device=device)
         for t in range(steps):
             if stop_flag.is_set():
@@ -141,11 +183,10 @@ class StaticDecoder:
             active &= ~hit & (length < limit)
             if t == steps - 1 or (t % CHECK_EVERY == CHECK_EVERY - 1 and not bool(active.any())):
                 break
-            mask[:, width + t] = 1
-            if self._graphs:
-                torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are read: its buffers may go
-            logits = self._step(torch.where(active, token, pad)[:, None], mask, positions, cache).clone()
-            positions = positions + 1
+            bucket.mask[:, width + t] = 1
+            bucket.ids.copy_(torch.where(active, token, pad)[:, None])
+            logits = self._step(bucket)
+            bucket.positions += 1
         lengths, ended = length[:count].tolist(), stopped[:count].tolist()
         tokens_cpu, log_probs_cpu = tokens[:count].cpu(), log_probs[:count].cpu()
         return [
@@ -153,20 +194,98 @@ class StaticDecoder:
             for i in range(count)
         ]
 
-    def _cache(self, rows: int, slots: int):
-        """The static cache of this bucket, emptied; made on first use (the oldest of KEPT_CACHES dropped)."""
+    def _step(self, bucket: _Bucket):
+        """The next logits [R, V] float32 from the bucket's inputs; the cache takes the fed tokens."""
+        import torch
+
+        if bucket.graph is not None:
+            bucket.graph.replay()
+            return bucket.logits.clone()  # the next replay overwrites the buffer
+        if self._compiled is not None and bucket.compiled:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs were read: its buffers may go
+            try:
+                return self._compiled(bucket.ids, bucket.mask, bucket.positions, bucket.cache).clone()
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # a compile that fails (recompile limit, graph break) before the step ran
+                bucket.compiled = False
+                self._warn("compile", f"compiling a decode step failed ({type(exc).__name__}): decoding uncompiled")
+        return self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
+
+    def _bucket(self, rows: int, slots: int) -> _Bucket:
+        """This shape's bucket, emptied; made (and its step captured) on first use, the oldest dropped."""
         from transformers import StaticCache
 
         key = (rows, slots)
-        cache = self._caches.pop(key, None)
-        if cache is None:
+        bucket = self._buckets.pop(key, None)
+        if bucket is None:
+            while len(self._buckets) >= KEPT_BUCKETS:
+                self._buckets.popitem(last=False)
             cache = StaticCache(config=self.model.config, max_cache_len=slots)
-            while len(self._caches) >= KEPT_CACHES:
-                self._caches.popitem(last=False)
-        else:
-            cache.reset()
-        self._caches[key] = cache
-        return cache
+            bucket = _Bucket(cache, rows, slots, self.device)
+            self._fill(bucket)
+            if self.backend == "cudagraphs":
+                self._capture(bucket)
+            elif self.backend == "inductor":
+                import torch
+
+                for buffer in (bucket.ids, bucket.positions, bucket.mask):  # graphs may read them in place
+                    torch._dynamo.mark_static_address(buffer)
+                self.captured += 1
+        bucket.reset()
+        self._buckets[key] = bucket
+        return bucket
+
+    def _fill(self, bucket: _Bucket) -> None:
+        """Allocate the cache's tensors (transformers makes them on the first write) at the model's dtype."""
+        import torch
+
+        dtype = next(self.model.parameters()).dtype
+        config = self.model.config
+        heads = config.num_key_value_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        rows = bucket.ids.shape[0]
+        empty = torch.zeros((rows, heads, 0, head_dim), dtype=dtype, device=self.device)
+        for layer in range(len(bucket.cache.layers)):
+            bucket.cache.update(empty, empty, layer)
+
+    def _capture(self, bucket: _Bucket) -> None:
+        """Record the bucket's step as a CUDA graph (two warm-up steps first, on a side stream, as CUDA asks)."""
+        import torch
+
+        bucket.mask[:, 0] = 1  # warm-up steps attend to one slot (an all-masked row is not worth a NaN)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                bucket.logits = self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # an operation the graph cannot hold: the bucket decodes uncompiled
+            self._warn("capture", f"capturing a decode step as a CUDA graph failed ({exc}): decoding uncompiled")
+            return
+        bucket.graph = graph
+        self.captured += 1
+
+    def _warn(self, kind: str, text: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            print(f"warning: rollout.compile={self.backend}: {text}", file=sys.stderr, flush=True)
+
+
+def _static_layers_only(config) -> bool:
+    """Whether transformers' StaticCache for this model holds only plain static layers (sliding-window layers
+    count a Python int per token: every step would be a new shape)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    layers = StaticCache(config=config, max_cache_len=MIN_SLOTS).layers
+    return bool(layers) and all(type(layer) is StaticLayer for layer in layers)
 
 
 def _register_attention() -> None:

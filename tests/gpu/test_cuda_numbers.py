@@ -103,27 +103,36 @@ def test_rollout_engine_on_cuda_samples_what_the_cpu_samples(model):
         assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs)) < LOG_PROB_ATOL
 
 
-def test_cuda_graph_decoding_samples_what_the_eager_loop_samples(model):
+def test_cuda_graph_decoding_samples_what_the_eager_loop_samples(model, capfd):
     """rollout.compile=cudagraphs against the dynamic loop, both on the device: the same tokens, log-probs within
-    tolerance (the static cache attends over masked slots too: another order of float additions). A step is run
-    once plain, then captured, then replayed (11 steps a batch); the rows reversed in a second engine. On the CPU:
-    the "eager" backend, traced the same way."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
+    tolerance (the static cache attends over masked slots too: another order of float additions). The bucket's
+    step is captured once, then replayed 11 times a batch; a second batch of other rows reuses the graph. On the
+    CPU: the "eager" backend, the same buckets with nothing captured."""
     prompts = [[5, 9, 12, 3]] * 4 + [[7, 3]] * 4
     seeds = list(range(8))
     on_device = copy.deepcopy(model).to(DEVICE)
     eager = _generate(on_device, prompts, seeds)
     backend = "cudagraphs" if DEVICE == "cuda" else "eager"
-    for graphs in (
-        _generate(on_device, prompts, seeds, backend),
-        _generate(on_device, prompts[::-1], seeds[::-1], backend)[::-1],
-    ):
-        assert [c.token_ids for c in graphs] == [c.token_ids for c in eager]
-        for a, b in zip(eager, graphs):
+    graphs = copy.deepcopy(model).to(DEVICE)
+    engine = HFRolloutEngine(graphs, eos_token_ids=[], pad_token_id=0, compile=backend)
+
+    async def go(prompts, seeds):
+        return await engine.generate_many(
+            prompts, [SamplingParams(max_new_tokens=12, temperature=1.0, seed=s) for s in seeds]
+        )
+
+    async def both():
+        try:
+            return await go(prompts, seeds), (await go(prompts[::-1], seeds[::-1]))[::-1]
+        finally:
+            await engine.close()
+
+    for out in asyncio.run(both()):
+        assert [c.token_ids for c in out] == [c.token_ids for c in eager]
+        for a, b in zip(eager, out):
             assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs)) < LOG_PROB_ATOL
-    torch._dynamo.reset()
+    assert engine._static.captured == (1 if DEVICE == "cuda" else 0)  # one bucket, captured once, no fallback
+    assert "warning: rollout.compile" not in capfd.readouterr().err
 
 
 def test_mixed_precision_actor_keeps_float32_master_weights_and_learns(model):

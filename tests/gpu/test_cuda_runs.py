@@ -80,7 +80,7 @@ def test_the_agent_loop_trains_on_the_device(tmp_path, tiny_policy_path):
     assert rows[0]["critic/score/mean"] >= 0
 
 
-def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path):
+def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path, capfd):
     """rollout.compile=cudagraphs: each decode step a CUDA graph. On the CPU (RLRM_GPU_TIER_DEVICE=cpu) the
     same setting is refused in one line naming what to set."""
     if DEVICE != "cuda":
@@ -89,6 +89,7 @@ def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path):
         return
     rows = _train(tmp_path, "tiny-rule", 2, "rollout.compile=cudagraphs", "model.dtype=bfloat16")
     assert all(r["response_length/mean"] > 0 for r in rows)
+    assert "warning: rollout.compile" not in capfd.readouterr().err  # captured, not decoded uncompiled
 
 
 @pytest.mark.parametrize("precision", ["mixed", "pure"])

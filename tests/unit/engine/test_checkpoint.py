@@ -67,7 +67,7 @@ def test_gpu_rng_states_are_kept_and_a_cpu_machine_resumes_without_them(tmp_path
     ckpt = save_checkpoint(tmp_path, 1, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=3)
     expected = torch.rand(3).tolist()
     raw = torch.load(ckpt / "state.pt", weights_only=True)
-    assert raw["rng"]["cuda"] == []
+    assert len(raw["rng"]["cuda"]) == (torch.cuda.device_count() if torch.cuda.is_initialized() else 0)
     for cuda in ([torch.zeros(16, dtype=torch.uint8)] * 2, None):
         if cuda is None:
             del raw["rng"]["cuda"]

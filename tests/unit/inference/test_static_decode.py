@@ -1,10 +1,9 @@
-"""Compiled decoding (`rollout.compile`): the static-cache loop samples what the dynamic loop samples, its step
-compiles whole and once per bucket, and its caches are reused.
+"""Compiled decoding (`rollout.compile`): the static-cache loop samples what the dynamic loop samples, each shape
+gets one bucket (cache, input buffers, step), and where compiling cannot work it says so once and decodes anyway.
 
-Here on the CPU with torch.compile's "eager" backend: dynamo traces the step exactly as for CUDA graphs
-(`fullgraph=True`: a graph break or a host sync inside the step fails the test) and runs it uncompiled. The
-same code with CUDA graphs: tests/gpu/test_cuda_numbers.py; with inductor on the CPU, in a training run:
-tests/integration/engine/test_compiled_rollout.py (slow).
+Here on the CPU with the "eager" backend: the same buckets, buffers and loop as "cudagraphs", the step run
+uncompiled. CUDA graphs: tests/gpu/test_cuda_numbers.py and test_cuda_runs.py; inductor (which needs a C++
+compiler, so a subprocess) in a training run: tests/integration/engine/test_compiled_rollout.py (slow).
 """
 
 from __future__ import annotations
@@ -18,16 +17,8 @@ from rlrm.inference import static_decode
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.decode import decode
 from rlrm.inference.static_decode import StaticDecoder
+from tests.unit.inference.conftest import VOCAB
 from tests.unit.inference.test_hf import PROMPTS, generate, make_engine, model_log_probs
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    """Each test counts its own compiles (dynamo's caches and counters are per process)."""
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 def _mixed_batch():
@@ -42,25 +33,30 @@ def _mixed_batch():
     return prompts, params, list(range(100, 113))
 
 
-def _compiled_steps() -> int:
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+def _both(model, decoder, prompts, params, seeds, stops):
+    with torch.inference_mode():
+        dynamic = decode(model, prompts, params, seeds, stops, 0, threading.Event(), True)
+        static = decoder.decode(prompts, params, seeds, stops, 0, threading.Event(), True)
+    return dynamic, static
+
+
+def _assert_same(dynamic, static, atol=1e-5):
+    assert [row[0] for row in static] == [row[0] for row in dynamic]
+    assert [row[2] for row in static] == [row[2] for row in dynamic]
+    for (tokens, log_probs, _), (_, expected, _) in zip(static, dynamic):
+        assert torch.allclose(torch.tensor(log_probs), torch.tensor(expected), atol=atol), tokens
 
 
 def test_the_static_loop_samples_what_the_dynamic_loop_samples(model):
     prompts, params, seeds = _mixed_batch()
     eos = decode(model, prompts[:1], params[:1], seeds[:1], [[]], 0, threading.Event(), True)[0][0][1]
     stops = [[eos]] * len(prompts)  # some rows end on it, the others run to their limits
-    with torch.inference_mode():
-        dynamic = decode(model, prompts, params, seeds, stops, 0, threading.Event(), True)
-        static = StaticDecoder(model, "eager", max_batch_size=64).decode(
-            prompts, params, seeds, stops, 0, threading.Event(), True
-        )
-    assert [row[0] for row in static] == [row[0] for row in dynamic]
-    assert [row[2] for row in static] == [row[2] for row in dynamic]
+    decoder = StaticDecoder(model, "eager", max_batch_size=64)
+    dynamic, static = _both(model, decoder, prompts, params, seeds, stops)
+    _assert_same(dynamic, static)
     assert any(row[2] for row in static) and not all(row[2] for row in static)
-    for (tokens, log_probs, _), (_, expected, _) in zip(static, dynamic):
-        assert torch.allclose(torch.tensor(log_probs), torch.tensor(expected), atol=1e-5), tokens
-    assert _compiled_steps() == 1  # the whole step is one graph: no break, no host sync inside it
+    assert model.config._attn_implementation == static_decode.ATTENTION  # grouped heads packed, not copied
+    assert decoder.captured == 0  # eager: nothing captured or compiled
 
 
 def test_the_compiled_engine_reports_the_models_log_probs(model):
@@ -72,9 +68,10 @@ def test_the_compiled_engine_reports_the_models_log_probs(model):
         assert torch.allclose(torch.tensor(out.log_probs), expected, atol=1e-4)
 
 
-def test_each_bucket_compiles_once_and_keeps_its_cache(model, monkeypatch):
+def test_each_shape_has_one_bucket_reused_and_the_oldest_dropped(model, monkeypatch):
     decoder = StaticDecoder(model, "eager", max_batch_size=48)
     assert [decoder.rows_for(n) for n in (1, 8, 9, 16, 17, 33, 48)] == [8, 8, 16, 16, 32, 48, 48]
+    assert [decoder.slots_for(n) for n in (1, 64, 65, 129, 300)] == [64, 64, 128, 256, 512]
 
     def run(count: int, new_tokens: int = 5):
         params = [SamplingParams(temperature=0.0, max_new_tokens=new_tokens)] * count
@@ -82,18 +79,18 @@ def test_each_bucket_compiles_once_and_keeps_its_cache(model, monkeypatch):
             return decoder.decode([PROMPTS[1]] * count, params, [0] * count, [[]] * count, 0, threading.Event(), True)
 
     first = run(3)
-    cache = decoder._caches[(8, 64)]
-    assert run(5) == first[:1] * 5 and decoder._caches[(8, 64)] is cache  # same bucket: reused, emptied
-    assert _compiled_steps() == 1
+    bucket = decoder._buckets[(8, 64)]
+    assert run(5) == first[:1] * 5 and decoder._buckets[(8, 64)] is bucket  # same shape: reused, emptied
     run(9)  # 16 rows: a new bucket
-    run(3, new_tokens=70)  # 6 + 70 slots -> 128: another
-    assert _compiled_steps() == 3 and list(decoder._caches) == [(8, 64), (16, 64), (8, 128)]
-    monkeypatch.setattr(static_decode, "KEPT_CACHES", 2)
+    assert list(decoder._buckets) == [(8, 64), (16, 64)]
+    run(3, new_tokens=70)  # 6 + 70 slots -> 128: another; the oldest goes
+    assert list(decoder._buckets) == [(16, 64), (8, 128)]
+    monkeypatch.setattr(static_decode, "KEPT_BUCKETS", 1)
     run(17)
-    assert list(decoder._caches) == [(8, 128), (32, 64)]  # the oldest dropped
+    assert list(decoder._buckets) == [(32, 64)]
 
 
-def test_weights_loaded_between_batches_reach_the_compiled_step(model):
+def test_weights_loaded_between_batches_reach_the_static_step(model):
     """New weights are copied into the same tensors (`load_state_dict`), so a captured graph reads them."""
     import copy
 
@@ -108,6 +105,50 @@ def test_weights_loaded_between_batches_reach_the_compiled_step(model):
     policy_again.load_state_dict(weights)
     expected = generate(make_engine(policy_again), PROMPTS[:1], greedy)[0]
     assert after.policy_version == 1 and after.token_ids == expected.token_ids != before.token_ids
+
+
+def test_a_failing_compile_decodes_uncompiled_saying_so_once(model, capsys):
+    """What torch raises at its recompile limit under fullgraph (or for a step it cannot compile) ends no batch."""
+    decoder = StaticDecoder(model, "eager", max_batch_size=64)
+
+    def refuses(*args):
+        raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile limit reached (a stand-in for torch's)")
+
+    decoder._compiled = refuses
+    prompts, params, seeds = _mixed_batch()
+    for _ in range(2):
+        dynamic, static = _both(model, decoder, prompts, params, seeds, [[]] * len(prompts))
+        _assert_same(dynamic, static)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        "warning: rollout.compile=eager: compiling a decode step failed (FailOnRecompileLimitHit): decoding uncompiled"
+    ]
+
+
+def test_a_sliding_window_model_decodes_with_the_dynamic_loop_saying_so(capsys):
+    """Its static cache counts a Python int per token: every compiled step would be a new shape."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(1)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=0,
+    )
+    windowed = Qwen2ForCausalLM(config).eval()
+    decoder = StaticDecoder(windowed, "eager", max_batch_size=8)
+    prompts, params, seeds = _mixed_batch()
+    dynamic, static = _both(windowed, decoder, prompts[:6], params[:6], seeds[:6], [[]] * 6)
+    _assert_same(dynamic, static, atol=0)
+    assert decoder._buckets == {}
+    assert "sliding-window or other non-static layers: decoding eagerly" in capsys.readouterr().err
 
 
 def test_cuda_graphs_off_cuda_is_refused_naming_the_device(model):
