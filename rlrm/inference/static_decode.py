@@ -9,7 +9,7 @@ once as a CUDA graph, a step is replayed with one launch. A graph needs fixed sh
 batch decodes in a *bucket* of R rows x L slots that holds everything the step reads:
 
 - a transformers `StaticCache`; R rounds the batch up to 8, 16, 32, ... (at most `max_batch_size`), L rounds
-  prompt width + new tokens up to a power of two (at least 64). The padding rows repeat row 0's request (its
+  prompt width + new tokens up to a multiple of 64. The padding rows repeat row 0's request (its
   prompt is prefilled once, shared) and their results are dropped;
 - the step's inputs, written in place: token ids [R, 1], positions [R, 1] and the attention mask [R, L], a
   slot switched on as it is written;
@@ -45,7 +45,7 @@ from rlrm.inference.sampling import RowSampler
 BACKENDS = ("cudagraphs", "inductor", "eager")
 ATTENTION = "rlrm_packed_gqa"  # the attention implementation a model decoding here is switched to (from sdpa)
 CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
-MIN_SLOTS = 64  # cache lengths are powers of two from this
+SLOT_MULTIPLE = 64  # cache lengths are multiples of this
 KEPT_BUCKETS = 2  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
 
 
@@ -125,11 +125,9 @@ class StaticDecoder:
 
     @staticmethod
     def slots_for(length: int) -> int:
-        """The cache length a batch of prompt width + new tokens `length` decodes in."""
-        slots = MIN_SLOTS
-        while slots < length:
-            slots *= 2
-        return slots
+        """The cache length a batch of prompt width + new tokens `length` decodes in (attention reads all of it
+        from the first step on, where the eager loop reads what is written so far)."""
+        return max(1, -(-length // SLOT_MULTIPLE)) * SLOT_MULTIPLE
 
     def decode(
         self,
@@ -284,7 +282,7 @@ def _static_layers_only(config) -> bool:
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
-    layers = StaticCache(config=config, max_cache_len=MIN_SLOTS).layers
+    layers = StaticCache(config=config, max_cache_len=SLOT_MULTIPLE).layers
     return bool(layers) and all(type(layer) is StaticLayer for layer in layers)
 
 

@@ -71,7 +71,7 @@ def test_the_compiled_engine_reports_the_models_log_probs(model):
 def test_each_shape_has_one_bucket_reused_and_the_oldest_dropped(model, monkeypatch):
     decoder = StaticDecoder(model, "eager", max_batch_size=48)
     assert [decoder.rows_for(n) for n in (1, 8, 9, 16, 17, 33, 48)] == [8, 8, 16, 16, 32, 48, 48]
-    assert [decoder.slots_for(n) for n in (1, 64, 65, 129, 300)] == [64, 64, 128, 256, 512]
+    assert [decoder.slots_for(n) for n in (1, 64, 65, 129, 300)] == [64, 64, 128, 192, 320]
 
     def run(count: int, new_tokens: int = 5):
         params = [SamplingParams(temperature=0.0, max_new_tokens=new_tokens)] * count
