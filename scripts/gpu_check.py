@@ -250,6 +250,8 @@ def check_step_vs_trl(out: Path, device: str, dtype: str, compile: str) -> tuple
         "rollout.max_new_tokens=128",
         "--set",
         f"rollout.compile={compile}",
+        "--set",
+        "rollout.max_batch_size=256",  # the step's 32 x 8 samples decoded in one batch, as TRL generates them
     ]
     done = _run(cmd, timeout=400, log=out / f"step_vs_trl_{dtype}.log")
     took = f"{time.perf_counter() - start:.0f}"
