@@ -149,6 +149,12 @@ class HFRolloutEngine:
             self.model.load_state_dict(state_dict)
             self.version = version
 
+    def release_compiled(self) -> None:
+        """Free what compiled decoding holds (`compile` set: static caches and CUDA graphs); the next batch makes
+        its own again. Call it holding the engine's lock (`_lock`), as a server's sleep does around a weight move."""
+        if self._static is not None:
+            self._static.release()
+
     async def start(self) -> None:
         """Nothing to start: the decode task starts with the first request."""
 

@@ -95,6 +95,7 @@ class StaticDecoder:
         self.captured = 0  # buckets whose step became a CUDA graph or a compiled function
         self._keyword = cache_keyword()
         self._buckets: OrderedDict[tuple[int, int], _Bucket] = OrderedDict()
+        self._weights_at: tuple[int, ...] = ()  # where the parameters were when the buckets' steps were made
         self._warned: set[str] = set()
         self._static_layers = _static_layers_only(model.config)
         if not self._static_layers:
@@ -144,6 +145,10 @@ class StaticDecoder:
 
         if not self._static_layers:
             return decode(self.model, prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
+        weights_at = tuple(p.data_ptr() for p in self.model.parameters())
+        if weights_at != self._weights_at:  # moved (a server's sleep and wake): graphs would read the old memory
+            self.release()
+            self._weights_at = weights_at
         count, device = len(prompts), self.device
         rows = self.rows_for(count)
         prompts = prompts + [prompts[0]] * (rows - count)  # padding rows: row 0 again, prefilled with it
@@ -191,6 +196,11 @@ class StaticDecoder:
             (tokens_cpu[i, : lengths[i]].tolist(), log_probs_cpu[i, : lengths[i]].tolist(), bool(ended[i]))
             for i in range(count)
         ]
+
+    def release(self) -> None:
+        """Drop every bucket (caches, buffers, graphs): their memory goes back to torch's allocator. The next
+        batch makes its bucket again. Call it where no batch is decoding (the engine's lock held)."""
+        self._buckets.clear()
 
     def _step(self, bucket: _Bucket):
         """The next logits [R, V] float32 from the bucket's inputs; the cache takes the fed tokens."""

@@ -159,3 +159,25 @@ def test_parity_runs_the_legacy_bf16_disrm_on_the_device(tmp_path):
     assert out.returncode in (0, 1), out.stdout + out.stderr  # PASS or FAIL, never an error
     summary = json.loads((tmp_path / "parity" / "summary.json").read_text())
     assert summary, out.stdout
+
+
+def test_a_server_decoding_with_cuda_graphs_answers_the_same_after_sleep_and_wake(tiny_policy_path):
+    """`--compile cudagraphs` on an embedded server: its graphs read the weights where they were captured, so
+    sleep (weights to the host) drops them and the first batch after wake captures again. Greedy answers match.
+    On the CPU the server decodes uncompiled (graphs need CUDA; sleep moves nothing there)."""
+    import httpx
+
+    from rlrm.launch.common.ports import free_port
+    from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
+
+    compile = "cudagraphs" if DEVICE == "cuda" else "off"
+    extra = ["--device", DEVICE, "--compile", compile, "--threads", "1"]
+    body = {"prompt": "Tom has 3 coins. He finds 4 more.", "max_tokens": 12, "temperature": 0}
+    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=extra)) as server:
+        first = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+        slept = httpx.post(server.url + "/sleep", params={"level": 1}, timeout=60).json()
+        assert slept["is_sleeping"] is True and (slept["moved_bytes"] > 0) is (DEVICE == "cuda")
+        httpx.post(server.url + "/wake_up", timeout=60).raise_for_status()
+        again = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+        assert again == first and first
+        assert "warning: rollout.compile" not in server.log_tail(lines=200)  # captured both times, no fallback

@@ -53,7 +53,8 @@ def create_app(cfg: ServerConfig):
     app = FastAPI(title="rlrm embedded server", lifespan=lifespan, default_response_class=routes.json_response_class())
     app.state.cfg, app.state.backend, app.state.started = cfg, backend, int(time.time())
 
-    sleep_state = SleepState(backend.model, backend.lock, backend.device)
+    engine = getattr(backend, "engine", None)  # generation: compiled decoding's graphs hold the weights' addresses
+    sleep_state = SleepState(backend.model, backend.lock, backend.device, getattr(engine, "release_compiled", None))
     weight_state = WeightState(
         backend, cfg.model_path, wait_for_weights=cfg.wait_for_weights, weights_dir=cfg.weights_dir
     )
@@ -215,6 +216,13 @@ def main(argv: list[str] | None = None) -> None:
         help="close a generation batch once no request arrived for this long (with a larger --batch-wait-ms)",
     )
     parser.add_argument(
+        "--compile",
+        choices=("off", "cudagraphs", "inductor"),
+        default="off",
+        help="generation: decode with a static KV cache and each step a CUDA graph (cudagraphs, GPU only) or "
+        "torch.compile'd (inductor), as rollout.compile does in process",
+    )
+    parser.add_argument(
         "--wait-for-weights",
         action="store_true",
         help="answer /health and generation with 503 until the first weight update (from disk or distributed)",
@@ -258,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
             wait_for_weights=args.wait_for_weights,
             batch_wait_ms=args.batch_wait_ms,
             batch_gap_ms=args.batch_gap_ms,
+            compile=args.compile,
             weight_sync_timeout_s=args.weight_sync_timeout_s,
             weights_dir=args.weights_dir,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from rlrm.errors import ModelError
+from rlrm.errors import ConfigError, ModelError
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 from rlrm.launch.common.roles import Role
@@ -30,6 +30,7 @@ class ServerConfig:
     wait_for_weights: bool = False  # policy replica restarted by a fleet: 503 until its first weight update
     batch_wait_ms: float = 2.0  # the longest a generation batch waits for more requests after its first
     batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
+    compile: str = "off"  # generation decoding: off, cudagraphs or inductor (rlrm.inference.static_decode)
     weight_sync_timeout_s: float = 300.0  # bound on joining a weight-update group and on each broadcast
     weights_dir: str | None = None  # the only folder /update_weights_from_disk loads from (None: none)
 
@@ -46,6 +47,10 @@ class CausalLMBackend:
 
     def __init__(self, cfg: ServerConfig):
         device = pick_device(cfg.device)
+        if cfg.compile == "cudagraphs" and not device.startswith("cuda"):
+            raise ConfigError(
+                f"--compile cudagraphs needs a GPU, and this server's device is {device}: use --compile off"
+            )
         self.tokenizer = load_tokenizer(cfg.model_path)
         model = load_causal_lm(cfg.model_path, cfg.dtype, device)
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -57,6 +62,7 @@ class CausalLMBackend:
             max_batch_size=cfg.max_batch,
             batch_wait_ms=cfg.batch_wait_ms,
             batch_gap_ms=cfg.batch_gap_ms,
+            compile=cfg.compile,
         )
         self.model, self.device = model, device
         self.lock = self.engine._lock  # held by the engine for a whole decode batch

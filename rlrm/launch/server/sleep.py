@@ -22,8 +22,9 @@ SLEEP_GATED = ("/v1/completions", "/v1/chat/completions", "/generate", "/classif
 class SleepState:
     """Which device the weights should be on, and whether requests are turned away."""
 
-    def __init__(self, model, lock, device: str):
+    def __init__(self, model, lock, device: str, release=None):
         self.model, self.lock, self.device = model, lock, str(device)
+        self.release = release  # frees what is bound to the weights' memory (compiled decoding's caches and graphs)
         self.sleeping = False
 
     def check(self, path: str) -> None:
@@ -40,6 +41,8 @@ class SleepState:
         with self.lock:
             moved = 0 if self.device == "cpu" else sum(p.numel() * p.element_size() for p in self.model.parameters())
             if moved:
+                if self.release is not None:
+                    self.release()
                 self.model.to(device)
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()

@@ -192,3 +192,12 @@ def test_a_causal_lm_is_refused_as_a_disrm(tiny_policy_path):
 
     with pytest.raises(ModelError, match="no trained classification head"):
         create_app(ServerConfig(model_path=str(tiny_policy_path), role="disrm"))
+
+
+def test_cuda_graphs_on_a_server_without_a_gpu_is_one_line(tiny_policy_path):
+    argv = embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--compile", "cudagraphs"])
+    done = subprocess.run([*argv, "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and lines == [
+        "error: --compile cudagraphs needs a GPU, and this server's device is cpu: use --compile off"
+    ], done.stderr

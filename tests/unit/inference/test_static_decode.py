@@ -107,6 +107,25 @@ def test_weights_loaded_between_batches_reach_the_static_step(model):
     assert after.policy_version == 1 and after.token_ids == expected.token_ids != before.token_ids
 
 
+def test_weights_moved_in_memory_make_new_buckets(model):
+    """A server's sleep and wake move the weights off the GPU and back: a graph captured before would read
+    memory they left, so buckets made before the move are dropped."""
+    import copy
+
+    policy = copy.deepcopy(model)
+    decoder = StaticDecoder(policy, "eager", max_batch_size=8)
+    prompts, params, seeds = _mixed_batch()
+    _both(policy, decoder, prompts[:4], params[:4], seeds[:4], [[]] * 4)
+    before = decoder._buckets[(8, 64)]
+    _both(policy, decoder, prompts[:4], params[:4], seeds[:4], [[]] * 4)
+    assert decoder._buckets[(8, 64)] is before  # nothing moved: reused
+    with torch.no_grad():
+        policy.lm_head.weight.data = policy.lm_head.weight.data.clone()  # the same values elsewhere in memory
+    dynamic, static = _both(policy, decoder, prompts[:4], params[:4], seeds[:4], [[]] * 4)
+    _assert_same(dynamic, static)
+    assert decoder._buckets[(8, 64)] is not before
+
+
 def test_a_failing_compile_decodes_uncompiled_saying_so_once(model, capsys):
     """What torch raises at its recompile limit under fullgraph (or for a step it cannot compile) ends no batch."""
     decoder = StaticDecoder(model, "eager", max_batch_size=64)
