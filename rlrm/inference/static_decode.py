@@ -106,6 +106,7 @@ class StaticDecoder:
             _register_attention()
             model.set_attn_implementation(ATTENTION)
         self._pool = torch.cuda.graph_pool_handle() if backend == "cudagraphs" else None
+        self._capture_stream = torch.cuda.Stream(device=self.device) if backend == "cudagraphs" else None
         self._compiled = None
         if backend == "inductor":
             mode = "reduce-overhead" if self.device.type == "cuda" else None
@@ -141,11 +142,21 @@ class StaticDecoder:
         keep_last: bool,
     ) -> list[Decoded]:
         """Same contract as `rlrm.inference.decode.decode`."""
+        import contextlib
+
         import torch
 
         if not self._static_layers:
             return decode(self.model, prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
-        weights_at = tuple(p.data_ptr() for p in self.model.parameters())
+        # streams, graphs and kernels on the model's GPU, not the thread's current one (cuda:0 unless set)
+        on_device = torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
+        with on_device:
+            return self._decode(prompts, params, seeds, stops, pad_id, stop_flag, keep_last)
+
+    def _decode(self, prompts, params, seeds, stops, pad_id: int, stop_flag, keep_last: bool) -> list[Decoded]:
+        import torch
+
+        weights_at = tuple(t.data_ptr() for t in (*self.model.parameters(), *self.model.buffers()))
         if weights_at != self._weights_at:  # moved (a server's sleep and wake): graphs would read the old memory
             self.release()
             self._weights_at = weights_at
@@ -200,7 +211,11 @@ class StaticDecoder:
     def release(self) -> None:
         """Drop every bucket (caches, buffers, graphs): their memory goes back to torch's allocator. The next
         batch makes its bucket again. Call it where no batch is decoding (the engine's lock held)."""
+        import torch
+
         self._buckets.clear()
+        if self._pool is not None:  # the old pool may keep a use from memory its graphs left behind: start afresh
+            self._pool = torch.cuda.graph_pool_handle()
 
     def _step(self, bucket: _Bucket):
         """The next logits [R, V] float32 from the bucket's inputs; the cache takes the fed tokens."""
@@ -258,20 +273,36 @@ class StaticDecoder:
             bucket.cache.update(empty, empty, layer)
 
     def _capture(self, bucket: _Bucket) -> None:
-        """Record the bucket's step as a CUDA graph (two warm-up steps first, on a side stream, as CUDA asks)."""
+        """Record the bucket's step as a CUDA graph, and check one replay against the eager step.
+
+        Two warm-up steps run first on the capture stream, as CUDA asks. The capture is thread-local: the
+        trainer's own CUDA calls on other threads (its allocator, NCCL) go on while a step is recorded."""
         import torch
 
-        bucket.mask[:, 0] = 1  # warm-up steps attend to one slot (an all-masked row is not worth a NaN)
+        stream = self._capture_stream
+        if stream is None:  # made with the decoder for "cudagraphs", the only backend that captures
+            raise RuntimeError("a CUDA graph capture without its stream")
+        graph = torch.cuda.CUDAGraph()
+        bucket.mask[:, 0] = 1  # the steps below attend to one slot (an all-masked row is not worth a NaN)
+        step = (bucket.ids, bucket.mask, bucket.positions, bucket.cache)
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # also restores the thread's stream when the capture fails
                 for _ in range(2):
-                    self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                bucket.logits = self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
+                    self._forward(*step)
+                with torch.cuda.graph(graph, pool=self._pool, stream=stream, capture_error_mode="thread_local"):
+                    bucket.logits = self._forward(*step)
+            torch.cuda.current_stream().wait_stream(stream)
+            # the check: another token than at capture, so a graph that recorded nothing keeps stale logits
+            bucket.reset()
+            bucket.mask[:, 0] = 1
+            bucket.ids.fill_(1)
+            expected = self._forward(*step)
+            bucket.reset()
+            bucket.mask[:, 0] = 1
+            graph.replay()
+            if not torch.allclose(bucket.logits, expected, rtol=0.02, atol=0.02, equal_nan=True):
+                raise RuntimeError("its replay does not give the eager step's logits (was anything recorded?)")
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:  # an operation the graph cannot hold: the bucket decodes uncompiled
