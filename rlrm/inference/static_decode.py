@@ -40,10 +40,10 @@ from typing import Any
 from rlrm.inference.base import EngineClosedError, SamplingParams
 from rlrm.inference.decode import Decoded, decode, prefill
 from rlrm.inference.kv_cache import cache_keyword
+from rlrm.inference.packed_attention import use_packed_attention
 from rlrm.inference.sampling import RowSampler
 
 BACKENDS = ("cudagraphs", "inductor", "eager")
-ATTENTION = "rlrm_packed_gqa"  # the attention implementation a model decoding here is switched to (from sdpa)
 CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
 SLOT_MULTIPLE = 64  # cache lengths are multiples of this
 KEPT_BUCKETS = 2  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
@@ -73,7 +73,7 @@ class StaticDecoder:
 
     Args:
         model: a transformers causal LM whose forward takes a `StaticCache` (Llama, Qwen2, ...). When it runs
-            sdpa attention, it is switched to rlrm's packed grouped-query attention (`ATTENTION`).
+            sdpa attention, it is switched to rlrm's packed grouped-query attention (`rlrm.inference.packed_attention`).
         backend: "cudagraphs" (CUDA only), "inductor" or "eager"; see the module docstring.
         max_batch_size: the engine's largest batch (the largest row bucket).
 
@@ -103,8 +103,7 @@ class StaticDecoder:
                 "static", "this model's KV cache has sliding-window or other non-static layers: decoding eagerly"
             )
         if getattr(model.config, "_attn_implementation", None) == "sdpa":
-            _register_attention()
-            model.set_attn_implementation(ATTENTION)
+            use_packed_attention(model)
         self._pool = torch.cuda.graph_pool_handle() if backend == "cudagraphs" else None
         self._capture_stream = torch.cuda.Stream(device=self.device) if backend == "cudagraphs" else None
         self._compiled = None
@@ -325,28 +324,3 @@ def _static_layers_only(config) -> bool:
 
     layers = StaticCache(config=config, max_cache_len=SLOT_MULTIPLE).layers
     return bool(layers) and all(type(layer) is StaticLayer for layer in layers)
-
-
-def _register_attention() -> None:
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
-    AttentionInterface.register(ATTENTION, _packed_gqa_attention)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks sdpa gets
-
-
-def _packed_gqa_attention(module, query, key, value, attention_mask, **kwargs):
-    """transformers' sdpa attention, but a one-token query [B, H, 1, D] whose H heads share KV key/value heads in
-    groups runs as [B, KV, H / KV, D] against the cache as it is: no copy of the cache per group."""
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    groups = getattr(module, "num_key_value_groups", 1)
-    if query.shape[2] != 1 or groups == 1 or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    batch, heads, _, dim = query.shape
-    packed = query.reshape(batch, heads // groups, groups, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        packed, key, value, attn_mask=attention_mask, scale=kwargs.get("scaling")
-    )  # [B, KV, groups, D]; the mask [B, 1, 1, L] holds for every head and group
-    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None

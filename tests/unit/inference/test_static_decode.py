@@ -13,7 +13,7 @@ import threading
 import pytest
 import torch
 
-from rlrm.inference import static_decode
+from rlrm.inference import packed_attention, static_decode
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.decode import decode
 from rlrm.inference.static_decode import StaticDecoder
@@ -55,7 +55,7 @@ def test_the_static_loop_samples_what_the_dynamic_loop_samples(model):
     dynamic, static = _both(model, decoder, prompts, params, seeds, stops)
     _assert_same(dynamic, static)
     assert any(row[2] for row in static) and not all(row[2] for row in static)
-    assert model.config._attn_implementation == static_decode.ATTENTION  # grouped heads packed, not copied
+    assert model.config._attn_implementation == packed_attention.ATTENTION  # grouped heads packed, not copied
     assert decoder.captured == 0  # eager: nothing captured or compiled
 
 
