@@ -7,7 +7,7 @@ the memory-bandwidth bound it reaches, peak memory, and the largest batch the me
 One batch of `--prompts` x `--n` requests (GRPO groups: each prompt prefilled once), every row running to
 `--new-tokens` (no EOS), sampled at temperature 1 with seeds. The compiled side runs once untimed (its
 compile or graph capture), then the sides alternate `--pairs` times (eager, compiled, eager, ...): the figure
-to quote is the median of the pair ratios. Both sides' tokens are checked equal.
+to quote is the median of the pair ratios. Both sides' tokens are compared (the equal rows are counted).
 
 The bandwidth bound: a decode step reads every weight once and the KV cache written so far, so at batch B
 it makes at most B tokens per (weight bytes + mean KV bytes) / bandwidth, with the bandwidth measured here
@@ -36,7 +36,11 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", help="a random-weight policy of this shape (e.g. qwen2.5-0.5b) instead of tiny")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--compile", default=None, help="the compiled side: cudagraphs (CUDA default) or inductor")
+    parser.add_argument(
+        "--compile",
+        default=None,
+        help="the compiled side: cudagraphs (CUDA default), inductor (CPU default) or eager (static cache, nothing compiled)",
+    )
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--prompt-tokens", type=int, default=60)

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The device check: on a machine with an NVIDIA GPU, after the README's setup (bash scripts/setup.sh --dev),
-# run the gpu test tier and a short table of real runs, and print one summary table; no network. Before the
-# 0.5B-shape rows, a whole run took 6-8 minutes on one H100 (tiny models carried, built); with them it may take
-# 9-10 (estimated, not yet run): on a 15-minute lease, run the short form below.
+# run the gpu test tier and a short table of real runs, and print one summary table; no network. A whole run
+# took 6-8 minutes on one H100 when the 0.5B step rows stopped early (tiny models carried, built); with the
+# decode row and both step rows running to the end it will take longer (not yet run): on a 15-minute lease,
+# run the short form below.
 # Usage: bash scripts/gpu_check.sh [--quick] [--only ROWS]
 #   --quick          leave out the 0.5B-shape rows (decoding, the step against TRL)
 #   --only ROWS      only these rows of the table (python scripts/gpu_check.py --help lists them)
 #   RLRM_PYTHON      the interpreter (default: .venv/bin/python)
 #   GPU_CHECK_OUT    where the runs, logs and gpu_check.md go (default: gpu_check_out, replaced each time)
 #   GPU_TIER_K       run only the gpu tier's tests this pytest -k expression selects (default: all)
-# A short lease, the rows not yet measured first:
+# On a short lease, only the rows not yet measured:
 #   GPU_TIER_K="graph or compile or sleep or checkpoint" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -101,8 +101,8 @@ class RolloutConfig(Section):
     compile: Literal["off", "cudagraphs", "inductor"] = Field(
         "off",
         description="The hf engine's decoding: off (eager, a KV cache that grows), or a static KV cache and a "
-        "captured or compiled decode step: cudagraphs (CUDA only: each step replayed as one CUDA graph, captured once "
-        "per batch shape) or inductor (torch.compile: fused kernels, with CUDA graphs on a GPU; a minute or more to "
+        "captured or compiled decode step: cudagraphs (CUDA only: each step replayed as one CUDA graph, captured the "
+        "first time a batch shape is met) or inductor (torch.compile: fused kernels, with CUDA graphs on a GPU; a minute or more to "
         "compile per shape). Same tokens up to float rounding. For GPUs, where a small model's eager step waits on "
         "kernel launches.",
     )

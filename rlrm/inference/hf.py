@@ -150,8 +150,8 @@ class HFRolloutEngine:
             self.version = version
 
     def release_compiled(self) -> None:
-        """Free what compiled decoding holds (`compile` set: static caches and CUDA graphs); the next batch makes
-        its own again. Call it holding the engine's lock (`_lock`), as a server's sleep does around a weight move."""
+        """Free what compiled decoding holds (`compile` set: static caches; with "cudagraphs" its CUDA graphs, while
+        torch.compile keeps its own under "inductor"); the next batch makes them again. Call it holding the engine's lock (`_lock`), as a server's sleep does around a weight move."""
         if self._static is not None:
             self._static.release()
 
