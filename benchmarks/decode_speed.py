@@ -46,6 +46,9 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=60)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--eos", action="store_true", help="stop rows on the model's EOS (tokens/s then counts the tokens made)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -61,7 +64,8 @@ def main() -> int:
     )
 
     # the compiled side switches its model to packed grouped-query attention: its own copy, so eager stays as shipped
-    eager, compiled = _Side(model, "off", rows), _Side(copy.deepcopy(model), backend, rows)
+    eos = [int(model.config.eos_token_id)] if args.eos else []
+    eager, compiled = _Side(model, "off", rows, eos), _Side(copy.deepcopy(model), backend, rows, eos)
     rng = random.Random(0)
     vocab = model.config.vocab_size
     prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
@@ -79,8 +83,8 @@ def main() -> int:
         for side in (eager, compiled):
             _reset_peak(args.device)
             start = time.perf_counter()
-            side.run(prompts, args.new_tokens, args.device)
-            rates[side.backend].append(rows * args.new_tokens / (time.perf_counter() - start))
+            made = sum(map(len, side.run(prompts, args.new_tokens, args.device)))
+            rates[side.backend].append(made / (time.perf_counter() - start))
             peaks[side.backend] = _peak_gib(args.device)
     ratios = [c / e for e, c in zip(rates["off"], rates[backend])]
     LOOP.run_until_complete(eager.close())
@@ -90,6 +94,10 @@ def main() -> int:
     step_bytes = _step_bytes(model, rows, args.prompt_tokens, args.new_tokens)
     bound = rows * bandwidth / step_bytes
     print(f"tokens equal in {same} of {rows} rows (float rounding may move a draw at a token boundary)")
+    if args.eos:
+        mean = sum(map(len, reference)) / rows
+        print(f"stopping on EOS: responses of {mean:.1f} tokens on average (at most {args.new_tokens}); tokens/s below")
+        print("counts the tokens made, while the bound assumes every row decodes every step")
     print(f"memory bandwidth (measured copy): {bandwidth / 1e9:,.0f} GB/s; one step reads {step_bytes / 1e9:.2f} GB")
     print(f"bandwidth bound at {rows} rows: {bound:,.0f} tokens/s")
     for name, values in rates.items():
@@ -108,11 +116,11 @@ LOOP = asyncio.new_event_loop()  # every engine's requests and batching task run
 class _Side:
     """One engine (a decoding backend) on the shared model."""
 
-    def __init__(self, model, backend: str, rows: int):
+    def __init__(self, model, backend: str, rows: int, eos: list[int] | None = None):
         from rlrm.inference.hf import HFRolloutEngine
 
-        self.backend = backend
-        self.engine = HFRolloutEngine(model, eos_token_ids=[], pad_token_id=0, max_batch_size=rows, compile=backend)
+        self.backend, self.eos = backend, eos or []
+        self.engine = HFRolloutEngine(model, self.eos, pad_token_id=0, max_batch_size=rows, compile=backend)
 
     def run(self, prompts, new_tokens: int, device: str) -> list[list[int]]:
         from rlrm.inference.base import SamplingParams
@@ -124,7 +132,8 @@ class _Side:
 
         done = LOOP.run_until_complete(go())
         _sync(device)
-        assert all(len(c.token_ids) == new_tokens for c in done)
+        assert all(len(c.token_ids) == new_tokens or c.finish_reason == "stop" for c in done)
+        assert self.eos or all(len(c.token_ids) == new_tokens for c in done)
         return [c.token_ids for c in done]
 
     async def close(self) -> None:

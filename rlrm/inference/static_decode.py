@@ -19,8 +19,10 @@ batch decodes in a *bucket* of R rows x L slots that holds everything the step r
   minute or more to compile per shape), or the plain forward ("eager": the same buffers and loop, nothing
   captured, on any device).
 
-Rows that finish stay in the batch (a step costs the same with or without them) and feed padding; whether
-any row is left is read back every `CHECK_EVERY` tokens, so the host queues steps ahead. Attention packs
+Rows that finish feed padding; how many rows are left is read back every `CHECK_EVERY` tokens (so the host
+queues steps ahead), and once they fit a smaller row bucket the batch moves on to it (cache rows, mask and
+positions copied), as the dynamic loop drops finished rows; the buckets of such a ladder are kept, so the next
+batch finds them captured. Attention packs
 the query heads that share a key/value head onto it (grouped-query attention, as transformers does in
 eager decoding; inside a compiled step transformers copies every key/value head once per query head, the
 whole cache each step). The prompt is prefilled as in the dynamic loop (each distinct prompt once) and
@@ -38,7 +40,7 @@ from collections import OrderedDict
 from typing import Any
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
-from rlrm.inference.decode import Decoded, decode, prefill
+from rlrm.inference.decode import Decoded, collect, decode, prefill
 from rlrm.inference.kv_cache import cache_keyword
 from rlrm.inference.packed_attention import use_packed_attention
 from rlrm.inference.sampling import RowSampler
@@ -46,7 +48,7 @@ from rlrm.inference.sampling import RowSampler
 BACKENDS = ("cudagraphs", "inductor", "eager")
 CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
 SLOT_MULTIPLE = 64  # cache lengths are multiples of this
-KEPT_BUCKETS = 2  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
+KEPT_BUCKETS = 8  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
 
 
 class _Bucket:
@@ -167,45 +169,73 @@ class StaticDecoder:
         stops = stops + [stops[0]] * (rows - count)
         steps = max(p.max_new_tokens for p in params)
         widest_stop = max(1, max(len(s) for s in stops))
-        stop_ids = torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device)  # [R, S]
-        limit = torch.tensor([p.max_new_tokens for p in params], device=device)
-        tokens = torch.full((rows, steps), pad_id, dtype=torch.long, device=device)
-        log_probs = torch.zeros((rows, steps), dtype=torch.float32, device=device)
-        length = torch.zeros(rows, dtype=torch.long, device=device)
-        stopped = torch.zeros(rows, dtype=torch.bool, device=device)
-        active = torch.ones(rows, dtype=torch.bool, device=device)
+        real = torch.arange(rows, device=device) < count
+        row = {  # per-row state, [R, ...]; padding rows hold orig -1, are never active and never collected
+            "orig": torch.where(real, torch.arange(rows, device=device), -1),
+            "limit": torch.tensor([p.max_new_tokens for p in params], device=device),
+            "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [R, S]
+            "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
+            "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
+            "length": torch.zeros(rows, dtype=torch.long, device=device),
+            "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
+            "active": real.clone(),
+        }
         sampler = RowSampler(params, seeds, steps, device)
+        results: list = [None] * count
 
         width = max(len(p) for p in prompts)
-        bucket = self._bucket(rows, self.slots_for(width + steps))
+        slots = self.slots_for(width + steps)
+        bucket = self._bucket(rows, slots)
         prompt_mask, past, logits = prefill(self.model, prompts, pad_id, device, keep_last)
         for layer, filled in enumerate(past.layers):  # the prompts' keys/values into slots [0, width)
             bucket.cache.update(filled.keys, filled.values, layer)
         del past
         bucket.mask[:, :width] = prompt_mask
         bucket.positions.copy_(prompt_mask.sum(-1, keepdim=True))  # a left-padded prompt's next position: its length
-        pad = torch.full((rows,), pad_id, dtype=torch.long, device=device)
         for t in range(steps):
             if stop_flag.is_set():
                 raise EngineClosedError("rollout engine closed before the request finished")
             token, log_prob = sampler.sample(logits, t)
-            tokens[:, t], log_probs[:, t] = token, log_prob  # rows already done write past their length: never read
-            length += active.long()
-            hit = active & (token[:, None] == stop_ids).any(-1)
-            stopped |= hit
-            active &= ~hit & (length < limit)
-            if t == steps - 1 or (t % CHECK_EVERY == CHECK_EVERY - 1 and not bool(active.any())):
+            active = row["active"]
+            row["tokens"][:, t], row["log_probs"][:, t] = token, log_prob  # rows done write past their length
+            row["length"] += active.long()
+            hit = active & (token[:, None] == row["stops"]).any(-1)
+            row["stopped"] |= hit
+            active &= ~hit & (row["length"] < row["limit"])
+            if t == steps - 1:
                 break
+            if t % CHECK_EVERY == CHECK_EVERY - 1:
+                live = int(active.sum())  # the host sync, every CHECK_EVERY tokens
+                if live == 0:
+                    break
+                if self.rows_for(live) < rows:  # at most half the rows left: on to a smaller bucket
+                    keep = active.nonzero().squeeze(-1)
+                    collect(row, ~active & (row["orig"] >= 0), results)
+                    rows = self.rows_for(live)
+                    index = torch.cat([keep, keep[:1].expand(rows - live)])  # padding rows: a live one again
+                    row = {k: v[index] for k, v in row.items()}
+                    row["orig"][live:], row["active"][live:] = -1, False
+                    sampler.select(index)
+                    token, logits = token[index], logits[index]
+                    bucket = self._moved(bucket, index, rows, slots)
+                    active = row["active"]
             bucket.mask[:, width + t] = 1
-            bucket.ids.copy_(torch.where(active, token, pad)[:, None])
+            bucket.ids.copy_(torch.where(active, token, torch.full_like(token, pad_id))[:, None])
             logits = self._step(bucket)
             bucket.positions += 1
-        lengths, ended = length[:count].tolist(), stopped[:count].tolist()
-        tokens_cpu, log_probs_cpu = tokens[:count].cpu(), log_probs[:count].cpu()
-        return [
-            (tokens_cpu[i, : lengths[i]].tolist(), log_probs_cpu[i, : lengths[i]].tolist(), bool(ended[i]))
-            for i in range(count)
-        ]
+        collect(row, row["orig"] >= 0, results)
+        return results
+
+    def _moved(self, bucket: _Bucket, index, rows: int, slots: int) -> _Bucket:
+        """The (rows, slots) bucket holding rows `index` of `bucket`: cache, mask and positions copied."""
+        smaller = self._bucket(rows, slots)
+        for old, new in zip(bucket.cache.layers, smaller.cache.layers):
+            new.keys.copy_(old.keys[index])
+            new.values.copy_(old.values[index])
+            new.cumulative_length.copy_(old.cumulative_length)
+        smaller.mask.copy_(bucket.mask[index])
+        smaller.positions.copy_(bucket.positions[index])
+        return smaller
 
     def release(self) -> None:
         """Drop every bucket (caches, buffers, graphs): their memory goes back to torch's allocator. The next

@@ -55,6 +55,7 @@ def test_the_static_loop_samples_what_the_dynamic_loop_samples(model):
     dynamic, static = _both(model, decoder, prompts, params, seeds, stops)
     _assert_same(dynamic, static)
     assert any(row[2] for row in static) and not all(row[2] for row in static)
+    assert list(decoder._buckets) == [(16, 64), (8, 64)]  # 13 rows in 16; at most 8 left: moved on to 8
     assert model.config._attn_implementation == packed_attention.ATTENTION  # grouped heads packed, not copied
     assert decoder.captured == 0  # eager: nothing captured or compiled
 
@@ -69,6 +70,7 @@ def test_the_compiled_engine_reports_the_models_log_probs(model):
 
 
 def test_each_shape_has_one_bucket_reused_and_the_oldest_dropped(model, monkeypatch):
+    monkeypatch.setattr(static_decode, "KEPT_BUCKETS", 2)
     decoder = StaticDecoder(model, "eager", max_batch_size=48)
     assert [decoder.rows_for(n) for n in (1, 8, 9, 16, 17, 33, 48)] == [8, 8, 16, 16, 32, 48, 48]
     assert [decoder.slots_for(n) for n in (1, 64, 65, 129, 300)] == [64, 64, 128, 192, 320]
