@@ -9,8 +9,8 @@ once as a CUDA graph, a step is replayed with one launch. A graph needs fixed sh
 batch decodes in a *bucket* of R rows x L slots that holds everything the step reads:
 
 - a transformers `StaticCache`; R rounds the batch up to 8, 16, 32, ... (at most `max_batch_size`), L rounds
-  prompt width + new tokens up to a multiple of 64. The padding rows repeat row 0's request (its
-  prompt is prefilled once, shared) and their results are dropped;
+  prompt width + new tokens up to a multiple of 64. The padding rows take row 0's prompt (prefilled
+  once, shared), then only feed padding, and are never returned;
 - the step's inputs, written in place: token ids [R, 1], positions [R, 1] and the attention mask [R, L], a
   slot switched on as it is written;
 - the step: a CUDA graph captured when the bucket is made ("cudagraphs": `torch.cuda.CUDAGraph`, no
@@ -22,7 +22,7 @@ batch decodes in a *bucket* of R rows x L slots that holds everything the step r
 Rows that finish feed padding; how many rows are left is read back every `CHECK_EVERY` tokens (so the host
 queues steps ahead), and once they fit a smaller row bucket the batch moves on to it (cache rows, mask and
 positions copied), as the dynamic loop drops finished rows; the buckets of such a ladder are kept, so the next
-batch finds them captured. Attention packs
+batch finds them captured. (Not under "inductor", where each smaller bucket would be a new compile.) Attention packs
 the query heads that share a key/value head onto it (grouped-query attention, as transformers does in
 eager decoding; inside a compiled step transformers copies every key/value head once per query head, the
 whole cache each step). The prompt is prefilled as in the dynamic loop (each distinct prompt once) and
@@ -208,17 +208,19 @@ class StaticDecoder:
                 live = int(active.sum())  # the host sync, every CHECK_EVERY tokens
                 if live == 0:
                     break
-                if self.rows_for(live) < rows:  # at most half the rows left: on to a smaller bucket
+                smaller = self.rows_for(live)
+                # at most half the rows left: on to a smaller bucket (not under inductor: each is a new compile)
+                if smaller < rows and self.backend != "inductor":
                     keep = active.nonzero().squeeze(-1)
-                    collect(row, ~active & (row["orig"] >= 0), results)
-                    rows = self.rows_for(live)
-                    index = torch.cat([keep, keep[:1].expand(rows - live)])  # padding rows: a live one again
-                    row = {k: v[index] for k, v in row.items()}
-                    row["orig"][live:], row["active"][live:] = -1, False
-                    sampler.select(index)
-                    token, logits = token[index], logits[index]
-                    bucket = self._moved(bucket, index, rows, slots)
-                    active = row["active"]
+                    index = torch.cat([keep, keep[:1].expand(smaller - live)])  # padding rows: a live one again
+                    moved = self._moved(bucket, index, smaller, slots)
+                    if moved is not None:
+                        collect(row, ~active & (row["orig"] >= 0), results)
+                        row = {k: v[index] for k, v in row.items()}
+                        row["orig"][live:], row["active"][live:] = -1, False
+                        sampler.select(index)
+                        token, rows, bucket = token[index], smaller, moved
+                        active = row["active"]
             bucket.mask[:, width + t] = 1
             bucket.ids.copy_(torch.where(active, token, torch.full_like(token, pad_id))[:, None])
             logits = self._step(bucket)
@@ -226,15 +228,22 @@ class StaticDecoder:
         collect(row, row["orig"] >= 0, results)
         return results
 
-    def _moved(self, bucket: _Bucket, index, rows: int, slots: int) -> _Bucket:
-        """The (rows, slots) bucket holding rows `index` of `bucket`: cache, mask and positions copied."""
-        smaller = self._bucket(rows, slots)
+    def _moved(self, bucket: _Bucket, index, rows: int, slots: int) -> _Bucket | None:
+        """The (rows, slots) bucket holding rows `index` of `bucket` (cache, mask and positions copied), or None
+        when making it ran out of memory: the batch then goes on in `bucket`, saying so once."""
+        import torch
+
+        try:
+            smaller = self._bucket(rows, slots, empty=False)  # every tensor below is overwritten whole
+        except torch.OutOfMemoryError:
+            self._warn("move", f"a smaller bucket ({rows} rows) did not fit in memory: the batch goes on as it is")
+            return None
         for old, new in zip(bucket.cache.layers, smaller.cache.layers):
-            new.keys.copy_(old.keys[index])
-            new.values.copy_(old.values[index])
+            torch.index_select(old.keys, 0, index, out=new.keys)
+            torch.index_select(old.values, 0, index, out=new.values)
             new.cumulative_length.copy_(old.cumulative_length)
-        smaller.mask.copy_(bucket.mask[index])
-        smaller.positions.copy_(bucket.positions[index])
+        torch.index_select(bucket.mask, 0, index, out=smaller.mask)
+        torch.index_select(bucket.positions, 0, index, out=smaller.positions)
         return smaller
 
     def release(self) -> None:
@@ -264,8 +273,9 @@ class StaticDecoder:
                 self._warn("compile", f"compiling a decode step failed ({type(exc).__name__}): decoding uncompiled")
         return self._forward(bucket.ids, bucket.mask, bucket.positions, bucket.cache)
 
-    def _bucket(self, rows: int, slots: int) -> _Bucket:
-        """This shape's bucket, emptied; made (and its step captured) on first use, the oldest dropped."""
+    def _bucket(self, rows: int, slots: int, empty: bool = True) -> _Bucket:
+        """This shape's bucket, emptied unless asked not to; made (and its step captured) on first use, the oldest
+        dropped."""
         from transformers import StaticCache
 
         key = (rows, slots)
@@ -284,7 +294,8 @@ class StaticDecoder:
                 for buffer in (bucket.ids, bucket.positions, bucket.mask):  # graphs may read them in place
                     torch._dynamo.mark_static_address(buffer)
                 self.captured += 1
-        bucket.reset()
+        if empty:
+            bucket.reset()
         self._buckets[key] = bucket
         return bucket
 

@@ -135,6 +135,34 @@ def test_cuda_graph_decoding_samples_what_the_eager_loop_samples(model, capfd):
     assert "warning: rollout.compile" not in capfd.readouterr().err
 
 
+def test_a_batch_moving_to_a_smaller_captured_bucket_samples_what_the_eager_loop_samples(model):
+    """20 rows in a 32-row bucket; after 4 tokens 8 are left and the batch moves to an 8-row bucket, captured
+    mid-batch. Tokens as the dynamic loop's, log-probs within tolerance."""
+    prompts = [[5, 9, 12, 3, i % 7 + 1] for i in range(20)]
+    limits = [3] * 12 + [12] * 8
+    samplings = [SamplingParams(max_new_tokens=n, temperature=1.0, seed=i) for i, n in enumerate(limits)]
+    on_device = copy.deepcopy(model).to(DEVICE)
+    backend = "cudagraphs" if DEVICE == "cuda" else "eager"
+    outs = {}
+    for compile in ("off", backend):
+        engine = HFRolloutEngine(copy.deepcopy(on_device), eos_token_ids=[], pad_token_id=0, compile=compile)
+
+        async def go(engine=engine):
+            try:
+                return await engine.generate_many(prompts, samplings)
+            finally:
+                await engine.close()
+
+        outs[compile] = (asyncio.run(go()), engine)
+    (eager, _), (graphs, engine) = outs["off"], outs[backend]
+    assert [c.token_ids for c in graphs] == [c.token_ids for c in eager]
+    assert [len(c.token_ids) for c in graphs] == limits
+    for a, b in zip(eager, graphs):
+        assert max(abs(x - y) for x, y in zip(a.log_probs, b.log_probs)) < LOG_PROB_ATOL
+    assert list(engine._static._buckets) == [(32, 64), (8, 64)]
+    assert engine._static.captured == (2 if DEVICE == "cuda" else 0)
+
+
 def test_mixed_precision_actor_keeps_float32_master_weights_and_learns(model):
     """model.precision=mixed: the update runs under autocast to bf16, the weights and AdamW state stay float32,
     and one step on a positive advantage raises the sampled tokens' log-probs."""

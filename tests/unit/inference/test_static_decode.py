@@ -60,6 +60,51 @@ def test_the_static_loop_samples_what_the_dynamic_loop_samples(model):
     assert decoder.captured == 0  # eager: nothing captured or compiled
 
 
+def _shrinking_batch():
+    """30 rows whose number left falls from 30 to 15 (at most 4 tokens), then 7 (at most 8), then 0 (12)."""
+    prompts = [PROMPTS[i % 4] + [i + 1] for i in range(30)]
+    limits = [4] * 15 + [8] * 8 + [12] * 7
+    params = [
+        SamplingParams(temperature=(0.0, 1.0, 0.8)[i % 3], top_k=(-1, 6)[i % 2], max_new_tokens=n)
+        for i, n in enumerate(limits)
+    ]
+    return prompts, params, list(range(200, 230))
+
+
+@pytest.mark.parametrize("kept", [8, 1], ids=["ladder-kept", "in-use-bucket-dropped"])
+def test_a_shrinking_batch_moves_down_the_buckets_and_samples_the_same(model, monkeypatch, kept):
+    """32 rows, then 16 (15 left, one padding row), then 8 (7 left): rows that stop on EOS or at their own limit
+    leave, the others decode on as in the dynamic loop, none lost or returned twice."""
+    monkeypatch.setattr(static_decode, "KEPT_BUCKETS", kept)
+    prompts, params, seeds = _shrinking_batch()
+    eos = decode(model, prompts[:1], params[:1], seeds[:1], [[]], 0, threading.Event(), True)[0][0][2]
+    decoder = StaticDecoder(model, "eager", max_batch_size=64)
+    dynamic, static = _both(model, decoder, prompts, params, seeds, [[eos]] * len(prompts))
+    _assert_same(dynamic, static)
+    assert len(static) == 30 and any(row[2] for row in static)
+    assert list(decoder._buckets) == [(32, 64), (16, 64), (8, 64)][-kept:]
+
+
+def test_a_smaller_bucket_that_does_not_fit_leaves_the_batch_where_it_is(model, capsys):
+    decoder = StaticDecoder(model, "eager", max_batch_size=64)
+    make = decoder._bucket
+
+    def out_of_memory_when_moving(rows, slots, empty=True):
+        if not empty:
+            raise torch.OutOfMemoryError("CUDA out of memory (a stand-in for a full GPU)")
+        return make(rows, slots, empty)
+
+    decoder._bucket = out_of_memory_when_moving
+    prompts, params, seeds = _shrinking_batch()
+    dynamic, static = _both(model, decoder, prompts, params, seeds, [[]] * len(prompts))
+    _assert_same(dynamic, static)
+    assert list(decoder._buckets) == [(32, 64)]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        "warning: rollout.compile=eager: a smaller bucket (16 rows) did not fit in memory: the batch goes on as it is"
+    ]
+
+
 def test_the_compiled_engine_reports_the_models_log_probs(model):
     samplings = [SamplingParams(0.7, 0.9, 10, max_new_tokens=12, seed=i) for i in range(len(PROMPTS))]
     outs = generate(make_engine(model, compile="eager"), PROMPTS, samplings)
