@@ -42,19 +42,8 @@ def decode(
 
     device = next(model.parameters()).device
     rows = len(prompts)
-    limits = [p.max_new_tokens for p in params]
-    steps = max(limits)
-    widest_stop = max(1, max(len(s) for s in stops))
-    row = {  # per-row decoding state, [B, ...]; rows leave together when the batch is compacted
-        "orig": torch.arange(rows, device=device),
-        "limit": torch.tensor(limits, device=device),
-        "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [B, S]
-        "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
-        "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
-        "length": torch.zeros(rows, dtype=torch.long, device=device),
-        "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
-        "active": torch.ones(rows, dtype=torch.bool, device=device),
-    }
+    steps = max(p.max_new_tokens for p in params)
+    row = row_state(params, stops, pad_id, device)  # rows leave together when the batch is compacted
     sampler = RowSampler(params, seeds, steps, device)
     results: list = [None] * rows
 
@@ -65,13 +54,7 @@ def decode(
         if stop_flag.is_set():
             raise EngineClosedError("rollout engine closed before the request finished")
         token, log_prob = sampler.sample(logits, t)  # [B], [B]
-        active = row["active"]
-        row["tokens"][:, t] = token  # rows already done write past their length: never read
-        row["log_probs"][:, t] = log_prob
-        row["length"] += active.long()
-        hit = active & (token[:, None] == row["stops"]).any(-1)
-        row["stopped"] |= hit
-        active &= ~hit & (row["length"] < row["limit"])
+        active = advance(row, token, log_prob, t)
         live = int(active.sum())  # the one host sync per token, as in HF generate
         if live == 0:
             break
@@ -97,6 +80,43 @@ def decode(
         next_pos = next_pos + 1
     collect(row, torch.ones_like(row["active"]), results)
     return results
+
+
+def row_state(params: list[SamplingParams], stops: list[list[int]], pad_id: int, device, real: int | None = None):
+    """Per-row decoding state, a dict of [B, ...] tensors that rows are picked from together.
+
+    Rows from `real` on (padding rows) hold orig -1 and are never active, so never collected.
+    """
+    import torch
+
+    rows, steps = len(params), max(p.max_new_tokens for p in params)
+    widest_stop = max(1, max(len(s) for s in stops))
+    active = torch.arange(rows, device=device) < (rows if real is None else real)
+    return {
+        "orig": torch.where(active, torch.arange(rows, device=device), -1),
+        "limit": torch.tensor([p.max_new_tokens for p in params], device=device),
+        "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [B, S]
+        "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
+        "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
+        "length": torch.zeros(rows, dtype=torch.long, device=device),
+        "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
+        "active": active,
+    }
+
+
+def advance(row: dict, token, log_prob, t: int):
+    """Record decode step t's tokens [B] and log-probs [B]; rows that hit a stop token or their limit stop.
+
+    Returns:
+        the rows still active [B] (the state's own tensor, updated in place).
+    """
+    active = row["active"]
+    row["tokens"][:, t], row["log_probs"][:, t] = token, log_prob  # rows already done write past their length
+    row["length"] += active.long()
+    hit = active & (token[:, None] == row["stops"]).any(-1)
+    row["stopped"] |= hit
+    active &= ~hit & (row["length"] < row["limit"])
+    return active
 
 
 def prefill(model, prompts: list[list[int]], pad_id: int, device, keep_last: bool, share: bool = True):

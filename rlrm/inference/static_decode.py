@@ -40,7 +40,7 @@ from collections import OrderedDict
 from typing import Any
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
-from rlrm.inference.decode import Decoded, collect, decode, prefill
+from rlrm.inference.decode import Decoded, advance, collect, decode, prefill, row_state
 from rlrm.inference.kv_cache import cache_keyword
 from rlrm.inference.packed_attention import use_packed_attention
 from rlrm.inference.sampling import RowSampler
@@ -168,18 +168,7 @@ class StaticDecoder:
         seeds = seeds + [seeds[0]] * (rows - count)
         stops = stops + [stops[0]] * (rows - count)
         steps = max(p.max_new_tokens for p in params)
-        widest_stop = max(1, max(len(s) for s in stops))
-        real = torch.arange(rows, device=device) < count
-        row = {  # per-row state, [R, ...]; padding rows hold orig -1, are never active and never collected
-            "orig": torch.where(real, torch.arange(rows, device=device), -1),
-            "limit": torch.tensor([p.max_new_tokens for p in params], device=device),
-            "stops": torch.tensor([s + [-1] * (widest_stop - len(s)) for s in stops], device=device),  # [R, S]
-            "tokens": torch.full((rows, steps), pad_id, dtype=torch.long, device=device),
-            "log_probs": torch.zeros((rows, steps), dtype=torch.float32, device=device),
-            "length": torch.zeros(rows, dtype=torch.long, device=device),
-            "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
-            "active": real.clone(),
-        }
+        row = row_state(params, stops, pad_id, device, real=count)  # padding rows: never active nor collected
         sampler = RowSampler(params, seeds, steps, device)
         results: list = [None] * count
 
@@ -196,12 +185,7 @@ class StaticDecoder:
             if stop_flag.is_set():
                 raise EngineClosedError("rollout engine closed before the request finished")
             token, log_prob = sampler.sample(logits, t)
-            active = row["active"]
-            row["tokens"][:, t], row["log_probs"][:, t] = token, log_prob  # rows done write past their length
-            row["length"] += active.long()
-            hit = active & (token[:, None] == row["stops"]).any(-1)
-            row["stopped"] |= hit
-            active &= ~hit & (row["length"] < row["limit"])
+            active = advance(row, token, log_prob, t)
             if t == steps - 1:
                 break
             if t % CHECK_EVERY == CHECK_EVERY - 1:
