@@ -17,7 +17,7 @@ from rlrm.inference import packed_attention, static_decode
 from rlrm.inference.base import SamplingParams
 from rlrm.inference.decode import decode
 from rlrm.inference.static_decode import StaticDecoder
-from tests.unit.inference.conftest import VOCAB
+from tests.unit.inference.conftest import tiny_qwen2
 from tests.unit.inference.test_hf import PROMPTS, generate, make_engine, model_log_probs
 
 
@@ -193,22 +193,7 @@ def test_a_failing_compile_decodes_uncompiled_saying_so_once(model, capsys):
 
 def test_a_sliding_window_model_decodes_with_the_dynamic_loop_saying_so(capsys):
     """Its static cache counts a Python int per token: every compiled step would be a new shape."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_sliding_window=True,
-        sliding_window=16,
-        max_window_layers=0,
-    )
-    windowed = Qwen2ForCausalLM(config).eval()
+    windowed = tiny_qwen2(seed=1, use_sliding_window=True, sliding_window=16, max_window_layers=0)
     decoder = StaticDecoder(windowed, "eager", max_batch_size=8)
     prompts, params, seeds = _mixed_batch()
     dynamic, static = _both(windowed, decoder, prompts[:6], params[:6], seeds[:6], [[]] * 6)
