@@ -88,3 +88,11 @@ def shaped_policy(shape: str, tokenizer_dir, out_dir) -> str:
     if generation.exists():
         shutil.copy(generation, Path(out_dir) / "generation_config.json")
     return str(out_dir)
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously): a timer read after it times the work."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import shaped_policy, sync
+
 
 def main() -> int:
     import torch
@@ -131,7 +133,7 @@ class _Side:
             return await self.engine.generate_many(prompts, sampling)
 
         done = LOOP.run_until_complete(go())
-        _sync(device)
+        sync(device)
         assert all(len(c.token_ids) == new_tokens or c.finish_reason == "stop" for c in done)
         assert self.eos or all(len(c.token_ids) == new_tokens for c in done)
         return [c.token_ids for c in done]
@@ -148,9 +150,6 @@ def _policy(shape: str | None, device: str, dtype: str):
 
     tiny = Path(resolve_model_path("tiny:policy"))
     if shape:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from _common import shaped_policy
-
         folder = Path(tempfile.mkdtemp(prefix="decode_speed_"))
         tiny = Path(shaped_policy(shape, tiny, folder))
     return AutoModelForCausalLM.from_pretrained(tiny, dtype=getattr(torch, dtype)).to(device).eval()
@@ -173,10 +172,10 @@ def _bandwidth(device: str) -> float:
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(5):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         dst.copy_(src)
-        _sync(device)
+        sync(device)
         best = min(best, time.perf_counter() - start)
     return 2 * src.numel() * src.element_size() / best
 
@@ -213,13 +212,6 @@ def _peak_gib(device: str) -> float:
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else 0.0
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _fmt(values: list[float]) -> str:

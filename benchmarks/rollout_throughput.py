@@ -19,7 +19,7 @@ import random
 import statistics
 import time
 
-from _common import random_qwen2
+from _common import random_qwen2, sync
 
 
 def main() -> None:
@@ -70,10 +70,10 @@ def main() -> None:
         assert all(len(c.token_ids) == new_tokens for c in done)
 
     def timed(fn) -> float:
-        _sync(args.device)
+        sync(args.device)
         start = time.perf_counter()
         fn()
-        _sync(args.device)
+        sync(args.device)
         return args.requests * new_tokens / (time.perf_counter() - start)
 
     async def rounds() -> tuple[list[float], list[float]]:
@@ -83,10 +83,10 @@ def main() -> None:
         hf_rates, engine_rates = [], []
         for _ in range(args.repeats):
             hf_rates.append(timed(hf_generate))
-            _sync(args.device)
+            sync(args.device)
             start = loop.time()
             await engine_round()
-            _sync(args.device)
+            sync(args.device)
             engine_rates.append(args.requests * new_tokens / (loop.time() - start))
         await engine.close()
         return hf_rates, engine_rates
@@ -103,13 +103,6 @@ def main() -> None:
         f"ratio engine / model.generate  median {engine_med / hf_med:10.2f}          "
         f"best {max(engine_rates) / max(hf_rates):10.2f}"
     )
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _load(path: str | None):
