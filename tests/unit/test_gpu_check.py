@@ -57,7 +57,9 @@ def test_the_step_row_reads_ratio_times_memory_and_tokens(monkeypatch, tmp_path)
 
 def test_a_step_whose_graphs_fell_back_says_so(monkeypatch, tmp_path):
     check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
-    warning = "warning: rollout.compile=cudagraphs: capturing a decode step as a CUDA graph failed (x): decoding uncompiled"
+    warning = (
+        "warning: rollout.compile=cudagraphs: capturing a decode step as a CUDA graph failed (x): decoding uncompiled"
+    )
     done = subprocess.CompletedProcess([], 0, _step_report(), f"some log line\n{warning}\n")
     monkeypatch.setattr(check, "_run", lambda *a, **k: done)
     _, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "bfloat16", "cudagraphs")
@@ -70,4 +72,3 @@ def test_a_failed_step_row_names_the_last_line(monkeypatch, tmp_path):
     monkeypatch.setattr(check, "_run", lambda *a, **k: subprocess.CompletedProcess([], 1, "", f"trace\n{said}\n"))
     _, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs")
     assert result == "FAILED" and figures == f"exit 1: {said}"
-
