@@ -79,10 +79,9 @@ def main() -> int:
         except Exception as exc:  # a bug in reading one check's files must not lose the others' rows
             rows.append((fn.__name__, "FAILED", "", f"{type(exc).__name__}: {exc}"[:150]))
         print(" | ".join(rows[-1]), flush=True)
-
-    table = ["| check | result | wall s | figures |", "|---|---|---|---|"]
-    table += [f"| {c} | {r} | {t} | {d} |" for c, r, t, d in rows]
-    text = "\n".join([env_line, "", *table])
+        text = _table(env_line, rows)  # written after each row: a lease that ends mid-check keeps what ran
+        (out / "gpu_check.md").write_text(text + "\n")
+    text = _table(env_line, rows)
     (out / "gpu_check.md").write_text(text + "\n")
     print("\n" + text, flush=True)
     failed = [c for c, r, _, _ in rows if r != "ok"]
@@ -91,6 +90,12 @@ def main() -> int:
         + (f"; failed: {', '.join(failed)}" if failed else "")
     )
     return 1 if failed else 0
+
+
+def _table(env_line: str, rows: list[tuple[str, str, str, str]]) -> str:
+    table = ["| check | result | wall s | figures |", "|---|---|---|---|"]
+    table += [f"| {c} | {r} | {t} | {d} |" for c, r, t, d in rows]
+    return "\n".join([env_line, "", *table])
 
 
 def environment() -> str:

@@ -12,6 +12,8 @@
 #   GPU_TIER_K       run only the gpu tier's tests this pytest -k expression selects (default: all)
 # On a short lease, only the rows not yet measured:
 #   GPU_TIER_K="graph or compile or sleep or checkpoint" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16
+# On an offline machine lent for minutes, the wheels it lacks and the one command: docs/development.md
+# ("The device check on a lent, offline GPU machine"; scripts/gpu_wheels.py fetches the wheels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${RLRM_PYTHON:-.venv/bin/python}
