@@ -11,13 +11,21 @@
 #   GPU_CHECK_OUT    where the runs, logs and gpu_check.md go (default: gpu_check_out, replaced each time)
 #   GPU_TIER_K       run only the gpu tier's tests this pytest -k expression selects (default: all)
 # On a short lease, only the rows not yet measured:
-#   GPU_TIER_K="graph or compile or sleep or checkpoint" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16
+#   GPU_TIER_K="graph or compile or sleep or moving or random_state" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16
 # On an offline machine lent for minutes, the wheels it lacks and the one command: docs/development.md
 # ("The device check on a lent, offline GPU machine"; scripts/gpu_wheels.py fetches the wheels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${RLRM_PYTHON:-.venv/bin/python}
 out=${GPU_CHECK_OUT:-gpu_check_out}
+if ! command -v "$py" >/dev/null 2>&1; then
+  echo "gpu_check: no interpreter $py; set RLRM_PYTHON to the python that has torch (after bash scripts/setup.sh: .venv/bin/python)" >&2
+  exit 2
+fi
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "gpu_check: $py cannot import torch; set RLRM_PYTHON to the python that has it" >&2
+  exit 2
+fi
 if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
   echo "gpu_check: no CUDA device visible to $py (torch.cuda.is_available() is False); run it on a GPU machine" >&2
   exit 2

@@ -1,11 +1,12 @@
 """The wheels an offline GPU machine lacks for the device check, fetched here into .whl/ and checked.
 
-    python scripts/gpu_wheels.py [--dest .whl] [--have FILE]
+    .venv/bin/python scripts/gpu_wheels.py [--dest .whl] [--have FILE] [--check-only]
 
 The lent GPU machines (docs/development.md, "The device check") hold torch, transformers 5.17, accelerate, aiohttp,
 pandas, pyarrow, typer, rich, pytest and more, but not rlrm's serving and data packages nor TRL, and they reach no
-package registry. This fetches those as wheels for CPython 3.12 on x86-64 Linux, at the versions this checkout's
-environment runs (TRL at the version the step benchmark was written against), then reads every wheel's
+package registry. This empties --dest of wheels and fetches those as wheels for CPython 3.12 on x86-64 Linux, at the versions the
+interpreter running it has installed (run it with .venv/bin/python), but datasets 5.0.0 and trl 1.16.0 (PINNED
+below), then reads every wheel's
 requirements and names any that neither the machine (`--have`: one package name a line; default: the list read
 off such a machine on 2026-11-17) nor the fetched wheels provide, or whose version range the fetched wheel misses.
 Exit 1 when one is missing. On the GPU machine, from the checkout:
@@ -93,6 +94,8 @@ def main() -> int:
         have = {_norm(line.split()[0]) for line in args.have.read_text().splitlines() if line.strip()}
     args.dest.mkdir(parents=True, exist_ok=True)
     if not args.check_only:
+        for old in args.dest.glob("*.whl"):  # a wheel of another version left here would stop the install there
+            old.unlink()
         specs = [f"{name}=={PINNED.get(name) or _version(name)}" for name in WANTED]
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
         cmd += ["--python-version", "3.12", "--implementation", "cp", "-d", str(args.dest)]
@@ -104,8 +107,13 @@ def main() -> int:
                 f"gpu_wheels: pip download failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr
             )
             return 1
-    wheels = {_norm(w.name.split("-")[0]): w for w in sorted(args.dest.glob("*.whl"))}
+    files = sorted(args.dest.glob("*.whl"))
+    wheels = {_norm(w.name.split("-")[0]): w for w in files}
     problems, unknown = check(wheels, have)
+    for name in sorted(wheels):
+        versions = [w.name.split("-")[1] for w in files if _norm(w.name.split("-")[0]) == name]
+        if len(versions) > 1:  # pip would refuse the whole install
+            problems.append(f"{len(versions)} versions of {name} ({', '.join(versions)}): keep one")
     size = sum(w.stat().st_size for w in wheels.values()) / 2**20
     print(f"gpu_wheels: {len(wheels)} wheels, {size:.0f} MiB in {args.dest}")
     if unknown:
@@ -155,7 +163,13 @@ def _requires(wheel: Path) -> list[str]:
 
 
 def _version(name: str) -> str:
-    return importlib.metadata.version(name)
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit(
+            f"gpu_wheels: {name} is not installed for {sys.executable}; run this with rlrm's environment "
+            "(.venv/bin/python scripts/gpu_wheels.py, after bash scripts/setup.sh --dev)"
+        ) from None
 
 
 def _norm(name: str) -> str:

@@ -38,6 +38,16 @@ def server(
     api_key_env: Annotated[Optional[str], typer.Option(help="Read the API key from this environment variable.")] = None,
     served_model_name: Annotated[Optional[str], typer.Option(help="Name reported by /v1/models.")] = None,
     backend: Annotated[str, typer.Option(help="embedded (transformers), vllm or sglang.")] = "embedded",
+    device: Annotated[
+        str, typer.Option(help="Embedded: auto (a GPU when there is one), cpu, cuda or cuda:N.")
+    ] = "auto",
+    compile: Annotated[
+        str,
+        typer.Option(
+            help="Embedded generation (policy, genrm): off, cudagraphs (GPU: a static KV cache, each decode step "
+            "a CUDA graph) or inductor (torch.compile), as rollout.compile does in process."
+        ),
+    ] = "off",
     start_timeout: Annotated[
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
@@ -74,6 +84,12 @@ def server(
     engine, served_role = backend_for(backend), Role.parse(role)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
+    if engine.external and (compile != "off" or device != "auto"):
+        given = "--compile" if compile != "off" else "--device"
+        raise ConfigError(
+            f"{given} is the embedded server's; {backend} places its model and captures its CUDA graphs itself: "
+            f"drop {given}"
+        )
     if engine.external:
         return _external(
             engine,
@@ -101,6 +117,8 @@ def server(
         max_queue=max_queue,
         api_key=api_key,
         served_model_name=served_model_name or model,
+        device=device,
+        compile=compile,
         weights_dir=weights_dir,
     )
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")

@@ -76,7 +76,8 @@ class ModelConfig(Section):
             "How a dtype other than float32 trains. mixed: float32 master weights and optimizer state, forward and "
             "backward in model.dtype (torch.autocast in the trainer process, FSDP2 MixedPrecisionPolicy on ranks), "
             "the rollout engine's copy in model.dtype; pure: weights, gradients and AdamW state in model.dtype "
-            "(half the memory, and updates smaller than a bf16 ulp are lost)."
+            "(half the memory, and updates smaller than a model.dtype ulp are lost). float16 trains without loss "
+            "scaling (a warning says so): prefer bfloat16."
         ),
     )
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")

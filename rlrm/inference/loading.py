@@ -32,13 +32,24 @@ def check_model_path(path: str, hint: str = "") -> str:
     return path
 
 
-def pick_device(name: str) -> str:
+def pick_device(name: str, setting: str = "trainer.device") -> str:
+    """The torch device `name` (auto, cpu, cuda or cuda:N) stands for here: auto is cuda when a GPU is visible.
+    A device this machine does not have is one ModelError naming `setting` (the option it came from)."""
     import torch
 
+    fix = "--set trainer.device=cpu" if setting == "trainer.device" else f"{setting} cpu"
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ModelError("trainer.device=cuda but no CUDA device is visible; use --set trainer.device=cpu")
+    kind, _, index = name.partition(":")
+    if name != "cpu" and (kind != "cuda" or (index and not index.isdigit()) or name.endswith(":")):
+        raise ModelError(f"{setting} {name!r} is not a device; use auto, cpu, cuda or cuda:N")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"{setting}={name} but no CUDA device is visible; use {fix}")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ModelError(
+            f"{setting}={name} but this process sees {torch.cuda.device_count()} CUDA device(s) (CUDA_VISIBLE_DEVICES "
+            f"renumbers them from 0); use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
     return name
 
 

@@ -182,7 +182,8 @@ def serve(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m rlrm.launch.server`: the same options as `rlrm launch server`."""
+    """`python -m rlrm.launch.server`: the embedded server of `rlrm launch server`, with the options the fleet passes
+    too (--threads, --batch-wait-ms, --batch-gap-ms, --wait-for-weights, --weight-sync-timeout-s)."""
     import argparse
     import os
     import sys

@@ -26,7 +26,7 @@ class ServerConfig:
     max_queue: int = 1024
     api_key: str | None = None
     served_model_name: str | None = None
-    device: str = "auto"
+    device: str = "auto"  # auto, cpu, cuda or cuda:N; resolved on construction (auto: cuda when visible)
     wait_for_weights: bool = False  # policy replica restarted by a fleet: 503 until its first weight update
     batch_wait_ms: float = 2.0  # the longest a generation batch waits for more requests after its first
     batch_gap_ms: float | None = None  # close it sooner once no request arrived for this long
@@ -36,6 +36,18 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         self.role = Role(self.role)
+        if self.compile not in ("off", "cudagraphs", "inductor"):
+            raise ConfigError(f"unknown --compile {self.compile!r}: use off, cudagraphs (GPU) or inductor")
+        if self.compile != "off" and self.role is Role.DISRM:
+            raise ConfigError(
+                f"--compile {self.compile} speeds up generation (roles policy and genrm); a disrm server scores "
+                "with one forward a batch: leave --compile off"
+            )
+        self.device = pick_device(self.device, "--device")  # before the model loads: a wrong device fails at once
+        if self.compile == "cudagraphs" and not self.device.startswith("cuda"):
+            raise ConfigError(
+                f"--compile cudagraphs needs a GPU, and this server's device is {self.device}: use --compile off"
+            )
 
     @property
     def model_name(self) -> str:
@@ -46,11 +58,7 @@ class CausalLMBackend:
     """Generation for /v1/completions, /v1/chat/completions and /generate."""
 
     def __init__(self, cfg: ServerConfig):
-        device = pick_device(cfg.device)
-        if cfg.compile == "cudagraphs" and not device.startswith("cuda"):
-            raise ConfigError(
-                f"--compile cudagraphs needs a GPU, and this server's device is {device}: use --compile off"
-            )
+        device = cfg.device  # resolved and checked by the config
         self.tokenizer = load_tokenizer(cfg.model_path)
         model = load_causal_lm(cfg.model_path, cfg.dtype, device)
         self.max_len = int(getattr(model.config, "max_position_embeddings", 2048))
@@ -83,7 +91,7 @@ class ClassifierBackend:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.device = pick_device(cfg.device)
+        self.device = cfg.device
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
             model, info = AutoModelForSequenceClassification.from_pretrained(

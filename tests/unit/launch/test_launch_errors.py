@@ -61,3 +61,39 @@ def test_one_address_may_be_given_as_a_string():
         app, ["train", "--profile", "tiny-disrm", "--set", "reward.server.addresses=http://127.0.0.1:8000", "--dry-run"]
     )
     assert result.exit_code == 0 and "- http://127.0.0.1:8000" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--role", "policy", "--device", "cpu", "--compile", "cudagraphs", "--port", "{free}"],
+            "error: --compile cudagraphs needs a GPU, and this server's device is cpu: use --compile off",
+        ),
+        (
+            ["--compile", "fast", "--port", "{free}"],
+            "error: unknown --compile 'fast': use off, cudagraphs (GPU) or inductor",
+        ),
+        (
+            ["--role", "disrm", "--compile", "inductor", "--port", "{free}"],
+            "error: --compile inductor speeds up generation (roles policy and genrm); a disrm server scores",
+        ),
+        (
+            ["--backend", "vllm", "--compile", "cudagraphs", "--port", "{free}", "--dry-run"],
+            "error: --compile is the embedded server's; vllm places its model and captures its CUDA graphs itself",
+        ),
+        (
+            ["--backend", "vllm", "--device", "cuda", "--port", "{free}", "--dry-run"],
+            "error: --device is the embedded server's; vllm places its model",
+        ),
+        (
+            ["--device", "tpu", "--port", "{free}"],
+            "error: --device 'tpu' is not a device; use auto, cpu, cuda or cuda:N",
+        ),
+        (["--device", "cuda:x", "--port", "{free}"], "error: --device 'cuda:x' is not a device"),
+    ],
+)
+def test_launch_server_refuses_a_device_or_compile_it_cannot_serve_with_in_one_line(args, message):
+    result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
