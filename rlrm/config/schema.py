@@ -143,6 +143,17 @@ class ActorConfig(Section):
     ppo_epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
     mini_batch_size: int = Field(32, gt=0, description="Prompts per optimizer step (times rollout.n samples).")
     micro_batch_size: int = Field(64, gt=0, description="Samples per forward/backward (gradient accumulation).")
+    logits_chunk_tokens: int = Field(
+        1024,
+        ge=0,
+        description=(
+            "Run the LM head on this many response positions at a time in micro-batches whose float32 logits would "
+            "exceed 256 MiB (a 152k-token vocabulary: from ~440 positions), each chunk's logits made again in the "
+            "backward pass instead of kept: one more LM-head forward per chunk, and the largest activations of a "
+            "step gone. 0: whole. In the trainer process, for Llama, Qwen2/3 and Mistral models; FSDP2 ranks run "
+            "the head whole."
+        ),
+    )
     clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip range below 1.")
     clip_ratio_high: float = Field(0.2, ge=0.0, description="PPO clip range above 1.")
     clip_ratio_c: float = Field(3.0, gt=1.0, description="Dual-clip bound for negative advantages.")

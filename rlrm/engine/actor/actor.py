@@ -209,7 +209,13 @@ class Actor(UpdateLoop):
         """Log-probs [B, R] of the responses under the current policy, before the update."""
         self.model.eval()
         with self.autocast():
-            out = response_log_probs(self.model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+            out = response_log_probs(
+                self.model,
+                batch,
+                self.temperature,
+                self.cfg.micro_batch_size,
+                chunk_tokens=self.cfg.logits_chunk_tokens,
+            )[0]
         return out.float()
 
     @torch.no_grad()
@@ -219,7 +225,13 @@ class Actor(UpdateLoop):
             raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
         self.ref_model.eval()
         with self.autocast():
-            out = response_log_probs(self.ref_model, batch, self.temperature, self.cfg.micro_batch_size)[0]
+            out = response_log_probs(
+                self.ref_model,
+                batch,
+                self.temperature,
+                self.cfg.micro_batch_size,
+                chunk_tokens=self.cfg.logits_chunk_tokens,
+            )[0]
         return out.float()
 
     def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
@@ -306,6 +318,7 @@ class Actor(UpdateLoop):
                 with_entropy=True,
                 entropy_grad=cfg.entropy_coeff > 0,
                 share_prompts=self.share_prompts,
+                chunk_tokens=cfg.logits_chunk_tokens,
             )  # [b, R] each, float32
         if entropy is None:  # asked for with with_entropy=True
             raise RuntimeError("response_log_probs returned no entropy though asked for it")

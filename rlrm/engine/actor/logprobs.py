@@ -9,17 +9,29 @@ over the distinct prompts fills a KV cache, each row gets its prompt's keys and 
 second pass runs the responses only. With 8 samples of 44-token prompts and 20-token responses
 that is 2.5x fewer token positions through the model, forward and backward, for the same numbers
 up to float rounding (gradients of the copies add up in the shared prompt).
+
+With `chunk_tokens`, the LM head runs on `chunk_tokens` response positions at a time, each chunk's logits
+recomputed in the backward pass instead of kept (activation checkpointing of the head alone): a micro-batch
+holds one chunk's [n, V] logits instead of all [b, R, V] of them, for a vocabulary of 152k tokens (Qwen2.5) the
+largest tensors of the step, at the price of one more LM-head forward per chunk. Only where the logits are the
+head's output and nothing more (`CHUNKABLE`: Llama, Qwen2/3, Mistral, not FSDP-wrapped); elsewhere, whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.algorithms import entropy_from_logits
 from rlrm.inference.kv_cache import cache_of, distinct_rows, pass_cache, rows_selectable
+
+# model types whose logits are exactly lm_head(last hidden state): no soft-capping, scaling or bias terms
+CHUNKABLE = ("llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+WHOLE_BELOW_BYTES = 256 * 2**20  # a micro-batch's float32 logits under this run whole: chunks would only cost
 
 
 def response_log_probs(
@@ -31,6 +43,8 @@ def response_log_probs(
     *,
     entropy_grad: bool = True,
     share_prompts: bool | None = None,
+    chunk_tokens: int = 0,
+    chunk_above_bytes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, R] of each response token (and entropy [B, R] if asked), micro-batched.
 
@@ -50,38 +64,91 @@ def response_log_probs(
         share_prompts: None runs shared prompts once when a micro-batch has any; True always takes
             the two-pass (prompt, then responses) path, so every FSDP rank runs the same number of
             forward passes whatever its rows (their collectives must line up); False never does.
+        chunk_tokens: run the LM head on this many response positions at a time, recomputing each chunk's logits
+            in the backward pass (0: all at once), in micro-batches whose float32 logits would exceed
+            `chunk_above_bytes`. Models outside `CHUNKABLE` and FSDP-wrapped ones run it whole.
+        chunk_above_bytes: the size of a micro-batch's float32 logits [b, R, V] from which it is chunked (None:
+            `WHOLE_BELOW_BYTES`).
 
     Returns:
         (log_probs [B, R], entropy [B, R] or None), float32.
     """
     temperature = temperature if temperature > 0 else 1.0
     keep_kw = _logits_to_keep_kwarg(model)
+    parts = _decoder_and_head(model) if chunk_tokens > 0 else None
+    above = WHOLE_BELOW_BYTES if chunk_above_bytes is None else chunk_above_bytes
     outs, ents = [], []
     for start in range(0, len(batch), micro_batch_size):
         mb = batch.select(torch.arange(start, min(start + micro_batch_size, len(batch))))
-        lp, ent = _forward(model, mb, temperature, with_entropy, entropy_grad, keep_kw, share_prompts)
+        targets = mb.input_ids[:, -mb.response_length :]  # [b, R]
+        if parts is not None and targets.numel() > chunk_tokens and _logit_bytes(parts[1], targets) > above:
+            decoder, head = parts
+            hidden = _response_logits(decoder, mb, None, share_prompts, field="last_hidden_state")  # [b, R, H]
+            lp, ent = _chunked_head(head, hidden, targets, temperature, with_entropy, entropy_grad, chunk_tokens)
+        else:
+            logits = _response_logits(model, mb, keep_kw, share_prompts)  # [b, R, V]
+            lp, ent = _head_log_probs(logits, targets, temperature, with_entropy, entropy_grad)
         outs.append(lp)
         ents.append(ent)
     return torch.cat(outs), (torch.cat(ents) if with_entropy else None)
 
 
-def _forward(model, mb: RolloutBatch, temperature: float, with_entropy: bool, entropy_grad: bool, keep_kw, share):
-    logits = _response_logits(model, mb, keep_kw, share).float() / temperature  # [b, R, V]
-    targets = mb.input_ids[:, -mb.response_length :]  # [b, R]
-    # log_softmax(x)[y] = x[y] - logsumexp(x), without a second [b, R, V] tensor
+def _head_log_probs(logits, targets, temperature: float, with_entropy: bool, entropy_grad: bool):
+    """Log-probs (and entropy) of `targets` [...] under logits [..., V] divided by the temperature, float32."""
+    logits = logits.float() / temperature
+    # log_softmax(x)[y] = x[y] - logsumexp(x), without a second [..., V] tensor
     log_probs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = None
     if with_entropy:
-        if entropy_grad:
-            entropy = entropy_from_logits(logits)
-        else:
-            with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach())
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     return log_probs, entropy
 
 
-def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None) -> torch.Tensor:
-    """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1).
+def _chunked_head(head, hidden, targets, temperature: float, with_entropy: bool, entropy_grad: bool, chunk: int):
+    """`_head_log_probs(head(hidden), ...)` over `chunk` positions at a time; under autograd each chunk's logits
+    are recomputed in the backward pass rather than kept (the head's weight gradient adds up over the chunks)."""
+    rows, width = targets.shape
+    flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(rows * width)
+
+    def one(h, t):
+        return _head_log_probs(head(h), t, temperature, with_entropy, entropy_grad)
+
+    keep = torch.is_grad_enabled()
+    outs, ents = [], []
+    for start in range(0, rows * width, chunk):
+        h, t = flat_hidden[start : start + chunk], flat_targets[start : start + chunk]
+        lp, ent = checkpoint(one, h, t, use_reentrant=False) if keep else one(h, t)
+        outs.append(lp)
+        ents.append(ent)
+    entropy = torch.cat(ents).reshape(rows, width) if with_entropy else None
+    return torch.cat(outs).reshape(rows, width), entropy
+
+
+def _logit_bytes(head, targets) -> int:
+    return targets.numel() * head.out_features * 4
+
+
+def _decoder_and_head(model):
+    """(decoder, lm_head) of a causal LM whose logits are exactly lm_head(decoder's last hidden state); None for
+    other models and FSDP-wrapped ones (their root parameters are gathered by the whole model's forward only)."""
+    import torch.distributed.fsdp as fsdp
+
+    sharded = getattr(fsdp, "FSDPModule", None)  # torch < 2.6 names it elsewhere; rlrm's ranks need it here
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in CHUNKABLE or (sharded is not None and isinstance(model, sharded)):
+        return None
+    if not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):
+        return None
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if decoder is None or type(head) is not torch.nn.Linear or head.bias is not None:
+        return None
+    return decoder, head
+
+
+def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None, field: str = "logits"):
+    """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1); with
+    `field="last_hidden_state"` and a decoder for `model`, their hidden states [b, R, H] instead.
 
     Rows that share a prompt (a GRPO group) run it once (see `rlrm.inference.kv_cache`).
     """
@@ -92,7 +159,7 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
     first = min(first, width_p - 1)
     index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
     if share or (share is None and len(index) < len(mb)):
-        logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw)
+        logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw, field)
         if logits is not None:
             return logits
     width_r = mb.response_length
@@ -103,11 +170,11 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
         position_ids=mb.position_ids[:, first:],
         use_cache=False,
         **extra,
-    ).logits
+    )[field]
     return logits[:, -width_r - 1 : -1, :]
 
 
-def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw) -> torch.Tensor | None:
+def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw, field: str = "logits"):
     """`_response_logits` with each distinct prompt run once; None when the model's cache cannot be shared."""
     width_p, width_r = mb.prompt_length, mb.response_length
     prompt = slice(first, width_p)
@@ -121,7 +188,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
     past = cache_of(out)
     if past is None or not rows_selectable(past):
         return None
-    head = out.logits[:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
+    head = out[field][:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
     if width_r == 1:
         return head
     past.batch_select_indices(inverse)
@@ -134,7 +201,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
         use_cache=True,
         **({keep_kw: width_r - 1} if keep_kw else {}),
     )
-    return torch.cat([head, out.logits[:, -(width_r - 1) :, :]], dim=1)
+    return torch.cat([head, out[field][:, -(width_r - 1) :, :]], dim=1)
 
 
 def _logits_to_keep_kwarg(model) -> str | None:

@@ -190,6 +190,89 @@ def test_log_probs_carry_gradients_and_detached_entropy_does_not(model):
     assert ent_grad.requires_grad and torch.allclose(ent, ent_grad.detach())
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+@pytest.mark.parametrize("specs", [SPECS, SHARED], ids=["distinct", "shared-prompts"])
+def test_the_lm_head_in_chunks_gives_the_same_log_probs_entropy_and_gradient(model, specs, chunk):
+    # chunks smaller than a row, across rows and uneven at the end; with and without shared prompts
+    b = _shared_batch(specs)
+    weight = torch.arange(1.0, len(specs) + 1)[:, None] * b.response_mask
+    results = []
+    for tokens in (0, chunk):
+        model.zero_grad(set_to_none=True)
+        lp, ent = response_log_probs(model, b, 0.7, 64, with_entropy=True, chunk_tokens=tokens, chunk_above_bytes=0)
+        ((lp + 0.1 * ent) * weight).sum().backward()
+        results.append((lp.detach(), ent.detach(), _grads(model)))
+    (lp0, ent0, grad0), (lp1, ent1, grad1) = results
+    assert torch.allclose(lp1, lp0, atol=1e-5) and torch.allclose(ent1, ent0, atol=1e-5)
+    assert torch.allclose(grad1, grad0, atol=1e-5) and grad0.abs().max() > 1e-3
+    assert model.lm_head.weight.grad is not None or model.config.tie_word_embeddings
+
+
+VOCAB = 97  # a width no other tensor of the model below has: only logits (and what is made of them) end in it
+
+
+@pytest.fixture(scope="module")
+def model97():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def _kept_logits(model, batch, **chunking) -> int:
+    """The largest [..., V] activation autograd keeps for the backward pass of the batch's log-probs."""
+    weights = {p.data_ptr() for p in model.parameters()}
+    sizes = [0]
+
+    def pack(t):
+        activation = t.dim() > 1 and t.shape[-1] == VOCAB and t.data_ptr() not in weights
+        sizes.append(t.numel() if activation else 0)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        response_log_probs(model, batch, 1.0, 64, **chunking)
+    return max(sizes)
+
+
+def test_chunks_keep_no_logits_for_the_backward_pass(model97):
+    b = _shared_batch(SHARED)
+    assert _kept_logits(model97, b) >= len(SHARED) * b.response_length * VOCAB  # whole: [b, R, V] kept
+    assert _kept_logits(model97, b, chunk_tokens=4, chunk_above_bytes=0) == 0  # made again in the backward pass
+
+
+def test_small_logits_run_whole_whatever_the_chunk(model97):
+    b = _shared_batch(SHARED)
+    logit_bytes = len(SHARED) * b.response_length * VOCAB * 4
+    assert _kept_logits(model97, b, chunk_tokens=4, chunk_above_bytes=logit_bytes) > 0
+    assert _kept_logits(model97, b, chunk_tokens=4, chunk_above_bytes=logit_bytes - 1) == 0
+
+
+def test_under_no_grad_chunks_compute_without_checkpoints(model):
+    b = _shared_batch(SHARED)
+    with torch.no_grad():
+        whole = response_log_probs(model, b, 1.0, 64, with_entropy=True)
+        chunked = response_log_probs(model, b, 1.0, 64, with_entropy=True, chunk_tokens=5, chunk_above_bytes=0)
+    assert torch.allclose(whole[0], chunked[0], atol=1e-5) and torch.allclose(whole[1], chunked[1], atol=1e-5)
+    assert not chunked[0].requires_grad
+
+
+def test_models_whose_logits_are_more_than_the_head_are_not_chunked(model):
+    from rlrm.engine.actor.logprobs import _decoder_and_head
+
+    assert _decoder_and_head(model) is not None
+    other = copy.deepcopy(model)
+    other.config.model_type = "gemma2"  # final logit soft-capping: logits are not the head's output alone
+    assert _decoder_and_head(other) is None
+
+
 # ---------------------------------------------------------------- gradient accumulation
 
 
@@ -223,6 +306,35 @@ def test_micro_batches_accumulate_to_the_full_gradient(model, mode, extra):
         assert torch.allclose(grads[0], g, atol=1e-6)
         for key in ("pg_loss", "entropy", "ppo_kl", "pg_clipfrac", "grad_norm") + (("kl_loss",) if extra else ()):
             assert row[key] == pytest.approx(metrics[0][key], abs=1e-5), key
+
+
+def test_the_actor_step_with_logits_in_chunks_gives_the_whole_heads_gradient(model, monkeypatch):
+    from rlrm.engine.actor import logprobs
+
+    monkeypatch.setattr(logprobs, "WHOLE_BELOW_BYTES", 0)  # chunk even these tiny logits
+    calls = []
+    chunked = logprobs._chunked_head
+    monkeypatch.setattr(logprobs, "_chunked_head", lambda *a: calls.append(a[-1]) or chunked(*a))
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    extra = {"use_kl_loss": True, "kl_loss_type": "k1", "kl_loss_coef": 0.5, "entropy_coeff": 0.1}
+    grads, metrics = [], []
+    for chunk in (0, 3):
+        m = copy.deepcopy(model)
+        cfg = ActorConfig(mini_batch_size=2, micro_batch_size=4, lr=1e-3, logits_chunk_tokens=chunk, **extra)
+        actor = _no_step(Actor(m, ref, cfg, temperature=0.8, total_steps=1, n=2))
+        batch = batch_with([1.0, -1.0, 0.5, -0.5], m)
+        batch.old_log_prob = actor.compute_old_log_prob(batch) + 0.1 * torch.arange(4.0)[:, None]
+        batch.ref_log_prob = actor.compute_ref_log_prob(batch)
+        metrics.append(actor._mini_batch_step(batch))
+        grads.append(_grads(m))
+    assert calls and set(calls) == {3}  # old, reference and new log-probs, all in chunks of 3 positions
+    assert len(calls) == 3
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    for key in ("pg_loss", "entropy", "ppo_kl", "kl_loss", "grad_norm"):
+        assert metrics[1][key] == pytest.approx(metrics[0][key], abs=1e-5), key
 
 
 # ---------------------------------------------------------------- update
