@@ -109,8 +109,8 @@ def server(
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     ensure_port_free(host, port)  # before the model loads: a wrong --host or --port fails in a second
     check_bind(host, api_key, allow_unauthenticated)
-    cfg = ServerConfig(
-        model_path=resolve_model_path(model),
+    cfg = ServerConfig(  # checks --device and --compile at once, before a tiny:NAME model is built
+        model_path=model,
         role=served_role,
         dtype=dtype,
         max_batch=max_batch,
@@ -121,6 +121,7 @@ def server(
         compile=compile,
         weights_dir=weights_dir,
     )
+    cfg.model_path = resolve_model_path(model)
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
     serve(cfg, host, port, allow_unauthenticated=allow_unauthenticated)
 

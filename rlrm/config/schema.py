@@ -147,8 +147,9 @@ class ActorConfig(Section):
         1024,
         ge=0,
         description=(
-            "Run the LM head on this many response positions at a time in micro-batches whose float32 logits would "
-            "exceed 256 MiB (a 152k-token vocabulary: from ~440 positions), each chunk's logits made again in the "
+            "Run the LM head on this many response positions at a time in a micro-batch of more response positions "
+            "than that whose float32 logits would exceed 256 MiB (a 152k-token vocabulary reaches it at 442 "
+            "positions), each chunk's logits made again in the "
             "backward pass instead of kept: one more LM-head forward per chunk, and the largest activations of a "
             "step gone. 0: whole. In the trainer process, for Llama, Qwen2/3 and Mistral models; FSDP2 ranks run "
             "the head whole."

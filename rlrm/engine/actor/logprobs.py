@@ -112,17 +112,26 @@ def _chunked_head(head, hidden, targets, temperature: float, with_entropy: bool,
     flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(rows * width)
 
     def one(h, t):
-        return _head_log_probs(head(h), t, temperature, with_entropy, entropy_grad)
+        with _uncached_autocast(h.device.type):
+            logits = head(h)
+        return _head_log_probs(logits, t, temperature, with_entropy, entropy_grad)
 
     keep = torch.is_grad_enabled()
     outs, ents = [], []
-    for start in range(0, rows * width, chunk):
-        h, t = flat_hidden[start : start + chunk], flat_targets[start : start + chunk]
-        lp, ent = checkpoint(one, h, t, use_reentrant=False) if keep else one(h, t)
+    for h, t in zip(flat_hidden.split(chunk), flat_targets.split(chunk)):  # one SplitBackward, not a slice each
+        lp, ent = checkpoint(one, h, t, use_reentrant=False, preserve_rng_state=False) if keep else one(h, t)
         outs.append(lp)
         ents.append(ent)
     entropy = torch.cat(ents).reshape(rows, width) if with_entropy else None
     return torch.cat(outs).reshape(rows, width), entropy
+
+
+def _uncached_autocast(device_type: str):
+    """The autocast in force, but casting the weights anew for each use: autocast's cache would hand every chunk
+    the same bf16 copy of the head's weight, whose gradient then adds up over the chunks in bf16."""
+    if not torch.is_autocast_enabled(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch.get_autocast_dtype(device_type), cache_enabled=False)
 
 
 def _logit_bytes(head, targets) -> int:
@@ -132,9 +141,13 @@ def _logit_bytes(head, targets) -> int:
 def _decoder_and_head(model):
     """(decoder, lm_head) of a causal LM whose logits are exactly lm_head(decoder's last hidden state); None for
     other models and FSDP-wrapped ones (their root parameters are gathered by the whole model's forward only)."""
-    import torch.distributed.fsdp as fsdp
+    sharded = None  # FSDP2's class of sharded modules (torch >= 2.6 has it here; rlrm's ranks need that torch)
+    try:
+        import torch.distributed.fsdp as fsdp
 
-    sharded = getattr(fsdp, "FSDPModule", None)  # torch < 2.6 names it elsewhere; rlrm's ranks need it here
+        sharded = getattr(fsdp, "FSDPModule", None)
+    except ImportError:  # a torch without distributed support: nothing can be sharded
+        pass
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in CHUNKABLE or (sharded is not None and isinstance(model, sharded)):
         return None
