@@ -1,12 +1,13 @@
 """Peak memory and time of one actor micro-batch, forward and backward, with the LM head whole or in chunks.
 
     python benchmarks/logits_memory.py [--rows 16] [--response 256] [--chunks 0,2048,512] [--pairs 3]
-    python benchmarks/logits_memory.py --device cuda --hidden 896 --layers 24 --rows 32 --response 512
+    python benchmarks/logits_memory.py --device cuda --dtype bfloat16 --hidden 896 --layers 24 --rows 16 --response 512
 
 A random Qwen2 with Qwen2.5's vocabulary (151,936 tokens; `--hidden`, `--layers` small by default, so the
 logits dominate as they do at 0.5B), a micro-batch of `--rows` samples in groups of 8 sharing a prompt,
 `--response` tokens each: `rlrm.engine.actor.logprobs.response_log_probs` with gradients, then a backward pass
-through a loss of the log-probs and entropy, as the actor's update runs it (`actor.logits_chunk_tokens`).
+through a loss of the log-probs and entropy, as the actor's update runs it (`actor.logits_chunk_tokens`;
+as there, a micro-batch whose float32 logits stay under 256 MiB runs the head whole whatever the setting).
 
 Each setting runs in its own process (peak memory is a process's high-water mark): on the CPU, the rise of the
 resident set over the process's size before the pass (ru_maxrss); on CUDA, torch.cuda.max_memory_allocated
@@ -63,16 +64,26 @@ def main() -> None:
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=True)
             runs[chunk].append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"pair {pair + 1}: " + ", ".join(f"{c}: {runs[c][-1]['seconds']:.2f} s" for c in chunks), flush=True)
+    report(chunks, runs)
+
+
+def report(chunks: list[int], runs: dict[int, list[dict]]) -> None:
+    """The table: each setting's median peak and time, its time against the whole head's (median of pair ratios)
+    and the largest log-prob difference from it; a setting that ran out of memory says so."""
     whole = runs[0]
     print(f"{'chunk':>8} {'peak GB':>9} {'s/pass':>8} {'time vs whole':>14} {'max |dlogp|':>12}")
     for chunk in chunks:
-        ratios = [r["seconds"] / w["seconds"] for r, w in zip(runs[chunk], whole)]
+        if any(r.get("oom") for r in runs[chunk]):
+            print(f"{chunk or 'whole':>8} out of memory")
+            continue
         peak = statistics.median(r["peak_gb"] for r in runs[chunk])
+        seconds = statistics.median(r["seconds"] for r in runs[chunk])
+        if any(w.get("oom") for w in whole):
+            print(f"{chunk or 'whole':>8} {peak:9.2f} {seconds:8.2f} {'(whole: OOM)':>14}")
+            continue
+        ratios = [r["seconds"] / w["seconds"] for r, w in zip(runs[chunk], whole)]
         diff = max(abs(a - b) for a, b in zip(runs[chunk][0]["log_probs"], whole[0]["log_probs"]))
-        print(
-            f"{chunk or 'whole':>8} {peak:9.2f} {statistics.median(r['seconds'] for r in runs[chunk]):8.2f} "
-            f"{statistics.median(ratios):13.2f}x {diff:12.2e}"
-        )
+        print(f"{chunk or 'whole':>8} {peak:9.2f} {seconds:8.2f} {statistics.median(ratios):13.2f}x {diff:12.2e}")
 
 
 def _forwarded(args) -> list[str]:
@@ -122,7 +133,10 @@ def worker(args, chunk: int) -> dict:
         base = torch.cuda.memory_allocated()
     else:
         base = _rss_bytes()
-    log_probs = one_pass()
+    try:
+        log_probs = one_pass()
+    except torch.OutOfMemoryError:  # what the chunks are for: say so instead of failing the comparison
+        return {"peak_gb": float("nan"), "seconds": float("nan"), "log_probs": [], "oom": True}
     if cuda:
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base

@@ -7,8 +7,9 @@ Each row is one real command on the GPU, timed, its result read from the files i
 served fp32), a 3-step reward-latency benchmark, the rollout engine's decoding at the Qwen2.5-0.5B shape (random
 weights, the tiny tokenizer; eager against CUDA graphs, tokens/s against the memory-bandwidth bound, the largest
 batch), and rlrm's GRPO step against TRL's at that shape in float32 and in bf16, both decoding with
-rollout.compile=cudagraphs (the target, rlrm's step at most 0.5x TRL's, applies to both dtypes). A row whose
-decoding fell back to the eager step says NOT COMPILED. A row that fails says so and the rest still run;
+rollout.compile=cudagraphs (the target, rlrm's step at most 0.5x TRL's, applies to both dtypes; a row whose
+decoding fell back to the eager step says NOT COMPILED), and one actor micro-batch at that shape with the real
+vocabulary, its LM head whole and in chunks (peak memory). A row that fails says so and the rest still run;
 the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
 """
 
@@ -27,8 +28,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = ["trainer.save_every=0", "logging.console=none"]
-ROWS = ("models", "decode", "step-fp32", "step-bf16", "tiny-rule", "tiny-genrm", "tiny-disrm", "parity", "bench")
-SHAPED = ("decode", "step-fp32", "step-bf16")  # the Qwen2.5-0.5B-shape rows, which --quick leaves out
+ROWS = (
+    "models",
+    "decode",
+    "step-fp32",
+    "step-bf16",
+    "logits",
+    "tiny-rule",
+    "tiny-genrm",
+    "tiny-disrm",
+    "parity",
+    "bench",
+)
+SHAPED = ("decode", "step-fp32", "step-bf16", "logits")  # the Qwen2.5-0.5B-shape rows, which --quick leaves out
 NO_VAL = ["trainer.val_every=0", "trainer.val_before_train=false"]
 
 
@@ -63,6 +75,7 @@ def main() -> int:
         "decode": (check_decode, out, device),
         "step-fp32": (check_step_vs_trl, out, device, "float32", graphs),
         "step-bf16": (check_step_vs_trl, out, device, "bfloat16", graphs),
+        "logits": (check_logits, out, device),
         "tiny-rule": (check_train, out, device, "tiny-rule", 12, ["trainer.val_every=12", "data.val_size=128"]),
         "tiny-genrm": (check_train, out, device, "tiny-genrm", 4, NO_VAL),
         "tiny-disrm": (check_train, out, device, "tiny-disrm", 4, NO_VAL),
@@ -263,6 +276,24 @@ def check_decode(out: Path, device: str) -> tuple[str, str, str, str]:
     keep = ("tokens equal", "bandwidth bound", "off ", f"{graphs} ", "median of pair ratios", "largest batch")
     lines = [" ".join(line.split()) for line in text.splitlines() if any(k in line for k in keep)]
     return (name, "ok", took, "; ".join(_fallback(done) + lines).replace("|", "/")[:700])
+
+
+def check_logits(out: Path, device: str) -> tuple[str, str, str, str]:
+    """One actor micro-batch at the Qwen2.5-0.5B shape with its real vocabulary, the LM head whole and in chunks."""
+    name = (
+        "actor micro-batch, Qwen2.5-0.5B shape and vocabulary, bf16 autocast, 16 x 512 tokens: logits whole vs chunks"
+    )
+    start = time.perf_counter()
+    cmd = [sys.executable, str(REPO / "benchmarks" / "logits_memory.py"), "--device", device, "--dtype", "bfloat16"]
+    cmd += ["--hidden", "896", "--layers", "24", "--rows", "16", "--response", "512", "--chunks", "0,1024"]
+    cmd += ["--pairs", "1", "--repeats", "2", "--threads", "4"]
+    done = _run(cmd, timeout=300, log=out / "logits_memory.log")
+    took = f"{time.perf_counter() - start:.0f}"
+    if done.returncode or "peak GB" not in done.stdout:
+        return (name, "FAILED", took, _failed(done))
+    table = done.stdout.split("peak GB", 1)[1].splitlines()[1:]
+    rows = [" ".join(line.split()) for line in table if line.strip()]
+    return (name, "ok", took, "chunk, peak GB, s/pass, time vs whole, max dlogp: " + "; ".join(rows))
 
 
 def check_step_vs_trl(out: Path, device: str, dtype: str, compile: str) -> tuple[str, str, str, str]:

@@ -78,6 +78,32 @@ def test_bf16_log_probs_stay_near_float32_on_cuda(model):
     assert 0 < gap < 0.1, gap  # bf16 really ran (not 0), and stayed close
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16-autocast"])
+def test_logits_in_chunks_give_the_whole_heads_numbers_on_the_device(model, dtype):
+    """actor.logits_chunk_tokens on the device: log-probs, entropy and the gradient of every weight as with the
+    whole head, in float32 and under bf16 autocast (each chunk casts the head's weight anew, so its gradient adds
+    up in float32: within bf16's own error of the whole head's, relative 5e-2 of the gradient's norm)."""
+    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
+    results = []
+    for chunk in (0, 3):
+        on_device = copy.deepcopy(model).to(DEVICE).train()
+        with torch.autocast(DEVICE, dtype=dtype, enabled=dtype != torch.float32):
+            lp, ent = response_log_probs(
+                on_device, batch, 0.9, 6, with_entropy=True, chunk_tokens=chunk, chunk_above_bytes=0
+            )
+        ((lp + 0.1 * ent) * batch.response_mask).sum().backward()
+        grad = torch.cat([q.grad.flatten() for q in on_device.parameters() if q.grad is not None])
+        results.append((lp.detach(), ent.detach(), grad))
+    (lp0, ent0, grad0), (lp1, ent1, grad1) = results
+    assert lp1.device.type == DEVICE
+    mask = batch.response_mask.bool()
+    tolerance = LOG_PROB_ATOL if dtype == torch.float32 else 0.1
+    assert (lp1 - lp0)[mask].abs().max().item() < tolerance
+    assert (ent1 - ent0)[mask].abs().max().item() < tolerance
+    relative = ((grad1 - grad0).norm() / grad0.norm()).item()
+    assert relative < (1e-4 if dtype == torch.float32 else 5e-2), relative
+
+
 def _generate(model, prompts, seeds, compile="off"):
     async def go():
         engine = HFRolloutEngine(model, eos_token_ids=[], pad_token_id=0, compile=compile)

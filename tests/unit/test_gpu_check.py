@@ -72,3 +72,16 @@ def test_a_failed_step_row_names_the_last_line(monkeypatch, tmp_path):
     monkeypatch.setattr(check, "_run", lambda *a, **k: subprocess.CompletedProcess([], 1, "", f"trace\n{said}\n"))
     _, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs")
     assert result == "FAILED" and figures == f"exit 1: {said}"
+
+
+def test_the_logits_row_reads_the_table_and_an_out_of_memory_whole_head(monkeypatch, tmp_path):
+    bench = _load(REPO / "benchmarks" / "logits_memory.py", "logits_memory_under_test")
+    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    chunked = {"peak_gb": 4.4, "seconds": 0.5, "log_probs": [-1.0, -2.0]}
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        bench.report([0, 1024], {0: [{"peak_gb": float("nan"), "seconds": float("nan"), "oom": True}], 1024: [chunked]})
+    monkeypatch.setattr(check, "_run", lambda *a, **k: subprocess.CompletedProcess([], 0, printed.getvalue(), ""))
+    _, result, _, figures = check.check_logits(tmp_path, "cuda")
+    assert result == "ok"
+    assert "whole out of memory" in figures and "1024 4.40 0.50 (whole: OOM)" in figures
