@@ -76,8 +76,8 @@ class ModelConfig(Section):
             "How a dtype other than float32 trains. mixed: float32 master weights and optimizer state, forward and "
             "backward in model.dtype (torch.autocast in the trainer process, FSDP2 MixedPrecisionPolicy on ranks), "
             "the rollout engine's copy in model.dtype; pure: weights, gradients and AdamW state in model.dtype "
-            "(half the memory, and updates smaller than a model.dtype ulp are lost). float16 trains without loss "
-            "scaling (a warning says so): prefer bfloat16."
+            "(half the memory, and updates smaller than a model.dtype ulp are lost). float16 trains mixed, in the "
+            "trainer process, with a dynamic loss scale (actor/loss_scale)."
         ),
     )
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")
@@ -363,6 +363,13 @@ class Profile(Section):
             )
         if self.algorithm.component_norm == "gdpo":
             _check_gdpo(self.reward)
+        if self.model.dtype == "float16" and (self.model.precision == "pure" or self.actor.on_ranks):
+            where = "model.precision=pure" if self.model.precision == "pure" else "actor ranks (FSDP2)"
+            raise ValueError(
+                f"model.dtype=float16 with {where}: float16 trains only with float32 master weights and a loss "
+                "scale, which rlrm keeps in the trainer process (model.precision=mixed, no actor ranks); "
+                "use model.dtype=bfloat16 there"
+            )
         buffer_len = self.reward.overlong.buffer_len
         if buffer_len is not None and buffer_len >= self.rollout.max_new_tokens:
             raise ValueError(

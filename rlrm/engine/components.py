@@ -7,7 +7,6 @@ the same way.
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +64,6 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     path = policy_path or base_path
     tokenizer = load_tokenizer(path)
     dtype = profile.model.dtype
-    if dtype == "float16":  # said once, before anything loads: the run still trains as asked
-        print(
-            "warning: model.dtype=float16 trains without loss scaling: gradients below float16's range are lost "
-            "(no GradScaler here); bfloat16 keeps float32's range (GPUs since Ampere, and CPUs)",
-            file=sys.stderr,
-            flush=True,
-        )
     # mixed precision keeps float32 master weights (the optimizer's); the actor computes in `dtype` under autocast
     policy = load_causal_lm(path, "float32" if profile.model.precision == "mixed" else dtype, device)
     ref, ref_path = None, None

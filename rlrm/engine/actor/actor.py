@@ -9,7 +9,8 @@ A mini-batch is `cfg.mini_batch_size` prompts (their n samples each, groups kept
 order); it is split into micro-batches of `cfg.micro_batch_size` samples whose losses are weighted
 so the accumulated gradient equals the gradient of the whole mini-batch's loss, whatever the split.
 A non-finite loss or gradient norm skips the optimizer step (counted); `cfg.max_nonfinite_steps`
-skipped steps in a row stop training with a TrainingError.
+skipped steps in a row stop training with a TrainingError. With float16 compute the loss is scaled
+(`LOSS_SCALE_START`), and a step whose scaled gradient overflowed halves the scale instead.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ MiniBatchHook = Callable[[int, int, RolloutBatch, float, float], None]
 
 # Metrics that are means over valid tokens: micro-batches are combined by token share.
 _TOKEN_MEANS = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
+# float16 compute: a dynamic loss scale, as torch.amp.GradScaler keeps one (its defaults): the loss is multiplied by
+# it so that small gradients stay inside float16's range, the gradients divided by it before clipping; a step whose
+# scaled gradient overflowed is skipped and the scale halved, and it doubles after this many clean steps.
+LOSS_SCALE_START = 2.0**16
+LOSS_SCALE_GROWTH_STEPS = 2000
 
 
 class UpdateLoop:
@@ -174,6 +180,9 @@ class Actor(UpdateLoop):
         # each loss back up so the averaged gradient is the whole mini-batch's (1 here).
         self.grad_scale = 1.0
         self.share_prompts: bool | None = None  # see response_log_probs; rank actors fix it to True
+        # float16 forward and backward over float32 weights: scale the loss (None: no scaling, the float32/bf16 case)
+        self.loss_scale: float | None = LOSS_SCALE_START if compute_dtype == torch.float16 else None
+        self.clean_steps = 0  # optimizer steps since the loss scale last changed
 
     @property
     def dtype(self) -> torch.dtype:
@@ -284,19 +293,30 @@ class Actor(UpdateLoop):
             weight = _micro_weight(cfg.loss_agg_mode, micro.response_mask, sizes)
             token_share = micro.response_mask.sum().item() / max(sizes.tokens, 1.0)
             loss, parts = self._micro_loss(micro)
-            (loss * (weight * self.grad_scale)).backward()
+            (loss * (weight * self.grad_scale * (self.loss_scale or 1.0))).backward()
             loss_sum += loss.item() * weight
             for key, value in parts.items():
                 totals[key] = totals.get(key, 0.0) + value * (token_share if key in _TOKEN_MEANS else weight)
         totals = self.reduce_sums({**totals, "loss": loss_sum})
         loss_sum = totals.pop("loss")
+        scale = self.loss_scale
+        if scale is not None:  # the gradients as they would be unscaled (inf where the scaled ones overflowed)
+            for param in self.params:
+                if param.grad is not None:
+                    param.grad.div_(scale)
+            totals["loss_scale"] = scale
         grad_norm = self.clip_grad_norm()
         totals["grad_norm"] = grad_norm
         if math.isfinite(loss_sum) and math.isfinite(grad_norm):
             self.optimizer.step()
             self.nonfinite_in_row = 0
+            self._grow_loss_scale()
             return {**totals, "skipped": 0.0}
         self.optimizer.zero_grad(set_to_none=True)  # nothing of this step may reach the weights
+        if scale is not None and scale > 1.0 and math.isfinite(loss_sum):
+            # the scaled gradient overflowed float16: skip the step with a smaller scale next time, not a failure
+            self.loss_scale, self.clean_steps = scale / 2, 0
+            return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "loss_scale": scale, "skipped": 1.0}
         self.nonfinite_in_row += 1
         if self.nonfinite_in_row >= cfg.max_nonfinite_steps:
             raise TrainingError(
@@ -305,6 +325,12 @@ class Actor(UpdateLoop):
                 "and advantages for NaN/inf (critic/score, critic/advantages in metrics.jsonl)"
             )
         return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "skipped": 1.0}
+
+    def _grow_loss_scale(self) -> None:
+        if self.loss_scale is not None:
+            self.clean_steps += 1
+            if self.clean_steps >= LOSS_SCALE_GROWTH_STEPS:
+                self.loss_scale, self.clean_steps = self.loss_scale * 2, 0
 
     def _micro_loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
@@ -350,11 +376,13 @@ class Actor(UpdateLoop):
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def state_dict(self) -> dict:
-        """Optimizer, scheduler and the non-finite counter (the model is saved by the checkpoint code)."""
+        """Optimizer, scheduler, the non-finite counter and a float16 run's loss scale (the model is saved by the
+        checkpoint code)."""
         return {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "nonfinite_in_row": self.nonfinite_in_row,
+            **({"loss_scale": self.loss_scale, "clean_steps": self.clean_steps} if self.loss_scale else {}),
         }
 
     def load_state_dict(self, state: dict, ckpt_dir: Path | None = None) -> None:
@@ -371,6 +399,8 @@ class Actor(UpdateLoop):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
+        if self.loss_scale is not None and "loss_scale" in state:  # a float16 run resumed as float16
+            self.loss_scale, self.clean_steps = float(state["loss_scale"]), int(state.get("clean_steps", 0))
 
 
 @dataclass(frozen=True)

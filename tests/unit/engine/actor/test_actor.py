@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 
 import pytest
 import torch
@@ -380,6 +381,71 @@ def test_the_actor_step_with_logits_in_chunks_gives_the_whole_heads_gradient(mod
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     for key in ("pg_loss", "entropy", "ppo_kl", "kl_loss", "grad_norm"):
         assert metrics[1][key] == pytest.approx(metrics[0][key], abs=1e-5), key
+
+
+def _fp16_actor(model, **cfg):
+    actor = Actor(
+        model,
+        None,
+        ActorConfig(mini_batch_size=2, micro_batch_size=4, lr=1e-3, **cfg),
+        temperature=1.0,
+        total_steps=1,
+        n=2,
+        compute_dtype=torch.float16,
+    )
+    return actor
+
+
+def test_a_float16_loss_scale_keeps_gradients_that_float16_would_lose(model):
+    # advantages of 1e-7: float16's smallest subnormal is 6e-8, so the backward pass underflows unscaled
+    tiny = [1e-7, -1e-7, 5e-8, -5e-8]
+    grads = {}
+    for name, scaled in (("float32", None), ("scaled", True), ("unscaled", False)):
+        m = copy.deepcopy(model)
+        actor = _no_step(
+            Actor(m, None, ActorConfig(mini_batch_size=2, micro_batch_size=4), 1.0, 1, 2)
+            if scaled is None
+            else _fp16_actor(m)
+        )
+        if scaled is False:
+            actor.loss_scale = None
+        batch = batch_with(tiny, m)
+        batch.old_log_prob = batch.old_log_prob + 0.1 * torch.arange(4.0)[:, None]
+        actor._mini_batch_step(batch)
+        grads[name] = _grads(m)
+    exact = grads["float32"]
+    error = {k: ((g - exact).norm() / exact.norm()).item() for k, g in grads.items() if k != "float32"}
+    assert error["scaled"] < 0.05 and error["unscaled"] > 0.5, error
+
+
+def test_an_overflowing_loss_scale_halves_and_skips_without_counting_a_failure(model):
+    m = copy.deepcopy(model)
+    actor = _fp16_actor(m, max_nonfinite_steps=1)
+    actor.loss_scale = 2.0**40  # the scaled gradient cannot fit float16
+    before = [p.detach().clone() for p in m.parameters()]
+    stats = actor._mini_batch_step(batch_with([1.0, -1.0, 0.5, -0.5], m))
+    assert stats["skipped"] == 1.0 and stats["loss_scale"] == 2.0**40
+    assert actor.loss_scale == 2.0**39 and actor.nonfinite_in_row == 0  # max_nonfinite_steps=1 would have stopped
+    assert all(torch.equal(a, b) for a, b in zip(before, m.parameters()))  # nothing reached the weights
+    actor.loss_scale = 2.0**10
+    stats = actor._mini_batch_step(batch_with([1.0, -1.0, 0.5, -0.5], m))
+    assert stats["skipped"] == 0.0 and math.isfinite(stats["grad_norm"])
+
+
+def test_the_loss_scale_grows_after_clean_steps_and_is_checkpointed(model, monkeypatch):
+    from rlrm.engine.actor import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "LOSS_SCALE_GROWTH_STEPS", 2)
+    m = copy.deepcopy(model)
+    actor = _fp16_actor(m)
+    assert actor.loss_scale == actor_module.LOSS_SCALE_START
+    for _ in range(2):
+        actor._mini_batch_step(batch_with([1.0, -1.0, 0.5, -0.5], m))
+    assert actor.loss_scale == 2 * actor_module.LOSS_SCALE_START and actor.clean_steps == 0
+    actor._mini_batch_step(batch_with([1.0, -1.0, 0.5, -0.5], m))
+    resumed = _fp16_actor(copy.deepcopy(m))
+    resumed.load_state_dict(actor.state_dict())
+    assert (resumed.loss_scale, resumed.clean_steps) == (actor.loss_scale, 1)
 
 
 # ---------------------------------------------------------------- update
