@@ -1,10 +1,11 @@
 """Peak memory and time of one actor micro-batch, forward and backward, with the LM head whole or in chunks.
 
     python benchmarks/logits_memory.py [--rows 16] [--response 256] [--chunks 0,2048,512] [--pairs 3]
-    python benchmarks/logits_memory.py --device cuda --dtype bfloat16 --hidden 896 --layers 24 --rows 16 --response 512
+    python benchmarks/logits_memory.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --rows 16 --response 512
 
 A random Qwen2 with Qwen2.5's vocabulary (151,936 tokens; `--hidden`, `--layers` small by default, so the
-logits dominate as they do at 0.5B), a micro-batch of `--rows` samples in groups of 8 sharing a prompt,
+logits dominate as they do at 0.5B; `--shape qwen2.5-0.5b` for that model's own shape, 494 M parameters),
+a micro-batch of `--rows` samples in groups of 8 sharing a prompt,
 `--response` tokens each: `rlrm.engine.actor.logprobs.response_log_probs` with gradients, then a backward pass
 through a loss of the log-probs and entropy, as the actor's update runs it (`actor.logits_chunk_tokens`;
 as there, a micro-batch whose float32 logits stay under 256 MiB runs the head whole whatever the setting).
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--response", type=int, default=256, help="response tokens")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--shape", help="a named shape instead of --hidden/--layers (qwen2.5-0.5b), at --vocab")
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB)
     parser.add_argument("--chunks", default="0,2048,512", help="logits_chunk_tokens settings; 0 (whole) first")
     parser.add_argument("--pairs", type=int, default=3)
@@ -52,9 +54,10 @@ def main() -> None:
     if chunks[0] != 0:
         chunks.insert(0, 0)
     logit_gb = args.rows * args.response * args.vocab * 4 / 1e9
+    model = f"shape {args.shape}" if args.shape else f"hidden {args.hidden}, {args.layers} layers"
     print(
-        f"{args.rows} rows x ({args.prompt} + {args.response}) tokens, vocab {args.vocab:,}, hidden {args.hidden}, "
-        f"{args.layers} layers, {args.device}, {args.dtype}: float32 logits of the micro-batch {logit_gb:.2f} GB",
+        f"{args.rows} rows x ({args.prompt} + {args.response}) tokens, vocab {args.vocab:,}, {model}, "
+        f"{args.device}, {args.dtype}: float32 logits of the micro-batch {logit_gb:.2f} GB",
         flush=True,
     )
     runs: dict[int, list[dict]] = {c: [] for c in chunks}
@@ -88,7 +91,8 @@ def report(chunks: list[int], runs: dict[int, list[dict]]) -> None:
 
 def _forwarded(args) -> list[str]:
     names = ("rows", "prompt", "response", "hidden", "layers", "vocab", "repeats", "device", "dtype", "threads")
-    return [item for name in names for item in (f"--{name}", str(getattr(args, name)))]
+    shape = ["--shape", args.shape] if args.shape else []
+    return [item for name in names for item in (f"--{name}", str(getattr(args, name)))] + shape
 
 
 def worker(args, chunk: int) -> dict:
@@ -97,7 +101,7 @@ def worker(args, chunk: int) -> dict:
     import time
 
     import torch
-    from _common import random_qwen2
+    from _common import SHAPES, random_qwen2
 
     from rlrm.engine.actor.batch import collate
     from rlrm.engine.actor.logprobs import response_log_probs
@@ -105,7 +109,14 @@ def worker(args, chunk: int) -> dict:
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    model = random_qwen2(args.vocab, args.hidden, args.layers).to(device).train()
+    if args.shape:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=args.vocab, **SHAPES[args.shape]))
+    else:
+        model = random_qwen2(args.vocab, args.hidden, args.layers)
+    model = model.to(device).train()
     generator = torch.Generator().manual_seed(0)
     completions = []
     for row in range(args.rows):

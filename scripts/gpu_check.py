@@ -285,7 +285,7 @@ def check_logits(out: Path, device: str) -> tuple[str, str, str, str]:
     )
     start = time.perf_counter()
     cmd = [sys.executable, str(REPO / "benchmarks" / "logits_memory.py"), "--device", device, "--dtype", "bfloat16"]
-    cmd += ["--hidden", "896", "--layers", "24", "--rows", "16", "--response", "512", "--chunks", "0,1024"]
+    cmd += ["--shape", "qwen2.5-0.5b", "--rows", "16", "--response", "512", "--chunks", "0,1024"]
     cmd += ["--pairs", "1", "--repeats", "2", "--threads", "4"]
     done = _run(cmd, timeout=300, log=out / "logits_memory.log")
     took = f"{time.perf_counter() - start:.0f}"
