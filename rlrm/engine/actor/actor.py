@@ -216,30 +216,21 @@ class Actor(UpdateLoop):
     @torch.no_grad()
     def compute_old_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] of the responses under the current policy, before the update."""
-        self.model.eval()
-        with self.autocast():
-            out = response_log_probs(
-                self.model,
-                batch,
-                self.temperature,
-                self.cfg.micro_batch_size,
-                chunk_tokens=self.cfg.logits_chunk_tokens,
-            )[0]
-        return out.float()
+        return self._log_probs(self.model, batch)
 
     @torch.no_grad()
     def compute_ref_log_prob(self, batch: RolloutBatch) -> torch.Tensor:
         """Log-probs [B, R] under the frozen reference model."""
         if self.ref_model is None:
             raise ValueError("the actor has no reference model; build it with one when actor.use_kl_loss is on")
-        self.ref_model.eval()
+        return self._log_probs(self.ref_model, batch)
+
+    def _log_probs(self, model, batch: RolloutBatch) -> torch.Tensor:
+        """Float32 log-probs [B, R] of the responses under `model`, in eval mode and the update's precision."""
+        model.eval()
         with self.autocast():
             out = response_log_probs(
-                self.ref_model,
-                batch,
-                self.temperature,
-                self.cfg.micro_batch_size,
-                chunk_tokens=self.cfg.logits_chunk_tokens,
+                model, batch, self.temperature, self.cfg.micro_batch_size, chunk_tokens=self.cfg.logits_chunk_tokens
             )[0]
         return out.float()
 

@@ -27,7 +27,7 @@ from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_en
 from rlrm.launch.common.ports import ensure_port_free
 from rlrm.launch.common.roles import Role
 from rlrm.launch.server import routes
-from rlrm.launch.server.backends import CausalLMBackend, ClassifierBackend, ServerConfig
+from rlrm.launch.server.backends import COMPILE, CausalLMBackend, ClassifierBackend, ServerConfig
 from rlrm.launch.server.group_routes import WeightGroups, add_distributed_routes
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.sleep import SleepState, add_sleep_routes
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--compile",
-        choices=("off", "cudagraphs", "inductor"),
+        choices=COMPILE,
         default="off",
         help="generation: decode with a static KV cache and each step a CUDA graph (cudagraphs, GPU only) or "
         "torch.compile'd (inductor), as rollout.compile does in process",

@@ -16,6 +16,8 @@ from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer
 from rlrm.launch.common.roles import Role
 from rlrm.launch.server.batcher import DynamicBatcher
 
+COMPILE = ("off", "cudagraphs", "inductor")  # --compile: how generation decodes (rlrm.inference.static_decode)
+
 
 @dataclass
 class ServerConfig:
@@ -36,7 +38,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         self.role = Role(self.role)
-        if self.compile not in ("off", "cudagraphs", "inductor"):
+        if self.compile not in COMPILE:
             raise ConfigError(f"unknown --compile {self.compile!r}: use off, cudagraphs (GPU) or inductor")
         if self.compile != "off" and self.role is Role.DISRM:
             raise ConfigError(

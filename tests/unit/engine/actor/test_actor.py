@@ -212,20 +212,26 @@ def test_the_lm_head_in_chunks_gives_the_same_log_probs_entropy_and_gradient(mod
 VOCAB = 97  # a width no other tensor of the model below has: only logits (and what is made of them) end in it
 
 
-@pytest.fixture(scope="module")
-def model97():
+def _qwen2_of_vocab(hidden: int, tie: bool = False):
+    """A random one-layer Qwen2 (seed 0) of VOCAB tokens, MLP 2x `hidden`."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=1,
         num_attention_heads=4,
         num_key_value_heads=2,
+        tie_word_embeddings=tie,
     )
     return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def model97():
+    return _qwen2_of_vocab(hidden=32)
 
 
 def _kept_logits(model, batch, **chunking) -> int:
@@ -260,19 +266,7 @@ def test_under_bf16_autocast_chunks_add_up_the_head_gradient_as_the_whole_head_d
     # a tied head (the embedding is the head): each chunk's bf16 copy of the weight is its own, so the gradient
     # adds up over the chunks in float32, as the whole head's one product does. With autocast's cached copy it
     # added up in bf16: 2.9x the whole head's error here (0.0098 against 0.0034)
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(config)
+    model = _qwen2_of_vocab(hidden=64, tie=True)
     draw = torch.Generator().manual_seed(1)
     responses = [torch.randint(1, VOCAB, (64,), generator=draw).tolist() for _ in range(8)]
     b = collate([Completion([5, 9, 12], r, [-1.0] * 64, "length") for r in responses], pad_token_id=0)
