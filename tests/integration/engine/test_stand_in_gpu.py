@@ -1,0 +1,177 @@
+"""Every in-process path on a stand-in GPU (tests/fixtures/stand_in_gpu.py), on machines without one.
+
+The first CUDA step of every training path once crashed on a tensor made on the CPU (issue 32), unseen by a test
+suite that only ever ran on the CPU. A GPU is lent to few sessions, for minutes; the stand-in device refuses
+what CUDA refuses, so the class of fault fails here, in the default tier, on every change. Each path runs on the
+CPU and on the stand-in with the same seed, and the numbers agree: the stand-in runs the CPU's kernels (attention
+takes the math kernel there, hence the tolerances: float rounding, 1e-5 relative).
+
+Not here: CUDA-only code (graphs, memory statistics, nccl ranks), servers and ranks in other processes: the gpu
+tier (tests/gpu) on a real GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+from small_run import SMALL_RUN
+from stand_in_gpu import DEVICE, OPS, FakeGpuTensor, stand_in_gpu
+
+import rlrm.engine.actor.logprobs as logprobs
+from rlrm.config.loader import load_profile
+from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.trainer import load_run_profile, start_run, train
+from rlrm.inference.base import SamplingParams
+from rlrm.inference.decode import decode
+from rlrm.inference.kv_cache import distinct_rows
+from rlrm.inference.static_decode import StaticDecoder
+from rlrm.launch.server.backends import ClassifierBackend, ServerConfig
+from tests.unit.inference.conftest import tiny_qwen2
+
+# the numbers of a step that must not depend on the device (timings, latencies and memory do)
+SAME = ("critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/entropy", "actor/grad_norm")
+
+
+def test_the_stand_in_refuses_what_cuda_refuses_and_allows_what_it_allows():
+    with stand_in_gpu():
+        on_device = torch.arange(6, device=DEVICE)
+        assert isinstance(on_device, FakeGpuTensor) and on_device.device == DEVICE
+        with pytest.raises(RuntimeError, match="same device.*aten.add"):
+            on_device + torch.arange(6)  # made on the CPU
+        with pytest.raises(RuntimeError, match="same device"):
+            torch.arange(6).index_select(0, on_device)  # device indices into a CPU tensor
+        with pytest.raises(TypeError, match="numpy"):
+            on_device.numpy()
+        assert (on_device * torch.tensor(2)).tolist() == [0, 2, 4, 6, 8, 10]  # a 0-dim CPU tensor is a scalar
+        assert on_device[torch.tensor([5, 0])].tolist() == [5, 0]  # CPU indices into a device tensor
+        moved = torch.ones(3).to(DEVICE)
+        moved.copy_(torch.full((3,), 2.0))  # copies cross devices
+        back = moved.cpu()
+        assert type(back) is torch.Tensor and back.tolist() == [2.0, 2.0, 2.0]
+        assert isinstance(torch.zeros(2, device="fakegpu"), FakeGpuTensor)
+
+
+def test_the_stand_in_catches_the_first_cuda_crash():
+    """kv_cache.distinct_rows as it was before 42b82d2 (its index made on the CPU) stopped every CUDA run."""
+
+    def distinct_rows_before_the_fix(ids, mask):
+        key = torch.cat([ids, mask.to(ids.dtype)], dim=1)
+        _, inverse = torch.unique(key, dim=0, return_inverse=True)
+        rows = torch.arange(len(ids))
+        index = torch.full((int(inverse.max()) + 1,), len(ids)).scatter_reduce_(0, inverse, rows, reduce="amin")
+        return index, inverse
+
+    ids = torch.tensor([[5, 6, 7], [5, 6, 7], [8, 9, 1]])
+    mask = torch.ones_like(ids)
+    expected = distinct_rows(ids, mask)
+    assert [t.tolist() for t in distinct_rows_before_the_fix(ids, mask)] == [t.tolist() for t in expected]
+    with stand_in_gpu():
+        with pytest.raises(RuntimeError, match="same device.*scatter_reduce"):
+            distinct_rows_before_the_fix(ids.to(DEVICE), mask.to(DEVICE))
+        index, inverse = distinct_rows(ids.to(DEVICE), mask.to(DEVICE))
+        assert isinstance(index, FakeGpuTensor) and [index.tolist(), inverse.tolist()] == [t.tolist() for t in expected]
+
+
+@pytest.mark.parametrize("backend", ["dynamic", "static"])
+def test_decoding_on_the_stand_in_samples_the_cpus_tokens(backend):
+    prompts = [[3, 4, 5, 6], [3, 4, 5, 6], [7, 8], [9, 10, 11, 12, 13]]
+    params = [SamplingParams(temperature=(1.0, 0.0)[i % 2], top_k=(-1, 5)[i % 2], max_new_tokens=6) for i in range(4)]
+    seeds, stops = [11, 12, 13, 14], [[2]] * 4
+
+    def run(model):
+        with torch.inference_mode():
+            if backend == "dynamic":
+                return decode(model, prompts, params, seeds, stops, 0, threading.Event(), True)
+            return StaticDecoder(model, "eager", max_batch_size=8).decode(
+                prompts, params, seeds, stops, 0, threading.Event(), True
+            )
+
+    on_cpu = run(tiny_qwen2())
+    with stand_in_gpu():
+        on_device = run(tiny_qwen2().to(DEVICE))
+    assert [row[0] for row in on_device] == [row[0] for row in on_cpu]
+    for (_, log_probs, _), (_, expected, _) in zip(on_device, on_cpu):
+        assert torch.allclose(torch.tensor(log_probs), torch.tensor(expected), atol=1e-5)
+
+
+def test_a_disrm_server_scores_on_the_stand_in_as_on_the_cpu(random_disrm_path):
+    sequences = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    on_cpu = ClassifierBackend(ServerConfig(str(random_disrm_path), role="disrm", device="cpu"))._forward(sequences)
+    with stand_in_gpu():
+        backend = ClassifierBackend(ServerConfig(str(random_disrm_path), role="disrm", device="cuda"))
+        assert next(backend.model.parameters()).device == DEVICE
+        before = OPS[0]
+        on_device = backend._forward(sequences)
+        assert OPS[0] - before > 20
+    assert on_device == pytest.approx(on_cpu, rel=1e-5, abs=1e-6)
+
+
+def _train(tmp_path, name, settings, profile="tiny-rule", on_device=False, steps=2):
+    run_dir = start_run(load_profile(profile, [*SMALL_RUN, f"trainer.total_steps={steps}", *settings]), tmp_path / name)
+    if on_device:
+        before = OPS[0]
+        with stand_in_gpu():
+            result = train(run_dir)
+        assert OPS[0] - before > 10_000  # the run's maths ran on the stand-in, not on the CPU beside it
+    else:
+        result = train(run_dir)
+    assert result.last_step == steps and not result.interrupted and result.stopped is None
+    return run_dir, read_metrics(run_dir / "metrics.jsonl")
+
+
+def _assert_same_numbers(on_cpu, on_device, keys=SAME):
+    assert len(on_device) == len(on_cpu)
+    for cpu_row, device_row in zip(on_cpu, on_device):
+        for key in keys:
+            if key in cpu_row:
+                assert device_row[key] == pytest.approx(cpu_row[key], rel=1e-5, abs=1e-6), (cpu_row["step"], key)
+
+
+RUNS = {
+    "sync-held-out-checkpoints": ["trainer.val_every=2", "data.val_size=16", "trainer.save_every=1"],
+    "stream": ["trainer.mode=stream"],
+    "pipeline": ["trainer.mode=pipeline"],
+    "one-step-off": ["trainer.mode=one-step-off"],
+    "fully-async": ["trainer.mode=fully-async"],
+    "reference-kl": ["actor.use_kl_loss=true"],
+    "logits-in-chunks": ["actor.logits_chunk_tokens=3"],
+}
+
+
+@pytest.mark.parametrize("settings", list(RUNS.values()), ids=list(RUNS))
+def test_a_run_on_the_stand_in_gives_the_cpus_numbers(tmp_path, monkeypatch, settings):
+    if "actor.logits_chunk_tokens=3" in settings:  # chunked whatever the size of the tiny logits
+        monkeypatch.setattr(logprobs, "WHOLE_BELOW_BYTES", 0)
+    _, on_cpu = _train(tmp_path, "cpu", settings)
+    _, on_device = _train(tmp_path, "device", [*settings, "trainer.device=cuda"], on_device=True)
+    _assert_same_numbers(on_cpu, on_device, SAME + ("actor/kl_loss", "val/accuracy"))
+
+
+def test_a_checkpoint_saved_on_the_stand_in_resumes_on_the_cpu(tmp_path):
+    _, on_cpu = _train(tmp_path, "cpu", [])
+    run_dir, _ = _train(tmp_path, "device", ["trainer.save_every=1", "trainer.device=cuda"], on_device=True, steps=1)
+    load_run_profile(run_dir, total_steps=2)  # rlrm train --resume DIR --steps 2, here on the CPU
+    profile = run_dir / "config.yaml"
+    profile.write_text(profile.read_text().replace("device: cuda", "device: cpu"))
+    assert train(run_dir).last_step == 2
+    _assert_same_numbers(on_cpu, read_metrics(run_dir / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_runs_on_the_stand_in(tmp_path, dtype):
+    """Autocast on the stand-in casts as CUDA's (matrix products low, softmax and norms float32), which is not
+    what CPU autocast does: here the run must finish with finite numbers and keep float32 master weights."""
+    _, rows = _train(tmp_path, "device", [f"model.dtype={dtype}", "trainer.device=cuda"], on_device=True)
+    for row in rows:
+        assert all(math.isfinite(row[key]) for key in SAME), row
+    if dtype == "float16":
+        assert rows[-1]["actor/loss_scale"] == 2.0**16  # no overflow on the tiny policy
+
+
+def test_the_agent_loop_runs_on_the_stand_in(tmp_path, tiny_tools_path):
+    _, on_cpu = _train(tmp_path, "cpu", [], profile="tiny-tools")
+    _, on_device = _train(tmp_path, "device", ["trainer.device=cuda"], profile="tiny-tools", on_device=True)
+    _assert_same_numbers(on_cpu, on_device)
