@@ -55,7 +55,7 @@ def decode(
             raise EngineClosedError("rollout engine closed before the request finished")
         token, log_prob = sampler.sample(logits, t)  # [B], [B]
         active = advance(row, token, log_prob, t)
-        live = int(active.sum())  # the one host sync per token, as in HF generate
+        live = int(active.sum())  # a host read per token, as in HF generate (and transformers' mask check: 2)
         if live == 0:
             break
         current = active.shape[0]
