@@ -217,11 +217,33 @@ def _skip_gpu_tests_without_cuda(items) -> None:
             )
 
 
+_GPU_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_deselected(items):
+    """Count the gpu tier's tests a `-m` expression left out (in each xdist worker, or the one process)."""
+    if items:
+        config = items[0].config
+        config.stash[_GPU_DESELECTED] = config.stash.get(_GPU_DESELECTED, 0) + sum("gpu" in i.keywords for i in items)
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its count goes to the controller
+        session.config.workeroutput["gpu_deselected"] = session.config.stash.get(_GPU_DESELECTED, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller collects nothing itself: every worker collects the whole suite, so take their largest."""
+    count = getattr(node, "workeroutput", {}).get("gpu_deselected", 0)
+    node.config.stash[_GPU_DESELECTED] = max(node.config.stash.get(_GPU_DESELECTED, 0), count)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Name the gpu tier when this run left it out, so a CPU run says what it did not check."""
-    deselected = [item for item in terminalreporter.stats.get("deselected", []) if "gpu" in item.keywords]
+    deselected = config.stash.get(_GPU_DESELECTED, 0)
     if deselected:
         terminalreporter.write_line(
-            f"gpu tier: {len(deselected)} tests deselected in this run; on a CUDA machine: "
+            f"gpu tier: {deselected} tests deselected in this run; on a CUDA machine: "
             "python -m pytest -m gpu, or bash scripts/gpu_check.sh"
         )
