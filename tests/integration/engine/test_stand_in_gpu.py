@@ -2,9 +2,10 @@
 
 The first CUDA step of every training path once crashed on a tensor made on the CPU (issue 32), unseen by a test
 suite that only ever ran on the CPU. A GPU is lent to few sessions, for minutes; the stand-in device refuses
-what CUDA refuses, so the class of fault fails here, in the default tier, on every change. Each path runs on the
-CPU and on the stand-in with the same seed, and the numbers agree: the stand-in runs the CPU's kernels (attention
-takes the math kernel there, hence the tolerances: float rounding, 1e-5 relative).
+what CUDA refuses, so the class of fault fails here, in the default tier, on every change. A path in float32 runs on
+the CPU and on the stand-in with the same seed, and the numbers agree: the stand-in runs the CPU's kernels (attention
+takes the math kernel there, hence the tolerances: float rounding, 1e-5 relative). Under autocast the stand-in casts
+as CUDA does, not as the CPU does: those runs must finish with finite numbers.
 
 Not here: CUDA-only code (graphs, memory statistics, nccl ranks), servers and ranks in other processes: the gpu
 tier (tests/gpu) on a real GPU.
