@@ -248,3 +248,26 @@ def test_the_gsm8k_profiles_settings_run_on_the_stand_in(tmp_path):
     assert result.last_step == 2 and result.stopped is None and OPS[0] - before > 2_000
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert all(math.isfinite(row[key]) for row in rows for key in (*SAME, "actor/kl_loss"))
+
+
+SMALL_SET = ["data.train_batch_size=4", "rollout.n=2", "rollout.max_new_tokens=8", "actor.mini_batch_size=4"]
+COMMANDS = {
+    "inspect-reward": ["inspect", "reward", "--profile", "tiny-rule"],
+    "bench-reward-latency": ["bench", "reward-latency", "--profile", "tiny-rule", "--modes", "sync,fully-async"]
+    + ["--steps", "2", "--repeats", "1", "--latency", "fixed:0.05", *(a for s in SMALL_SET for a in ("--set", s))],
+}
+
+
+@pytest.mark.parametrize("argv", list(COMMANDS.values()), ids=list(COMMANDS))
+def test_the_commands_that_sample_the_policy_in_process_run_on_the_stand_in(tmp_path, argv):
+    from typer.testing import CliRunner
+
+    from rlrm.cli.main import app
+
+    if argv[0] == "bench":
+        argv = [*argv, "--out", str(tmp_path / "bench")]
+    before = OPS[0]
+    with stand_in_gpu():
+        result = CliRunner().invoke(app, [*argv, "--set", "trainer.device=cuda"])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert OPS[0] - before > 2_000
