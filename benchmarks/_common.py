@@ -69,20 +69,25 @@ SHAPES = {
 }
 
 
-def shaped_policy(shape: str, tokenizer_dir, out_dir) -> str:
-    """A random-weight (seed 0) Qwen2 causal LM of a named shape with the tokenizer of `tokenizer_dir` (its
-    vocabulary: Qwen2.5-0.5B's shape with the tiny tokenizer has 358 M parameters), saved into `out_dir`."""
+def shaped_qwen2(shape: str, vocab_size: int, **config):
+    """A random-weight (seed 0) Qwen2 causal LM of a named shape (`SHAPES`) and vocabulary; `config` adds to it."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if shape not in SHAPES:
         raise SystemExit(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **SHAPES[shape]
-    )
-    Qwen2ForCausalLM(config).save_pretrained(str(out_dir))
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab_size, **config, **SHAPES[shape]))
+
+
+def shaped_policy(shape: str, tokenizer_dir, out_dir) -> str:
+    """`shaped_qwen2` with the tokenizer of `tokenizer_dir` (its vocabulary: Qwen2.5-0.5B's shape with the tiny
+    tokenizer has 358 M parameters), saved into `out_dir`."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    model = shaped_qwen2(shape, len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
     generation = Path(tokenizer_dir) / "generation_config.json"  # the EOS tokens generation stops on
     if generation.exists():

@@ -101,7 +101,7 @@ def worker(args, chunk: int) -> dict:
     import time
 
     import torch
-    from _common import SHAPES, random_qwen2
+    from _common import random_qwen2, shaped_qwen2
 
     from rlrm.engine.actor.batch import collate
     from rlrm.engine.actor.logprobs import response_log_probs
@@ -109,13 +109,7 @@ def worker(args, chunk: int) -> dict:
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if args.shape:
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=args.vocab, **SHAPES[args.shape]))
-    else:
-        model = random_qwen2(args.vocab, args.hidden, args.layers)
+    model = shaped_qwen2(args.shape, args.vocab) if args.shape else random_qwen2(args.vocab, args.hidden, args.layers)
     model = model.to(device).train()
     generator = torch.Generator().manual_seed(0)
     completions = []
