@@ -58,7 +58,8 @@ class ReplicaBalancer:
         import aiohttp
 
         url = url.rstrip("/") if url else self.pick()
-        self.outstanding[url] += 1
+        # `url` may be a replica behind a router (a colocated server's /sleep): counted, never taken out of rotation
+        self.outstanding[url] = self.outstanding.get(url, 0) + 1
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
             reply = await self._sessions.send("POST", url + path, json=body, headers=self.headers, timeout=timeout)
@@ -127,6 +128,8 @@ class ReplicaBalancer:
             return False
 
     def _mark_down(self, url: str) -> None:
+        if url not in self.healthy:  # not one of its replicas (one behind a router): the router judges it
+            return
         self.healthy[url] = False
         if self._closed:
             return

@@ -217,6 +217,37 @@ def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_p
     assert all(r["reward/failures"] == 0 and "timing_s/reward_wake" in r for r in rows)
 
 
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("sglang_router"), reason="sglang-router not installed")
+def test_a_colocated_judge_behind_the_router_sleeps_between_scorings(tmp_path, monkeypatch):
+    # tiny-genrm's judge is served behind the SGLang router: the run's requests go to the router, /sleep and
+    # /wake_up to each replica behind it (once a KeyError at the first /sleep: the balancer knew the router only)
+    from rlrm.engine.reward_service import RewardService
+
+    calls = []
+    real_post_all = RewardService._post_all
+
+    async def post_all(self, path):
+        await real_post_all(self, path)
+        calls.append((path, self.router is not None))
+
+    monkeypatch.setattr(RewardService, "_post_all", post_all)
+    settings = [
+        "trainer.total_steps=2",
+        "trainer.mode=sync",
+        "reward.placement=colocated",
+        "reward.server.router=sglang",
+    ]
+    run_dir = start_run(load_profile("tiny-genrm", SMALL + settings), tmp_path / "coloc-judge")
+    assert train(run_dir).last_step == 2
+    # asleep from the start; woken for each step's scoring (and the guard's canary calls), then put back to sleep
+    paths = [path for path, behind_router in calls if behind_router]
+    assert len(paths) == len(calls) >= 5 and paths == ["/sleep?level=1"] + ["/wake_up", "/sleep?level=1"] * (
+        len(paths) // 2
+    )
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
+    assert all(r["reward/failures"] == 0 and r["reward/model_calls"] > 0 for r in rows)
+
+
 def test_legacy_in_trainer_disrm_trains_like_the_served_one_in_fp32(tmp_path, random_disrm_path, served_disrm_run):
     # Same seed, same model, fp32 on both paths: the two trainings see the same rewards. The served side is the
     # module's run above (two replicas: each sample is scored alone or in a batch, the same score to 1e-5).
