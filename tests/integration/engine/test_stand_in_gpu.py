@@ -7,8 +7,8 @@ the CPU and on the stand-in with the same seed, and the numbers agree: the stand
 takes the math kernel there, hence the tolerances: float rounding, 1e-5 relative). Under autocast the stand-in casts
 as CUDA does, not as the CPU does: those runs must finish with finite numbers.
 
-Not here: CUDA-only code (graphs, memory statistics, nccl ranks), servers and ranks in other processes: the gpu
-tier (tests/gpu) on a real GPU.
+Not here: CUDA-only code (graphs, memory statistics, nccl ranks): the gpu tier (tests/gpu) on a real GPU; a run's
+servers in their own processes: test_stand_in_gpu_processes.py.
 """
 
 from __future__ import annotations
@@ -67,6 +67,13 @@ def test_the_stand_in_refuses_what_cuda_refuses_and_allows_what_it_allows():
         with torch.no_grad():
             moved.add_(1)
         assert on_cpu.tolist() == [0.0, 0.0, 0.0]
+        with torch.inference_mode():  # where the mode sees aten.to whole, with the device as an argument or a tensor
+            for copy in (
+                on_cpu.to(DEVICE, torch.float16),
+                on_cpu.to(device=DEVICE, dtype=torch.bool),
+                on_cpu.to(moved),
+            ):
+                assert isinstance(copy, FakeGpuTensor) and copy.device == DEVICE and not copy.any()
         back = moved.cpu()
         assert type(back) is torch.Tensor and back.tolist() == [1.0, 1.0, 1.0]
         for mode in (torch.no_grad, torch.inference_mode):  # each read of device data is counted, once
