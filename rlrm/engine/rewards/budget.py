@@ -61,17 +61,23 @@ def check_failure_budget(
     exceeded = RewardBudgetExceeded(
         f"step {step}: {failed} of {samples} reward samples failed ({failed / samples:.0%}, over "
         f"reward.max_failure_rate={cfg.max_failure_rate:g}; reward.max_retries={cfg.max_retries}): {', '.join(outcome)}; "
-        f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg)} and continue with "
+        f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg, row)} and continue with "
         "rlrm train --resume, or raise reward.max_failure_rate"
     )
     exceeded.trained = trained
     raise exceeded
 
 
-def _what_to_fix(cfg: RewardConfig) -> str:
-    """What a user should look at: a local function has no servers to ask about."""
+def _what_to_fix(cfg: RewardConfig, row: dict) -> str:
+    """What a user should look at: a local function has no servers to ask about; a judge that answers in another
+    format than the one asked for (most failures unparsed verdicts) has servers that are up."""
     if cfg.kind == "custom":
         return f"the reward function {cfg.custom.name} in {cfg.custom.path}"
     if cfg.kind == "rule":
         return "the reward rule or the data's ground truths"
+    if 2 * row.get("reward/unparsed", 0) >= row.get("reward/failures", 0) > 0:
+        return (
+            "the judge's prompt or the verdict format asked of it (reward.genrm.template, reward.genrm.verdict: "
+            "`rlrm inspect reward` shows its raw answers)"
+        )
     return "the reward setup (are its servers up?)"

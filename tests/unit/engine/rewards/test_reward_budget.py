@@ -38,6 +38,18 @@ def test_over_the_budget_stops_with_the_kinds_and_the_last_error():
     )
 
 
+def test_a_judge_whose_answers_do_not_parse_is_pointed_at_its_prompt_and_format_not_its_servers():
+    unparsed = {**ROW, "reward/timeouts": 0, "reward/retries": 0, "reward/unparsed": 9}
+    for row, fix in ((unparsed, "reward.genrm.template, reward.genrm.verdict"), (ROW, "are its servers up?")):
+        with pytest.raises(RewardBudgetExceeded, match=fix.replace("?", "\\?")):
+            check_failure_budget(
+                1,
+                row,
+                RewardConfig(kind="genrm", server={"model": "tiny:judge"}),
+                "judge gave no verdict for sample s/1: 'none'",
+            )
+
+
 @pytest.mark.parametrize(
     ("row", "rate"),
     [
