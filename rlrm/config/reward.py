@@ -381,8 +381,9 @@ class RewardConfig(Section):
             )
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(
-                "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm or composite, "
-                "no server.addresses, executor local); use placement=standalone otherwise"
+                "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm, rubric or "
+                "composite, or custom with server.model; no server.addresses, executor local); use placement=standalone "
+                "otherwise"
             )
         return self
 
