@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from rlrm.config.reward import RewardConfig
-from rlrm.config.schema import Profile
+from rlrm.config.schema import ActorConfig, Profile
 from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
@@ -146,7 +146,7 @@ class GRPOStep:
         metrics: dict = {}
         if not completions:
             return None, metrics
-        lower = f"actor.micro_batch_size (now {self.actor.cfg.micro_batch_size} samples a forward pass)"
+        lower = _lower_micro_batch(self.actor.cfg, len(completions), "forward pass")
         with timer("old_log_prob"), out_of_memory_named("computing log-probs", lower):
             batch = collate(completions, s.pad_token_id)
             batch.group_ids = torch.arange(len(completions)) // s.n  # [B]
@@ -272,9 +272,9 @@ class GRPOStep:
             timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
 
         with timer.cpu_time("update_actor"):
-            lower = (
-                f"actor.micro_batch_size (now {self.actor.cfg.micro_batch_size} samples a forward and backward; the "
-                "update stays the same, its gradients accumulate)"
+            cfg = self.actor.cfg
+            lower = _lower_micro_batch(cfg, cfg.mini_batch_size * self.settings.n, "forward and backward") + (
+                " (the update stays the same, its gradients accumulate)"
             )
             with out_of_memory_named("in the actor update", lower):
                 return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
@@ -343,3 +343,13 @@ def _log_prob_gap(batch: RolloutBatch) -> dict[str, float]:
         "rollout/log_prob_diff_mean": (gap.sum() / batch.response_mask.sum().clamp(min=1)).item(),
         "rollout/log_prob_diff_max": gap.max().item(),
     }
+
+
+def _lower_micro_batch(cfg: ActorConfig, samples: int, what: str) -> str:
+    """What to lower when a phase that runs `samples` samples (split over the ranks) in micro-batches ran out of
+    GPU memory: actor.micro_batch_size, and below what when it is already more than a rank's share."""
+    share = -(-samples // cfg.world_size)  # a rank's share, rounded up
+    if cfg.micro_batch_size < share:
+        return f"actor.micro_batch_size (now {cfg.micro_batch_size} samples a {what})"
+    now = cfg.micro_batch_size
+    return f"actor.micro_batch_size (now {now}: a {what} takes all {share} samples here; set it below {share})"
