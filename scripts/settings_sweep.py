@@ -7,8 +7,8 @@ The default test tier runs each path on its own; a setting's path crossed with a
 still breaks unseen (`reward.placement=colocated` behind the SGLang router stopped every colocated judge run at its
 first /sleep until 2026-11-28). 73 runs, about 12 minutes on 2 cores, one at a time. With --stand-in every Python
 process of a run that loads a model runs on the stand-in GPU (tests/fixtures/stand_in_site/sitecustomize.py) with
-`trainer.device=cuda`, and a model-loading process that ran fewer than 100 ops on it is listed too (its model stayed
-on the CPU). Refusals are expected where a setting needs another (gdpo without component weights, a boxed verdict
+`trainer.device=cuda`, and a run whose servers each ran fewer than 100 ops on it is listed too (their models stayed
+on the CPU; one of two replicas alone may: in one tiny-fapo run one replica got next to no requests, 27 ops). Refusals are expected where a setting needs another (gdpo without component weights, a boxed verdict
 from the score-trained judge): read the lines. The actor's FSDP2 ranks run on the CPU under --stand-in (their
 collectives take CPU or CUDA tensors), and fail at their save there (DCP asks the stand-in for streams).
 """
@@ -106,9 +106,9 @@ def main() -> int:
             continue
         start = time.monotonic()
         outcome, processes = run(profile, settings, out / f"run{i}", args.stand_in)
-        idle = [p for p in processes if p["ops"] < 100 and "launch/server" in p["argv"][0]]
-        if outcome == "ok" and idle:
-            outcome = f"a server ran {idle[0]['ops']} ops on the stand-in: its model stayed on the CPU"
+        servers = [p["ops"] for p in processes if "launch/server" in p["argv"][0]]
+        if outcome == "ok" and servers and max(servers) < 100:  # one of 2 replicas may get next to no requests
+            outcome = f"its servers ran {servers} ops on the stand-in: their models stayed on the CPU"
         failed += outcome != "ok"
         print(f"{i:3d} {time.monotonic() - start:6.1f} s  {label}: {outcome}", flush=True)
     print(f"{failed} run(s) did not pass; run folders in {out}")
