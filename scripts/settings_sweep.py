@@ -25,16 +25,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = (
-    "data.train_batch_size=4",
-    "actor.mini_batch_size=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=8",
-    "trainer.val_every=0",
-    "trainer.save_every=0",
-    "trainer.num_threads=1",
-    "trainer.total_steps=2",
-)
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+from small_run import SMALL_RUN  # noqa: E402  (the integration tests' small run)
+
+SMALL = (*SMALL_RUN, "trainer.total_steps=2")
 MODES = ("sync", "stream", "pipeline", "one-step-off", "fully-async")
 MODEL_REWARDS = ("tiny-genrm", "tiny-disrm", "tiny-rubric", "tiny-fapo")
 
