@@ -167,13 +167,14 @@ def test_a_server_decoding_with_cuda_graphs_answers_the_same_after_sleep_and_wak
     On the CPU the server decodes uncompiled (graphs need CUDA; sleep moves nothing there)."""
     import httpx
 
-    from rlrm.launch.common.ports import free_port
     from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     compile = "cudagraphs" if DEVICE == "cuda" else "off"
     extra = ["--device", DEVICE, "--compile", compile, "--threads", "1"]
     body = {"prompt": "Tom has 3 coins. He finds 4 more.", "max_tokens": 12, "temperature": 0}
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=extra)) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "genrm", port, extra=extra)
+    ) as server:
         first = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
         slept = httpx.post(server.url + "/sleep", params={"level": 1}, timeout=60).json()
         assert slept["is_sleeping"] is True and (slept["moved_bytes"] > 0) is (DEVICE == "cuda")

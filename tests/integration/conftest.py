@@ -10,10 +10,11 @@ import pytest
 
 
 def _embedded(path: Path, role: str):
-    from rlrm.launch.common.ports import free_port
     from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
-    return ServerProcess(embedded_server_argv(str(path), role, free_port(), extra=["--threads", "1"]))
+    return ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(path), role, port, extra=["--threads", "1"])
+    )
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ class ReplicaBalancer:
         self.urls = [u.rstrip("/") for u in urls]
         self.outstanding = {u: 0 for u in self.urls}
         self.healthy = {u: True for u in self.urls}
+        self._turn = -1  # which of the replicas tied for least busy goes next (`least_busy`)
         # `headers`: extra ones a hosted API wants on every request (reward.server.headers_env)
         self.headers = {**(headers or {}), **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.probe_interval_s = probe_interval_s
@@ -50,8 +51,15 @@ class ReplicaBalancer:
 
     def pick(self) -> str:
         """The healthy replica with the fewest requests in flight (any replica if none is healthy)."""
-        pool = [u for u in self.urls if self.healthy[u]] or self.urls
-        return min(pool, key=lambda u: self.outstanding[u])
+        return self.least_busy([u for u in self.urls if self.healthy[u]] or self.urls)
+
+    def least_busy(self, urls: list[str]) -> str:
+        """Of `urls`, the one with the fewest requests in flight; replicas tied for it take turns. Requests that
+        come one at a time always tie (none in flight anywhere): the first replica would get every one of them."""
+        least = min(self.outstanding[u] for u in urls)
+        tied = [u for u in urls if self.outstanding[u] == least]
+        self._turn += 1
+        return tied[self._turn % len(tied)]
 
     async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
         """POST to one replica (the least busy, or `url`); raises TransientError, RequestTimeout or BadRequest."""

@@ -277,7 +277,7 @@ class ServerRolloutEngine:
             usable = [u for u in b.urls if b.healthy[u] and not self._restarting(u)]
             fresh = [u for u in usable if u not in tried] or usable
             if fresh:
-                return min(fresh, key=lambda u: b.outstanding[u])
+                return b.least_busy(fresh)
             if self.fleet.pool is None:
                 return b.pick()  # running servers: nobody restarts them, the call fails and is counted
             deadline = deadline or time.monotonic() + self.fleet.spec.start_timeout_s + self.sync_timeout_s

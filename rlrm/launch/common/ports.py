@@ -33,25 +33,34 @@ def check_port(port: int) -> None:
 def ensure_port_free(host: str, port: int) -> None:
     """Raise an RlrmError that says why `host:port` cannot be listened on: the port is taken, the host is
     not an address of this machine (or does not resolve), or the port needs privileges."""
+    bind_port(host, port).close()
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port`, for a server to listen on later (as vLLM does before its engine starts): held
+    while the model loads, no free port another process asks the OS for is this one. An RlrmError, as
+    `ensure_port_free` words it, where it cannot be bound."""
     check_port(port)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
         raise RlrmError(f"--host {host} does not resolve to an address ({exc.strerror}); {_HOSTS}") from None
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise RlrmError(f"port {port} on {host} is in use; pick another with --port") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise RlrmError(f"--host {host} is not an address of this machine; {_HOSTS}") from None
-            if exc.errno == errno.EACCES:
-                raise RlrmError(
-                    f"port {port} needs administrator rights to listen on; pick one above 1023 with --port"
-                ) from None
-            raise RlrmError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        return sock
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise RlrmError(f"port {port} on {host} is in use; pick another with --port") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise RlrmError(f"--host {host} is not an address of this machine; {_HOSTS}") from None
+        if exc.errno == errno.EACCES:
+            raise RlrmError(
+                f"port {port} needs administrator rights to listen on; pick one above 1023 with --port"
+            ) from None
+        raise RlrmError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 _HOSTS = "bind 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of this machine's own addresses"

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from functools import partial
 from typing import Awaitable, Callable, Protocol
 
 from rlrm.launch.common import progress
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.backends import ReplicaLaunch
 from rlrm.launch.fleet.process import ServerProcess
 
@@ -88,7 +88,7 @@ class ServerPool:
         envs = [launch.env(i) for i in range(replicas)]
         self.servers: list[Replica]
         if placer is None:
-            self.servers = [ServerProcess(launch.argv("127.0.0.1", free_port()), env=env) for env in envs]
+            self.servers = [ServerProcess.on_free_port(partial(launch.argv, "127.0.0.1"), env=env) for env in envs]
         else:
             self.servers = placer.place(replicas, launch.argv, envs)
         self.role, self.backend = launch.role, launch.backend  # named in progress lines

@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RlrmError, require_extra
 from rlrm.launch.common import http
-from rlrm.launch.common.ports import port_taken
+from rlrm.launch.common.ports import free_port, port_taken
 
 
 class ServerStartError(RlrmError):
@@ -95,10 +96,21 @@ def sweep_dead_logs(folder: Path | None = None) -> int:
     return removed
 
 
-class ServerProcess:
-    """A server subprocess with readiness polling and teardown in `finally`."""
+# how a server says that another process bound its port first: rlrm's own check (rlrm/launch/common/ports.py),
+# uvicorn and vLLM (OSError errno 98), sglang-router (Rust's "os error 98")
+_PORT_LOST = re.compile(r"address already in use|errno 98|os error 98|port \d+ on \S+ is in use", re.IGNORECASE)
+_MOVES = 3  # fresh ports tried before a lost port is reported
 
-    metrics_url: str  # a router's Prometheus page, set by rlrm/launch/fleet/router.py (no other server has one)
+
+class ServerProcess:
+    """A server subprocess with readiness polling and teardown in `finally`.
+
+    A port rlrm picks is free when picked, not when the server binds it, seconds later (after loading a model):
+    on a busy machine another process can take it between the two. `ServerProcess.on_free_port(argv_on)` picks
+    the port and knows how to make the command line for another one: a server that exits while starting because
+    its port was taken is started again on a fresh port, and its `url` changes (read it after `start`). A
+    server started once keeps its port: a restart goes back to the address its clients know.
+    """
 
     def __init__(
         self,
@@ -109,8 +121,12 @@ class ServerProcess:
         start_timeout_s: float = 120.0,
         env: dict | None = None,
         die_with_parent: bool = True,
+        argv_on: Callable[[int], list[str]] | None = None,
     ):
         self.argv = list(argv)
+        self.argv_on = argv_on  # the argv on another port: set where rlrm picked the port (see the class)
+        self.moves: list[int] = []  # the ports lost to other processes while starting, in order
+        self._served = False  # became ready once: its URL is known to clients and stays
         self.die_with_parent = die_with_parent  # killed with its launcher: nothing outlives a run (kill -9 too)
         self.port = port if port is not None else int(argv[argv.index("--port") + 1])
         self.host = host
@@ -119,6 +135,12 @@ class ServerProcess:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
+
+    @classmethod
+    def on_free_port(cls, argv_on: Callable[[int], list[str]], host: str = "127.0.0.1", **kwargs) -> "ServerProcess":
+        """A server on a port free now, started again on a fresh one if another process takes it first."""
+        port = free_port(host)
+        return cls(argv_on(port), host=host, port=port, argv_on=argv_on, **kwargs)
 
     def start(self) -> "ServerProcess":
         """Launch and wait until healthy (stopping it again if it never gets there)."""
@@ -165,9 +187,12 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self._move_port():
+                    continue
                 raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
                 if http.get(self.url + self.health_path, timeout_s=2.0).status == 200:
+                    self._served = True
                     return
             except TransientError:
                 pass
@@ -175,6 +200,25 @@ class ServerProcess:
         raise ServerStartError(
             f"server at {self.url} not healthy after {self.start_timeout_s:.0f} s; its log ends: {self.log_tail()}"
         )
+
+    def _move_port(self) -> bool:
+        """Launch the exited server again on a fresh port when another process took its port while it started
+        (see the class); False when it may not move or died of something else."""
+        if self.argv_on is None or self._served or len(self.moves) >= _MOVES or not _PORT_LOST.search(self._log_text()):
+            return False
+        lost, self.port = self.port, free_port(self.host)
+        self.moves.append(lost)
+        self.argv, self.url = self.argv_on(self.port), f"http://{self.host}:{self.port}"
+        print(
+            f"rlrm: another process took port {lost} before the server there bound it; starting it on port {self.port}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if self._log is not None:  # the dead process's lines: its cause is known and must not be read again
+            self._log.truncate(0)
+            self._log.seek(0)
+        self.launch()
+        return True
 
     def wait_listening(self) -> None:
         """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""

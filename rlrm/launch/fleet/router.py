@@ -53,13 +53,19 @@ def sglang_router_argv(worker_urls: list[str], port: int, metrics_port: int, hos
 
 
 def sglang_router(worker_urls: list[str], host: str = "127.0.0.1", start_timeout_s: float = 60.0) -> ServerProcess:
-    """A router process over `worker_urls` (not started), on free ports; `.metrics_url` is its Prometheus page."""
-    port, metrics_port = free_port(host), free_port(host)
-    router = ServerProcess(
-        sglang_router_argv(worker_urls, port, metrics_port, host), host=host, port=port, start_timeout_s=start_timeout_s
-    )
-    router.metrics_url = f"http://{host}:{metrics_port}/metrics"
-    return router
+    """A router process over `worker_urls` (not started), on free ports (fresh ones if another process takes
+    them first); `router_metrics_url(router)` is its Prometheus page once started."""
+
+    def argv_on(port: int) -> list[str]:
+        return sglang_router_argv(worker_urls, port, free_port(host), host)
+
+    return ServerProcess.on_free_port(argv_on, host=host, start_timeout_s=start_timeout_s)
+
+
+def router_metrics_url(router: ServerProcess) -> str:
+    """The Prometheus page of a router from `sglang_router` (its ports are known once it has started)."""
+    argv = router.argv
+    return f"http://{router.host}:{argv[argv.index('--prometheus-port') + 1]}/metrics"
 
 
 # counter -> the metric names that hold it (summed over their label sets), newest release first
@@ -85,7 +91,7 @@ def parse_router_counters(text: str) -> dict[str, float]:
 class RouterCounters:
     """Per-call deltas of a router's retry and upstream-error counters.
 
-    counters = RouterCounters(router.metrics_url, prefix="reward/")
+    counters = RouterCounters(router_metrics_url(router), prefix="reward/")
     counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
     """
 

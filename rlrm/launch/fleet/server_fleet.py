@@ -30,7 +30,13 @@ from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.pool import ServerPool
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 from rlrm.launch.fleet.ray_replicas import RayReplica, RayReplicas
-from rlrm.launch.fleet.router import RouterCounters, sglang_router, sglang_router_argv, sglang_router_available
+from rlrm.launch.fleet.router import (
+    RouterCounters,
+    router_metrics_url,
+    sglang_router,
+    sglang_router_argv,
+    sglang_router_available,
+)
 from rlrm.launch.fleet.spec import FleetSpec
 
 # what a policy replica restarted by the supervisor waits for before /health says ok (rlrm/launch/server/app.py)
@@ -242,7 +248,7 @@ class ServerFleet:
             if use_router:
                 self.router = sglang_router(self.replica_urls)
                 await asyncio.to_thread(self.router.start)
-                self.router_counters = RouterCounters(self.router.metrics_url, prefix=self.metrics_prefix)
+                self.router_counters = RouterCounters(router_metrics_url(self.router), prefix=self.metrics_prefix)
         except BaseException:
             await self.close()
             raise

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
 from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
-from rlrm.launch.common.ports import ensure_port_free
+from rlrm.launch.common.ports import bind_port
 from rlrm.launch.common.roles import Role
 from rlrm.launch.server import routes
 from rlrm.launch.server.backends import COMPILE, CausalLMBackend, ClassifierBackend, ServerConfig
@@ -167,10 +167,10 @@ def serve(
     """Run the server in the foreground until interrupted (ConfigError: off loopback with no key, unless allowed)."""
     import uvicorn
 
-    ensure_port_free(host, port)
+    sock = bind_port(host, port)  # before the model loads: no other process is handed this port meanwhile
     check_bind(host, cfg.api_key, allow_unauthenticated)
     app = create_app(cfg)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -179,6 +179,13 @@ def serve(
         timeout_keep_alive=KEEPALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    if not server.started:  # as uvicorn.run: a failed startup (the lifespan's) is a non-zero exit
+        raise SystemExit(3)
 
 
 def main(argv: list[str] | None = None) -> None:

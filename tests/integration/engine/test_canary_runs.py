@@ -24,11 +24,12 @@ def judge():
     """The tiny judge served once for the module's runs: they only send it requests (their counts are the reward
     loop's), so none needs a server of its own (rlrm launching the judge for a custom function: test_fapo_reward)."""
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.launch.common.ports import free_port
     from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
     path = resolve_model_path("tiny:judge")
-    with ServerProcess(embedded_server_argv(path, "genrm", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(path, "genrm", port, extra=["--threads", "1"])
+    ) as server:
         yield ["reward.server.model=tiny:judge", f"reward.server.addresses={server.url}"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import statistics
 
 import pytest
 
@@ -137,10 +138,13 @@ def test_ray_workers_share_one_budget_not_one_each(two_node_cluster, monkeypatch
         times = [t for t, _ in api.accepted]
     assert not api.throttled and metrics["reward/rate_limited"] == 0
     assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(18)]
-    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0
-    # never over the limit; how close to it depends on how promptly starved worker processes wake (a request
-    # whose worker woke late takes a new slot rather than go out in a burst), so no floor is asserted here
-    assert rate <= rpm * 1.1, rate
+    # the API's own token bucket (a burst of rpm/60) turned nothing away; and the requests left one slot (60/rpm s)
+    # apart: the median gap between arrivals, as the API saw them, is that slot. A limiter per worker would send
+    # three at each slot (a median gap near 0). Not the rate from first to last: a loaded machine delays single
+    # arrivals by up to half a second (seen in CI at ebc2ece: 278.8 rpm from 17 requests, with no 429), and one late
+    # first arrival shortens the whole span
+    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    assert statistics.median(gaps) >= 0.8 * 60.0 / rpm, gaps
     assert metrics["reward/model_calls"] == 18
 
 

@@ -48,8 +48,12 @@ def _generate(url, seed=3):
 @pytest.fixture(scope="module")
 def two_replicas(tiny_policy_path, tmp_path_factory):
     extra = ARGS + ["--weights-dir", str(tmp_path_factory.getbasetemp())]  # every test's tmp_path is inside
-    a = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra))
-    b = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra))
+    a = ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    )
+    b = ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    )
     with a, b:
         yield a, b
 

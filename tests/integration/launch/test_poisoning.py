@@ -8,7 +8,6 @@ import asyncio
 import httpx
 import pytest
 
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 from rlrm.launch.server import batcher as batching
 
@@ -16,7 +15,9 @@ from rlrm.launch.server import batcher as batching
 @pytest.fixture(scope="module")
 def disrm(random_disrm_path):
     extra = ["--max-batch", "64", "--threads", "1"]
-    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=extra)) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(random_disrm_path), "disrm", port, extra=extra)
+    ) as server:
         yield server
 
 

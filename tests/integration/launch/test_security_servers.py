@@ -97,7 +97,9 @@ def _init(url, port, rank=1, timeout=60.0, **changes):
 def test_a_join_flood_gets_409_loads_still_work_and_sigterm_stops_the_server(tiny_policy_path, tmp_path):
     join_timeout_s = 120
     extra = ["--threads", "1", "--weights-dir", str(tmp_path), "--weight-sync-timeout-s", str(join_timeout_s)]
-    proc = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra))
+    proc = ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    )
     proc.start()
     pending = []
     try:
@@ -133,7 +135,9 @@ def test_a_join_flood_gets_409_loads_still_work_and_sigterm_stops_the_server(tin
 
 def test_bad_group_requests_are_400_at_once_and_a_join_is_bounded(tiny_policy_path):
     extra = ["--threads", "1", "--weight-sync-timeout-s", "1"]  # each stuck join below waits it out
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as proc:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as proc:
         out_of_range = _init(proc.url, 70000, timeout=30)
         assert out_of_range.status_code == 400 and "master_port" in out_of_range.json()["error"]["message"]
         empty = _init(proc.url, 29500, master_address="  ", timeout=30)  # hung until the join timed out before

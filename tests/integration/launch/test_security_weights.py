@@ -33,7 +33,9 @@ def weights_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(tiny_policy_path, weights_dir):
     extra = ["--threads", "1", "--weights-dir", str(weights_dir)]
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as proc:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as proc:
         yield proc
 
 

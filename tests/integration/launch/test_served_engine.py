@@ -17,7 +17,6 @@ from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine, TrainerModel
 from rlrm.launch.client.wire import SGLangWire
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -127,8 +126,10 @@ def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_p
     other = _variant(tiny_policy_path, tmp_path / "narrow", intermediate_size=256)  # same tokenizer, other shapes
     # servers a user runs for rlrm load weights only from the folder they were started with (--weights-dir)
     extra = ["--threads", "1", "--weights-dir", str(tmp_path / "w")]
-    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=extra)) as odd:
-        with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as good:
+    with ServerProcess.on_free_port(lambda port: embedded_server_argv(str(other), "policy", port, extra=extra)) as odd:
+        with ServerProcess.on_free_port(
+            lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+        ) as good:
             engine = _engine(tiny_policy_path, tmp_path / "w", addresses=[good.url, odd.url])
 
             async def scenario():
@@ -148,7 +149,9 @@ def test_a_replica_that_refuses_the_weights_fails_the_step_by_name(tiny_policy_p
 
 def test_a_tokenizer_mismatch_is_refused_at_start_naming_both(tiny_policy_path, tmp_path):
     other = _variant(tiny_policy_path, tmp_path / "big-vocab", vocab_size=600)
-    with ServerProcess(embedded_server_argv(str(other), "policy", free_port(), extra=["--threads", "1"])) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(other), "policy", port, extra=["--threads", "1"])
+    ) as server:
         vocab = _vocab_size(tiny_policy_path)
         expect = TrainerModel("tiny:policy", vocab_size=vocab, tokenizer_size=vocab, chat_template_sha256=None)
         engine = _engine(tiny_policy_path, tmp_path / "w", expect=expect, addresses=[server.url])
@@ -173,7 +176,9 @@ def test_health_ok_but_no_generate_is_refused_at_start(random_disrm_path, random
 @pytest.mark.slow
 def test_running_servers_left_with_another_runs_weights_get_the_policys_back(tiny_policy_path, tmp_path):
     extra = ["--threads", "1", "--weights-dir", str(tmp_path)]  # both runs' weights folders are inside it
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as server:
         body = {
             "input_ids": [5, 6, 7],
             "sampling_params": {"max_new_tokens": 6, "sampling_seed": 1},

@@ -9,7 +9,6 @@ import re
 
 import pytest
 
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 
@@ -24,7 +23,9 @@ def judge(tiny_genrm_server, tiny_policy_path):
 @pytest.fixture(scope="module")
 def policy(tiny_policy_path):
     extra = ["--threads", "1", "--served-model-name", "policy-a"]
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as server:
         yield server
 
 

@@ -19,7 +19,9 @@ from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 @pytest.fixture(scope="module")
 def policy_server(tiny_policy_path, tmp_path_factory):
     extra = ["--threads", "1", "--weights-dir", str(tmp_path_factory.getbasetemp())]  # every tmp_path is inside
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)) as server:
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as server:
         yield server
 
 

@@ -1,0 +1,80 @@
+"""A port rlrm picked and another process bound first, while the server was starting (seen in CI at 2002b91: a run's
+router stopped with "Address already in use"): the server starts again on a fresh port. A port the user chose, or the
+port of a server its clients already know, is never moved: that stays an error naming the cause."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from rlrm.launch.common import http
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.fleet.router import router_metrics_url, sglang_router_argv
+
+
+def _bound() -> socket.socket:
+    """A port bound and not listening, without SO_REUSEADDR: a connect finds nothing there (rlrm's check before a
+    launch passes), and a server's bind fails as it does after losing the race."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _argv_on(model: str):
+    return lambda port: embedded_server_argv(model, "policy", port, extra=["--threads", "1"])
+
+
+def test_a_server_that_lost_its_port_while_starting_starts_on_a_fresh_one(tiny_policy_path, capfd):
+    argv_on = _argv_on(str(tiny_policy_path))
+    with _bound() as taken:
+        lost = taken.getsockname()[1]
+        with ServerProcess(argv_on(lost), port=lost, argv_on=argv_on) as server:
+            assert server.moves == [lost] and server.port != lost
+            assert server.url == f"http://127.0.0.1:{server.port}" and str(server.port) in server.argv
+            assert http.get(server.url + "/health", timeout_s=5).status == 200
+            assert "Address already in use" not in server.log_tail(50)  # the dead start's log is not read again
+    line = f"rlrm: another process took port {lost} before the server there bound it; starting it on port {server.port}"
+    assert line in capfd.readouterr().err
+
+
+def test_the_router_moves_too_and_its_metrics_page_follows():
+    def argv_on(port: int) -> list[str]:
+        return sglang_router_argv(["http://127.0.0.1:9"], port, metrics_port, "127.0.0.1")
+
+    with _bound() as taken, _bound() as spare:
+        lost, metrics_port = taken.getsockname()[1], spare.getsockname()[1]
+        spare.close()  # free again: the router's metrics port
+        with ServerProcess(argv_on(lost), port=lost, argv_on=argv_on, start_timeout_s=30) as router:
+            assert router.moves == [lost]
+            page = http.get(router_metrics_url(router), timeout_s=5)
+            assert page.status == 200 and router_metrics_url(router) == f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+def test_a_port_the_user_chose_is_not_moved(tiny_policy_path):
+    with _bound() as taken:
+        port = taken.getsockname()[1]
+        server = ServerProcess(_argv_on(str(tiny_policy_path))(port), start_timeout_s=60)
+        with pytest.raises(ServerStartError, match="exited with code 1 while starting: .*is in use"):
+            server.start()
+        assert server.moves == [] and server.port == port
+
+
+def test_a_server_its_clients_know_restarts_on_its_own_port_or_not_at_all(tiny_policy_path):
+    argv_on = _argv_on(str(tiny_policy_path))
+    server = ServerProcess.on_free_port(argv_on, start_timeout_s=60)
+    try:
+        server.start()
+        port = server.port
+        server.kill()
+        with socket.socket() as taken:  # the port went to another process while the server was down
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead server's TIME_WAIT
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            with pytest.raises(ServerStartError, match="is in use"):
+                server.restart()
+        assert server.port == port and server.moves == []
+        server.restart()  # the port is free again: back where its clients (balancer, router) look for it
+        assert server.url == f"http://127.0.0.1:{port}" and http.get(server.url + "/health", timeout_s=5).status == 200
+    finally:
+        server.stop()
