@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rlrm.errors import ConfigError, RolloutServerError
@@ -47,11 +48,18 @@ class ReplicaHost:
         ip = ray.util.get_node_ip_address()
         return ray.get_runtime_context().get_node_id(), ip, free_port(ip)
 
-    def launch(self, argv: list[str], env: dict, host: str) -> None:
+    def launch(self, argv: list[str], env: dict, host: str, argv_on: Callable[[int], list[str]] | None = None) -> None:
+        """Launch the server; `argv_on` (its argv on another port) moves it to a fresh port of this node if another
+        process takes its port while it starts (rlrm/launch/fleet/process.py); `address` then says where it is."""
         if self.server is None:
-            self.server = ServerProcess(argv, host=host, env=env, die_with_parent=True)
+            self.server = ServerProcess(argv, host=host, env=env, die_with_parent=True, argv_on=argv_on)
         self.server.argv = list(argv)  # a restart may add flags (the policy's --wait-for-weights)
         self.server.launch()
+
+    def address(self) -> tuple[int, list[str]]:
+        """The port the server listens on and its argv (both changed if it moved while starting)."""
+        server = self._launched()
+        return server.port, list(server.argv)
 
     def wait_ready(self, timeout_s: float) -> None:
         server = self._launched()
@@ -101,11 +109,23 @@ class RayReplica:
     supervisor keeps retrying while the balancer or router routes around it.
     """
 
-    def __init__(self, actor, node_id: str, host: str, port: int, argv: list[str], env: dict, where: str):
+    def __init__(
+        self,
+        actor,
+        node_id: str,
+        host: str,
+        port: int,
+        argv: list[str],
+        env: dict,
+        where: str,
+        argv_on: Callable[[int], list[str]] | None = None,
+    ):
         self.actor, self.node_id, self.host, self.port = actor, node_id, host, port
         self.argv, self.env, self.where = list(argv), env, where
+        self.argv_on = argv_on  # its argv on another port of its node: see ReplicaHost.launch
         self.url = f"http://{host}:{port}"
         self.start_timeout_s = 120.0
+        self._served = False
 
     def _call(self, method: str, *args, timeout_s: float | None = None):
         import ray
@@ -122,10 +142,14 @@ class RayReplica:
             ) from None
 
     def launch(self) -> None:
-        self._call("launch", self.argv, self.env, self.host)
+        self._call("launch", self.argv, self.env, self.host, None if self._served else self.argv_on)
 
     def wait_ready(self) -> None:
         self._call("wait_ready", self.start_timeout_s)
+        if not self._served:  # it may have moved to a fresh port while starting: read it before anyone uses the URL
+            self.port, self.argv = self._call("address", timeout_s=30.0)
+            self.url = f"http://{self.host}:{self.port}"
+            self._served = True
 
     def wait_listening(self) -> None:
         self._call("wait_listening", self.start_timeout_s)
@@ -256,7 +280,8 @@ class RayReplicas:
             wheres = ray.get([a.where.remote() for a in self.actors], timeout=self.spec.start_timeout_s)
             for i, (actor, (node_id, ip, port)) in enumerate(zip(self.actors, wheres)):
                 what = f"{self.section} replica {i} on node {ip} ({node_id[:12]})"
-                servers.append(RayReplica(actor, node_id, ip, port, make_argv(ip, port), envs[i], what))
+                argv_on = partial(make_argv, ip)
+                servers.append(RayReplica(actor, node_id, ip, port, argv_on(port), envs[i], what, argv_on))
             return servers
         except BaseException:
             self.close()

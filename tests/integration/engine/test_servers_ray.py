@@ -179,3 +179,38 @@ def _state(pid: int) -> str:
             return f.read().split(")")[-1].split()[0]
     except FileNotFoundError:
         return "X"
+
+
+def test_a_placed_replica_that_lost_its_port_while_starting_moves_to_a_fresh_one_on_its_node(two_nodes):
+    """The port the replica's actor found free on its node is bound by another process before the server binds it:
+    the server starts again on a fresh port of that node, and the replica's URL follows (issue of CI at 2002b91,
+    seen with a local router; the same race on a Ray node)."""
+    import socket
+
+    import httpx
+
+    from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.launch.fleet.ray_replicas import RayReplicas
+    from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
+
+    _, second = two_nodes
+    spec = _reward_server(node_resource="reward_host").fleet_spec()
+    path = str(resolve_model_path("tiny:disrm"))
+    fleet = ServerFleet(spec, role="disrm", model_path=path, api_key=fleet_key(spec, None))  # off loopback: a key
+    placer = RayReplicas(spec, "reward.server")
+    try:
+        launch = fleet.replica_launch()
+        (replica,) = placer.place(1, launch.argv, [launch.env(0)])
+        lost = replica.port
+        with socket.socket() as taken:  # bound, not listening: rlrm's check before the launch passes, the bind fails
+            taken.bind((replica.host, lost))
+            replica.start_timeout_s = 120
+            replica.start()
+        assert replica.node_id == second and replica.port != lost
+        assert replica.url == f"http://{replica.host}:{replica.port}" and str(replica.port) in replica.argv
+        assert httpx.get(replica.url + "/health", timeout=5.0).status_code == 200
+        replica.kill()
+        replica.restart()  # a restart goes back to the port its clients now know
+        assert httpx.get(f"http://{replica.host}:{replica.port}/health", timeout=5.0).status_code == 200
+    finally:
+        placer.close()
