@@ -159,10 +159,13 @@ class ServerProcess:
         if not _swept_logs:
             _swept_logs = True
             sweep_dead_logs()
-        if port_taken(self.host, self.port):
-            raise ServerStartError(
-                f"port {self.port} on {self.host} is in use by another process; {self.argv[0]} not started"
-            )
+        while port_taken(self.host, self.port):
+            argv_on = self._mover()
+            if argv_on is None:
+                raise ServerStartError(
+                    f"port {self.port} on {self.host} is in use by another process; {self.argv[0]} not started"
+                )
+            self._repick(argv_on)
         if self._log is None:
             prefix = f"{_LOG_PREFIX}{os.getpid()}-"  # the launcher's pid: sweep_dead_logs tells a dead run's logs
             self._log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
@@ -204,21 +207,29 @@ class ServerProcess:
     def _move_port(self) -> bool:
         """Launch the exited server again on a fresh port when another process took its port while it started
         (see the class); False when it may not move or died of something else."""
-        if self.argv_on is None or self._served or len(self.moves) >= _MOVES or not _PORT_LOST.search(self._log_text()):
+        argv_on = self._mover()
+        if argv_on is None or not _PORT_LOST.search(self._log_text()):
             return False
+        if self._log is not None:  # the dead process's lines: its cause is known and must not be read again
+            self._log.truncate(0)
+            self._log.seek(0)
+        self._repick(argv_on)
+        self.launch()
+        return True
+
+    def _mover(self) -> Callable[[int], list[str]] | None:
+        """`argv_on` while the server may still move to another port (see the class), else None."""
+        return self.argv_on if not self._served and len(self.moves) < _MOVES else None
+
+    def _repick(self, argv_on: Callable[[int], list[str]]) -> None:
         lost, self.port = self.port, free_port(self.host)
         self.moves.append(lost)
-        self.argv, self.url = self.argv_on(self.port), f"http://{self.host}:{self.port}"
+        self.argv, self.url = argv_on(self.port), f"http://{self.host}:{self.port}"
         print(
             f"rlrm: another process took port {lost} before the server there bound it; starting it on port {self.port}",
             file=sys.stderr,
             flush=True,
         )
-        if self._log is not None:  # the dead process's lines: its cause is known and must not be read again
-            self._log.truncate(0)
-            self._log.seek(0)
-        self.launch()
-        return True
 
     def wait_listening(self) -> None:
         """Wait until the server answers HTTP at all (any status: a gated /health answers 503)."""

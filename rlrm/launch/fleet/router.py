@@ -15,12 +15,14 @@ from that Prometheus port (names as 0.3.2 exposes them, `smg_worker_retries_tota
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
+import time
 
 from rlrm.call_errors import TransientError
 from rlrm.launch.common import http
 from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.process import ServerProcess
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 
 ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 
@@ -54,12 +56,41 @@ def sglang_router_argv(worker_urls: list[str], port: int, metrics_port: int, hos
 
 def sglang_router(worker_urls: list[str], host: str = "127.0.0.1", start_timeout_s: float = 60.0) -> ServerProcess:
     """A router process over `worker_urls` (not started), on free ports (fresh ones if another process takes
-    them first); `router_metrics_url(router)` is its Prometheus page once started."""
+    them first); `router_metrics_url(router)` is its Prometheus page once started.
+
+    Started means ready to route: the router's `/health` answers 200 before it has registered any worker (it
+    checks each worker's own /health first), and requests in between are answered 503 `no_available_workers`
+    (seen in CI under load: a custom reward's first calls failed and were retried). So readiness is read from
+    `/readiness`, 200 once a worker is registered and healthy; `wait_for_workers` waits for all of them."""
 
     def argv_on(port: int) -> list[str]:
         return sglang_router_argv(worker_urls, port, free_port(host), host)
 
-    return ServerProcess.on_free_port(argv_on, host=host, start_timeout_s=start_timeout_s)
+    return ServerProcess.on_free_port(argv_on, host=host, start_timeout_s=start_timeout_s, health_path="/readiness")
+
+
+def wait_for_workers(router: ServerProcess, count: int, timeout_s: float) -> None:
+    """Wait until the started `router` lists `count` healthy workers on `/workers` (ServerStartError after
+    `timeout_s`); a release without that page has only `/readiness`, which `start` waited for."""
+    deadline = time.monotonic() + timeout_s
+    healthy = 0
+    while True:
+        try:
+            page = http.get(router.url + "/workers", timeout_s=2.0)
+            if page.status == 404:
+                return
+            if page.status == 200:
+                healthy = sum(bool(w.get("is_healthy")) for w in json.loads(page.text).get("workers", []))
+                if healthy >= count:
+                    return
+        except (TransientError, ValueError, AttributeError):
+            pass
+        if time.monotonic() > deadline:
+            raise ServerStartError(
+                f"the SGLang router at {router.url} had {healthy} of its {count} workers registered and healthy after "
+                f"{timeout_s:g} s; its log ends: {router.log_tail()}"
+            )
+        time.sleep(0.1)
 
 
 def router_metrics_url(router: ServerProcess) -> str:

@@ -36,6 +36,7 @@ from rlrm.launch.fleet.router import (
     sglang_router,
     sglang_router_argv,
     sglang_router_available,
+    wait_for_workers,
 )
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -246,8 +247,9 @@ class ServerFleet:
                     self.pool.supervise(on_restart=self.on_restart)
                 )
             if use_router:
-                self.router = sglang_router(self.replica_urls)
+                self.router = sglang_router(self.replica_urls, start_timeout_s=spec.start_timeout_s)
                 await asyncio.to_thread(self.router.start)
+                await asyncio.to_thread(wait_for_workers, self.router, len(self.replica_urls), spec.start_timeout_s)
                 self.router_counters = RouterCounters(router_metrics_url(self.router), prefix=self.metrics_prefix)
         except BaseException:
             await self.close()

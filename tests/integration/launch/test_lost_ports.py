@@ -38,6 +38,17 @@ def test_a_server_that_lost_its_port_while_starting_starts_on_a_fresh_one(tiny_p
     assert line in capfd.readouterr().err
 
 
+def test_a_port_taken_before_the_launch_is_left_before_anything_starts(tiny_policy_path):
+    """Taken between picking and launching (a listener there): the server is launched on a fresh port at once,
+    never pointed at the other process's server, whose /health would be read as this one's."""
+    argv_on = _argv_on(str(tiny_policy_path))
+    with _bound() as taken:
+        taken.listen()
+        lost = taken.getsockname()[1]
+        with ServerProcess(argv_on(lost), port=lost, argv_on=argv_on) as server:
+            assert server.moves == [lost] and http.get(server.url + "/health", timeout_s=5).status == 200
+
+
 def test_the_router_moves_too_and_its_metrics_page_follows():
     def argv_on(port: int) -> list[str]:
         return sglang_router_argv(["http://127.0.0.1:9"], port, metrics_port, "127.0.0.1")
