@@ -58,6 +58,8 @@ class ReplicaBalancer:
         come one at a time always tie (none in flight anywhere): the first replica would get every one of them."""
         least = min(self.outstanding[u] for u in urls)
         tied = [u for u in urls if self.outstanding[u] == least]
+        if len(tied) == 1:
+            return tied[0]
         self._turn += 1
         return tied[self._turn % len(tied)]
 

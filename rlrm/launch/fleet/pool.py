@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from functools import partial
 from typing import Awaitable, Callable, Protocol
 
 from rlrm.launch.common import progress
+from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.backends import ReplicaLaunch
 from rlrm.launch.fleet.process import ServerProcess
 
@@ -88,7 +88,7 @@ class ServerPool:
         envs = [launch.env(i) for i in range(replicas)]
         self.servers: list[Replica]
         if placer is None:
-            self.servers = [ServerProcess.on_free_port(partial(launch.argv, "127.0.0.1"), env=env) for env in envs]
+            self.servers = [_on_free_port(launch, env) for env in envs]
         else:
             self.servers = placer.place(replicas, launch.argv, envs)
         self.role, self.backend = launch.role, launch.backend  # named in progress lines
@@ -182,3 +182,11 @@ class ServerPool:
         self._stopping = True
         for server in self.servers:
             server.stop()
+
+
+def _on_free_port(launch: ReplicaLaunch, env: dict) -> ServerProcess:
+    """A local replica on a free port, moved to a fresh one if another process takes it while it starts (its
+    command line is built once: a move changes only its --port)."""
+    port = free_port()
+    argv = launch.argv("127.0.0.1", port)
+    return ServerProcess.movable(argv, port=port, env=env)

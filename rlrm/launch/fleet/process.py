@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from rlrm.call_errors import TransientError
@@ -45,6 +46,12 @@ def cause_line(text: str) -> str | None:
                 cause += ": " + " ".join(x.strip() for x in lines[i + 1 : i + 3])
             return cause[:400]
     return None
+
+
+def with_port(argv: list[str], port: int) -> list[str]:
+    """`argv` with the value of its last `--port` replaced (a command line rlrm built, on another port)."""
+    i = len(argv) - 1 - argv[::-1].index("--port")
+    return [*argv[: i + 1], str(port), *argv[i + 2 :]]
 
 
 def embedded_server_argv(
@@ -142,6 +149,11 @@ class ServerProcess:
         port = free_port(host)
         return cls(argv_on(port), host=host, port=port, argv_on=argv_on, **kwargs)
 
+    @classmethod
+    def movable(cls, argv: list[str], **kwargs) -> "ServerProcess":
+        """A server on the port of its argv's `--port`, which rlrm picked: moved as `on_free_port` says."""
+        return cls(argv, argv_on=partial(with_port, argv), **kwargs)
+
     def start(self) -> "ServerProcess":
         """Launch and wait until healthy (stopping it again if it never gets there)."""
         self.launch()
@@ -208,8 +220,11 @@ class ServerProcess:
         """Launch the exited server again on a fresh port when another process took its port while it started
         (see the class); False when it may not move or died of something else."""
         argv_on = self._mover()
-        if argv_on is None or not _PORT_LOST.search(self._log_text()):
+        # its error line, or its last lines: an earlier line on a port of its own (a c10d store) is not the cause
+        said = f"{cause_line(self._log_text()) or ''} {self.log_tail()}"
+        if argv_on is None or not _PORT_LOST.search(said):
             return False
+        self.kill()  # what is left of its process group (an engine's workers): nothing outlives a move
         if self._log is not None:  # the dead process's lines: its cause is known and must not be read again
             self._log.truncate(0)
             self._log.seek(0)

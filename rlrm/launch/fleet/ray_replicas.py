@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.common.ports import free_port
-from rlrm.launch.fleet.process import ServerProcess, ServerStartError
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError, with_port
 from rlrm.launch.fleet.ray_release import release_ray
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -147,8 +148,15 @@ class RayReplica:
     def wait_ready(self) -> None:
         self._call("wait_ready", self.start_timeout_s)
         if not self._served:  # it may have moved to a fresh port while starting: read it before anyone uses the URL
-            self.port, self.argv = self._call("address", timeout_s=30.0)
-            self.url = f"http://{self.host}:{self.port}"
+            port, self.argv = self._call("address", timeout_s=30.0)
+            if port != self.port:  # said on the node too, where nobody reads it (log_to_driver is off)
+                print(
+                    f"rlrm: {self.where}: another process took port {self.port} before the server there bound it; "
+                    f"it started on port {port}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self.port, self.url = port, f"http://{self.host}:{port}"
             self._served = True
 
     def wait_listening(self) -> None:
@@ -280,8 +288,8 @@ class RayReplicas:
             wheres = ray.get([a.where.remote() for a in self.actors], timeout=self.spec.start_timeout_s)
             for i, (actor, (node_id, ip, port)) in enumerate(zip(self.actors, wheres)):
                 what = f"{self.section} replica {i} on node {ip} ({node_id[:12]})"
-                argv_on = partial(make_argv, ip)
-                servers.append(RayReplica(actor, node_id, ip, port, argv_on(port), envs[i], what, argv_on))
+                argv = make_argv(ip, port)  # built here, once: a move on the node changes only its --port
+                servers.append(RayReplica(actor, node_id, ip, port, argv, envs[i], what, partial(with_port, argv)))
             return servers
         except BaseException:
             self.close()

@@ -25,7 +25,7 @@ def disrm_server(random_disrm_path):
     argv = embedded_server_argv(
         str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1", "--api-key-env", "RLRM_API_KEY"]
     )
-    with ServerProcess(argv, env=env) as server:
+    with ServerProcess.movable(argv, env=env) as server:
         yield server
 
 

@@ -59,7 +59,7 @@ def test_ten_thousand_requests_at_512_concurrency(random_disrm_path):
     argv = embedded_server_argv(
         str(random_disrm_path), "disrm", free_port(), extra=["--threads", "1", "--max-batch", "64"]
     )
-    with ServerProcess(argv) as server:
+    with ServerProcess.movable(argv) as server:
         pid = server.proc.pid
         start_mb = _rss_mb(pid)
         warm = asyncio.run(_fire(server.url, WARMUP, 0))

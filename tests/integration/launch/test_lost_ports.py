@@ -5,11 +5,12 @@ port of a server its clients already know, is never moved: that stays an error n
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
 from rlrm.launch.common import http
-from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
+from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv, with_port
 from rlrm.launch.fleet.router import router_metrics_url, sglang_router_argv
 
 
@@ -89,3 +90,28 @@ def test_a_server_its_clients_know_restarts_on_its_own_port_or_not_at_all(tiny_p
         assert server.url == f"http://127.0.0.1:{port}" and http.get(server.url + "/health", timeout_s=5).status == 200
     finally:
         server.stop()
+
+
+# a server that dies of something else after a line about a port of its own (torch's c10d store warns so)
+DIES_OF_SOMETHING_ELSE = """
+import sys
+print("[W socket.cpp:464] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).")
+for i in range(6):
+    print(f"loading shard {i}")
+print("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_server_that_died_of_something_else_is_not_moved():
+    argv_on = lambda port: [sys.executable, "-c", DIES_OF_SOMETHING_ELSE, "--port", str(port)]  # noqa: E731
+    server = ServerProcess.on_free_port(argv_on, start_timeout_s=30)
+    with pytest.raises(ServerStartError, match="exited with code 1 while starting: RuntimeError: CUDA out of memory"):
+        server.start()
+    assert server.moves == []
+
+
+def test_a_move_changes_only_the_port_of_the_command_line():
+    argv = ["python", "-m", "rlrm.launch.server", "--port", "8001", "--threads", "1"]
+    assert with_port(argv, 9002) == ["python", "-m", "rlrm.launch.server", "--port", "9002", "--threads", "1"]
+    assert argv[4] == "8001"  # a copy

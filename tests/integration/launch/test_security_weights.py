@@ -153,7 +153,7 @@ def test_health_and_generate_answer_while_a_slow_load_runs(tiny_policy_path, tmp
     )
     argv = [sys.executable, "-c", SLOW_SERVER] + argv[3:]  # the same options, the load slowed down
     folder = WeightFiles(str(tmp_path)).write(_state(tiny_policy_path, 0.04), version=2)
-    with ServerProcess(argv) as proc:
+    with ServerProcess.movable(argv) as proc:
         answers = {}
         load = threading.Thread(target=lambda: answers.update(_load(proc.url, folder, version=2)))
         load.start()

@@ -102,7 +102,7 @@ def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp
 def test_a_replica_waiting_for_weights_serves_nothing_until_loaded(tiny_policy_path, shifted):
     extra = ["--threads", "1", "--wait-for-weights", "--weights-dir", str(shifted.parent)]
     argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)
-    server = ServerProcess(argv)
+    server = ServerProcess.movable(argv)
     server.launch()
     try:
         server.wait_listening()
@@ -167,7 +167,7 @@ def test_room_for_one_version_but_not_the_two_a_sync_holds_is_refused_at_the_fir
 def test_a_client_gone_mid_load_leaves_one_whole_version(tiny_policy_path, shifted):
     """Ctrl-C in the trainer while a replica loads: the replica serves the old weights or the new ones, never a mix."""
     argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=["--threads", "1"])
-    with ServerProcess(argv) as server:
+    with ServerProcess.movable(argv) as server:
         old = _generate(server.url)
         with pytest.raises(httpx.TimeoutException):  # the client gives up at once, as an interrupted trainer does
             httpx.post(
