@@ -19,6 +19,7 @@ from __future__ import annotations
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -51,6 +52,7 @@ def raise_rank_error(rank: int, node: str, method: str, kind: str, message: str)
 
 
 STARTING = ("setup", "address")  # the calls before a rank holds its shard of the models
+_PORT_TRIES = 3  # rendezvous ports tried before a lost one is the ranks' error
 
 
 def dead_rank_line(what: str, method: str) -> str:
@@ -90,11 +92,31 @@ class RankProcesses:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Start the ranks and wait (up to actor.collective_timeout_s) until each has its shard of the models."""
+        """Start the ranks and wait (up to actor.collective_timeout_s) until each has its shard of the models.
+
+        Their rendezvous port is free when picked, not when rank 0 binds it after the ranks' start: another process
+        that takes it between the two fails rank 0 with EADDRINUSE, and the ranks are started again on a fresh
+        port (at most `_PORT_TRIES` times), as a server that lost its port is (rlrm/launch/fleet/process.py)."""
+        for attempt in range(_PORT_TRIES):
+            port = free_port()
+            try:
+                self._start_on(port)
+                return
+            except RankError as exc:
+                if "EADDRINUSE" not in str(exc) or attempt == _PORT_TRIES - 1:
+                    raise
+                self.broken = None
+                print(
+                    f"rlrm: another process took port {port} before the actor ranks' rendezvous bound it; "
+                    "starting them again on a fresh one",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def _start_on(self, port: int) -> None:
         import torch.multiprocessing as mp
 
         timeout = self.spec.profile.actor.collective_timeout_s
-        port = free_port()
         short_socket_folder()  # tensors pass over a Unix socket: a long TMPDIR would fail every call
         ctx = mp.get_context("spawn")
         self._outbox = ctx.Queue()

@@ -167,3 +167,32 @@ def test_ranks_that_fail_their_setup_are_named_with_their_own_error(tmp_path):
     assert re.match(r"actor rank [01] on node \S+ failed in setup: \w+: ", line), line
     assert "died" not in line and str(missing) in line, line
     assert ranks.pids() == []  # closed: no rank left behind
+
+
+def test_ranks_whose_rendezvous_port_was_taken_start_again_on_a_fresh_one(tiny_policy_path, monkeypatch, capfd):
+    """The port the ranks' rendezvous was given is taken by another process before rank 0 binds it (as a server's
+    can be: rlrm/launch/fleet/process.py): rank 0 fails with EADDRINUSE, and the ranks start again on a fresh port."""
+    import socket
+
+    from rlrm.engine.actor.rank import RankSpec
+    from rlrm.engine.executor import rank_procs
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        lost = taken.getsockname()[1]
+        picks = iter([lost])
+        fresh = rank_procs.free_port
+        monkeypatch.setattr(rank_procs, "free_port", lambda: next(picks, None) or fresh())
+        profile = _profile(tiny_policy_path, MODES[0], 2)
+        ranks = rank_procs.RankProcesses(
+            RankSpec(profile, str(tiny_policy_path), None, world_size=2, device="cpu", threads=1)
+        )
+        try:
+            ranks.start()
+            assert len(ranks.pids()) == 2 and ranks.broken is None
+            assert len(ranks.call_all("address")) == 2  # they serve calls
+        finally:
+            ranks.close()
+    line = f"rlrm: another process took port {lost} before the actor ranks' rendezvous bound it; starting them again"
+    assert line in capfd.readouterr().err

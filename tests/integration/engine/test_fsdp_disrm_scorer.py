@@ -71,3 +71,24 @@ def test_world_size_two_gives_the_scores_of_world_size_one(spread_disrm_path, ar
     assert double.token_level.dtype == torch.bfloat16 and double.token_level.shape == single.token_level.shape
     # sharding splits parameters, never a sample's arithmetic: the same bits
     assert torch.equal(double.token_level, single.token_level)
+
+
+@pytest.mark.parametrize("world_size", [1, 2], ids=["in-process", "spawned"])
+def test_a_rendezvous_port_taken_before_rank_0_binds_it_is_left_for_a_fresh_one(
+    random_disrm_path, monkeypatch, capfd, world_size
+):
+    import socket
+
+    from rlrm.engine.rewards.fsdp_disrm import workers
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        lost = taken.getsockname()[1]
+        picks, fresh = iter([lost]), workers.free_port
+        monkeypatch.setattr(workers, "free_port", lambda: next(picks, None) or fresh())
+        cfg = LegacyConfig(str(random_disrm_path), dtype="fp32", pad_token_id=0, threads=1, world_size=world_size)
+        with LegacyWorkerGroup(cfg) as group:
+            out = group.score([[5, 6, 7, 8], [9, 10, 11]], [2, 1])
+    assert out.scores.shape == (2,)
+    assert f"rlrm: another process took port {lost} before the legacy DisRM ranks' rendezvous" in capfd.readouterr().err

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     import torch
 
     from rlrm.engine.rewards.fsdp_disrm.rank import LegacyRank
+
+
+_PORT_TRIES = 3  # rendezvous ports tried before a lost one is the ranks' error
 
 
 class LegacyScorerError(RlrmError):
@@ -75,8 +79,25 @@ class LegacyWorkerGroup:
         self.close()
 
     def start(self) -> None:
-        """Load and shard the model on every rank; return when all are ready."""
-        port = free_port()
+        """Load and shard the model on every rank; return when all are ready. A rendezvous port another process
+        took before rank 0 bound it (EADDRINUSE) is left for a fresh one, as the actor's ranks do
+        (rlrm/engine/executor/rank_procs.py)."""
+        for attempt in range(_PORT_TRIES):
+            port = free_port()
+            try:
+                self._start_on(port)
+                return
+            except Exception as exc:  # a spawned rank's LegacyScorerError, or torch's own error in this process
+                if "EADDRINUSE" not in str(exc) or attempt == _PORT_TRIES - 1:
+                    raise
+                print(
+                    f"rlrm: another process took port {port} before the legacy DisRM ranks' rendezvous bound it; "
+                    "starting them again on a fresh one",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def _start_on(self, port: int) -> None:
         try:
             if not self.spawn:
                 self._local = _init_rank(self.cfg, 0, port)
