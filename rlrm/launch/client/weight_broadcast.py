@@ -27,11 +27,11 @@ from urllib.parse import urlsplit
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.launch.client.wire import post_sync_call
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.common.weight_group import (
     GROUP,
     WeightGroup,
     dtype_name,
+    host_store,
     is_loopback,
     join_group,
     local_ip_towards,
@@ -67,14 +67,18 @@ class WeightBroadcast:
         if not members:
             return {}, None
         master = master_address(members)
-        port = free_port("127.0.0.1" if master == "127.0.0.1" else "")
         world = 1 + len(members)
+        try:
+            store = host_store(master, world, self.timeout_s)  # its port is the group's from now on
+        except (RolloutServerError, RuntimeError) as exc:  # a master that does not resolve; torch's own errors
+            return {}, f"{type(exc).__name__}: {exc}"
+        port = store.port
         calls = {
             u: self.wire.init_group(master, port, 1 + i, world, self.backend, GROUP) for i, u in enumerate(members)
         }
 
         def join() -> None:
-            self.group = join_group(master, port, 0, world, GROUP, self.backend, self.timeout_s)
+            self.group = join_group(master, port, 0, world, GROUP, self.backend, self.timeout_s, store=store)
 
         failures, error = self._during_calls(calls, join)
         if failures or error:

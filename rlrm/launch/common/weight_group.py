@@ -109,6 +109,19 @@ def resolve_master(host: str) -> None:
         ) from None
 
 
+def host_store(master_address: str, world_size: int, timeout_s: float) -> Any:
+    """Rank 0's TCPStore, listening on a port the OS picks (`.port`), for `join_group(..., store=)`: bound before
+    any member is told the port, so no other process can take it in between (a port picked free and bound later
+    can be, on a busy machine)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    resolve_master(master_address)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(master_address, 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+
+
 def join_group(
     master_address: str,
     master_port: int,
@@ -118,6 +131,7 @@ def join_group(
     backend: str,
     timeout_s: float,
     device: torch.device | str | None = None,
+    store: Any = None,
 ) -> WeightGroup:
     """Join (rank 0: host) a weight-update group; returns once every member joined.
 
@@ -128,6 +142,7 @@ def join_group(
         backend: gloo (CPU tensors) or nccl (CUDA tensors).
         timeout_s: bound on joining and on every broadcast.
         device: nccl only: the CUDA device this member's tensors live on.
+        store: rank 0's store from `host_store`, bound before the members were told its port (else made here).
 
     Raises:
         RolloutServerError: nccl without CUDA, an unknown backend, or a master host that does not resolve.
@@ -148,10 +163,11 @@ def join_group(
             "backend nccl needs CUDA on every member of the weight-update group; this process has "
             "none: use rollout.server.weight_sync_backend=gloo"
         )
-    resolve_master(master_address)  # torch's store retries a name that never resolves until the whole timeout
-    store = dist.TCPStore(
-        master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout, wait_for_workers=False
-    )
+    if store is None:
+        resolve_master(master_address)  # torch's store retries a name that never resolves until the whole timeout
+        store = dist.TCPStore(
+            master_address, master_port, world_size, is_master=(rank == 0), timeout=timeout, wait_for_workers=False
+        )
     prefixed = dist.PrefixStore(group_name, store)
     if backend == "gloo":
         opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private in torch's stubs: gloo's devices are set only here

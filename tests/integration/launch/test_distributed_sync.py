@@ -254,3 +254,21 @@ def test_a_failed_distributed_sync_shows_rlrm_s_line_and_no_c10d_warnings(tmp_pa
     assert not [line for line in lines if "c10d" in line or line.startswith("[W")], lines
     assert len(lines) == 1 and lines[0].startswith("error: rollout replica "), lines  # could not join, or refused
     assert not (tmp_path / "run").exists()
+
+
+def test_the_trainers_store_listens_before_any_replica_is_told_its_port():
+    """The group's port is the one the trainer's store already listens on (the OS picks it): no other process can
+    take it between the pick and the bind, as it could when a port picked free was bound later (issue seen with a
+    server's port in CI at 2002b91)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from rlrm.launch.common.ports import port_taken
+    from rlrm.launch.common.weight_group import host_store
+
+    store = host_store("127.0.0.1", world_size=2, timeout_s=5)
+    assert store.port > 0 and port_taken("127.0.0.1", store.port)
+    member = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False, timeout=datetime.timedelta(seconds=5))
+    member.set("hello", "trainer")
+    assert store.get("hello") == b"trainer"
