@@ -100,6 +100,7 @@ class RankWorker:
         self.spec = spec
         self.rank = -1
         self._actor: RankActor | None = None  # `actor`, built by setup()
+        self._store: Any = None  # the rendezvous store, on the rank that `address` was asked of
 
     @property
     def actor(self) -> RankActor:
@@ -109,11 +110,14 @@ class RankWorker:
         return self._actor
 
     def address(self) -> tuple[str, int]:
-        """This node's address and a free port on it (rank 0's is the rendezvous point)."""
+        """This node's address and the port of the rendezvous store this rank now holds (rank 0's is the ranks'
+        rendezvous point): the store listens on a port the OS picked, so no other process can take it between the
+        pick and `setup` (a port picked free and bound later can be lost on a busy node)."""
+        from rlrm.launch.common.weight_group import host_store
+
         host = _node_ip()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            return host, sock.getsockname()[1]
+        self._store = host_store(host, self.spec.world_size, self.spec.profile.actor.collective_timeout_s)
+        return host, self._store.port
 
     def setup(self, rank: int, local_rank: int, master: str, port: int) -> str:
         """Join the process group, load and shard the models, build the optimizer; returns this node's name."""
@@ -125,12 +129,17 @@ class RankWorker:
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)
         device = torch.device(f"cuda:{local_rank}") if spec.device == "cuda" else torch.device("cpu")
+        # rank 0 on Ray holds the store it named in `address` (under the prefix torch gives a tcp:// rendezvous's);
+        # the others, and local ranks, reach it by address
+        where: dict[str, Any] = {"init_method": f"tcp://{master}:{port}"}
+        if self._store is not None:
+            where = {"store": dist.PrefixStore("default_pg", self._store)}
         dist.init_process_group(
             "nccl" if spec.device == "cuda" else "gloo",
-            init_method=f"tcp://{master}:{port}",
             rank=rank,
             world_size=spec.world_size,
             timeout=timedelta(seconds=profile.actor.collective_timeout_s),
+            **where,
         )
         from torch.distributed.device_mesh import init_device_mesh
 

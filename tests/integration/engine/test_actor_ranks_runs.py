@@ -191,8 +191,21 @@ def test_ranks_whose_rendezvous_port_was_taken_start_again_on_a_fresh_one(tiny_p
         try:
             ranks.start()
             assert len(ranks.pids()) == 2 and ranks.broken is None
-            assert len(ranks.call_all("address")) == 2  # they serve calls
+            assert len(ranks.call_all("peak_memory_gb")) == 2  # they serve calls
         finally:
             ranks.close()
     line = f"rlrm: another process took port {lost} before the actor ranks' rendezvous bound it; starting them again"
     assert line in capfd.readouterr().err
+
+
+def test_a_ray_rank_0_holds_the_rendezvous_store_it_names(tiny_policy_path):
+    """On Ray, rank 0's `address` names the port of a store it already listens on (the OS picked it), and its setup
+    joins through that store: no other process can take the port in between (the ranks' run on a Ray cluster:
+    tests/integration/engine/test_actor_ranks_ray.py, slow)."""
+    from rlrm.engine.actor.rank import RankSpec, RankWorker
+    from rlrm.launch.common.ports import port_taken
+
+    profile = _profile(tiny_policy_path, MODES[0], 2)
+    worker = RankWorker(RankSpec(profile, str(tiny_policy_path), None, world_size=2, device="cpu", threads=1))
+    host, port = worker.address()
+    assert port_taken(host, port)
