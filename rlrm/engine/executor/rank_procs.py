@@ -19,7 +19,6 @@ from __future__ import annotations
 import queue
 import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from rlrm.engine.executor.mailbox import pack, receive, send, short_socket_folder
 from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.errors import TrainingError
-from rlrm.launch.common.ports import free_port
+from rlrm.launch.common.ports import on_fresh_ports
 
 # Seconds a failed call waits for a rank's exit to show, so a dead rank is named instead of the
 # survivor whose collective broke when it died.
@@ -52,7 +51,6 @@ def raise_rank_error(rank: int, node: str, method: str, kind: str, message: str)
 
 
 STARTING = ("setup", "address")  # the calls before a rank holds its shard of the models
-_PORT_TRIES = 3  # rendezvous ports tried before a lost one is the ranks' error
 
 
 def dead_rank_line(what: str, method: str) -> str:
@@ -96,26 +94,13 @@ class RankProcesses:
 
         Their rendezvous port is free when picked, not when rank 0 binds it after the ranks' start: another process
         that takes it between the two fails rank 0 with EADDRINUSE, and the ranks are started again on a fresh
-        port (at most `_PORT_TRIES` times), as a server that lost its port is (rlrm/launch/fleet/process.py)."""
-        for attempt in range(_PORT_TRIES):
-            port = free_port()
-            try:
-                self._start_on(port)
-                return
-            except RankError as exc:
-                if "EADDRINUSE" not in str(exc) or attempt == _PORT_TRIES - 1:
-                    raise
-                self.broken = None
-                print(
-                    f"rlrm: another process took port {port} before the actor ranks' rendezvous bound it; "
-                    "starting them again on a fresh one",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        port (at most 3 times), as a server that lost its port is (rlrm/launch/fleet/process.py)."""
+        on_fresh_ports(self._start_on, "the actor ranks' rendezvous")
 
     def _start_on(self, port: int) -> None:
         import torch.multiprocessing as mp
 
+        self.broken = None  # a start that lost its port to another process is not a break
         timeout = self.spec.profile.actor.collective_timeout_s
         short_socket_folder()  # tensors pass over a Unix socket: a long TMPDIR would fail every call
         ctx = mp.get_context("spawn")

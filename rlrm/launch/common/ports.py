@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
+from collections.abc import Callable
 
 from rlrm.errors import RlrmError
 
@@ -13,6 +15,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def on_fresh_ports(start_on: Callable[[int], None], what: str, tries: int = 3) -> None:
+    """`start_on(port)` on a port free now; again on a fresh one when it failed because another process took the
+    port before `what` bound it (EADDRINUSE in its error: torch's rendezvous), at most `tries` times in all."""
+    for attempt in range(tries):
+        port = free_port()
+        try:
+            return start_on(port)
+        except Exception as exc:  # noqa: BLE001 - judged by its text: a rank's error comes back as one
+            if "EADDRINUSE" not in str(exc) or attempt == tries - 1:
+                raise
+            print(
+                f"rlrm: another process took port {port} before {what} bound it; starting them again on a fresh one",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def port_taken(host: str, port: int) -> bool:

@@ -88,7 +88,8 @@ class ServerPool:
         envs = [launch.env(i) for i in range(replicas)]
         self.servers: list[Replica]
         if placer is None:
-            self.servers = [_on_free_port(launch, env) for env in envs]
+            # a move to a fresh port, should another process take this one first, changes only its --port
+            self.servers = [ServerProcess.movable(launch.argv("127.0.0.1", free_port()), env=env) for env in envs]
         else:
             self.servers = placer.place(replicas, launch.argv, envs)
         self.role, self.backend = launch.role, launch.backend  # named in progress lines
@@ -182,11 +183,3 @@ class ServerPool:
         self._stopping = True
         for server in self.servers:
             server.stop()
-
-
-def _on_free_port(launch: ReplicaLaunch, env: dict) -> ServerProcess:
-    """A local replica on a free port, moved to a fresh one if another process takes it while it starts (its
-    command line is built once: a move changes only its --port)."""
-    port = free_port()
-    argv = launch.argv("127.0.0.1", port)
-    return ServerProcess.movable(argv, port=port, env=env)

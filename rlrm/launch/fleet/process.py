@@ -220,9 +220,10 @@ class ServerProcess:
         """Launch the exited server again on a fresh port when another process took its port while it started
         (see the class); False when it may not move or died of something else."""
         argv_on = self._mover()
+        if argv_on is None:
+            return False
         # its error line, or its last lines: an earlier line on a port of its own (a c10d store) is not the cause
-        said = f"{cause_line(self._log_text()) or ''} {self.log_tail()}"
-        if argv_on is None or not _PORT_LOST.search(said):
+        if not _PORT_LOST.search(f"{cause_line(self._log_text()) or ''} {self.log_tail()}"):
             return False
         self.kill()  # what is left of its process group (an engine's workers): nothing outlives a move
         if self._log is not None:  # the dead process's lines: its cause is known and must not be read again

@@ -176,14 +176,15 @@ def test_ranks_whose_rendezvous_port_was_taken_start_again_on_a_fresh_one(tiny_p
 
     from rlrm.engine.actor.rank import RankSpec
     from rlrm.engine.executor import rank_procs
+    from rlrm.launch.common import ports
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         lost = taken.getsockname()[1]
         picks = iter([lost])
-        fresh = rank_procs.free_port
-        monkeypatch.setattr(rank_procs, "free_port", lambda: next(picks, None) or fresh())
+        fresh = ports.free_port
+        monkeypatch.setattr(ports, "free_port", lambda: next(picks, None) or fresh())
         profile = _profile(tiny_policy_path, MODES[0], 2)
         ranks = rank_procs.RankProcesses(
             RankSpec(profile, str(tiny_policy_path), None, world_size=2, device="cpu", threads=1)

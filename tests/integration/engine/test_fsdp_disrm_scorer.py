@@ -79,14 +79,14 @@ def test_a_rendezvous_port_taken_before_rank_0_binds_it_is_left_for_a_fresh_one(
 ):
     import socket
 
-    from rlrm.engine.rewards.fsdp_disrm import workers
+    from rlrm.launch.common import ports
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         lost = taken.getsockname()[1]
-        picks, fresh = iter([lost]), workers.free_port
-        monkeypatch.setattr(workers, "free_port", lambda: next(picks, None) or fresh())
+        picks, fresh = iter([lost]), ports.free_port
+        monkeypatch.setattr(ports, "free_port", lambda: next(picks, None) or fresh())
         cfg = LegacyConfig(str(random_disrm_path), dtype="fp32", pad_token_id=0, threads=1, world_size=world_size)
         with LegacyWorkerGroup(cfg) as group:
             out = group.score([[5, 6, 7, 8], [9, 10, 11]], [2, 1])

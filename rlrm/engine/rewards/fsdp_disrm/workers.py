@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import queue
-import sys
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -33,15 +32,12 @@ from rlrm.engine.executor.spawned import stop_spawned
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.errors import RlrmError
-from rlrm.launch.common.ports import free_port
+from rlrm.launch.common.ports import on_fresh_ports
 
 if TYPE_CHECKING:
     import torch
 
     from rlrm.engine.rewards.fsdp_disrm.rank import LegacyRank
-
-
-_PORT_TRIES = 3  # rendezvous ports tried before a lost one is the ranks' error
 
 
 class LegacyScorerError(RlrmError):
@@ -82,20 +78,7 @@ class LegacyWorkerGroup:
         """Load and shard the model on every rank; return when all are ready. A rendezvous port another process
         took before rank 0 bound it (EADDRINUSE) is left for a fresh one, as the actor's ranks do
         (rlrm/engine/executor/rank_procs.py)."""
-        for attempt in range(_PORT_TRIES):
-            port = free_port()
-            try:
-                self._start_on(port)
-                return
-            except Exception as exc:  # a spawned rank's LegacyScorerError, or torch's own error in this process
-                if "EADDRINUSE" not in str(exc) or attempt == _PORT_TRIES - 1:
-                    raise
-                print(
-                    f"rlrm: another process took port {port} before the legacy DisRM ranks' rendezvous bound it; "
-                    "starting them again on a fresh one",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        on_fresh_ports(self._start_on, "the legacy DisRM ranks' rendezvous")
 
     def _start_on(self, port: int) -> None:
         try:
