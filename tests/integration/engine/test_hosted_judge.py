@@ -257,8 +257,9 @@ def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
     tokens = sum(sum(used[:-1]) for _, used in waves)
     seconds = sum(accepted[-1][0] - accepted[0][0] for accepted, _ in waves)
     rate = tokens / seconds * 60.0
-    # holding the estimates (~100 tokens for ~40 used) would pace the API at ~0.4x its limit
-    assert 0.8 * TPM <= rate <= 1.1 * TPM, rate
+    # holding the estimates (~100 tokens for ~40 used) would pace the API at ~0.4x its limit; a loaded CI machine's
+    # round trips paced it at 0.667x once (at c3279fc; 0.8x or more alone), so the floor sits between the two
+    assert 0.6 * TPM <= rate <= 1.1 * TPM, rate
 
 
 def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():
