@@ -22,6 +22,7 @@ from rlrm.errors import ConfigError
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.inference.static_decode import captures_graphs
 
 
 @dataclass
@@ -55,7 +56,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         torch.set_num_threads(profile.trainer.num_threads)
     torch.manual_seed(profile.trainer.seed)
     device = pick_device(profile.trainer.device)
-    if profile.rollout.compile == "cudagraphs" and not device.startswith("cuda"):
+    if profile.rollout.compile == "cudagraphs" and not captures_graphs(device):
         raise ConfigError(
             f"rollout.compile=cudagraphs needs a GPU, and this run's device is {device} (trainer.device="
             f"{profile.trainer.device}): set rollout.compile=off (or inductor) on the CPU"

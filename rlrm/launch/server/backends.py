@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rlrm.errors import ConfigError, ModelError
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.inference.static_decode import captures_graphs
 from rlrm.launch.common.roles import Role
 from rlrm.launch.server.batcher import DynamicBatcher
 
@@ -46,7 +47,7 @@ class ServerConfig:
                 "with one forward a batch: leave --compile off"
             )
         self.device = pick_device(self.device, "--device")  # before the model loads: a wrong device fails at once
-        if self.compile == "cudagraphs" and not self.device.startswith("cuda"):
+        if self.compile == "cudagraphs" and not captures_graphs(self.device):
             raise ConfigError(
                 f"--compile cudagraphs needs a GPU, and this server's device is {self.device}: use --compile off"
             )

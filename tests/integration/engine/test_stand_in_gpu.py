@@ -7,8 +7,9 @@ the CPU and on the stand-in with the same seed, and the numbers agree: the stand
 takes the math kernel there, hence the tolerances: float rounding, 1e-5 relative). Under autocast the stand-in casts
 as CUDA does, not as the CPU does: those runs must finish with finite numbers.
 
-Not here: CUDA-only code (graphs, memory statistics, nccl ranks): the gpu tier (tests/gpu) on a real GPU; a run's
-servers in their own processes: test_stand_in_gpu_processes.py.
+Not here: CUDA-only code (memory statistics, nccl ranks): the gpu tier (tests/gpu) on a real GPU; a run's servers in
+their own processes: test_stand_in_gpu_processes.py. CUDA graphs run on the stand-in's own (stand_in_graphs.py):
+a run here, the decoder's rules in tests/unit/inference/test_cuda_graphs_on_the_stand_in.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 import torch
 from small_run import SMALL_RUN
 from stand_in_gpu import DEVICE, OPS, SYNCS, FakeGpuTensor, stand_in_gpu
+from stand_in_graphs import REPLAYS, stand_in_graphs
 
 import rlrm.engine.actor.logprobs as logprobs
 from rlrm.config.loader import load_profile
@@ -203,6 +205,21 @@ def test_a_run_on_the_stand_in_gives_the_cpus_numbers(tmp_path, monkeypatch, set
     _, on_cpu = _train(tmp_path, "cpu", settings)
     _, on_device = _train(tmp_path, "device", [*settings, "trainer.device=cuda"], on_device=True)
     _assert_same_numbers(on_cpu, on_device, SAME + ("actor/kl_loss", "val/accuracy"))
+
+
+def test_a_run_decoding_with_cuda_graphs_on_the_stand_in_gives_the_cpus_numbers(tmp_path, capfd):
+    """rollout.compile=cudagraphs, each decode step captured and replayed by the stand-in CUDA graph, against the
+    dynamic loop on the CPU (rollout.compile=off): the same tokens, so the same numbers up to float rounding."""
+    settings = ["trainer.val_every=2", "data.val_size=16"]
+    _, on_cpu = _train(tmp_path, "cpu", settings)
+    before = REPLAYS[0]
+    with stand_in_graphs():
+        _, on_device = _train(
+            tmp_path, "device", [*settings, "rollout.compile=cudagraphs", "trainer.device=cuda"], on_device=True
+        )
+    assert REPLAYS[0] - before > 20  # decoded by replays, not by a fallback to the eager step
+    assert "warning: rollout.compile" not in capfd.readouterr().err
+    _assert_same_numbers(on_cpu, on_device, SAME + ("val/accuracy",))
 
 
 def test_a_checkpoint_saved_on_the_stand_in_resumes_on_the_cpu(tmp_path):
