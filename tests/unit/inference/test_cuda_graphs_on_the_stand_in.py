@@ -16,7 +16,7 @@ import threading
 import pytest
 import torch
 from stand_in_gpu import DEVICE, SYNCS, stand_in_gpu
-from stand_in_graphs import REPLAYS, StandInGraph, stand_in_graphs
+from stand_in_graphs import StandInGraph, stand_in_graphs
 
 from rlrm.inference.decode import decode
 from rlrm.inference.static_decode import StaticDecoder
@@ -47,27 +47,66 @@ def test_a_replay_reads_its_inputs_where_the_capture_saw_them(graphs):
     x.copy_(torch.tensor([1.0, 2.0, 3.0]))  # written in place: the replay reads it
     graph.replay()
     assert out.cpu().tolist() == [3.0, 5.0, 7.0]
-    x = torch.zeros(3, device=graphs)  # a new tensor under the old name: the graph still reads the first
+    first, x = x, torch.zeros(3, device=graphs)  # a new tensor under the old name: the graph still reads the first
     graph.replay()
     assert out.cpu().tolist() == [3.0, 5.0, 7.0]
+    del first  # its memory freed: on CUDA the replay would read garbage
+    with pytest.raises(RuntimeError, match="freed since its capture"):
+        graph.replay()
 
 
-def test_a_replay_bakes_the_python_numbers_and_cpu_tensors_of_the_capture(graphs):
+def test_a_replay_bakes_the_python_numbers_and_scalar_operands_of_the_capture(graphs):
     x = torch.zeros(2, device=graphs)
-    step, on_host = [5], torch.tensor([10.0, 20.0])
-    graph, out = _capture(lambda x: x + step[0] + on_host.to(x.device), x)
-    step[0], on_host[:] = 6, 0.0
+    step, scale = [5], torch.tensor(3.0)  # a 0-dim CPU tensor: an op's scalar operand, read at launch
+    graph, out = _capture(lambda x: (x + step[0]) * scale, x)
+    step[0], scale.fill_(4.0)
+    x.fill_(1.0)
     graph.replay()
-    assert out.cpu().tolist() == [15.0, 25.0]
+    assert out.cpu().tolist() == [18.0, 18.0]
 
 
-def test_a_capture_writes_nothing_in_place_until_a_replay(graphs):
-    counter = torch.zeros(1, device=graphs)
-    graph, _ = _capture(lambda c: c.add_(1), counter)
-    assert counter.cpu().tolist() == [0.0]
+@pytest.mark.parametrize(
+    "copy",
+    [
+        lambda x: x + torch.tensor([1.0, 2.0]).to(x.device),
+        lambda x: x + torch.tensor([1.0, 2.0], device=x.device),
+        lambda x: x.copy_(torch.tensor([1.0, 2.0])),
+    ],
+    ids=["to", "tensor", "copy_"],
+)
+def test_host_data_copied_to_the_device_in_a_capture_is_refused(graphs, copy):
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        _capture(copy, torch.zeros(2, device=graphs))
+
+
+def test_a_capture_writes_nothing_in_place_and_its_factories_run_again_each_replay(graphs):
+    counter, x = torch.zeros(1, device=graphs), torch.tensor([1.0, 2.0, 3.0], device=graphs)
+
+    def step(counter, x):
+        counter.add_(1)
+        total = torch.zeros(3, device=x.device)  # made in the capture: zeros again on each replay
+        return total.add_(x)
+
+    graph, total = _capture(step, counter, x)
+    assert counter.cpu().tolist() == [0.0] and torch.isnan(total.cpu()).all()
     graph.replay()
     graph.replay()
-    assert counter.cpu().tolist() == [2.0]
+    assert counter.cpu().tolist() == [2.0] and total.cpu().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_host_read_on_another_thread_does_not_fail_a_capture(graphs):
+    """static_decode captures with capture_error_mode="thread_local": the trainer's thread goes on meanwhile."""
+    x, y = torch.ones(2, device=graphs), torch.ones(2, device=graphs)
+    other = threading.Thread(target=lambda: float(y.sum()))
+
+    def step(x):
+        other.start()
+        other.join()
+        return x + 1
+
+    graph, out = _capture(step, x)
+    graph.replay()
+    assert out.cpu().tolist() == [2.0, 2.0]
 
 
 @pytest.mark.parametrize("read", [lambda t: t.sum().item(), lambda t: bool(t.any()), lambda t: t.tolist()])
@@ -120,9 +159,7 @@ def test_weights_copied_in_place_reach_the_captured_step_and_moved_ones_get_a_ne
     with torch.inference_mode():
         decoder.decode(prompts, params, seeds, stops, 0, threading.Event(), True)
     graph, captured = decoder._buckets[(16, 64)].graph, decoder.captured  # 16 rows, then 8: two captures
-    with torch.no_grad():  # an update, as load_state_dict makes it on CUDA (the stand-in swaps: see stand_in_gpu)
-        for mine, new in zip(model.parameters(), tiny_qwen2(seed=1).parameters()):
-            mine.copy_(new)
+    model.load_state_dict(tiny_qwen2(seed=1).state_dict())  # an update: copied into the parameters in place
     with torch.inference_mode():
         expected = decode(model, prompts, params, seeds, stops, 0, threading.Event(), True)
         _assert_same(expected, decoder.decode(prompts, params, seeds, stops, 0, threading.Event(), True))
@@ -154,10 +191,10 @@ def test_a_step_that_reads_the_device_while_captured_decodes_uncompiled_saying_s
     assert err.count("capturing a decode step as a CUDA graph failed") == 1 and "stream is capturing" in err
 
 
-def test_a_decoder_that_rebinds_a_captured_input_samples_stale_tokens_on_the_stand_in(graphs, monkeypatch):
+def test_a_decoder_that_rebinds_a_captured_input_fails_on_the_stand_in(graphs, monkeypatch):
     """The fault the stand-in is for: a step's input buffer rebound to a new tensor (here the token ids, each step)
-    instead of written in place. The graph goes on reading the buffer it captured, as on CUDA, so the tokens fed
-    are stale and the rows sample other tokens than the dynamic loop's."""
+    instead of written in place. The graph goes on reading the buffer it captured, whose memory is freed once
+    nothing else holds it: on CUDA the rows decode from stale or garbage tokens, here the replay raises."""
     step = StaticDecoder._step
 
     def rebinding(self, bucket):
@@ -167,10 +204,8 @@ def test_a_decoder_that_rebinds_a_captured_input_samples_stale_tokens_on_the_sta
     monkeypatch.setattr(StaticDecoder, "_step", rebinding)
     model = tiny_qwen2().to(graphs)
     prompts, params, seeds = _mixed_batch()
-    before = REPLAYS[0]
-    decoder, dynamic, static = _decode_both(model, "cudagraphs", prompts, params, seeds, [[]] * len(prompts))
-    assert decoder.captured == 2 and REPLAYS[0] > before
-    assert [row[0] for row in static] != [row[0] for row in dynamic]
+    with pytest.raises(RuntimeError, match="freed since its capture"):
+        _decode_both(model, "cudagraphs", prompts, params, seeds, [[]] * len(prompts))
 
 
 def test_a_servers_sleep_and_wake_drop_the_graphs_and_its_next_batch_captures_again(graphs):
@@ -194,9 +229,7 @@ def test_a_servers_sleep_and_wake_drop_the_graphs_and_its_next_batch_captures_ag
             assert slept["moved_bytes"] > 0 and next(engine.model.parameters()).device.type == "cpu"
             assert not engine._static._buckets  # dropped before the weights moved
             await state.wake_up()
-            with torch.no_grad():  # new weights after the wake, copied in place as an update copies them
-                for mine, new in zip(engine.model.parameters(), tiny_qwen2(seed=1).parameters()):
-                    mine.copy_(new)
+            engine.update_weights(tiny_qwen2(seed=1).state_dict(), version=1)  # after the wake: copied in place
             return captured, await engine.generate_many(prompts, params)
         finally:
             await engine.close()
