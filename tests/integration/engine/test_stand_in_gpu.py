@@ -207,11 +207,11 @@ def test_a_run_on_the_stand_in_gives_the_cpus_numbers(tmp_path, monkeypatch, set
     _assert_same_numbers(on_cpu, on_device, SAME + ("actor/kl_loss", "val/accuracy"))
 
 
-@pytest.mark.parametrize("mode", ["sync", "fully-async"])
+@pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
 def test_a_run_decoding_with_cuda_graphs_on_the_stand_in_gives_the_cpus_numbers(tmp_path, capfd, mode):
     """rollout.compile=cudagraphs, each decode step captured and replayed by the stand-in CUDA graph, against the
-    dynamic loop on the CPU (rollout.compile=off): the same tokens, so the same numbers up to float rounding. In
-    fully-async the rollout thread captures and replays while the trainer's thread updates."""
+    dynamic loop on the CPU (rollout.compile=off): the same tokens, so the same numbers up to float rounding. In the
+    overlapping modes the rollout thread captures and replays while the trainer's thread updates."""
     settings = ["trainer.val_every=2", "data.val_size=16", f"trainer.mode={mode}"]
     _, on_cpu = _train(tmp_path, "cpu", settings)
     before = REPLAYS[0]
