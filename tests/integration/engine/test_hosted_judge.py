@@ -227,7 +227,9 @@ def test_usage_corrects_the_token_budget_up_to_the_limit():
         rate = token_rate(api)
     assert not api.throttled and metrics["reward/defaulted"] == 0
     assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(8)]
-    assert 0.8 * tpm <= rate <= 1.1 * tpm, rate  # holding the estimates would pace it at ~0.4x
+    # holding the estimates would pace it at ~0.4x; a loaded CI machine's round trips paced it at 0.746x once (at
+    # 8c99c51), so the floor sits between the two, as in the test below
+    assert 0.6 * tpm <= rate <= 1.1 * tpm, rate
 
 
 def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
