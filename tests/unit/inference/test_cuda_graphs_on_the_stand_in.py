@@ -21,7 +21,8 @@ from stand_in_graphs import StandInGraph, stand_in_graphs
 from rlrm.inference.decode import decode
 from rlrm.inference.static_decode import StaticDecoder
 from tests.unit.inference.conftest import tiny_qwen2
-from tests.unit.inference.test_static_decode import _assert_same, _mixed_batch
+from tests.unit.inference.test_hf import generate, make_engine
+from tests.unit.inference.test_static_decode import _assert_same, _both, _mixed_batch
 
 
 @pytest.fixture
@@ -125,10 +126,7 @@ def test_the_host_cannot_read_the_device_while_capturing(graphs, read):
 
 def _decode_both(model, backend, prompts, params, seeds, stops):
     decoder = StaticDecoder(model, backend, max_batch_size=64)
-    with torch.inference_mode():
-        dynamic = decode(model, prompts, params, seeds, stops, 0, threading.Event(), True)
-        static = decoder.decode(prompts, params, seeds, stops, 0, threading.Event(), True)
-    return decoder, dynamic, static
+    return decoder, *_both(model, decoder, prompts, params, seeds, stops)
 
 
 def test_captured_decode_steps_sample_what_the_dynamic_loop_samples(graphs, capsys):
@@ -213,10 +211,9 @@ def test_a_servers_sleep_and_wake_drop_the_graphs_and_its_next_batch_captures_ag
     their old memory are dropped, and the first batch after the wake captures anew: it samples with the weights
     loaded after the wake, as the dynamic loop does."""
     from rlrm.inference.base import SamplingParams
-    from rlrm.inference.hf import HFRolloutEngine
     from rlrm.launch.server.sleep import SleepState
 
-    engine = HFRolloutEngine(tiny_qwen2().to(graphs), eos_token_ids=[], pad_token_id=0, compile="cudagraphs")
+    engine = make_engine(tiny_qwen2().to(graphs), compile="cudagraphs")
     state = SleepState(engine.model, engine._lock, str(graphs), engine.release_compiled)
     prompts = [[5, 9, 12, 3]] * 4 + [[7, 3]] * 4
     params = [SamplingParams(max_new_tokens=10, temperature=1.0, seed=s) for s in range(8)]
@@ -236,14 +233,6 @@ def test_a_servers_sleep_and_wake_drop_the_graphs_and_its_next_batch_captures_ag
 
     captured, after = asyncio.run(go())
     assert captured == 1 and engine._static.captured == 2
-    dynamic = HFRolloutEngine(engine.model, eos_token_ids=[], pad_token_id=0)  # the dynamic loop, the same weights
-
-    async def expected():
-        try:
-            return await dynamic.generate_many(prompts, params)
-        finally:
-            await dynamic.close()
-
-    for want, got in zip(asyncio.run(expected()), after):
+    for want, got in zip(generate(make_engine(engine.model), prompts, params), after):  # the dynamic loop
         assert got.token_ids == want.token_ids
         assert got.log_probs == pytest.approx(want.log_probs, abs=1e-5)
