@@ -87,10 +87,16 @@ def test_at_the_limit_no_429_and_throughput_near_it():
     assert not api.throttled and metrics["reward/rate_limited"] == 0
     assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(24)]
     # the readiness probe is the first request the stand-in let in; the 24 judge calls follow
-    rate = (len(times) - 2) / (times[-1] - times[1]) * 60.0  # requests per minute over the scoring
-    # within 10% of the limit (the stand-in's own 429s are the hard check: arrival jitter of the first and last
-    # request moves a rate measured over a few seconds by a few percent either way)
-    assert 0.9 * rpm <= rate <= rpm * 1.1, rate
+    calls = times[1:]
+    rate = (len(calls) - 1) / (calls[-1] - calls[0]) * 60.0  # requests per minute over the scoring
+    assert rate <= rpm * 1.1, rate
+    # the pace the limiter sets: the median gap between calls is its spacing, 60/rpm, within 10%. The median, not
+    # the mean: a starved CPU wakes a worker after its slot, which gives the slot back (limits.LATE_S), and each such
+    # stall lowers the rate over the whole scoring (CI beside the vLLM tests read 0.88x) without moving the median.
+    # A limiter that spaces calls wider than it must (or serializes them behind the answers) moves the median.
+    gaps = sorted(b - a for a, b in zip(calls, calls[1:]))
+    median = gaps[len(gaps) // 2]
+    assert 0.9 * 60.0 / rpm <= median <= 1.1 * 60.0 / rpm, (median, gaps)
     assert metrics["reward/model_calls"] == 24 and metrics["reward/defaulted"] == 0
     assert metrics["reward/throttle_wait_s"] > 0  # the limiter paced them, and said so
 
@@ -203,6 +209,14 @@ def token_rate(api: StandinOpenAIAPI) -> float:
     return sum(api.accepted_tokens[1:-1]) / (times[-1] - times[1]) * 60.0
 
 
+def median_pace(accepted, tokens) -> float:
+    """The median over consecutive requests of the tokens per minute each gap paid for: the request's tokens over
+    the gap to the next. The limiter's pace, where the mean is not: a starved CPU that wakes a worker late stretches
+    a few gaps, and lowers a rate over the whole scoring, without moving the median."""
+    rates = sorted(used / (b[0] - a[0]) * 60.0 for a, b, used in zip(accepted, accepted[1:], tokens))
+    return rates[len(rates) // 2]
+
+
 def test_at_the_token_limit_no_429_and_every_sample_scored():
     # many samples in flight at once: each takes its slot of the token schedule at its estimate (max_tokens 64 plus
     # its prompt at 4 characters a token), so the API sees fewer tokens than its limit, never more
@@ -225,11 +239,14 @@ def test_usage_corrects_the_token_budget_up_to_the_limit():
         cfg = config(api, limits={"tpm": tpm, "max_concurrent": 1}, genrm={"max_tokens": 64})
         results, metrics = score(cfg, samples(8))
         rate = token_rate(api)
+        pace = median_pace(api.accepted[1:], api.accepted_tokens[1:])
     assert not api.throttled and metrics["reward/defaulted"] == 0
     assert [r.score for r in results] == [1.0 if i % 2 == 0 else 0.0 for i in range(8)]
-    # holding the estimates would pace it at ~0.4x; a loaded CI machine's round trips paced it at 0.746x once (at
-    # 8c99c51), so the floor sits between the two, as in the test below
-    assert 0.6 * tpm <= rate <= 1.1 * tpm, rate
+    # holding the estimates paces it at 0.39x (measured, the correction in RateLimiter.release off); a quiet machine
+    # at 1.00x. Over the whole scoring a loaded CI machine's round trips read 0.746x once (at 8c99c51): the floor is
+    # on the median pace, which those stalls leave alone
+    assert rate <= 1.1 * tpm, rate
+    assert 0.8 * tpm <= pace, pace / tpm
 
 
 def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
@@ -259,9 +276,12 @@ def test_in_flight_samples_hold_what_recent_answers_used_not_their_estimates():
     tokens = sum(sum(used[:-1]) for _, used in waves)
     seconds = sum(accepted[-1][0] - accepted[0][0] for accepted, _ in waves)
     rate = tokens / seconds * 60.0
-    # holding the estimates (~100 tokens for ~40 used) would pace the API at ~0.4x its limit; a loaded CI machine's
-    # round trips paced it at 0.667x once (at c3279fc; 0.8x or more alone), so the floor sits between the two
-    assert 0.6 * TPM <= rate <= 1.1 * TPM, rate
+    pace = min(median_pace(accepted, used) for accepted, used in waves)
+    # holding the estimates (~100 tokens for ~40 used) paces each wave at 0.40x its limit (measured, with
+    # MeteredBalancer.charge returning the estimate); a quiet machine at 0.95x. Over the waves a loaded CI machine's
+    # round trips read 0.667x once (at c3279fc): the floor is on each wave's median pace, which those stalls leave alone
+    assert rate <= 1.1 * TPM, rate
+    assert 0.8 * TPM <= pace, pace / TPM
 
 
 def test_without_token_limits_the_stand_in_refuses_and_nothing_is_defaulted():
