@@ -151,8 +151,7 @@ class ActorConfig(Section):
             "than that whose float32 logits would exceed 256 MiB (a 152k-token vocabulary reaches it at 442 "
             "positions), each chunk's logits made again in the "
             "backward pass instead of kept: one more LM-head forward per chunk, and the largest activations of a "
-            "step gone. 0: whole. In the trainer process, for Llama, Qwen2/3 and Mistral models; FSDP2 ranks run "
-            "the head whole."
+            "step gone. 0: whole. For Llama, Qwen2/3 and Mistral models, in the trainer process and on FSDP2 ranks."
         ),
     )
     clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip range below 1.")

@@ -14,7 +14,10 @@ With `chunk_tokens`, the LM head runs on `chunk_tokens` response positions at a 
 recomputed in the backward pass instead of kept (activation checkpointing of the head alone): a micro-batch
 holds one chunk's [n, V] logits instead of all [b, R, V] of them, for a vocabulary of 152k tokens (Qwen2.5) the
 largest tensors of the step, at the price of one more LM-head forward per chunk. Only where the logits are the
-head's output and nothing more (`CHUNKABLE`: Llama, Qwen2/3, Mistral, not FSDP-wrapped); elsewhere, whole.
+head's output and nothing more (`CHUNKABLE`: Llama, Qwen2/3, Mistral); elsewhere, whole. The hidden states come
+from the model's own forward with its head passing them through, so an FSDP2-sharded model gathers its root's
+shards (embeddings, norm, head) and arms their gradient reduction as for the whole head; the root stays gathered
+until its backward pass, which reduces the chunks' head gradient with the rest.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def response_log_probs(
             forward passes whatever its rows (their collectives must line up); False never does.
         chunk_tokens: run the LM head on this many response positions at a time, recomputing each chunk's logits
             in the backward pass (0: all at once), in micro-batches whose float32 logits would exceed
-            `chunk_above_bytes`. Models outside `CHUNKABLE` and FSDP-wrapped ones run it whole.
+            `chunk_above_bytes`. Models outside `CHUNKABLE` run it whole.
         chunk_above_bytes: the size of a micro-batch's float32 logits [b, R, V] from which it is chunked (None:
             `WHOLE_BELOW_BYTES`).
 
@@ -75,15 +78,16 @@ def response_log_probs(
     """
     temperature = temperature if temperature > 0 else 1.0
     keep_kw = _logits_to_keep_kwarg(model)
-    parts = _decoder_and_head(model) if chunk_tokens > 0 else None
+    head = _plain_head(model) if chunk_tokens > 0 else None
     above = WHOLE_BELOW_BYTES if chunk_above_bytes is None else chunk_above_bytes
     outs, ents = [], []
     for start in range(0, len(batch), micro_batch_size):
         mb = batch.select(torch.arange(start, min(start + micro_batch_size, len(batch))))
         targets = mb.input_ids[:, -mb.response_length :]  # [b, R]
-        if parts is not None and targets.numel() > chunk_tokens and _logit_bytes(parts[1], targets) > above:
-            decoder, head = parts
-            hidden = _response_logits(decoder, mb, None, share_prompts, field="last_hidden_state")  # [b, R, H]
+        if head is not None and targets.numel() > chunk_tokens and _logit_bytes(head, targets) > above:
+            with _passing_through(head):
+                hidden = _response_logits(model, mb, keep_kw, share_prompts)  # [b, R, H]
+            _keep_root_gathered(model)
             lp, ent = _chunked_head(head, hidden, targets, temperature, with_entropy, entropy_grad, chunk_tokens)
         else:
             logits = _response_logits(model, mb, keep_kw, share_prompts)  # [b, R, V]
@@ -110,13 +114,19 @@ def _chunked_head(head, hidden, targets, temperature: float, with_entropy: bool,
     are recomputed in the backward pass rather than kept (the head's weight gradient adds up over the chunks)."""
     rows, width = targets.shape
     flat_hidden, flat_targets = hidden.reshape(rows * width, -1), targets.reshape(rows * width)
+    keep = torch.is_grad_enabled()
+    weight = head.weight
+    # A bf16 or fp16 weight (pure precision, or FSDP2's gathered head under mixed precision) would add its gradient
+    # up over the chunks in its own precision: the chunks cast one float32 copy instead, whose gradient adds up in
+    # float32 and is rounded once, as autocast's uncached casts do below for a float32 weight. It costs that copy
+    # (Qwen2.5-0.5B's head: 0.54 GB) for the backward pass.
+    master = weight.float() if keep and weight.requires_grad and weight.dtype != torch.float32 else None
 
     def one(h, t):
         with _uncached_autocast(h.device.type):
-            logits = head(h)
+            logits = head(h) if master is None else torch.nn.functional.linear(h, master.to(weight.dtype))
         return _head_log_probs(logits, t, temperature, with_entropy, entropy_grad)
 
-    keep = torch.is_grad_enabled()
     outs, ents = [], []
     for h, t in zip(flat_hidden.split(chunk), flat_targets.split(chunk)):  # one SplitBackward, not a slice each
         lp, ent = checkpoint(one, h, t, use_reentrant=False, preserve_rng_state=False) if keep else one(h, t)
@@ -138,30 +148,48 @@ def _logit_bytes(head, targets) -> int:
     return targets.numel() * head.out_features * 4
 
 
-def _decoder_and_head(model):
-    """(decoder, lm_head) of a causal LM whose logits are exactly lm_head(decoder's last hidden state); None for
-    other models and FSDP-wrapped ones (their root parameters are gathered by the whole model's forward only)."""
-    sharded = None  # FSDP2's class of sharded modules (torch >= 2.6 has it here; rlrm's ranks need that torch)
+def _plain_head(model) -> torch.nn.Linear | None:
+    """The LM head of a causal LM whose logits are exactly lm_head(last hidden state); None for other models."""
+    if getattr(getattr(model, "config", None), "model_type", None) not in CHUNKABLE:
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if type(head) is not torch.nn.Linear or head.bias is not None:
+        return None
+    return head
+
+
+def _keep_root_gathered(model) -> None:
+    """An FSDP2 model's root shards (the head among them) gathered until its backward pass reshards them: its
+    forward may have resharded them already (`reshard_after_forward`), and the chunks use the head after it, in
+    this forward and again in the backward pass before the root's own backward gathers them. A no-op elsewhere."""
     try:
-        import torch.distributed.fsdp as fsdp
-
-        sharded = getattr(fsdp, "FSDPModule", None)
-    except ImportError:  # a torch without distributed support: nothing can be sharded
-        pass
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) not in CHUNKABLE or (sharded is not None and isinstance(model, sharded)):
-        return None
-    if not hasattr(model, "get_decoder") or not hasattr(model, "get_output_embeddings"):
-        return None
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    if decoder is None or type(head) is not torch.nn.Linear or head.bias is not None:
-        return None
-    return decoder, head
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without distributed support: nothing is sharded
+        return
+    if isinstance(model, FSDPModule):
+        model.unshard()
 
 
-def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None, field: str = "logits"):
-    """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1); with
-    `field="last_hidden_state"` and a decoder for `model`, their hidden states [b, R, H] instead.
+@contextlib.contextmanager
+def _passing_through(head: torch.nn.Linear):
+    """The model's forward with `head` returning its input: its `.logits` are the last hidden states. The model is
+    the actor's own (the rollout engine holds a copy), run by one thread: nothing else calls it meanwhile."""
+    # an instance attribute: nn.Module.__call__ finds it before the class's forward (and its hooks still run)
+    head.forward = _identity  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def _identity(hidden: torch.Tensor) -> torch.Tensor:
+    # a copy, not the view the forward hands the head ([:, -keep:]): FSDP2 warns on every forward whose output is a
+    # view (an in-place op on it would drop its backward hook); [b, R, H] is small beside the logits it replaces
+    return hidden.clone()
+
+
+def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None):
+    """Logits [b, R, V] of the positions that predict the response tokens (position t predicts t + 1).
 
     Rows that share a prompt (a GRPO group) run it once (see `rlrm.inference.kv_cache`).
     """
@@ -172,7 +200,7 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
     first = min(first, width_p - 1)
     index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
     if share or (share is None and len(index) < len(mb)):
-        logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw, field)
+        logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw)
         if logits is not None:
             return logits
     width_r = mb.response_length
@@ -183,11 +211,11 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
         position_ids=mb.position_ids[:, first:],
         use_cache=False,
         **extra,
-    )[field]
+    ).logits
     return logits[:, -width_r - 1 : -1, :]
 
 
-def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw, field: str = "logits"):
+def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw):
     """`_response_logits` with each distinct prompt run once; None when the model's cache cannot be shared."""
     width_p, width_r = mb.prompt_length, mb.response_length
     prompt = slice(first, width_p)
@@ -201,7 +229,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
     past = cache_of(out)
     if past is None or not rows_selectable(past):
         return None
-    head = out[field][:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
+    head = out.logits[:, -1:, :][inverse]  # [b, 1, V]: a prompt's last position predicts response token 0
     if width_r == 1:
         return head
     past.batch_select_indices(inverse)
@@ -214,7 +242,7 @@ def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, k
         use_cache=True,
         **({keep_kw: width_r - 1} if keep_kw else {}),
     )
-    return torch.cat([head, out[field][:, -(width_r - 1) :, :]], dim=1)
+    return torch.cat([head, out.logits[:, -(width_r - 1) :, :]], dim=1)
 
 
 def _logits_to_keep_kwarg(model) -> str | None:

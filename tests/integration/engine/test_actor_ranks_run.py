@@ -73,7 +73,7 @@ def test_resume_at_two_ranks_equals_an_uninterrupted_run_and_a_changed_world_siz
     raw["actor"]["world_size"] = 1
     raw["trainer"]["total_steps"] = 6
     config.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"written by 2 actor ranks.*actor\.world_size=1.*actor\.world_size=2"):
+    with pytest.raises(ConfigError, match=r"written by 2 actor rank\(s\).*actor\.world_size=1.*actor\.world_size=2"):
         train(part)
     assert len(_rows(part)) == 4  # nothing written by the refused run
 
