@@ -2,6 +2,7 @@
 
     python benchmarks/logits_memory.py [--rows 16] [--response 256] [--chunks 0,2048,512] [--pairs 3]
     python benchmarks/logits_memory.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --rows 16 --response 512
+    python benchmarks/logits_memory.py --fsdp [...]   # the model sharded as an actor rank shards it (world size 1)
 
 A random Qwen2 with Qwen2.5's vocabulary (151,936 tokens; `--hidden`, `--layers` small by default, so the
 logits dominate as they do at 0.5B; `--shape qwen2.5-0.5b` for that model's own shape, 494 M parameters),
@@ -9,6 +10,9 @@ a micro-batch of `--rows` samples in groups of 8 sharing a prompt,
 `--response` tokens each: `rlrm.engine.actor.logprobs.response_log_probs` with gradients, then a backward pass
 through a loss of the log-probs and entropy, as the actor's update runs it (`actor.logits_chunk_tokens`;
 as there, a micro-batch whose float32 logits stay under 256 MiB runs the head whole whatever the setting).
+With `--fsdp` the model is FSDP2-sharded as `actor.strategy: fsdp2` shards it on one rank (a process group of
+one: gloo on the CPU, nccl on CUDA; under `--dtype bfloat16` on CUDA, FSDP2's bf16 mixed precision in place of
+autocast, as the ranks run).
 
 Each setting runs in its own process (peak memory is a process's high-water mark): on the CPU, the rise of the
 resident set over the process's size before the pass (ru_maxrss); on CUDA, torch.cuda.max_memory_allocated
@@ -45,6 +49,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="autocast dtype on the device (float32: none)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--fsdp", action="store_true", help="shard the model as an actor rank does (world size 1)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
@@ -55,6 +60,7 @@ def main() -> None:
         chunks.insert(0, 0)
     logit_gb = args.rows * args.response * args.vocab * 4 / 1e9
     model = f"shape {args.shape}" if args.shape else f"hidden {args.hidden}, {args.layers} layers"
+    model += ", FSDP2 (one rank)" if args.fsdp else ""
     print(
         f"{args.rows} rows x ({args.prompt} + {args.response}) tokens, vocab {args.vocab:,}, {model}, "
         f"{args.device}, {args.dtype}: float32 logits of the micro-batch {logit_gb:.2f} GB",
@@ -92,7 +98,8 @@ def report(chunks: list[int], runs: dict[int, list[dict]]) -> None:
 def _forwarded(args) -> list[str]:
     names = ("rows", "prompt", "response", "hidden", "layers", "vocab", "repeats", "device", "dtype", "threads")
     shape = ["--shape", args.shape] if args.shape else []
-    return [item for name in names for item in (f"--{name}", str(getattr(args, name)))] + shape
+    fsdp = ["--fsdp"] if args.fsdp else []
+    return [item for name in names for item in (f"--{name}", str(getattr(args, name)))] + shape + fsdp
 
 
 def worker(args, chunk: int) -> dict:
@@ -111,6 +118,8 @@ def worker(args, chunk: int) -> dict:
     device = torch.device(args.device)
     model = shaped_qwen2(args.shape, args.vocab) if args.shape else random_qwen2(args.vocab, args.hidden, args.layers)
     model = model.to(device).train()
+    if args.fsdp:
+        model = _sharded(model, device, args.dtype)
     generator = torch.Generator().manual_seed(0)
     completions = []
     for row in range(args.rows):
@@ -120,7 +129,7 @@ def worker(args, chunk: int) -> dict:
     batch = collate(completions, pad_token_id=0).to(device)
     autocast = (
         contextlib.nullcontext()
-        if args.dtype == "float32"
+        if args.dtype == "float32" or (args.fsdp and device.type == "cuda")  # the ranks' mixed precision instead
         else torch.autocast(device.type, dtype=getattr(torch, args.dtype))
     )
 
@@ -155,6 +164,21 @@ def worker(args, chunk: int) -> dict:
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
     return {"peak_gb": peak / 1e9, "seconds": statistics.median(seconds), "log_probs": log_probs[0, :64].tolist()}
+
+
+def _sharded(model, device, dtype: str):
+    """`model` FSDP2-sharded as `rlrm.engine.actor.rank.shard_model` shards an actor rank's, on a world of one."""
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from rlrm.engine.actor.rank import shard_model
+
+    store = dist.FileStore(str(Path(tempfile.mkdtemp(prefix="logits_memory_")) / "store"), 1)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=0, world_size=1)
+    shard_model(model, init_device_mesh(device.type, (1,)), device.type, dtype)
+    return model
 
 
 def _rss_bytes() -> int:
