@@ -16,8 +16,8 @@ holds one chunk's [n, V] logits instead of all [b, R, V] of them, for a vocabula
 largest tensors of the step, at the price of one more LM-head forward per chunk. Only where the logits are the
 head's output and nothing more (`CHUNKABLE`: Llama, Qwen2/3, Mistral); elsewhere, whole. The hidden states come
 from the model's own forward with its head passing them through, so an FSDP2-sharded model gathers its root's
-shards (embeddings, norm, head) and arms their gradient reduction as for the whole head; the root stays gathered
-until its backward pass, which reduces the chunks' head gradient with the rest.
+shards (embeddings, norm, head) and arms their gradient reduction as for the whole head; the root is gathered for
+the chunks (under autograd until its backward pass, which reduces the chunks' head gradient with the rest).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def response_log_probs(
         if head is not None and targets.numel() > chunk_tokens and _logit_bytes(head, targets) > above:
             with _passing_through(head):
                 hidden = _response_logits(model, mb, keep_kw, share_prompts)  # [b, R, H]
-            _keep_root_gathered(model)
-            lp, ent = _chunked_head(head, hidden, targets, temperature, with_entropy, entropy_grad, chunk_tokens)
+            with _root_gathered(model, head):
+                lp, ent = _chunked_head(head, hidden, targets, temperature, with_entropy, entropy_grad, chunk_tokens)
         else:
             logits = _response_logits(model, mb, keep_kw, share_prompts)  # [b, R, V]
             lp, ent = _head_log_probs(logits, targets, temperature, with_entropy, entropy_grad)
@@ -158,16 +158,29 @@ def _plain_head(model) -> torch.nn.Linear | None:
     return head
 
 
-def _keep_root_gathered(model) -> None:
-    """An FSDP2 model's root shards (the head among them) gathered until its backward pass reshards them: its
-    forward may have resharded them already (`reshard_after_forward`), and the chunks use the head after it, in
-    this forward and again in the backward pass before the root's own backward gathers them. A no-op elsewhere."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # a torch without distributed support: nothing is sharded
-        return
-    if isinstance(model, FSDPModule):
+@contextlib.contextmanager
+def _root_gathered(model, head: torch.nn.Linear):
+    """An FSDP2 model's root shards (the head among them) gathered for the chunks, where its forward resharded them
+    (`reshard_after_forward`): the chunks use the head after that forward, and again in the backward pass before the
+    root's own backward gathers it. Under autograd it stays gathered until that backward reshards it; without (a
+    log-prob pass under no_grad, the reference's) it is resharded after the chunks, as the forward left it. A
+    no-op for a root kept gathered (rlrm's ranks keep the policy's) and for a model that is not sharded."""
+    gather = _is_shard(head.weight)  # the root's parameters are its shards now
+    if gather:
         model.unshard()
+    try:
+        yield
+    finally:
+        if gather and not torch.is_grad_enabled():
+            model.reshard()
+
+
+def _is_shard(weight: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without distributed support: nothing is sharded
+        return False
+    return isinstance(weight, DTensor)
 
 
 @contextlib.contextmanager

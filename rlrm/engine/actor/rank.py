@@ -257,10 +257,12 @@ def shard_model(model, mesh, device: str, dtype: str) -> None:
     for sub in list(model.modules()):
         if type(sub).__name__ in layers:
             fully_shard(sub, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
-    # The root (embeddings, final norm, head) stays gathered from its forward to its backward, as FSDP2 keeps a root
-    # by default: its backward begins at once with the head, which would gather it again (the chunked head uses it
-    # between the two).
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    # A trained model's root (embeddings, final norm, head) stays gathered from its forward to its backward, as FSDP2
+    # keeps a root by default: its backward begins at once with the head, which would gather it again (the chunked
+    # head uses it between the two). A frozen one (the reference) has no backward to reshard it: it reshards as
+    # its layers do.
+    trained = any(p.requires_grad for p in model.parameters())
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard and not trained)
 
 
 def _node_name() -> str:
