@@ -49,7 +49,9 @@ class RayRanks:
         cfg = self.spec.profile.actor
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            # no address: a new local Ray, not whatever cluster was started last on this machine (Ray's own
+            # default, which joined another run's, or another test's, and lost its workers when that one ended)
+            ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False)
             self._started_ray = True
         gpu = self.spec.device == "cuda"
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}

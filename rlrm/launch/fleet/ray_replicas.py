@@ -265,7 +265,9 @@ class RayReplicas:
 
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
-            ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False)
+            # no address: a new local Ray, not whatever cluster was started last on this machine (Ray's own
+            # default, which joined another run's, or another test's, and lost its workers when that one ended)
+            ray.init(address=self.ray_address or "local", include_dashboard=False, log_to_driver=False)
             self._started_ray = True
         try:
             bundle = self._check_resources(ray.cluster_resources())

@@ -188,3 +188,42 @@ def test_service_with_ray_executor_starts_and_stops_its_own_ray():
     results = asyncio.run(scenario())
     assert [r.score for r in results] == [1.0] * 6
     assert not ray.is_initialized()  # the service shut down the Ray it started
+
+
+HEAD = """
+import sys
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+print(cluster.address, flush=True)
+sys.stdin.readline()
+cluster.shutdown()
+"""
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="ray not installed")
+def test_without_an_address_the_ray_executor_starts_its_own_ray_beside_a_cluster_on_the_machine():
+    # Ray's own default joins the cluster started last on the machine (/tmp/ray/ray_current_cluster): another run's
+    # or another test's, whose end took the workers with it (a CI run at 418d9e6 scored 3 of 6 samples 0 that way)
+    import subprocess
+    import sys
+
+    import ray
+
+    head = subprocess.Popen([sys.executable, "-c", HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = head.stdout.readline().strip()
+        assert address, "the other cluster did not start"
+
+        async def scenario():
+            service = RewardService(RewardConfig(executor="ray", num_workers=2))
+            await service.start()
+            try:
+                return await service.loop.score_all(samples(4)), ray.get_runtime_context().gcs_address
+            finally:
+                await service.close()
+
+        results, joined = asyncio.run(scenario())
+    finally:
+        head.communicate("stop\n", timeout=60)  # the cluster shuts itself down (its processes are its own)
+    assert joined != address
+    assert [r.score for r in results] == [1.0] * 4
