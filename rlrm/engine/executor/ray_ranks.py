@@ -16,12 +16,12 @@ fails the call with a RankError naming the rank and its node, and the group serv
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from rlrm.engine.executor.rank_procs import RankError, dead_rank_line, raise_rank_error
+from rlrm.launch.common.ray_init import join_ray
 from rlrm.launch.fleet.ray_release import release_ray
 
 if TYPE_CHECKING:
@@ -47,11 +47,7 @@ class RayRanks:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         cfg = self.spec.profile.actor
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
-            # no address: a new local Ray, not whatever cluster was started last on this machine (Ray's own
-            # default, which joined another run's, or another test's, and lost its workers when that one ended)
-            ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False)
+        if join_ray(self.address):
             self._started_ray = True
         gpu = self.spec.device == "cuda"
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}

@@ -17,8 +17,6 @@ it before each reward-model request, so N workers send the limit, not N times it
 
 from __future__ import annotations
 
-import os
-
 from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
@@ -26,6 +24,7 @@ from rlrm.engine.rewards.base import ClosableRewardFn, RewardResult, RewardSampl
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.limits import RateLimiter, paced
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.common.ray_init import join_ray
 
 _ERRORS = {
     cls.__name__: cls
@@ -109,11 +108,7 @@ class RayRewardWorkers:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
-            # no address: a new local Ray, not whatever cluster was started last on this machine (Ray's own
-            # default, which joined another run's, or another test's, and lost its workers when that one ended)
-            ray.init(address=self.cfg.ray_address or "local", include_dashboard=False, log_to_driver=False)
+        if join_ray(self.cfg.ray_address):
             self._started_ray = True
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         # ray's remote() overloads omit the actor option max_concurrency, which Ray takes

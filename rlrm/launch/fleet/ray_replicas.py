@@ -16,7 +16,6 @@ Ray is imported only here, inside functions.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rlrm.errors import ConfigError, RolloutServerError
 from rlrm.launch.common.ports import free_port
+from rlrm.launch.common.ray_init import join_ray
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, with_port
 from rlrm.launch.fleet.ray_release import release_ray
 from rlrm.launch.fleet.spec import FleetSpec
@@ -263,11 +263,7 @@ class RayReplicas:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file under the home folder
-            # no address: a new local Ray, not whatever cluster was started last on this machine (Ray's own
-            # default, which joined another run's, or another test's, and lost its workers when that one ended)
-            ray.init(address=self.ray_address or "local", include_dashboard=False, log_to_driver=False)
+        if join_ray(self.ray_address):
             self._started_ray = True
         try:
             bundle = self._check_resources(ray.cluster_resources())
