@@ -4,18 +4,25 @@
     tokens, log_probs, stopped = rows[i]
 
 The KV cache grows by a token a step; rows that finish leave the batch once at most half of it is
-still decoding, so a few long responses do not pay for the finished ones. One host sync per token
-(are any rows left?), as in transformers' generate. `rlrm.inference.static_decode` is the
-fixed-shape variant for compiled decoding.
+still decoding, so a few long responses do not pay for the finished ones. On a GPU the host reads the
+device once every `CHECK_EVERY` tokens (are any rows left?), so it queues steps ahead; on the CPU, where
+no queue waits, every token. transformers' generate reads twice a token: that, and its mask builder's
+check of the padding mask, which the steps here skip (`step_mask`). `rlrm.inference.static_decode` is
+the fixed-shape variant for compiled decoding.
 """
 
 from __future__ import annotations
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
 from rlrm.inference.kv_cache import cache_of, pass_cache, rows_selectable
+from rlrm.inference.packed_attention import ATTENTION
 from rlrm.inference.sampling import RowSampler
 
 Decoded = tuple[list[int], list[float], bool]  # a row's tokens, their log-probs, whether a stop token ended it
+CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
+# attention implementations whose decode step takes a prepared [B, 1, 1, L] mask: True attends, or 0 / dtype min
+BOOL_MASKS = ("sdpa", ATTENTION)
+ADDITIVE_MASKS = ("eager",)
 
 
 def decode(
@@ -50,28 +57,33 @@ def decode(
     mask, past, logits = prefill(model, prompts, pad_id, device, keep_last)
     next_pos = mask.sum(-1)  # [B]: a left-padded prompt's next position is its length
     compactable = rows_selectable(past)
+    form = mask_form(model, past, padded=len({len(p) for p in prompts}) > 1)
+    dtype = next(model.parameters()).dtype
+    check_every = 1 if device.type == "cpu" else CHECK_EVERY  # a CPU's read waits on no queue: drop rows at once
     for t in range(steps):
         if stop_flag.is_set():
             raise EngineClosedError("rollout engine closed before the request finished")
         token, log_prob = sampler.sample(logits, t)  # [B], [B]
         active = advance(row, token, log_prob, t)
-        live = int(active.sum())  # a host read per token, as in HF generate (and transformers' mask check: 2)
-        if live == 0:
+        if t == steps - 1:
             break
-        current = active.shape[0]
-        if live <= current // 2 and compactable:
-            keep = active.nonzero().squeeze(-1)
-            collect(row, ~active, results)
-            row = {k: v[keep] for k, v in row.items()}
-            sampler.select(keep)
-            past.batch_select_indices(keep)
-            mask, next_pos, token = mask[keep], next_pos[keep], token[keep]
-            active = row["active"]
+        if t % check_every == check_every - 1:
+            live = int(active.sum())  # the host sync, every CHECK_EVERY tokens on a GPU
+            if live == 0:
+                break
+            if live <= active.shape[0] // 2 and compactable:
+                keep = active.nonzero().squeeze(-1)
+                collect(row, ~active, results)
+                row = {k: v[keep] for k, v in row.items()}
+                sampler.select(keep)
+                past.batch_select_indices(keep)
+                mask, next_pos, token = mask[keep], next_pos[keep], token[keep]
+                active = row["active"]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         feed = torch.where(active, token, torch.full_like(token, pad_id))
         out = model(
             input_ids=feed[:, None],
-            attention_mask=mask,
+            attention_mask=step_mask(mask, form, dtype),
             position_ids=next_pos[:, None],
             **pass_cache(past),
             use_cache=True,
@@ -80,6 +92,39 @@ def decode(
         next_pos = next_pos + 1
     collect(row, torch.ones_like(row["active"]), results)
     return results
+
+
+def mask_form(model, past, padded: bool) -> str:
+    """How a batch's decode steps pass their attention mask, so that transformers does not read the device to
+    build it (its check of whether the padding mask is all ones, `masking_utils._ignore_causal_mask_sdpa`).
+
+    Returns:
+        "none" (no row is padded: no mask, as transformers would decide), "bool" or "additive" (the [B, 1, 1, L]
+        mask transformers would build, for sdpa or eager attention over a plain KV cache) or "2d" (transformers
+        builds it: another attention implementation, or cache layers with a window).
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    if not padded:
+        return "none"
+    if not all(type(layer) is DynamicLayer for layer in getattr(past, "layers", None) or [None]):
+        return "2d"
+    implementation = getattr(model.config, "_attn_implementation", None)
+    return "bool" if implementation in BOOL_MASKS else "additive" if implementation in ADDITIVE_MASKS else "2d"
+
+
+def step_mask(mask, form: str, dtype):
+    """A decode step's attention mask in the `mask_form` chosen, from the [B, L] padding mask (1: attend)."""
+    import torch
+
+    if form == "none":
+        return None
+    if form == "2d":
+        return mask
+    attend = mask[:, None, None, :].bool()  # one query token: it attends to every slot its row has filled
+    if form == "bool":
+        return attend
+    return torch.full(attend.shape, torch.finfo(dtype).min, dtype=dtype, device=mask.device).masked_fill_(attend, 0.0)
 
 
 def row_state(params: list[SamplingParams], stops: list[list[int]], pad_id: int, device, real: int | None = None):

@@ -40,13 +40,12 @@ from collections import OrderedDict
 from typing import Any
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
-from rlrm.inference.decode import Decoded, advance, collect, decode, prefill, row_state
+from rlrm.inference.decode import CHECK_EVERY, Decoded, advance, collect, decode, prefill, row_state
 from rlrm.inference.kv_cache import cache_keyword
 from rlrm.inference.packed_attention import use_packed_attention
 from rlrm.inference.sampling import RowSampler
 
 BACKENDS = ("cudagraphs", "inductor", "eager")
-CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
 SLOT_MULTIPLE = 64  # cache lengths are multiples of this
 KEPT_BUCKETS = 8  # buckets (caches, buffers, graphs) kept for reuse, the newest; their memory stays allocated
 GRAPH_DEVICES = ("cuda",)  # device types whose decode steps CUDA graphs capture (tests add their stand-in GPU's)

@@ -130,28 +130,30 @@ def test_decoding_on_the_stand_in_samples_the_cpus_tokens(backend):
         assert torch.allclose(torch.tensor(log_probs), torch.tensor(expected), atol=1e-5)
 
 
-@pytest.mark.parametrize("backend, reads_a_token", [("dynamic", 2), ("static", 1 / 4)])
-def test_decoding_reads_the_device_a_few_times_a_token_whatever_the_rows(backend, reads_a_token):
-    """Each read of device data by the host (`int(t)`, `bool(t)`, `.tolist()`, `.cpu()`) waits for the GPU. The eager
-    loop reads twice a token: how many rows are left, and transformers' check of the padding mask when it builds the
-    attention mask (`masking_utils._ignore_causal_mask_sdpa`). The static loop reads once every 4 tokens
-    (rlrm/inference/static_decode.py) and builds no mask. Neither reads once a row. Without EOS every row runs to
-    its limit; setting up and collecting the batch take a dozen reads."""
+@pytest.mark.parametrize("backend", ["dynamic", "static"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_decoding_reads_the_device_once_every_4_tokens_whatever_the_rows(backend, padded):
+    """Each read of device data by the host (`int(t)`, `bool(t)`, `.tolist()`, `.cpu()`) waits for the GPU. Both
+    loops read how many rows are left once every 4 tokens (so the host queues steps ahead) and build their
+    attention masks without a read (transformers' own mask builder checks whether the padding mask is all ones:
+    `masking_utils._ignore_causal_mask_sdpa`, a read a token). Neither reads once a row. Without EOS every row
+    runs to its limit; setting up and collecting the batch take a dozen reads."""
 
     def reads(rows: int, new_tokens: int) -> int:
         params = [SamplingParams(temperature=1.0, max_new_tokens=new_tokens)] * rows
+        prompts = [[3, 4, 5, 6], [7, 8] if padded else [9, 10, 11, 12]] * (rows // 2)
         with stand_in_gpu(), torch.inference_mode():
             model = tiny_qwen2().to(DEVICE)
             decoder = StaticDecoder(model, "eager", max_batch_size=rows) if backend == "static" else None
             before = SYNCS[0]
-            args = ([[3, 4, 5, 6]] * rows, params, list(range(rows)), [[]] * rows, 0, threading.Event(), True)
+            args = (prompts, params, list(range(rows)), [[]] * rows, 0, threading.Event(), True)
             decoder.decode(*args) if decoder else decode(model, *args)
             return SYNCS[0] - before
 
     few_rows, many_rows, longer = reads(8, 16), reads(32, 16), reads(32, 64)
     assert few_rows == many_rows
-    assert longer - many_rows == 48 * reads_a_token
-    assert many_rows - 16 * reads_a_token <= 12
+    assert longer - many_rows == 48 / 4
+    assert many_rows - 16 / 4 <= 12
 
 
 def test_a_disrm_server_scores_on_the_stand_in_as_on_the_cpu(random_disrm_path):
