@@ -14,7 +14,8 @@ The config is tiny-rule's: 32 prompts x 8 samples, 20 new tokens at temperature 
 epoch, `--threads` torch threads, sync mode, on `--device` (cpu or cuda). `--shape qwen2.5-0.5b` replaces the
 tiny policy with a random-weight model of that shape and the tiny tokenizer (358 M parameters; nothing is
 downloaded). `--dtype bfloat16` trains in mixed precision on both sides: rlrm's model.precision=mixed (float32
-master weights, autocast to bf16), TRL's bf16=True (accelerate's autocast over float32 weights). Both sides load the same policy folder, train on
+master weights, autocast to bf16), TRL's bf16=True (accelerate's autocast over float32 weights). `--tf32` runs
+CUDA's float32 products in TF32 on both sides (rlrm's model.tf32, TRL's tf32). Both sides load the same policy folder, train on
 the same prompts in the same order (rlrm's shuffled synthetic train split; TRL with
 shuffle_dataset=False) and score with the same function (rlrm's GSM8K strict rule).
 
@@ -89,6 +90,11 @@ def main() -> None:
     parser.add_argument("--shape", help="a random-weight policy of this shape (e.g. qwen2.5-0.5b) instead of tiny")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="compute dtype")
     parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="CUDA's float32 products in TF32 on both sides (rlrm model.tf32=true; TRL: the same torch flag)",
+    )
+    parser.add_argument(
         "--micro-batch",
         type=int,
         help="samples per forward and backward on both sides (rlrm actor.micro_batch_size, TRL "
@@ -109,6 +115,8 @@ def main() -> None:
         args.micro_batch = 32
     if args.micro_batch:
         args.overrides = [f"actor.micro_batch_size={args.micro_batch}", *args.overrides]
+    if args.tf32:
+        args.overrides = ["model.tf32=true", *args.overrides]
     with tempfile.TemporaryDirectory(prefix="step_vs_trl-") as tmp:
         tmp = Path(tmp)
         model = _shaped(args.shape, tmp / "policy") if args.shape else None
@@ -193,6 +201,7 @@ def _trl_job(tmp: Path, overrides: list[str], total: int, args) -> Path:
         "repo": str(REPO),
         "device": args.device,
         "bf16": args.dtype == "bfloat16",
+        "tf32": args.tf32,
         "out_dir": str(tmp / "trl-out"),
     }
     path = tmp / "trl-job.json"
@@ -260,6 +269,7 @@ def trl_worker(job: dict) -> None:
     from rlrm.engine.rewards.gsm8k import compute_score
 
     torch.set_num_threads(job["threads"])
+    torch.backends.cuda.matmul.allow_tf32 = job.get("tf32", False)  # what TrainingArguments(tf32=True) sets
     hf_logging.set_verbosity_error()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")

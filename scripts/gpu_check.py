@@ -6,11 +6,11 @@ Each row is one real command on the GPU, timed, its result read from the files i
 (built or loaded), tiny-rule, tiny-genrm and tiny-disrm runs, the DisRM parity check (legacy bf16 against the
 served fp32), a 3-step reward-latency benchmark, the rollout engine's decoding at the Qwen2.5-0.5B shape (random
 weights, the tiny tokenizer; eager against CUDA graphs, tokens/s against the memory-bandwidth bound, the largest
-batch), and rlrm's GRPO step against TRL's at that shape in float32 and in bf16, both decoding with
-rollout.compile=cudagraphs (the target, rlrm's step at most 0.5x TRL's, applies to both dtypes; a row whose
-decoding fell back to the eager step says NOT COMPILED), and one actor micro-batch at that shape with the real
-vocabulary, its LM head whole and in chunks (peak memory). A row that fails says so and the rest still run;
-the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
+batch), and rlrm's GRPO step against TRL's at that shape in float32, in bf16, and in float32 with TF32 products
+on both sides (model.tf32), each decoding with rollout.compile=cudagraphs (the target, rlrm's step at most 0.5x
+TRL's, applies to float32 and bf16; a row whose decoding fell back to the eager step says NOT COMPILED), and one
+actor micro-batch at that shape with the real vocabulary, its LM head whole and in chunks (peak memory). A row
+that fails says so and the rest still run; the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
 """
 
 from __future__ import annotations
@@ -34,13 +34,20 @@ ROWS = (
     "step-fp32",
     "step-bf16",
     "logits",
+    "step-tf32",  # last of the 0.5B-shape rows: a short lease that runs out loses this one
     "tiny-rule",
     "tiny-genrm",
     "tiny-disrm",
     "parity",
     "bench",
 )
-SHAPED = ("decode", "step-fp32", "step-bf16", "logits")  # the Qwen2.5-0.5B-shape rows, which --quick leaves out
+SHAPED = (
+    "decode",
+    "step-fp32",
+    "step-bf16",
+    "step-tf32",
+    "logits",
+)  # the Qwen2.5-0.5B-shape rows, which --quick leaves out
 NO_VAL = ["trainer.val_every=0", "trainer.val_before_train=false"]
 
 
@@ -76,6 +83,7 @@ def main() -> int:
         "step-fp32": (check_step_vs_trl, out, device, "float32", graphs),
         "step-bf16": (check_step_vs_trl, out, device, "bfloat16", graphs),
         "logits": (check_logits, out, device),
+        "step-tf32": (check_step_vs_trl, out, device, "float32", graphs, True),
         "tiny-rule": (check_train, out, device, "tiny-rule", 12, ["trainer.val_every=12", "data.val_size=128"]),
         "tiny-genrm": (check_train, out, device, "tiny-genrm", 4, NO_VAL),
         "tiny-disrm": (check_train, out, device, "tiny-disrm", 4, NO_VAL),
@@ -296,8 +304,11 @@ def check_logits(out: Path, device: str) -> tuple[str, str, str, str]:
     return (name, "ok", took, "chunk, peak GB, s/pass, time vs whole, max dlogp: " + "; ".join(rows))
 
 
-def check_step_vs_trl(out: Path, device: str, dtype: str, compile: str) -> tuple[str, str, str, str]:
-    name = f"GRPO step vs TRL, Qwen2.5-0.5B shape, {dtype}, rollout.compile={compile}"
+def check_step_vs_trl(
+    out: Path, device: str, dtype: str, compile: str, tf32: bool = False
+) -> tuple[str, str, str, str]:
+    precision = f"{dtype}, TF32 products on both sides" if tf32 else dtype
+    name = f"GRPO step vs TRL, Qwen2.5-0.5B shape, {precision}, rollout.compile={compile}"
     start = time.perf_counter()
     cmd = [sys.executable, str(REPO / "benchmarks" / "step_vs_trl.py"), "--trl-python", sys.executable]
     cmd += ["--device", device, "--shape", "qwen2.5-0.5b", "--dtype", dtype, "--pairs", "1", "--steps", "2"]
@@ -313,7 +324,8 @@ def check_step_vs_trl(out: Path, device: str, dtype: str, compile: str) -> tuple
         "--set",
         "rollout.max_batch_size=256",  # the step's 32 x 8 samples decoded in one batch, as TRL generates them
     ]
-    done = _run(cmd, timeout=400, log=out / f"step_vs_trl_{dtype}.log")
+    cmd += ["--tf32"] if tf32 else []
+    done = _run(cmd, timeout=400, log=out / f"step_vs_trl_{dtype}{'_tf32' if tf32 else ''}.log")
     took = f"{time.perf_counter() - start:.0f}"
     text = done.stdout
     if done.returncode or "pair ratios" not in text:

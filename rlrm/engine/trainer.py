@@ -48,6 +48,7 @@ from rlrm.engine.run_folder import load_run_profile, start_run
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
+from rlrm.engine.tf32 import set_cuda_tf32
 from rlrm.engine.weights import PolicyWeights
 from rlrm.launch.common import progress
 
@@ -74,10 +75,13 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
         profile.reward.allow_contract_change = True
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
+    tf32_before = set_cuda_tf32(profile.model.tf32)  # the run's own setting, the caller's back after it
     try:
         asyncio.run(loop.run())
     except KeyboardInterrupt:
         loop.result.interrupted = True
+    finally:
+        set_cuda_tf32(tf32_before)
     return loop.result
 
 

@@ -15,6 +15,7 @@ import torch
 
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
+from rlrm.engine.tf32 import set_cuda_tf32
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.kv_cache import distinct_rows
@@ -77,6 +78,25 @@ def test_bf16_log_probs_stay_near_float32_on_cuda(model):
     mask = batch.response_mask.bool()
     gap = (mixed - fp32)[mask].abs().max().item()
     assert 0 < gap < 0.1, gap  # bf16 really ran (not 0), and stayed close
+
+
+def test_model_tf32_rounds_cudas_float32_products_within_tf32s_precision(model):
+    """model.tf32's flag (rlrm/engine/tf32.py): on CUDA the log-probs move (the products ran in TF32) and stay
+    within what TF32's 10 mantissa bits allow of float32 (1e-2 on a random model's log-probs); the CPU's do not
+    move at all."""
+    batch = collate(_completions(), pad_token_id=0).to(DEVICE)
+    on_device = copy.deepcopy(model).to(DEVICE)
+    exact, _ = response_log_probs(on_device, batch, 1.0, 6)
+    before = set_cuda_tf32(True)
+    try:
+        rounded, _ = response_log_probs(on_device, batch, 1.0, 6)
+    finally:
+        set_cuda_tf32(before)
+    gap = (rounded - exact)[batch.response_mask.bool()].abs().max().item()
+    if DEVICE == "cpu":  # the tier's own check on the CPU (RLRM_GPU_TIER_DEVICE=cpu)
+        assert gap == 0, gap
+    else:
+        assert 0 < gap < 1e-2, gap
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16-autocast"])

@@ -55,6 +55,18 @@ def test_the_step_row_reads_ratio_times_memory_and_tokens(monkeypatch, tmp_path)
     assert "NOT COMPILED" not in figures
 
 
+def test_the_tf32_step_row_asks_both_sides_for_tf32(monkeypatch, tmp_path):
+    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    done = subprocess.CompletedProcess([], 0, _step_report(), "")
+    commands = []
+    monkeypatch.setattr(check, "_run", lambda cmd, **k: commands.append(cmd) or done)
+    name, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs", tf32=True)
+    assert result == "ok" and "TF32" in name and figures.startswith("rlrm/TRL step 0.38;")
+    assert "--tf32" in commands[0]
+    check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs")
+    assert "--tf32" not in commands[1]
+
+
 def test_a_step_whose_graphs_fell_back_says_so(monkeypatch, tmp_path):
     check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
     warning = (

@@ -319,3 +319,32 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
     # and each of those was given the default score and counted.
     assert all(r["reward/failures"] == r["reward/unparsed"] == r["reward/defaulted"] for r in rows)
     assert all(r["reward/judge_completion_tokens"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_model_tf32_holds_while_the_run_trains_and_is_given_back(tmp_path, monkeypatch, tf32):
+    """model.tf32 sets torch.backends.cuda.matmul.allow_tf32 (a process-wide flag, read by CUDA's float32
+    products alone) for the run's updates and puts the caller's setting back when it ends."""
+    import torch
+
+    from rlrm.engine.actor.actor import Actor
+
+    seen = []
+    update = Actor.update
+
+    def recording(self, *args, **kwargs):
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(Actor, "update", recording)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = not tf32  # the caller's setting, to be put back
+    try:
+        run_dir = start_run(
+            load_profile("tiny-rule", [*SMALL_RUN, "trainer.total_steps=1", f"model.tf32={tf32}"]), tmp_path
+        )
+        train(run_dir)
+        assert seen == [tf32]
+        assert torch.backends.cuda.matmul.allow_tf32 is (not tf32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
