@@ -267,9 +267,11 @@ def trl_worker(job: dict) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rlrm.engine.rewards.gsm8k import compute_score
+    from rlrm.engine.tf32 import cuda_tf32_on
 
     torch.set_num_threads(job["threads"])
-    torch.backends.cuda.matmul.allow_tf32 = job.get("tf32", False)  # what TrainingArguments(tf32=True) sets
+    if job.get("tf32"):  # the setting TrainingArguments(tf32=True) makes, made as rlrm makes it
+        cuda_tf32_on()
     hf_logging.set_verbosity_error()
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")

@@ -83,11 +83,12 @@ class ModelConfig(Section):
     tf32: bool = Field(
         False,
         description=(
-            "On CUDA, float32 matrix products run in TF32 on the tensor cores (torch.backends.cuda.matmul.allow_tf32, "
-            "as HF's TrainingArguments(tf32=True)): several times faster at model.dtype float32 (about 7x the rate on "
-            "an H100 or H200), inputs rounded to 10 mantissa bits. In the trainer process (the actor, the in-process "
-            "rollout engine, the reference) and on actor ranks; policy and reward servers compute in their own "
-            "dtype. No effect on the CPU."
+            "On CUDA, float32 matrix products run in TF32 on the tensor cores (torch.backends.cuda.matmul."
+            "fp32_precision='tf32', as HF's TrainingArguments(tf32=True)): several times faster at model.dtype float32 "
+            "(about 7x the rate on an H100 or H200), inputs rounded to 10 mantissa bits. In the trainer process while "
+            "the run trains (the actor, the in-process rollout engine, the reference) and on actor ranks; policy and "
+            "reward servers compute in their own dtype. false leaves the process's setting (torch's default: off). "
+            "No effect on the CPU."
         ),
     )
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")

@@ -1,22 +1,31 @@
 """TF32 for float32 matrix products on CUDA (`model.tf32`), in the processes that train the policy.
 
-    previous = set_cuda_tf32(True)   # torch.backends.cuda.matmul.allow_tf32; the old value back
+    put_back = cuda_tf32_on()   # CUDA's float32 matrix products in TF32 from here on
     ...
-    set_cuda_tf32(previous)
+    put_back()                  # the process's own setting again
 
 An NVIDIA GPU from Ampere on runs a float32 matrix product on its tensor cores in TF32 (inputs rounded to 10
 mantissa bits, sums in float32) several times faster than in plain float32: about 7x the rate on an H100 or H200
 by the datasheet. PyTorch leaves it off for matrix products; HF's `TrainingArguments(tf32=True)` turns on this same
-flag. It is CUDA's alone: on the CPU the products stay float32, and bf16 or float16 compute does not read it.
+setting. It is CUDA's alone: on the CPU the products stay float32, and bf16 or float16 compute does not read it.
+Where `model.tf32` is false nothing is touched: the process keeps its own setting (torch's default: off).
 """
 
 from __future__ import annotations
 
+from typing import Callable
 
-def set_cuda_tf32(enabled: bool) -> bool:
-    """Let CUDA's float32 matrix products run in TF32 (or not); returns the previous setting."""
+
+def cuda_tf32_on() -> Callable[[], None]:
+    """Let CUDA's float32 matrix products run in TF32; returns the function that puts the previous setting back.
+
+    From torch 2.9 on this is `torch.backends.cuda.matmul.fp32_precision`: once it is set, reading the older
+    `allow_tf32` flag raises (a mix of the two APIs), so the older flag is used only where the new one is missing.
+    """
     import torch
 
-    previous = bool(torch.backends.cuda.matmul.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    return previous
+    matmul = torch.backends.cuda.matmul
+    name, value = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
+    previous = getattr(matmul, name)
+    setattr(matmul, name, value)
+    return lambda: setattr(matmul, name, previous)

@@ -48,7 +48,7 @@ from rlrm.engine.run_folder import load_run_profile, start_run
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
-from rlrm.engine.tf32 import set_cuda_tf32
+from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.engine.weights import PolicyWeights
 from rlrm.launch.common import progress
 
@@ -75,13 +75,14 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
         profile.reward.allow_contract_change = True
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
-    tf32_before = set_cuda_tf32(profile.model.tf32)  # the run's own setting, the caller's back after it
+    put_back = cuda_tf32_on() if profile.model.tf32 else None  # for the run; the caller's own setting after it
     try:
         asyncio.run(loop.run())
     except KeyboardInterrupt:
         loop.result.interrupted = True
     finally:
-        set_cuda_tf32(tf32_before)
+        if put_back is not None:
+            put_back()
     return loop.result
 
 

@@ -7,8 +7,8 @@ The KV cache grows by a token a step; rows that finish leave the batch once at m
 still decoding, so a few long responses do not pay for the finished ones. On a GPU the host reads the
 device once every `CHECK_EVERY` tokens (are any rows left?), so it queues steps ahead; on the CPU, where
 no queue waits, every token. transformers' generate reads twice a token: that, and its mask builder's
-check of the padding mask, which the steps here skip (`step_mask`). `rlrm.inference.static_decode` is
-the fixed-shape variant for compiled decoding.
+check of the padding mask, which the steps here skip in Llama, Mistral and Qwen models (`step_mask`).
+`rlrm.inference.static_decode` is the fixed-shape variant for compiled decoding.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from rlrm.inference.sampling import RowSampler
 
 Decoded = tuple[list[int], list[float], bool]  # a row's tokens, their log-probs, whether a stop token ended it
 CHECK_EVERY = 4  # tokens between the reads of "is any row left?" (a host sync)
-# attention implementations whose decode step takes a prepared [B, 1, 1, L] mask: True attends, or 0 / dtype min
+# models whose forward makes its attention masks from the 2D mask with transformers' mask builder alone, and
+# passes a prepared [B, 1, 1, L] mask through (others read the 2D mask themselves: ALiBi in Bloom, Falcon)
+PREPARED_MASK_MODELS = ("llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+# their attention implementations that take a prepared mask: True attends, or 0 / the dtype's minimum
 BOOL_MASKS = ("sdpa", ATTENTION)
 ADDITIVE_MASKS = ("eager",)
 
@@ -100,13 +103,16 @@ def mask_form(model, past, padded: bool) -> str:
 
     Returns:
         "none" (no row is padded: no mask, as transformers would decide), "bool" or "additive" (the [B, 1, 1, L]
-        mask transformers would build, for sdpa or eager attention over a plain KV cache) or "2d" (transformers
-        builds it: another attention implementation, or cache layers with a window).
+        mask transformers would build, for sdpa or eager attention over a plain KV cache in a model of
+        `PREPARED_MASK_MODELS`) or "2d" (transformers builds it, reading the device once: another model or
+        attention implementation, or cache layers with a window).
     """
     from transformers.cache_utils import DynamicLayer
 
     if not padded:
         return "none"
+    if getattr(model.config, "model_type", None) not in PREPARED_MASK_MODELS:
+        return "2d"
     if not all(type(layer) is DynamicLayer for layer in getattr(past, "layers", None) or [None]):
         return "2d"
     implementation = getattr(model.config, "_attn_implementation", None)

@@ -15,7 +15,7 @@ import torch
 
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
-from rlrm.engine.tf32 import set_cuda_tf32
+from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.kv_cache import distinct_rows
@@ -80,18 +80,34 @@ def test_bf16_log_probs_stay_near_float32_on_cuda(model):
     assert 0 < gap < 0.1, gap  # bf16 really ran (not 0), and stayed close
 
 
-def test_model_tf32_rounds_cudas_float32_products_within_tf32s_precision(model):
-    """model.tf32's flag (rlrm/engine/tf32.py): on CUDA the log-probs move (the products ran in TF32) and stay
+def test_model_tf32_rounds_cudas_float32_products_within_tf32s_precision():
+    """model.tf32's setting (rlrm/engine/tf32.py): on CUDA the log-probs move (the products ran in TF32) and stay
     within what TF32's 10 mantissa bits allow of float32 (1e-2 on a random model's log-probs); the CPU's do not
-    move at all."""
+    move at all. The model is wider than the tier's other one: cuBLAS keeps products with a side under 512 in
+    plain float32 even where TF32 is allowed."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=512,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    wide = Qwen2ForCausalLM(config).eval().to(DEVICE)
     batch = collate(_completions(), pad_token_id=0).to(DEVICE)
-    on_device = copy.deepcopy(model).to(DEVICE)
-    exact, _ = response_log_probs(on_device, batch, 1.0, 6)
-    before = set_cuda_tf32(True)
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
     try:
-        rounded, _ = response_log_probs(on_device, batch, 1.0, 6)
+        matmul.fp32_precision = "ieee"
+        exact, _ = response_log_probs(wide, batch, 1.0, 6)
+        cuda_tf32_on()
+        rounded, _ = response_log_probs(wide, batch, 1.0, 6)
     finally:
-        set_cuda_tf32(before)
+        matmul.fp32_precision = before
     gap = (rounded - exact)[batch.response_mask.bool()].abs().max().item()
     if DEVICE == "cpu":  # the tier's own check on the CPU (RLRM_GPU_TIER_DEVICE=cpu)
         assert gap == 0, gap

@@ -33,7 +33,7 @@ from rlrm.config.schema import Profile
 from rlrm.engine.actor.actor import Actor, MiniBatchSizes
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.actor.logprobs import response_log_probs
-from rlrm.engine.tf32 import set_cuda_tf32
+from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.inference.loading import load_causal_lm
 
 
@@ -127,7 +127,8 @@ class RankWorker:
         if spec.threads:
             torch.set_num_threads(spec.threads)
         torch.manual_seed(profile.trainer.seed)
-        set_cuda_tf32(profile.model.tf32)  # the rank's process is the run's: nothing to give back
+        if profile.model.tf32:
+            cuda_tf32_on()  # the rank's process is the run's: nothing to put back
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)
         device = torch.device(f"cuda:{local_rank}") if spec.device == "cuda" else torch.device("cpu")

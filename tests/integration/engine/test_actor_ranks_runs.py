@@ -214,19 +214,21 @@ def test_a_ray_rank_0_holds_the_rendezvous_store_it_names(tiny_policy_path):
 
 @pytest.mark.parametrize("tf32", [True, False])
 def test_an_actor_rank_takes_model_tf32_for_its_process(tiny_policy_path, tf32):
-    """A rank sets CUDA's TF32 flag for float32 products from model.tf32 when it starts (its process is the run's;
-    the trainer's own: tests/integration/engine/test_trainer.py). One rank, set up in this process."""
+    """A rank sets CUDA's float32 matrix products to TF32 from model.tf32 when it starts (its process is the run's;
+    the trainer's own: tests/integration/engine/test_trainer.py); false touches nothing. One rank, set up in this
+    process."""
     from rlrm.engine.actor.rank import RankSpec, RankWorker
     from rlrm.launch.common.ports import free_port
 
     profile = _profile(tiny_policy_path, MODES[0], 1)
     profile.model.tf32 = tf32
     worker = RankWorker(RankSpec(profile, str(tiny_policy_path), None, world_size=1, device="cpu", threads=1))
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = not tf32
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
     try:
         worker.setup(0, 0, "127.0.0.1", free_port())
-        assert torch.backends.cuda.matmul.allow_tf32 is tf32
+        assert matmul.fp32_precision == ("tf32" if tf32 else "ieee")
     finally:
         worker.close()
-        torch.backends.cuda.matmul.allow_tf32 = before
+        matmul.fp32_precision = before

@@ -323,28 +323,30 @@ def test_a_judge_replica_killed_during_tiny_genrm_training_loses_no_sample(
 
 @pytest.mark.parametrize("tf32", [True, False])
 def test_model_tf32_holds_while_the_run_trains_and_is_given_back(tmp_path, monkeypatch, tf32):
-    """model.tf32 sets torch.backends.cuda.matmul.allow_tf32 (a process-wide flag, read by CUDA's float32
-    products alone) for the run's updates and puts the caller's setting back when it ends."""
+    """model.tf32 sets CUDA's float32 matrix products to TF32 (torch.backends.cuda.matmul.fp32_precision, a
+    process-wide setting read by CUDA alone) for the run's updates and puts the caller's setting back when it
+    ends; false touches nothing."""
     import torch
 
     from rlrm.engine.actor.actor import Actor
 
+    matmul = torch.backends.cuda.matmul
     seen = []
     update = Actor.update
 
     def recording(self, *args, **kwargs):
-        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        seen.append(matmul.fp32_precision)
         return update(self, *args, **kwargs)
 
     monkeypatch.setattr(Actor, "update", recording)
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = not tf32  # the caller's setting, to be put back
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"  # the caller's own setting
     try:
         run_dir = start_run(
             load_profile("tiny-rule", [*SMALL_RUN, "trainer.total_steps=1", f"model.tf32={tf32}"]), tmp_path
         )
         train(run_dir)
-        assert seen == [tf32]
-        assert torch.backends.cuda.matmul.allow_tf32 is (not tf32)
+        assert seen == ["tf32" if tf32 else "ieee"]
+        assert matmul.fp32_precision == "ieee"
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
+        matmul.fp32_precision = before

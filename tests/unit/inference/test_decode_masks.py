@@ -68,3 +68,22 @@ def test_a_step_mask_is_the_one_transformers_builds(form, dtype):
     got = step_mask(padding, form, dtype)
     assert got.dtype == expected.dtype and got.shape == expected.shape == (3, 1, 1, 5)
     assert torch.equal(got, expected)
+
+
+def test_a_model_that_reads_the_2d_mask_itself_gets_it():
+    """Bloom builds its ALiBi position bias from the 2D mask: a prepared [B, 1, 1, L] mask would break it, so
+    transformers builds its mask as before (given a prepared one, a padded batch fails in Bloom's forward)."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval()
+    with torch.inference_mode():
+        _, past, _ = prefill(model, PROMPTS, 0, torch.device("cpu"), False)
+    assert mask_form(model, past, padded=True) == "2d"
+
+    greedy = [SamplingParams(temperature=0.0, max_new_tokens=6)] * len(PROMPTS)
+    with torch.inference_mode():
+        batch = decode(model, PROMPTS, greedy, [0] * 4, [[]] * 4, 0, threading.Event(), False)
+        for prompt, (tokens, _, _) in zip(PROMPTS, batch):
+            alone = decode(model, [prompt], greedy[:1], [0], [[]], 0, threading.Event(), False)
+            assert tokens == alone[0][0]
