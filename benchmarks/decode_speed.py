@@ -2,12 +2,13 @@
 the memory-bandwidth bound it reaches, peak memory, and the largest batch the memory would hold.
 
     .venv/bin/python benchmarks/decode_speed.py [--device cuda] [--shape qwen2.5-0.5b] [--dtype bfloat16]
-        [--compile cudagraphs] [--prompts 32] [--n 8] [--new-tokens 128] [--pairs 3] [--threads 1]
+        [--compile cudagraphs] [--prompts 32] [--n 8] [--prompt-spread 0] [--new-tokens 128] [--pairs 3] [--threads 1]
 
-One batch of `--prompts` x `--n` requests (GRPO groups: each prompt prefilled once), every row running to
-`--new-tokens` (no EOS), sampled at temperature 1 with seeds. The compiled side runs once untimed (its
-compile or graph capture), then the sides alternate `--pairs` times (eager, compiled, eager, ...): the figure
-to quote is the median of the pair ratios. Both sides' tokens are compared (the equal rows are counted).
+One batch of `--prompts` x `--n` requests (GRPO groups: each prompt prefilled once; `--prompt-spread` makes
+the prompts' lengths differ, so the batch is left-padded), every row running to `--new-tokens` (no EOS),
+sampled at temperature 1 with seeds. The compiled side runs once untimed (its compile or graph capture), then
+the sides alternate `--pairs` times (eager, compiled, eager, ...): the figure to quote is the median of the
+pair ratios. Both sides' tokens are compared (the equal rows are counted).
 
 The bandwidth bound: a decode step reads every weight once and the KV cache written so far, so at batch B
 it makes at most B tokens per (weight bytes + mean KV bytes) / bandwidth, with the bandwidth measured here
@@ -46,6 +47,12 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--prompt-tokens", type=int, default=60)
+    parser.add_argument(
+        "--prompt-spread",
+        type=int,
+        default=0,
+        help="prompts of --prompt-tokens minus 0 to this many tokens, so the batch is left-padded as GRPO's are",
+    )
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument(
@@ -60,7 +67,8 @@ def main() -> int:
     params = sum(p.numel() for p in model.parameters())
     print(
         f"{args.shape or 'tiny policy'} ({params / 1e6:.0f} M parameters, {args.dtype}) on {args.device}, "
-        f"{args.prompts} prompts x {args.n} = {rows} rows, {args.prompt_tokens} prompt + {args.new_tokens} new "
+        f"{args.prompts} prompts x {args.n} = {rows} rows, {args.prompt_tokens} prompt"
+        f"{f' (less 0-{args.prompt_spread}: padded)' if args.prompt_spread else ''} + {args.new_tokens} new "
         f"tokens, eager vs {backend}, {args.pairs} alternated pairs",
         flush=True,
     )
@@ -70,7 +78,8 @@ def main() -> int:
     eager, compiled = _Side(model, "off", rows, eos), _Side(copy.deepcopy(model), backend, rows, eos)
     rng = random.Random(0)
     vocab = model.config.vocab_size
-    prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
+    lengths = [args.prompt_tokens - rng.randrange(0, args.prompt_spread + 1) for _ in range(args.prompts)]
+    prompts = [[rng.randrange(3, vocab) for _ in range(length)] for length in lengths]
     prompts = [p for p in prompts for _ in range(args.n)]
     start = time.perf_counter()
     reference = eager.run(prompts, args.new_tokens, args.device)

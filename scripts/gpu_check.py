@@ -272,10 +272,11 @@ def check_bench(out: Path, device: str) -> tuple[str, str, str, str]:
 
 def check_decode(out: Path, device: str) -> tuple[str, str, str, str]:
     graphs = "cudagraphs" if device.startswith("cuda") else "inductor"
-    name = f"decoding, Qwen2.5-0.5B shape, bfloat16, 256 rows x 128 tokens: eager vs {graphs}"
+    name = f"decoding, Qwen2.5-0.5B shape, bfloat16, 256 padded rows x 128 tokens: eager vs {graphs}"
     start = time.perf_counter()
     cmd = [sys.executable, str(REPO / "benchmarks" / "decode_speed.py"), "--device", device, "--shape", "qwen2.5-0.5b"]
     cmd += ["--dtype", "bfloat16", "--compile", graphs, "--pairs", "2", "--threads", "4"]
+    cmd += ["--prompt-spread", "20"]  # prompts of 40-60 tokens: a left-padded batch, as GRPO's are
     done = _run(cmd, timeout=300, log=out / "decode_speed.log")
     took = f"{time.perf_counter() - start:.0f}"
     text = done.stdout
