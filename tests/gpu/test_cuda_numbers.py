@@ -21,6 +21,7 @@ from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.kv_cache import distinct_rows
 from tests.fixtures.fsdp_head_chunks import BF16_GRADIENT, SAME_NUMBERS, run_ranks
 from tests.gpu.device import DEVICE
+from tests.unit.inference.conftest import tiny_qwen2
 
 pytestmark = pytest.mark.gpu
 
@@ -29,19 +30,7 @@ LOG_PROB_ATOL = 1e-4
 
 @pytest.fixture(scope="module")
 def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return tiny_qwen2(hidden_size=64, intermediate_size=128)
 
 
 def _completions() -> list[Completion]:
@@ -85,19 +74,7 @@ def test_model_tf32_rounds_cudas_float32_products_within_tf32s_precision():
     within what TF32's 10 mantissa bits allow of float32 (1e-2 on a random model's log-probs); the CPU's do not
     move at all. The model is wider than the tier's other one: cuBLAS keeps products with a side under 512 in
     plain float32 even where TF32 is allowed."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=512,
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    wide = Qwen2ForCausalLM(config).eval().to(DEVICE)
+    wide = tiny_qwen2(vocab_size=512, hidden_size=512, intermediate_size=1024, num_attention_heads=8).to(DEVICE)
     batch = collate(_completions(), pad_token_id=0).to(DEVICE)
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision
