@@ -267,7 +267,7 @@ def trl_worker(job: dict) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from rlrm.engine.rewards.gsm8k import compute_score
-    from rlrm.engine.tf32 import cuda_tf32_on
+    from rlrm.inference.tf32 import cuda_tf32_on
 
     torch.set_num_threads(job["threads"])
     if job.get("tf32"):  # the setting TrainingArguments(tf32=True) makes, made as rlrm makes it

@@ -48,6 +48,15 @@ def server(
             "a CUDA graph) or inductor (torch.compile), as rollout.compile does in process."
         ),
     ] = "off",
+    tf32: Annotated[
+        bool,
+        typer.Option(
+            "--tf32",
+            metavar="",
+            help="Embedded, on a GPU at float32: matrix products in TF32 on the tensor cores, as model.tf32 does "
+            "for the trainer.",
+        ),
+    ] = False,
     start_timeout: Annotated[
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
@@ -84,11 +93,11 @@ def server(
     engine, served_role = backend_for(backend), Role.parse(role)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
-    if engine.external and (compile != "off" or device != "auto"):
-        given = "--compile" if compile != "off" else "--device"
+    if engine.external and (compile != "off" or device != "auto" or tf32):
+        given = "--compile" if compile != "off" else "--device" if device != "auto" else "--tf32"
         raise ConfigError(
-            f"{given} is the embedded server's; {backend} places its model and captures its CUDA graphs itself: "
-            f"drop {given}"
+            f"{given} is the embedded server's; {backend} places its model, picks its kernels and captures its CUDA "
+            f"graphs itself: drop {given}"
         )
     if engine.external:
         return _external(
@@ -120,6 +129,7 @@ def server(
         device=device,
         compile=compile,
         weights_dir=weights_dir,
+        tf32=tf32,
     )
     cfg.model_path = resolve_model_path(model)
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")

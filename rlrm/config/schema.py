@@ -86,9 +86,10 @@ class ModelConfig(Section):
             "On CUDA, float32 matrix products run in TF32 on the tensor cores (torch.backends.cuda.matmul."
             "fp32_precision='tf32', as HF's TrainingArguments(tf32=True)): several times faster at model.dtype float32 "
             "(about 7x the rate on an H100 or H200), inputs rounded to 10 mantissa bits. In the trainer process while "
-            "the run trains (the actor, the in-process rollout engine, the reference) and on actor ranks; policy and "
-            "reward servers compute in their own dtype. false leaves the process's setting (torch's default: off). "
-            "No effect on the CPU."
+            "the run trains (the actor, the in-process rollout engine, the reference) and on actor ranks; rlrm's embedded "
+            "servers take it as --tf32 in their extra_args (replicas in TF32 count as another precision: "
+            "actor.recompute_old_log_prob auto recomputes). false leaves the process's setting (torch's default: "
+            "off). No effect on the CPU."
         ),
     )
     ref_path: str | None = Field(None, description="Reference model (default: same as path).")

@@ -48,8 +48,8 @@ from rlrm.engine.run_folder import load_run_profile, start_run
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
-from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.engine.weights import PolicyWeights
+from rlrm.inference.tf32 import cuda_tf32_on
 from rlrm.launch.common import progress
 
 __all__ = ["RunResult", "load_run_profile", "start_run", "train"]  # start_run and load_run_profile: run_folder.py

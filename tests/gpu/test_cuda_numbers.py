@@ -15,10 +15,10 @@ import torch
 
 from rlrm.engine.actor.batch import collate
 from rlrm.engine.actor.logprobs import response_log_probs
-from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.kv_cache import distinct_rows
+from rlrm.inference.tf32 import cuda_tf32_on
 from tests.fixtures.fsdp_head_chunks import BF16_GRADIENT, SAME_NUMBERS, run_ranks
 from tests.gpu.device import DEVICE
 from tests.unit.inference.conftest import tiny_qwen2
@@ -70,7 +70,7 @@ def test_bf16_log_probs_stay_near_float32_on_cuda(model):
 
 
 def test_model_tf32_rounds_cudas_float32_products_within_tf32s_precision():
-    """model.tf32's setting (rlrm/engine/tf32.py): on CUDA the log-probs move (the products ran in TF32) and stay
+    """model.tf32's setting (rlrm/inference/tf32.py): on CUDA the log-probs move (the products ran in TF32) and stay
     within what TF32's 10 mantissa bits allow of float32 (1e-2 on a random model's log-probs); the CPU's do not
     move at all. The model is wider than the tier's other one: cuBLAS keeps products with a side under 512 in
     plain float32 even where TF32 is allowed."""

@@ -92,6 +92,20 @@ def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path, capf
     assert "warning: rollout.compile" not in capfd.readouterr().err  # captured, not decoded uncompiled
 
 
+def test_policy_servers_in_tf32_count_as_another_precision_and_are_recomputed(tmp_path, tiny_policy_path):
+    """`rollout.server.extra_args: ["--tf32"]`: an embedded policy server computes float32 in TF32 on a GPU and says
+    so in /get_model_info, so `actor.recompute_old_log_prob: auto` recomputes the old log-probs (the gap is logged).
+    On the CPU the flag changes nothing and the engine's log-probs are the actor's."""
+    served = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        'rollout.server.extra_args=["--tf32"]',
+    ]
+    (row,) = _train(tmp_path, "tiny-rule", 1, *served)
+    assert ("rollout/log_prob_diff_max" in row) is (DEVICE == "cuda")
+
+
 @pytest.mark.parametrize("precision", ["mixed", "pure"])
 def test_bf16_trains_in_both_precisions(tmp_path, tiny_policy_path, precision):
     _train(tmp_path, "tiny-rule", 2, "model.dtype=bfloat16", f"model.precision={precision}")

@@ -33,8 +33,8 @@ from rlrm.config.schema import Profile
 from rlrm.engine.actor.actor import Actor, MiniBatchSizes
 from rlrm.engine.actor.batch import RolloutBatch
 from rlrm.engine.actor.logprobs import response_log_probs
-from rlrm.engine.tf32 import cuda_tf32_on
 from rlrm.inference.loading import load_causal_lm
+from rlrm.inference.tf32 import cuda_tf32_on
 
 
 @dataclass

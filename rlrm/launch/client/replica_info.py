@@ -70,7 +70,8 @@ def check_replicas(
 
     Returns:
         (weight version per URL, None where not reported; the smallest context length reported; the
-        replicas' dtype when every one is rlrm's embedded server, else None: vLLM/SGLang score tokens their own way).
+        replicas' dtype when every one is rlrm's embedded server, "tf32" for float32 computed in TF32 (`--tf32` on a
+        GPU: no dtype an actor has, so auto recomputes), else None: vLLM/SGLang score tokens their own way).
     """
     versions: dict[str, int | None] = {}
     engines = set()
@@ -79,7 +80,8 @@ def check_replicas(
     for url in urls:
         info = model_info(url, headers)
         versions[url] = int_or_none(info.get("weight_version"))
-        engines.add((info.get("engine"), info.get("dtype")) if info.get("engine") == ENGINE_NAME else None)
+        precision = "tf32" if info.get("tf32") is True else info.get("dtype")
+        engines.add((info.get("engine"), precision) if info.get("engine") == ENGINE_NAME else None)
         if expect is None:
             continue
         for key, label in (

@@ -125,7 +125,8 @@ class ServerRolloutEngine:
         self._start_lock: asyncio.Lock | None = None
 
     # the replicas' dtype when every one is rlrm's embedded server (the in-process engine's code, so its log-probs
-    # are the actor's up to float noise); None otherwise: vLLM/SGLang score tokens their own way (rlrm/engine/behaviour.py)
+    # are the actor's up to float noise), "tf32" when they compute float32 in TF32 (--tf32 on a GPU: another
+    # precision); None otherwise: vLLM/SGLang score tokens their own way (rlrm/engine/behaviour.py)
     dtype: str | None = None
 
     async def start(self) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
+from rlrm.inference.tf32 import cuda_tf32_on
 from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
 from rlrm.launch.common.ports import bind_port
 from rlrm.launch.common.roles import Role
@@ -169,6 +170,8 @@ def serve(
 
     sock = bind_port(host, port)  # before the model loads: no other process is handed this port meanwhile
     check_bind(host, cfg.api_key, allow_unauthenticated)
+    if cfg.tf32:
+        cuda_tf32_on()  # the process is the server's: nothing to put back
     app = create_app(cfg)
     config = uvicorn.Config(
         app,
@@ -231,6 +234,12 @@ def main(argv: list[str] | None = None) -> None:
         "torch.compile'd (inductor), as rollout.compile does in process",
     )
     parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="CUDA's float32 matrix products in TF32 (tensor cores), as model.tf32 does for the trainer; nothing "
+        "at bfloat16, float16 or on the CPU",
+    )
+    parser.add_argument(
         "--wait-for-weights",
         action="store_true",
         help="answer /health and generation with 503 until the first weight update (from disk or distributed)",
@@ -277,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
             compile=args.compile,
             weight_sync_timeout_s=args.weight_sync_timeout_s,
             weights_dir=args.weights_dir,
+            tf32=args.tf32,
         )
         serve(cfg, args.host, args.port, allow_unauthenticated=args.allow_unauthenticated)
     except RlrmError as exc:

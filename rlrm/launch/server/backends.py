@@ -36,6 +36,7 @@ class ServerConfig:
     compile: str = "off"  # generation decoding: off, cudagraphs or inductor (rlrm.inference.static_decode)
     weight_sync_timeout_s: float = 300.0  # bound on joining a weight-update group and on each broadcast
     weights_dir: str | None = None  # the only folder /update_weights_from_disk loads from (None: none)
+    tf32: bool = False  # CUDA's float32 matrix products in TF32 (rlrm.inference.tf32), for the server's process
 
     def __post_init__(self) -> None:
         self.role = Role(self.role)
@@ -55,6 +56,12 @@ class ServerConfig:
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model_path
+
+    @property
+    def computes_in_tf32(self) -> bool:
+        """Whether `tf32` changes this server's numbers: float32 weights on a GPU (bf16, float16 and the CPU
+        do not read the setting)."""
+        return self.tf32 and self.dtype == "float32" and self.device.startswith("cuda")
 
 
 class CausalLMBackend:

@@ -168,9 +168,10 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
             "tokenizer_size": len(backend.tokenizer),
             "max_context_length": backend.max_len,
             "chat_template_sha256": chat_template_digest(backend.tokenizer),
-            # rlrm's own fields: which code computes the log-probs, and in which dtype (rlrm/engine/behaviour.py)
+            # rlrm's own fields: which code computes the log-probs, in which dtype, TF32 or not (rlrm/engine/behaviour.py)
             "engine": ENGINE_NAME,
             "dtype": cfg.dtype,
+            "tf32": cfg.computes_in_tf32,
         }
 
     @app.get("/get_weight_version")

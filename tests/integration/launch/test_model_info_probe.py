@@ -11,6 +11,7 @@ import pytest
 from threaded_app import ThreadedApp
 
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas, model_info
+from rlrm.launch.common.model_info import ENGINE_NAME
 from rlrm.launch.common.ports import free_port
 
 
@@ -71,3 +72,20 @@ def test_a_server_busy_every_time_is_reported_after_the_tries_not_forever():
 def test_no_server_at_all_is_tried_again_then_nothing():
     url = f"http://127.0.0.1:{free_port()}"
     assert model_info(url, {}, tries=2, pause_s=0.01) == {}
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [
+        ({"dtype": "float32"}, "float32"),
+        ({"dtype": "float32", "tf32": False}, "float32"),
+        ({"dtype": "float32", "tf32": True}, "tf32"),  # --tf32 on a GPU: another precision than any actor's dtype
+        ({"dtype": "bfloat16", "tf32": False}, "bfloat16"),
+    ],
+)
+def test_an_embedded_replica_reports_its_precision_tf32_included(reported, expected):
+    with InfoServer(busy=0) as server:
+        server.info = {**server.info, "engine": ENGINE_NAME, **reported}
+        assert check_replicas([server.url], None, None)[2] == expected
+        server.info["engine"] = "vllm"  # other code: its precision is unknown, whatever it reports
+        assert check_replicas([server.url], None, None)[2] is None

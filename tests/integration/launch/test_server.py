@@ -201,3 +201,43 @@ def test_cuda_graphs_on_a_server_without_a_gpu_is_one_line(tiny_policy_path):
     assert done.returncode == 1 and lines == [
         "error: --compile cudagraphs needs a GPU, and this server's device is cpu: use --compile off"
     ], done.stderr
+
+
+def test_tf32_is_the_servers_process_setting_and_reported_only_where_it_computes(tiny_policy_path, monkeypatch):
+    """`--tf32` sets CUDA's float32 products to TF32 in the server's process before its model loads; the server
+    reports `tf32` in /get_model_info only where it changes the numbers (float32 on a GPU), so a trainer's
+    `recompute_old_log_prob: auto` knows the replica's log-probs are another precision's."""
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    from rlrm.launch.server.app import serve
+    from rlrm.launch.server.backends import ServerConfig
+
+    seen = {}
+
+    def run(self, sockets=None):  # uvicorn's loop stands aside: the app is asked in this process
+        seen["precision"] = torch.backends.cuda.matmul.fp32_precision
+        with TestClient(self.config.app) as client:
+            seen["info"] = client.get("/get_model_info").json()
+        self.started = True
+        for sock in sockets:
+            sock.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    try:
+        serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu", tf32=True), port=free_port())
+        assert seen["precision"] == "tf32"
+        assert seen["info"]["tf32"] is False and seen["info"]["dtype"] == "float32"  # the CPU does not read it
+        matmul.fp32_precision = before
+        serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu"), port=free_port())
+        assert seen["precision"] == before  # without --tf32 the process keeps its own setting
+    finally:
+        matmul.fp32_precision = before
+
+    cfg = ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu", tf32=True)
+    cfg.device = "cuda:0"  # as a GPU machine resolves it (the model is not loaded here)
+    assert cfg.computes_in_tf32
+    cfg.dtype = "bfloat16"
+    assert not cfg.computes_in_tf32

@@ -28,6 +28,7 @@ F32, BF16 = "float32", "bfloat16"
             False,
         ),  # an embedded replica names its dtype; the actor has a torch.dtype
         ("auto", False, 1, F32, torch.bfloat16, True),
+        ("auto", False, 1, "tf32", torch.float32, True),  # embedded replicas with --tf32 on a GPU: another precision
         ("always", False, 1, F32, F32, True),
         ("never", False, 2, BF16, F32, False),
         ("auto", True, 2, BF16, F32, False),  # off-policy: the engine's log-probs are the behaviour policy's

@@ -80,7 +80,12 @@ def test_one_address_may_be_given_as_a_string():
         ),
         (
             ["--backend", "vllm", "--compile", "cudagraphs", "--port", "{free}", "--dry-run"],
-            "error: --compile is the embedded server's; vllm places its model and captures its CUDA graphs itself",
+            "error: --compile is the embedded server's; vllm places its model, picks its kernels and captures its "
+            "CUDA graphs itself: drop --compile",
+        ),
+        (
+            ["--backend", "sglang", "--tf32", "--port", "{free}", "--dry-run"],
+            "error: --tf32 is the embedded server's; sglang places its model, picks its kernels",
         ),
         (
             ["--backend", "vllm", "--device", "cuda", "--port", "{free}", "--dry-run"],
