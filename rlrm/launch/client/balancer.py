@@ -19,7 +19,7 @@ import json
 import time
 
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
-from rlrm.launch.common.http import Sessions
+from rlrm.launch.common.http import Reply, Sessions
 from rlrm.launch.fleet.process import ServerStartError
 
 
@@ -65,25 +65,11 @@ class ReplicaBalancer:
 
     async def post(self, path: str, body: dict, timeout_s: float, url: str | None = None) -> dict:
         """POST to one replica (the least busy, or `url`); raises TransientError, RequestTimeout or BadRequest."""
-        import aiohttp
-
         url = url.rstrip("/") if url else self.pick()
         # `url` may be a replica behind a router (a colocated server's /sleep): counted, never taken out of rotation
         self.outstanding[url] = self.outstanding.get(url, 0) + 1
-        try:
-            timeout = aiohttp.ClientTimeout(total=timeout_s)
-            reply = await self._sessions.send("POST", url + path, json=body, headers=self.headers, timeout=timeout)
-            status, text = reply.status, reply.body.decode("utf-8", "replace")
-            wait_s = retry_after_s(reply.headers.get("Retry-After"))
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
-        except aiohttp.ClientError as exc:
-            self._mark_down(url)
-            raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
-        finally:
-            self.outstanding[url] -= 1
-        if status == 429 or (status == 503 and wait_s is not None):
-            raise Throttled(f"{url}{path} answered {status}: {_message(text)}", wait_s)
+        reply = await self._send(url, "POST", path, timeout_s, json=body, headers=self.headers)
+        status, text = reply.status, reply.body.decode("utf-8", "replace")
         if status >= 500:
             if status != 503:  # 503 is load shedding: the replica is alive
                 self._mark_down(url)
@@ -102,16 +88,21 @@ class ReplicaBalancer:
         answer came, Throttled for a 429 (or a 503 with Retry-After). Any other answer is not judged here: the
         caller passes it on as it is.
         """
-        import aiohttp
-
         url = self.pick()
         self.outstanding[url] += 1
         headers = {**self.headers, "Content-Type": "application/json"}
+        reply = await self._send(url, method, path, timeout_s, data=data or None, headers=headers)
+        return reply.status, reply.body, reply.content_type, url
+
+    async def _send(self, url: str, method: str, path: str, timeout_s: float, **kwargs) -> Reply:
+        """One request to `url`, whose in-flight count the caller has just raised (lowered here once it is
+        answered). No answer: RequestTimeout, or TransientError with the replica marked down. A 429 (or a 503
+        with Retry-After): Throttled. Any other answer is returned for the caller to judge."""
+        import aiohttp
+
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            reply = await self._sessions.send(method, url + path, data=data or None, headers=headers, timeout=timeout)
-            status, body, ctype = reply.status, reply.body, reply.content_type
-            wait_s = retry_after_s(reply.headers.get("Retry-After"))
+            reply = await self._sessions.send(method, url + path, timeout=timeout, **kwargs)
         except asyncio.TimeoutError:
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
@@ -119,9 +110,11 @@ class ReplicaBalancer:
             raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
         finally:
             self.outstanding[url] -= 1
-        if status == 429 or (status == 503 and wait_s is not None):
-            raise Throttled(f"{url}{path} answered {status}: {_message(body.decode('utf-8', 'replace'))}", wait_s)
-        return status, body, ctype, url
+        wait_s = retry_after_s(reply.headers.get("Retry-After"))
+        if reply.status == 429 or (reply.status == 503 and wait_s is not None):
+            text = reply.body.decode("utf-8", "replace")
+            raise Throttled(f"{url}{path} answered {reply.status}: {_message(text)}", wait_s)
+        return reply
 
     async def _get_ok(self, url: str) -> bool:
         """Ready: /health answers 200, or (an OpenAI-compatible API with no /health) GET /v1/models with the key."""
