@@ -12,6 +12,7 @@ classify.py (vLLM's /classify); routes.py adds them all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 
 from rlrm.inference.base import Completion, SamplingParams
@@ -95,13 +96,24 @@ class Endpoints:
         return {"prompt_tokens": prompt_len, "completion_tokens": done, "total_tokens": prompt_len + done}
 
 
+@functools.cache
 def json_response_class():
-    """orjson's response when installed (the `serve` extra has it): cheaper per request under load."""
+    """A JSON response written by orjson when it is installed (the `serve` extra has it): cheaper per request under
+    load. rlrm's own class: FastAPI's `ORJSONResponse` is deprecated (FastAPI 0.165 warns on using it)."""
     import importlib.util
 
-    from fastapi.responses import JSONResponse, ORJSONResponse
+    from starlette.responses import JSONResponse
 
-    return ORJSONResponse if importlib.util.find_spec("orjson") else JSONResponse
+    if importlib.util.find_spec("orjson") is None:
+        return JSONResponse
+    import orjson
+
+    class OrjsonResponse(JSONResponse):
+        def render(self, content) -> bytes:
+            # as FastAPI's did: int keys (token ids) written as strings, numpy values as numbers
+            return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+    return OrjsonResponse
 
 
 def check_ids(ids: list[int], backend, field: str) -> list[int]:

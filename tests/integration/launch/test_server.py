@@ -241,3 +241,23 @@ def test_tf32_is_the_servers_process_setting_and_reported_only_where_it_computes
     assert cfg.computes_in_tf32
     cfg.dtype = "bfloat16"
     assert not cfg.computes_in_tf32
+
+
+def test_answers_are_json_written_without_fastapis_deprecated_parts(tiny_policy_path):
+    """Both kinds of route (FastAPI's, the model endpoints' Starlette ones) answer with rlrm's orjson response, and
+    nothing warns: FastAPI's own ORJSONResponse is deprecated and would break the server once removed."""
+    import warnings
+
+    from fastapi.testclient import TestClient
+
+    from rlrm.launch.server.app import create_app
+    from rlrm.launch.server.backends import ServerConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        app = create_app(ServerConfig(model_path=str(tiny_policy_path), role="genrm", device="cpu"))
+        with TestClient(app) as client:
+            info = client.get("/get_model_info")
+            done = client.post("/v1/completions", json={"prompt": QUESTION, "max_tokens": 3, "temperature": 0})
+    assert info.headers["content-type"] == "application/json" and info.json()["dtype"] == "float32"
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 3
