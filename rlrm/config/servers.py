@@ -257,8 +257,9 @@ class RolloutServerConfig(ServerFleetConfig):
     weight_sync_backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto",
         description="weight_sync=distributed: the process group's backend. nccl (GPU tensors; the trainer and every "
-        "replica on CUDA) or gloo (CPU tensors, over TCP); auto: nccl when the replicas run on GPUs (backend sglang, "
-        "gpu_ids or gpus_per_replica set) and the trainer has CUDA, else gloo.",
+        "replica on CUDA, each on a GPU of its own: NCCL refuses two on one) or gloo (CPU tensors, over TCP); auto: nccl "
+        "when the replicas run on GPUs (backend sglang, gpu_ids or gpus_per_replica set) and the trainer has CUDA, "
+        "else gloo, and gloo with a warning where a replica reports the trainer's GPU or another replica's.",
     )
     sync_timeout_s: float = Field(
         300.0,

@@ -53,6 +53,7 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
         max_retries=cfg.max_retries,
         weight_sync=cfg.weight_sync,
         sync_backend=sync_backend(cfg),
+        sync_backend_chosen=cfg.weight_sync_backend == "auto",
     )
 
 

@@ -106,6 +106,31 @@ def test_policy_servers_in_tf32_count_as_another_precision_and_are_recomputed(tm
     assert ("rollout/log_prob_diff_max" in row) is (DEVICE == "cuda")
 
 
+def test_a_replica_on_the_trainers_gpu_takes_weights_over_gloo_and_nccl_named_is_one_line(
+    tmp_path, tiny_policy_path, capfd
+):
+    """One GPU for the trainer and its policy server (`gpu_ids: [0]`), weights broadcast (`weight_sync:
+    distributed`): NCCL refuses two members of a group on one GPU, so `auto` broadcasts over gloo and says so,
+    and `weight_sync_backend: nccl` named is one line before training. On the CPU auto is gloo from the start."""
+    from rlrm.errors import RolloutServerError
+
+    served = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.gpu_ids=[0]",
+        "rollout.server.weight_sync=distributed",
+    ]
+    rows = _train(tmp_path / "auto", "tiny-rule", 1, *served)
+    assert rows[-1]["timing_s/weight_broadcast"] > 0
+    said = capfd.readouterr().err
+    assert ("the weights are broadcast over gloo (through CPU copies) instead" in said) is (DEVICE == "cuda"), said
+    with pytest.raises(RolloutServerError) as named:
+        _train(tmp_path / "nccl", "tiny-rule", 1, *served, "rollout.server.weight_sync_backend=nccl")
+    expected = "are on one GPU, and NCCL refuses two members" if DEVICE == "cuda" else "backend nccl needs CUDA"
+    assert expected in str(named.value) and "\n" not in str(named.value), named.value
+
+
 @pytest.mark.parametrize("precision", ["mixed", "pure"])
 def test_bf16_trains_in_both_precisions(tmp_path, tiny_policy_path, precision):
     _train(tmp_path, "tiny-rule", 2, "model.dtype=bfloat16", f"model.precision={precision}")

@@ -1,6 +1,6 @@
 """What the rollout replicas serve, checked against the trainer's own model before a run starts.
 
-    versions, max_context, dtype = check_replicas(urls, api_key, TrainerModel("tiny:policy", 510, 510, None))
+    versions, max_context, dtype, gpus = check_replicas(urls, api_key, TrainerModel("tiny:policy", 510, 510, None))
 
 SGLang and rlrm's embedded server answer `/get_model_info`; a replica whose vocabulary, tokenizer or
 chat template differs from the trainer's is one error naming both. vLLM serves no such route: nothing
@@ -65,21 +65,24 @@ def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5,
 
 def check_replicas(
     urls: list[str], api_key: str | None, expect: TrainerModel | None
-) -> tuple[dict[str, int | None], int | None, str | None]:
+) -> tuple[dict[str, int | None], int | None, str | None, dict[str, str | None]]:
     """Every replica's /get_model_info against the trainer's model (when the server reports it).
 
     Returns:
         (weight version per URL, None where not reported; the smallest context length reported; the
         replicas' dtype when every one is rlrm's embedded server, "tf32" for float32 computed in TF32 (`--tf32` on a
-        GPU: no dtype an actor has, so auto recomputes), else None: vLLM/SGLang score tokens their own way).
+        GPU: no dtype an actor has, so auto recomputes), else None: vLLM/SGLang score tokens their own way; the UUID
+        of each replica's GPU, None where it is not on one or does not say).
     """
     versions: dict[str, int | None] = {}
+    gpus: dict[str, str | None] = {}
     engines = set()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     contexts = []
     for url in urls:
         info = model_info(url, headers)
         versions[url] = int_or_none(info.get("weight_version"))
+        gpus[url] = info["gpu_uuid"] if isinstance(info.get("gpu_uuid"), str) else None
         precision = "tf32" if info.get("tf32") is True else info.get("dtype")
         engines.add((info.get("engine"), precision) if info.get("engine") == ENGINE_NAME else None)
         if expect is None:
@@ -100,4 +103,4 @@ def check_replicas(
     max_context = min(contexts) if contexts else None
     only = engines.pop() if len(engines) == 1 else None
     dtype = only[1] if only is not None else None
-    return versions, max_context, dtype
+    return versions, max_context, dtype, gpus

@@ -39,6 +39,7 @@ are the current weights and it loads those at once.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -52,8 +53,9 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas
 from rlrm.launch.client.version_gate import VersionGate
-from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
+from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast, gpus_shared
 from rlrm.launch.client.wire import post_sync_call
+from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -61,6 +63,14 @@ from rlrm.launch.fleet.server_fleet import ServerFleet
 MAX_COALESCE = 64
 # most times one request waits for a dead replica's restart before each further failure counts as a retry
 MAX_RESTART_WAITS = 3
+
+
+def trainer_gpu() -> str | None:
+    """The GPU (UUID) the trainer's side of an NCCL weight-update group uses, `join_group`'s: the current CUDA
+    device; None without CUDA."""
+    import torch
+
+    return gpu_uuid("cuda") if torch.cuda.is_available() else None
 
 
 @dataclass
@@ -83,6 +93,8 @@ class ServerRolloutEngine:
         expect: the trainer's model, compared with every replica's `/get_model_info` at start.
         api_key, request_timeout_s, sync_timeout_s, max_retries, weight_sync: as `rollout.server` says.
         sync_backend: weight_sync=distributed: gloo or nccl (`weight_sync_backend` resolved).
+        sync_backend_chosen: `sync_backend` was picked by `auto`, not named: nccl falls back to gloo when two
+            members of the group share a GPU, which NCCL refuses (named nccl: a one-line error instead).
     """
 
     def __init__(
@@ -97,6 +109,7 @@ class ServerRolloutEngine:
         max_retries: int = 3,
         weight_sync: str = "disk",
         sync_backend: str = "gloo",
+        sync_backend_chosen: bool = False,
     ):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
         self.api_key = api_key
@@ -113,6 +126,8 @@ class ServerRolloutEngine:
             if weight_sync == "distributed"
             else None
         )
+        self.sync_backend_chosen = sync_backend_chosen
+        self.replica_gpus: dict[str, str | None] = {}  # each replica's GPU (UUID), from /get_model_info
         # vLLM answers carry no version: the client keeps each request within one (rlrm/launch/client/version_gate.py)
         self.gate = None if wire.carries_version else VersionGate()
         self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
@@ -145,6 +160,7 @@ class ServerRolloutEngine:
             else:
                 await asyncio.to_thread(self._reset_trained, versions)
             if self.broadcast is not None:
+                self._check_gpus_apart()
                 await asyncio.to_thread(self.broadcast.open)
             self._started = True
         except BaseException:
@@ -400,8 +416,34 @@ class ServerRolloutEngine:
 
     def _check_replicas(self) -> dict[str, int | None]:
         """Every replica's model info against the trainer's (rlrm/launch/client/replica_info.py); their versions."""
-        versions, self.max_context, self.dtype = check_replicas(self.fleet.replica_urls, self.api_key, self.expect)
+        urls = self.fleet.replica_urls
+        versions, self.max_context, self.dtype, self.replica_gpus = check_replicas(urls, self.api_key, self.expect)
         return versions
+
+    def _check_gpus_apart(self) -> None:
+        """An NCCL group with two members on one GPU fails to form ("Duplicate GPU detected"): a replica on the
+        trainer's GPU (one GPU for both, or `gpu_ids` naming the trainer's), or two replicas given one. Where
+        `auto` chose nccl, the weights go over gloo instead (through the CPU), said in one line; where nccl was
+        named, one line says what to change. Checked at start, where every replica says where it is."""
+        group = self.broadcast.group if self.broadcast is not None else None
+        if group is None or group.backend != "nccl":
+            return
+        members = {"the trainer": trainer_gpu(), **{f"replica {u}": g for u, g in self.replica_gpus.items()}}
+        clash = gpus_shared(members)
+        if clash is None:
+            return
+        what = f"{clash[0]} and {clash[1]} are on one GPU, and NCCL refuses two members of a group on one GPU"
+        if not self.sync_backend_chosen:
+            raise RolloutServerError(
+                f"rollout.server.weight_sync_backend=nccl: {what}: give each replica a GPU of its own "
+                "(rollout.server.gpu_ids) or set rollout.server.weight_sync_backend=gloo"
+            )
+        print(
+            f"warning: rollout.server: {what}: the weights are broadcast over gloo (through CPU copies) instead",
+            file=sys.stderr,
+            flush=True,
+        )
+        group.backend = "gloo"
 
     def take_metrics(self) -> dict:
         """rollout/* counters and weight-sync times since the last call."""

@@ -46,6 +46,18 @@ def master_address(urls: list[str]) -> str:
     return local_ip_towards(remote[0]) if remote else "127.0.0.1"
 
 
+def gpus_shared(members: dict[str, str | None]) -> tuple[str, str] | None:
+    """The first two of `members` ({name: GPU UUID, None where not on a GPU}) on one GPU, or None."""
+    first: dict[str, str] = {}
+    for name, gpu in members.items():
+        if gpu is None:
+            continue
+        if gpu in first:
+            return first[gpu], name
+        first[gpu] = name
+    return None
+
+
 class WeightBroadcast:
     """The group between the trainer and `members`; see the module docstring.
 

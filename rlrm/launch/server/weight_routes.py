@@ -29,7 +29,7 @@ import asyncio
 
 from pydantic import BaseModel, ConfigDict
 
-from rlrm.launch.common.model_info import ENGINE_NAME, chat_template_digest
+from rlrm.launch.common.model_info import ENGINE_NAME, chat_template_digest, gpu_uuid
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.weight_source import WeightSource
 
@@ -172,6 +172,7 @@ def add_weight_routes(app, cfg, backend, state: WeightState) -> None:
             "engine": ENGINE_NAME,
             "dtype": cfg.dtype,
             "tf32": cfg.computes_in_tf32,
+            "gpu_uuid": gpu_uuid(backend.device),  # None off CUDA: an NCCL group's members need one GPU each
         }
 
     @app.get("/get_weight_version")

@@ -59,8 +59,8 @@ def test_a_route_the_server_does_not_serve_is_nothing_reported_at_once():
     with InfoServer(busy=0, final=404) as server:
         assert model_info(server.url, {}, pause_s=0.01) == {}
         assert server.calls == 1
-        versions, max_context, dtype = check_replicas([server.url], None, TrainerModel("tiny:policy", 7, 9, None))
-        assert versions == {server.url: None} and max_context is None and dtype is None
+        versions, max_context, dtype, gpus = check_replicas([server.url], None, TrainerModel("tiny:policy", 7, 9, None))
+        assert versions == {server.url: None} and max_context is None and dtype is None and gpus == {server.url: None}
 
 
 def test_a_server_busy_every_time_is_reported_after_the_tries_not_forever():

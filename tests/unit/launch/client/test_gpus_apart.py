@@ -1,0 +1,95 @@
+"""An NCCL weight-update group needs a GPU per member: NCCL refuses two on one ("Duplicate GPU detected"). The
+trainer compares its GPU with each replica's (`/get_model_info`'s `gpu_uuid`) before the group forms: where
+`weight_sync_backend: auto` chose nccl it broadcasts over gloo instead, saying so; where nccl was named, one line
+says what to change (rlrm/launch/client/rollout_engine.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrm.config.servers import RolloutServerConfig
+from rlrm.errors import RolloutServerError
+from rlrm.inference.weight_files import WeightFiles
+from rlrm.launch.client import rollout_engine
+from rlrm.launch.client.rollout_engine import ServerRolloutEngine
+from rlrm.launch.client.weight_broadcast import gpus_shared
+from rlrm.launch.client.wire import SGLangWire
+from rlrm.launch.fleet.server_fleet import ServerFleet
+
+A, B = "http://127.0.0.1:31001", "http://127.0.0.1:31002"
+
+
+def test_the_first_two_members_on_one_gpu_are_named():
+    assert gpus_shared({"the trainer": "GPU-0", "replica a": "GPU-1", "replica b": "GPU-2"}) is None
+    assert gpus_shared({"the trainer": "GPU-0", "replica a": "GPU-1", "replica b": "GPU-0"}) == (
+        "the trainer",
+        "replica b",
+    )
+    assert gpus_shared({"the trainer": "GPU-0", "replica a": "GPU-1", "replica b": "GPU-1"}) == (
+        "replica a",
+        "replica b",
+    )
+    assert gpus_shared({"the trainer": None, "replica a": None, "replica b": None}) is None  # not on GPUs
+
+
+def _engine(tmp_path, backend: str, chosen: bool) -> ServerRolloutEngine:
+    cfg = RolloutServerConfig(weight_sync="distributed", weight_sync_backend="auto" if chosen else backend)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path="m")
+    return ServerRolloutEngine(
+        fleet,
+        SGLangWire(),
+        WeightFiles(str(tmp_path)),
+        weight_sync="distributed",
+        sync_backend=backend,
+        sync_backend_chosen=chosen,
+    )
+
+
+@pytest.fixture()
+def on_gpu_0(monkeypatch):
+    monkeypatch.setattr(rollout_engine, "trainer_gpu", lambda: "GPU-0")
+
+
+def test_auto_broadcasts_over_gloo_when_a_replica_is_on_the_trainers_gpu(tmp_path, on_gpu_0, capsys):
+    engine = _engine(tmp_path, "nccl", chosen=True)
+    engine.replica_gpus = {A: "GPU-1", B: "GPU-0"}
+    engine._check_gpus_apart()
+    assert engine.broadcast.group.backend == "gloo"
+    assert capsys.readouterr().err.strip() == (
+        f"warning: rollout.server: the trainer and replica {B} are on one GPU, and NCCL refuses two members of a group on "
+        "one GPU: the weights are broadcast over gloo (through CPU copies) instead"
+    )
+
+
+def test_nccl_named_with_two_replicas_on_one_gpu_is_one_line_naming_what_to_change(tmp_path, on_gpu_0):
+    engine = _engine(tmp_path, "nccl", chosen=False)
+    engine.replica_gpus = {A: "GPU-1", B: "GPU-1"}
+    with pytest.raises(RolloutServerError) as err:
+        engine._check_gpus_apart()
+    assert str(err.value) == (
+        f"rollout.server.weight_sync_backend=nccl: replica {A} and replica {B} are on one GPU, and NCCL refuses "
+        "two members of a group on one GPU: give each replica a GPU of its own (rollout.server.gpu_ids) or set "
+        "rollout.server.weight_sync_backend=gloo"
+    )
+    assert engine.broadcast.group.backend == "nccl"
+
+
+@pytest.mark.parametrize("chosen", [True, False])
+def test_a_gpu_for_each_member_keeps_nccl(tmp_path, on_gpu_0, chosen, capsys):
+    engine = _engine(tmp_path, "nccl", chosen=chosen)
+    engine.replica_gpus = {A: "GPU-1", B: "GPU-2"}
+    engine._check_gpus_apart()
+    assert engine.broadcast.group.backend == "nccl" and capsys.readouterr().err == ""
+
+
+def test_gloo_is_not_checked(tmp_path, on_gpu_0):
+    engine = _engine(tmp_path, "gloo", chosen=False)
+    engine.replica_gpus = {A: "GPU-0", B: "GPU-0"}  # gloo copies through the CPU: members may share a GPU
+    engine._check_gpus_apart()
+    assert engine.broadcast.group.backend == "gloo"
+
+
+def test_the_server_reports_no_gpu_off_cuda():
+    from rlrm.launch.common.model_info import gpu_uuid
+
+    assert gpu_uuid("cpu") is None and gpu_uuid("meta") is None
