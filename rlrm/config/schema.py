@@ -87,8 +87,8 @@ class ModelConfig(Section):
             "fp32_precision='tf32', as HF's TrainingArguments(tf32=True)): several times faster at model.dtype float32 "
             "(about 7x the rate on an H100 or H200), inputs rounded to 10 mantissa bits. In the trainer process while "
             "the run trains (the actor, the in-process rollout engine, the reference) and on actor ranks; rlrm's embedded "
-            "servers take it as --tf32 in their extra_args (replicas in TF32 count as another precision: "
-            "actor.recompute_old_log_prob auto recomputes). false leaves the process's setting (torch's default: "
+            "servers take it as --tf32 in their extra_args (actor.recompute_old_log_prob auto counts TF32 as a "
+            "precision of its own). false leaves the process's setting (torch's default: "
             "off). No effect on the CPU."
         ),
     )

@@ -26,8 +26,9 @@ def needs_recompute(
             than float noise or are reused over several epochs: `ppo_epochs > 1`, or an engine whose
             parameter dtype is unknown (`None`: code that scores tokens its own way, e.g. vLLM or
             SGLang servers) or differs from the actor's. rlrm's embedded policy servers run the
-            in-process engine's code and report their dtype, so they count as that engine; computing
-            float32 in TF32 (`--tf32` on a GPU) they report "tf32", a precision no actor has.
+            in-process engine's code and report their dtype, so they count as that engine. Float32
+            computed in TF32 is "tf32" on either side (`model.tf32` or a server's `--tf32`, on a GPU):
+            it moves log-probs by more than float32's rounding.
         off_policy: the samples may come from older policies (one-step-off, fully-async). The
             engine's log-probs are then the behaviour policy's and the actor no longer holds the
             weights that sampled them, so they are never recomputed, whatever the setting.

@@ -33,6 +33,7 @@ from rlrm.engine.rewards.agreement import agreement_metrics
 from rlrm.engine.rewards.components import COMPONENTS_KEY, component_metrics, component_table
 from rlrm.errors import TrainingError, out_of_memory_named
 from rlrm.inference.base import RolloutEngine
+from rlrm.inference.tf32 import precision
 
 if TYPE_CHECKING:  # torch-backed: imported where used, not at import time
     import torch
@@ -168,7 +169,7 @@ class GRPOStep:
             off_policy=off_policy,
             ppo_epochs=actor.cfg.ppo_epochs,
             engine_dtype=self.engine.dtype,
-            actor_dtype=actor.dtype,
+            actor_dtype=precision(actor.dtype, self.settings.device),  # "tf32": model.tf32 on CUDA (as the ranks')
         )
 
     def score(

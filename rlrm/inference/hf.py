@@ -35,6 +35,7 @@ from functools import partial
 from rlrm.errors import out_of_memory_named
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
 from rlrm.inference.decode import decode
+from rlrm.inference.tf32 import precision
 
 
 @dataclass
@@ -105,8 +106,10 @@ class HFRolloutEngine:
 
     @property
     def dtype(self):
-        """The model's parameter dtype (a torch.dtype): with the actor's, its log-probs match the actor's."""
-        return next(self.model.parameters()).dtype
+        """The model's parameter dtype (a torch.dtype), or "tf32" for float32 on CUDA with TF32 products
+        (rlrm.inference.tf32.precision): with the actor's, its log-probs match the actor's."""
+        weight = next(self.model.parameters())
+        return precision(weight.dtype, weight.device)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Completion:
         """Generate one response.

@@ -29,3 +29,16 @@ def cuda_tf32_on() -> Callable[[], None]:
     previous = getattr(matmul, name)
     setattr(matmul, name, value)
     return lambda: setattr(matmul, name, previous)
+
+
+def precision(dtype: object, device: object) -> object:
+    """What code computing in `dtype` on `device` computes in, in this process: "tf32" for float32 on CUDA while
+    CUDA's float32 products run in TF32 here (`model.tf32`), else `dtype` itself. rlrm/engine/behaviour.py compares
+    the rollout engine's with the actor's: TF32 moves log-probs by more than float32's rounding."""
+    import torch
+
+    if dtype != torch.float32 or torch.device(device).type != "cuda":  # type: ignore[call-overload]
+        return dtype
+    matmul = torch.backends.cuda.matmul
+    on = matmul.fp32_precision == "tf32" if hasattr(matmul, "fp32_precision") else matmul.allow_tf32
+    return "tf32" if on else dtype

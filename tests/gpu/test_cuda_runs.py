@@ -92,18 +92,20 @@ def test_compiled_decoding_trains_on_the_device(tmp_path, tiny_policy_path, capf
     assert "warning: rollout.compile" not in capfd.readouterr().err  # captured, not decoded uncompiled
 
 
-def test_policy_servers_in_tf32_count_as_another_precision_and_are_recomputed(tmp_path, tiny_policy_path):
+@pytest.mark.parametrize("actor_tf32", [False, True])
+def test_policy_servers_in_tf32_are_recomputed_unless_the_actor_is_in_tf32_too(tmp_path, tiny_policy_path, actor_tf32):
     """`rollout.server.extra_args: ["--tf32"]`: an embedded policy server computes float32 in TF32 on a GPU and says
-    so in /get_model_info, so `actor.recompute_old_log_prob: auto` recomputes the old log-probs (the gap is logged).
-    On the CPU the flag changes nothing and the engine's log-probs are the actor's."""
+    so in /get_model_info, so `actor.recompute_old_log_prob: auto` recomputes the old log-probs (the gap is logged)
+    unless the actor computes in TF32 too (`model.tf32`). On the CPU the flag changes nothing and the engine's
+    log-probs are the actor's."""
     served = [
         "rollout.backend=server",
         "rollout.server.router=client",
         "rollout.server.threads=1",
         'rollout.server.extra_args=["--tf32"]',
     ]
-    (row,) = _train(tmp_path, "tiny-rule", 1, *served)
-    assert ("rollout/log_prob_diff_max" in row) is (DEVICE == "cuda")
+    (row,) = _train(tmp_path, "tiny-rule", 1, *served, f"model.tf32={actor_tf32}")
+    assert ("rollout/log_prob_diff_max" in row) is (DEVICE == "cuda" and not actor_tf32)
 
 
 def test_a_replica_on_the_trainers_gpu_takes_weights_over_gloo_and_nccl_named_is_one_line(
@@ -114,11 +116,13 @@ def test_a_replica_on_the_trainers_gpu_takes_weights_over_gloo_and_nccl_named_is
     and `weight_sync_backend: nccl` named is one line before training. On the CPU auto is gloo from the start."""
     from rlrm.errors import RolloutServerError
 
+    # gpu_ids name GPUs as the machine does (CUDA_VISIBLE_DEVICES): the trainer's is the first it sees
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
     served = [
         "rollout.backend=server",
         "rollout.server.router=client",
         "rollout.server.threads=1",
-        "rollout.server.gpu_ids=[0]",
+        f"rollout.server.gpu_ids=[{visible if visible.isdigit() else 0}]",
         "rollout.server.weight_sync=distributed",
     ]
     rows = _train(tmp_path / "auto", "tiny-rule", 1, *served)

@@ -71,7 +71,7 @@ def check_replicas(
     Returns:
         (weight version per URL, None where not reported; the smallest context length reported; the
         replicas' dtype when every one is rlrm's embedded server, "tf32" for float32 computed in TF32 (`--tf32` on a
-        GPU: no dtype an actor has, so auto recomputes), else None: vLLM/SGLang score tokens their own way; the UUID
+        GPU, as an actor with model.tf32 on CUDA), else None: vLLM/SGLang score tokens their own way; the UUID
         of each replica's GPU, None where it is not on one or does not say).
     """
     versions: dict[str, int | None] = {}

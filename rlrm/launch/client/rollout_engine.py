@@ -65,12 +65,12 @@ MAX_COALESCE = 64
 MAX_RESTART_WAITS = 3
 
 
-def trainer_gpu() -> str | None:
-    """The GPU (UUID) the trainer's side of an NCCL weight-update group uses, `join_group`'s: the current CUDA
-    device; None without CUDA."""
+def trainer_device() -> str | None:
+    """The CUDA device the trainer's side of an NCCL weight-update group uses: this thread's current one (the
+    trainer's), fixed before the group is joined from a worker thread; None without CUDA."""
     import torch
 
-    return gpu_uuid("cuda") if torch.cuda.is_available() else None
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
 
 
 @dataclass
@@ -140,8 +140,8 @@ class ServerRolloutEngine:
         self._start_lock: asyncio.Lock | None = None
 
     # the replicas' dtype when every one is rlrm's embedded server (the in-process engine's code, so its log-probs
-    # are the actor's up to float noise), "tf32" when they compute float32 in TF32 (--tf32 on a GPU: another
-    # precision); None otherwise: vLLM/SGLang score tokens their own way (rlrm/engine/behaviour.py)
+    # are the actor's up to float noise), "tf32" when they compute float32 in TF32 (--tf32 on a GPU: the precision
+    # of an actor with model.tf32); None otherwise: vLLM/SGLang score tokens their own way (rlrm/engine/behaviour.py)
     dtype: str | None = None
 
     async def start(self) -> None:
@@ -428,7 +428,9 @@ class ServerRolloutEngine:
         group = self.broadcast.group if self.broadcast is not None else None
         if group is None or group.backend != "nccl":
             return
-        members = {"the trainer": trainer_gpu(), **{f"replica {u}": g for u, g in self.replica_gpus.items()}}
+        group.device = trainer_device()  # the GPU compared here is the one the group is joined on, from any thread
+        trainer = gpu_uuid(group.device) if group.device is not None else None
+        members = {"the trainer": trainer, **{f"replica {u}": g for u, g in self.replica_gpus.items()}}
         clash = gpus_shared(members)
         if clash is None:
             return

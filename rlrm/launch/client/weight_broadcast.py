@@ -70,6 +70,7 @@ class WeightBroadcast:
 
     def __init__(self, wire, backend: str, timeout_s: float, api_key: str | None = None):
         self.wire, self.backend, self.timeout_s, self.api_key = wire, backend, timeout_s, api_key
+        self.device: str | None = None  # nccl: the trainer's CUDA device (None: the joining thread's current one)
         self.group: WeightGroup | None = None
         self.members: list[str] = []
 
@@ -90,7 +91,9 @@ class WeightBroadcast:
         }
 
         def join() -> None:
-            self.group = join_group(master, port, 0, world, GROUP, self.backend, self.timeout_s, store=store)
+            self.group = join_group(
+                master, port, 0, world, GROUP, self.backend, self.timeout_s, device=self.device, store=store
+            )
 
         failures, error = self._during_calls(calls, join)
         if failures or error:

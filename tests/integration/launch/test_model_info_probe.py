@@ -89,3 +89,10 @@ def test_an_embedded_replica_reports_its_precision_tf32_included(reported, expec
         assert check_replicas([server.url], None, None)[2] == expected
         server.info["engine"] = "vllm"  # other code: its precision is unknown, whatever it reports
         assert check_replicas([server.url], None, None)[2] is None
+
+
+def test_each_replica_names_its_gpu_or_none():
+    with InfoServer(busy=0) as on_gpu, InfoServer(busy=0) as off_gpu:
+        on_gpu.info = {**on_gpu.info, "gpu_uuid": "GPU-8d1c"}
+        off_gpu.info = {**off_gpu.info, "gpu_uuid": None}
+        assert check_replicas([on_gpu.url, off_gpu.url], None, None)[3] == {on_gpu.url: "GPU-8d1c", off_gpu.url: None}

@@ -230,6 +230,7 @@ def test_tf32_is_the_servers_process_setting_and_reported_only_where_it_computes
         serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu", tf32=True), port=free_port())
         assert seen["precision"] == "tf32"
         assert seen["info"]["tf32"] is False and seen["info"]["dtype"] == "float32"  # the CPU does not read it
+        assert seen["info"]["gpu_uuid"] is None  # not on a GPU: no NCCL group can clash with it
         matmul.fp32_precision = before
         serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu"), port=free_port())
         assert seen["precision"] == before  # without --tf32 the process keeps its own setting
@@ -252,6 +253,7 @@ def test_answers_are_json_written_without_fastapis_deprecated_parts(tiny_policy_
 
     from rlrm.launch.server.app import create_app
     from rlrm.launch.server.backends import ServerConfig
+    from rlrm.launch.server.endpoints import json_response_class
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -260,4 +262,6 @@ def test_answers_are_json_written_without_fastapis_deprecated_parts(tiny_policy_
             info = client.get("/get_model_info")
             done = client.post("/v1/completions", json={"prompt": QUESTION, "max_tokens": 3, "temperature": 0})
     assert info.headers["content-type"] == "application/json" and info.json()["dtype"] == "float32"
+    assert json_response_class().__name__ == "OrjsonResponse"  # the serve extra has orjson: its writer, not json's
+    assert json_response_class()({"nan": float("nan"), 7: 1}).body == b'{"nan":null,"7":1}'  # as FastAPI's did
     assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 3

@@ -47,7 +47,9 @@ def _engine(tmp_path, backend: str, chosen: bool) -> ServerRolloutEngine:
 
 @pytest.fixture()
 def on_gpu_0(monkeypatch):
-    monkeypatch.setattr(rollout_engine, "trainer_gpu", lambda: "GPU-0")
+    """The trainer's thread on cuda:0, whose UUID is GPU-0 (no CUDA here: both answers stand in for it)."""
+    monkeypatch.setattr(rollout_engine, "trainer_device", lambda: "cuda:0")
+    monkeypatch.setattr(rollout_engine, "gpu_uuid", {"cuda:0": "GPU-0"}.__getitem__)
 
 
 def test_auto_broadcasts_over_gloo_when_a_replica_is_on_the_trainers_gpu(tmp_path, on_gpu_0, capsys):
@@ -55,6 +57,7 @@ def test_auto_broadcasts_over_gloo_when_a_replica_is_on_the_trainers_gpu(tmp_pat
     engine.replica_gpus = {A: "GPU-1", B: "GPU-0"}
     engine._check_gpus_apart()
     assert engine.broadcast.group.backend == "gloo"
+    assert engine.broadcast.group.device == "cuda:0"  # the GPU compared is the one the group would join on
     assert capsys.readouterr().err.strip() == (
         f"warning: rollout.server: the trainer and replica {B} are on one GPU, and NCCL refuses two members of a group on "
         "one GPU: the weights are broadcast over gloo (through CPU copies) instead"
@@ -80,6 +83,7 @@ def test_a_gpu_for_each_member_keeps_nccl(tmp_path, on_gpu_0, chosen, capsys):
     engine.replica_gpus = {A: "GPU-1", B: "GPU-2"}
     engine._check_gpus_apart()
     assert engine.broadcast.group.backend == "nccl" and capsys.readouterr().err == ""
+    assert engine.broadcast.group.device == "cuda:0"  # joined there, whichever thread joins
 
 
 def test_gloo_is_not_checked(tmp_path, on_gpu_0):
@@ -93,3 +97,21 @@ def test_the_server_reports_no_gpu_off_cuda():
     from rlrm.launch.common.model_info import gpu_uuid
 
     assert gpu_uuid("cpu") is None and gpu_uuid("meta") is None
+
+
+def test_precision_names_float32_in_tf32_on_cuda_only():
+    """rlrm.inference.tf32.precision: what the engine and the actor are compared by (rlrm/engine/behaviour.py)."""
+    import torch
+
+    from rlrm.inference.tf32 import cuda_tf32_on, precision
+
+    assert precision(torch.float32, "cuda:0") == torch.float32  # torch's default: plain float32 products
+    put_back = cuda_tf32_on()
+    try:
+        assert precision(torch.float32, "cuda:0") == "tf32"
+        assert precision(torch.float32, torch.device("cuda")) == "tf32"
+        assert precision(torch.float32, "cpu") == torch.float32  # the CPU does not read the setting
+        assert precision(torch.bfloat16, "cuda:0") == torch.bfloat16  # nor bf16 compute
+    finally:
+        put_back()
+    assert precision(torch.float32, "cuda:0") == torch.float32
