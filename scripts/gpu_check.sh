@@ -11,7 +11,7 @@
 #   GPU_CHECK_OUT    where the runs, logs and gpu_check.md go (default: gpu_check_out, replaced each time)
 #   GPU_TIER_K       run only the gpu tier's tests this pytest -k expression selects (default: all)
 # On a short lease, only the rows not yet measured:
-#   GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
+#   GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu or doctor" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
 # On an offline machine lent for minutes, the wheels it lacks and the one command: docs/development.md
 # ("The device check on a lent, offline GPU machine"; scripts/gpu_wheels.py fetches the wheels).
 set -uo pipefail

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -225,3 +226,22 @@ def test_a_server_decoding_with_cuda_graphs_answers_the_same_after_sleep_and_wak
         again = httpx.post(server.url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
         assert again == first and first
         assert "warning: rollout.compile" not in server.log_tail(lines=200)  # captured both times, no fallback
+
+
+def test_doctor_names_each_gpu_its_memory_and_the_cuda_and_nccl_versions():
+    """`rlrm doctor` on a GPU machine: a row a visible GPU (name, memory, compute capability, bf16), CUDA's and
+    NCCL's versions and the TF32 setting; on the CPU, the device row says cpu."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rlrm", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    if DEVICE == "cuda":
+        name = torch.cuda.get_device_name(0)
+        assert "│ gpu 0 " in done.stdout and name in done.stdout and " GiB, compute " in done.stdout, done.stdout
+        assert "│ cuda " in done.stdout and "NCCL " in done.stdout and "│ tf32 " in done.stdout, done.stdout
+    else:
+        assert re.search(r"│ device\s+│ cpu\s+│", done.stdout), done.stdout
