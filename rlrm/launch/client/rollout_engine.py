@@ -39,7 +39,6 @@ are the current weights and it loads those at once.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -53,9 +52,8 @@ from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas
 from rlrm.launch.client.version_gate import VersionGate
-from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast, gpus_shared
+from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
 from rlrm.launch.client.wire import post_sync_call
-from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -63,14 +61,6 @@ from rlrm.launch.fleet.server_fleet import ServerFleet
 MAX_COALESCE = 64
 # most times one request waits for a dead replica's restart before each further failure counts as a retry
 MAX_RESTART_WAITS = 3
-
-
-def trainer_device() -> str | None:
-    """The CUDA device the trainer's side of an NCCL weight-update group uses: this thread's current one (the
-    trainer's), fixed before the group is joined from a worker thread; None without CUDA."""
-    import torch
-
-    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
 
 
 @dataclass
@@ -421,31 +411,10 @@ class ServerRolloutEngine:
         return versions
 
     def _check_gpus_apart(self) -> None:
-        """An NCCL group with two members on one GPU fails to form ("Duplicate GPU detected"): a replica on the
-        trainer's GPU (one GPU for both, or `gpu_ids` naming the trainer's), or two replicas given one. Where
-        `auto` chose nccl, the weights go over gloo instead (through the CPU), said in one line; where nccl was
-        named, one line says what to change. Checked at start, where every replica says where it is."""
-        group = self.broadcast.group if self.broadcast is not None else None
-        if group is None or group.backend != "nccl":
-            return
-        group.device = trainer_device()  # the GPU compared here is the one the group is joined on, from any thread
-        trainer = gpu_uuid(group.device) if group.device is not None else None
-        members = {"the trainer": trainer, **{f"replica {u}": g for u, g in self.replica_gpus.items()}}
-        clash = gpus_shared(members)
-        if clash is None:
-            return
-        what = f"{clash[0]} and {clash[1]} are on one GPU, and NCCL refuses two members of a group on one GPU"
-        if not self.sync_backend_chosen:
-            raise RolloutServerError(
-                f"rollout.server.weight_sync_backend=nccl: {what}: give each replica a GPU of its own "
-                "(rollout.server.gpu_ids) or set rollout.server.weight_sync_backend=gloo"
-            )
-        print(
-            f"warning: rollout.server: {what}: the weights are broadcast over gloo (through CPU copies) instead",
-            file=sys.stderr,
-            flush=True,
-        )
-        group.backend = "gloo"
+        """Before the group forms: no two members on one GPU where it is NCCL's (WeightBroadcast.keep_gpus_apart),
+        checked at start, where every replica has said where it is."""
+        if self.broadcast is not None:
+            self.broadcast.group.keep_gpus_apart(self.replica_gpus, chosen=self.sync_backend_chosen)
 
     def take_metrics(self) -> dict:
         """rollout/* counters and weight-sync times since the last call."""

@@ -21,12 +21,14 @@ every replica is on this machine, else this machine's address on the route to th
 from __future__ import annotations
 
 import asyncio
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.launch.client.wire import post_sync_call
+from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.common.weight_group import (
     GROUP,
     WeightGroup,
@@ -56,6 +58,14 @@ def gpus_shared(members: dict[str, str | None]) -> tuple[str, str] | None:
             return first[gpu], name
         first[gpu] = name
     return None
+
+
+def trainer_device() -> str | None:
+    """The CUDA device the trainer's side of an NCCL weight-update group uses: this thread's current one (the
+    trainer's), fixed before the group is joined from a worker thread; None without CUDA."""
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
 
 
 class WeightBroadcast:
@@ -101,6 +111,32 @@ class WeightBroadcast:
         else:
             self.members = list(members)
         return failures, error
+
+    def keep_gpus_apart(self, replica_gpus: dict[str, str | None], chosen: bool) -> None:
+        """An NCCL group with two members on one GPU fails to form ("Duplicate GPU detected"): a replica on the
+        trainer's GPU (one GPU for both, or `gpu_ids` naming the trainer's), or two replicas given one
+        (`replica_gpus`: each replica's GPU UUID from /get_model_info, None where it is not on one). Where `auto`
+        chose nccl (`chosen`), the weights go over gloo instead (through the CPU), said in one line; where nccl
+        was named, one line says what to change."""
+        if self.backend != "nccl":
+            return
+        self.device = trainer_device()  # the GPU compared here is the one the group is joined on, from any thread
+        trainer = gpu_uuid(self.device) if self.device is not None else None
+        clash = gpus_shared({"the trainer": trainer, **{f"replica {u}": g for u, g in replica_gpus.items()}})
+        if clash is None:
+            return
+        what = f"{clash[0]} and {clash[1]} are on one GPU, and NCCL refuses two members of a group on one GPU"
+        if not chosen:
+            raise RolloutServerError(
+                f"rollout.server.weight_sync_backend=nccl: {what}: give each replica a GPU of its own "
+                "(rollout.server.gpu_ids) or set rollout.server.weight_sync_backend=gloo"
+            )
+        print(
+            f"warning: rollout.server: {what}: the weights are broadcast over gloo (through CPU copies) instead",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.backend = "gloo"
 
     def send(self, state_dict: dict, version: int) -> tuple[dict[str, str], str | None]:
         """Every tensor of `state_dict` to every member, as weights version `version`."""

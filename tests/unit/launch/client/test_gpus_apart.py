@@ -1,7 +1,7 @@
 """An NCCL weight-update group needs a GPU per member: NCCL refuses two on one ("Duplicate GPU detected"). The
 trainer compares its GPU with each replica's (`/get_model_info`'s `gpu_uuid`) before the group forms: where
 `weight_sync_backend: auto` chose nccl it broadcasts over gloo instead, saying so; where nccl was named, one line
-says what to change (rlrm/launch/client/rollout_engine.py)."""
+says what to change (rlrm/launch/client/weight_broadcast.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.errors import RolloutServerError
 from rlrm.inference.weight_files import WeightFiles
-from rlrm.launch.client import rollout_engine
+from rlrm.launch.client import weight_broadcast
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.weight_broadcast import gpus_shared
 from rlrm.launch.client.wire import SGLangWire
@@ -48,8 +48,8 @@ def _engine(tmp_path, backend: str, chosen: bool) -> ServerRolloutEngine:
 @pytest.fixture()
 def on_gpu_0(monkeypatch):
     """The trainer's thread on cuda:0, whose UUID is GPU-0 (no CUDA here: both answers stand in for it)."""
-    monkeypatch.setattr(rollout_engine, "trainer_device", lambda: "cuda:0")
-    monkeypatch.setattr(rollout_engine, "gpu_uuid", {"cuda:0": "GPU-0"}.__getitem__)
+    monkeypatch.setattr(weight_broadcast, "trainer_device", lambda: "cuda:0")
+    monkeypatch.setattr(weight_broadcast, "gpu_uuid", {"cuda:0": "GPU-0"}.__getitem__)
 
 
 def test_auto_broadcasts_over_gloo_when_a_replica_is_on_the_trainers_gpu(tmp_path, on_gpu_0, capsys):
