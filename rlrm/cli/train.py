@@ -11,6 +11,8 @@ from rlrm.cli.common import friendly_errors, timestamped
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.errors import ConfigError, RlrmError
 
+CONSOLES = ("rich", "plain", "none")  # logging.console's values
+
 
 @friendly_errors
 def train(
@@ -28,11 +30,15 @@ def train(
     dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace what --out holds.")] = False,
-    console: Annotated[Optional[str], typer.Option(help="Live display: rich, plain or none.")] = None,
+    console: Annotated[
+        Optional[str], typer.Option(help="Live display: rich, plain or none (default: logging.console).")
+    ] = None,
 ) -> None:
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
     runs/<profile>-<time>). --steps, --seed and --mode override trainer.total_steps, trainer.seed and
-    trainer.mode; --dry-run prints the resolved profile and the command line of every server it would start."""
+    trainer.mode; --dry-run prints the resolved profile and the command line of every server it would start, then
+    checks the inputs as a run would (files, devices, Ray heads: exit 1 and one line if one fails), and starts
+    nothing."""
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
@@ -41,6 +47,8 @@ def train(
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
     from rlrm.engine.trainer import train as run_training
 
+    if console is not None and console not in CONSOLES:
+        raise ConfigError(f"--console {console!r} is not a live display; use one of {', '.join(CONSOLES)}")
     allow_contract_change = False
     if resume is not None:
         allow_contract_change, set_ = _resume_overrides(set_)
@@ -74,6 +82,7 @@ def train(
             typer.echo(dump_profile(resolved), nl=False)
             for line in planned_processes(resolved):  # the command line of every server and router it would start
                 typer.echo(line)
+            check_inputs(resolved)  # and, after the plan, the one line that would stop the run on this machine
             return
         check_inputs(resolved)
         start_run(resolved, run_dir, overwrite=overwrite)

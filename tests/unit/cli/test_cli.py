@@ -48,6 +48,32 @@ def test_dry_run_resolves_gsm8k_profile(tmp_path):
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
+def test_dry_run_checks_the_files_a_run_would_read(tmp_path):
+    """A dry run shows the resolved profile, then refuses what the run would refuse before starting, with the run's
+    one line: here a model folder that is not there and a data folder without its files."""
+    missing_model = invoke(
+        "train", "--profile", "tiny-rule", "--set", f"model.path={tmp_path / 'nomodel'}", "--dry-run"
+    )
+    assert missing_model.exit_code == 1
+    assert "# run folder:" in missing_model.output  # the profile first
+    last = missing_model.output.strip().splitlines()[-1]
+    assert last.startswith("error:") and "nomodel" in last, missing_model.output
+    empty = tmp_path / "data"
+    empty.mkdir()
+    settings = ["--set", "data.source=gsm8k", "--set", f"data.path={empty}", "--out", str(tmp_path / "run")]
+    no_data = invoke("train", "--profile", "tiny-rule", *settings)
+    dry = invoke("train", "--profile", "tiny-rule", *settings, "--dry-run")
+    assert dry.exit_code == no_data.exit_code == 1
+    assert dry.output.strip().splitlines()[-1] == no_data.output.strip() and str(empty) in no_data.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_console_takes_only_its_three_displays():
+    result = invoke("train", "--profile", "tiny-rule", "--console", "fancy", "--dry-run")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --console 'fancy' is not a live display; use one of rich, plain, none"
+
+
 def test_refuses_folder_holding_another_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
