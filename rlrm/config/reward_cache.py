@@ -21,7 +21,8 @@ CACHED_BY_DEFAULT = (
 
 
 class RewardCacheConfig(Section):
-    """The content-addressed reward cache: key = (reward contract fingerprint, prompt, response, reference)."""
+    """The content-addressed reward cache: key = (reward contract fingerprint, data source, prompt, response,
+    reference, extra info)."""
 
     enabled: Literal["auto"] | bool = Field(
         "auto",
