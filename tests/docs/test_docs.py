@@ -323,3 +323,24 @@ def test_yaml_examples_are_valid_profiles():
         raw = yaml.safe_load("\n".join(lines))
         raw.pop("extends", None)  # the keys the example sets are checked; what it extends is a profile of its own
         parse_profile(raw, source=f"the yaml example in {name}")
+
+
+def test_reward_function_examples_take_verls_arguments():
+    """Each ```python block that defines a `compute_score` compiles, and rlrm's start-up check accepts its signature:
+    a page that shows another signature (one `sample` argument, say) shows a function every run would refuse."""
+    from rlrm.config.reward import RewardConfig
+    from rlrm.engine.rewards.custom import check_signature
+
+    path = str(ROOT / "examples" / "your-model" / "my_reward.py")  # any existing file: only the message names it
+    cfg = RewardConfig(kind="custom", custom={"path": path, "name": "compute_score"})
+    shown = [
+        (p.name, "\n".join(lines))
+        for p in PAGES
+        for lang, lines in _prose_and_blocks(p.read_text("utf-8"))[1]
+        if lang == "python" and re.search(r"^(async )?def compute_score\(", "\n".join(lines), re.M)
+    ]
+    assert len(shown) >= 3, shown  # reward-loop.md, agentic.md, your-model.md
+    for name, code in shown:
+        scope: dict = {}
+        exec(compile(code, f"<the compute_score example in {name}>", "exec"), scope)  # the docs' own code
+        check_signature(scope["compute_score"], cfg, {})
