@@ -35,7 +35,8 @@ def needs_recompute(
         ppo_epochs: passes over the batch (`actor.ppo_epochs`).
         engine_dtype: the rollout engine's parameter dtype (torch.dtype or its name), or None when
             its log-probs come from other code.
-        actor_dtype: the actor's parameter dtype.
+        actor_dtype: what the actor computes in: its parameter dtype, or "bfloat16-autocast" for float32
+            parameters under autocast (model.precision mixed in the trainer process), which no engine matches.
     """
     if setting not in ("auto", "always", "never"):
         raise ValueError(f"recompute_old_log_prob must be auto, always or never, got {setting!r}")

@@ -185,9 +185,14 @@ class Actor(UpdateLoop):
         self.clean_steps = 0  # optimizer steps since the loss scale last changed
 
     @property
-    def dtype(self) -> torch.dtype:
-        """The policy's parameter dtype."""
-        return next(self.model.parameters()).dtype
+    def dtype(self) -> torch.dtype | str:
+        """What the policy computes in: its parameters' dtype, or "bfloat16-autocast" (float16 alike) where forward and
+        backward autocast float32 parameters (model.precision mixed). Autocast keeps the residual stream and the
+        norms in float32, so its log-probs are not those of a copy held in bfloat16, nor of one in float32."""
+        param = next(self.model.parameters()).dtype
+        if self.compute_dtype is None or self.compute_dtype == param:
+            return param
+        return f"{str(self.compute_dtype).removeprefix('torch.')}-autocast"
 
     @property
     def has_ref_model(self) -> bool:

@@ -28,8 +28,9 @@ class PolicyActor(Protocol):
     cfg: ActorConfig  # the profile's `actor` section
 
     @property
-    def dtype(self) -> torch.dtype:
-        """The dtype the policy computes in (compared with the rollout engine's, rlrm/engine/behaviour.py)."""
+    def dtype(self) -> torch.dtype | str:
+        """The dtype the policy computes in, or a name for a precision of its own ("bfloat16-autocast"): compared
+        with the rollout engine's (rlrm/engine/behaviour.py)."""
         ...
 
     @property

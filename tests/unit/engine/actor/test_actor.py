@@ -615,3 +615,25 @@ def test_state_dict_round_trip_continues_identically(model):
     assert a["actor/lr"] == b["actor/lr"] == pytest.approx(2 / 3 * 1e-2)
     for p, q in zip(model.parameters(), fresh_model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_an_autocast_actor_computes_in_a_precision_no_engine_matches(model):
+    """model.precision mixed in the trainer process: float32 parameters, forward and backward under bf16 autocast. Its
+    log-probs are neither a bfloat16 copy's (the in-process engine's) nor a float32 server's, so `auto` recomputes
+    the old log-probs against either; without autocast, a float32 engine's log-probs are the actor's own."""
+    from rlrm.engine.behaviour import needs_recompute
+
+    cfg = ActorConfig(mini_batch_size=2, micro_batch_size=4)
+    mixed = Actor(model, None, cfg, 1.0, 1, 2, compute_dtype=torch.bfloat16)
+    plain = Actor(model, None, cfg, 1.0, 1, 2)
+    assert mixed.dtype == "bfloat16-autocast" and plain.dtype == torch.float32
+
+    def recompute(engine, actor):
+        return needs_recompute("auto", off_policy=False, ppo_epochs=1, engine_dtype=engine, actor_dtype=actor.dtype)
+
+    assert recompute("bfloat16", mixed) and recompute("float32", mixed) and recompute(torch.bfloat16, mixed)
+    assert not recompute("float32", plain) and recompute("bfloat16", plain)
+    batch = batch_with([1.0, -1.0, 0.5, -0.5], model)  # the actor's float32 log-probs: old_log_prob
+    with torch.no_grad(), mixed.autocast():  # and the numbers say why: autocast is not float32
+        autocast_lp = response_log_probs(model, batch, 1.0, 64)[0]
+    assert (autocast_lp.float() - batch.old_log_prob).abs().max() > 1e-4
