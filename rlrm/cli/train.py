@@ -37,8 +37,8 @@ def train(
     """Train a policy with GRPO; metrics, trace and checkpoints go to the run folder (--out, default
     runs/<profile>-<time>). --steps, --seed and --mode override trainer.total_steps, trainer.seed and
     trainer.mode; --dry-run prints the resolved profile and the command line of every server it would start, then
-    checks the inputs as a run would (files, devices, Ray heads: exit 1 and one line if one fails), and starts
-    nothing."""
+    checks the inputs as a run would (files, local actor ranks against the devices, Ray heads: exit 1 and one line
+    if one fails; not trainer.device, so a GPU profile can be checked anywhere), and starts nothing."""
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
