@@ -57,6 +57,22 @@ def server(
             "for the trainer.",
         ),
     ] = False,
+    batch_wait_ms: Annotated[
+        float,
+        typer.Option(
+            help="Embedded generation: the longest a batch waits for more requests after its first (a policy server "
+            "rlrm launches for rollout.server waits rollout.server.batch_wait_ms, 100).",
+            min=0,
+        ),
+    ] = 2.0,
+    batch_gap_ms: Annotated[
+        Optional[float],
+        typer.Option(
+            help="Embedded generation: close a batch sooner once no request arrived for this long "
+            "(rollout.server.batch_gap_ms, 5, for launched ones).",
+            min=0,
+        ),
+    ] = None,
     start_timeout: Annotated[
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
@@ -93,11 +109,18 @@ def server(
     engine, served_role = backend_for(backend), Role.parse(role)
     if api_key_env:
         api_key = key_from_env(api_key_env, "--api-key-env")
-    if engine.external and (compile != "off" or device != "auto" or tf32):
-        given = "--compile" if compile != "off" else "--device" if device != "auto" else "--tf32"
+    embedded_only = {
+        "--compile": compile != "off",
+        "--device": device != "auto",
+        "--tf32": tf32,
+        "--batch-wait-ms": batch_wait_ms != 2.0,
+        "--batch-gap-ms": batch_gap_ms is not None,
+    }
+    given = next((flag for flag, set_ in embedded_only.items() if set_), None)
+    if engine.external and given:
         raise ConfigError(
-            f"{given} is the embedded server's; {backend} places its model, picks its kernels and captures its CUDA "
-            f"graphs itself: drop {given}"
+            f"{given} is the embedded server's; {backend} places its model, picks its kernels, batches its requests "
+            f"and captures its CUDA graphs itself: drop {given}"
         )
     if engine.external:
         return _external(
@@ -130,6 +153,8 @@ def server(
         compile=compile,
         weights_dir=weights_dir,
         tf32=tf32,
+        batch_wait_ms=batch_wait_ms,
+        batch_gap_ms=batch_gap_ms,
     )
     cfg.model_path = resolve_model_path(model)
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")

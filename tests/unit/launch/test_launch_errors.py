@@ -80,8 +80,12 @@ def test_one_address_may_be_given_as_a_string():
         ),
         (
             ["--backend", "vllm", "--compile", "cudagraphs", "--port", "{free}", "--dry-run"],
-            "error: --compile is the embedded server's; vllm places its model, picks its kernels and captures its "
-            "CUDA graphs itself: drop --compile",
+            "error: --compile is the embedded server's; vllm places its model, picks its kernels, batches its "
+            "requests and captures its CUDA graphs itself: drop --compile",
+        ),
+        (
+            ["--backend", "vllm", "--batch-wait-ms", "100", "--port", "{free}", "--dry-run"],
+            "error: --batch-wait-ms is the embedded server's; vllm places its model",
         ),
         (
             ["--backend", "sglang", "--tf32", "--port", "{free}", "--dry-run"],
@@ -102,3 +106,22 @@ def test_launch_server_refuses_a_device_or_compile_it_cannot_serve_with_in_one_l
     result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
+
+
+def test_launch_server_batches_as_a_launched_policy_replica_when_told(monkeypatch, tiny_policy_path):
+    """`--batch-wait-ms 100 --batch-gap-ms 5` give a hand-started embedded server the batching of the replicas rlrm
+    launches for rollout.server (its defaults); without them it waits 2 ms, no gap. A negative one is refused."""
+    import rlrm.launch.server.app as server_app
+
+    served = []
+    monkeypatch.setattr(server_app, "serve", lambda cfg, host, port, **kw: served.append(cfg))
+    model = ["launch", "server", "--model", str(tiny_policy_path), "--role", "policy", "--device", "cpu"]
+    told = CliRunner().invoke(
+        app, [*model, "--port", str(free_port()), "--batch-wait-ms", "100", "--batch-gap-ms", "5"]
+    )
+    plain = CliRunner().invoke(app, [*model, "--port", str(free_port())])
+    assert told.exit_code == plain.exit_code == 0, told.output + plain.output
+    assert (served[0].batch_wait_ms, served[0].batch_gap_ms) == (100.0, 5.0)
+    assert (served[1].batch_wait_ms, served[1].batch_gap_ms) == (2.0, None)
+    negative = CliRunner().invoke(app, [*model, "--port", str(free_port()), "--batch-gap-ms", "-1"])
+    assert negative.exit_code == 2 and "--batch-gap-ms" in negative.output
