@@ -58,13 +58,13 @@ def server(
         ),
     ] = False,
     batch_wait_ms: Annotated[
-        float,
+        Optional[float],
         typer.Option(
-            help="Embedded generation: the longest a batch waits for more requests after its first (a policy server "
-            "rlrm launches for rollout.server waits rollout.server.batch_wait_ms, 100).",
+            help="Embedded generation: the longest a batch waits for more requests after its first (default 2; a "
+            "policy server rlrm launches for rollout.server waits rollout.server.batch_wait_ms, 100).",
             min=0,
         ),
-    ] = 2.0,
+    ] = None,
     batch_gap_ms: Annotated[
         Optional[float],
         typer.Option(
@@ -113,7 +113,7 @@ def server(
         "--compile": compile != "off",
         "--device": device != "auto",
         "--tf32": tf32,
-        "--batch-wait-ms": batch_wait_ms != 2.0,
+        "--batch-wait-ms": batch_wait_ms is not None,
         "--batch-gap-ms": batch_gap_ms is not None,
     }
     given = next((flag for flag, set_ in embedded_only.items() if set_), None)
@@ -153,7 +153,7 @@ def server(
         compile=compile,
         weights_dir=weights_dir,
         tf32=tf32,
-        batch_wait_ms=batch_wait_ms,
+        batch_wait_ms=ServerConfig.batch_wait_ms if batch_wait_ms is None else batch_wait_ms,
         batch_gap_ms=batch_gap_ms,
     )
     cfg.model_path = resolve_model_path(model)
