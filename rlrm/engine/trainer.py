@@ -295,7 +295,7 @@ class _TrainLoop:
             "perf/throughput": tokens / step_s,
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
-            "perf/max_memory_gb": _peak_memory_gb(),
+            "perf/max_memory_gb": _peak_memory_gb(self.parts.device),
             "perf/wall_s": time.perf_counter() - self.t0,
             "perf/cpu_cores": _cpu_cores(),
         }
@@ -350,11 +350,13 @@ class _TrainLoop:
         write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
 
 
-def _peak_memory_gb() -> float:
+def _peak_memory_gb(device: str) -> float:
+    """The trainer's peak memory: CUDA allocations on the policy's GPU (not device 0's, not a GPU it leaves alone
+    when it trains on the CPU), the process's peak resident set otherwise."""
     import torch
 
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**30
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return rss_kb / 2**20 if sys.platform != "darwin" else rss_kb / 2**30
 
