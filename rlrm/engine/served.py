@@ -54,6 +54,7 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
         weight_sync=cfg.weight_sync,
         sync_backend=sync_backend(cfg),
         sync_backend_chosen=cfg.weight_sync_backend == "auto",
+        policy_device=str(next(policy.parameters()).device),
     )
 
 

@@ -85,6 +85,7 @@ class ServerRolloutEngine:
         sync_backend: weight_sync=distributed: gloo or nccl (`weight_sync_backend` resolved).
         sync_backend_chosen: `sync_backend` was picked by `auto`, not named: nccl falls back to gloo when two
             members of the group share a GPU, which NCCL refuses (named nccl: a one-line error instead).
+        policy_device: the trainer's policy's device: an NCCL group joins on it when it is a GPU.
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class ServerRolloutEngine:
         weight_sync: str = "disk",
         sync_backend: str = "gloo",
         sync_backend_chosen: bool = False,
+        policy_device: str | None = None,
     ):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
         self.api_key = api_key
@@ -112,7 +114,7 @@ class ServerRolloutEngine:
         self.counters = {"rollout/retries": 0, "rollout/stale_refused": 0, "rollout/sync_skipped": 0}
         self.sync_times = {"write_s": 0.0, "load_s": 0.0, "broadcast_s": 0.0}
         self.broadcast = (
-            FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key))
+            FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key, policy_device))
             if weight_sync == "distributed"
             else None
         )

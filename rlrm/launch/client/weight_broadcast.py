@@ -60,12 +60,19 @@ def gpus_shared(members: dict[str, str | None]) -> tuple[str, str] | None:
     return None
 
 
-def trainer_device() -> str | None:
-    """The CUDA device the trainer's side of an NCCL weight-update group uses: this thread's current one (the
-    trainer's), fixed before the group is joined from a worker thread; None without CUDA."""
+def trainer_device(policy_device: str | None = None) -> str | None:
+    """The CUDA device the trainer's side of an NCCL weight-update group uses: the policy's GPU (`policy_device`,
+    cuda:N, so that the weights need no copy to another GPU and the GPU compared is the one they are on), else this
+    thread's current one (a policy on the CPU, or one not given); fixed before the group is joined from a worker
+    thread; None without CUDA."""
     import torch
 
-    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        return None
+    kind, _, index = (policy_device or "").partition(":")
+    if kind == "cuda" and index:
+        return policy_device
+    return f"cuda:{torch.cuda.current_device()}"
 
 
 class WeightBroadcast:
@@ -76,10 +83,14 @@ class WeightBroadcast:
         backend: gloo or nccl.
         timeout_s: bound on joining and on each broadcast (the HTTP calls get a little more).
         api_key: the replicas' bearer key, or None.
+        policy_device: the trainer's policy's device; nccl joins on it when it is a GPU (`trainer_device`).
     """
 
-    def __init__(self, wire, backend: str, timeout_s: float, api_key: str | None = None):
+    def __init__(
+        self, wire, backend: str, timeout_s: float, api_key: str | None = None, policy_device: str | None = None
+    ):
         self.wire, self.backend, self.timeout_s, self.api_key = wire, backend, timeout_s, api_key
+        self.policy_device = policy_device  # where the trainer's weights are (cpu, cuda, cuda:N), if known
         self.device: str | None = None  # nccl: the trainer's CUDA device (None: the joining thread's current one)
         self.group: WeightGroup | None = None
         self.members: list[str] = []
@@ -120,7 +131,9 @@ class WeightBroadcast:
         was named, one line says what to change."""
         if self.backend != "nccl":
             return
-        self.device = trainer_device()  # the GPU compared here is the one the group is joined on, from any thread
+        self.device = trainer_device(
+            self.policy_device
+        )  # the GPU compared here is the one the group is joined on, from any thread
         trainer = gpu_uuid(self.device) if self.device is not None else None
         clash = gpus_shared({"the trainer": trainer, **{f"replica {u}": g for u, g in replica_gpus.items()}})
         if clash is None:

@@ -32,7 +32,7 @@ def test_the_first_two_members_on_one_gpu_are_named():
     assert gpus_shared({"the trainer": None, "replica a": None, "replica b": None}) is None  # not on GPUs
 
 
-def _engine(tmp_path, backend: str, chosen: bool) -> ServerRolloutEngine:
+def _engine(tmp_path, backend: str, chosen: bool, policy_device: str | None = None) -> ServerRolloutEngine:
     cfg = RolloutServerConfig(weight_sync="distributed", weight_sync_backend="auto" if chosen else backend)
     fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path="m")
     return ServerRolloutEngine(
@@ -42,13 +42,14 @@ def _engine(tmp_path, backend: str, chosen: bool) -> ServerRolloutEngine:
         weight_sync="distributed",
         sync_backend=backend,
         sync_backend_chosen=chosen,
+        policy_device=policy_device,
     )
 
 
 @pytest.fixture()
 def on_gpu_0(monkeypatch):
     """The trainer's thread on cuda:0, whose UUID is GPU-0 (no CUDA here: both answers stand in for it)."""
-    monkeypatch.setattr(weight_broadcast, "trainer_device", lambda: "cuda:0")
+    monkeypatch.setattr(weight_broadcast, "trainer_device", lambda policy_device=None: "cuda:0")
     monkeypatch.setattr(weight_broadcast, "gpu_uuid", {"cuda:0": "GPU-0"}.__getitem__)
 
 
@@ -84,6 +85,34 @@ def test_a_gpu_for_each_member_keeps_nccl(tmp_path, on_gpu_0, chosen, capsys):
     engine._check_gpus_apart()
     assert engine.broadcast.group.backend == "nccl" and capsys.readouterr().err == ""
     assert engine.broadcast.group.device == "cuda:0"  # joined there, whichever thread joins
+
+
+def test_nccl_joins_on_the_policys_gpu_not_the_current_one(monkeypatch):
+    """trainer.device=cuda:1: the weights are there, so the group joins there (no copy to cuda:0 each sync), and
+    that GPU is the one compared with the replicas'."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # the trainer never set another
+    assert weight_broadcast.trainer_device("cuda:1") == "cuda:1"
+    assert weight_broadcast.trainer_device("cuda") == "cuda:0"  # plain cuda is the current one
+    assert weight_broadcast.trainer_device("cpu") == "cuda:0"  # a CPU policy: its weights are copied there
+    assert weight_broadcast.trainer_device(None) == "cuda:0"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert weight_broadcast.trainer_device("cpu") is None
+
+
+def test_a_replica_on_the_current_gpu_is_apart_from_a_policy_on_another(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(weight_broadcast, "gpu_uuid", {"cuda:0": "GPU-0", "cuda:1": "GPU-1"}.__getitem__)
+    engine = _engine(tmp_path, "nccl", chosen=False, policy_device="cuda:1")
+    engine.replica_gpus = {A: "GPU-0"}  # rollout.server.gpu_ids: [0], the policy on cuda:1
+    engine._check_gpus_apart()
+    assert engine.broadcast.group.backend == "nccl" and capsys.readouterr().err == ""
+    assert engine.broadcast.group.device == "cuda:1"
 
 
 def test_gloo_is_not_checked(tmp_path, on_gpu_0):
