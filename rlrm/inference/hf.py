@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
-from rlrm.errors import out_of_memory_named
+from rlrm.errors import OutOfDeviceMemory, out_of_memory_named
 from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
 from rlrm.inference.decode import decode
 from rlrm.inference.tf32 import precision
@@ -86,6 +86,7 @@ class HFRolloutEngine:
         self.batch_gap_s = None if batch_gap_ms is None else max(0.0, batch_gap_ms) / 1000.0
         self.version = 0  # weight version stamped on completions
         self.batches_run = 0  # decode loops run so far (how well requests were batched)
+        self.split_batches = 0  # batches that failed and were run again a request at a time
         self.busy_intervals: list[tuple[float, float]] = []  # (start, end) perf_counter of each decode batch
         self._max_len = getattr(model.config, "max_position_embeddings", None)
         self._vocab = model.get_input_embeddings().num_embeddings
@@ -196,7 +197,11 @@ class HFRolloutEngine:
                 f"prompt of {len(prompt_ids)} tokens + {sampling.max_new_tokens} new tokens exceeds the model's "
                 f"{self._max_len} positions; shorten the prompt or lower max_new_tokens"
             )
-        seed = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(63)
+        stop_ids = list(sampling.stop_token_ids or ())
+        if stop_ids and (min(stop_ids) < 0 or max(stop_ids) >= self._vocab):
+            raise ValueError(f"stop_token_ids holds a token id outside the model's vocabulary [0, {self._vocab})")
+        # any integer seeds a generator: torch takes 64 bits (a seed near 2**64 plus a choice's index wraps)
+        seed = sampling.seed % 2**64 if sampling.seed is not None else self._seeds.getrandbits(63)
         return _Request(prompt_ids, sampling, seed, asyncio.get_running_loop().create_future())
 
     def _start(self) -> asyncio.Event:
@@ -213,22 +218,13 @@ class HFRolloutEngine:
         return self._arrived
 
     async def _serve(self, arrived: asyncio.Event, stop: threading.Event) -> None:
-        if self._executor is None:  # made by _start before this task
-            raise RuntimeError("the rollout engine's batching task started without its executor")
         batch: list[_Request] = []
         try:
             while True:
                 batch = await self._next_batch(arrived)
                 if not batch:
                     continue
-                try:
-                    results = await asyncio.wrap_future(self._executor.submit(self._run_batch, batch, stop))
-                except Exception as exc:  # a failed batch fails its callers, never leaves them waiting
-                    _fail(batch, exc)
-                else:
-                    for req, completion in zip(batch, results):
-                        if not req.future.done():
-                            req.future.set_result(completion)
+                await self._run(batch, stop)
                 batch = []
         except BaseException as exc:  # closed, cancelled with its loop, or a bug: nobody may hang
             stop.set()
@@ -237,6 +233,28 @@ class HFRolloutEngine:
             _fail(batch + list(self._pending), error)
             self._pending.clear()
             raise
+
+    async def _run(self, batch: list[_Request], stop: threading.Event) -> None:
+        """Decode `batch` and settle its callers. A failed batch of several is run again a request at a time, so
+        that a request whose input the checks let through fails alone, not with every request batched with it; a
+        request that fails alone fails its caller, never leaves it waiting. Out of memory is not split: it names
+        the setting to lower, where a request at a time would hide it behind a batch size of one."""
+        if self._executor is None:  # made by _start before the task that calls this
+            raise RuntimeError("the rollout engine's batching task runs without its executor")
+        try:
+            results = await asyncio.wrap_future(self._executor.submit(self._run_batch, batch, stop))
+        except Exception as exc:
+            live = [r for r in batch if not r.future.done()]
+            if len(live) < 2 or stop.is_set() or isinstance(exc, (EngineClosedError, OutOfDeviceMemory)):
+                _fail(live, exc)
+                return
+            self.split_batches += 1
+            for req in live:
+                await self._run([req], stop)
+            return
+        for req, completion in zip(batch, results):
+            if not req.future.done():
+                req.future.set_result(completion)
 
     async def _next_batch(self, arrived: asyncio.Event) -> list[_Request]:
         """Up to max_batch_size live requests, waiting at most batch_wait_s after the first."""
@@ -280,7 +298,8 @@ class HFRolloutEngine:
                     run = self._static.decode if self._static is not None else partial(decode, self.model)
                     prompts, params = [r.prompt_ids for r in batch], [r.sampling for r in batch]
                     seeds = [r.seed for r in batch]
-                    rows = run(prompts, params, seeds, stops, self.pad_token_id, stop, self._keep_last_logits)
+                    until = _Abandoned(stop, [r.future for r in batch])
+                    rows = run(prompts, params, seeds, stops, self.pad_token_id, until, self._keep_last_logits)
             finally:
                 self.busy_intervals.append((start, time.perf_counter()))
         return [
@@ -294,6 +313,17 @@ class HFRolloutEngine:
             )
             for req, (tokens, log_probs, stopped) in zip(batch, rows)
         ]
+
+
+class _Abandoned:
+    """The decode loop's stop flag for one batch: set when the engine closes, or when every caller of the batch has
+    given up (a server's clients that hung up, callers whose wait was cancelled), so no one waits on what is left."""
+
+    def __init__(self, stop: threading.Event, futures: list[asyncio.Future]):
+        self.stop, self.futures = stop, futures
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or all(f.done() for f in self.futures)
 
 
 def _fail(requests: list[_Request], error: BaseException) -> None:

@@ -91,7 +91,7 @@ def create_app(cfg: ServerConfig):
     async def on_validation_error(request, exc: RequestValidationError):
         return _error(400, _validation_message(exc), "invalid_request_error")
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():
         return PlainTextResponse("ok")
 
@@ -144,8 +144,14 @@ def _validation_message(exc) -> str:
     err = exc.errors()[0]
     if err.get("type") == "json_invalid":
         return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
-    loc = ".".join(str(p) for p in err["loc"] if p != "body") or "body"
+    loc = ".".join(str(p) for p in err["loc"] if p != "body" and not _union_member(p)) or "body"
     return f"{loc}: {err['msg']}"
+
+
+def _union_member(part) -> bool:
+    """A part of pydantic's error location that names which type of a union was tried (`str`, `list[int]`,
+    `GenerateSamplingParams`), not a field: the message names the field alone."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper())
 
 
 # On SIGTERM, requests still running (a weight-update group join waiting for its master) get this long before

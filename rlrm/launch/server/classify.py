@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import time
+from typing import cast
 
 from rlrm.launch.server.backends import LeftPadded
 from rlrm.launch.server.batcher import ForwardFailed, Overloaded
-from rlrm.launch.server.endpoints import RETRY_AFTER_S, Endpoints, check_ids
+from rlrm.launch.server.endpoints import RETRY_AFTER_S, Endpoints, check_ids, off_loop
 from rlrm.launch.server.protocol import ClassifyRequest, RequestError, new_id
 
 
@@ -17,7 +18,7 @@ def add_classify_route(ep: Endpoints) -> None:
     @ep.post("/classify", ClassifyRequest)
     async def classify(body: ClassifyRequest):
         ep.need("classify")
-        sequences = _classify_inputs(body, backend)
+        sequences = await _classify_inputs(body, backend, cfg.max_queue)
         if body.padding_side == "left":
             sequences = [LeftPadded(s) for s in sequences]
         activation = body.use_activation if body.use_activation is not None else body.activation
@@ -50,21 +51,34 @@ def add_classify_route(ep: Endpoints) -> None:
         )
 
 
-def _classify_inputs(body: ClassifyRequest, backend) -> list[list[int]]:
+async def _classify_inputs(body: ClassifyRequest, backend, max_queue: int) -> list[list[int]]:
     raw = body.input
     if isinstance(raw, str):
         raw = [raw]
     if not raw:
         raise RequestError("'input' is empty: send a string, a list of strings, or token ids")
+    count = 1 if isinstance(raw[0], int) else len(raw)
+    if count > max_queue:  # never admitted, whatever else is queued: not worth a retry
+        raise RequestError(
+            f"{count} inputs in one request; this server takes at most {max_queue} (--max-queue): split the request"
+        )
     if isinstance(raw[0], int):
         sequences = [check_ids(list(raw), backend, "input")]
     elif isinstance(raw[0], str):
-        sequences = [list(backend.tokenizer(t)["input_ids"]) for t in raw]
+        texts = cast("list[str]", raw)
+        sequences = await off_loop(
+            sum(map(len, texts)), lambda: [list(backend.tokenizer(t)["input_ids"]) for t in texts]
+        )
     else:
         sequences = [check_ids(list(s), backend, f"input[{i}]") for i, s in enumerate(raw)]
+    keep = body.truncate_prompt_tokens
+    if keep == 0:
+        raise RequestError("truncate_prompt_tokens=0 would score nothing; give N >= 1 (the last N tokens) or -1")
+    if keep == -1:  # vLLM's: the model's length
+        keep = backend.max_len
     for i, seq in enumerate(sequences):
-        if body.truncate_prompt_tokens:
-            seq[:] = seq[-body.truncate_prompt_tokens :]
+        if keep:
+            seq[:] = seq[-keep:]
         if not seq:
             raise RequestError(f"input {i} is empty")
         if len(seq) > backend.max_len:

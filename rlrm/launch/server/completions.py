@@ -4,8 +4,51 @@ from __future__ import annotations
 
 import time
 
-from rlrm.launch.server.endpoints import Endpoints, check_ids, no_stream, sampling_of, token_strings
-from rlrm.launch.server.protocol import ChatCompletionRequest, CompletionRequest, new_id
+from rlrm.launch.server.endpoints import Endpoints, check_ids, no_stream, off_loop, sampling_of, token_strings
+from rlrm.launch.server.protocol import ChatCompletionRequest, CompletionRequest, RequestError, new_id
+
+# apply_chat_template's own parameters: set by the server, so not a template variable a request may pass
+_TEMPLATE_CALL = frozenset(
+    {
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+def template_kwargs(given: dict | None) -> dict:
+    """`chat_template_kwargs`: variables for the template (enable_thinking, ...); one of apply_chat_template's own
+    parameters is a 400 naming it (a request never picks the template or how it is tokenized)."""
+    taken = sorted(_TEMPLATE_CALL.intersection(given or {}))
+    if taken:
+        raise RequestError(
+            f"chat_template_kwargs: {', '.join(taken)} cannot be set by a request (the server sets "
+            "apply_chat_template's own arguments); pass template variables only, such as enable_thinking"
+        )
+    return dict(given or {})
+
+
+def prompt_of(tokenizer, messages: list[dict], kwargs: dict) -> list[int]:
+    """The chat template applied: the prompt's token ids (a template that raises on these messages is a 400)."""
+    try:
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+        )
+    except Exception as exc:  # noqa: BLE001 - jinja's TemplateError, or what the template's own raise_exception says
+        raise RequestError(f"the chat template cannot render these messages: {type(exc).__name__}: {exc}") from None
+    return list(ids)
 
 
 def add_completion_routes(ep: Endpoints) -> None:
@@ -16,7 +59,7 @@ def add_completion_routes(ep: Endpoints) -> None:
         ep.need("generate")
         no_stream(body.stream)
         ids = (
-            ep.tokenize(body.prompt)
+            await ep.tokenize(body.prompt)
             if isinstance(body.prompt, str)
             else check_ids(list(body.prompt), backend, "prompt")
         )
@@ -46,16 +89,15 @@ def add_completion_routes(ep: Endpoints) -> None:
     async def chat_completions(body: ChatCompletionRequest):
         ep.need("generate")
         no_stream(body.stream)
-        messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
-        ids = list(
-            backend.tokenizer.apply_chat_template(
-                messages,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                **(body.chat_template_kwargs or {}),
+        if body.top_logprobs:
+            raise RequestError(
+                "top_logprobs is not supported by the embedded server: send logprobs=true alone (each sampled "
+                "token's log-prob), or serve the judge with vLLM"
             )
-        )
+        messages = [{"role": m.role, "content": m.text} for m in body.messages]
+        kwargs = template_kwargs(body.chat_template_kwargs)
+        size = sum(len(m["content"]) for m in messages)
+        ids = await off_loop(size, lambda: prompt_of(backend.tokenizer, messages, kwargs))
         sampling = sampling_of(body, default_max=min(256, max(1, backend.max_len - len(ids))))
         comps = await ep.generate(ids, sampling, body.n)
         choices = []

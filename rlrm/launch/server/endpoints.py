@@ -12,13 +12,22 @@ classify.py (vLLM's /classify); routes.py adds them all.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import logging
 import random
 
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.launch.server.protocol import RequestError
 
 RETRY_AFTER_S = "1"
+# text longer than this is tokenized (or put through the chat template) in a worker thread: a 5 MB prompt takes
+# seconds, which on the event loop would stall every other request and /health; shorter text costs less inline
+THREAD_ABOVE_CHARS = 32_768
+# how often a generation asks whether its client is still there (a client that hung up frees its queued work)
+DISCONNECT_POLL_S = 0.5
+_request: contextvars.ContextVar = contextvars.ContextVar("rlrm_server_request", default=None)
+_log = logging.getLogger("rlrm.server")
 
 
 class Endpoints:
@@ -33,18 +42,34 @@ class Endpoints:
 
         The body is validated with `model` here; FastAPI's per-request dependency solving (path,
         query, header and cookie parameters these endpoints do not have) and route scan are skipped.
-        Errors go through the app's handlers as before (RequestValidationError -> 400)."""
+        Errors go through the app's handlers as before (RequestValidationError -> 400). Any other exception is a
+        500 in the same JSON shape, logged once, and the connection stays open for the client's next request (an
+        exception left to the server closes it under the client, which then fails a request it had not sent
+        yet). A client that hangs up while sending its body is not an error."""
         from fastapi.exceptions import RequestValidationError
         from pydantic import ValidationError
+        from starlette.requests import ClientDisconnect
+        from starlette.responses import Response
         from starlette.routing import Route
 
         def register(handler):
             async def endpoint(request):
                 try:
-                    body = model.model_validate_json(await request.body())
+                    raw = await request.body()
+                except ClientDisconnect:
+                    return Response(status_code=400)  # nobody reads it
+                try:
+                    body = model.model_validate_json(raw)
                 except ValidationError as exc:
                     raise RequestValidationError(exc.errors(include_url=False)) from None
-                return await handler(body)
+                _request.set(request)
+                try:
+                    return await handler(body)
+                except RequestError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a bug or a fault below: answered, logged, not raised
+                    _log.exception("%s failed", path)
+                    raise RequestError(f"internal error: {type(exc).__name__}: {exc}", status=500) from None
 
             self.app.router.routes.insert(0, Route(path, endpoint, methods=["POST"]))
             return handler
@@ -58,25 +83,49 @@ class Endpoints:
             )
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, n: int) -> list[Completion]:
+        """`n` completions of one prompt (seeds `seed`, `seed + 1`, ...)."""
+        return (await self.generate_batch([(prompt_ids, sampling, n)]))[0]
+
+    async def generate_batch(self, items: list[tuple[list[int], SamplingParams, int]]) -> list[list[Completion]]:
+        """Completions of several prompts, (ids, sampling, n) each: all checked, and admitted together or refused
+        together (a request never holds half its prompts in the queue when it is turned away). Its queued work
+        is dropped when its client hangs up."""
         backend, cfg = self.backend, self.cfg
-        if not prompt_ids:
-            raise RequestError("empty prompt: send at least one token of input")
-        if len(prompt_ids) + sampling.max_new_tokens > backend.max_len:
+        for i, (prompt_ids, sampling, _) in enumerate(items):
+            which = f"prompt {i}" if len(items) > 1 else "prompt"
+            if not prompt_ids:
+                raise RequestError(f"empty {which}: send at least one token of input")
+            if len(prompt_ids) + sampling.max_new_tokens > backend.max_len:
+                raise RequestError(
+                    f"{which} has {len(prompt_ids)} tokens; with {sampling.max_new_tokens} new tokens it exceeds "
+                    f"the model's {backend.max_len}-token context; shorten it or lower max_tokens"
+                )
+        total = sum(n for _, _, n in items)
+        if total > cfg.max_queue:  # never admitted, whatever else is in flight: not worth a retry
             raise RequestError(
-                f"prompt has {len(prompt_ids)} tokens; with {sampling.max_new_tokens} new tokens it exceeds "
-                f"the model's {backend.max_len}-token context; shorten it or lower max_tokens"
+                f"{total} sequences in one request; this server takes at most {cfg.max_queue} (--max-queue): "
+                "split the request"
             )
-        if self.inflight + n > cfg.max_queue:
+        if self.inflight + total > cfg.max_queue:
             raise RequestError(
                 "server overloaded: too many requests in flight", status=503, headers={"Retry-After": RETRY_AFTER_S}
             )
-        base = sampling.seed if sampling.seed is not None else random.getrandbits(62)
-        self.inflight += n
+        jobs = []
+        for prompt_ids, sampling, n in items:
+            base = sampling.seed if sampling.seed is not None else random.getrandbits(62)
+            jobs += [backend.engine.generate(prompt_ids, with_seed(sampling, base + i)) for i in range(n)]
+        self.inflight += total
         try:
-            jobs = [backend.engine.generate(prompt_ids, with_seed(sampling, base + i)) for i in range(n)]
-            return list(await asyncio.gather(*jobs))
+            done = await _while_connected(asyncio.gather(*jobs))
+        except ValueError as exc:  # the engine's own checks of one request's input (rlrm.inference.hf)
+            raise RequestError(str(exc)) from None
         finally:
-            self.inflight -= n
+            self.inflight -= total
+        out, at = [], 0
+        for _, _, n in items:
+            out.append(done[at : at + n])
+            at += n
+        return out
 
     def decode(self, comp: Completion, stop) -> tuple[str, str]:
         text = self.backend.tokenizer.decode(comp.token_ids, skip_special_tokens=True)
@@ -87,13 +136,38 @@ class Endpoints:
                 text, finish = text[:cut], "stop"
         return text, finish
 
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+    async def tokenize(self, text: str) -> list[int]:
+        return await off_loop(
+            len(text), lambda: list(self.backend.tokenizer(text, add_special_tokens=False)["input_ids"])
+        )
 
     @staticmethod
     def usage(prompt_len: int, comps: list[Completion]) -> dict:
         done = sum(len(c.token_ids) for c in comps)
         return {"prompt_tokens": prompt_len, "completion_tokens": done, "total_tokens": prompt_len + done}
+
+
+async def off_loop(size: int, work):
+    """`work()`, in a worker thread when `size` (characters) is over THREAD_ABOVE_CHARS, else here."""
+    return await asyncio.to_thread(work) if size > THREAD_ABOVE_CHARS else work()
+
+
+async def _while_connected(gathered: asyncio.Future):
+    """The gathered result, unless this request's client hangs up first: then the generations are cancelled (the
+    engine drops them from its queue, and a batch whose callers all left stops) and the handler ends."""
+    request = _request.get()
+    if request is None:
+        return await gathered
+    try:
+        while True:
+            done, _ = await asyncio.wait({gathered}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return gathered.result()
+            if await request.is_disconnected():
+                raise RequestError("the client closed the connection", status=499)
+    finally:
+        if not gathered.done():  # the client left, or the server is stopping: nobody waits for these
+            gathered.cancel()
 
 
 @functools.cache

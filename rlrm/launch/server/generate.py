@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import cast
 
 from rlrm.inference.base import SamplingParams
@@ -21,7 +20,7 @@ def add_generate_route(ep: Endpoints) -> None:
             raise RequestError("send exactly one of 'text' or 'input_ids'")
         if body.text is not None:
             batch = [body.text] if isinstance(body.text, str) else body.text
-            prompts = [ep.tokenize(t) for t in batch]
+            prompts = [await ep.tokenize(t) for t in batch]
             single = isinstance(body.text, str)
         else:
             single = not body.input_ids or isinstance(body.input_ids[0], int)
@@ -44,11 +43,15 @@ def add_generate_route(ep: Endpoints) -> None:
                 top_k=sp.top_k,
                 max_new_tokens=sp.max_new_tokens,
                 seed=sp.seed,
-                stop_token_ids=sp.stop_token_ids,
+                stop_token_ids=check_ids(
+                    list(sp.stop_token_ids), backend, _stop_field(i, isinstance(body.sampling_params, list))
+                )
+                if sp.stop_token_ids
+                else None,
             )
-            for sp in params
+            for i, sp in enumerate(params)
         ]
-        results = await asyncio.gather(*(ep.generate(ids, sampling, 1) for ids, sampling in zip(prompts, samplings)))
+        results = await ep.generate_batch([(ids, sampling, 1) for ids, sampling in zip(prompts, samplings)])
         outs = []
         for ids, sp, (comp,) in zip(prompts, params, results):
             text, finish = ep.decode(comp, sp.stop)
@@ -63,3 +66,7 @@ def add_generate_route(ep: Endpoints) -> None:
                 meta["output_token_logprobs"] = [[lp, tid, None] for lp, tid in zip(comp.log_probs, comp.token_ids)]
             outs.append({"text": text, "output_ids": comp.token_ids, "meta_info": meta})
         return ep.respond(outs[0] if single else outs)
+
+
+def _stop_field(i: int, listed: bool) -> str:
+    return f"sampling_params[{i}].stop_token_ids" if listed else "sampling_params.stop_token_ids"

@@ -33,14 +33,26 @@ _ids = itertools.count()
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN is "not a finite number", not "> 10"
+
+
+class TextPart(BaseModel):
+    """One part of a message's content given as a list, as the OpenAI API allows; text is all a judge reads."""
+
+    type: Literal["text"]
+    text: str
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")  # OpenAI messages may carry name, tool fields, ...
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str
+    content: str | list[TextPart]
+
+    @property
+    def text(self) -> str:
+        """The content as one string (a list of text parts joined, as OpenAI-compatible servers join them)."""
+        return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
 
 
 class _Sampling(_Body):
@@ -51,7 +63,7 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)
     n: int = Field(1, ge=1, le=64)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)  # what a 64-bit generator takes (torch: < 2**64)
     stop: str | list[str] | None = None
     logprobs: bool | int | None = None
     stream: bool = False
@@ -73,7 +85,7 @@ class CompletionRequest(_Sampling):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0)
     chat_template_kwargs: dict | None = None
     continue_final_message: Literal[False] = False
     separate_reasoning: bool = True
@@ -81,7 +93,7 @@ class ChatCompletionRequest(_Sampling):
 
 
 class GenerateSamplingParams(BaseModel):
-    model_config = ConfigDict(extra="allow")  # SGLang has many knobs; unknown ones are ignored
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # SGLang has many knobs; unknown ones are ignored
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -89,7 +101,7 @@ class GenerateSamplingParams(BaseModel):
     max_new_tokens: int = Field(128, gt=0)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    seed: int | None = Field(None, alias="sampling_seed")
+    seed: int | None = Field(None, alias="sampling_seed", ge=-(2**63), lt=2**64)
 
 
 class GenerateRequest(_Body):
@@ -117,7 +129,7 @@ class ClassifyRequest(_Body):
     input: Union[str, list[str], list[int], list[list[int]]]
     use_activation: bool | None = None
     activation: bool | None = None  # older vLLM name of use_activation
-    truncate_prompt_tokens: int | None = None
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)  # vLLM's: -1 is the model's length
     user: str | None = None
     # rlrm's own: pad the batch on this side (score-invariance checks; vLLM has no such field)
     padding_side: Literal["right", "left"] | None = None

@@ -140,3 +140,113 @@ def test_a_lone_request_whose_forward_raises_on_bad_input_is_an_input_error():
     assert isinstance(div, batching.ForwardFailed) and not div.input_error  # an unknown kind, alone: a server fault
     (idx,) = asyncio.run(scenario(index_forward, 5))
     assert isinstance(idx, batching.ForwardFailed) and idx.input_error  # IndexError: the input's own
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"sampling_params": {"max_new_tokens": 4, "stop_token_ids": [2**70]}}, "sampling_params.stop_token_ids[0]"),
+        ({"sampling_params": {"max_new_tokens": 4, "sampling_seed": 2**64}}, "sampling_params.sampling_seed"),
+    ],
+)
+def test_a_poisoned_generate_request_fails_alone_among_concurrent_ones(genrm, body, says):
+    """Values the engine would build int64 tensors of: a 400 for the one request, never a 500 for its batch."""
+    good = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+
+    async def together():
+        async with httpx.AsyncClient(base_url=genrm.url, timeout=60) as client:
+            bodies = [good] * 4 + [{"input_ids": [5, 6, 7], **body}] + [good] * 4
+            return await asyncio.gather(*(client.post("/generate", json=b) for b in bodies))
+
+    responses = asyncio.run(together())
+    bad = responses.pop(4)
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith(says), bad.text
+    assert [r.status_code for r in responses] == [200] * 8
+    assert len({tuple(r.json()["output_ids"]) for r in responses}) == 1  # greedy, the same as one another
+
+
+def test_seeds_take_64_bits_and_n_choices_past_the_top_wrap(genrm):
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "n": 2}
+    assert (
+        httpx.post(genrm.url + "/v1/chat/completions", json={**chat, "seed": 2**64 - 1}, timeout=60).status_code == 200
+    )
+    over = httpx.post(genrm.url + "/v1/chat/completions", json={**chat, "seed": 2**64}, timeout=60)
+    assert over.status_code == 400 and over.json()["error"]["message"].startswith("seed:")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"add_generation_prompt": False}, "chat_template_kwargs: add_generation_prompt cannot be set by a request"),
+        ({"tokenize": False, "chat_template": "x"}, "chat_template_kwargs: chat_template, tokenize cannot be set"),
+    ],
+)
+def test_chat_template_kwargs_that_are_the_servers_own_arguments_are_400(genrm, kwargs, says):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "chat_template_kwargs": kwargs}
+    resp = httpx.post(genrm.url + "/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith(says), resp.text
+    with httpx.Client(base_url=genrm.url, timeout=60) as client:  # one connection: still open after the 400
+        for _ in range(2):
+            assert client.post("/v1/chat/completions", json=body).status_code == 400
+        assert client.get("/health").status_code == 200
+
+
+def test_a_template_that_raises_on_the_messages_is_a_400(genrm):
+    body = {"messages": [{"role": "assistant", "content": "x"}] * 2, "max_tokens": 2}  # the tiny template takes any
+    assert httpx.post(genrm.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+    from rlrm.launch.server.completions import prompt_of
+
+    class Raising:
+        def apply_chat_template(self, *args, **kwargs):
+            from jinja2.exceptions import TemplateError
+
+            raise TemplateError("Conversation roles must alternate user/assistant")
+
+    from rlrm.launch.server.protocol import RequestError
+
+    with pytest.raises(RequestError, match="the chat template cannot render these messages: TemplateError: Conv"):
+        prompt_of(Raising(), [{"role": "assistant", "content": "x"}], {})
+
+
+def test_openai_content_parts_are_read_as_the_joined_text(genrm):
+    said = {"role": "user", "content": "Tom has 3 coins."}
+    parts = {"role": "user", "content": [{"type": "text", "text": "Tom has 3 coins."}]}
+    answers = [
+        httpx.post(
+            genrm.url + "/v1/chat/completions",
+            json={"messages": [m], "max_tokens": 5, "temperature": 0, "logprobs": True},
+            timeout=60,
+        ).json()
+        for m in (said, parts)
+    ]
+    assert answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"]
+    assert answers[0]["usage"] == answers[1]["usage"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"top_logprobs": 3, "logprobs": True}, "top_logprobs is not supported by the embedded server"),
+        ({"temperature": float("nan")}, "temperature: Input should be a finite number"),
+    ],
+)
+def test_what_the_embedded_server_cannot_honour_is_a_400_saying_so(genrm, extra, says):
+    import json
+
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra})  # NaN as JSON has it
+    resp = httpx.post(genrm.url + "/v1/chat/completions", content=body, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith(says), resp.text
+
+
+def test_a_request_larger_than_the_queue_is_a_400_and_admits_nothing(genrm):
+    prompts = [[5, 6]] * 1100  # --max-queue 1024 (the default)
+    resp = httpx.post(
+        genrm.url + "/generate", json={"input_ids": prompts, "sampling_params": {"max_new_tokens": 200}}, timeout=60
+    )
+    assert resp.status_code == 400 and "retry-after" not in resp.headers
+    assert resp.json()["error"]["message"] == (
+        "1100 sequences in one request; this server takes at most 1024 (--max-queue): split the request"
+    )
+    small = httpx.post(genrm.url + "/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}})
+    assert small.status_code == 200  # nothing of the refused request is queued ahead of it
+    assert httpx.head(genrm.url + "/health").status_code == 200  # load balancers' probe

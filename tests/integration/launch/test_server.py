@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import subprocess
 import sys
@@ -144,13 +145,33 @@ def test_classify_faults(disrm):
     long = post({"input": "word " * 200}, headers=AUTH)
     assert long.status_code == 400 and "more than the model's 64" in long.json()["error"]["message"]
     assert post({"input": "word " * 200, "truncate_prompt_tokens": 10}, headers=AUTH).status_code == 200
-    over = post({"input": ["x"] * 9}, headers=AUTH)  # 9 items > max-queue 8
-    assert over.status_code == 503 and over.headers["retry-after"] == "1"
+    over = post({"input": ["x"] * 9}, headers=AUTH)  # 9 items > max-queue 8: never admitted, so no retry-after
+    assert over.status_code == 400 and "retry-after" not in over.headers
+    assert over.json()["error"]["message"] == (
+        "9 inputs in one request; this server takes at most 8 (--max-queue): split the request"
+    )
+    assert post({"input": "word " * 200, "truncate_prompt_tokens": -1}, headers=AUTH).status_code == 200  # vLLM's
+    for keep in (0, -2):  # nothing to score, or a count that would drop the first tokens instead
+        assert post({"input": "word " * 20, "truncate_prompt_tokens": keep}, headers=AUTH).status_code == 400
     assert post({"messages": []}, headers=AUTH).status_code == 400
     chat = httpx.post(
         disrm.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=AUTH
     )
     assert chat.status_code == 404 and "role 'disrm'" in chat.json()["error"]["message"]
+
+
+def test_classify_turns_away_what_does_not_fit_the_queue_now_with_a_retry_after(disrm):
+    """Requests of 5 inputs each against --max-queue 8: one queued, the next that comes meanwhile is a 503."""
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(headers=AUTH, timeout=60) as client:
+            body = {"input": ["a b c"] * 5, "use_activation": False}
+            return await asyncio.gather(*(client.post(disrm.url + "/classify", json=body) for _ in range(40)))
+
+    answers = asyncio.run(burst())
+    statuses = sorted({r.status_code for r in answers})
+    assert statuses == [200, 503], statuses
+    assert all(r.headers["retry-after"] == "1" for r in answers if r.status_code == 503)
 
 
 def test_port_in_use_and_missing_model(tiny_policy_path, genrm):
