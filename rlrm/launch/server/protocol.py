@@ -33,7 +33,8 @@ _ids = itertools.count()
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN is "not a finite number", not "> 10"
+    # strict: "5" is not a number, true is not a token id; NaN is "not a finite number", not "> 10"
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class TextPart(BaseModel):
@@ -93,7 +94,9 @@ class ChatCompletionRequest(_Sampling):
 
 
 class GenerateSamplingParams(BaseModel):
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # SGLang has many knobs; unknown ones are ignored
+    model_config = ConfigDict(
+        extra="allow", allow_inf_nan=False, strict=True
+    )  # SGLang has many knobs; unknown ones pass
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -250,3 +250,16 @@ def test_a_request_larger_than_the_queue_is_a_400_and_admits_nothing(genrm):
     small = httpx.post(genrm.url + "/generate", json={"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}})
     assert small.status_code == 200  # nothing of the refused request is queued ahead of it
     assert httpx.head(genrm.url + "/health").status_code == 200  # load balancers' probe
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "says"),
+    [
+        ("/v1/completions", {"prompt": [5, 6], "max_tokens": "5"}, "max_tokens: Input should be a valid integer"),
+        ("/generate", {"input_ids": [True, False]}, "input_ids.0: Input should be a valid integer"),
+    ],
+)
+def test_values_of_the_wrong_type_are_not_coerced(genrm, path, body, says):
+    """ "5" is not a number and true is not a token id (pydantic's lax mode would take both)."""
+    resp = httpx.post(genrm.url + path, json=body, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["message"].startswith(says), resp.text
