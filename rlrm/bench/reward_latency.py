@@ -133,12 +133,11 @@ class RewardLatencyBench:
                 profile = self._profile_for(item.mode, item.repeat, scale)
                 run_dir = start_run(profile, self.out / "runs" / item.name)
                 try:
-                    result = train(run_dir, console=self.console)
-                except RlrmError:
+                    if train(run_dir, console=self.console).interrupted:
+                        raise KeyboardInterrupt
+                except (RlrmError, KeyboardInterrupt):
                     shutil.rmtree(run_dir, ignore_errors=True)  # results and runs/ hold finished runs only
                     raise
-                if result.interrupted:
-                    raise KeyboardInterrupt
                 row = {
                     "mode": item.mode,
                     "repeat": item.repeat,

@@ -29,6 +29,11 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
     if run_dir.exists() and not run_dir.is_dir():
         raise RunFolderError(f"{run_dir} is a file, not a folder; choose another --out (or trainer.out_dir)")
     if run_dir.exists() and any(run_dir.iterdir()):
+        if not is_run_folder(run_dir):  # never removed, --overwrite or not: they are somebody's files
+            raise RunFolderError(
+                f"{run_dir} is not empty and is not an rlrm run folder (no config.yaml of a run); choose another "
+                "--out, or an empty or new folder (--overwrite replaces run folders only)"
+            )
         if not overwrite:
             raise RunFolderError(
                 f"{run_dir} already holds files of another run; continue it with --resume {run_dir}, "
@@ -48,6 +53,16 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
             f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
         ) from None
     return run_dir
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` was made by `rlrm train`: its config.yaml is a resolved profile (trainer and model
+    sections), whatever else the run wrote there so far."""
+    try:
+        raw = yaml.safe_load((Path(path) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(raw, dict) and isinstance(raw.get("trainer"), dict) and isinstance(raw.get("model"), dict)
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:

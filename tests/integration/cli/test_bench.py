@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -130,6 +131,8 @@ def test_interrupted_benchmark_keeps_finished_rows(tmp_path, tiny_policy_path, m
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing"] == ["stream-r0", "fully-async-r0"]
     assert "missing: stream-r0, fully-async-r0" in result.output
+    finished = sorted(p.name for p in (out / "runs").iterdir())
+    assert finished == sorted(Path(r).name for r in pd.read_csv(out / "results.csv")["run_dir"])  # not the cut one
 
 
 @pytest.mark.parametrize("failing_run", [1, 2])

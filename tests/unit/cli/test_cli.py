@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -77,11 +78,29 @@ def test_console_takes_only_its_three_displays():
 def test_refuses_folder_holding_another_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    (run / "config.yaml").write_text("trainer: {total_steps: 4}\nmodel: {path: tiny:policy}\n")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     result = invoke("train", "--profile", "tiny-rule", "--out", str(run))
     assert result.exit_code == 1
     assert "--resume" in result.output and "--overwrite" in result.output
     assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'  # nothing lost
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["plain", "overwrite"])
+def test_a_folder_of_other_files_is_never_a_run_to_replace(tmp_path, overwrite):
+    """--out at a folder of somebody's files (not a run's: no config.yaml of one) is refused, --overwrite or not."""
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep")
+    (mine / "config.yaml").write_text("learning_rate: 0.1\n")  # a config of another tool
+    result = invoke("train", "--profile", "tiny-rule", "--out", str(mine), *overwrite)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {mine} is not empty and is not an rlrm run folder (no config.yaml of a run); choose another --out, "
+        "or an empty or new folder (--overwrite replaces run folders only)"
+    )
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml", "notes.txt", "sub"]
+    assert (mine / "notes.txt").read_text() == "keep"
 
 
 def test_resume_needs_a_run_folder(tmp_path):
