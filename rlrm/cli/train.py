@@ -43,8 +43,10 @@ def train(
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
+    from rlrm.engine.checkpoint import list_checkpoints
     from rlrm.engine.run_checks import check_inputs
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
+    from rlrm.engine.trainer import RunResult
     from rlrm.engine.trainer import train as run_training
 
     if console is not None and console not in CONSOLES:
@@ -92,6 +94,8 @@ def train(
     progress.say(f"run folder: {run_dir} (follow it: tail -f {Path(run_dir) / 'metrics.jsonl'})")
     try:
         result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
+    except KeyboardInterrupt:  # before the run took Ctrl-C over (reading its folder): nothing trained
+        result = RunResult(Path(run_dir), last_step=0, interrupted=True)
     except RlrmError:
         if resume is None:
             discard_unresumable(run_dir)
@@ -99,10 +103,25 @@ def train(
     finally:
         progress.enable(False)
     if result.interrupted:
-        typer.echo(
-            f"interrupted: checkpoint saved at step {result.last_step}; continue with: rlrm train --resume {run_dir}"
-        )
-        raise typer.Exit(130)
+        code = 143 if result.signal == "SIGTERM" else 130  # 128 + the signal's number, as a shell reports it
+        saved = list_checkpoints(Path(run_dir))
+        if saved:
+            typer.echo(
+                f"interrupted ({result.signal}): checkpoint saved at step {saved[-1].name.removeprefix('step_')}; "
+                f"continue with: rlrm train --resume {run_dir}"
+            )
+        elif resume is None:
+            discard_unresumable(run_dir)
+            typer.echo(
+                f"interrupted ({result.signal}) before the first step finished: nothing to resume, and the run "
+                f"folder {run_dir} is removed; start again with the same command"
+            )
+        else:
+            typer.echo(
+                f"interrupted ({result.signal}) before the first step finished: no checkpoint yet; "
+                f"rlrm train --resume {run_dir} trains from step 0"
+            )
+        raise typer.Exit(code)
     from rlrm.engine.metrics.metrics_file import read_metrics
     from rlrm.report.closing import closing_lines
 

@@ -15,8 +15,11 @@ import asyncio
 import gc
 import os
 import resource
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,13 +64,15 @@ class RunResult:
     last_step: int
     metrics: dict = field(default_factory=dict)
     interrupted: bool = False
+    signal: str = "SIGINT"  # what interrupted it: Ctrl-C, or SIGTERM (a scheduler, `docker stop`, `kill`)
     stopped: str | None = None  # why the reward guard ended the run early (on_divergence or on_canary=stop)
 
 
 def train(run_dir: Path, console: str | None = None, allow_contract_change: bool = False) -> RunResult:
     """Run (or continue) the training of a run folder until `trainer.total_steps`.
 
-    Ctrl-C saves a checkpoint of the last completed step and returns with `interrupted=True`.
+    Ctrl-C, or SIGTERM in the main thread (what schedulers, `docker stop` and `kill` send), saves a checkpoint of
+    the last completed step and returns with `interrupted=True`.
     `allow_contract_change` (or reward.allow_contract_change in config.yaml): resume with a reward contract that
     differs from the run's (rlrm/engine/run_contract.py), recording the change.
     """
@@ -77,13 +82,34 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
     put_back = cuda_tf32_on() if profile.model.tf32 else None  # for the run; the caller's own setting after it
     try:
-        asyncio.run(loop.run())
+        with _sigterm_as_ctrl_c(loop.result):
+            asyncio.run(loop.run())
     except KeyboardInterrupt:
         loop.result.interrupted = True
     finally:
         if put_back is not None:
             put_back()
     return loop.result
+
+
+@contextmanager
+def _sigterm_as_ctrl_c(result: RunResult):
+    """SIGTERM handled as Ctrl-C is (asyncio.run cancels the run, which saves its last completed step), where the
+    default would end the process with no checkpoint and trace.json cut short. The main thread only (where
+    Python takes signals); the handler before is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        result.signal = "SIGTERM"
+        signal.raise_signal(signal.SIGINT)
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 class _TrainLoop:
@@ -108,6 +134,10 @@ class _TrainLoop:
         ckpts = list_checkpoints(self.run_dir)
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
+        elif (self.run_dir / "metrics.jsonl").is_file() and read_metrics(
+            self.run_dir / "metrics.jsonl"
+        ):  # killed early
+            progress.say(f"no checkpoint in {self.run_dir} yet: training from step 0 (its metrics rows are replaced)")
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
         with progress.waiting(f"loading {self.profile.model.path}"):
             parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)

@@ -1,0 +1,67 @@
+"""`rlrm train` stopped by a signal, as a real process: SIGTERM (schedulers, `docker stop`, `kill`) is handled as
+Ctrl-C is (the last completed step checkpointed, trace.json whole, exit 143 and the --resume line), and a run
+interrupted before its first step says there is nothing to resume and leaves no folder behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from small_run import SMALL_RUN, as_set_args
+
+from rlrm.engine.checkpoint import list_checkpoints
+from rlrm.engine.metrics.metrics_file import read_metrics
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _start(out: Path, *settings: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", *as_set_args(*SMALL_RUN, *settings)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        argv + ["--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run did not get there in time"
+        time.sleep(0.05)
+
+
+def test_sigterm_checkpoints_the_last_completed_step_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(out, "trainer.total_steps=500")
+    metrics = out / "metrics.jsonl"
+    _wait_for(lambda: metrics.is_file() and len(read_metrics(metrics)) >= 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    last = read_metrics(out / "metrics.jsonl")[-1]["step"]
+    assert stdout.strip().splitlines()[-1] == (
+        f"interrupted (SIGTERM): checkpoint saved at step {last}; continue with: rlrm train --resume {out}"
+    )
+    assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]  # save_every=0: the interrupt's own
+    trace = json.loads((out / "trace.json").read_text())  # whole, not cut where the process died
+    assert {e["name"] for e in trace["traceEvents"]} >= {"gen", "update_actor"}
+
+
+def test_an_interrupt_before_the_first_step_leaves_nothing_to_resume_and_no_folder(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(out, "trainer.total_steps=500")
+    _wait_for(lambda: (out / "config.yaml").is_file(), proc)  # started: the model loads, nothing trained yet
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert stdout.strip().splitlines()[-1] == (
+        f"interrupted (SIGINT) before the first step finished: nothing to resume, and the run folder {out} is "
+        "removed; start again with the same command"
+    )
+    assert not out.exists()
