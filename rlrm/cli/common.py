@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -12,19 +13,44 @@ from rlrm.errors import RlrmError
 
 
 def friendly_errors(fn):
-    """Print an RlrmError as one line on stderr and exit 1; RLRM_DEBUG=1 re-raises it."""
+    """Print an RlrmError, or a file-system error on a path (a file where a folder goes, a read-only or full
+    disk), as one line on stderr and exit 1; RLRM_DEBUG=1 re-raises it."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except RlrmError as exc:
-            if os.environ.get("RLRM_DEBUG"):
+        except (RlrmError, OSError) as exc:
+            line = str(exc) if isinstance(exc, RlrmError) else path_error(exc)
+            if os.environ.get("RLRM_DEBUG") or line is None:
                 raise
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {line}", file=sys.stderr)
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+# what to do about a path the file system refused, by errno
+_PATH_FIXES = {
+    errno.EEXIST: "a file is where a folder should be: move it, or choose another path",
+    errno.ENOTDIR: "a file is where a folder should be: move it, or choose another path",
+    errno.EISDIR: "a folder is where a file should be: choose another path",
+    errno.EROFS: "the file system is read-only: choose a folder you can write to",
+    errno.EACCES: "choose a folder you can write to",
+    errno.EPERM: "choose a folder you can write to",
+    errno.ENOSPC: "the disk is full: free some space, or choose a folder on another disk",
+    errno.EDQUOT: "the disk quota is used up: free some space, or choose another folder",
+    errno.ENOENT: "check the path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+
+
+def path_error(exc: OSError) -> str | None:
+    """One line for a file-system error on a named path, or None for another OSError (a socket's, a
+    process's: a bug to show whole)."""
+    if exc.filename is None or exc.errno not in _PATH_FIXES:
+        return None
+    return f"{exc.filename}: {exc.strerror}; {_PATH_FIXES[exc.errno]}"
 
 
 def console():

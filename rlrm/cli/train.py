@@ -96,7 +96,7 @@ def train(
         result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
     except KeyboardInterrupt:  # before the run took Ctrl-C over (reading its folder): nothing trained
         result = RunResult(Path(run_dir), last_step=0, interrupted=True)
-    except RlrmError:
+    except (RlrmError, OSError):  # OSError: a path the run cannot write (friendly_errors words it)
         if resume is None:
             discard_unresumable(run_dir)
         raise

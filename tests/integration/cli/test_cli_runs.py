@@ -74,3 +74,13 @@ def test_a_bad_option_value_is_rlrm_s_one_line_not_a_usage_box():
         assert f"`rlrm {argv[0]} --help`" in lines[0]
     grouped = subprocess.run([sys.executable, "-m", "rlrm", "bench"], capture_output=True, text=True)
     assert grouped.returncode == 2 and "reward-latency" in grouped.stdout + grouped.stderr
+
+
+def test_a_models_dir_that_is_a_file_is_one_line_and_leaves_no_run_folder(tmp_path, monkeypatch):
+    in_the_way = tmp_path / "afile"
+    in_the_way.write_text("x")
+    monkeypatch.setenv("RLRM_MODELS_DIR", str(in_the_way))
+    result = invoke("train", "--profile", "tiny-rule", "--steps", "1", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith(f"error: {in_the_way}")
+    assert not (tmp_path / "run").exists()  # nothing half-made blocks the next --out

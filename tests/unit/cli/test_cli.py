@@ -192,3 +192,26 @@ def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
     with pytest.raises(RlrmError, match=r"an embedded server needs fastapi.*pip install 'rlrm\[serve\]'"):
         embedded_server_argv("tiny:judge", "genrm", 8000)
+
+
+def test_a_path_the_file_system_refuses_is_one_line(tmp_path):
+    """A file where a folder goes (RLRM_MODELS_DIR, --cache-dir, --out under a file): the path and what to do."""
+    in_the_way = tmp_path / "afile"
+    in_the_way.write_text("x")
+    result = invoke("models", "prepare", "--cache-dir", str(in_the_way / "models"))
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {in_the_way / 'models'}: Not a directory; a file is where a folder should be: move it, or choose "
+        "another path"
+    )
+
+
+def test_other_os_errors_are_not_worded_as_a_path():
+    import errno
+
+    from rlrm.cli.common import path_error
+
+    assert path_error(OSError(errno.ECONNREFUSED, "Connection refused")) is None  # a bug or a server: shown whole
+    assert path_error(OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run")) == (
+        "/mnt/ro/run: Read-only file system; the file system is read-only: choose a folder you can write to"
+    )
