@@ -29,13 +29,15 @@ def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -
         skip_bad_rows: skip (and count) rows without a question or a numeric ground truth instead of failing.
     """
     source, rows = _read_rows(path, split)
+    lines = getattr(rows, "lines", None)  # a JSONL file's line numbers (blank lines are not rows)
     examples, skipped = [], 0
     for i, row in enumerate(rows):
         try:
             examples.append(_to_example(row, i, split, prompt_suffix))
         except ValueError as exc:
             if not skip_bad_rows:
-                raise DataError(f"{source} row {i}: {exc} (set data.skip_bad_rows=true to skip such rows)") from None
+                where = f"line {lines[i]}" if lines else f"row {i + 1}"  # as an editor counts: from 1
+                raise DataError(f"{source} {where}: {exc} (set data.skip_bad_rows=true to skip such rows)") from None
             skipped += 1
     if not examples:
         raise DataError(f"{source} has no usable rows")
@@ -88,18 +90,27 @@ def _read_file(path: Path) -> list[dict]:
         if path.suffix == ".json":
             data = json.loads(text)
             return data if isinstance(data, list) else data.get("data", [])
-        rows = []
+        rows = _Lines()
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
+                rows.lines.append(lineno)
         return rows
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
+
+
+class _Lines(list):
+    """A JSONL file's rows, with the line number of each (`lines`): errors name the line an editor shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[int] = []
 
 
 def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:

@@ -90,7 +90,7 @@ def test_bad_rows_error_or_skip(tmp_path):
     path = tmp_path / "d.jsonl"
     rows = RAW + [{"question": "no answer"}, {"answer": "#### 3"}]
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    with pytest.raises(DataError, match=r"d\.jsonl row 2: .*skip_bad_rows"):
+    with pytest.raises(DataError, match=r"d\.jsonl line 3: .*skip_bad_rows"):  # the line an editor shows
         load_gsm8k(str(path), "train", "", skip_bad_rows=False)
     examples, skipped = load_gsm8k(str(path), "train", "", skip_bad_rows=True)
     assert len(examples) == 2 and skipped == 2
@@ -99,13 +99,14 @@ def test_bad_rows_error_or_skip(tmp_path):
 def test_ground_truths_that_are_not_numbers_are_bad_rows(tmp_path):
     # "#### banana" used to load, and every response to it scored 0 with no word.
     raw = tmp_path / "raw.jsonl"
-    raw.write_text("\n".join(json.dumps(r) for r in RAW + [{"question": "q", "answer": "so\n#### banana"}]))
-    with pytest.raises(DataError, match=r"raw\.jsonl row 2: ground truth 'banana' is not a number .*skip_bad_rows"):
+    lines = [json.dumps(r) for r in RAW] + ["", json.dumps({"question": "q", "answer": "so\n#### banana"})]
+    raw.write_text("\n".join(lines))  # a blank line before the bad row: it is line 4, the third row
+    with pytest.raises(DataError, match=r"raw\.jsonl line 4: ground truth 'banana' is not a number .*skip_bad_rows"):
         load_gsm8k(str(raw), "train", "", skip_bad_rows=False)
     assert [e.ground_truth for e in load_gsm8k(str(raw), "train", "", skip_bad_rows=True)[0]] == ["5", "1200"]
     verl = _verl_rows() + [dict(_verl_rows()[0], reward_model={"ground_truth": "1,200"})]
     pd.DataFrame(verl).to_parquet(tmp_path / "train.parquet")
-    with pytest.raises(DataError, match=r"train\.parquet row 1: ground truth '1,200' is not a number"):
+    with pytest.raises(DataError, match=r"train\.parquet row 2: ground truth '1,200' is not a number"):
         load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=False)
     examples, skipped = load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=True)
     assert skipped == 1 and [e.ground_truth for e in examples] == ["72"]
