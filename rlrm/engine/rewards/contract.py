@@ -84,9 +84,29 @@ def changed_parts(old: dict, new: dict) -> list[str]:
 
 
 def describe_change(name: str, old, new) -> str:
-    """`template ('Is the answ...' -> 'Judge this...')`: a part and, when short enough to read, its two values."""
-    before, after = _short_value(old), _short_value(new)
-    return f"{name} ({before} -> {after})"
+    """What changed in a part, where it changed: the keys of a mapping that differ, each with its two values
+    (`parser.method ('strict' -> 'flexible')`), and of two texts the stretch around their first difference
+    (`template ('...Problem: {question}...' -> '...Question: {question}...')`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        if keys:
+            return "; ".join(describe_change(f"{name}.{k}", old.get(k), new.get(k)) for k in keys)
+    if isinstance(old, str) and isinstance(new, str):
+        return f"{name} ({_around_difference(old, new)})"
+    return f"{name} ({_short_value(old)} -> {_short_value(new)})"
+
+
+def _around_difference(old: str, new: str, before: int = 12, chars: int = 40) -> str:
+    """`'...at the first difference...' -> '...at the first change...'`: both texts from a little before where they
+    first differ, each cut to `chars` characters."""
+    at = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    start = max(0, at - before)
+
+    def stretch(text: str) -> str:
+        piece = text[start : start + chars]
+        return repr(("..." if start else "") + piece + ("..." if start + chars < len(text) else ""))
+
+    return f"{stretch(old)} -> {stretch(new)}"
 
 
 def _short_value(value, chars: int = 40) -> str:

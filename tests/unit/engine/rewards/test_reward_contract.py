@@ -102,6 +102,7 @@ def test_a_resume_with_a_changed_template_stops_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"the reward changed since this run was started: template \(") as info:
         check_run_contract(tmp_path, new, allow_change=False, step=3)
     assert "reward.allow_contract_change=true" in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).split(": ", 1)[1].startswith("template ('")  # where the two texts part, both sides
     assert json.loads((tmp_path / CONTRACT_FILE).read_text()) == saved  # nothing written
 
     assert check_run_contract(tmp_path, new, allow_change=True, step=3) == ["template"]
@@ -110,3 +111,19 @@ def test_a_resume_with_a_changed_template_stops_naming_it(tmp_path):
     assert record["changes"] == [
         {"at_step": 3, "changed": ["template"], "from": old.fingerprint, "to": new.fingerprint}
     ]
+
+
+def test_a_change_is_shown_where_it_is():
+    """The part's keys that changed, each with its two values, and of two long texts where they first differ:
+    both cut at the same place before, so the difference never showed."""
+    from rlrm.engine.rewards.contract import describe_change
+
+    old = {"disrm": None, "genrm": None, "rubric": None, "rule": {"method": "strict", "format_score": 0.0}}
+    new = {"disrm": None, "genrm": None, "rubric": None, "rule": {"method": "flexible", "format_score": 0.0}}
+    assert describe_change("parser", old, new) == "parser.rule.method ('strict' -> 'flexible')"
+    text = "You are a strict grader. Is the answer to this problem correct? Problem: {question} Answer: {response}"
+    assert describe_change("template", text, text.replace("Problem:", "Question:")) == (
+        "template ('...em correct? Problem: {question} Answer: ...' -> '...em correct? Question: {question} "
+        "Answer:...')"
+    )
+    assert describe_change("model", None, "judge-v2") == "model ('null' -> 'judge-v2')"
