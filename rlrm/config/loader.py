@@ -75,18 +75,19 @@ def validate_model(raw: dict[str, Any], model: type[M], source: str, what: str =
     try:
         _check_unknown_keys(raw, model, prefix="")
     except ConfigError as exc:
-        if what == "profile":
-            raise
+        if what == "profile":  # a run's config.yaml, a profile given as a mapping: named, where it has a name
+            raise ConfigError(f"{source}: {exc}" if source != "profile" else str(exc)) from None
         raise ConfigError(f"{source}: {str(exc).replace('unknown key', f'unknown {what} key', 1)}") from None
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or f"({what})"
+        loc = ".".join(str(p) for p in err["loc"])  # empty: a check across keys, whose message names them
         value = err.get("input")
         # a value carrying a secret (credentials in a URL) is never repeated back
         shown = "" if isinstance(value, dict) or err["type"] == "credentials" else f" (got {clipped(repr(value))})"
-        raise ConfigError(f"{source}: {loc}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
+        where = f"{source}: {loc}" if loc else source
+        raise ConfigError(f"{where}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
 
 
 def dump_profile(profile: Profile) -> str:
@@ -106,11 +107,19 @@ def _resolve(name_or_path: str, chain: tuple[str, ...]) -> dict[str, Any]:
     _anchor_paths(raw, path.parent)
     migrate(raw, str(path))  # each file on its own: a child's old key still overrides its parent's new one
     parent = raw.pop("extends", None)
+    try:
+        _check_unknown_keys(raw, Profile, prefix="")  # each file on its own, so the error names the file with it
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     if parent is None:
         return raw
     beside = path.parent / Path(str(parent)).expanduser()
     if Path(str(parent)).suffix in (".yaml", ".yml") and not Path(str(parent)).is_absolute() and beside.is_file():
         parent = beside  # `extends: base.yaml` names the file beside this one, from whatever folder rlrm runs
+    try:
+        _find(str(parent))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: extends: {exc}") from None
     base = _resolve(str(parent), chain + (str(path),))
     return _deep_merge(base, raw)
 

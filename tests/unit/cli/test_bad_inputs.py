@@ -182,7 +182,7 @@ CASES = [
             f"data.test_split={_jsonl(t / 'test.jsonl', [ROW])}",
         ],
         1,
-        "train.jsonl row 1: ground truth 'banana' is not a number",
+        "train.jsonl line 2: ground truth 'banana' is not a number",
     ),
     # latency specs
     (

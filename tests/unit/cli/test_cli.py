@@ -176,7 +176,7 @@ def test_bad_rows_in_local_gsm8k_file_name_file_and_row(tmp_path):
         f"data.test_split={tmp_path / 'test.jsonl'}",
     )
     assert result.exit_code == 1
-    assert "gsm.jsonl row 1" in result.output and "skip_bad_rows" in result.output
+    assert "gsm.jsonl line 2" in result.output and "skip_bad_rows" in result.output
 
 
 def test_a_missing_serve_extra_is_one_line_naming_it(monkeypatch):
