@@ -101,6 +101,9 @@ def check_checkpoint(ckpt_dir: Path) -> None:
     from safetensors import safe_open
 
     model_dir = Path(ckpt_dir) / "model"
+    name = Path(ckpt_dir).name
+    if not model_dir.is_dir():
+        raise ModelError(f"checkpoint {name} is incomplete (model/ is missing): {_EARLIER}")
     pickled = sorted(p.name for p in model_dir.glob("*") if p.suffix in _PICKLED_WEIGHTS)
     if pickled:
         raise ModelError(
@@ -109,7 +112,7 @@ def check_checkpoint(ckpt_dir: Path) -> None:
         )
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        raise ModelError(f"{model_dir} holds no .safetensors weights; it was not written by rlrm train")
+        raise ModelError(f"checkpoint {name} is incomplete ({model_dir} holds no .safetensors weights): {_EARLIER}")
     for path in files:
         try:
             with safe_open(str(path), framework="pt") as f:
@@ -125,6 +128,11 @@ def check_checkpoint(ckpt_dir: Path) -> None:
                 f"checkpoint {Path(ckpt_dir).name} has non-finite weights ({bad} holds NaN or inf): cannot resume from it; "
                 "delete it to resume from an earlier one"
             )
+    if not (Path(ckpt_dir) / "state.pt").is_file():
+        raise ModelError(f"checkpoint {name} is incomplete (state.pt is missing): {_EARLIER}")
+
+
+_EARLIER = "delete that checkpoint folder to resume from an earlier one (none left: the run starts from step 0)"
 
 
 def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
@@ -176,10 +184,15 @@ def load_state(ckpt_dir: Path) -> dict:
     path = Path(ckpt_dir) / "state.pt"
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as exc:
+    except pickle.UnpicklingError as exc:  # it holds more than tensors and plain data
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(
             f"{path} cannot be loaded as plain tensors and data (weights_only=True), so it is not resumed: {first}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:  # cut short (a full disk, a copy) or edited
+        first = str(exc).strip().split(". ")[0].splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(
+            f"checkpoint {Path(ckpt_dir).name}: state.pt is damaged ({first}): it was cut short or edited; {_EARLIER}"
         ) from None
     if not isinstance(state, dict) or not {"actor", "loader", "step", "rng"} <= state.keys():
         raise ModelError(f"{path} is not an rlrm trainer state (expected actor, loader, step and rng entries)")

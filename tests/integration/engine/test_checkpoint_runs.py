@@ -135,3 +135,29 @@ def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(t
     result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "none"])
     assert result.exit_code == 0, result.output
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]
+
+
+@pytest.mark.parametrize("damage", ["state.pt cut short", "state.pt missing", "model/ missing"])
+def test_a_damaged_checkpoint_says_what_is_wrong_and_what_to_delete(tmp_path, damage):
+    """A copy cut short, a file lost: one line naming the checkpoint and the part, and how to go on."""
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=1"]), tmp_path / "run")
+    train(run_dir)
+    (ckpt,) = list_checkpoints(run_dir)
+    state = ckpt / "state.pt"
+    if damage == "state.pt cut short":
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    elif damage == "state.pt missing":
+        state.unlink()
+    else:
+        shutil.rmtree(ckpt / "model")
+    code, lines = _resume(run_dir)
+    assert code == 1 and len(lines) == 1, lines
+    said = {
+        "state.pt cut short": "error: checkpoint step_1: state.pt is damaged (",
+        "state.pt missing": "error: checkpoint step_1 is incomplete (state.pt is missing): ",
+        "model/ missing": "error: checkpoint step_1 is incomplete (model/ is missing): ",
+    }[damage]
+    assert lines[0].startswith(said), lines[0]
+    assert lines[0].endswith(
+        "delete that checkpoint folder to resume from an earlier one (none left: the run starts from step 0)"
+    ), lines[0]
