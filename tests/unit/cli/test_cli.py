@@ -215,3 +215,15 @@ def test_other_os_errors_are_not_worded_as_a_path():
     assert path_error(OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run")) == (
         "/mnt/ro/run: Read-only file system; the file system is read-only: choose a folder you can write to"
     )
+
+
+def test_a_folder_that_is_not_a_model_is_one_line_before_anything_loads(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("{}\n")
+    result = invoke("train", "--profile", "tiny-rule", "--set", f"model.path={data}", "--dry-run")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == (
+        f"error: model path '{data}' is a folder but not a model (no config.json in it); give the folder "
+        "save_pretrained wrote, or a hub id (org/name) or tiny:NAME (policy, judge, disrm, tools)"
+    )

@@ -82,6 +82,9 @@ def test_resolve_model_path(tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    with pytest.raises(ModelError, match="is a folder but not a model"):
+        resolve_model_path(str(tmp_path))  # an empty folder
+    (tmp_path / "config.json").write_text("{}")
     assert resolve_model_path(str(tmp_path)) == str(tmp_path)
 
 
