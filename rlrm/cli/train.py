@@ -29,7 +29,7 @@ def train(
     ] = None,
     dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace what --out holds.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace the run that --out holds (never a folder that is not a run).")] = False,
     console: Annotated[
         Optional[str], typer.Option(help="Live display: rich, plain or none (default: logging.console).")
     ] = None,
