@@ -10,7 +10,7 @@ import typer
 from rlrm.cli.common import friendly_errors
 from rlrm.cli.options import SeedOption, given
 
-app = typer.Typer(help="Build and locate offline tiny models.", no_args_is_help=True)
+app = typer.Typer(help="Build the offline tiny models (rlrm models prepare).", no_args_is_help=True)
 
 
 @app.command("prepare")

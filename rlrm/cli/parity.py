@@ -222,11 +222,16 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
 
 
 def _run(cfg, samples, out: Path) -> int:
+    from rlrm.launch.common import progress
     from rlrm.parity.report import matrix_table, summary_table, write_cell, write_matrix
     from rlrm.parity.run import run_parity
 
     term = console()
-    cells = run_parity(cfg, samples, log=lambda line: term.print(f"[dim]{line}[/dim]"))
+    progress.enable(True)  # a server that does not answer yet says so while its start_timeout_s runs
+    try:
+        cells = run_parity(cfg, samples, log=lambda line: term.print(f"[dim]{line}[/dim]"))
+    finally:
+        progress.enable(False)
     if len(cells) == 1:
         write_cell(out, samples, cells[0])
         term.print(summary_table(cells[0]))

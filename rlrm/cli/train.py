@@ -29,7 +29,12 @@ def train(
     ] = None,
     dry_run: DryRunOption = False,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this folder.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", metavar="", help="Replace the run that --out holds (never a folder that is not a run).")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", metavar="", help="Replace the run that --out holds (never a folder that is not a run)."
+        ),
+    ] = False,
     console: Annotated[
         Optional[str], typer.Option(help="Live display: rich, plain or none (default: logging.console).")
     ] = None,
@@ -59,8 +64,19 @@ def train(
                 "--resume continues a run exactly as it was configured; drop --profile/--set/--seed/--mode/--out "
                 "(the one --set it takes is reward.allow_contract_change=true)"
             )
+        saved = list_checkpoints(Path(resume))
+        done = int(saved[-1].name.removeprefix("step_")) if saved else 0
+        if saved and steps is not None and steps <= done:  # before config.yaml takes the smaller budget
+            typer.echo(f"nothing to train: {resume} has {done} steps already; continue it with --steps N above {done}")
+            return
         resolved = load_run_profile(resume, total_steps=steps)
         run_dir = resume
+        if saved and resolved.trainer.total_steps <= done and not dry_run:
+            typer.echo(
+                f"nothing to train: {resume} has its {done} steps (trainer.total_steps); continue it with --steps N "
+                f"above {done}"
+            )
+            return
         if dry_run:
             typer.echo(dump_profile(resolved), nl=False)
             return

@@ -52,6 +52,11 @@ def test_train_end_to_end(tmp_path, tiny_policy_path):
     resumed = invoke("train", "--resume", str(run), "--steps", "2", "--console", "none")
     assert resumed.exit_code == 0, resumed.output
     assert "done: 2 steps" in resumed.output
+    for again in ([], ["--steps", "1"]):  # a finished run, and a budget it has passed: said, nothing started
+        idle = invoke("train", "--resume", str(run), *again, "--console", "none")
+        assert idle.exit_code == 0 and idle.output.strip().startswith(f"nothing to train: {run} has"), idle.output
+        assert "continue it with --steps N above 2" in idle.output
+    assert "total_steps: 2" in (run / "config.yaml").read_text()  # the smaller budget was not written
 
 
 def test_doctor_reports_torch():
