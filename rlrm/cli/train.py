@@ -126,11 +126,15 @@ def train(
                 f"interrupted ({result.signal}): checkpoint saved at step {saved[-1].name.removeprefix('step_')}; "
                 f"continue with: rlrm train --resume {run_dir}"
             )
-        elif resume is None:
-            discard_unresumable(run_dir)
+        elif resume is None and discard_unresumable(run_dir):
             typer.echo(
                 f"interrupted ({result.signal}) before the first step finished: nothing to resume, and the run "
                 f"folder {run_dir} is removed; start again with the same command"
+            )
+        elif result.last_step:
+            typer.echo(
+                f"interrupted ({result.signal}) before a checkpoint was written: {result.last_step} steps are "
+                f"logged in {run_dir}, and rlrm train --resume {run_dir} trains from step 0"
             )
         else:
             typer.echo(

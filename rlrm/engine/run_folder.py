@@ -19,6 +19,7 @@ import yaml
 from rlrm.config.loader import dump_profile, parse_profile
 from rlrm.config.schema import Profile
 from rlrm.engine.checkpoint import check_resume_model, list_checkpoints
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_ray_heads
 from rlrm.errors import ConfigError, RunFolderError
 
@@ -56,13 +57,19 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
 
 
 def is_run_folder(path: Path) -> bool:
-    """Whether `path` was made by `rlrm train`: its config.yaml is a resolved profile (trainer and model
-    sections), whatever else the run wrote there so far."""
+    """Whether `path` was made by `rlrm train`: its config.yaml is a resolved profile (every section rlrm writes,
+    and nothing else: another tool's config with a `trainer:` and a `model:` is not one), whatever else the run
+    wrote there so far."""
     try:
         raw = yaml.safe_load((Path(path) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False
-    return isinstance(raw, dict) and isinstance(raw.get("trainer"), dict) and isinstance(raw.get("model"), dict)
+    if not isinstance(raw, dict):
+        return False
+    return _RUN_SECTIONS <= raw.keys() <= Profile.model_fields.keys()
+
+
+_RUN_SECTIONS = {"model", "data", "rollout", "reward", "actor", "trainer"}  # what dump_profile always writes
 
 
 def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
@@ -117,8 +124,15 @@ def _read_run_config(path: Path) -> dict:
     return raw
 
 
-def discard_unresumable(run_dir: Path) -> None:
-    """Remove a run folder that holds no checkpoint: a run that failed before its first save has nothing to
-    resume, and a half-made folder would only block the next `--out`."""
-    if Path(run_dir).is_dir() and not list_checkpoints(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
+def discard_unresumable(run_dir: Path) -> bool:
+    """Remove a run folder that holds no checkpoint and no trained step: a run that stopped before its first
+    step has nothing to resume or read, and a half-made folder would only block the next `--out`. A folder with
+    trained steps logged stays (its metrics and trace are the run's record), checkpoint or not. Whether it went."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or list_checkpoints(run_dir):
+        return False
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file() and any(row.get("step", 0) >= 1 for row in read_metrics(metrics)):
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True

@@ -19,9 +19,9 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rlrm.config.schema import Profile
 from rlrm.engine.canaries import Canaries
@@ -82,9 +82,8 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
     put_back = cuda_tf32_on() if profile.model.tf32 else None  # for the run; the caller's own setting after it
     try:
-        with _sigterm_as_ctrl_c(loop.result):
-            asyncio.run(loop.run())
-    except KeyboardInterrupt:
+        asyncio.run(loop.run())
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C; SIGTERM while the parts started
         loop.result.interrupted = True
     finally:
         if put_back is not None:
@@ -92,24 +91,43 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     return loop.result
 
 
-@contextmanager
-def _sigterm_as_ctrl_c(result: RunResult):
-    """SIGTERM handled as Ctrl-C is (asyncio.run cancels the run, which saves its last completed step), where the
-    default would end the process with no checkpoint and trace.json cut short. The main thread only (where
-    Python takes signals); the handler before is put back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _SigtermStops:
+    """SIGTERM (a scheduler, `docker stop`, `kill`) stops the run as Ctrl-C does: the run's task is cancelled,
+    which saves its last completed step and writes trace.json whole, where the default would end the process with
+    neither. Taken on the run's loop (main thread only, where Python takes signals) and taken again once the run's
+    parts have started (Ray sets a SIGTERM handler of its own when it joins); a second SIGTERM does not cut the
+    save short. The handler found first (or the one a part set since) is put back after the run."""
 
-    def interrupt(signum, frame):
-        result.signal = "SIGTERM"
-        signal.raise_signal(signal.SIGINT)
+    def __init__(self, result: RunResult):
+        self.result = result
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.before: Any = None  # the SIGTERM handler to put back
+        self.ours: Any = None  # what signal.getsignal reports while the loop's handler is in place
+        self.fired = False
 
-    before = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    def take(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        current = signal.getsignal(signal.SIGTERM)
+        if self.loop is None or current is not self.ours:
+            self.before = current
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_signal_handler(signal.SIGTERM, self._stop, asyncio.current_task())
+        self.ours = signal.getsignal(signal.SIGTERM)
+
+    def _stop(self, task) -> None:
+        if not self.fired and task is not None:
+            self.fired = True
+            self.result.signal = "SIGTERM"
+            task.cancel()
+
+    def give_back(self) -> None:
+        if self.loop is None:
+            return
+        self.loop.remove_signal_handler(signal.SIGTERM)
+        if self.before is not None:
+            signal.signal(signal.SIGTERM, self.before)
+        self.loop = None
 
 
 class _TrainLoop:
@@ -131,6 +149,14 @@ class _TrainLoop:
         self._unsaved = False  # the actor's state is not to be checkpointed (an over-budget step trained)
 
     async def run(self) -> None:
+        self.sigterm = _SigtermStops(self.result)
+        self.sigterm.take()
+        try:
+            await self._run()
+        finally:
+            self.sigterm.give_back()
+
+    async def _run(self) -> None:
         ckpts = list_checkpoints(self.run_dir)
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
@@ -156,6 +182,7 @@ class _TrainLoop:
                 raise RuntimeError("the reward service started without its reward contract")
             check_run_contract(self.run_dir, contract, self.profile.reward.allow_contract_change, step)
             await parts.engine.start()
+            self.sigterm.take()  # again: a part may have set its own handler while it started (Ray does)
             await self._loop(ckpts)
         finally:
             gc.unfreeze()  # what the run leaves behind is collected as usual again

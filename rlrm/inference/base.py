@@ -16,6 +16,16 @@ class EngineClosedError(RuntimeError):
     """The engine was closed while a request was still queued or being generated."""
 
 
+class RequestFailedAlone(ValueError):
+    """A request whose decode raised when it ran alone, while the requests batched with it succeeded: its input
+    is to blame (a server answers 422, as for a classify input), not the engine."""
+
+    def __init__(self, cause: Exception):
+        detail = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        super().__init__(f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__)
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request samples; invalid values raise ValueError when the object is made.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from rlrm.errors import OutOfDeviceMemory, out_of_memory_named
-from rlrm.inference.base import Completion, EngineClosedError, SamplingParams
+from rlrm.inference.base import Completion, EngineClosedError, RequestFailedAlone, SamplingParams
 from rlrm.inference.decode import decode
 from rlrm.inference.tf32 import precision
 
@@ -236,22 +236,36 @@ class HFRolloutEngine:
 
     async def _run(self, batch: list[_Request], stop: threading.Event) -> None:
         """Decode `batch` and settle its callers. A failed batch of several is run again a request at a time, so
-        that a request whose input the checks let through fails alone, not with every request batched with it; a
-        request that fails alone fails its caller, never leaves it waiting. Out of memory is not split: it names
-        the setting to lower, where a request at a time would hide it behind a batch size of one."""
-        if self._executor is None:  # made by _start before the task that calls this
-            raise RuntimeError("the rollout engine's batching task runs without its executor")
+        that a request whose input the checks let through fails alone, not with every request batched with it
+        (`RequestFailedAlone` where others succeeded alone; the error itself where all failed: the engine's
+        fault); no caller is left waiting. Out of memory is not split: it names the setting to lower, where a
+        request at a time would hide it behind a batch size of one."""
         try:
-            results = await asyncio.wrap_future(self._executor.submit(self._run_batch, batch, stop))
+            self._settle(batch, await self._decode(batch, stop))
         except Exception as exc:
             live = [r for r in batch if not r.future.done()]
             if len(live) < 2 or stop.is_set() or isinstance(exc, (EngineClosedError, OutOfDeviceMemory)):
                 _fail(live, exc)
                 return
             self.split_batches += 1
-            for req in live:
-                await self._run([req], stop)
-            return
+            failed: dict[int, Exception] = {}
+            for i, req in enumerate(live):
+                try:
+                    self._settle([req], await self._decode([req], stop))
+                except Exception as exc_alone:  # noqa: BLE001 - judged below, against its batch-mates
+                    failed[i] = exc_alone
+            blamed = len(failed) < len(live)  # others succeeded alone: each failure is its own input's
+            for i, error in failed.items():
+                own = blamed and not isinstance(error, EngineClosedError)
+                _fail([live[i]], RequestFailedAlone(error) if own else error)
+
+    async def _decode(self, batch: list[_Request], stop: threading.Event) -> list[Completion]:
+        if self._executor is None:  # made by _start before the task that calls this
+            raise RuntimeError("the rollout engine's batching task runs without its executor")
+        return await asyncio.wrap_future(self._executor.submit(self._run_batch, batch, stop))
+
+    @staticmethod
+    def _settle(batch: list[_Request], results: list[Completion]) -> None:
         for req, completion in zip(batch, results):
             if not req.future.done():
                 req.future.set_result(completion)

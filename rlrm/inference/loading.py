@@ -18,7 +18,7 @@ def check_model_path(path: str, hint: str = "") -> str:
     """A local folder (checked to exist: a path-like name that does not is an error) or a hub id (passed)."""
     local = Path(path).expanduser()
     try:
-        if local.is_dir() and not (local / "config.json").is_file():
+        if local.is_dir() and not any((local / name).is_file() for name in ("config.json", "params.json")):
             raise ModelError(
                 f"model path {clipped(repr(path))} is a folder but not a model (no config.json in it); give the folder "
                 f"save_pretrained wrote, or a hub id (org/name){hint}"

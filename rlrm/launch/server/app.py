@@ -144,7 +144,9 @@ def _validation_message(exc) -> str:
     err = exc.errors()[0]
     if err.get("type") == "json_invalid":
         return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
-    loc = ".".join(str(p) for p in err["loc"] if p != "body" and not _union_member(p)) or "body"
+    parts = list(err["loc"])  # the last is a field or an index (an unknown field's name too): never a union tag
+    kept = [p for i, p in enumerate(parts) if p != "body" and (i == len(parts) - 1 or not _union_member(p))]
+    loc = ".".join(str(p) for p in kept) or "body"
     return f"{loc}: {err['msg']}"
 
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import random
 
-from rlrm.inference.base import Completion, SamplingParams
+from rlrm.inference.base import Completion, RequestFailedAlone, SamplingParams
 from rlrm.launch.server.protocol import RequestError
 
 RETRY_AFTER_S = "1"
@@ -113,14 +113,22 @@ class Endpoints:
         jobs = []
         for prompt_ids, sampling, n in items:
             base = sampling.seed if sampling.seed is not None else random.getrandbits(62)
-            jobs += [backend.engine.generate(prompt_ids, with_seed(sampling, base + i)) for i in range(n)]
+            jobs += [
+                asyncio.ensure_future(backend.engine.generate(prompt_ids, with_seed(sampling, base + i)))
+                for i in range(n)
+            ]
         self.inflight += total
         try:
             done = await _while_connected(asyncio.gather(*jobs))
+        except RequestFailedAlone as exc:  # its decode failed alone, its batch-mates' did not: its input's fault
+            raise RequestError(f"the model cannot generate for this input: {exc}", status=422) from None
         except ValueError as exc:  # the engine's own checks of one request's input (rlrm.inference.hf)
             raise RequestError(str(exc)) from None
         finally:
             self.inflight -= total
+            for job in jobs:  # one failed, or the client left: the rest would decode for nobody
+                if not job.done():
+                    job.cancel()
         out, at = [], 0
         for _, _, n in items:
             out.append(done[at : at + n])

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from small_run import SMALL_RUN, as_set_args
 
 from rlrm.engine.checkpoint import list_checkpoints
@@ -20,11 +21,18 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _start(out: Path, *settings: str) -> subprocess.Popen:
+def _start(out: Path, *settings: str, sigint_ignored: bool = False) -> subprocess.Popen:
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", *as_set_args(*SMALL_RUN, *settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # `rlrm train ... &` in a batch script: the shell starts it with SIGINT ignored, so Python takes no Ctrl-C
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     return subprocess.Popen(
-        argv + ["--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv + ["--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ignore,
     )
 
 
@@ -36,9 +44,10 @@ def _wait_for(condition, proc: subprocess.Popen, timeout_s: float = 240) -> None
         time.sleep(0.05)
 
 
-def test_sigterm_checkpoints_the_last_completed_step_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["interactive", "started-with-&"])
+def test_sigterm_checkpoints_the_last_completed_step_and_says_how_to_resume(tmp_path, sigint_ignored):
     out = tmp_path / "run"
-    proc = _start(out, "trainer.total_steps=500")
+    proc = _start(out, "trainer.total_steps=500", sigint_ignored=sigint_ignored)
     metrics = out / "metrics.jsonl"
     _wait_for(lambda: metrics.is_file() and len(read_metrics(metrics)) >= 2, proc)
     proc.send_signal(signal.SIGTERM)

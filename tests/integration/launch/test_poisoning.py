@@ -263,3 +263,9 @@ def test_values_of_the_wrong_type_are_not_coerced(genrm, path, body, says):
     """ "5" is not a number and true is not a token id (pydantic's lax mode would take both)."""
     resp = httpx.post(genrm.url + path, json=body, timeout=60)
     assert resp.status_code == 400 and resp.json()["error"]["message"].startswith(says), resp.text
+
+
+def test_an_unknown_field_is_named_in_its_400(genrm):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "Temperature": 0.5}
+    resp = httpx.post(genrm.url + "/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 400 and resp.json()["error"]["message"] == "Temperature: Extra inputs are not permitted"

@@ -7,6 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
+from rlrm.config.loader import dump_profile, load_profile
 
 runner = CliRunner()
 
@@ -78,7 +79,7 @@ def test_console_takes_only_its_three_displays():
 def test_refuses_folder_holding_another_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("trainer: {total_steps: 4}\nmodel: {path: tiny:policy}\n")
+    (run / "config.yaml").write_text(dump_profile(load_profile("tiny-rule")))
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     result = invoke("train", "--profile", "tiny-rule", "--out", str(run))
     assert result.exit_code == 1
@@ -92,7 +93,7 @@ def test_a_folder_of_other_files_is_never_a_run_to_replace(tmp_path, overwrite):
     mine = tmp_path / "mine"
     (mine / "sub").mkdir(parents=True)
     (mine / "notes.txt").write_text("keep")
-    (mine / "config.yaml").write_text("learning_rate: 0.1\n")  # a config of another tool
+    (mine / "config.yaml").write_text("trainer: {max_epochs: 3}\nmodel: {lr: 0.1}\n")  # LightningCLI's shape
     result = invoke("train", "--profile", "tiny-rule", "--out", str(mine), *overwrite)
     assert result.exit_code == 1
     assert result.output.strip() == (

@@ -15,3 +15,17 @@ def test_colocated_placement_needs_sync_mode():
             "tiny-rule",
             ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m", "reward.placement=colocated"],
         )
+
+
+def test_a_folder_is_discarded_only_when_nothing_was_trained(tmp_path):
+    """A stopped run without a checkpoint: step-0 rows alone are nothing to keep; a trained step's row is the
+    run's record (a second Ctrl-C during the last save, a full disk) and the folder stays."""
+    from rlrm.engine.run_folder import discard_unresumable
+
+    for rows, kept in (('{"step": 0, "val/accuracy": 0.1}\n', False), ('{"step": 0}\n{"step": 1}\n', True)):
+        run = tmp_path / f"run-{kept}"
+        run.mkdir()
+        (run / "config.yaml").write_text("trainer: {}\n")
+        (run / "metrics.jsonl").write_text(rows)
+        assert discard_unresumable(run) is not kept
+        assert run.exists() is kept

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlrm.errors import OutOfDeviceMemory
-from rlrm.inference.base import SamplingParams
+from rlrm.inference.base import RequestFailedAlone, SamplingParams
 from rlrm.inference.hf import HFRolloutEngine, _Request
 from tests.unit.inference.test_hf import PROMPTS, generate, make_engine
 
@@ -41,7 +41,8 @@ def test_a_request_that_breaks_its_batch_fails_alone_and_the_rest_draw_as_alone(
 
     outcomes = asyncio.run(together())
     failed = outcomes.pop(2)
-    assert isinstance(failed, (OverflowError, RuntimeError, ValueError)), failed
+    assert isinstance(failed, RequestFailedAlone), failed  # its batch-mates succeeded alone: its input's fault
+    assert "Overflow" in str(failed) or "overflow" in str(failed), str(failed)
     assert [o.token_ids for o in outcomes] == [a.token_ids for a in alone]  # seeded: batch-mates change nothing
     assert engine.split_batches == 1 and engine.batches_run == 1 + len(PROMPTS) + 1
 
@@ -101,3 +102,19 @@ def test_a_batch_whose_callers_all_gave_up_stops_within_a_token(model):
 
     asyncio.run(scenario())
     assert len(forwards) < 5 + 3 + 3, len(forwards)  # not the 100 tokens nobody waits for
+
+
+def test_a_batch_whose_every_request_fails_alone_too_is_the_engines_fault(model, monkeypatch):
+    """Nobody to blame: each caller gets the engine's own error, not an input error (a server answers 500)."""
+    engine = make_engine(model, batch_wait_ms=200)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(len(args[1]))
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr("rlrm.inference.hf.decode", broken)
+    with pytest.raises(RuntimeError, match="device lost") as err:
+        generate(engine, PROMPTS, [SamplingParams(max_new_tokens=4, seed=i) for i in range(len(PROMPTS))])
+    assert not isinstance(err.value, RequestFailedAlone)
+    assert calls == [len(PROMPTS)] + [1] * len(PROMPTS)  # the batch, then each request alone
