@@ -17,7 +17,7 @@ from rlrm.engine.metrics.trackers import check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.cache_store import check_cache_file
 from rlrm.errors import ConfigError, clipped
-from rlrm.inference.loading import pick_device
+from rlrm.inference.loading import check_model_folder, pick_device
 from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common.ray_head import check_ray_head
 
@@ -38,9 +38,13 @@ def check_inputs(profile: Profile) -> None:
     reward_model = (
         profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     )
-    for path in (profile.model.path, profile.model.ref_path, reward_model):
+    for setting, path in (
+        ("model.path", profile.model.path),
+        ("model.ref_path", profile.model.ref_path),
+        ("reward.server.model", reward_model),
+    ):
         if path and not path.startswith("tiny:"):
-            resolve_model_path(path)
+            check_model_folder(resolve_model_path(path), setting)
     data = profile.data
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
     if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):

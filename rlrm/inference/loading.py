@@ -18,11 +18,6 @@ def check_model_path(path: str, hint: str = "") -> str:
     """A local folder (checked to exist: a path-like name that does not is an error) or a hub id (passed)."""
     local = Path(path).expanduser()
     try:
-        if local.is_dir() and not any((local / name).is_file() for name in ("config.json", "params.json")):
-            raise ModelError(
-                f"model path {clipped(repr(path))} is a folder but not a model (no config.json in it); give the folder "
-                f"save_pretrained wrote, or a hub id (org/name){hint}"
-            )
         if local.exists():
             return str(local)
     except OSError as exc:  # a name the OS refuses (too long, say) is no folder, and no hub id either
@@ -35,6 +30,18 @@ def check_model_path(path: str, hint: str = "") -> str:
             f"model path {clipped(repr(path))} does not exist; give a local HF folder, a hub id (org/name){hint}"
         )
     return path
+
+
+def check_model_folder(path: str, setting: str) -> None:
+    """A ModelError naming `setting` where a local folder a model is loaded from holds no model (no config.json, nor
+    a Mistral-format params.json): before anything loads, where the tokenizer's own error would be cut short. A
+    folder only a tokenizer is read from (a served model's name) is not checked here."""
+    local = Path(path).expanduser()
+    if local.is_dir() and not any((local / name).is_file() for name in ("config.json", "params.json")):
+        raise ModelError(
+            f"{setting} {clipped(repr(path))} is a folder but not a model (no config.json in it); give the folder "
+            "save_pretrained wrote, a hub id (org/name) or tiny:NAME"
+        )
 
 
 def pick_device(name: str, setting: str = "trainer.device") -> str:

@@ -37,8 +37,8 @@ def _fake_checkpoint(tmp_path, tiny_policy_path):
     return run_dir, ckpt
 
 
-def _resume(run_dir):
-    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--console", "none"])
+def _resume(run_dir, *more: str):
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--console", "none", *more])
     lines = [line for line in result.output.splitlines() if line.strip()]
     return result.exit_code, lines
 
@@ -150,7 +150,7 @@ def test_a_damaged_checkpoint_says_what_is_wrong_and_what_to_delete(tmp_path, da
         state.unlink()
     else:
         shutil.rmtree(ckpt / "model")
-    code, lines = _resume(run_dir)
+    code, lines = _resume(run_dir, "--steps", "2")
     assert code == 1 and len(lines) == 1, lines
     said = {
         "state.pt cut short": "error: checkpoint step_1: state.pt is damaged (",

@@ -225,6 +225,6 @@ def test_a_folder_that_is_not_a_model_is_one_line_before_anything_loads(tmp_path
     result = invoke("train", "--profile", "tiny-rule", "--set", f"model.path={data}", "--dry-run")
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == (
-        f"error: model path '{data}' is a folder but not a model (no config.json in it); give the folder "
-        "save_pretrained wrote, or a hub id (org/name) or tiny:NAME (policy, judge, disrm, tools)"
+        f"error: model.path '{data}' is a folder but not a model (no config.json in it); give the folder "
+        "save_pretrained wrote, a hub id (org/name) or tiny:NAME"
     )

@@ -82,10 +82,13 @@ def test_resolve_model_path(tmp_path):
     with pytest.raises(ModelError, match="does not exist"):
         resolve_model_path("./no/such/model")
     assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
-    with pytest.raises(ModelError, match="is a folder but not a model"):
-        resolve_model_path(str(tmp_path))  # an empty folder
+    assert resolve_model_path(str(tmp_path)) == str(tmp_path)  # a tokenizer-only folder names a served model too
+    from rlrm.inference.loading import check_model_folder
+
+    with pytest.raises(ModelError, match="model.path '.*' is a folder but not a model"):
+        check_model_folder(str(tmp_path), "model.path")  # where a model is loaded from it
     (tmp_path / "config.json").write_text("{}")
-    assert resolve_model_path(str(tmp_path)) == str(tmp_path)
+    check_model_folder(str(tmp_path), "model.path")
 
 
 @pytest.mark.parametrize("name", ["judge", "disrm"])
