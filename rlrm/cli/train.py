@@ -48,7 +48,7 @@ def train(
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
-    from rlrm.engine.checkpoint import list_checkpoints
+    from rlrm.engine.checkpoint import checkpoint_step, list_checkpoints
     from rlrm.engine.run_checks import check_inputs
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
     from rlrm.engine.trainer import RunResult
@@ -65,17 +65,15 @@ def train(
                 "(the one --set it takes is reward.allow_contract_change=true)"
             )
         saved = list_checkpoints(Path(resume))
-        done = int(saved[-1].name.removeprefix("step_")) if saved else 0
+        done = checkpoint_step(saved[-1]) if saved else 0
+        nothing = f"nothing to train: {resume} has {done} steps already; continue it with --steps N above {done}"
         if saved and steps is not None and steps <= done:  # before config.yaml takes the smaller budget
-            typer.echo(f"nothing to train: {resume} has {done} steps already; continue it with --steps N above {done}")
+            typer.echo(nothing)
             return
         resolved = load_run_profile(resume, total_steps=steps)
         run_dir = resume
         if saved and resolved.trainer.total_steps <= done and not dry_run:
-            typer.echo(
-                f"nothing to train: {resume} has its {done} steps (trainer.total_steps); continue it with --steps N "
-                f"above {done}"
-            )
+            typer.echo(nothing)
             return
         if dry_run:
             typer.echo(dump_profile(resolved), nl=False)
@@ -123,7 +121,7 @@ def train(
         saved = list_checkpoints(Path(run_dir))
         if saved:
             typer.echo(
-                f"interrupted ({result.signal}): checkpoint saved at step {saved[-1].name.removeprefix('step_')}; "
+                f"interrupted ({result.signal}): checkpoint saved at step {checkpoint_step(saved[-1])}; "
                 f"continue with: rlrm train --resume {run_dir}"
             )
         elif resume is None and discard_unresumable(run_dir):
@@ -131,15 +129,10 @@ def train(
                 f"interrupted ({result.signal}) before the first step finished: nothing to resume, and the run "
                 f"folder {run_dir} is removed; start again with the same command"
             )
-        elif result.last_step:
+        else:  # steps logged (a new run), or a resumed one that had no checkpoint either
             typer.echo(
-                f"interrupted ({result.signal}) before a checkpoint was written: {result.last_step} steps are "
-                f"logged in {run_dir}, and rlrm train --resume {run_dir} trains from step 0"
-            )
-        else:
-            typer.echo(
-                f"interrupted ({result.signal}) before the first step finished: no checkpoint yet; "
-                f"rlrm train --resume {run_dir} trains from step 0"
+                f"interrupted ({result.signal}) before a checkpoint was written: rlrm train --resume {run_dir} "
+                "trains from step 0"
             )
         raise typer.Exit(code)
     from rlrm.engine.metrics.metrics_file import read_metrics

@@ -93,6 +93,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def checkpoint_step(ckpt_dir: Path) -> int:
+    """The step a checkpoint folder (`step_N`) holds."""
+    return int(Path(ckpt_dir).name.removeprefix("step_"))
+
+
 def check_checkpoint(ckpt_dir: Path) -> None:
     """Refuse (ModelError) a checkpoint whose model folder holds pickled weights or non-finite ones.
 

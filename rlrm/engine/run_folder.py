@@ -129,10 +129,13 @@ def discard_unresumable(run_dir: Path) -> bool:
     step has nothing to resume or read, and a half-made folder would only block the next `--out`. A folder with
     trained steps logged stays (its metrics and trace are the run's record), checkpoint or not. Whether it went."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or list_checkpoints(run_dir):
-        return False
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file() and any(row.get("step", 0) >= 1 for row in read_metrics(metrics)):
+    if not run_dir.is_dir() or list_checkpoints(run_dir) or last_logged_step(run_dir):
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return True
+
+
+def last_logged_step(run_dir: Path) -> int:
+    """The last step metrics.jsonl holds a row of (0: none trained, or no file)."""
+    metrics = Path(run_dir) / "metrics.jsonl"
+    return max((row.get("step", 0) for row in read_metrics(metrics)), default=0) if metrics.is_file() else 0

@@ -27,6 +27,7 @@ from rlrm.config.schema import Profile
 from rlrm.engine.canaries import Canaries
 from rlrm.engine.checkpoint import (
     check_checkpoint,
+    checkpoint_step,
     list_checkpoints,
     load_state,
     save_checkpoint,
@@ -47,7 +48,7 @@ from rlrm.engine.metrics.trace import TraceStream, write_chrome_trace
 from rlrm.engine.metrics.trackers import RunLog
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
 from rlrm.engine.run_contract import check_run_contract
-from rlrm.engine.run_folder import load_run_profile, start_run
+from rlrm.engine.run_folder import last_logged_step, load_run_profile, start_run
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
@@ -160,9 +161,7 @@ class _TrainLoop:
         ckpts = list_checkpoints(self.run_dir)
         if ckpts:
             check_checkpoint(ckpts[-1])  # before the policy is loaded from it
-        elif (self.run_dir / "metrics.jsonl").is_file() and read_metrics(
-            self.run_dir / "metrics.jsonl"
-        ):  # killed early
+        elif last_logged_step(self.run_dir):  # stopped before its first checkpoint
             progress.say(f"no checkpoint in {self.run_dir} yet: training from step 0 (its metrics rows are replaced)")
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
         with progress.waiting(f"loading {self.profile.model.path}"):
@@ -176,7 +175,7 @@ class _TrainLoop:
         self.scheduler: Scheduler | None = None
         try:
             await parts.reward.start()
-            step = int(ckpts[-1].name.removeprefix("step_")) if ckpts else 0
+            step = checkpoint_step(ckpts[-1]) if ckpts else 0
             contract = parts.reward.contract
             if contract is None:  # start() made it
                 raise RuntimeError("the reward service started without its reward contract")

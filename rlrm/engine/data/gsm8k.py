@@ -28,8 +28,7 @@ def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -
         prompt_suffix: appended to raw questions.
         skip_bad_rows: skip (and count) rows without a question or a numeric ground truth instead of failing.
     """
-    source, rows = _read_rows(path, split)
-    lines = getattr(rows, "lines", None)  # a JSONL file's line numbers (blank lines are not rows)
+    source, rows, lines = _read_rows(path, split)
     examples, skipped = [], 0
     for i, row in enumerate(rows):
         try:
@@ -50,10 +49,11 @@ def split_source(path: str, split: str) -> str:
     return str(local.resolve()) if local is not None else f"{path}[{split}]"
 
 
-def _read_rows(path: str, split: str) -> tuple[str, list[dict]]:
+def _read_rows(path: str, split: str) -> tuple[str, list[dict], list[int] | None]:
+    """Where the rows come from, the rows, and for a JSONL file each row's line number (blank lines are not rows)."""
     local = _local_file(path, split)
     if local is not None:
-        return str(local), _read_file(local)
+        return str(local), *_read_file(local)
     if Path(path).expanduser().exists() or path.startswith((".", "/", "~")):
         raise DataError(f"no {split!r} data at {path}: expected a file or a folder with {split}.jsonl/.json/.parquet")
     try:
@@ -63,7 +63,7 @@ def _read_rows(path: str, split: str) -> tuple[str, list[dict]]:
     except Exception as exc:  # hub errors come in many types; all mean "cannot get it"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"cannot load dataset {path!r} split {split!r}: {first}") from None
-    return f"{path}[{split}]", [dict(r) for r in ds]
+    return f"{path}[{split}]", [dict(r) for r in ds], None
 
 
 def _local_file(path: str, split: str) -> Path | None:
@@ -78,39 +78,31 @@ def _local_file(path: str, split: str) -> Path | None:
     return None
 
 
-def _read_file(path: Path) -> list[dict]:
+def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
     if path.suffix not in _EXTS:
         raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl, .json or .parquet")
     try:
         if path.suffix == ".parquet":
             import pandas as pd
 
-            return pd.read_parquet(path).to_dict("records")
+            return pd.read_parquet(path).to_dict("records"), None
         text = path.read_text(encoding="utf-8")
         if path.suffix == ".json":
             data = json.loads(text)
-            return data if isinstance(data, list) else data.get("data", [])
-        rows = _Lines()
+            return (data if isinstance(data, list) else data.get("data", [])), None
+        rows, lines = [], []
         for lineno, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
-                rows.lines.append(lineno)
-        return rows
+                lines.append(lineno)
+        return rows, lines
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
-
-
-class _Lines(list):
-    """A JSONL file's rows, with the line number of each (`lines`): errors name the line an editor shows."""
-
-    def __init__(self):
-        super().__init__()
-        self.lines: list[int] = []
 
 
 def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:

@@ -161,21 +161,17 @@ async def off_loop(size: int, work):
 
 
 async def _while_connected(gathered: asyncio.Future):
-    """The gathered result, unless this request's client hangs up first: then the generations are cancelled (the
-    engine drops them from its queue, and a batch whose callers all left stops) and the handler ends."""
+    """The gathered result, unless this request's client hangs up first: then the handler ends, and the caller
+    cancels the generations (the engine drops them from its queue, and a batch whose callers all left stops)."""
     request = _request.get()
     if request is None:
         return await gathered
-    try:
-        while True:
-            done, _ = await asyncio.wait({gathered}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return gathered.result()
-            if await request.is_disconnected():
-                raise RequestError("the client closed the connection", status=499)
-    finally:
-        if not gathered.done():  # the client left, or the server is stopping: nobody waits for these
-            gathered.cancel()
+    while True:
+        done, _ = await asyncio.wait({gathered}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return gathered.result()
+        if await request.is_disconnected():
+            raise RequestError("the client closed the connection", status=499)
 
 
 @functools.cache
