@@ -4,8 +4,9 @@
     step_<k>/state.pt        optimizer, scheduler, data cursor, RNG states (Python, numpy, torch, each GPU), step, counters
     step_<k>/shards/         actor.world_size > 1: each rank's shard of the model and optimizer
                              (torch.distributed.checkpoint); state.pt then holds no optimizer
-    step_<k>/model_keys.json the profile's `model` section it was trained from: a resume whose config.yaml names
-                             another model (or dtype) is refused, naming the key (check_resume_model)
+    step_<k>/profile.json    the resolved profile it was trained with: a resume whose config.yaml names another
+                             model (or dtype) is refused, naming the key (check_resume_model); other settings
+                             edited since are named in one note (changed_settings)
 
 A checkpoint is written to `step_<k>.tmp` and renamed when complete, so a crash mid-save never
 leaves a half-written checkpoint that resume would pick up.
@@ -30,11 +31,12 @@ from rlrm.errors import ConfigError, ModelError
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Weight files that are pickles: loading one can run arbitrary code, so a checkpoint never holds one.
 _PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-MODEL_KEYS_FILE = "model_keys.json"
+PROFILE_FILE = "profile.json"
+MODEL_KEYS_FILE = "model_keys.json"  # older checkpoints: the `model` section alone
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None, model_keys=None
+    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None, profile_data=None
 ) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep`.
 
@@ -51,7 +53,7 @@ def save_checkpoint(
         keep: how many checkpoints to keep.
         write_extra: called with the unfinished checkpoint folder to add to it (the actor ranks write
             their torch.distributed.checkpoint shards under `shards/`), before it is renamed into place.
-        model_keys: the profile's `model` section (JSON data), written as model_keys.json for resume to check.
+        profile_data: the resolved profile (JSON data), written as profile.json for resume to compare.
 
     Returns:
         The checkpoint folder, or None when the weights were not finite.
@@ -73,8 +75,8 @@ def save_checkpoint(
     tokenizer.save_pretrained(tmp / "model")
     payload = dict(state, step=step, rng=_rng_state())
     torch.save(payload, tmp / "state.pt")
-    if model_keys is not None:
-        (tmp / MODEL_KEYS_FILE).write_text(json.dumps(model_keys, indent=1, sort_keys=True))
+    if profile_data is not None:
+        (tmp / PROFILE_FILE).write_text(json.dumps(profile_data, indent=1, sort_keys=True))
     if write_extra is not None:
         write_extra(tmp)
     shutil.rmtree(final, ignore_errors=True)
@@ -143,17 +145,18 @@ _EARLIER = "delete that checkpoint folder to resume from an earlier one (none le
 def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
     """Refuse (ConfigError, one line naming each key) a resume whose `model` section differs from the one checkpoint
     `ckpt_dir` was trained from: the weights would continue under another model's name, dtype or reference.
-    A checkpoint written before rlrm recorded its model (no model_keys.json) is not checked."""
-    path = Path(ckpt_dir) / MODEL_KEYS_FILE
-    if not path.is_file():
+    A checkpoint written before rlrm recorded its model (no profile.json nor model_keys.json) is not checked."""
+    saved_profile = _saved_profile(ckpt_dir)
+    if saved_profile is not None:
+        saved = saved_profile.get("model")
+    elif (Path(ckpt_dir) / MODEL_KEYS_FILE).is_file():
+        saved = _read_json(Path(ckpt_dir) / MODEL_KEYS_FILE)
+    else:
         return
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        saved = None
     if not isinstance(saved, dict):
         raise ModelError(
-            f"{path} is damaged (not the JSON rlrm wrote); delete that checkpoint folder to resume from an earlier one"
+            f"{Path(ckpt_dir) / PROFILE_FILE} has no model section; delete that checkpoint folder to resume from an "
+            "earlier one"
         )
     changed = [k for k in sorted(saved.keys() | model_keys.keys()) if saved.get(k) != model_keys.get(k)]
     if changed:
@@ -163,6 +166,46 @@ def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
             f"{what}; restore {', '.join(f'model.{k}' for k in changed)} in config.yaml to resume, or start a new run "
             "with --profile"
         )
+
+
+def changed_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
+    """The settings of `profile_data` (a resolved profile as JSON data) that differ from those checkpoint `ckpt_dir`
+    was trained with, each as `key (saved -> now)`; the step budget is not a setting. Empty for a checkpoint that
+    recorded no profile."""
+    saved = _saved_profile(ckpt_dir)
+    if saved is None:
+        return []
+    before, now = _flat(saved), _flat(profile_data)
+    keys = sorted((before.keys() | now.keys()) - {"trainer.total_steps"})
+    return [f"{k} ({before.get(k)!r} -> {now.get(k)!r})" for k in keys if before.get(k) != now.get(k)]
+
+
+def _saved_profile(ckpt_dir: Path) -> dict | None:
+    path = Path(ckpt_dir) / PROFILE_FILE
+    if not path.is_file():
+        return None
+    saved = _read_json(path)
+    if not isinstance(saved, dict):
+        raise ModelError(f"{path} is damaged (not the JSON rlrm wrote); {_EARLIER}")
+    return saved
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise ModelError(f"{path} is damaged (not the JSON rlrm wrote); {_EARLIER}") from None
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    """{"actor": {"lr": 1e-6}, "rule": {}} -> {"actor.lr": 1e-6}; lists are values."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def nonfinite_parameter(named_tensors) -> str | None:

@@ -390,7 +390,7 @@ class _TrainLoop:
             state,
             self.profile.trainer.keep_checkpoints,
             write_extra=self.parts.actor.write_shards,
-            model_keys=self.profile.model.model_dump(mode="json"),
+            profile_data=self.profile.model_dump(mode="json"),
         )
 
     def _stream_trace(self) -> None:

@@ -119,7 +119,7 @@ def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(t
     run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=1"]), tmp_path / "run")
     train(run_dir)
     ckpt = list_checkpoints(run_dir)[-1]
-    assert ckpt.name == "step_1" and (ckpt / "model_keys.json").is_file()
+    assert ckpt.name == "step_1" and (ckpt / "profile.json").is_file()
     config = run_dir / "config.yaml"
     original = config.read_text()
     edited = yaml.safe_load(original)
@@ -131,9 +131,14 @@ def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(t
     assert "model.path='tiny:judge' (trained with 'tiny:policy')" in lines[0], lines[0]
     assert "model.dtype='bfloat16' (trained with 'float32')" in lines[0] and "checkpoint step_1" in lines[0]
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]  # nothing ran, nothing removed
-    config.write_text(original)  # the model restored: the run goes on
+    restored = yaml.safe_load(original)
+    restored["actor"]["lr"] = restored["actor"]["lr"] / 2  # the model restored, the learning rate edited: taken, said
+    config.write_text(yaml.safe_dump(restored))
     result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "none"])
     assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    lr = yaml.safe_load(original)["actor"]["lr"]
+    assert notes == [f"note: resuming step_1 with settings edited since it was saved: actor.lr ({lr!r} -> {lr / 2!r})"]
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]
 
 

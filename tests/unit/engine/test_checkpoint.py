@@ -97,7 +97,7 @@ def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
 def test_a_resume_naming_another_model_is_refused_naming_each_key(tmp_path):
     import json
 
-    from rlrm.engine.checkpoint import MODEL_KEYS_FILE, check_resume_model
+    from rlrm.engine.checkpoint import MODEL_KEYS_FILE, PROFILE_FILE, check_resume_model
     from rlrm.errors import ConfigError, ModelError
 
     trained = {"path": "tiny:policy", "dtype": "float32", "precision": "mixed", "ref_path": None}
@@ -115,3 +115,26 @@ def test_a_resume_naming_another_model_is_refused_naming_each_key(tmp_path):
     (ckpt / MODEL_KEYS_FILE).write_text("{cut")
     with pytest.raises(ModelError, match="model_keys.json is damaged"):
         check_resume_model(ckpt, dict(trained))
+    (ckpt / PROFILE_FILE).write_text(json.dumps({"model": trained}))  # today's record: the whole profile
+    check_resume_model(ckpt, dict(trained))
+    with pytest.raises(ConfigError, match=r"model.dtype='bfloat16' \(trained with 'float32'\)"):
+        check_resume_model(ckpt, dict(trained, dtype="bfloat16"))
+
+
+def test_settings_edited_since_a_checkpoint_are_named_with_both_values_and_the_budget_is_not_one(tmp_path):
+    import json
+
+    from rlrm.engine.checkpoint import PROFILE_FILE, changed_settings
+    from rlrm.errors import ModelError
+
+    saved = {"actor": {"lr": 1e-6, "kl_coef": 0.0}, "trainer": {"total_steps": 10, "seed": 1}, "reward": {"rule": {}}}
+    ckpt = tmp_path / "step_4"
+    ckpt.mkdir()
+    assert changed_settings(ckpt, saved) == []  # a checkpoint that recorded no profile: nothing to compare
+    (ckpt / PROFILE_FILE).write_text(json.dumps(saved))
+    assert changed_settings(ckpt, json.loads(json.dumps(saved))) == []
+    now = {"actor": {"lr": 5e-7, "kl_coef": 0.0}, "trainer": {"total_steps": 40, "seed": 1}, "reward": {"rule": {"x": 1}}}
+    assert changed_settings(ckpt, now) == ["actor.lr (1e-06 -> 5e-07)", "reward.rule.x (None -> 1)"]
+    (ckpt / PROFILE_FILE).write_text("[1, 2")
+    with pytest.raises(ModelError, match="profile.json is damaged"):
+        changed_settings(ckpt, now)
