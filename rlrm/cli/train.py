@@ -81,7 +81,8 @@ def train(
         edited = changed_settings(saved[-1], resolved.model_dump(mode="json")) if saved else []
         if edited:  # config.yaml edited by hand since the checkpoint: taken, and said once
             typer.echo(
-                f"note: resuming {saved[-1].name} with settings edited since it was saved: {', '.join(edited)}", err=True
+                f"note: resuming {saved[-1].name} with settings edited since it was saved: {', '.join(edited)}",
+                err=True,
             )
     else:
         if profile is None:

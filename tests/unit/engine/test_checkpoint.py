@@ -133,7 +133,11 @@ def test_settings_edited_since_a_checkpoint_are_named_with_both_values_and_the_b
     assert changed_settings(ckpt, saved) == []  # a checkpoint that recorded no profile: nothing to compare
     (ckpt / PROFILE_FILE).write_text(json.dumps(saved))
     assert changed_settings(ckpt, json.loads(json.dumps(saved))) == []
-    now = {"actor": {"lr": 5e-7, "kl_coef": 0.0}, "trainer": {"total_steps": 40, "seed": 1}, "reward": {"rule": {"x": 1}}}
+    now = {
+        "actor": {"lr": 5e-7, "kl_coef": 0.0},
+        "trainer": {"total_steps": 40, "seed": 1},
+        "reward": {"rule": {"x": 1}},
+    }
     assert changed_settings(ckpt, now) == ["actor.lr (1e-06 -> 5e-07)", "reward.rule.x (None -> 1)"]
     (ckpt / PROFILE_FILE).write_text("[1, 2")
     with pytest.raises(ModelError, match="profile.json is damaged"):
