@@ -42,7 +42,8 @@ def decode(
 
     Args:
         stops: each row's stop token ids (EOS included), kept in its response.
-        stop_flag: a threading.Event checked every token: set, the batch is abandoned (EngineClosedError).
+        stop_flag: a threading.Event checked every token: set, the batch is abandoned (EngineClosedError). One
+            with a `left()` method (the rows whose caller gave up) has those rows stop at the next check.
         keep_last: the model's forward takes `logits_to_keep` (prefill computes the last position's logits only).
 
     Returns:
@@ -71,6 +72,7 @@ def decode(
         if t == steps - 1:
             break
         if t % check_every == check_every - 1:
+            drop_left(row, stop_flag)
             live = int(active.sum())  # the host sync, every CHECK_EVERY tokens on a GPU
             if live == 0:
                 break
@@ -153,6 +155,16 @@ def row_state(params: list[SamplingParams], stops: list[list[int]], pad_id: int,
         "stopped": torch.zeros(rows, dtype=torch.bool, device=device),
         "active": active,
     }
+
+
+def drop_left(row: dict, stop_flag) -> None:
+    """Stop the rows whose caller gave up (`stop_flag.left()`, original row indices): they leave at the next
+    compaction, so a batch-mate's long answer is not paid for by rows nobody waits on."""
+    import torch
+
+    left = stop_flag.left() if hasattr(stop_flag, "left") else ()
+    if left:
+        row["active"] &= ~torch.isin(row["orig"], torch.tensor(left, device=row["orig"].device))
 
 
 def advance(row: dict, token, log_prob, t: int):

@@ -331,13 +331,17 @@ class HFRolloutEngine:
 
 class _Abandoned:
     """The decode loop's stop flag for one batch: set when the engine closes, or when every caller of the batch has
-    given up (a server's clients that hung up, callers whose wait was cancelled), so no one waits on what is left."""
+    given up (a server's clients that hung up, callers whose wait was cancelled), so no one waits on what is left;
+    `left()` names the rows whose caller alone gave up, which the loop stops while their batch-mates go on."""
 
     def __init__(self, stop: threading.Event, futures: list[asyncio.Future]):
         self.stop, self.futures = stop, futures
 
     def is_set(self) -> bool:
         return self.stop.is_set() or all(f.done() for f in self.futures)
+
+    def left(self) -> list[int]:
+        return [i for i, f in enumerate(self.futures) if f.done()]
 
 
 def _fail(requests: list[_Request], error: BaseException) -> None:

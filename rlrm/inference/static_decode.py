@@ -40,7 +40,7 @@ from collections import OrderedDict
 from typing import Any
 
 from rlrm.inference.base import EngineClosedError, SamplingParams
-from rlrm.inference.decode import CHECK_EVERY, Decoded, advance, collect, decode, prefill, row_state
+from rlrm.inference.decode import CHECK_EVERY, Decoded, advance, collect, decode, drop_left, prefill, row_state
 from rlrm.inference.kv_cache import cache_keyword
 from rlrm.inference.packed_attention import use_packed_attention
 from rlrm.inference.sampling import RowSampler
@@ -194,6 +194,7 @@ class StaticDecoder:
             if t == steps - 1:
                 break
             if t % CHECK_EVERY == CHECK_EVERY - 1:
+                drop_left(row, stop_flag)
                 live = int(active.sum())  # the host sync, every CHECK_EVERY tokens
                 if live == 0:
                     break

@@ -5,6 +5,7 @@ given up stops within a token."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -87,6 +88,7 @@ def test_a_batch_whose_callers_all_gave_up_stops_within_a_token(model):
             forwards.append(1)
             if len(forwards) == 5:  # decoding: the callers hang up (a server's clients, a cancelled rollout)
                 loop.call_soon_threadsafe(waiting.cancel)
+            time.sleep(0.01)  # a token takes a while, as on a real model: the loop sees the hang-up meanwhile
 
         hook = model.register_forward_hook(count)
         try:
@@ -118,3 +120,36 @@ def test_a_batch_whose_every_request_fails_alone_too_is_the_engines_fault(model,
         generate(engine, PROMPTS, [SamplingParams(max_new_tokens=4, seed=i) for i in range(len(PROMPTS))])
     assert not isinstance(err.value, RequestFailedAlone)
     assert calls == [len(PROMPTS)] + [1] * len(PROMPTS)  # the batch, then each request alone
+
+
+def test_a_row_whose_caller_gave_up_leaves_the_batch_and_its_batch_mate_draws_as_alone(model):
+    sampling = SamplingParams(max_new_tokens=30, seed=3)
+    widths: list[int] = []
+
+    async def scenario():
+        engine = make_engine(model)
+        loop = asyncio.get_running_loop()
+        kept = loop.create_task(engine.generate(PROMPTS[0], sampling))
+        gone = loop.create_task(engine.generate(PROMPTS[1], SamplingParams(max_new_tokens=30, seed=4)))
+
+        def count(_module, _args, kwargs, _out):
+            widths.append(kwargs["input_ids"].shape[0])
+            if len(widths) == 5:  # decoding together: one caller hangs up
+                loop.call_soon_threadsafe(gone.cancel)
+            time.sleep(0.01)  # a token takes a while, as on a real model: the loop sees the hang-up meanwhile
+
+        hook = model.register_forward_hook(count, with_kwargs=True)
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await gone
+            return await kept
+        finally:
+            hook.remove()
+            await engine.close()
+
+    together = asyncio.run(scenario())
+    assert widths[:5] == [2] * 5 and widths.count(2) <= 8, widths  # the row left within a few tokens
+    assert len(widths) == 30 and widths[-1] == 1  # its batch-mate decoded on to its 30 tokens, alone
+    (alone,) = generate(make_engine(model), [PROMPTS[0]], [sampling])
+    assert together.token_ids == alone.token_ids
+    assert torch.allclose(torch.tensor(together.log_probs), torch.tensor(alone.log_probs), atol=1e-5)
