@@ -168,12 +168,12 @@ def test_the_attempt_deadline_is_read_from_a_run_under_its_new_name_or_the_old(s
 
     import yaml
 
-    from rlrm.bench.simulate.calibrate import _profile_of_spec
+    from rlrm.bench.simulate.observe import profile_of_spec
 
     run = tmp_path / "run"
     shutil.copytree(synthetic_run, run)
     raw = yaml.safe_load((run / "config.yaml").read_text())
-    profile = _profile_of_spec(raw["spec"], "sync")  # the run as a profile, as a real run's config.yaml holds it
+    profile = profile_of_spec(raw["spec"], "sync")  # the run as a profile, as a real run's config.yaml holds it
     assert profile["reward"].pop("attempt_timeout_s") == 30.0  # the simulated spec's deadline, read as the new key
     profile["reward"].update(reward)  # a run from after the rename, or from before it
     (run / "config.yaml").write_text(yaml.safe_dump(profile))
