@@ -84,7 +84,7 @@ def policy_loss(
     clip_high: float = 0.2,
     clip_c: float = 3.0,
     agg: str = "token-mean",
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with asymmetric clip range and dual clip (verl's "vanilla" loss).
 
     Args:
@@ -97,7 +97,8 @@ def policy_loss(
         agg: aggregation mode, see `aggregate_loss`.
 
     Returns:
-        (loss, metrics) with metrics `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl`.
+        (loss, metrics) with metrics `pg_clipfrac`, `pg_clipfrac_lower`, `ppo_kl` as detached 0-d tensors (read
+        once per mini-batch by the caller, not once each: a read waits for the GPU).
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1).expand_as(log_prob)  # [B, T]
@@ -117,9 +118,9 @@ def policy_loss(
 
     loss = aggregate_loss(loss_mat, mask, agg)
     metrics = {
-        "pg_clipfrac": clipfrac.item(),
-        "pg_clipfrac_lower": clipfrac_lower.item(),
-        "ppo_kl": ppo_kl.item(),
+        "pg_clipfrac": clipfrac.detach(),
+        "pg_clipfrac_lower": clipfrac_lower.detach(),
+        "ppo_kl": ppo_kl.detach(),
     }
     return loss, metrics
 

@@ -184,7 +184,8 @@ class HFRolloutEngine:
         if self._executor is not None:
             executor, self._executor = self._executor, None
             await asyncio.wrap_future(executor.submit(lambda: None))  # the aborted batch has left the thread
-            executor.shutdown(wait=False)
+            if executor is not _COMPILED_DECODING:
+                executor.shutdown(wait=False)
 
     def _request(self, prompt_ids, sampling: SamplingParams) -> _Request:
         prompt_ids = [int(t) for t in prompt_ids]
@@ -213,7 +214,11 @@ class HFRolloutEngine:
             self._pending = collections.deque(r for r in self._pending if r.future.get_loop() is loop)
         self._loop, self._arrived, self._stop = loop, asyncio.Event(), threading.Event()
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
+            self._executor = (
+                _compiled_decoding_thread()
+                if self._static is not None
+                else ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout")
+            )
         self._worker = loop.create_task(self._serve(self._arrived, self._stop))
         return self._arrived
 
@@ -327,6 +332,20 @@ class HFRolloutEngine:
             )
             for req, (tokens, log_probs, stopped) in zip(batch, rows)
         ]
+
+
+_COMPILED_DECODING: ThreadPoolExecutor | None = None
+
+
+def _compiled_decoding_thread() -> ThreadPoolExecutor:
+    """The one thread every compiled engine of this process decodes on, for the process's life. TorchInductor's
+    CUDA graphs (`mode="reduce-overhead"`) keep state in the thread that first ran them and assert in any other
+    (pytorch#123177, fixed after torch 2.13): an engine closed and started again, or a second one, would fall back
+    to eager decoding on a new thread."""
+    global _COMPILED_DECODING
+    if _COMPILED_DECODING is None:
+        _COMPILED_DECODING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-rollout-compiled")
+    return _COMPILED_DECODING
 
 
 class _Abandoned:

@@ -19,16 +19,23 @@ from typing import Callable
 def cuda_tf32_on() -> Callable[[], None]:
     """Let CUDA's float32 matrix products run in TF32; returns the function that puts the previous setting back.
 
-    From torch 2.9 on this is `torch.backends.cuda.matmul.fp32_precision`: once it is set, reading the older
-    `allow_tf32` flag raises (a mix of the two APIs), so the older flag is used only where the new one is missing.
+    Set through the older `allow_tf32` flag, which from torch 2.9 on sets the newer
+    `torch.backends.cuda.matmul.fp32_precision` too and keeps the two readable. Setting only the newer one makes
+    `torch.get_float32_matmul_precision()` raise ("a mix of the legacy and new APIs"), and TorchInductor reads it
+    when it compiles a matrix product: every compiled decoding step would fail over to eager. A process that set
+    the newer API itself (the older flag then raises when read) keeps to it.
     """
     import torch
 
     matmul = torch.backends.cuda.matmul
-    name, value = ("fp32_precision", "tf32") if hasattr(matmul, "fp32_precision") else ("allow_tf32", True)
-    previous = getattr(matmul, name)
-    setattr(matmul, name, value)
-    return lambda: setattr(matmul, name, previous)
+    try:
+        previous = matmul.allow_tf32
+    except RuntimeError:  # this process set fp32_precision itself: the older flag cannot be read
+        before = matmul.fp32_precision
+        matmul.fp32_precision = "tf32"
+        return lambda: setattr(matmul, "fp32_precision", before)
+    matmul.allow_tf32 = True
+    return lambda: setattr(matmul, "allow_tf32", previous)
 
 
 def precision(dtype: object, device: object) -> object:

@@ -249,22 +249,29 @@ def test_classifier_server_backend_scores_on_cuda_as_on_the_cpu(random_disrm_pat
     assert scores[DEVICE] == pytest.approx(scores["cpu"], abs=1e-4)
 
 
-@pytest.fixture()
-def memory_cap():
-    """Caps this process's CUDA memory at almost nothing (what it holds already stays) for one test."""
-    if DEVICE != "cuda":
-        pytest.skip("a CUDA memory cap needs CUDA")
-    torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(1e-6)
-    yield
-    torch.cuda.set_per_process_memory_fraction(1.0)
+def _wide_policy():
+    """A one-layer policy with a 32k vocabulary on the GPU: its logits need new blocks of CUDA memory, which a cap
+    refuses (small tensors could be served from blocks the caching allocator already holds)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
+    return Qwen2ForCausalLM(config).to(DEVICE)
 
 
-def test_out_of_memory_while_generating_is_one_line_naming_the_batch_setting(model, memory_cap):
+def test_out_of_memory_while_generating_is_one_line_naming_the_batch_setting():
     from rlrm.errors import OutOfDeviceMemory
 
-    with pytest.raises(OutOfDeviceMemory, match=r"^out of GPU memory while generating .*rollout\.max_batch_size"):
-        _generate(copy.deepcopy(model).to(DEVICE), [[5, 9, 12, 3]] * 64, list(range(64)))
+    if DEVICE != "cuda":
+        pytest.skip("a CUDA memory cap needs CUDA")
+    policy = _wide_policy()  # on the GPU before the cap: the cap meets the generation, not the copy
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1e-6)
+    try:
+        with pytest.raises(OutOfDeviceMemory, match=r"^out of GPU memory while generating .*rollout\.max_batch_size"):
+            _generate(policy, [[5, 9, 12, 3]] * 64, list(range(64)))  # a step's logits: 64 x 32k floats, 8 MB
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
 
 
 def test_out_of_memory_in_the_update_is_one_line_naming_the_micro_batch(model):
@@ -277,13 +284,7 @@ def test_out_of_memory_in_the_update_is_one_line_naming_the_micro_batch(model):
 
     if DEVICE != "cuda":
         pytest.skip("a CUDA memory cap needs CUDA")
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    # a 32k vocabulary: the update's logits (120 x 6 x 32k floats, 92 MB) need a new block of CUDA memory, which
-    # the cap refuses (small tensors could be served from blocks the caching allocator already holds)
-    config = Qwen2Config(vocab_size=32000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)  # fmt: skip
-    policy = Qwen2ForCausalLM(config).to(DEVICE)
+    policy = _wide_policy()  # the update's logits: 120 x 6 x 32k floats, 92 MB
     actor = Actor(policy, None, ActorConfig(mini_batch_size=40, micro_batch_size=120), 1.0, total_steps=1, n=3)
     step = GRPOStep(actor, None, StepSettings.from_profile(load_profile("tiny-rule"), 0, DEVICE))
     batch = collate(_completions() * 20, pad_token_id=0).to(DEVICE)

@@ -281,18 +281,25 @@ class Actor(UpdateLoop):
         """
         cfg = self.cfg
         self.optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
-        loss_sum = 0.0
         sizes = self.mini_batch_sizes(mb)
+        # each row's valid tokens read once: weighing a micro-batch then waits on no GPU work
+        row_tokens = mb.response_mask.sum(-1).tolist()
+        sums: dict[str, torch.Tensor] = {}  # 0-d tensors on the device, read once after the last backward
         for start in range(0, len(mb), cfg.micro_batch_size):
-            micro = mb.select(torch.arange(start, min(start + cfg.micro_batch_size, len(mb))))
-            weight = _micro_weight(cfg.loss_agg_mode, micro.response_mask, sizes)
-            token_share = micro.response_mask.sum().item() / max(sizes.tokens, 1.0)
+            end = min(start + cfg.micro_batch_size, len(mb))
+            micro = mb.select(torch.arange(start, end))
+            tokens = row_tokens[start:end]
+            weight = _micro_weight(cfg.loss_agg_mode, tokens, mb.response_length, sizes)
+            token_share = sum(tokens) / max(sizes.tokens, 1.0)
             loss, parts = self._micro_loss(micro)
             (loss * (weight * self.grad_scale * (self.loss_scale or 1.0))).backward()
-            loss_sum += loss.item() * weight
+            parts["loss"] = loss.detach()
             for key, value in parts.items():
-                totals[key] = totals.get(key, 0.0) + value * (token_share if key in _TOKEN_MEANS else weight)
+                share = value * (token_share if key in _TOKEN_MEANS else weight)
+                sums[key] = sums[key] + share if key in sums else share
+        read = torch.stack([v.float() for v in sums.values()]).tolist() if sums else []
+        totals = dict(zip(sums, read))
+        loss_sum = totals.pop("loss", 0.0)
         totals = self.reduce_sums({**totals, "loss": loss_sum})
         loss_sum = totals.pop("loss")
         scale = self.loss_scale
@@ -328,8 +335,8 @@ class Actor(UpdateLoop):
             if self.clean_steps >= LOSS_SCALE_GROWTH_STEPS:
                 self.loss_scale, self.clean_steps = self.loss_scale * 2, 0
 
-    def _micro_loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The micro-batch's loss (aggregated as the mini-batch would be) and its parts as floats."""
+    def _micro_loss(self, micro: RolloutBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The micro-batch's loss (aggregated as the mini-batch would be) and its parts, detached 0-d tensors."""
         cfg = self.cfg
         with self.autocast():
             log_prob, entropy = response_log_probs(
@@ -358,13 +365,13 @@ class Actor(UpdateLoop):
         )
         entropy_loss = aggregate_loss(entropy, mask, cfg.loss_agg_mode)
         loss = pg_loss - cfg.entropy_coeff * entropy_loss if cfg.entropy_coeff > 0 else pg_loss
-        parts = {"pg_loss": pg_loss.item(), "entropy": entropy_loss.item()}
+        parts = {"pg_loss": pg_loss.detach(), "entropy": entropy_loss.detach()}
         parts.update({k: pg_metrics[k] for k in _TOKEN_MEANS if k in pg_metrics})
         if cfg.use_kl_loss:
             ref_log_prob = filled(micro.ref_log_prob, "ref_log_prob")
             kl = aggregate_loss(kl_penalty(log_prob, ref_log_prob, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
             loss = loss + cfg.kl_loss_coef * kl
-            parts["kl_loss"] = kl.item()
+            parts["kl_loss"] = kl.detach()
         return loss, parts
 
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
@@ -417,18 +424,19 @@ class MiniBatchSizes:
         return cls(float(mask.sum().item()), _valid_rows(mask), int(mask.shape[-1]))
 
 
-def _micro_weight(mode: str, micro_mask: torch.Tensor, mini: MiniBatchSizes) -> float:
-    """The share of the mini-batch loss that a micro-batch's aggregated loss stands for.
+def _micro_weight(mode: str, row_tokens: list[float], width: int, mini: MiniBatchSizes) -> float:
+    """The share of the mini-batch loss that a micro-batch's aggregated loss stands for, from its rows' valid
+    tokens and its padded response width.
 
     token-mean divides by the valid tokens and seq-mean-* by the valid sequences, so a
     micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the width R, so a
     micro-batch of width r weighs r / R (1 when it has the mini-batch's width).
     """
     if mode == "token-mean":
-        return micro_mask.sum().item() / max(mini.tokens, 1.0)
+        return sum(row_tokens) / max(mini.tokens, 1.0)
     if mode == "seq-mean-token-sum-norm":
-        return micro_mask.shape[-1] / mini.width
-    return _valid_rows(micro_mask) / max(mini.seqs, 1)
+        return width / mini.width
+    return sum(1 for t in row_tokens if t > 0) / max(mini.seqs, 1)
 
 
 def _valid_rows(mask: torch.Tensor) -> int:

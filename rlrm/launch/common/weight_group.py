@@ -176,7 +176,9 @@ def join_group(
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(master_address))]
         pg = dist.ProcessGroupGloo(prefixed, rank, world_size, opts)
         return WeightGroup(pg, store, rank, world_size, torch.device("cpu"), timeout_s)
-    device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device if device is not None else "cuda")
+    if device.index is None:  # "cuda" (a server's --device auto): the process's current GPU, which set_device needs
+        device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     opts = dist.ProcessGroupNCCL.Options()
     opts._timeout = timeout

@@ -170,6 +170,7 @@ def test_a_run_folder_with_the_old_key_resumes_with_its_contract(tmp_path, tiny_
     del raw["reward"]["attempt_timeout_s"], raw["reward"]["server"]["request_timeout_s"]
     raw["reward"]["timeout_s"] = 20.0  # as an rlrm from before the rename wrote it
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    (run / "checkpoints" / "step_1" / "profile.json").unlink()  # nor did it record its profile in a checkpoint
     monkeypatch.setattr(renamed_keys, "_noted", set())
     resumed = CliRunner().invoke(app, ["train", "--resume", str(run), "--steps", "2", "--console", "none"])
     assert resumed.exit_code == 0 and f"done: 2 steps in {run}" in resumed.stdout, resumed.output

@@ -207,3 +207,26 @@ def test_cuda_graphs_off_cuda_is_refused_naming_the_device(model):
         StaticDecoder(model, "cudagraphs", max_batch_size=8)
     with pytest.raises(ValueError, match="unknown compile backend 'fast'"):
         StaticDecoder(model, "fast", max_batch_size=8)
+
+
+def test_compiled_engines_decode_on_one_thread_across_restarts_and_engines(model):
+    """TorchInductor's CUDA graphs assert in a thread other than the one that first ran them (pytorch#123177): an
+    engine closed and used again, and a second engine, decode on the first one's thread. A plain engine keeps its
+    own thread, which close() ends."""
+    threads = []
+    hook = model.register_forward_hook(lambda *_: threads.append(threading.current_thread()))
+    greedy = [SamplingParams(temperature=0.0, max_new_tokens=2)]
+    try:
+        engine = make_engine(model, compile="eager")
+        generate(engine, PROMPTS[:1], greedy)  # generate() closes the engine after its requests
+        generate(engine, PROMPTS[:1], greedy)  # started again after close
+        generate(make_engine(model, compile="eager"), PROMPTS[:1], greedy)
+        compiled = set(threads)
+        threads.clear()
+        generate(make_engine(model), PROMPTS[:1], greedy)
+        generate(make_engine(model), PROMPTS[:1], greedy)
+    finally:
+        hook.remove()
+    assert len(compiled) == 1 and threading.main_thread() not in compiled
+    (shared,) = compiled
+    assert shared.is_alive() and len(set(threads)) == 2 and shared not in threads

@@ -135,12 +135,16 @@ def test_precision_names_float32_in_tf32_on_cuda_only():
     from rlrm.inference.tf32 import cuda_tf32_on, precision
 
     assert precision(torch.float32, "cuda:0") == torch.float32  # torch's default: plain float32 products
+    global_before = torch.get_float32_matmul_precision()
     put_back = cuda_tf32_on()
     try:
         assert precision(torch.float32, "cuda:0") == "tf32"
         assert precision(torch.float32, torch.device("cuda")) == "tf32"
         assert precision(torch.float32, "cpu") == torch.float32  # the CPU does not read the setting
         assert precision(torch.bfloat16, "cuda:0") == torch.bfloat16  # nor bf16 compute
+        # still readable the old way: TorchInductor reads it when it compiles a matrix product
+        assert torch.get_float32_matmul_precision() == "high"
     finally:
         put_back()
     assert precision(torch.float32, "cuda:0") == torch.float32
+    assert torch.get_float32_matmul_precision() == global_before
