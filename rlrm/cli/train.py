@@ -49,6 +49,7 @@ def train(
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
     from rlrm.engine.checkpoint import changed_settings, checkpoint_step, list_checkpoints
+    from rlrm.engine.rewards.budget import RewardBudgetExceeded
     from rlrm.engine.run_checks import check_inputs
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
     from rlrm.engine.trainer import RunResult
@@ -116,8 +117,8 @@ def train(
         result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
     except KeyboardInterrupt:  # before the run took Ctrl-C over (reading its folder): nothing trained
         result = RunResult(Path(run_dir), last_step=0, interrupted=True)
-    except (RlrmError, OSError):  # OSError: a path the run cannot write (friendly_errors words it)
-        if resume is None:
+    except (RlrmError, OSError) as exc:  # OSError: a path the run cannot write (friendly_errors words it)
+        if resume is None and not isinstance(exc, RewardBudgetExceeded):  # that one says: fix, then --resume
             discard_unresumable(run_dir)
         raise
     finally:

@@ -133,9 +133,12 @@ class CompositeConfig(Section):
 class CustomRewardConfig(Section):
     """A reward function of your own (reward.kind: custom), with verl's contract:
     `[async] def compute_score(data_source, solution_str, ground_truth, extra_info) -> float | dict` (a dict holds
-    `score` and any extra keys). With reward.server.model set, the reward servers are started (or reached at
-    addresses) and a function that takes `reward_router_address` gets `host:port` of a forwarder to them, and one
-    that takes `reward_model_tokenizer` the served model's tokenizer; without it both are None. A sync function runs
+    `score` and any extra keys; a numpy scalar or 0-d tensor reads as a float; a bool, text or a score beyond
+    float32's range is a counted failure). The arguments go by name, as verl passes them, to a function whose
+    parameters bear these names (in any order), and by position otherwise. Set reward.kind: custom (a path alone
+    is refused). With reward.server.model set, the reward servers are started (or reached at addresses) and a
+    function that takes `reward_router_address` (or `**kwargs`) gets `host:port` of a forwarder to them, and
+    `reward_model_tokenizer` the served model's tokenizer; without it both are None. A sync function runs
     in worker processes that are killed past the timeout (`isolation`). The file is imported as Python code: only
     name files you trust."""
 
@@ -356,6 +359,11 @@ class RewardConfig(Section):
         if self.kind == "custom" and not self.custom.path:
             raise ValueError(
                 "reward.kind=custom needs reward.custom.path (the Python file defining the reward function)"
+            )
+        if self.kind != "custom" and self.custom.path:  # verl takes a path alone as the switch; rlrm names the kind
+            raise ValueError(
+                f"reward.custom.path is set but reward.kind is {self.kind}, so the function would not be called: set "
+                "reward.kind=custom to score with it, or reward.custom.path=null to score without it"
             )
         if self.kind == "custom" and self.server.addresses and not self.server.model:
             raise ValueError(

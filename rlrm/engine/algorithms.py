@@ -30,25 +30,26 @@ def grpo_advantages(scores, group_ids, eps: float = 1e-6, norm_by_std: bool = Tr
         norm_by_std: False gives Dr.GRPO (score - group mean).
 
     Returns:
-        [B] advantages. The std is the unbiased one; a group of one has mean 0 and std 1.
+        [B] float32 advantages, computed in float64 (scores near float32's range, 1e30 say, would overflow their
+        squares). The std is the unbiased one; a group of one has mean 0 and std 1.
     """
-    scores = torch.as_tensor(scores, dtype=torch.float32)  # [B]
+    scores = torch.as_tensor(scores).to(torch.float64)  # [B]
     if not torch.is_tensor(group_ids):
         index: dict = {}
         group_ids = torch.tensor([index.setdefault(g, len(index)) for g in group_ids], dtype=torch.long)
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     num_groups = counts.numel()
-    sums = torch.zeros(num_groups).index_add_(0, inverse, scores)
+    sums = torch.zeros(num_groups, dtype=scores.dtype).index_add_(0, inverse, scores)
     means = sums / counts  # [G]
-    sq = torch.zeros(num_groups).index_add_(0, inverse, (scores - means[inverse]) ** 2)
+    sq = torch.zeros(num_groups, dtype=scores.dtype).index_add_(0, inverse, (scores - means[inverse]) ** 2)
     stds = torch.sqrt(sq / (counts - 1).clamp(min=1))  # unbiased
     single = counts == 1
     means = torch.where(single, torch.zeros_like(means), means)
     stds = torch.where(single, torch.ones_like(stds), stds)
     centred = scores - means[inverse]
     if not norm_by_std:
-        return centred
-    return centred / (stds[inverse] + eps)
+        return centred.float()
+    return (centred / (stds[inverse] + eps)).float()
 
 
 def aggregate_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:

@@ -16,6 +16,7 @@ from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.metrics.trackers import check_trackers
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.cache_store import check_cache_file
+from rlrm.engine.rewards.custom import check_custom_reward
 from rlrm.errors import ConfigError, clipped
 from rlrm.inference.loading import check_model_folder, pick_device
 from rlrm.inference.weight_files import check_weights_dir
@@ -25,12 +26,15 @@ from rlrm.launch.common.ray_head import check_ray_head
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
     folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local
-    actor ranks than devices, a Ray address where no head answers, or a reward.cache.path that is not a reward cache."""
+    actor ranks than devices, a Ray address where no head answers, a reward.cache.path that is not a reward cache, or
+    a custom reward function that does not import or cannot take verl's arguments."""
     check_trackers(profile.logging)
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
     check_weights_dir(profile.rollout.server.weights_dir)
     reward = profile.reward
+    if reward.kind == "custom":  # a typo in the user's reward: in a second, not after the model and servers start
+        check_custom_reward(reward)
     if reward.cache.path and reward.cache.active(reward.kind, reward.samples_verdicts):
         check_cache_file(reward.cache.path)
     check_actor_ranks(profile)

@@ -127,9 +127,13 @@ def _read_run_config(path: Path) -> dict:
 def discard_unresumable(run_dir: Path) -> bool:
     """Remove a run folder that holds no checkpoint and no trained step: a run that stopped before its first
     step has nothing to resume or read, and a half-made folder would only block the next `--out`. A folder with
-    trained steps logged stays (its metrics and trace are the run's record), checkpoint or not. Whether it went."""
+    trained steps logged stays (its metrics and trace are the run's record), checkpoint or not, and so does one with
+    reward calls that hung (hung_rewards.jsonl: the samples to replay when step 1's rewards failed). Whether it went."""
     run_dir = Path(run_dir)
+    hung = run_dir / "hung_rewards.jsonl"
     if not run_dir.is_dir() or list_checkpoints(run_dir) or last_logged_step(run_dir):
+        return False
+    if hung.is_file() and hung.stat().st_size > 0:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return True

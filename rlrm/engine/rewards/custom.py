@@ -13,8 +13,10 @@ rlrm/engine/rewards/worker_pool.py): a call past reward.attempt_timeout_s is kil
 event loop of its own (rlrm/engine/rewards/side_loop.py; with `isolation: process`, on one per worker process), and
 with `isolation: thread` a sync one runs on a thread of its own: a call past the timeout is then abandoned. It returns a
 float or a dict with `score`; the reward loop checks it (a non-numeric or non-finite score is a
-counted failure, never a silent 0). verl's newer keyword arguments `reward_router_address` and
-`reward_model_tokenizer` are passed only to a function that names them: with `reward.server.model` set, the
+counted failure, never a silent 0). As in verl, the four arguments are passed by name to a function whose
+parameters bear verl's names (in any order), and by position to one that names them otherwise. verl's newer
+keyword arguments `reward_router_address` and `reward_model_tokenizer` are passed to a function that names them
+or takes `**kwargs`: with `reward.server.model` set, the
 address (`host:port`, no scheme) of a forwarder to the reward servers that answers every path they serve, and
 the served model's tokenizer; otherwise None. The function's calls through that address are counted per sample
 (reward/model_calls, judge tokens), rate limited (reward.limits), and kept in `model_requests` of its extra
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import weakref
 from pathlib import Path
 from typing import cast
@@ -41,6 +44,7 @@ from rlrm.engine.rewards.worker_pool import FunctionPool
 from rlrm.errors import ConfigError
 from rlrm.user_code import import_file
 
+VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _OPTIONAL_KWARGS = ("reward_router_address", "reward_model_tokenizer")
 
 
@@ -64,9 +68,14 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     takes `reward_model_tokenizer` the served model's tokenizer from `model_path`, loaded once here.
     """
     fn = load_function(_custom_path(cfg), cfg.custom.name)
-    params = inspect.signature(fn).parameters
-    kwargs = {k: None for k in _OPTIONAL_KWARGS if k in params}
-    check_signature(fn, cfg, kwargs)
+    kwargs = dict.fromkeys(optional_kwargs(fn))
+    by_name = check_signature(fn, cfg, kwargs)
+    if metered is None and "reward_router_address" in inspect.signature(fn).parameters:
+        print(
+            f"note: reward function {cfg.custom.name} takes reward_router_address, but this profile starts no reward "
+            "server (reward.server.model is unset): it gets None",
+            file=sys.stderr,
+        )
     if "reward_model_tokenizer" in kwargs and metered is not None:
         kwargs["reward_model_tokenizer"] = _tokenizer(model_path, cfg.server.model)
         check_tokenizer(kwargs["reward_model_tokenizer"], metered, cfg.server.model)
@@ -80,7 +89,10 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     side = SideLoop(name, grace_s=cfg.attempt_timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
 
     async def call(sample: RewardSample, extra_kwargs: dict):
-        args = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
+        values = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
+        args: tuple = () if by_name else values
+        if by_name:
+            extra_kwargs = {**dict(zip(VERL_ARGS, values)), **extra_kwargs}
         if pool is not None:  # in a worker process: killed when the reward loop gives up on it
             return await pool.call(args, {k: v for k, v in extra_kwargs.items() if k != "reward_model_tokenizer"})
         if side is not None:  # on a loop of its own: one that blocks its loop cannot hold the run
@@ -131,10 +143,36 @@ def _custom_path(cfg: RewardConfig) -> str:
     return cfg.custom.path
 
 
-def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> None:
-    """At start, not at step 1: the function must take verl's four arguments (and the keywords it names)."""
+def check_custom_reward(cfg: RewardConfig) -> None:
+    """The function imports and takes verl's arguments (ConfigError, one line, otherwise); nothing is called."""
+    fn = load_function(_custom_path(cfg), cfg.custom.name)
+    check_signature(fn, cfg, dict.fromkeys(optional_kwargs(fn)))
+
+
+def optional_kwargs(fn) -> list[str]:
+    """verl's optional keywords the function takes: those it names, or all of them where it takes `**kwargs`."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return list(_OPTIONAL_KWARGS)
+    return [k for k in _OPTIONAL_KWARGS if k in params]
+
+
+def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> bool:
+    """At start, not at step 1: the function must take verl's four arguments (and the keywords it names).
+
+    Returns:
+        True where they are passed by name (its parameters bear verl's names, in any order, as verl passes them),
+        False where by position (it names them otherwise).
+    """
+    signature = inspect.signature(fn)
     try:
-        inspect.signature(fn).bind("data_source", "solution_str", "ground_truth", {}, **extra_kwargs)
+        signature.bind(**dict.fromkeys(VERL_ARGS, ""), **extra_kwargs)
+        return True
+    except TypeError:
+        pass
+    try:
+        signature.bind("data_source", "solution_str", "ground_truth", {}, **extra_kwargs)
+        return False
     except TypeError as exc:
         raise ConfigError(
             f"reward function {cfg.custom.name} in {cfg.custom.path} cannot be called as "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import numbers
 import random
 import sys
 import time
@@ -302,7 +303,7 @@ class RewardLoop:
                     f"{sample.uid}; return a score or the components"
                 )
             result = RewardResult(score=score, extra={k: v for k, v in raw.items() if k != "score"})
-        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: what float() reads as verl's tensor would
             result, components = RewardResult(score=float(raw)), self.components.read({}, self.name, sample.uid)
         else:
             raise CallError(
@@ -324,6 +325,11 @@ class RewardLoop:
             ) from None
         if not math.isfinite(result.score):
             raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
+        if abs(result.score) > FLOAT32_MAX:  # finite here, inf in the float32 tensors training computes with
+            raise NonFiniteScore(
+                f"reward function {self.name} gave {result.score:g} for sample {sample.uid}, beyond float32's range "
+                f"(+-{FLOAT32_MAX:.3g}) that training computes in"
+            )
         return result
 
     def _count_tokens(self, extra: dict) -> None:
@@ -363,3 +369,16 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _number(raw) -> bool:
+    """A bare score: a real number (numpy's scalars too) or a 0-d array or tensor; not a bool (a likely slip for a
+    score), nor text."""
+    if isinstance(raw, (bool, str, bytes)) or type(raw).__name__ == "bool_":
+        return False
+    if isinstance(raw, numbers.Real):
+        return True
+    return getattr(raw, "ndim", None) == 0  # float() then reads it, or names it non-numeric

@@ -31,8 +31,14 @@ def test_a_run_whose_every_reward_fails_stops_with_a_clear_line(tmp_path, tiny_p
     assert "reward.max_retries=3)" in lines[0] and "are its servers up" not in lines[0]  # a rule: no servers
     assert "8 defaulted" in lines[0] and "injected 32, retries 24" in lines[0]
     assert "last error: injected failure (reward.inject.fail_rate=1)" in lines[0]
-    # the over-budget step is checked before its update: never trained, so no metrics row and no checkpoint
-    assert not run.exists() or not (run / "metrics.jsonl").read_text().strip()
+    # the over-budget step is checked before its update: never trained, so no metrics row and no checkpoint; the
+    # folder stays, as the line says ("continue with rlrm train --resume"): fixed, the run resumes from step 0
+    assert "continue with rlrm train --resume" in lines[0]
+    assert not (run / "metrics.jsonl").read_text().strip() and not (run / "checkpoints").exists()
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("fail_rate: 1.0", "fail_rate: 0.0"))
+    resumed = CliRunner().invoke(app, ["train", "--resume", str(run), "--console", "none"])
+    assert resumed.exit_code == 0 and f"done: 3 steps in {run}" in resumed.output, resumed.output
 
 
 def test_a_run_with_a_few_failures_completes_and_shows_them(tmp_path, tiny_policy_path):

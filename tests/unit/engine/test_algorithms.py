@@ -179,3 +179,10 @@ def test_masked_mean():
     m = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     assert masked_mean(x, m).item() == pytest.approx((1 + 3 + 4) / 3)
     assert torch.allclose(masked_mean(x, m, dim=-1), torch.tensor([1.0, 3.5]))
+
+
+def test_grpo_advantages_of_scores_near_float32s_range_are_finite_and_scale_free():
+    """Squares of 1e30 overflow float32: the std is taken in float64, so a reward's scale does not matter."""
+    small = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 0, 0, 0])
+    huge = grpo_advantages([1e30, 2e30, 3e30, 4e30], [0, 0, 0, 0])
+    assert huge.dtype == torch.float32 and torch.allclose(huge, small, atol=1e-5)

@@ -29,3 +29,8 @@ def test_a_folder_is_discarded_only_when_nothing_was_trained(tmp_path):
         (run / "metrics.jsonl").write_text(rows)
         assert discard_unresumable(run) is not kept
         assert run.exists() is kept
+    run = tmp_path / "hung"  # step 1's rewards hung and failed it: the hung samples are the record to replay
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer: {}\n")
+    (run / "hung_rewards.jsonl").write_text('{"step": 1, "attempt": 1}\n')
+    assert discard_unresumable(run) is False and run.exists()

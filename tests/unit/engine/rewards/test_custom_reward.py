@@ -53,3 +53,64 @@ def test_bad_custom_settings_are_named(tmp_path):
     path = write(tmp_path, "def other(*a):\n    return 1.0\n")
     with pytest.raises(ConfigError, match="'compute_score' is not a function in .*functions there: other"):
         build_reward_fn(RewardConfig(kind="custom", custom={"path": str(path)}))
+    with pytest.raises(ValueError, match=r"reward.custom.path is set but reward.kind is rule.*reward.kind=custom"):
+        RewardConfig(custom={"path": str(path)})  # verl's habit: the path alone; rlrm would score by rule
+
+
+def _thread(path, **custom):
+    return RewardConfig(kind="custom", custom={"path": str(path), "isolation": "thread", **custom})
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "solution_str, ground_truth, data_source=None, extra_info=None",  # verl's names in another order
+        "data_source, solution_str, ground_truth, extra_info=None, **kwargs",
+        "solution_str, ground_truth, **kwargs",  # verl passes every argument by name: the rest land in kwargs
+    ],
+)
+def test_verl_names_in_any_order_are_passed_by_name(tmp_path, signature):
+    path = write(
+        tmp_path,
+        f"def compute_score({signature}):\n"
+        "    return {'score': float(solution_str.endswith(ground_truth)), 'seen': solution_str}\n",
+    )
+    result, _ = score(_thread(path))
+    assert result.score == 1.0 and result.extra["seen"] == SAMPLE.solution_str
+
+
+def test_other_names_are_passed_by_position_in_verls_order(tmp_path):
+    path = write(tmp_path, "def compute_score(src, text, truth, info):\n    return float(text.endswith(truth))\n")
+    result, _ = score(_thread(path))
+    assert result.score == 1.0
+
+
+def test_a_function_taking_kwargs_gets_verls_optional_keywords(tmp_path):
+    path = write(
+        tmp_path,
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    return {'score': 1.0, 'got': sorted(kwargs)}\n",
+    )
+    result, _ = score(_thread(path))
+    assert result.extra["got"] == ["reward_model_tokenizer", "reward_router_address"]  # None without servers
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [("numpy.float32(0.5)", 0.5), ("numpy.int64(2)", 2.0), ("torch.tensor(0.25)", 0.25), ("numpy.array(3.0)", 3.0)],
+)
+def test_numpy_scalars_and_0d_tensors_are_scores_as_in_a_dict(tmp_path, returned, expected):
+    path = write(tmp_path, f"import numpy, torch\n\ndef compute_score(*args):\n    return {returned}\n")
+    result, metrics = score(_thread(path))
+    assert result.score == expected and metrics["reward/failures"] == 0
+
+
+@pytest.mark.parametrize("returned", ["True", "'0.5'", "torch.tensor([1.0, 2.0])", "1e39", "-1e39"])
+def test_bools_text_vectors_and_scores_beyond_float32_are_counted_failures(tmp_path, returned):
+    path = write(tmp_path, f"import torch\n\ndef compute_score(*args):\n    return {returned}\n")
+    cfg = _thread(path)
+    cfg.on_failure, cfg.max_retries = "default", 0
+    result, metrics = score(cfg)
+    assert metrics["reward/failures"] == 1 and result.score == cfg.default_score
+    if "e39" in returned:
+        assert metrics["reward/nonfinite"] == 1
