@@ -48,7 +48,7 @@ def train(
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
-    from rlrm.engine.checkpoint import changed_settings, checkpoint_step, list_checkpoints
+    from rlrm.engine.checkpoint import checkpoint_step, list_checkpoints
     from rlrm.engine.rewards.budget import RewardBudgetExceeded
     from rlrm.engine.run_checks import check_inputs
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
@@ -79,12 +79,6 @@ def train(
         if dry_run:
             typer.echo(dump_profile(resolved), nl=False)
             return
-        edited = changed_settings(saved[-1], resolved.model_dump(mode="json")) if saved else []
-        if edited:  # config.yaml edited by hand since the checkpoint: taken, and said once
-            typer.echo(
-                f"note: resuming {saved[-1].name} with settings edited since it was saved: {', '.join(edited)}",
-                err=True,
-            )
     else:
         if profile is None:
             raise ConfigError("pass --profile NAME (see `rlrm profiles list`) or --resume RUN_DIR")

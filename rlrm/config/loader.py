@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,20 +59,25 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
     """
     raw = _resolve(name_or_path, chain=())
     raw.pop("extends", None)
+    set_keys = []
     for key, value in migrate_overrides([_parse_override(item) for item in overrides]):
         _check_key_path(key)
         _set_path(raw, key, value)
-    return parse_profile(raw, source=name_or_path)
+        set_keys.append(key)
+    return parse_profile(raw, source=name_or_path, set_keys=set_keys)
 
 
-def parse_profile(raw: dict[str, Any], source: str = "profile") -> Profile:
+def parse_profile(raw: dict[str, Any], source: str = "profile", set_keys: Sequence[str] = ()) -> Profile:
     """Validate a raw mapping (renamed keys read as their new names, in place), pydantic's report as one line."""
     migrate(raw, source)
-    return validate_model(raw, Profile, source)
+    return validate_model(raw, Profile, source, set_keys=set_keys)
 
 
-def validate_model(raw: dict[str, Any], model: type[M], source: str, what: str = "profile") -> M:
-    """Validate `raw` as `model`: unknown keys name the nearest valid one, pydantic's report becomes one line."""
+def validate_model(
+    raw: dict[str, Any], model: type[M], source: str, what: str = "profile", set_keys: Sequence[str] = ()
+) -> M:
+    """Validate `raw` as `model`: unknown keys name the nearest valid one, pydantic's report becomes one line; a
+    bad value that came from `--set` (a key of `set_keys`, or under one) is named as `--set KEY`, not as the file's."""
     try:
         _check_unknown_keys(raw, model, prefix="")
     except ConfigError as exc:
@@ -87,6 +93,8 @@ def validate_model(raw: dict[str, Any], model: type[M], source: str, what: str =
         # a value carrying a secret (credentials in a URL) is never repeated back
         shown = "" if isinstance(value, dict) or err["type"] == "credentials" else f" (got {clipped(repr(value))})"
         where = f"{source}: {loc}" if loc else source
+        if loc and any(loc == key or loc.startswith(f"{key}.") for key in set_keys):
+            where = f"--set {loc}"
         raise ConfigError(f"{where}: {err['msg'].removeprefix('Value error, ')}{shown}") from None
 
 

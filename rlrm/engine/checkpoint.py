@@ -26,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rlrm.errors import ConfigError, ModelError
+from rlrm.errors import ConfigError, ModelError, clipped
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Weight files that are pickles: loading one can run arbitrary code, so a checkpoint never holds one.
@@ -177,7 +177,11 @@ def changed_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
         return []
     before, now = _flat(saved), _flat(profile_data)
     keys = sorted((before.keys() | now.keys()) - {"trainer.total_steps"})
-    return [f"{k} ({before.get(k)!r} -> {now.get(k)!r})" for k in keys if before.get(k) != now.get(k)]
+    return [
+        f"{k} ({clipped(repr(before.get(k)), 24)} -> {clipped(repr(now.get(k)), 24)})"
+        for k in keys
+        if before.get(k) != now.get(k)
+    ]
 
 
 def _saved_profile(ckpt_dir: Path) -> dict | None:

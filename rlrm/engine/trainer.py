@@ -26,6 +26,7 @@ from typing import Any
 from rlrm.config.schema import Profile
 from rlrm.engine.canaries import Canaries
 from rlrm.engine.checkpoint import (
+    changed_settings,
     check_checkpoint,
     checkpoint_step,
     list_checkpoints,
@@ -180,6 +181,11 @@ class _TrainLoop:
             if contract is None:  # start() made it
                 raise RuntimeError("the reward service started without its reward contract")
             check_run_contract(self.run_dir, contract, self.profile.reward.allow_contract_change, step)
+            edited = changed_settings(ckpts[-1], self.profile.model_dump(mode="json")) if ckpts else []
+            if edited:  # config.yaml edited by hand since the checkpoint: taken, and said once
+                progress.say(
+                    f"note: resuming {ckpts[-1].name} with settings edited since it was saved: {', '.join(edited)}"
+                )
             await parts.engine.start()
             self.sigterm.take()  # again: a part may have set its own handler while it started (Ray does)
             await self._loop(ckpts)

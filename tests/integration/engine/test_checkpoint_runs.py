@@ -134,7 +134,7 @@ def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(t
     restored = yaml.safe_load(original)
     restored["actor"]["lr"] = restored["actor"]["lr"] / 2  # the model restored, the learning rate edited: taken, said
     config.write_text(yaml.safe_dump(restored))
-    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "none"])
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "plain"])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
     lr = yaml.safe_load(original)["actor"]["lr"]
