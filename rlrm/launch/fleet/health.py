@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import time
 from typing import Callable
 
@@ -150,6 +151,8 @@ async def _probe(
             f"POST {path} answered {status} ({_message(text)}): set {section}.api_key_env to the variable holding its key",
             True,
         )
+    if status in (501, 505):  # the server does not do this at all (an HTTP server that is no inference server)
+        return f"POST {path} answered {status}: {_message(text)}: is this an inference server?", True
     if status >= 500 or status == 429:
         return f"POST {path} answered {_status(status)}: {_message(text)}", False
     if status >= 400:
@@ -277,6 +280,9 @@ def _has_shape(path: str, text: str) -> bool:
         return False
 
 
+_TAGS = re.compile(r"<[^>]*>")
+
+
 def _message(text: str) -> str:
     """The error message of an OpenAI-style, vLLM-style or FastAPI-style error body, else the text."""
     try:
@@ -284,4 +290,4 @@ def _message(text: str) -> str:
         err = out.get("error", out) if isinstance(out.get("error"), dict) else out
         return str(err.get("message") or err.get("detail") or text)[:200]
     except Exception:
-        return text.strip()[:200] or "(empty body)"
+        return " ".join(_TAGS.sub(" ", text).split())[:200] or "(empty body)"  # an HTML page: its words, one line

@@ -138,3 +138,36 @@ def test_plain_http_at_an_https_address_is_one_line_at_once():
         message, elapsed = refused(config(api.base_url.replace("http://", "https://")))
     assert "the TLS handshake failed" in message and "https" in message and "\n" not in message, message
     assert elapsed < 120 / 4
+
+
+def test_a_server_that_does_not_do_the_endpoint_is_final_at_once_in_one_line():
+    """A server that is up (GET /health 200) but answers the reward's POST with 501 and an HTML page, as Python's
+    http.server does: not a failure to wait out (a 5xx that may pass), and the page's words, not its markup."""
+    import http.server
+    import threading
+
+    import aiohttp
+
+    from rlrm.launch.fleet.health import _probe
+
+    class Up(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Up)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    async def probe():
+        async with aiohttp.ClientSession() as session:
+            return await _probe(session, f"http://127.0.0.1:{server.server_port}", "/classify", {"input": "x"}, 5.0)
+
+    try:
+        what, final = asyncio.run(probe())
+    finally:
+        server.shutdown()
+    assert final and what is not None and "\n" not in what and "<" not in what, what
+    assert what.startswith("POST /classify answered 501:") and "is this an inference server?" in what
