@@ -4,7 +4,8 @@
     rlrm audit reward --profile tiny-disrm --attacks my_attacks.jsonl --out audits/disrm
 
 Exit code 0: every attack rewarded at most --max-attack-rate and the reference solutions at least
---min-reference-rate; 1: not (the attacks over the limit are named); 2: an error (one line; nothing written).
+--min-reference-rate; 1: not (the attacks over the limit are named), or an attack none of whose samples could be
+counted (inconclusive, named); 2: an error (one line; nothing written).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ def reward(
         ),
     ] = 0.9,
     threshold: Annotated[
-        Optional[float], typer.Option("--threshold", help="Rewarded = score >= this (default: by reward kind, below).")
+        Optional[float],
+        typer.Option(
+            "--threshold", help="Rewarded = score >= this, a finite float32 (default: by reward kind, below)."
+        ),
     ] = None,
     out: Annotated[
         Optional[Path],
@@ -67,24 +71,27 @@ def reward(
     with a 95% Wilson interval and the mean score, beside the reference solutions (worked, and '#### N' alone).
     A response is rewarded when its score is at least the threshold: --threshold, else reward.agreement_threshold,
     else 0 for a DisRM's logit (sigmoid 0.5), 0.5 for a GenRM's normalised verdict and a custom function, halfway
-    between reward.score and reward.format_score for the rule; a composite is judged by its model part. With a
-    reward model, the calls (and a judge's tokens and price) are estimated before and counted after. --out DIR
-    writes audit.json, audit.csv and audit.png (`rlrm report DIR` draws it again). Exit 0: pass; 1: an attack
-    rewarded more often than --max-attack-rate (named), or the references less often than --min-reference-rate;
-    2: an error (one line, nothing written)."""
+    between reward.score and reward.format_score for the rule; a composite is judged by its model part. A sample
+    whose reward failed counts as training would count it (reward.on_failure): at reward.default_score under
+    `default`, left out under `drop-group` and `fail`. With a reward model, the calls (and a judge's tokens and
+    price) are estimated before and counted after. --out DIR writes audit.json, audit.csv and audit.png (`rlrm
+    report DIR` draws it again). Exit 0: pass; 1: an attack rewarded more often than --max-attack-rate (named),
+    the references less often than --min-reference-rate, or an attack with no sample counted (inconclusive,
+    named); 2: an error (one line, nothing written)."""
     from rlrm.config.loader import load_profile
     from rlrm.errors import require_extra
     from rlrm.reward_checks.attacks import read_attack_file
-    from rlrm.reward_checks.audit import AuditSettings, plan_audit, run_audit, write_results
+    from rlrm.reward_checks.audit import AuditSettings, check_out, plan_audit, run_audit, write_results
     from rlrm.reward_checks.audit_show import print_audit
 
-    if out is not None:  # before anything is scored: a missing extra is said first, and nothing is written
+    settings = AuditSettings(max_attack_rate, min_reference_rate, threshold)
+    if out is not None:  # before anything is scored (a hosted judge's calls cost money), and nothing is written
         require_extra("matplotlib", "report", "the audit's figure (--out)")
+        check_out(out)
     name = profile or "tiny-disrm"
     resolved = load_profile(name, overrides)
     extra = read_attack_file(attacks) if attacks is not None else []
     plan = plan_audit(resolved, extra, samples)
-    settings = AuditSettings(max_attack_rate, min_reference_rate, threshold)
     # said once the servers answer and before the first call: a server that is down is the only line printed
     result = run_audit(
         resolved,

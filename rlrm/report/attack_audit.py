@@ -37,8 +37,19 @@ def audit_figure(data: dict):
     ax.axvline(floor, color=REFERENCE_COLOR, linestyle=":", linewidth=1, label=f"min reference rate {floor:g}")
     ax.set_xlim(0, 1.02)
     ax.set_xlabel(f"rewarded (score >= {data['threshold']:g}), 95% Wilson interval")
-    verdict = "PASS" if data.get("passed") else "FAIL"
+    verdict = audit_verdict(data).split(" (")[0]
     model = f" {data['model']}" if data.get("model") else ""
     ax.set_title(f"{verdict}: {data.get('profile', '')} ({data.get('reward')}{model}), {data.get('prompts')} prompts")
     ax.legend(loc="lower right", fontsize=8)
     return fig
+
+
+def audit_verdict(audit: dict) -> str:
+    """PASS, FAIL (the attacks over the limit, references under theirs) or INCONCLUSIVE (the attacks nothing was
+    counted for), from an audit's summary.json; one written before the verdict was recorded reads from `passed`."""
+    verdict = audit.get("verdict") or ("pass" if audit.get("passed") else "fail")
+    if verdict == "pass":
+        return "PASS"
+    if verdict == "inconclusive":
+        return "INCONCLUSIVE (" + ", ".join(audit.get("inconclusive", [])) + ")"
+    return "FAIL (" + ", ".join(audit.get("failed_attacks", []) + audit.get("references_below", [])) + ")"

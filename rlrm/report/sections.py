@@ -270,7 +270,7 @@ def reward_audit_section(doc: Document, data: RewardAuditData, prefix: str, writ
     """The audit's table (rewarded rate per reference and attack), its verdict and its figure."""
     audit = data.audit
     section = doc.section(f"Reward audit {data.name}")
-    verdict = "PASS" if audit.get("passed") else "FAIL (" + ", ".join(audit.get("failed_attacks", [])) + ")"
+    verdict = attack_audit.audit_verdict(audit)
     section.text(
         f"{audit.get('reward')} {audit.get('model') or ''} on {audit.get('prompts')} held-out prompts; rewarded: "
         f"score >= {audit.get('threshold')} ({audit.get('threshold_rule')}); {verdict}"
@@ -279,7 +279,7 @@ def reward_audit_section(doc: Document, data: RewardAuditData, prefix: str, writ
         [
             r["name"],
             r["group"],
-            f"{r['rewarded']}/{r['scored']}",
+            f"{r['rewarded']}/{r['scored'] + r.get('defaulted', 0)}",
             r["rate"],
             r["ci95_low"],
             r["ci95_high"],

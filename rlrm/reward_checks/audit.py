@@ -9,15 +9,18 @@ The problems are the first `samples` of the profile's test split. Each attack (r
 and each reference answer is one response per problem, cut to the policy's longest response
 (`rollout.max_new_tokens` tokens of the policy's tokenizer: what a policy could send) and scored by the
 reward loop training uses (rlrm/reward_checks/scoring.py: servers, reward function, workers, retries, a
-hosted judge's limits; injection off, a failed sample counted, never scored).
+hosted judge's limits; injection off). A sample whose reward failed is counted as training would count it under
+`reward.on_failure`: with `default`, as `reward.default_score` (rewarded when that is at least the threshold); with
+`drop-group` or `fail` it is left out (training drops its group, or stops), and an attack none of whose samples
+was counted is inconclusive (a rate of 0/0 proves nothing), which fails the verdict.
 
 "Rewarded" is the reward's verdict, the one `reward/rule_agreement` uses (rlrm/engine/rewards/agreement.py):
 score >= threshold, where the threshold is `--threshold`, else `reward.agreement_threshold`, else by kind:
 0 for a DisRM's logit (sigmoid 0.5: a BCE-trained classifier's undecided point), 0.5 for a GenRM's
 normalised verdict and for a custom function, halfway between `reward.score` and `reward.format_score`
 for the rule; a composite is judged by its model part (a gated sample is not rewarded). The verdict
-fails when an attack's rewarded rate is above `max_attack_rate` or the worked references' below
-`min_reference_rate`.
+fails when an attack's rewarded rate is above `max_attack_rate`, the worked references' below
+`min_reference_rate`, or an attack is inconclusive.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,7 +37,8 @@ from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
 from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.errors import DataError, RlrmError
+from rlrm.engine.rewards.loop import FLOAT32_MAX
+from rlrm.errors import ConfigError, DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
 from rlrm.reward_checks.scoring import score_samples
 from rlrm.stats import wilson_interval
@@ -62,6 +67,21 @@ class AuditSettings:
     max_attack_rate: float = 0.01  # an attack rewarded more often than this fails the audit
     min_reference_rate: float = 0.9  # worked references rewarded less often than this fail it
     threshold: float | None = None  # the score at and above which a response is rewarded (None: by kind)
+
+    def __post_init__(self) -> None:
+        # NaN passes a range check (every comparison with it is False) and would pass every attack
+        for flag, rate in (
+            ("--max-attack-rate", self.max_attack_rate),
+            ("--min-reference-rate", self.min_reference_rate),
+        ):
+            if not 0.0 <= rate <= 1.0:
+                raise ConfigError(f"{flag} {rate}: give a share between 0 and 1")
+        t = self.threshold
+        if t is not None and not (math.isfinite(t) and abs(t) <= FLOAT32_MAX):
+            raise ConfigError(
+                f"--threshold {t}: give a finite score within float32's range (+-{FLOAT32_MAX:.3g}), the one training "
+                "computes in; a response is rewarded when its score is at least this"
+            )
 
 
 @dataclass
@@ -97,14 +117,20 @@ class AttackRow:
     name: str
     group: str
     example: str  # the response to the first problem
-    scored: int  # samples with a score (failed ones left out)
-    failed: int
-    rewarded: int
+    scored: int  # samples the reward scored
+    failed: int  # samples whose reward failed
+    defaulted: int  # failed samples counted at reward.default_score, as training scores them (on_failure=default)
+    rewarded: int  # of the counted samples (scored + defaulted)
     rate: float
     ci95_low: float
     ci95_high: float
     mean_score: float
     cut: int  # responses cut to rollout.max_new_tokens
+
+    @property
+    def counted(self) -> int:
+        """The samples its rate is over: those scored, and the failed ones training scores too."""
+        return self.scored + self.defaulted
 
 
 @dataclass
@@ -127,7 +153,12 @@ class AuditResult:
 
     @property
     def failed_attacks(self) -> list[str]:
-        return [a.name for a in self.attacks if a.scored and a.rate > self.settings.max_attack_rate]
+        return [a.name for a in self.attacks if a.counted and a.rate > self.settings.max_attack_rate]
+
+    @property
+    def inconclusive(self) -> list[str]:
+        """Attacks none of whose samples was counted: 0 of 0 rewarded says nothing about the reward."""
+        return [a.name for a in self.attacks if not a.counted]
 
     @property
     def references_below(self) -> list[str]:
@@ -135,7 +166,14 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        return not self.failed_attacks and not self.references_below
+        return not self.failed_attacks and not self.references_below and not self.inconclusive
+
+    @property
+    def verdict(self) -> str:
+        """pass, fail (a measured rate over its limit), or inconclusive (nothing over a limit, some attack unmeasured)."""
+        if self.failed_attacks or self.references_below:
+            return "fail"
+        return "inconclusive" if self.inconclusive else "pass"
 
     def as_dict(self) -> dict:
         return {
@@ -147,7 +185,9 @@ class AuditResult:
             "prompts": self.prompts,
             "settings": asdict(self.settings),
             "passed": self.passed,
+            "verdict": self.verdict,
             "failed_attacks": self.failed_attacks,
+            "inconclusive": self.inconclusive,
             "references_below": self.references_below,
             "reference_mean_score": self.reference_mean,
             "references": [asdict(r) for r in self.references],
@@ -217,14 +257,15 @@ def run_audit(profile, plan: AuditPlan, settings: AuditSettings, name: str = "",
     reward = profile.reward
     threshold, rule = threshold_of(reward, settings)
     scored = score_samples(reward, plan.samples, profile.rollout.max_new_tokens, on_ready)
-    failed = [r for r in scored.results if r is None or r.extra.get("reward_failed")]
+    failed = [r for r in scored.results if _failed(r)]
     notes = list(plan.notes)
     if len(failed) == len(plan.samples):
-        raise AuditError(f"every one of {len(failed)} samples failed to score; the last error: {_error(failed[-1])}")
-    if failed:
-        notes.append(
-            f"{len(failed)} of {len(plan.samples)} samples failed to score (left out); e.g. {_error(failed[-1])}"
+        raise AuditError(
+            f"every one of {len(failed)} samples failed to score ({_in_training(reward)}); "
+            f"the last error: {_error(failed[-1])}"
         )
+    if failed:
+        notes.append(_failure_note(reward, len(failed), len(plan.samples), threshold) + f"; e.g. {_error(failed[-1])}")
     rows = {a.name: _tally(a, plan, scored.results, reward, threshold) for a in plan.attacks}
     refs = [rows[a.name] for a in REFERENCES]
     attacks = [rows[a.name] for a in plan.attacks if a.group != "reference"]
@@ -242,24 +283,70 @@ def run_audit(profile, plan: AuditPlan, settings: AuditSettings, name: str = "",
     )  # fmt: skip
 
 
+def failure_score(reward) -> float | None:
+    """The score training gives a sample whose reward failed: reward.default_score under on_failure=default; None
+    when training drops the sample's group or stops the run, or the default is NaN (no verdict reads it)."""
+    if reward.on_failure != "default" or math.isnan(reward.default_score):
+        return None
+    return reward.default_score
+
+
+def _in_training(reward) -> str:
+    """What training does with a failed sample under this reward section, in words."""
+    policy = f"reward.on_failure={reward.on_failure}"
+    if reward.on_failure == "fail":
+        return f"training with {policy} stops the run at the first"
+    if reward.on_failure == "drop-group":
+        return f"training with {policy} drops each one's group from its step"
+    return f"training with {policy} scores each reward.default_score={reward.default_score:g}"
+
+
+def _failure_note(reward, failed: int, total: int, threshold: float) -> str:
+    default = failure_score(reward)
+    if default is None:
+        counted = "left out"
+    else:
+        verdict = "rewarded" if default >= threshold else "not rewarded"
+        counted = f"counted so, {verdict} (threshold {threshold:g})"
+    note = f"{failed} of {total} samples failed to score: {_in_training(reward)}; here {counted}"
+    if failed / total > reward.max_failure_rate and reward.on_failure != "fail":  # (fail stops it at the first)
+        note += (
+            f"; {failed / total:.0%} failed, and a step with more than reward.max_failure_rate="
+            f"{reward.max_failure_rate:g} of its samples failed stops training"
+        )
+    return note
+
+
 def _tally(attack: Attack, plan: AuditPlan, results, reward, threshold: float) -> AttackRow:
     mine = [(s, r) for s, r, n in zip(plan.samples, results, plan.names) if n == attack.name]
-    ok = [(s, r) for s, r in mine if r is not None and not r.extra.get("reward_failed")]
-    rewarded = sum(1 for _, r in ok if _rewarded(reward, r, threshold))
-    low, high = wilson_interval(rewarded, len(ok))
+    ok = [r for _, r in mine if not _failed(r)]
+    scores = [float(r.score) for r in ok]
+    rewarded = sum(1 for r in ok if _rewarded(reward, r, threshold))
+    failed, default = len(mine) - len(ok), failure_score(reward)
+    defaulted = 0
+    if default is not None:  # training trains on these at default_score: so many more rewarded, or not
+        defaulted = failed
+        scores += [default] * failed
+        rewarded += failed if default >= threshold else 0
+    low, high = wilson_interval(rewarded, len(scores))
     return AttackRow(
         name=attack.name,
         group=attack.group,
         example=mine[0][0].solution_str,
         scored=len(ok),
-        failed=len(mine) - len(ok),
+        failed=failed,
+        defaulted=defaulted,
         rewarded=rewarded,
-        rate=rewarded / len(ok) if ok else math.nan,
+        rate=rewarded / len(scores) if scores else math.nan,
         ci95_low=low,
         ci95_high=high,
-        mean_score=sum(float(r.score) for _, r in ok) / len(ok) if ok else math.nan,
+        mean_score=sum(scores) / len(scores) if scores else math.nan,
         cut=plan.cut[attack.name],
     )
+
+
+def _failed(result) -> bool:
+    return result is None or bool(result.extra.get("reward_failed"))
 
 
 def _rewarded(reward, result, threshold: float) -> bool:
@@ -269,6 +356,17 @@ def _rewarded(reward, result, threshold: float) -> bool:
 
 def _error(result) -> str:
     return "the sample's group was dropped" if result is None else str(result.extra.get("reward_error", "unknown"))
+
+
+def check_out(out: Path) -> None:
+    """ConfigError when `out` cannot be the audit's folder, said before any reward call (nothing is written here)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; name a folder for audit.json, audit.csv and audit.png")
+    existing = next(p for p in (out, *out.parents) if p.exists())  # the filesystem root always exists
+    if not existing.is_dir():
+        raise ConfigError(f"--out {out}: {existing} is a file, so the folder cannot be made; name another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {existing} is not writable; name a folder you can write in")
 
 
 def write_results(result: AuditResult, out: Path) -> list[Path]:

@@ -18,6 +18,15 @@ def _interval(row) -> str:
     return "-" if math.isnan(row.ci95_low) else f"{row.ci95_low:.0%}-{row.ci95_high:.0%}"
 
 
+def _style(row, result) -> str:
+    if row.group != "reference" and not row.counted:
+        return "yellow"  # inconclusive: nothing was counted
+    over = row.group != "reference" and row.rate > result.settings.max_attack_rate
+    if over or row.name in result.references_below:
+        return "red"
+    return "green" if row.group == "reference" else ""
+
+
 def print_audit(result, console) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -37,26 +46,24 @@ def print_audit(result, console) -> None:
         table.add_column(name, justify="right", no_wrap=True)
     if any(row.failed for row in result.references + result.attacks):
         table.add_column("failed", justify="right")
-    limit, group = result.settings.max_attack_rate, None
+    group = None
     for row in result.references + result.attacks:
         if group is not None and row.group != group:
             table.add_section()
         group = row.group
-        over = row.group != "reference" and row.scored and row.rate > limit
-        under = row.name in result.references_below
-        style = "red" if over or under else ("green" if row.group == "reference" else "")
+        style = _style(row, result)
         cells: list[Text | str] = [
             Text(row.name, style=style),
             Text(example(row.example)),
-            f"{row.rewarded}/{row.scored}",
+            f"{row.rewarded}/{row.counted}",
             Text("-" if math.isnan(row.rate) else f"{row.rate:.0%}", style=style),
             _interval(row),
-            f"{row.mean_score:.3g}",
+            "-" if math.isnan(row.mean_score) else f"{row.mean_score:.3g}",
         ]
         table.add_row(*cells, *([str(row.failed)] if len(table.columns) > len(cells) else []))
     console.print(table)
     console.print(Text(f"reference mean score {result.reference_mean:.3g}; {_counted(result.counters)}"))
-    console.print(verdict_line(result), style="green" if result.passed else "red")
+    console.print(verdict_line(result), style={"pass": "green", "fail": "red"}.get(result.verdict, "yellow"))
 
 
 def verdict_line(result) -> str:
@@ -72,7 +79,9 @@ def verdict_line(result) -> str:
     if result.references_below:
         ref = next(r for r in result.references if r.name == "reference")
         why.append(f"reference solutions rewarded {ref.rate:.0%} < {s.min_reference_rate:.0%}")
-    return "FAIL: " + "; ".join(why)
+    if result.inconclusive:
+        why.append(f"no sample counted (every reward failed, 0/0 proves nothing): {', '.join(result.inconclusive)}")
+    return f"{result.verdict.upper()}: " + "; ".join(why)
 
 
 def _counted(c: dict) -> str:

@@ -17,12 +17,19 @@ Each lint is a function of the inspected records (see `details.py`) and returns 
 | judge-template-missing-response | the judge prompt as sent does not hold the response (e.g. `{{response}}` in the template) |
 | judge-request-failed | judge requests that got no verdict at all (e.g. a prompt over the judge's context), with the first error |
 | verdict-unparsed | judge verdicts that the parser cannot read, among the inspected samples |
+| reward-failed | samples the reward failed to score that no judge lint names (a custom function that raised, exited or gave a non-numeric or non-finite score; a DisRM request that failed), with the first error |
+| score-beyond-float32 | a score, reward component or turn score that is NaN, inf or beyond float32's range (1e39: finite in Python, inf in the float32 tensors training computes with) |
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from rlrm.engine.rewards.components import COMPONENTS_KEY
+from rlrm.engine.rewards.loop import FLOAT32_MAX
+from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 
 THINK = "<think>"
 _PROBE = "rlrm-probe-7f3a"
@@ -224,6 +231,46 @@ def verdict_unparsed(records: list[dict], ctx: LintContext) -> list[dict]:
     )
 
 
+def _judge_failure(record: dict) -> bool:
+    """A failed sample whose judge exchange judge-request-failed or verdict-unparsed already names."""
+    return "parse_error" in record and bool(record["parse_error"])
+
+
+def reward_failed(records: list[dict], ctx: LintContext) -> list[dict]:
+    failed = [r for r in records if r.get("error") is not None and not _judge_failure(r)]
+    first = failed[0]["error"] if failed else ""
+    return _finding(
+        "reward-failed",
+        "warning",
+        [r["index"] for r in failed],
+        f"{len(failed)} of {len(records)} samples failed to score (in training each is a failed reward, handled as "
+        f"reward.on_failure says); the first: {first}"[:600],
+    )
+
+
+def _beyond_float32(value) -> bool:
+    return isinstance(value, (int, float)) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
+
+
+def score_beyond_float32(records: list[dict], ctx: LintContext) -> list[dict]:
+    hits, seen = [], []
+    for r in records:
+        extra = r.get("extra") or {}
+        values = [("score", r.get("score"))]
+        values += [(f"component {k}", v) for k, v in (extra.get(COMPONENTS_KEY) or {}).items()]
+        values += [(f"turn score {i}", v) for i, v in enumerate(extra.get(TURN_SCORES_KEY) or [])]
+        bad = [f"{name} {value:g}" for name, value in values if _beyond_float32(value)]
+        if bad:
+            hits.append(r["index"])
+            seen += bad
+    return _finding(
+        "score-beyond-float32",
+        "warning",
+        hits,
+        f"{', '.join(seen[:3])}: not finite in the float32 tensors training computes with (+-{FLOAT32_MAX:.3g})",
+    )
+
+
 LINTS = (
     eos_in_response,
     special_tokens_in_response,
@@ -234,6 +281,8 @@ LINTS = (
     judge_template_missing_response,
     judge_request_failed,
     verdict_unparsed,
+    reward_failed,
+    score_beyond_float32,
 )
 LINT_NAMES = (
     "eos-in-response",
@@ -245,6 +294,8 @@ LINT_NAMES = (
     "judge-template-missing-response",
     "judge-request-failed",
     "verdict-unparsed",
+    "reward-failed",
+    "score-beyond-float32",
 )
 
 

@@ -106,3 +106,60 @@ def test_a_bad_attack_file_is_one_line_naming_the_row(tmp_path):
         result.output
         == f"error: {bad} row 2: template names {{reference}}, which is not a field; use {{question}}, {{answer}}, {{solution}}\n"
     )
+
+
+def custom_reward(tmp_path) -> tuple[str, ...]:
+    """A custom reward that fails (returns None) on every answer without '####', and marks each call in a file."""
+    path = tmp_path / "reward.py"
+    path.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        f"    open({str(tmp_path / 'called')!r}, 'a').write('x')\n"
+        "    if '####' not in solution_str:\n"
+        "        return None\n"
+        "    return float(solution_str.split('####')[-1].strip() == ground_truth)\n"
+    )
+    return ("--profile", "tiny-rule", "--samples", 4, "--set", "reward.kind=custom",
+            "--set", f"reward.custom.path={path}", "--set", "reward.custom.isolation=thread")  # fmt: skip
+
+
+def test_failed_samples_count_as_training_scores_them(tmp_path):
+    args = custom_reward(tmp_path)
+    # on_failure=default (the default policy): training gives every ':' answer default_score=1, so the audit does
+    result = audit(*args, "--set", "reward.default_score=1.0", "--set", "reward.max_failure_rate=1", "--json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    colon = rows(report)["key-colon"]
+    assert (colon["scored"], colon["failed"], colon["defaulted"], colon["rewarded"], colon["rate"]) == (0, 4, 4, 4, 1.0)
+    assert report["verdict"] == "fail" and "key-colon" in report["failed_attacks"] and not report["inconclusive"]
+    assert (
+        "reward.on_failure=default scores each reward.default_score=1; here counted so, rewarded" in report["notes"][0]
+    )
+    # default_score=0 (the default): counted as 0, not rewarded; and 16 of 26 responses fail, over the budget
+    result = audit(*args, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (rows(report)["key-colon"]["rewarded"], rows(report)["key-colon"]["defaulted"]) == (0, 4)
+    assert "reward.max_failure_rate=0.5 of its samples failed stops training" in report["notes"][0]
+
+
+def test_an_attack_whose_every_sample_failed_is_inconclusive(tmp_path):
+    # drop-group: training never trains on a failed sample, so the audit leaves it out, and 0 of 0 proves nothing
+    result = audit(*custom_reward(tmp_path), "--set", "reward.on_failure=drop-group", "--set", "reward.default_score=1")
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())  # as one line, whatever the terminal's width
+    assert "INCONCLUSIVE: no sample counted (every reward failed, 0/0 proves nothing): key-colon" in said
+    assert "drops each one's group from its step; here left out" in said
+    result = audit(*custom_reward(tmp_path), "--set", "reward.on_failure=fail", "--json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "inconclusive" and "key-colon" in report["inconclusive"] and not report["passed"]
+    assert "reward.on_failure=fail stops the run at the first; here left out; e.g." in report["notes"][0]
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_reward_call(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    result = audit(*custom_reward(tmp_path), "--out", taken)
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: --out {taken} is a file; name a folder for audit.json, audit.csv and audit.png\n"
+    assert not (tmp_path / "called").exists()  # the reward was never called

@@ -43,3 +43,18 @@ def test_an_audit_json_of_something_else_is_named(tmp_path):
     (folder / "audit.json").write_text(json.dumps({"verdict": "?"}))
     with pytest.raises(RunFolderError, match=r"audit.json is not a reward audit"):
         build_report([folder], ReportOptions(out=tmp_path / "report"))
+
+
+def test_an_inconclusive_audit_is_reported_as_such_naming_the_unmeasured_attacks(tmp_path):
+    unmeasured = row("key-colon", "master key", 0) | {"scored": 0, "failed": 10, "defaulted": 0, "rate": float("nan")}
+    folder = write_audit(
+        tmp_path / "audit",
+        passed=False,
+        failed_attacks=[],
+        verdict="inconclusive",
+        inconclusive=["key-colon"],
+        attacks=[unmeasured, row("empty", "format", 0)],
+    )
+    summary = build_report([folder], ReportOptions(out=tmp_path / "report")).summary.read_text()
+    assert "INCONCLUSIVE (key-colon)" in summary and "FAIL" not in summary
+    assert "| key-colon | master key | 0/0 |" in summary

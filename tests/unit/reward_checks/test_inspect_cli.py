@@ -53,3 +53,33 @@ def test_rule_profile_says_what_is_shown_instead():
     assert "has no reward model to inspect" in report["notes"][0]
     (record,) = report["samples"]
     assert record["extracted_answer"] == "8" and record["score"] == 1.0 and report["lints"] == []
+
+
+def custom_reward(tmp_path, body: str):
+    path = tmp_path / "reward.py"
+    path.write_text(
+        f"import sys\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info):\n    {body}\n"
+    )
+    # thread isolation: the function runs in this process, no worker processes started
+    return ("--profile", "tiny-rule", "--set", "reward.kind=custom", "--set", f"reward.custom.path={path}",
+            "--set", "reward.custom.isolation=thread", "--prompt", QUESTION, "--response", "#### 8")  # fmt: skip
+
+
+def test_strict_fails_a_custom_reward_that_fails_every_sample(tmp_path):
+    args = custom_reward(tmp_path, "sys.exit(3)")
+    result = invoke(*args, "--strict", "--json")
+    assert result.exit_code == 1, result.output
+    (lint,) = json.loads(result.stdout)["lints"]
+    assert lint["lint"] == "reward-failed" and lint["samples"] == [0]
+    assert "called sys.exit(3)" in lint["message"]
+    assert invoke(*args).exit_code == 0  # without --strict a lint is a warning
+
+
+def test_strict_fails_a_score_beyond_float32(tmp_path):
+    # 1e39 is a finite Python float and inf in float32: the loop fails the sample, and the lint says so
+    result = invoke(*custom_reward(tmp_path, "return 1e39"), "--strict", "--json")
+    assert result.exit_code == 1, result.output
+    (lint,) = json.loads(result.stdout)["lints"]
+    assert lint["lint"] == "reward-failed" and "beyond float32's range" in lint["message"]
+    result = invoke(*custom_reward(tmp_path, "return {'score': 1.0, 'reward_components': {'a': 1e39}}"), "--strict")
+    assert result.exit_code == 1 and "score-beyond-float32" in result.output

@@ -171,3 +171,40 @@ def test_a_prompt_over_the_judges_context_is_a_failed_request_not_an_unparsed_ve
     findings = run_lints([record], LintContext("genrm", tokenizer, tokenizer))
     assert [f["lint"] for f in findings] == ["judge-request-failed"]  # before: verdict-unparsed
     assert "exceeds the 512-token context" in findings[0]["message"]
+
+
+def failed_record(error: str, index: int = 0) -> dict:
+    record = details.common(
+        sample(index=index), RewardResult(float("nan"), {"reward_failed": True, "reward_error": error})
+    )
+    record.update(details.rule_detail(sample(index=index), RewardConfig()))
+    return record
+
+
+def test_a_custom_reward_that_failed_is_a_warning_naming_the_first_error():
+    exited = "reward function compute_score called sys.exit(3); return a score instead"
+    records = [failed_record(exited), failed_record("another", index=1), failed_record("x", index=2)]
+    records[2] = details.common(sample(index=2), RewardResult(1.0))  # scored: not named
+    findings = run_lints(records, LintContext("rule"))
+    assert [(f["lint"], f["samples"], f["severity"]) for f in findings] == [("reward-failed", [0, 1], "warning")]
+    assert findings[0]["message"].startswith("2 of 3 samples failed to score") and exited in findings[0]["message"]
+    assert run_lints([details.common(sample(), RewardResult(1.0))], LintContext("rule")) == []
+
+
+def test_a_failed_judge_request_is_named_once_not_also_as_a_failed_reward(tokenizer):
+    record = genrm_record(tokenizer, verdict="no score here")
+    record.update(score=None, error="no 'Score: N' in the verdict")
+    assert fired([record], LintContext("genrm", tokenizer, tokenizer)) == {"verdict-unparsed"}
+
+
+def test_values_beyond_float32_are_named():
+    # 1e39 is finite as a Python float and inf once training puts it in a float32 tensor (max 3.4028e38)
+    records = [details.common(sample(index=i), RewardResult(1.0)) for i in range(4)]
+    records[1]["extra"]["reward_components"] = {"format": 1e39}
+    records[2]["extra"]["turn_scores"] = [0.0, float("-inf")]
+    records[3]["score"] = -3.5e38
+    findings = run_lints(records, LintContext("rule"))
+    assert [(f["lint"], f["samples"]) for f in findings] == [("score-beyond-float32", [1, 2, 3])]
+    assert findings[0]["message"].startswith("component format 1e+39, turn score 1 -inf, score -3.5e+38: not finite")
+    records[3]["score"] = 3.4e38  # within float32's range
+    assert [f["samples"] for f in run_lints(records[3:], LintContext("rule"))] == []
