@@ -36,8 +36,7 @@ from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
 from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
-from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rewards.loop import FLOAT32_MAX
+from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample
 from rlrm.errors import ConfigError, DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
 from rlrm.reward_checks.scoring import score_samples

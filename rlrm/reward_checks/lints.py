@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rlrm.engine.rewards.base import FLOAT32_MAX
 from rlrm.engine.rewards.components import COMPONENTS_KEY
-from rlrm.engine.rewards.loop import FLOAT32_MAX
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 
 THINK = "<think>"

@@ -43,3 +43,6 @@ class ClosableRewardFn(Protocol):
     close: Callable[[], None]
 
     def __call__(self, sample: RewardSample, /) -> Awaitable[RewardResult]: ...
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # a score beyond it is inf in the float32 tensors training computes in

@@ -25,7 +25,7 @@ from typing import Callable
 
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
@@ -369,9 +369,6 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
-
-
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _number(raw) -> bool:

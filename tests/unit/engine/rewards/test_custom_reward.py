@@ -105,7 +105,10 @@ def test_numpy_scalars_and_0d_tensors_are_scores_as_in_a_dict(tmp_path, returned
     assert result.score == expected and metrics["reward/failures"] == 0
 
 
-@pytest.mark.parametrize("returned", ["True", "'0.5'", "torch.tensor([1.0, 2.0])", "1e39", "-1e39"])
+@pytest.mark.parametrize(
+    "returned",
+    ["True", "'0.5'", "torch.tensor([1.0, 2.0])", "1e39", "-1e39", "{'score': 1.0, 'reward_components': {'a': 1e39}}"],
+)
 def test_bools_text_vectors_and_scores_beyond_float32_are_counted_failures(tmp_path, returned):
     path = write(tmp_path, f"import torch\n\ndef compute_score(*args):\n    return {returned}\n")
     cfg = _thread(path)
