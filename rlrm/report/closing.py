@@ -37,6 +37,13 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     failures = sum(r.get("reward/failures", 0) for r in rows)
     if failures:
         lines.append(f"  reward failures {failures:g} of {samples:g} samples (reward/failures; see metrics.jsonl)")
+    updated = [r for r in rows if "actor/nonfinite_skipped" in r]
+    skipped = [r for r in updated if r["actor/nonfinite_skipped"]]
+    if skipped:  # a reward too large for float32, a learning rate too high: nothing of those updates was applied
+        lines.append(
+            f"  warning: {len(skipped)} of {len(updated)} steps skipped updates for a non-finite loss or gradient "
+            "(actor/nonfinite_skipped): those steps trained nothing; check the rewards (critic/score) and actor.lr"
+        )
     cost = sum(r.get("reward/cost", 0.0) for r in rows)
     if cost:
         lines.append(f"  reward model cost {cost:.4f} (reward/cost)")

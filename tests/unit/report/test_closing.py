@@ -109,3 +109,14 @@ def test_a_disrm_runs_reward_is_named_a_logit_beside_the_agreement(tmp_path):
     assert "  reward agrees with the rule 0.81 -> 1.00 (reward/rule_agreement)" in lines
     (tmp_path / "config.yaml").write_text("reward:\n  kind: genrm\n", encoding="utf-8")
     assert "  reward -5.145 -> -6.000 (critic/score/mean, step 1 -> 20)" in closing_lines(rows, tmp_path)
+
+
+def test_steps_whose_updates_were_skipped_are_warned_of(tmp_path):
+    rows = [{"step": 1, "actor/nonfinite_skipped": 1}, {"step": 2, "actor/nonfinite_skipped": 0}, {"step": 3}]
+    lines = closing_lines(rows, tmp_path)
+    warned = [line for line in lines if "actor/nonfinite_skipped" in line]
+    assert warned == [
+        "  warning: 1 of 2 steps skipped updates for a non-finite loss or gradient (actor/nonfinite_skipped): those "
+        "steps trained nothing; check the rewards (critic/score) and actor.lr"
+    ]
+    assert not [line for line in closing_lines(rows[1:], tmp_path) if "skipped" in line]
