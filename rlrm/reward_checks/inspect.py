@@ -42,7 +42,8 @@ HOSTED_NOTE = (
 
 
 CUSTOM_NOTE = (
-    "reward.kind=custom calls your function in-process: shown is what it received and returned (its score and "
+    "reward.kind=custom calls your function as training does (a sync one in worker processes, reward.custom.isolation): "
+    "shown is what it received and returned (its score and "
     "extra keys; with reward.server.model, model_requests lists each call it made to the model and the start of "
     "each answer)"
 )
