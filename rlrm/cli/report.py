@@ -21,7 +21,14 @@ def report(
         list[Path],
         typer.Argument(metavar="PATH", help="Run, benchmark or parity folders (kind found from their files)."),
     ],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: reports/<time>).")] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--out",
+            help="Output folder (default: reports/<time>); an earlier report there is replaced whole, a folder of "
+            "other files is refused.",
+        ),
+    ] = None,
     x: Annotated[str, typer.Option("--x", help="x-axis of curves: step, time (perf/wall_s) or samples.")] = "step",
     smooth: Annotated[float, typer.Option(help="EMA smoothing weight in [0, 1), e.g. 0.9; 0 = off.")] = 0.0,
     metrics: Annotated[

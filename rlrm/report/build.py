@@ -10,6 +10,7 @@ RlrmError.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,9 +80,19 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
         raise RunFolderError(f"nothing to report: no complete rows in {names}")
 
     out = Path(options.out)
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file; give a folder")
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(out)
+    final, out = out, out.parent / f".{out.name}.partial"  # written aside, put in place whole
+    shutil.rmtree(out, ignore_errors=True)  # what an interrupted report left
+    out.mkdir(parents=True)
+    try:
+        result = _write(out, folders, runs, benches, parities, audits, options, steps, notes)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return _put_in_place(result, out, final)
+
+
+def _write(out: Path, folders, runs, benches, parities, audits, options: ReportOptions, steps, notes) -> ReportResult:
     doc = Document("rlrm report", notes=notes)
     sections.inputs_section(doc, folders)
     writer = FigureWriter(out, options.fmt, options.html, notes)
@@ -105,6 +116,39 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
         result.html.write_text(to_html(doc), encoding="utf-8")
         result.files.append(result.html)
     return result
+
+
+def check_out(out: Path) -> None:
+    """--out must be new, empty, or an earlier report (replaced whole): never a folder of other files."""
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file; give a folder")
+    if out.is_dir():
+        others = sorted(p.name for p in out.iterdir() if not _report_file(p))
+        if others:
+            raise RunFolderError(
+                f"--out {out} holds files a report does not write ({', '.join(others[:3])}"
+                f"{', ...' if len(others) > 3 else ''}); give a new folder, or an earlier report's to replace it"
+            )
+
+
+def _report_file(path: Path) -> bool:
+    return path.is_file() and (path.suffix.lstrip(".") in FORMATS or path.name in ("summary.md", "report.html"))
+
+
+def _put_in_place(result: ReportResult, written: Path, final: Path) -> ReportResult:
+    """The finished report replaces `final` (an earlier report's figures never mix with this one's)."""
+    if final.is_dir():
+        shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    written.rename(final)
+    moved = [final / p.name for p in result.files]
+    return ReportResult(
+        out=final,
+        files=moved,
+        notes=result.notes,
+        summary=final / result.summary.name,
+        html=final / result.html.name if result.html is not None else None,
+    )
 
 
 def _check(paths: list[Path], options: ReportOptions) -> None:

@@ -58,3 +58,29 @@ def test_an_inconclusive_audit_is_reported_as_such_naming_the_unmeasured_attacks
     summary = build_report([folder], ReportOptions(out=tmp_path / "report")).summary.read_text()
     assert "INCONCLUSIVE (key-colon)" in summary and "FAIL" not in summary
     assert "| key-colon | master key | 0/0 |" in summary
+
+
+def test_out_is_replaced_whole_and_a_folder_of_other_files_is_refused(tmp_path, monkeypatch):
+    from rlrm.report import sections
+
+    audit, out = write_audit(tmp_path / "audit"), tmp_path / "report"
+    out.mkdir()
+    (out / "report.html").write_text("an earlier report's page")  # a report of other folders, with --html
+    (out / "bench_timeline.png").write_bytes(b"old")
+    build_report([audit], ReportOptions(out=out))
+    assert sorted(p.name for p in out.iterdir()) == ["reward_audit.png", "summary.md"]  # nothing stale beside it
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def breaks(*_):
+        raise KeyboardInterrupt  # Ctrl-C while drawing
+
+    monkeypatch.setattr(sections, "reward_audit_section", breaks)
+    with pytest.raises(KeyboardInterrupt):
+        build_report([audit], ReportOptions(out=out))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier report, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit", "report"]  # no partial folder left
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match=r"--out .*notes holds files a report does not write \(todo.txt\)"):
+        build_report([audit], ReportOptions(out=tmp_path / "notes"))
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
