@@ -97,6 +97,7 @@ def server(
 ) -> None:
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
+    from rlrm.inference.loading import check_model_folder
     from rlrm.errors import ConfigError
     from rlrm.launch.common.auth import check_bind, key_from_env
     from rlrm.launch.common.ports import check_port, ensure_port_free
@@ -157,6 +158,7 @@ def server(
         batch_gap_ms=batch_gap_ms,
     )
     cfg.model_path = resolve_model_path(model)
+    check_model_folder(cfg.model_path, "--model")  # a folder that holds no model: one line, before "serving"
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
     serve(cfg, host, port, allow_unauthenticated=allow_unauthenticated)
 

@@ -125,3 +125,9 @@ def test_launch_server_batches_as_a_launched_policy_replica_when_told(monkeypatc
     assert (served[1].batch_wait_ms, served[1].batch_gap_ms) == (2.0, None)
     negative = CliRunner().invoke(app, [*model, "--port", str(free_port()), "--batch-gap-ms", "-1"])
     assert negative.exit_code == 2 and "--batch-gap-ms" in negative.output
+
+
+def test_launch_server_refuses_a_folder_that_holds_no_model_before_saying_it_serves(tmp_path):
+    result = CliRunner().invoke(app, ["launch", "server", "--model", str(tmp_path), "--port", str(free_port())])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith(f"error: --model '{tmp_path}' is a folder but not a model (no config.json in it)")
