@@ -97,8 +97,8 @@ def server(
 ) -> None:
     """Serve a model in the foreground (Ctrl-C stops it): embedded, or a vLLM / SGLang process."""
     from rlrm.engine.models.tiny import resolve_model_path
-    from rlrm.inference.loading import check_model_folder
     from rlrm.errors import ConfigError
+    from rlrm.inference.loading import check_model_folder
     from rlrm.launch.common.auth import check_bind, key_from_env
     from rlrm.launch.common.ports import check_port, ensure_port_free
     from rlrm.launch.common.roles import Role
