@@ -32,6 +32,14 @@ MinSpearmanOption = Annotated[
 MaxRankFlipsOption = Annotated[
     Optional[int], typer.Option(help="Most groups whose ranking may flip (default 0).", min=0)
 ]
+MinGroupPearsonOption = Annotated[
+    Optional[float],
+    typer.Option(
+        help="Lowest Pearson correlation of the scores after removing each group's mean (default 0.9).",
+        min=-1,
+        max=1,
+    ),
+]
 
 app = typer.Typer(help="Check that two reward paths give the same numbers.", no_args_is_help=True)
 
@@ -132,6 +140,7 @@ def disrm(
     ] = None,
     min_spearman: MinSpearmanOption = None,
     max_rank_flips: MaxRankFlipsOption = None,
+    min_group_pearson: MinGroupPearsonOption = None,
     out: Annotated[
         Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-disrm-<time>).")
     ] = None,
@@ -288,6 +297,7 @@ def reward(
     ] = None,
     min_spearman: MinSpearmanOption = None,
     max_rank_flips: MaxRankFlipsOption = None,
+    min_group_pearson: MinGroupPearsonOption = None,
     max_failed_frac: Annotated[
         float,
         typer.Option(

@@ -2,7 +2,7 @@
 group, and where it matters for GRPO, in the advantages. Pure functions of arrays, no models.
 
     cmp = compare(legacy_scores, loop_scores, group_ids, Tolerances())
-    cmp.summary["abs_diff_max"], cmp.summary["spearman"], cmp.summary["rank_flip_groups"]
+    cmp.summary["abs_diff_max"], cmp.summary["spearman"], cmp.summary["group_pearson"]
     passed, reasons = verdict(cmp.summary, Tolerances())
 
 The loop scores (served, fp32) are the reference. A sample is within tolerance when
@@ -25,6 +25,18 @@ when the bands are 0). Strict versions (exact ties only: every discordant pair c
 beside them. Without this, two identical responses scored 1 ulp apart by one path (a server's
 dynamic batch padded them differently) and exactly equal by the other took Spearman over 6 samples
 from 1 to 0.9856, failing a fp32-vs-fp32 check whose Pearson was 1.000000.
+
+What the band cannot see. The band follows the size of the scores, and a common offset is part of that size:
+logits around -10 get a band of about 1.25 each, wider than the whole spread of a group scored -10 ... -8.8.
+Every pair of such a group is then tied and every sample within tolerance, so a reward that ranks each group
+in exactly the opposite order would look like rounding. GRPO ignores the offset (an advantage is a score minus
+its group's mean), and so does one more ranking check, which uses no band: `group_pearson`, the Pearson
+correlation of the two paths' scores after removing each group's mean, pooled over the groups (each group
+weighs in by its spread). Rounding does not follow the scores, so it lowers this correlation only as far as it
+is large against the groups' spread; a reordering lowers it directly (the two lowest of four evenly spaced
+scores swapped in every group: 0.8; the order reversed: -1). It is judged when either path's deviations from
+the group means exceed atol (RMS), the band's absolute floor: groups spread by rounding alone hold no ranking
+to compare. When judged, an undefined value (one path scores every group flat) fails as a low one does.
 """
 
 from __future__ import annotations
@@ -49,6 +61,10 @@ DEFAULT_RTOL = 2.0**-3
 DEFAULT_MAX_OUTSIDE_FRAC = 0.01
 DEFAULT_MIN_SPEARMAN = 0.99
 DEFAULT_MAX_RANK_FLIPS = 0
+# bf16 against fp32 keeps group_pearson above 0.999 (measured: 0.99965 on the spread test DisRM, 0.99998 on the
+# tiny DisRM, 32 x 4 generated samples); the two lowest of four evenly spaced scores swapped in every group take
+# it to 0.8, the wrong token read (--score-offset 1) to -0.05, a reversed order to -1.
+DEFAULT_MIN_GROUP_PEARSON = 0.9
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,7 @@ class Tolerances:
     max_outside_frac: float = DEFAULT_MAX_OUTSIDE_FRAC  # share of finite samples allowed outside the band
     min_spearman: float = DEFAULT_MIN_SPEARMAN
     max_rank_flips: int = DEFAULT_MAX_RANK_FLIPS
+    min_group_pearson: float = DEFAULT_MIN_GROUP_PEARSON  # judged when a path's group deviations exceed atol
 
     def allowed_outside(self, finite_samples: int) -> int:
         """How many samples may fall outside the band (rounded down: a small run allows none)."""
@@ -173,6 +190,35 @@ def score_bands(ref, atol: float, rtol: float, scale: float | None = None) -> np
     return atol + rtol * np.maximum(np.abs(ref), scale)
 
 
+def group_deviations(x, group_ids) -> np.ndarray:
+    """[B] each score minus the mean of its group (what GRPO's advantages are made of), exactly 0 in a group whose
+    scores are all equal (the mean of three 0.1s is 0.1 + 1 ulp)."""
+    x = np.asarray(x, np.float64)
+    _, inverse = np.unique(np.asarray([str(g) for g in group_ids]), return_inverse=True)
+    size = np.bincount(inverse)
+    mean = np.bincount(inverse, weights=x) / size
+    low, high = np.full(len(size), np.inf), np.full(len(size), -np.inf)
+    np.minimum.at(low, inverse, x)
+    np.maximum.at(high, inverse, x)
+    return np.where((low == high)[inverse], 0.0, x - mean[inverse])
+
+
+def group_pearson(test, ref, group_ids) -> float:
+    """Pearson correlation of `test` and `ref` after removing each group's mean from both, pooled over the groups;
+    NaN when either has no spread within any group (see the module docstring)."""
+    dt, dr = group_deviations(test, group_ids), group_deviations(ref, group_ids)
+    denom = math.sqrt(float((dt * dt).sum() * (dr * dr).sum()))
+    if denom == 0:
+        return math.nan
+    return min(1.0, max(-1.0, float((dt * dr).sum() / denom)))  # rounding can step past +-1
+
+
+def group_spread(x, group_ids) -> float:
+    """RMS of the scores' deviations from their group means (0 for no samples)."""
+    d = group_deviations(x, group_ids)
+    return float(np.sqrt(np.mean(d * d))) if len(d) else 0.0
+
+
 def group_ranking(test, ref, bands) -> dict:
     """How one group's ranking changed from `ref` to `test`.
 
@@ -184,7 +230,8 @@ def group_ranking(test, ref, bands) -> dict:
         kendall_tau_strict (tau-b with exact ties), top1 (test's best is tied with ref's best),
         top1_strict (the same index is best in both), flip (a pair both paths separate by more than
         its band is ordered oppositely), flip_strict (any oppositely ordered pair), constant (every
-        ref score is tied with the group's best).
+        ref score is tied with the group's best within their bands), constant_strict (every ref score
+        equal).
     """
     test, ref, bands = np.asarray(test, np.float64), np.asarray(ref, np.float64), np.asarray(bands, np.float64)
     i, j = np.triu_indices(len(ref), k=1)
@@ -204,6 +251,7 @@ def group_ranking(test, ref, bands) -> dict:
         "flip": bool((opposite & resolved).any()),
         "flip_strict": bool(opposite.any()),
         "constant": bool(tied_with_best.all()),
+        "constant_strict": bool((ref == ref[best]).all()),
     }
 
 
@@ -267,6 +315,9 @@ def compare(
         "pearson": pearson(legacy[finite], loop[finite]),
         "spearman": spearman_tied(legacy[finite], loop[finite], bands[finite]),
         "spearman_strict": spearman(legacy[finite], loop[finite]),
+        "group_pearson": group_pearson(legacy[clean], loop[clean], groups[clean]),
+        "group_spread_legacy": group_spread(legacy[clean], groups[clean]),
+        "group_spread_loop": group_spread(loop[clean], groups[clean]),
         **_group_stats(per_group),
         "groups_with_nonfinite": len(bad_groups),
         **_advantage_stats(legacy_adv, loop_adv, clean),
@@ -275,9 +326,8 @@ def compare(
 
 
 def verdict(summary: dict, tol: Tolerances) -> tuple[bool, list[str]]:
-    """(passed, reasons it failed). A non-finite score always fails; more samples outside the band
-    than `max_outside_frac` allows fail; a constant score vector (Spearman undefined) does not fail
-    on its own."""
+    """(passed, reasons it failed). A non-finite score always fails; so do more samples outside the band
+    than `max_outside_frac` allows, and each ranking check of `score_reasons`."""
     reasons = []
     if summary["nonfinite_samples"]:
         reasons.append(
@@ -288,9 +338,12 @@ def verdict(summary: dict, tol: Tolerances) -> tuple[bool, list[str]]:
     return not reasons, reasons
 
 
-def score_reasons(summary: dict, tol: Tolerances, reference: str = "loop") -> list[str]:
+def score_reasons(summary: dict, tol: Tolerances, reference: str = "loop", test: str = "legacy") -> list[str]:
     """Why the finite scores fail the tolerances (empty: they pass): samples outside the band, Spearman, rank
-    flips. `reference` names the reference side in the band's formula."""
+    flips, the within-group Pearson correlation. `reference` and `test` name the two sides in the reasons.
+
+    Spearman is undefined (NaN) when every pair of samples is tied within the band: the band then says nothing
+    of the ranking, and the within-group correlation, which uses no band, judges it."""
     reasons = []
     allowed = tol.allowed_outside(summary["samples"] - summary["nonfinite_samples"])
     if summary["outside_tolerance"] > allowed:
@@ -304,7 +357,33 @@ def score_reasons(summary: dict, tol: Tolerances, reference: str = "loop") -> li
         reasons.append(f"Spearman {rho:.4f} below --min-spearman {tol.min_spearman:g}")
     if summary["rank_flip_groups"] > tol.max_rank_flips:
         reasons.append(f"{summary['rank_flip_groups']} groups flip their ranking (allowed {tol.max_rank_flips})")
-    return reasons
+    group_reason = group_pearson_reason(summary, tol, reference, test)
+    return reasons + ([group_reason] if group_reason else [])
+
+
+def group_pearson_reason(summary: dict, tol: Tolerances, reference: str = "loop", test: str = "legacy") -> str | None:
+    """Why the within-group Pearson correlation fails (None: it passes, or neither side's group deviations exceed
+    atol, so there is no ranking to compare). Undefined with a spread on one side fails."""
+    spreads = {test: summary["group_spread_legacy"], reference: summary["group_spread_loop"]}
+    if max(spreads.values()) <= tol.atol:
+        return None
+    rho = summary["group_pearson"]
+    if math.isnan(rho):
+        flat, other = (test, reference) if spreads[test] <= spreads[reference] else (reference, test)
+        return (
+            f"within-group Pearson undefined: {flat} gives every response of a group the same score, {other} "
+            f"does not (RMS deviation from the group means {spreads[other]:.3g}, above atol {tol.atol:g})"
+        )
+    if rho >= tol.min_group_pearson:
+        return None
+    judged = summary["groups"] - summary["groups_with_nonfinite"]
+    agree = summary["adv_sign_agreement"]
+    return (
+        f"within-group Pearson {rho:.4f} below --min-group-pearson {tol.min_group_pearson:g}: {test} orders the "
+        f"responses of a group otherwise than {reference} (an oppositely ordered pair in "
+        f"{summary['rank_flip_groups_strict']} of {judged} groups, GRPO advantage signs equal on "
+        f"{100 * agree:.1f}% of samples)"
+    )
 
 
 def _diff_stats(abs_diff: np.ndarray, rel_diff: np.ndarray, finite: np.ndarray) -> dict:
@@ -338,6 +417,7 @@ def _group_stats(per_group: list[dict]) -> dict:
         "rank_flip_groups": sum(g["flip"] for g in per_group),
         "rank_flip_groups_strict": sum(g["flip_strict"] for g in per_group),
         "constant_groups": sum(g["constant"] for g in per_group),
+        "constant_groups_strict": sum(g["constant_strict"] for g in per_group),
     }
 
 

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlrm.config.reward import LegacyDtype, RewardConfig
-from rlrm.parity.compare import Tolerances
+from rlrm.parity.compare import DEFAULT_MIN_GROUP_PEARSON, Tolerances
 
 LoopDtype = Literal["fp32", "bf16"]
 Truncation = Literal["keep-end", "keep-start"]
@@ -49,6 +49,12 @@ class ParityConfig(BaseModel):
     max_outside_frac: float = Field(ge=0, le=1)
     min_spearman: float = Field(ge=-1, le=1)
     max_rank_flips: int = Field(ge=0)
+    min_group_pearson: float = Field(
+        DEFAULT_MIN_GROUP_PEARSON,
+        ge=-1,
+        le=1,
+        description="Lowest Pearson correlation of the scores after removing each group's mean.",
+    )
     adv_eps: float = Field(1e-6, gt=0, description="GRPO std epsilon (the profile's algorithm.adv_eps).")
     norm_adv_by_std: bool = Field(True, description="GRPO divides by the group std (algorithm.norm_adv_by_std).")
     score_offset: int = Field(0, ge=0, description="Debugging: legacy reads the score this many tokens early.")
@@ -67,4 +73,5 @@ class ParityConfig(BaseModel):
             max_outside_frac=self.max_outside_frac,
             min_spearman=self.min_spearman,
             max_rank_flips=self.max_rank_flips,
+            min_group_pearson=self.min_group_pearson,
         )

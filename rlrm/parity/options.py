@@ -24,6 +24,7 @@ from rlrm.parity.compare import (
     DEFAULT_ATOL,
     DEFAULT_MAX_OUTSIDE_FRAC,
     DEFAULT_MAX_RANK_FLIPS,
+    DEFAULT_MIN_GROUP_PEARSON,
     DEFAULT_MIN_SPEARMAN,
     DEFAULT_RTOL,
 )
@@ -62,6 +63,7 @@ class ParityOptions:
     max_outside_frac: float | None
     min_spearman: float | None
     max_rank_flips: int | None
+    min_group_pearson: float | None
     score_offset: int
     invariance: bool = True
 
@@ -134,13 +136,14 @@ def build_samples(opts: ParityOptions, profile) -> list:
 
 
 def tolerance_settings(opts) -> dict:
-    """The five tolerance options of `opts`, each given or its default (rlrm.parity.compare)."""
+    """The six tolerance options of `opts`, each given or its default (rlrm.parity.compare)."""
     defaults = {
         "atol": DEFAULT_ATOL,
         "rtol": DEFAULT_RTOL,
         "max_outside_frac": DEFAULT_MAX_OUTSIDE_FRAC,
         "min_spearman": DEFAULT_MIN_SPEARMAN,
         "max_rank_flips": DEFAULT_MAX_RANK_FLIPS,
+        "min_group_pearson": DEFAULT_MIN_GROUP_PEARSON,
     }
     return {k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()}
 

@@ -100,6 +100,10 @@ def summary_table(cell):
             f"{shown_number(st['pearson'], 5)} / {shown_number(st['spearman'], 5)} (min {tol['min_spearman']:g})",
         ),
         (
+            "within-group Pearson",
+            f"{shown_number(st['group_pearson'], 5)} (min {tol['min_group_pearson']:g})",
+        ),
+        (
             "Kendall tau per group: mean / min",
             f"{shown_number(st['kendall_tau_mean'], 4)} / {shown_number(st['kendall_tau_min'], 4)}",
         ),
@@ -111,7 +115,7 @@ def summary_table(cell):
             "groups flipping rank (resolved / strict)",
             f"{st['rank_flip_groups']} / {st['rank_flip_groups_strict']} (max {tol['max_rank_flips']})",
         ),
-        ("constant groups", str(st["constant_groups"])),
+        ("groups tied within the band / constant", f"{st['constant_groups']} / {st['constant_groups_strict']}"),
         (
             "GRPO adv: max / mean abs diff",
             f"{shown_number(st['adv_max_abs_diff'])} / {shown_number(st['adv_mean_abs_diff'])}",

@@ -40,6 +40,7 @@ class RewardParityOptions:
     max_outside_frac: float | None
     min_spearman: float | None
     max_rank_flips: int | None
+    min_group_pearson: float | None
     max_failed_frac: float
 
     @classmethod

@@ -77,6 +77,7 @@ def reward_table(result):
         ("abs diff mean / p99 / max", f"{shown_number(st['abs_diff_mean'])} / {shown_number(st['abs_diff_p99'])} / {shown_number(st['abs_diff_max'])}"),
         ("outside tolerance", f"{st['outside_tolerance']} (atol {s['tolerances']['atol']:g}, rtol {s['tolerances']['rtol']:g}, allowed {shown_percent(s['tolerances']['max_outside_frac'])})"),
         ("Pearson / Spearman", f"{shown_number(st['pearson'], 5)} / {shown_number(st['spearman'], 5)} (min {s['tolerances']['min_spearman']:g})"),
+        ("within-group Pearson", f"{shown_number(st['group_pearson'], 5)} (min {s['tolerances']['min_group_pearson']:g})"),
         ("groups flipping rank (resolved / strict)", f"{st['rank_flip_groups']} / {st['rank_flip_groups_strict']} (max {s['tolerances']['max_rank_flips']})"),
         ("GRPO adv: max / mean abs diff", f"{shown_number(st['adv_max_abs_diff'])} / {shown_number(st['adv_mean_abs_diff'])}"),
         ("GRPO adv sign agreement", shown_percent(st["adv_sign_agreement"])),

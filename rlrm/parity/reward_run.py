@@ -9,10 +9,12 @@ test: another judge template or model folder, a hosted judge, another dtype, ano
 are scored one after the other, so on a GPU the two never hold a reward model at the same time.
 
 The verdict: every sample B gives a score must sit within the band of A's (up to --max-outside-frac of them
-may not), Spearman at least --min-spearman, at most --max-rank-flips groups ranked the other way; and each side
-may fail to score at most --max-failed-frac of the samples (a failed sample is left out of every statistic and
-counted, never scored 0). Identical contracts on both sides are not an error: the run then measures the reward's
-own noise (a judge sampling at temperature > 0, batching), and says so.
+may not), Spearman at least --min-spearman, at most --max-rank-flips groups ranked the other way, the Pearson
+correlation of the scores after removing each group's mean at least --min-group-pearson (this one uses no band,
+so an offset that widens the band cannot hide a reordered group); and each side may fail to score at most
+--max-failed-frac of the samples (a failed sample is left out of every statistic and counted, never scored 0).
+Identical contracts on both sides are not an error: the run then measures the reward's own noise (a judge
+sampling at temperature > 0, batching), and says so.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def run_reward_parity(
     sa, sb = scored["A"], scored["B"]
     cmp = compare(sb.scores, sa.scores, [s.group_id for s in samples], tol, adv_eps, norm_adv_by_std)
     reasons = failure_reasons({"A": sa, "B": sb}, len(samples), max_failed_frac)
-    reasons += score_reasons(cmp.summary, tol, reference="A")
+    reasons += score_reasons(cmp.summary, tol, reference="A", test="B")
     diff = contract_diff(sa.contract, sb.contract)
     summary = {
         "verdict": "fail" if reasons else "pass",
@@ -110,7 +112,12 @@ def _side_summary(side: RewardSide, s: SideScores, samples: list[ParitySample]) 
 
 def _stats(stats: dict, samples: list[ParitySample]) -> dict:
     """compare()'s summary with B/A names for its legacy/loop ones, and the worst sample by id."""
-    renamed = {"nonfinite_legacy": "nonfinite_b", "nonfinite_loop": "nonfinite_a"}
+    renamed = {
+        "nonfinite_legacy": "nonfinite_b",
+        "nonfinite_loop": "nonfinite_a",
+        "group_spread_legacy": "group_spread_b",
+        "group_spread_loop": "group_spread_a",
+    }
     out = {renamed.get(k, k): v for k, v in stats.items() if k not in ("samples", "groups")}
     argmax = out.get("abs_diff_argmax")
     out["abs_diff_argmax"] = samples[argmax].sample_id if argmax is not None else None

@@ -1,12 +1,15 @@
-"""Parity figures from a `rlrm parity disrm` folder: legacy (in-trainer) vs reward-loop scores.
+"""Parity figures from a parity folder: `rlrm parity disrm`'s legacy (in-trainer) vs reward-loop scores, or
+`rlrm parity reward`'s side A vs side B.
 
     flips = group_flips(parity.scores)        # one row per group: n, pairs, flips, top1_agree
-    fig = scatter_figure(parity.scores)       # loop vs legacy with the y = x line
+    fig = scatter_figure(parity.scores)       # loop vs legacy (B vs A) with the y = x line
 
 Colours follow verl's parity plots: legacy in orange, reward loop in red.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rlrm.report.figures import FigureSkipped, new_figure
 from rlrm.report.series import has_metric
@@ -16,19 +19,53 @@ PASS_COLOR, FAIL_COLOR = "tab:green", "tab:red"
 TRAIN_KEYS = ("critic/score/mean", "val/accuracy", "response_length/mean", "actor/entropy")
 
 
+@dataclass(frozen=True)
+class Sides:
+    """The two sides of a scores.parquet: their score and advantage columns and their names in the figures.
+    `x` is drawn on the x axis, `y` on the y axis; residuals are y - x."""
+
+    x_score: str
+    y_score: str
+    x_adv: str
+    y_adv: str
+    x_name: str
+    y_name: str
+    x_short: str
+    y_short: str
+
+
+DISRM_SIDES = Sides("legacy_score", "loop_score", "legacy_adv", "loop_adv", "legacy", "reward loop", "legacy", "loop")
+REWARD_SIDES = Sides("a_score", "b_score", "a_adv", "b_adv", "side A", "side B", "A", "B")
+
+
+def sides_of(scores, what: str) -> Sides:
+    """Which parity command wrote `scores`: `parity disrm` (legacy_score, loop_score) or `parity reward`
+    (a_score, b_score). FigureSkipped, naming `what` was to be drawn, when it is neither."""
+    if scores is None:
+        raise FigureSkipped(f"no scores.parquet for the {what}")
+    for sides in (DISRM_SIDES, REWARD_SIDES):
+        if {sides.x_score, sides.y_score} <= set(scores.columns):
+            return sides
+    raise FigureSkipped(
+        f"scores.parquet has neither legacy_score and loop_score (parity disrm) nor a_score and b_score "
+        f"(parity reward) columns for the {what}"
+    )
+
+
 def group_flips(scores):
-    """Per group: samples `n`, sample `pairs`, `flips` (pairs ordered one way by legacy and the
-    other by loop; exact ties are not flips, near-ties are: this is the strict count) and
+    """Per group: samples `n`, sample `pairs`, `flips` (pairs ordered one way by one side and the
+    other way by the other; exact ties are not flips, near-ties are: this is the strict count) and
     `top1_agree` (both pick the same best sample). Non-finite scores are left out."""
     import numpy as np
     import pandas as pd
 
-    _require(scores, ("group_id", "legacy_score", "loop_score"), "rank flips")
-    legacy = scores["legacy_score"].to_numpy(dtype=float)
-    loop = scores["loop_score"].to_numpy(dtype=float)
+    sides = sides_of(scores, "rank flips")
+    _require(scores, ("group_id",), "rank flips")
+    xs = scores[sides.x_score].to_numpy(dtype=float)
+    ys = scores[sides.y_score].to_numpy(dtype=float)
     rows = []
     for gid, idx in scores.groupby("group_id", sort=True).indices.items():
-        a, b = legacy[idx], loop[idx]
+        a, b = xs[idx], ys[idx]
         finite = np.isfinite(a) & np.isfinite(b)
         a, b, idx = a[finite], b[finite], idx[finite]
         if not len(idx):
@@ -50,37 +87,39 @@ def flip_counts(flips):
 
 
 def scatter_figure(scores):
-    """Loop score vs legacy score (and advantages when present), each with the y = x line."""
-    _require(scores, ("legacy_score", "loop_score"), "score scatter")
-    panels = [("legacy_score", "loop_score", "Score")]
-    if {"legacy_adv", "loop_adv"} <= set(scores.columns):
-        panels.append(("legacy_adv", "loop_adv", "GRPO advantage"))
+    """Loop score vs legacy score, or B vs A (and advantages when present), each with the y = x line."""
+    sides = sides_of(scores, "score scatter")
+    panels = [(sides.x_score, sides.y_score, "Score")]
+    if {sides.x_adv, sides.y_adv} <= set(scores.columns):
+        panels.append((sides.x_adv, sides.y_adv, "GRPO advantage"))
     fig, axes = new_figure(1, len(panels), width=5.0 * len(panels), height=4.8, squeeze=False)
     for ax, (xcol, ycol, title) in zip(axes[0], panels):
         xs, ys = scores[xcol].to_numpy(dtype=float), scores[ycol].to_numpy(dtype=float)
         ax.scatter(xs, ys, s=6, alpha=0.5, color=LOOP_COLOR, linewidths=0, rasterized=True, label="samples")
         low, high = _finite_range(xs, ys)
         ax.plot([low, high], [low, high], color="0.2", linestyle="--", linewidth=1, label="y = x")
-        ax.set_xlabel(f"legacy ({xcol})")
-        ax.set_ylabel(f"reward loop ({ycol})")
+        ax.set_xlabel(f"{sides.x_name} ({xcol})")
+        ax.set_ylabel(f"{sides.y_name} ({ycol})")
         ax.set_title(title)
         ax.legend(loc="upper left", fontsize="small")
     return fig
 
 
 def residual_figure(scores):
-    """Histogram of loop - legacy score per sample, with the zero line."""
+    """Histogram of loop - legacy (B - A) score per sample, with the zero line."""
     import numpy as np
 
-    _require(scores, ("legacy_score", "loop_score"), "residual histogram")
-    resid = (scores["loop_score"].astype(float) - scores["legacy_score"].astype(float)).to_numpy()
+    sides = sides_of(scores, "residual histogram")
+    resid = (scores[sides.y_score].astype(float) - scores[sides.x_score].astype(float)).to_numpy()
     resid = resid[np.isfinite(resid)]
     fig, ax = new_figure(width=6.5)
     ax.hist(resid, bins=min(60, max(5, int(np.sqrt(max(len(resid), 1))))), color=LOOP_COLOR, alpha=0.8)
     ax.axvline(0.0, color="0.2", linestyle="--", linewidth=1)
     if len(resid):
-        ax.set_title(f"Residual loop - legacy (mean {resid.mean():.3g}, max |.| {np.abs(resid).max():.3g})")
-    ax.set_xlabel("loop score - legacy score")
+        ax.set_title(
+            f"Residual {sides.y_short} - {sides.x_short} (mean {resid.mean():.3g}, max |.| {np.abs(resid).max():.3g})"
+        )
+    ax.set_xlabel(f"{sides.y_short} score - {sides.x_short} score")
     ax.set_ylabel("samples")
     return fig
 
@@ -103,7 +142,7 @@ def rank_flip_figure(flips, verdict: str | None = None):
     agree = flips["top1_agree"].mean() if len(flips) else float("nan")
     said = f"verdict {str(verdict).upper()}: " if verdict else ""
     ax.set_title(f"Rank flips per group\n{said}{len(flips)} groups, top-1 agreement {agree:.1%}")
-    ax.set_xlabel("pairs ordered differently by legacy and loop (strict: near-ties count)")
+    ax.set_xlabel("pairs ordered differently by the two sides (strict: near-ties count)")
     ax.set_ylabel("groups")
     ax.set_xticks(counts.index.to_numpy())
     return fig
@@ -124,6 +163,7 @@ SUMMARY_ORDER = (
     "abs_diff_p99",
     "pearson",
     "spearman",
+    "group_pearson",
     "kendall_tau_mean",
     "top1_agreement",
     "rank_flips",

@@ -39,7 +39,14 @@ def test_pass_writes_scores_and_summary(spread_disrm_path, spread_disrm_server, 
     assert (summary["legacy_dtype"], summary["loop_dtype"], summary["world_size"]) == ("bf16", "fp32", 1)
     assert summary["max_length"] == 64  # the model's positions cap the profile's 512
     assert summary["legacy"]["samples_per_s"] > 0 and summary["loop"]["samples_per_s"] > 0
-    assert set(summary["tolerances"]) == {"atol", "rtol", "max_outside_frac", "min_spearman", "max_rank_flips"}
+    assert set(summary["tolerances"]) == {
+        "atol",
+        "rtol",
+        "max_outside_frac",
+        "min_spearman",
+        "max_rank_flips",
+        "min_group_pearson",
+    }
     for key in (
         "abs_diff_mean",
         "abs_diff_p50",
@@ -52,6 +59,7 @@ def test_pass_writes_scores_and_summary(spread_disrm_path, spread_disrm_server, 
         "adv_max_abs_diff",
         "adv_sign_agreement",
         "rank_flip_groups",
+        "group_pearson",
     ):
         assert summary["stats"][key] is not None, key
 

@@ -158,7 +158,9 @@ def test_non_finite_floats_are_refused_with_the_key_path(key, value):
         override = f"actor.betas=[0.9,{value}]"
     else:
         override = f"{key}={value}"
-    with pytest.raises(ConfigError, match=rf"^--set {key.replace('.', '[.]')}: Input should be a finite number"):  # named as given
+    with pytest.raises(
+        ConfigError, match=rf"^--set {key.replace('.', '[.]')}: Input should be a finite number"
+    ):  # named as given
         load_profile("tiny-rule", [override])
 
 
