@@ -61,6 +61,7 @@ def run_row(rows: list[dict]) -> dict:
     return {
         "steps": len(steps),
         "tokens_per_s": sum(r.get("perf/total_num_tokens", 0) for r in steps) / total,
+        "samples": sum(samples),  # trained: with reward_failures, the share that failed
         "samples_per_s": sum(samples) / total,
         "steps_per_hour": 3600.0 * len(steps) / total,
         "step_time_p50": quantile(times, 0.5),

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from rlrm.bench.limits import Phases, Shape, baseline_phases, batch_latency, mode_bound, of_limit
 from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
+from rlrm.bench.simulate.spec import MAX_AHEAD_FIXED
 from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
@@ -266,6 +267,7 @@ class RewardLatencyBench:
             "reward_max_concurrency": self.reward_max_concurrency,
             "latency_to_step_ratio": self._latency_to_step_ratio(base),
             "steps": self.steps,
+            "max_staleness": self._shape["max_staleness"],
             "repeats": self.repeats,
             "seed": self.seed,
             "spread": SPREAD_NOTE if self.repeats > 1 else "unknown: one repeat; run --repeats 5 for an interval",
@@ -351,6 +353,40 @@ class RewardLatencyBench:
         summary = self.summary()
         _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(finite_json(summary), indent=2)))
         return summary
+
+
+def short_run_warning(summary: dict) -> str | None:
+    """A warning when the runs were too short for a mode to reach its steady state (None: they were not).
+
+    A mode that runs ahead (one-step-off by 1 batch, fully-async by trainer.max_staleness) generates its
+    first max_ahead + 1 batches during step 1, and its next steps train on them without waiting: the mean
+    step time after the first, which speedups and of_limit use, then beats the steady state. The runs are
+    too short when steps <= max_ahead + 2 for such a mode, or when any mode is faster than its own lower
+    bound (of_limit above 1).
+    """
+    steps, modes = summary["steps"], summary["modes"]
+    ahead = {mode: MAX_AHEAD_FIXED.get(mode, summary["max_staleness"]) for mode in modes}
+    short = [mode for mode in modes if 0 < ahead[mode] and steps <= ahead[mode] + 2]
+    over = [mode for mode, stats in modes.items() if _above_one(stats.get("of_limit"))]
+    if not short and not over:
+        return None
+    why = [
+        f"{mode} generates {ahead[mode] + 1} batches in step 1, so its next {ahead[mode]} step(s) wait for no "
+        "generation"
+        for mode in short
+    ]
+    if over:
+        limits = ", ".join(f"{mode} {modes[mode]['of_limit']:.2f}" for mode in over)
+        why.append(f"of limit above 1 (faster than its own lower bound): {limits}")
+    enough = max(10, 5 * (max(ahead[mode] for mode in short + over) + 2))
+    return (
+        f"--steps {steps} is too short for a steady state: {'; '.join(why)}; the speedups and hiding efficiencies "
+        f"above are inflated: raise --steps (e.g. --steps {enough})"
+    )
+
+
+def _above_one(value) -> bool:
+    return isinstance(value, (int, float)) and value > 1  # NaN and None (unknown) are not
 
 
 def _atomic(path: Path, write) -> None:

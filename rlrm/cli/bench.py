@@ -60,7 +60,7 @@ def reward_latency(
     from rlrm.allocator import use_one_malloc_arena
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
-    from rlrm.bench.reward_latency import RewardLatencyBench
+    from rlrm.bench.reward_latency import RewardLatencyBench, short_run_warning
 
     folder = out or Path("bench") / timestamped("reward-latency")
     bench = RewardLatencyBench(
@@ -101,6 +101,9 @@ def reward_latency(
         )
         raise typer.Exit(130) from None
     _print_table(summary)
+    warning = short_run_warning(summary)
+    if warning:
+        typer.echo(f"warning: {warning}")
     typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
 
 
@@ -194,7 +197,7 @@ def simulate(
     sweep: Annotated[Optional[str], typer.Option(help="KEY=V1,V2,...: one result row per value and mode.")] = None,
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes (default: the spec's).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
-    repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws).", min=1)] = 1,
+    repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws; at most 100).", min=1)] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
     dry_run: Annotated[
         bool,

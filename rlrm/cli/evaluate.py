@@ -7,14 +7,16 @@ rlrm eval rm --profile tiny-genrm --pairs pairs.jsonl --json
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from rlrm.bench.results import finite_json
 from rlrm.cli.common import console, friendly_errors
-from rlrm.cli.options import ProfileOption, SeedOption, SetOption, given
+from rlrm.cli.options import ProfileOption, SetOption
 
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
 
@@ -30,14 +32,14 @@ def rm(
     ],
     profile: ProfileOption = None,
     overrides: SetOption = [],
-    seed: SeedOption = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Score every chosen and rejected response with the profile's reward (default tiny-disrm), through the
     reward loop and servers training uses, all at once (the loop's workers and concurrency), and print
-    pairwise accuracy per subset and overall with a bootstrap 95% interval (seeded by --seed). Ties are
-    not wins and are counted apart; pairs with identical chosen and rejected are skipped with a warning."""
+    pairwise accuracy per subset and overall with a Wilson 95% interval. Ties are not wins and are counted
+    apart, so are failed scores (left out of the accuracy); pairs with identical chosen and rejected are
+    skipped with a warning. When every pair failed (e.g. a judge that is down), exits 1 naming the first error."""
     from rlrm.config.loader import load_profile
     from rlrm.reward_checks.pairs import accuracy_table, read_pairs, score_pairs
 
@@ -58,18 +60,21 @@ def rm(
             "raise it to score them whole",
             file=sys.stderr,
         )
-    table = accuracy_table(scored, seed=given(seed, "--seed"))
+    table = accuracy_table(scored)
     if as_json:
         typer.echo(
             json.dumps(
-                {
-                    "pairs_file": str(pairs),
-                    "reward": resolved.reward.kind,
-                    "model": resolved.reward.server.model,
-                    "identical_skipped": len(identical),
-                    "subsets": table,
-                },
+                finite_json(  # JSON has no NaN: a subset with no scored pair has null accuracy
+                    {
+                        "pairs_file": str(pairs),
+                        "reward": resolved.reward.kind,
+                        "model": resolved.reward.server.model,
+                        "identical_skipped": len(identical),
+                        "subsets": table,
+                    }
+                ),
                 indent=2,
+                allow_nan=False,
             )
         )
         return
@@ -90,7 +95,11 @@ def _print(table: list[dict], what: str, identical: int) -> None:
             str(r["ties"]),
             str(r["lost"]),
             str(r["failed"]),
-            f"{r['accuracy']:.3f}",
-            f"{r['ci95_low']:.3f} - {r['ci95_high']:.3f}",
+            _fmt(r["accuracy"]),
+            "-" if math.isnan(r["ci95_low"]) else f"{r['ci95_low']:.3f} - {r['ci95_high']:.3f}",
         )
     console().print(out)
+
+
+def _fmt(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"

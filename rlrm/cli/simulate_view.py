@@ -34,7 +34,8 @@ def print_params(calibration) -> None:
 
 
 def print_results(result) -> None:
-    """One row per (sweep point, mode): throughput, speedup, hiding efficiency, idle ratios, staleness."""
+    """One row per (sweep point, mode): throughput, speedup, hiding efficiency, idle ratios, staleness and
+    reward failures; a warning line under the table when any reward failed."""
     from rich.table import Table
 
     sweep = result.summary.get("sweep")
@@ -49,26 +50,93 @@ def print_results(result) -> None:
         "idle rollout",
         "reward wait",
         "stale max",
+        "reward failures",
     ]
     for col in cols:
         table.add_column(col, justify="left" if col in ("point", "mode", "latency") else "right", no_wrap=True)
     for r in result.rows:
-        name = "sync, no latency" if r["run_dir"].rsplit("/", 1)[-1].startswith("sync-nolatency") else r["mode"]
+        unreal = _unreal(r, result.rows)
         table.add_row(
             *([str(r["sweep_value"])] if sweep else []),
-            name,
-            str(r["latency"]),
+            _name(r),
+            _latency(r),
             f"{r['tokens_per_s']:,.0f}",
-            _fmt(r["speedup_vs_sync"], "{:.2f}x"),
-            _fmt(r["hiding_efficiency"], "{:.2f}"),
+            unreal or _fmt(r["speedup_vs_sync"], "{:.2f}x"),
+            unreal or _fmt(r["hiding_efficiency"], "{:.2f}"),
             _fmt(r["idle_trainer"], "{:.2f}"),
             _fmt(r["idle_rollout"], "{:.2f}"),
             _fmt(r["idle_reward_wait"], "{:.2f}"),
             _fmt(r["staleness_max"], "{:.0f}"),
+            _failures(r),
         )
     _console().print(table)
+    for line in failure_warnings(result.rows):
+        typer.echo(f"warning: {line}")
     for note in result.notes:
         typer.echo(f"note: {note}")
+
+
+def _name(r: dict) -> str:
+    return "sync, no latency" if r["run_dir"].rsplit("/", 1)[-1].startswith("sync-nolatency") else r["mode"]
+
+
+def _where(r: dict) -> str:
+    point = f" at {r['sweep_key']}={r['sweep_value']}" if r.get("sweep_key") else ""
+    return f"{_name(r)}{point}"
+
+
+def _latency(r: dict) -> str:
+    """The latency spec as the run drew it: with its scale unless that is 1 (the baseline's is NaN)."""
+    scale = r.get("latency_scale")
+    if r["latency"] == "none" or scale is None or not math.isfinite(scale) or scale == 1:
+        return str(r["latency"])
+    return f"{r['latency']} x{scale:g}"
+
+
+def _all_failed(r: dict) -> bool:
+    return r["samples"] > 0 and r["reward_failures"] >= r["samples"]
+
+
+def _unreal(r: dict, rows: list[dict]) -> str | None:
+    """What to show instead of a speedup that compares failed calls, not scheduling (None: it is real)."""
+    if _all_failed(r):
+        return "all failed"
+    sync = [
+        s
+        for s in rows
+        if s["mode"] == "sync"
+        and s["latency"] == r["latency"]
+        and s.get("sweep_value") == r.get("sweep_value")
+        and s.get("repeat") == r.get("repeat")
+    ]
+    return "sync all failed" if sync and _all_failed(sync[0]) else None
+
+
+def _failures(r: dict) -> str:
+    if not r["reward_failures"]:
+        return "0"
+    return f"{r['reward_failures']:,} ({r['reward_failures'] / max(r['samples'], 1):.1%})"
+
+
+def failure_warnings(rows: list[dict]) -> list[str]:
+    """The warning lines for the runs whose rewards failed (none when every reward was scored)."""
+    failed = [r for r in rows if r["reward_failures"] > 0]
+    if not failed:
+        return []
+    worst = max(failed, key=lambda r: r["reward_failures"] / max(r["samples"], 1))
+    lines = [
+        f"rewards failed in {len(failed)} of {len(rows)} runs (largest share: {_where(worst)}, "
+        f"{worst['reward_failures']:,} of {worst['samples']:,} samples); their step times include the failed calls' "
+        "timeouts and retries, and the failed samples trained on reward.on_failure's score: raise reward.timeout_s "
+        "or lower the latency"
+    ]
+    dead = [r for r in failed if _all_failed(r)]
+    if dead:
+        lines.append(
+            f"every reward failed in {len(dead)} runs ({', '.join(_where(r) for r in dead[:4])}"
+            f"{', ...' if len(dead) > 4 else ''}): their speedups are not shown, they measure nothing"
+        )
+    return lines
 
 
 def _interval(r: dict) -> str:

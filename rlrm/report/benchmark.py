@@ -41,6 +41,7 @@ TABLE_COLUMNS = (
     "step_time_p90",
     "staleness_mean",
     "staleness_max",
+    "reward_failures",  # a speedup over failed calls times their timeouts, not the scheduling
     "final_reward",
     "val_accuracy",
 )

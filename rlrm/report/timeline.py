@@ -191,15 +191,28 @@ def timeline_figure(panels: list[TimelinePanel]):
 
     Each lane of a panel is one PolyCollection (labelled 'generation', 'reward', 'training', or the
     lane name) holding one rectangle per span.
+
+    The panels share one time axis, from 0 to the end of the longest window, so every panel shows all of
+    its own window and a second is as wide in each (a slower mode's steps take more of the width).
     """
     fig, axes = new_figure(len(panels), 1, width=10.0, height=1.2 + 1.6 * len(panels), squeeze=False, sharex=True)
+    right = max([_panel_end(panel) for panel in panels] + [1e-6])
     for ax, panel in zip(axes[:, 0], panels):
-        _draw_panel(ax, panel)
+        _draw_panel(ax, panel, right)
+    axes[-1, 0].set_xlim(0, right)
     axes[-1, 0].set_xlabel("seconds from window start")
     return fig
 
 
-def _draw_panel(ax, panel: TimelinePanel) -> None:
+def _panel_end(panel: TimelinePanel) -> float:
+    """Seconds from the window start to the panel's last span end (or its last step start)."""
+    ends = [*panel.step_starts.values()]
+    if not panel.events.empty:
+        ends.append(float(panel.events["end_s"].max()))
+    return max(ends, default=0.0)
+
+
+def _draw_panel(ax, panel: TimelinePanel, right: float) -> None:
     from matplotlib.collections import PolyCollection
 
     ax.set_title(panel.title, fontsize="medium", loc="left")
@@ -208,7 +221,7 @@ def _draw_panel(ax, panel: TimelinePanel) -> None:
         note_axes(ax, "no spans in this window")
         return
     # a span shorter than ~2 pixels would vanish; draw it that wide (a rule reward takes microseconds)
-    min_width = max(events["end_s"].max(), 1e-6) / 500
+    min_width = right / 500
     present = list(events["lane"].unique())
     lanes = [lane for lane in LANES if lane in present] + sorted(lane for lane in present if lane not in LANES)
     for y, lane in enumerate(lanes):
@@ -228,7 +241,6 @@ def _draw_panel(ax, panel: TimelinePanel) -> None:
         ax.text(start, -0.6, f" step {step}", fontsize="x-small", color="0.3", va="center")
     ax.set_yticks(range(len(lanes)), [LANES.get(lane, (lane,))[0] for lane in lanes])
     ax.set_ylim(-0.75, len(lanes) - 0.5)
-    ax.set_xlim(0, max(events["end_s"].max(), 1e-6))
     ax.invert_yaxis()
 
 

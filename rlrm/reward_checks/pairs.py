@@ -2,14 +2,19 @@
 
     pairs, skipped = read_pairs("pairs.jsonl")     # RewardBench's jsonl shape
     scored = score_pairs(profile, pairs)           # through the trainer's reward loop and servers
-    table = accuracy_table(scored, seed=0)         # per subset and overall, bootstrap 95% interval
+    table = accuracy_table(scored)                 # per subset and overall, Wilson 95% interval
 
 A row holds `prompt` (a string, or chat messages), `chosen` and `rejected` (responses) and optionally
 `subset`, `id` and `ground_truth` (rlrm's addition: the reference answer for the rule and for judges
 whose template uses {reference}). A pair is won when chosen scores strictly above rejected; a tie
 (equal scores: common for a judge with two verdicts) is not a win and is counted on its own; a pair
-with a failed score on either side is counted as failed and left out of the accuracy. A pair whose
-chosen and rejected are the same text says nothing: it is counted, skipped and warned about.
+with a failed score on either side is counted as failed and left out of the accuracy; when every pair
+failed (a judge that is down) there is no accuracy, and scoring raises naming the first error. A pair
+whose chosen and rejected are the same text says nothing: it is counted, skipped and warned about.
+
+The interval is Wilson's score interval of the won share (rlrm/stats.py), not a bootstrap: a bootstrap of
+n pairs all won resamples nothing but wins and gives 1.000-1.000, while Wilson gives 1 of 1 won
+0.207-1.000 and 192 of 192 0.980-1.000.
 """
 
 from __future__ import annotations
@@ -17,17 +22,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import RewardSample
-from rlrm.errors import DataError
+from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.errors import DataError, RlrmError, clipped
 from rlrm.reward_checks.samples import messages_of, read_jsonl
 from rlrm.reward_checks.scoring import score_samples
+from rlrm.stats import wilson_interval
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
-BOOTSTRAP = 2000
 OVERALL = "overall"
+
+
+class PairsError(RlrmError):
+    """No pair could be scored: there is no accuracy to give."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class ScoredPair:
     chosen: float  # NaN: the reward failed
     rejected: float
     truncated: int = 0  # of its two conversations, how many the DisRM cut to reward.disrm.max_length
+    error: str = ""  # why the first of its failed scores failed ("": both scored)
 
 
 def read_pairs(path) -> tuple[list[Pair], list[str]]:
@@ -93,40 +101,50 @@ def score_pairs(reward: RewardConfig, pairs: list[Pair]) -> list[ScoredPair]:
                 )
             )
     results = score_samples(reward, samples).results
-    scores = [math.nan if r is None or r.extra.get("reward_failed") else float(r.score) for r in results]
+    scores, errors = zip(*map(_score_and_error, results)) if results else ((), ())
     cut = [int(r is not None and bool(r.extra.get("disrm_truncated"))) for r in results]
-    return [ScoredPair(p, scores[2 * i], scores[2 * i + 1], cut[2 * i] + cut[2 * i + 1]) for i, p in enumerate(pairs)]
+    scored = [
+        ScoredPair(p, scores[2 * i], scores[2 * i + 1], cut[2 * i] + cut[2 * i + 1], errors[2 * i] or errors[2 * i + 1])
+        for i, p in enumerate(pairs)
+    ]
+    if scored and all(s.error for s in scored):
+        raise PairsError(
+            f"every one of {len(scored)} pairs failed to score with reward.kind={reward.kind}, so there is no "
+            f"accuracy; the first error (pair {scored[0].pair.id}): {clipped(scored[0].error, 200)}"
+        )
+    return scored
 
 
-def bootstrap_interval(wins: np.ndarray, rng: np.random.Generator, resamples: int = BOOTSTRAP) -> tuple[float, float]:
-    """Percentile bootstrap 95% interval of the mean of `wins` (1 won, 0 not)."""
-    if len(wins) == 0:
-        return math.nan, math.nan
-    means = wins[rng.integers(0, len(wins), size=(resamples, len(wins)))].mean(axis=1)  # [resamples]
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
+def _score_and_error(result: RewardResult | None) -> tuple[float, str]:
+    """(the score, "") or (NaN, why it failed)."""
+    if result is None:
+        return math.nan, "the reward loop dropped it"
+    if result.extra.get("reward_failed"):
+        return math.nan, str(result.extra.get("reward_error") or "unknown")
+    score = float(result.score)
+    return (score, "") if math.isfinite(score) else (math.nan, f"a non-finite score ({score})")
 
 
-def accuracy_table(scored: list[ScoredPair], seed: int = 0, resamples: int = BOOTSTRAP) -> list[dict]:
-    """One row per subset (sorted) and an overall row: pairs, won, ties, failed, accuracy and its interval."""
-    rng = np.random.default_rng(seed)
+def accuracy_table(scored: list[ScoredPair]) -> list[dict]:
+    """One row per subset (sorted) and an overall row: pairs, won, ties, lost, failed, accuracy (won / scored;
+    NaN when none of them was scored) and its Wilson 95% interval (`ci95_low`, `ci95_high`)."""
     subsets = sorted({s.pair.subset for s in scored})
     rows = []
     for name in subsets + [OVERALL]:
         part = [s for s in scored if name == OVERALL or s.pair.subset == name]
         ok = [s for s in part if math.isfinite(s.chosen) and math.isfinite(s.rejected)]
-        wins = np.array([float(s.chosen > s.rejected) for s in ok])
+        won = sum(1 for s in ok if s.chosen > s.rejected)
         ties = sum(1 for s in ok if s.chosen == s.rejected)
-        low, high = bootstrap_interval(wins, rng, resamples)
+        low, high = wilson_interval(won, len(ok))
         rows.append(
             {
                 "subset": name,
                 "pairs": len(part),
-                "won": int(wins.sum()),
+                "won": won,
                 "ties": ties,
-                "lost": len(ok) - int(wins.sum()) - ties,
+                "lost": len(ok) - won - ties,
                 "failed": len(part) - len(ok),
-                "accuracy": float(wins.mean()) if len(ok) else math.nan,
+                "accuracy": won / len(ok) if ok else math.nan,
                 "ci95_low": low,
                 "ci95_high": high,
             }

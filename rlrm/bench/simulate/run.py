@@ -4,7 +4,8 @@
     result.rows        # one results row per (sweep point, mode), plus a zero-latency sync row per point
 
 Written: `results.csv` and `results.parquet` (the benchmark's columns, plus `sweep_key`,
-`sweep_value`, `mean_latency_s`), `summary.json`, `spec.yaml` (what ran) and per run
+`sweep_value`, `mean_latency_s`, `stopped` and `samples`: those trained, of which `reward_failures`
+failed), `summary.json`, `spec.yaml` (what ran) and per run
 `runs/[<point>/]<mode>/{metrics.jsonl,trace.json,config.yaml}`. Speedup is over sync at the
 same sweep point, hiding efficiency over that point's zero-latency sync run.
 """
@@ -24,10 +25,11 @@ from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
 from rlrm.config.latency import parse_latency
 from rlrm.engine.metrics.trace import write_chrome_trace
-from rlrm.errors import RunFolderError
+from rlrm.errors import ConfigError, RunFolderError
 
 BASELINE = "sync-nolatency"
-EXTRA_COLUMNS = ["sweep_key", "sweep_value", "mean_latency_s", "stopped"]
+MAX_REPEATS = 100  # as `rlrm bench reward-latency`: a typo of 100000000 must not simulate without end
+EXTRA_COLUMNS = ["sweep_key", "sweep_value", "mean_latency_s", "stopped", "samples"]
 
 
 @dataclass
@@ -51,7 +53,16 @@ def run_simulation(
 
     `latencies`: one [steps, N] array of first-attempt reward latencies per repeat (a benchmark's
     own, rlrm/bench/simulate/replay.py): repeat r replays latencies[r] instead of drawing them.
+
+    Raises:
+        ConfigError: more than MAX_REPEATS repeats.
+        RunFolderError: `out` holds files.
     """
+    if repeats > MAX_REPEATS:
+        raise ConfigError(
+            f"--repeats {repeats:,}: at most {MAX_REPEATS} simulated repeats (each simulates every mode again; "
+            "5 give a bootstrap 95% interval)"
+        )
     if out is not None and write:
         out = Path(out)
         if out.exists() and any(out.iterdir()):
@@ -92,16 +103,18 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
             update={"workload": spec.workload.model_copy(update={"seed": spec.workload.seed + repeat})}
         )
         draws = draw_workload(seeded, first_latency=latencies[repeat] if latencies else None)
-        plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", 0.0)]
-        # as the benchmark writes it: the --latency spec (its scale apart); "none" marks the baseline only
-        plan += [(mode, mode, draws, spec.reward.latency, mean_latency) for mode in spec.modes]
-        for name, mode, mode_draws, latency_text, mean in plan:
+        plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", math.nan, 0.0)]
+        # as the benchmark writes it: the --latency spec, its scale apart; "none" marks the baseline only
+        scale = spec.reward.latency_scale
+        plan += [(mode, mode, draws, spec.reward.latency, scale, mean_latency) for mode in spec.modes]
+        for name, mode, mode_draws, latency_text, latency_scale, mean in plan:
             run = simulate(seeded, mode, mode_draws)
             run_dir = "/".join(p for p in ("runs", label, f"{name}-r{repeat}") if p)
             row = {
                 "mode": mode,
                 "repeat": repeat,
                 "latency": latency_text,
+                "latency_scale": latency_scale,
                 "run_dir": run_dir,
                 **run_row(run.rows),
                 "mean_latency_s": mean,
@@ -141,6 +154,8 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
                     "hiding_efficiency": r["hiding_efficiency"],
                     "tokens_per_s": r["tokens_per_s"],
                     "idle_trainer": r["idle_trainer"],
+                    "reward_failures": r["reward_failures"],
+                    "samples": r["samples"],
                 }
                 for r in rows
                 if r["sweep_value"] == value and r["latency"] != "none"

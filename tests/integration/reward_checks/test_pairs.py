@@ -1,12 +1,10 @@
-"""`rlrm eval rm`: the pairs file from the synthetic task, reading RewardBench-shaped rows, accuracy
-with ties and a seeded bootstrap interval by hand, and the tiny DisRM's accuracy against a random one's."""
+"""`rlrm eval rm`: the pairs file from the synthetic task, reading RewardBench-shaped rows, and the tiny DisRM's
+accuracy against a random one's (the accuracy and its interval by hand: tests/unit/reward_checks/test_pair_accuracy.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -14,13 +12,7 @@ from rlrm.cli.main import app
 from rlrm.engine.models.pairs_file import synthetic_pairs, write_pairs_file
 from rlrm.engine.rewards.gsm8k import compute_score
 from rlrm.errors import DataError
-from rlrm.reward_checks.pairs import (
-    Pair,
-    ScoredPair,
-    accuracy_table,
-    bootstrap_interval,
-    read_pairs,
-)
+from rlrm.reward_checks.pairs import read_pairs
 
 runner = CliRunner()
 # The tiny DisRM separates right from near-miss answers on held-out problems (measured: 192 / 192 pairs);
@@ -72,23 +64,6 @@ def test_rows_missing_fields_are_named_and_identical_pairs_skipped(tmp_path):
     only_same = write_rows(tmp_path / "only.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "a"}])
     with pytest.raises(DataError, match="no pair left to score"):
         read_pairs(only_same)
-
-
-def test_accuracy_ties_failures_and_interval_by_hand():
-    def sp(subset, chosen, rejected):
-        return ScoredPair(Pair("i", subset, [{"role": "user", "content": "q"}], "c", "r"), chosen, rejected)
-
-    scored = [sp("a", 1.0, 0.0), sp("a", 1.0, 1.0), sp("a", 0.0, 1.0), sp("a", math.nan, 0.0), sp("b", 2.0, 1.0)]
-    a, b, overall = accuracy_table(scored, seed=0)
-    # subset a: 3 scored pairs (1 failed): 1 won, 1 tie, 1 lost -> accuracy 1/3
-    assert (a["pairs"], a["won"], a["ties"], a["lost"], a["failed"]) == (4, 1, 1, 1, 1)
-    assert a["accuracy"] == pytest.approx(1 / 3) and 0.0 <= a["ci95_low"] <= 1 / 3 <= a["ci95_high"] <= 1.0
-    assert (b["accuracy"], b["ci95_low"], b["ci95_high"]) == (1.0, 1.0, 1.0)  # every resample is all wins
-    assert overall["subset"] == "overall" and overall["won"] == 2 and overall["accuracy"] == pytest.approx(0.5)
-    assert accuracy_table(scored, seed=0) == accuracy_table(scored, seed=0)  # seeded
-    wins = np.array([1.0] * 70 + [0.0] * 30)
-    low, high = bootstrap_interval(wins, np.random.default_rng(1))
-    assert low < 0.7 < high and high - low == pytest.approx(2 * 1.96 * math.sqrt(0.7 * 0.3 / 100), abs=0.03)
 
 
 def test_rule_profile_counts_identical_pairs_and_scores_the_rest(pairs_file, tmp_path):

@@ -71,3 +71,23 @@ def test_missing_trace_and_empty_window_are_notes(tmp_path, folders, notes):
     assert panel.events.empty
     assert any("no trace.json" in n for n in notes) and any("no steps 50-60" in n for n in notes)
     timeline_figure([panel])  # an empty panel still draws
+
+
+def test_every_panel_shows_its_whole_window():
+    import pandas as pd
+
+    from rlrm.report.timeline import TimelinePanel
+
+    def panel(title: str, step_s: float) -> TimelinePanel:
+        # steps 1-3, each generation for the first half of the step and training for the second
+        rows = [("rollout", "gen", k * step_s, (k + 0.5) * step_s) for k in range(3)]
+        rows += [("trainer", "update", (k + 0.5) * step_s, (k + 1) * step_s) for k in range(3)]
+        events = pd.DataFrame(rows, columns=["lane", "name", "start_s", "end_s"])
+        return TimelinePanel(title, events, {k + 1: k * step_s for k in range(3)})
+
+    # before: sharex with each panel setting its own xlim, the last (shortest, 3 s) range won: sync showed 1.5 steps
+    fig = timeline_figure([panel("sync, steps 1-3", 6.0), panel("fully-async, steps 1-3", 1.0)])
+    for ax, end_s in zip(fig.axes, (18.0, 3.0)):
+        left, right = ax.get_xlim()
+        assert left <= 0.0 and right >= end_s, (ax.get_title(loc="left"), ax.get_xlim())
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()  # one time axis: a second is as wide in each

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from rlrm.bench.simulate.run import run_simulation
-from rlrm.bench.simulate.spec import MODES, load_spec
+from rlrm.bench.simulate.run import MAX_REPEATS, run_simulation
+from rlrm.bench.simulate.spec import MAX_REPLICAS, MODES, load_spec
 from rlrm.cli.main import app
+from rlrm.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[4]
 SMALL = [
@@ -243,3 +244,66 @@ def test_a_non_finite_cost_in_a_spec_is_refused(tmp_path, value):
     result = CliRunner().invoke(app, ["bench", "simulate", "--spec", str(spec), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "rollout.iteration_s" in result.output, result.output
     assert not (tmp_path / "o").exists()
+
+
+def _gpu_run(tmp_path, *args):
+    out = tmp_path / "o"
+    spec = str(REPO / "examples" / "cluster-gpu.yaml")
+    result = CliRunner().invoke(
+        app,
+        ["bench", "simulate", "--spec", spec, "--steps", "4", "--modes", "sync,fully-async", "--out", str(out), *args],
+    )
+    assert result.exit_code == 0, result.output
+    return result.output, pd.read_csv(out / "results.csv")
+
+
+def _table_line(output: str, *cells: str) -> str:
+    return next(line for line in output.splitlines() if all(f" {c} " in line for c in cells))
+
+
+def test_reward_failures_are_a_column_and_a_warning_and_the_latency_shows_its_scale(tmp_path):
+    # cluster-gpu's judge times out at 300 s: uniform 1-40 s x16 reaches 640 s, so some calls fail every retry
+    output, frame = _gpu_run(tmp_path, "--sweep", "reward.latency_scale=1,16")
+    at16 = frame[(frame["sweep_value"] == 16) & (frame["latency"] != "none")]
+    failures, samples = int(at16["reward_failures"].iloc[0]), int(at16["samples"].iloc[0])
+    assert samples == 4 * 1024 * 5 and 0 < failures < samples  # measured: 1,793 of 20,480
+    assert at16["latency_scale"].tolist() == [16.0, 16.0]
+    assert "reward failures" in output
+    sync16 = _table_line(output, "16", "sync", "uniform:1:40 x16")
+    assert f"{failures:,} ({failures / samples:.1%})" in sync16
+    # the scale-1 point shows the spec as written, and no failure
+    assert _table_line(output, "1", "sync", "uniform:1:40").rstrip("│ ").endswith(" 0")
+    warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "rewards failed in 2 of 6 runs" in warnings[0]
+    assert f"{failures:,} of {samples:,} samples" in warnings[0] and "reward.timeout_s" in warnings[0]
+
+
+def test_a_mode_whose_rewards_all_failed_shows_no_speedup(tmp_path):
+    output, frame = _gpu_run(tmp_path, "--set", "reward.latency_scale=1e300")
+    latent = frame[frame["latency"] != "none"]
+    assert (latent["reward_failures"] == latent["samples"]).all()
+    row = _table_line(output, "fully-async")
+    assert "all failed" in row and "x" not in row.split("│")[4]  # no speedup figure in its column
+    assert "every reward failed in 2 runs (sync, fully-async)" in output
+
+
+def test_a_fleet_beyond_the_limit_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"rollout.replicas = 1,000,000,000: the simulator takes at most 100,000"):
+        load_spec(REPO / "examples" / "cluster-gpu.yaml", ["rollout.replicas=1000000000"])
+    assert load_spec(overrides=[f"rollout.replicas={MAX_REPLICAS}"]).rollout.replicas == MAX_REPLICAS
+
+
+def test_repeats_beyond_the_limit_are_refused_before_anything_runs(tmp_path):
+    spec = load_spec(overrides=[*SMALL, "workload.steps=1", "modes=[sync]"])
+    with pytest.raises(ConfigError, match=f"--repeats {MAX_REPEATS + 1}: at most {MAX_REPEATS} simulated repeats"):
+        run_simulation(spec, tmp_path / "o", repeats=MAX_REPEATS + 1)
+    assert not (tmp_path / "o").exists()
+    result = CliRunner().invoke(
+        app,
+        ["bench", "simulate", "--spec", str(REPO / "examples" / "cluster-gpu.yaml"), "--repeats", "100000000"]
+        + ["--out", str(tmp_path / "o")],
+    )
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        "error: --repeats 100,000,000: at most 100 simulated repeats (each simulates every mode again; 5 give a "
+        "bootstrap 95% interval)"
+    ]
