@@ -77,6 +77,9 @@ class RewardLatencyBench:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown or not self.modes:
             raise ConfigError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
+        twice = sorted({m for m in self.modes if self.modes.count(m) > 1})
+        if twice:  # each mode's runs have one folder: a second would meet the first's
+            raise ConfigError(f"--modes names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
         if self.steps < 1 or self.repeats < 1:
             raise ConfigError("--steps and --repeats must be at least 1")
         if self.repeats > MAX_REPEATS:

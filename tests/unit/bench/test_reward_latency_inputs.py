@@ -35,6 +35,7 @@ def test_reward_loop_concurrency_leaves_room_for_every_sample_in_flight(tmp_path
     ("args", "message"),
     [
         (["--modes", "sync,warp"], "unknown mode(s) warp"),
+        (["--modes", "sync,stream,sync"], "--modes names sync twice; name each mode once"),
         (["--latency", "uniform:5"], "accepted"),
         (["--latency", "trace:/nope.csv"], "/nope.csv"),
         (["--set", "trainer.max_staleness=-1"], "trainer.max_staleness"),
