@@ -12,6 +12,7 @@ ones `trainer.mode` of a profile accepts (rlrm/config/schema.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, cast, get_args
 
@@ -320,16 +321,18 @@ def load_spec(
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: a spec must be a mapping of sections, got {type(loaded).__name__}")
         raw = _merge(raw, loaded)
+    set_keys = []
     for item in overrides:
         key, value = _parse_override(item)
         check_key(key)
         _set_path(raw, key, value)
-    return spec_from_mapping(raw, source)
+        set_keys.append(key)
+    return spec_from_mapping(raw, source, set_keys)
 
 
-def spec_from_mapping(raw: dict, source: str = "spec") -> SimSpec:
-    """Validate a raw mapping as a SimSpec, with the loader's one-line errors."""
-    return validate_model(raw, SimSpec, source, what="spec")
+def spec_from_mapping(raw: dict, source: str = "spec", set_keys: Sequence[str] = ()) -> SimSpec:
+    """Validate a raw mapping as a SimSpec, with the loader's one-line errors (a bad `--set` value named so)."""
+    return validate_model(raw, SimSpec, source, what="spec", set_keys=set_keys)
 
 
 def check_key(key: str) -> None:

@@ -307,3 +307,10 @@ def test_repeats_beyond_the_limit_are_refused_before_anything_runs(tmp_path):
         "error: --repeats 100,000,000: at most 100 simulated repeats (each simulates every mode again; 5 give a "
         "bootstrap 95% interval)"
     ]
+
+
+def test_a_bad_set_value_is_named_as_given_not_blamed_on_the_spec_file():
+    from rlrm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--set rollout\.replicas: Input should be greater than 0 \(got 0\)"):
+        load_spec(REPO / "examples" / "cluster-gpu.yaml", ["rollout.replicas=0"])
