@@ -70,6 +70,10 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     steps = parse_steps(options.steps)
     notes: list[str] = []
     paths = expand_inputs(paths)
+    unique = list(dict.fromkeys(Path(p).resolve() for p in paths))
+    if len(unique) < len(paths):  # the same folder twice: one legend entry, not two named by the root up
+        notes.append("a folder given more than once is reported once")
+        paths = [next(p for p in paths if Path(p).resolve() == u) for u in unique]
     folders = [load_folder(p, notes, name) for p, name in zip(paths, _names(paths))]
     runs = [f for f in folders if isinstance(f, RunData)]
     benches = [f for f in folders if isinstance(f, BenchData)]

@@ -84,3 +84,10 @@ def test_out_is_replaced_whole_and_a_folder_of_other_files_is_refused(tmp_path, 
     with pytest.raises(RunFolderError, match=r"--out .*notes holds files a report does not write \(todo.txt\)"):
         build_report([audit], ReportOptions(out=tmp_path / "notes"))
     assert (tmp_path / "notes" / "todo.txt").read_text() == "mine"
+
+
+def test_a_folder_given_twice_is_reported_once(tmp_path):
+    audit = write_audit(tmp_path / "audit")
+    result = build_report([audit, tmp_path / "." / "audit"], ReportOptions(out=tmp_path / "report"))
+    assert "a folder given more than once is reported once" in result.notes
+    assert result.summary.read_text().count("| audit | reward audit |") == 1
