@@ -33,7 +33,11 @@ def grpo_advantages(scores, group_ids, eps: float = 1e-6, norm_by_std: bool = Tr
         [B] float32 advantages, computed in float64 (scores near float32's range, 1e30 say, would overflow their
         squares). The std is the unbiased one; a group of one has mean 0 and std 1.
     """
-    scores = torch.as_tensor(scores).to(torch.float64)  # [B]
+    scores = (
+        torch.as_tensor(scores).to(torch.float64)
+        if torch.is_tensor(scores)
+        else torch.tensor(scores, dtype=torch.float64)
+    )
     if not torch.is_tensor(group_ids):
         index: dict = {}
         group_ids = torch.tensor([index.setdefault(g, len(index)) for g in group_ids], dtype=torch.long)

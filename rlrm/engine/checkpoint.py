@@ -148,16 +148,14 @@ def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
     A checkpoint written before rlrm recorded its model (no profile.json nor model_keys.json) is not checked."""
     saved_profile = _saved_profile(ckpt_dir)
     if saved_profile is not None:
-        saved = saved_profile.get("model")
+        read, saved = Path(ckpt_dir) / PROFILE_FILE, saved_profile.get("model")
     elif (Path(ckpt_dir) / MODEL_KEYS_FILE).is_file():
-        saved = _read_json(Path(ckpt_dir) / MODEL_KEYS_FILE)
+        read = Path(ckpt_dir) / MODEL_KEYS_FILE
+        saved = _read_json(read)
     else:
         return
     if not isinstance(saved, dict):
-        raise ModelError(
-            f"{Path(ckpt_dir) / PROFILE_FILE} has no model section; delete that checkpoint folder to resume from an "
-            "earlier one"
-        )
+        raise ModelError(f"{read} is damaged (it holds no model section rlrm wrote); {_EARLIER}")
     changed = [k for k in sorted(saved.keys() | model_keys.keys()) if saved.get(k) != model_keys.get(k)]
     if changed:
         what = ", ".join(f"model.{k}={model_keys.get(k)!r} (trained with {saved.get(k)!r})" for k in changed)
@@ -176,12 +174,16 @@ def changed_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
     if saved is None:
         return []
     before, now = _flat(saved), _flat(profile_data)
-    keys = sorted((before.keys() | now.keys()) - {"trainer.total_steps"})
+    # the budget and this resume's own --set are no edits; a key the checkpoint's rlrm did not have is a new default
+    keys = sorted(before.keys() - _NOT_EDITS)
     return [
         f"{k} ({clipped(repr(before.get(k)), 24)} -> {clipped(repr(now.get(k)), 24)})"
         for k in keys
         if before.get(k) != now.get(k)
     ]
+
+
+_NOT_EDITS = {"trainer.total_steps", "reward.allow_contract_change"}
 
 
 def _saved_profile(ckpt_dir: Path) -> dict | None:

@@ -83,7 +83,7 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
         names = ", ".join(str(run.path / "metrics.jsonl") for run in runs)
         raise RunFolderError(f"nothing to report: no complete rows in {names}")
 
-    out = Path(options.out)
+    out = Path(options.out).resolve()  # `--out .` too: its partial sibling is named from the real folder
     check_out(out)
     final, out = out, out.parent / f".{out.name}.partial"  # written aside, put in place whole
     shutil.rmtree(out, ignore_errors=True)  # what an interrupted report left
@@ -126,6 +126,8 @@ def check_out(out: Path) -> None:
     """--out must be new, empty, or an earlier report (replaced whole): never a folder of other files."""
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out} is a file; give a folder")
+    if out == Path.cwd() or out in Path.cwd().parents:
+        raise RunFolderError(f"--out {out} is this folder or one above it; give a folder for the report")
     if out.is_dir():
         others = sorted(p.name for p in out.iterdir() if not _report_file(p))
         if others:
@@ -141,10 +143,12 @@ def _report_file(path: Path) -> bool:
 
 def _put_in_place(result: ReportResult, written: Path, final: Path) -> ReportResult:
     """The finished report replaces `final` (an earlier report's figures never mix with this one's)."""
+    earlier = final.parent / f".{final.name}.earlier"
+    shutil.rmtree(earlier, ignore_errors=True)
     if final.is_dir():
-        shutil.rmtree(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+        final.rename(earlier)  # aside, not removed, until the new report is in place
     written.rename(final)
+    shutil.rmtree(earlier, ignore_errors=True)
     moved = [final / p.name for p in result.files]
     return ReportResult(
         out=final,

@@ -39,10 +39,12 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
         lines.append(f"  reward failures {failures:g} of {samples:g} samples (reward/failures; see metrics.jsonl)")
     updated = [r for r in rows if "actor/nonfinite_skipped" in r]
     skipped = [r for r in updated if r["actor/nonfinite_skipped"]]
-    if skipped:  # a reward too large for float32, a learning rate too high: nothing of those updates was applied
+    if skipped:  # a reward too large for float32, a learning rate too high: those mini-batches changed nothing
+        total = sum(int(r["actor/nonfinite_skipped"]) for r in skipped)
         lines.append(
-            f"  warning: {len(skipped)} of {len(updated)} steps skipped updates for a non-finite loss or gradient "
-            "(actor/nonfinite_skipped): those steps trained nothing; check the rewards (critic/score) and actor.lr"
+            f"  warning: {total} mini-batch updates skipped for a non-finite loss or gradient in {len(skipped)} of "
+            f"{len(updated)} steps (actor/nonfinite_skipped; under float16 a loss-scale overflow counts too); "
+            "check the rewards (critic/score) and actor.lr"
         )
     cost = sum(r.get("reward/cost", 0.0) for r in rows)
     if cost:

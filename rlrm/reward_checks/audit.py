@@ -156,8 +156,10 @@ class AuditResult:
 
     @property
     def inconclusive(self) -> list[str]:
-        """Attacks none of whose samples was counted: 0 of 0 rewarded says nothing about the reward."""
-        return [a.name for a in self.attacks if not a.counted]
+        """Attacks, and the worked reference, none of whose samples was counted: 0 of 0 says nothing."""
+        return [r.name for r in self.references if r.name == REFERENCE and not r.counted] + [
+            a.name for a in self.attacks if not a.counted
+        ]
 
     @property
     def references_below(self) -> list[str]:

@@ -50,5 +50,7 @@ def make_plan(from_: Path | None, spec_file: Path | None, overrides: list[str], 
         try:
             load_spec(overrides=[item], base=spec.model_dump(mode="json"))
         except ConfigError as exc:
-            raise ConfigError(f"--sweep point {item}: {str(exc).removeprefix('spec: ')}") from None
+            raise ConfigError(
+                f"--sweep point {item}: {str(exc).removeprefix('spec: ').removeprefix('--set ')}"
+            ) from None
     return Plan(spec=spec, calibration=calibration, sweep=points)

@@ -16,7 +16,7 @@ float or a dict with `score`; the reward loop checks it (a non-numeric or non-fi
 counted failure, never a silent 0). As in verl, the four arguments are passed by name to a function whose
 parameters bear verl's names (in any order), and by position to one that names them otherwise. verl's newer
 keyword arguments `reward_router_address` and `reward_model_tokenizer` are passed to a function that names them
-or takes `**kwargs`: with `reward.server.model` set, the
+(the address also to one that takes `**kwargs`): with `reward.server.model` set, the
 address (`host:port`, no scheme) of a forwarder to the reward servers that answers every path they serve, and
 the served model's tokenizer; otherwise None. The function's calls through that address are counted per sample
 (reward/model_calls, judge tokens), rate limited (reward.limits), and kept in `model_requests` of its extra
@@ -150,11 +150,13 @@ def check_custom_reward(cfg: RewardConfig) -> None:
 
 
 def optional_kwargs(fn) -> list[str]:
-    """verl's optional keywords the function takes: those it names, or all of them where it takes `**kwargs`."""
+    """verl's optional keywords the function takes: those it names; `reward_router_address` too where it takes
+    `**kwargs` (the tokenizer only when named: a hosted judge has none to load, and loading one is not free)."""
     params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return list(_OPTIONAL_KWARGS)
-    return [k for k in _OPTIONAL_KWARGS if k in params]
+    named = [k for k in _OPTIONAL_KWARGS if k in params]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) and "reward_router_address" not in named:
+        named.insert(0, "reward_router_address")
+    return named
 
 
 def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> bool:

@@ -303,8 +303,8 @@ class RewardLoop:
                     f"{sample.uid}; return a score or the components"
                 )
             result = RewardResult(score=score, extra={k: v for k, v in raw.items() if k != "score"})
-        elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: what float() reads as verl's tensor would
-            result, components = RewardResult(score=float(raw)), self.components.read({}, self.name, sample.uid)
+        elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: float() reads it below, as verl's tensor would
+            result, components = RewardResult(score=raw), self.components.read({}, self.name, sample.uid)
         else:
             raise CallError(
                 f"reward function {self.name} returned {type(raw).__name__} for sample {sample.uid}; "
@@ -374,8 +374,8 @@ class RewardLoop:
 def _number(raw) -> bool:
     """A bare score: a real number (numpy's scalars too) or a 0-d array or tensor; not a bool (a likely slip for a
     score), nor text."""
-    if isinstance(raw, (bool, str, bytes)) or type(raw).__name__ == "bool_":
-        return False
+    if isinstance(raw, (bool, str, bytes)) or str(getattr(raw, "dtype", "")) in ("bool", "torch.bool"):
+        return False  # numpy's bool (np.bool_: dtype "bool") and torch's too
     if isinstance(raw, numbers.Real):
         return True
     return getattr(raw, "ndim", None) == 0  # float() then reads it, or names it non-numeric

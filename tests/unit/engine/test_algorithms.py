@@ -186,3 +186,5 @@ def test_grpo_advantages_of_scores_near_float32s_range_are_finite_and_scale_free
     small = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 0, 0, 0])
     huge = grpo_advantages([1e30, 2e30, 3e30, 4e30], [0, 0, 0, 0])
     assert huge.dtype == torch.float32 and torch.allclose(huge, small, atol=1e-5)
+    near = grpo_advantages([1e8 + 1, 1e8 + 2, 1e8 + 3, 1e8 + 4], [0, 0, 0, 0])  # a list: float64 from the start
+    assert torch.allclose(near, small, atol=1e-5)

@@ -138,7 +138,9 @@ def test_settings_edited_since_a_checkpoint_are_named_with_both_values_and_the_b
         "trainer": {"total_steps": 40, "seed": 1},
         "reward": {"rule": {"x": 1}},
     }
-    assert changed_settings(ckpt, now) == ["actor.lr (1e-06 -> 5e-07)", "reward.rule.x (None -> 1)"]
+    assert changed_settings(ckpt, now) == ["actor.lr (1e-06 -> 5e-07)"]  # reward.rule.x: new since, a default
+    now["reward"]["allow_contract_change"] = True  # this resume's own --set, not an edit
+    assert changed_settings(ckpt, now) == ["actor.lr (1e-06 -> 5e-07)"]
     (ckpt / PROFILE_FILE).write_text("[1, 2")
     with pytest.raises(ModelError, match="profile.json is damaged"):
         changed_settings(ckpt, now)

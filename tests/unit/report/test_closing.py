@@ -116,7 +116,8 @@ def test_steps_whose_updates_were_skipped_are_warned_of(tmp_path):
     lines = closing_lines(rows, tmp_path)
     warned = [line for line in lines if "actor/nonfinite_skipped" in line]
     assert warned == [
-        "  warning: 1 of 2 steps skipped updates for a non-finite loss or gradient (actor/nonfinite_skipped): those "
-        "steps trained nothing; check the rewards (critic/score) and actor.lr"
+        "  warning: 1 mini-batch updates skipped for a non-finite loss or gradient in 1 of 2 steps "
+        "(actor/nonfinite_skipped; under float16 a loss-scale overflow counts too); check the rewards (critic/score) "
+        "and actor.lr"
     ]
     assert not [line for line in closing_lines(rows[1:], tmp_path) if "skipped" in line]

@@ -94,3 +94,9 @@ def test_the_score_training_gives_a_failed_sample():
     assert failure_score(RewardConfig(default_score=math.nan)) is None  # no verdict reads NaN
     assert failure_score(RewardConfig(on_failure="drop-group", default_score=1.0)) is None
     assert failure_score(RewardConfig(on_failure="fail", default_score=1.0)) is None
+
+
+def test_a_reference_with_nothing_counted_is_inconclusive_too():
+    refs = [row("reference", 0, 0, failed=30, group="reference")]  # NaN < the minimum reads False: it passed
+    result = AuditResult("p", "custom", None, 0.5, "0.5", 30, AuditSettings(), refs, [row("key-comma", 30, 0)], {}, [])
+    assert result.verdict == "inconclusive" and result.inconclusive == ["reference"] and not result.passed

@@ -85,14 +85,14 @@ def test_other_names_are_passed_by_position_in_verls_order(tmp_path):
     assert result.score == 1.0
 
 
-def test_a_function_taking_kwargs_gets_verls_optional_keywords(tmp_path):
+def test_a_function_taking_kwargs_gets_the_router_address(tmp_path):
     path = write(
         tmp_path,
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    return {'score': 1.0, 'got': sorted(kwargs)}\n",
     )
     result, _ = score(_thread(path))
-    assert result.extra["got"] == ["reward_model_tokenizer", "reward_router_address"]  # None without servers
+    assert result.extra["got"] == ["reward_router_address"]  # None without servers; the tokenizer only when named
 
 
 @pytest.mark.parametrize(
@@ -107,10 +107,20 @@ def test_numpy_scalars_and_0d_tensors_are_scores_as_in_a_dict(tmp_path, returned
 
 @pytest.mark.parametrize(
     "returned",
-    ["True", "'0.5'", "torch.tensor([1.0, 2.0])", "1e39", "-1e39", "{'score': 1.0, 'reward_components': {'a': 1e39}}"],
+    [
+        "True",
+        "numpy.bool_(True)",
+        "torch.tensor(True)",
+        "numpy.array('abc')",
+        "'0.5'",
+        "torch.tensor([1.0, 2.0])",
+        "1e39",
+        "-1e39",
+        "{'score': 1.0, 'reward_components': {'a': 1e39}}",
+    ],
 )
 def test_bools_text_vectors_and_scores_beyond_float32_are_counted_failures(tmp_path, returned):
-    path = write(tmp_path, f"import torch\n\ndef compute_score(*args):\n    return {returned}\n")
+    path = write(tmp_path, f"import numpy, torch\n\ndef compute_score(*args):\n    return {returned}\n")
     cfg = _thread(path)
     cfg.on_failure, cfg.max_retries = "default", 0
     result, metrics = score(cfg)
