@@ -36,7 +36,7 @@ from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
 from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample
+from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample, fits_float32
 from rlrm.errors import ConfigError, DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
 from rlrm.reward_checks.scoring import score_samples
@@ -76,7 +76,7 @@ class AuditSettings:
             if not 0.0 <= rate <= 1.0:
                 raise ConfigError(f"{flag} {rate}: give a share between 0 and 1")
         t = self.threshold
-        if t is not None and not (math.isfinite(t) and abs(t) <= FLOAT32_MAX):
+        if t is not None and not fits_float32(t):
             raise ConfigError(
                 f"--threshold {t}: give a finite score within float32's range (+-{FLOAT32_MAX:.3g}), the one training "
                 "computes in; a response is rewarded when its score is at least this"

@@ -23,11 +23,10 @@ Each lint is a function of the inspected records (see `details.py`) and returns 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from rlrm.engine.rewards.base import FLOAT32_MAX
+from rlrm.engine.rewards.base import FLOAT32_MAX, fits_float32
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 
@@ -249,7 +248,7 @@ def reward_failed(records: list[dict], ctx: LintContext) -> list[dict]:
 
 
 def _beyond_float32(value) -> bool:
-    return isinstance(value, (int, float)) and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
+    return isinstance(value, (int, float)) and not fits_float32(value)
 
 
 def score_beyond_float32(records: list[dict], ctx: LintContext) -> list[dict]:

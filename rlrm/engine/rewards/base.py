@@ -7,6 +7,7 @@ it is calling.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
@@ -46,3 +47,8 @@ class ClosableRewardFn(Protocol):
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # a score beyond it is inf in the float32 tensors training computes in
+
+
+def fits_float32(value: float) -> bool:
+    """Finite, and finite still in the float32 tensors training computes with."""
+    return math.isfinite(value) and abs(value) <= FLOAT32_MAX

@@ -18,9 +18,7 @@ same names. A sample whose components are missing, extra or not numbers is a cou
 
 from __future__ import annotations
 
-import math
-
-from rlrm.engine.rewards.base import FLOAT32_MAX
+from rlrm.engine.rewards.base import fits_float32
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.errors import TrainingError
 
@@ -90,7 +88,7 @@ def _number(value, name: str, fn_name: str, uid: str) -> float:
         raise BadComponents(
             f"reward function {fn_name} gave component {name}={value!r} for sample {uid}; give a number"
         ) from None
-    if not math.isfinite(number) or abs(number) > FLOAT32_MAX:  # beyond float32's range: inf in training
+    if not fits_float32(number):  # beyond float32's range: inf in training
         raise NonFiniteScore(f"reward function {fn_name} gave component {name}={number} for sample {uid}")
     return number
 

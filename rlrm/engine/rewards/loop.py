@@ -316,7 +316,7 @@ class RewardLoop:
         if turn_scores is not None:
             result.extra[TURN_SCORES_KEY] = turn_scores  # checked floats: the step puts them on the turns' last tokens
         try:
-            if isinstance(result.score, (str, bytes, bool)):  # refused in a dict as when returned bare
+            if not _number(result.score):  # refused in a dict as when returned bare
                 raise TypeError
             result.score = float(result.score)
         except (TypeError, ValueError):

@@ -18,9 +18,7 @@ length or with a non-number is a counted failure (`reward/turn_score_errors`); a
 
 from __future__ import annotations
 
-import math
-
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample
+from rlrm.engine.rewards.base import RewardSample, fits_float32
 from rlrm.engine.rewards.errors import BadTurnScores, NonFiniteScore
 
 TURN_SCORES_KEY = "turn_scores"  # verl's ToolAgentLoop extra_fields name; a result's checked list is kept here
@@ -73,6 +71,6 @@ def _number(value, k: int, fn_name: str, uid: str) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise bad from None
-    if not math.isfinite(number) or abs(number) > FLOAT32_MAX:  # beyond float32's range: inf in training
+    if not fits_float32(number):  # beyond float32's range: inf in training
         raise NonFiniteScore(f"reward function {fn_name} gave {TURN_SCORES_KEY}[{k}]={number} for sample {uid}")
     return number
