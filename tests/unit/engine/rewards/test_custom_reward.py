@@ -110,6 +110,7 @@ def test_numpy_scalars_and_0d_tensors_are_scores_as_in_a_dict(tmp_path, returned
     [
         "True",
         "numpy.bool_(True)",
+        "{'score': numpy.bool_(True)}",
         "torch.tensor(True)",
         "numpy.array('abc')",
         "'0.5'",
