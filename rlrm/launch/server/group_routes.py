@@ -28,6 +28,7 @@ the process from stopping: SIGTERM ends the server at once, pending join or not.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,6 +37,8 @@ from rlrm.errors import RolloutServerError
 from rlrm.launch.common.weight_group import GROUP, WeightGroup, join_group, torch_dtype
 from rlrm.launch.server.protocol import RequestError
 from rlrm.launch.server.weight_routes import WeightState, check_fits, require_policy
+
+_log = logging.getLogger("rlrm.server")
 
 # join threads (pending, or stuck past their bound on a master that never answers) a server keeps at most
 MAX_JOIN_THREADS = 3
@@ -107,6 +110,9 @@ class WeightGroups:
             )
         except (RolloutServerError, RuntimeError, TimeoutError, ValueError, OSError) as exc:
             return _no(f"could not join weight-update group {body.group_name!r}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - torch's store or a bug below: still a failed join, logged
+            _log.exception("joining weight-update group %r failed", body.group_name)
+            return _no(f"could not join weight-update group {body.group_name!r}: {type(exc).__name__}: {exc}")
         finally:
             self.joining = None
         self.groups[body.group_name] = group
