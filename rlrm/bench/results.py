@@ -35,6 +35,7 @@ COLUMNS = [
     "staleness_mean",
     "staleness_max",
     "reward_failures",
+    "reward_samples",  # scored, before any group was dropped: the share of reward_failures is over these
     "final_reward",
     "val_accuracy",
     "speedup_vs_sync",
@@ -74,9 +75,16 @@ def run_row(rows: list[dict]) -> dict:
         "staleness_mean": staleness,
         "staleness_max": max(r.get("async/staleness_max", 0) for r in steps),
         "reward_failures": sum(r.get("reward/failures", 0) for r in steps),
+        "reward_samples": sum(r.get("reward/samples", r.get("batch/num_samples", 0)) for r in steps),
         "final_reward": steps[-1].get("critic/score/mean", math.nan),
         "val_accuracy": val[-1] if val else math.nan,
     }
+
+
+def no_step_row() -> dict:
+    """`run_row`'s numbers for a run that stopped before its first step ended: nothing measured."""
+    row = {key: math.nan for key in COLUMNS[COLUMNS.index("tokens_per_s") : COLUMNS.index("val_accuracy") + 1]}
+    return {**row, "steps": 0, "samples": 0, "reward_failures": 0, "reward_samples": 0}
 
 
 def compare(rows: list[dict]) -> list[dict]:
@@ -98,11 +106,14 @@ def compare(rows: list[dict]) -> list[dict]:
         same = tps(lambda s: is_sync(s) and s.get("repeat") == r.get("repeat"))
         return same if math.isfinite(same) else tps(is_sync)
 
+    def ratio(a: float, b: float) -> float:  # NaN where a side measured nothing (a run that stopped at once)
+        return a / b if b > 0 and math.isfinite(a) else math.nan
+
     return [
         {
             **r,
-            "speedup_vs_sync": r["tokens_per_s"] / paired(r, str(r["latency"])),
-            "hiding_efficiency": r["tokens_per_s"] / paired(r, "none"),
+            "speedup_vs_sync": ratio(r["tokens_per_s"], paired(r, str(r["latency"]))),
+            "hiding_efficiency": ratio(r["tokens_per_s"], paired(r, "none")),
         }
         for r in rows
     ]

@@ -12,6 +12,7 @@ import typer
 from rlrm.cli.common import friendly_errors, timestamped
 from rlrm.cli.options import ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
+from rlrm.errors import ConfigError
 
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
 
@@ -215,6 +216,10 @@ def simulate(
     from rlrm.cli import simulate_view as view
 
     folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
+    named = [m.strip() for m in (modes or "").split(",") if m.strip()]
+    twice = sorted({m for m in named if named.count(m) > 1})
+    if twice:  # named here, not as the --set the option becomes
+        raise ConfigError(f"--modes names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
     extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
     plan = make_plan(from_, spec, extra, sweep)
     if plan.bench is not None:

@@ -60,7 +60,7 @@ def print_results(result) -> None:
             *([str(r["sweep_value"])] if sweep else []),
             _name(r),
             _latency(r),
-            f"{r['tokens_per_s']:,.0f}",
+            _fmt(r["tokens_per_s"], "{:,.0f}"),
             unreal or _fmt(r["speedup_vs_sync"], "{:.2f}x"),
             unreal or _fmt(r["hiding_efficiency"], "{:.2f}"),
             _fmt(r["idle_trainer"], "{:.2f}"),
@@ -93,12 +93,18 @@ def _latency(r: dict) -> str:
     return f"{r['latency']} x{scale:g}"
 
 
+def _scored(r: dict) -> int:
+    return r.get("reward_samples", r["samples"])
+
+
 def _all_failed(r: dict) -> bool:
-    return r["samples"] > 0 and r["reward_failures"] >= r["samples"]
+    return _scored(r) > 0 and r["reward_failures"] >= _scored(r)
 
 
 def _unreal(r: dict, rows: list[dict]) -> str | None:
     """What to show instead of a speedup that compares failed calls, not scheduling (None: it is real)."""
+    if not r["steps"]:
+        return "stopped"
     if _all_failed(r):
         return "all failed"
     sync = [
@@ -109,13 +115,17 @@ def _unreal(r: dict, rows: list[dict]) -> str | None:
         and s.get("sweep_value") == r.get("sweep_value")
         and s.get("repeat") == r.get("repeat")
     ]
+    if sync and not sync[0]["steps"]:
+        return "sync stopped"
     return "sync all failed" if sync and _all_failed(sync[0]) else None
 
 
 def _failures(r: dict) -> str:
+    if not r["steps"]:
+        return "-"  # the stopped step's failures are in its note
     if not r["reward_failures"]:
         return "0"
-    return f"{r['reward_failures']:,} ({r['reward_failures'] / max(r['samples'], 1):.1%})"
+    return f"{r['reward_failures']:,} ({r['reward_failures'] / max(_scored(r), 1):.1%})"
 
 
 def failure_warnings(rows: list[dict]) -> list[str]:
@@ -123,11 +133,11 @@ def failure_warnings(rows: list[dict]) -> list[str]:
     failed = [r for r in rows if r["reward_failures"] > 0]
     if not failed:
         return []
-    worst = max(failed, key=lambda r: r["reward_failures"] / max(r["samples"], 1))
+    worst = max(failed, key=lambda r: r["reward_failures"] / max(_scored(r), 1))
     lines = [
         f"rewards failed in {len(failed)} of {len(rows)} runs (largest share: {_where(worst)}, "
-        f"{worst['reward_failures']:,} of {worst['samples']:,} samples); their step times include the failed calls' "
-        "timeouts and retries, and the failed samples trained on reward.on_failure's score: raise reward.timeout_s "
+        f"{worst['reward_failures']:,} of {_scored(worst):,} samples); their step times include the failed calls' "
+        "timeouts and retries, and the failed samples were scored or dropped as reward.on_failure says: raise reward.timeout_s "
         "or lower the latency"
     ]
     dead = [r for r in failed if _all_failed(r)]

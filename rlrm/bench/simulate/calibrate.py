@@ -173,6 +173,7 @@ def _reward(p: RunProfile, obs: Steps, put) -> None:
         ("backoff_s", "reward.backoff_s", 0.1),
         ("backoff_max_s", "reward.backoff_max_s", 5.0),
         ("on_failure", "reward.on_failure", "default"),
+        ("max_failure_rate", "reward.max_failure_rate", 0.5),
         ("fail_rate", "reward.inject.fail_rate", 0.0),
         ("latency", "reward.inject.latency", "none"),
         ("latency_scale", "reward.inject.scale", 1.0),

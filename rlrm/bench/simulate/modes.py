@@ -27,7 +27,8 @@ ON_POLICY = ("sync", "stream", "pipeline")
 
 
 class StopRun(Exception):
-    """reward.on_failure is `fail` and a sample failed for good: the run stops at this step."""
+    """The run stops at this step, as training would: reward.on_failure is `fail` and a sample failed for good,
+    or more than reward.max_failure_rate of the step's scored samples failed."""
 
 
 def rollouter(sim):
@@ -79,7 +80,7 @@ def batch_step(sim, k: int):
     groups = np.arange(batch.prompts)
     kept = groups[~batch.group_failed] if spec.reward.on_failure == "drop-group" else groups
     sim.rec.dropped(groups.size - kept.size)
-    _check_failures(sim, batch)
+    _check_failures(sim, k, [(batch, groups)])
     # old/ref log-probs need the samples, not their scores: the overlapping modes compute them for the
     # whole batch while its rewards arrive; sync drops failed groups first (update.py prepare_batch)
     yield from prepare(sim, k, [(batch, kept if sim.mode == "sync" else groups)])
@@ -112,9 +113,9 @@ def fully_async_step(sim, k: int):
     generated = max((sim.group_times(b)["group_generated"][g].max(initial=start) for b, g in chosen), default=start)
     sim.rec.wait("gen", start, min(max(generated, start), kernel.now))
     sim.rec.wait("reward", max(generated, start), kernel.now)
+    _check_failures(sim, k, chosen)
     for batch, groups in chosen:
         batch.taken[groups] = True
-        _check_failures(sim, batch, groups)
         if batch.taken.all():
             sim.forget(batch)
     if sim.spec.reward.on_failure == "drop-group":
@@ -229,12 +230,20 @@ def finish_update(sim, k: int):
     sim.version = k
 
 
-def _check_failures(sim, batch: Batch, groups: np.ndarray | None = None) -> None:
-    if sim.spec.reward.on_failure != "fail":
-        return
-    failed = batch.group_failed if groups is None else batch.group_failed[groups]
-    if failed.any():
+def _check_failures(sim, k: int, scored: list) -> None:
+    """Count step k's scored samples (`(batch, groups)` pairs, before any group is dropped) and stop the run where
+    training would: any sample failed for good under on_failure `fail`, or the failed share over
+    reward.max_failure_rate (rlrm/engine/rewards/budget.py)."""
+    n = sim.spec.workload.samples_per_prompt
+    rows = [(b, (g[:, None] * n + np.arange(n)).ravel()) for b, g in scored]
+    failed = sum(int(b.failed[i].sum()) for b, i in rows)
+    samples = sum(i.size for _, i in rows)
+    sim.rec.scored(samples, failed)
+    reward = sim.spec.reward
+    if failed and reward.on_failure == "fail":
+        raise StopRun(f"step {k}: a reward failed after {reward.max_retries} retries and reward.on_failure is fail")
+    if samples and failed / samples > reward.max_failure_rate:
         raise StopRun(
-            f"a reward failed after {sim.spec.reward.max_retries} retries in batch {batch.k} "
-            "and reward.on_failure is fail"
+            f"step {k}: {failed} of {samples} reward samples failed ({failed / samples:.0%}), over "
+            f"reward.max_failure_rate={reward.max_failure_rate:g}; the run stops here, as training would"
         )

@@ -61,8 +61,6 @@ class Recorder:
         resp = np.concatenate([b.resp_len[i] for b, i in rows]) if rows else np.zeros(0)
         prompt = np.concatenate([b.prompt_len[i] for b, i in rows]) if rows else np.zeros(0)
         lag = (k - 1) - np.concatenate([b.version[i] for b, i in rows]) if rows else np.zeros(1)
-        failed = sum(int(b.failed[i].sum()) for b, i in rows)
-        on_failure = self.spec.reward.on_failure
         self._row.update(
             {
                 "batch/num_samples": int(resp.size),
@@ -77,11 +75,20 @@ class Recorder:
                 "prompt_length/mean": float(prompt.mean()) if prompt.size else 0.0,
                 "async/staleness_mean": float(lag.mean()) if lag.size else 0.0,
                 "async/staleness_max": int(lag.max(initial=0)),
-                "reward/failures": failed,
                 "reward/retries": sum(int(np.maximum(b.attempts[i] - 1, 0).sum()) for b, i in rows),
                 "reward/cache_hits": sum(int(b.cached[i].sum()) for b, i in rows),
                 "reward/cache_misses": sum(int((~b.cached[i]).sum()) for b, i in rows),
-                "reward/defaulted": failed if on_failure == "default" else 0,
+            }
+        )
+
+    def scored(self, samples: int, failed: int) -> None:
+        """The samples scored for this step, before any group is dropped, and how many failed after their retries
+        (as the reward loop counts them: `reward/samples`, `reward/failures`)."""
+        self._row.update(
+            {
+                "reward/samples": samples,
+                "reward/failures": failed,
+                "reward/defaulted": failed if self.spec.reward.on_failure == "default" else 0,
             }
         )
 

@@ -4,8 +4,8 @@
     result.rows        # one results row per (sweep point, mode), plus a zero-latency sync row per point
 
 Written: `results.csv` and `results.parquet` (the benchmark's columns, plus `sweep_key`,
-`sweep_value`, `mean_latency_s`, `stopped` and `samples`: those trained, of which `reward_failures`
-failed), `summary.json`, `spec.yaml` (what ran) and per run
+`sweep_value`, `mean_latency_s`, `stopped` (why a run stopped early, as training would) and `samples`
+(those trained; `reward_failures` counts over `reward_samples`, those scored)), `summary.json`, `spec.yaml` (what ran) and per run
 `runs/[<point>/]<mode>/{metrics.jsonl,trace.json,config.yaml}`. Speedup is over sync at the
 same sweep point, hiding efficiency over that point's zero-latency sync run.
 """
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
+from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, no_step_row, run_row
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
@@ -116,7 +116,7 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
                 "latency": latency_text,
                 "latency_scale": latency_scale,
                 "run_dir": run_dir,
-                **run_row(run.rows),
+                **(run_row(run.rows) if run.rows else no_step_row()),
                 "mean_latency_s": mean,
                 "stopped": run.stopped,
             }

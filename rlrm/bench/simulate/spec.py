@@ -169,6 +169,13 @@ class RewardSpec(_Section):
         "default",
         description="After the last retry: keep the sample with a set score, drop its group, or stop the run.",
     )
+    max_failure_rate: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="The simulated run stops, as training would, at the first step where more than this share of "
+        "the samples scored failed after their retries, defaulted or dropped (reward.max_failure_rate); 1: never.",
+    )
 
     @field_validator("latency", mode="before")
     @classmethod
@@ -277,6 +284,14 @@ class SimSpec(_Section):
                 "after a few dozen steps)"
             )
         return self
+
+    @field_validator("modes")
+    @classmethod
+    def _modes_once(cls, modes: list[str]) -> list[str]:
+        twice = sorted({m for m in modes if modes.count(m) > 1})
+        if twice:  # each mode's runs have one folder: a second would meet the first's
+            raise ValueError(f"names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
+        return modes
 
     @model_validator(mode="after")
     def _check_batches(self) -> "SimSpec":

@@ -279,12 +279,53 @@ def test_reward_failures_are_a_column_and_a_warning_and_the_latency_shows_its_sc
 
 
 def test_a_mode_whose_rewards_all_failed_shows_no_speedup(tmp_path):
-    output, frame = _gpu_run(tmp_path, "--set", "reward.latency_scale=1e300")
+    # a failure budget of 1 never stops the run (the default stops it: the test below)
+    output, frame = _gpu_run(tmp_path, "--set", "reward.latency_scale=1e300", "--set", "reward.max_failure_rate=1")
     latent = frame[frame["latency"] != "none"]
     assert (latent["reward_failures"] == latent["samples"]).all()
     row = _table_line(output, "fully-async")
     assert "all failed" in row and "x" not in row.split("│")[4]  # no speedup figure in its column
     assert "every reward failed in 2 runs (sync, fully-async)" in output
+
+
+@pytest.mark.parametrize("on_failure", ["default", "drop-group", "fail"])
+def test_runs_whose_rewards_all_fail_stop_at_step_1_as_training_would(tmp_path, on_failure):
+    # every attempt fails: the reward failure budget (or on_failure=fail) stops each run before its first update;
+    # before, drop-group divided by zero and fail had "no completed step"
+    sets = ["reward.fail_rate=1", "reward.max_retries=0", f"reward.on_failure={on_failure}"]
+    output, frame = _gpu_run(tmp_path, *[a for s in sets for a in ("--set", s)])
+    assert frame["steps"].tolist() == [0, 0, 0] and frame["speedup_vs_sync"].isna().all()
+    row = _table_line(output, "fully-async")
+    assert row.split("│")[4].strip() == "stopped" and row.split("│")[-2].strip() == "-"
+    why = (
+        "a reward failed after 0 retries and reward.on_failure is fail"
+        if on_failure == "fail"
+        else "5120 of 5120 reward samples failed (100%), over reward.max_failure_rate=0.5"
+    )
+    assert f"note: runs/fully-async-r0: step 1: {why}" in output
+
+
+def test_drop_group_counts_the_failures_of_the_groups_it_dropped(tmp_path):
+    sets = ["reward.fail_rate=0.3", "reward.max_retries=0", "reward.on_failure=drop-group", "reward.max_failure_rate=1"]
+    output, frame = _gpu_run(tmp_path, *[a for s in sets for a in ("--set", s)])
+    latent = frame[frame["latency"] != "none"]
+    scored = latent["reward_samples"]
+    assert (scored == 4 * 1024 * 5).all() and (latent["samples"] < scored).all()  # trained: the groups kept
+    share = latent["reward_failures"] / scored
+    assert share.between(0.27, 0.33).all(), share.tolist()  # 0.3 of the scored samples, not 0 of the trained
+    assert "rewards failed in 3 of 3 runs" in output
+
+
+def test_a_mode_named_twice_is_refused(tmp_path):
+    spec = str(REPO / "examples" / "cluster-gpu.yaml")
+    args = ["bench", "simulate", "--spec", spec, "--modes", "sync,stream,sync", "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        "error: --modes names sync twice; name each mode once (--repeats runs it again)"
+    ]
+    with pytest.raises(ConfigError, match="modes: names stream twice"):
+        load_spec(overrides=["modes=[stream,stream]"])
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_fleet_beyond_the_limit_is_refused_naming_the_key():

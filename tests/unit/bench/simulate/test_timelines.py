@@ -166,6 +166,7 @@ def test_retries_and_failure_policies():
     # every attempt times out (latency 1 s > timeout 0.5 s): 3 attempts of 0.5 s and two backoffs
     # 0.1 * U[0.5, 1.5) and 0.2 * U[0.5, 1.5): each sample's reward takes between 1.65 and 1.95 s
     fail = ["reward.latency=fixed:1", "reward.timeout_s=0.5", "reward.max_retries=2", "reward.backoff_s=0.1"]
+    fail.append("reward.max_failure_rate=1")  # the budget never stops these runs (the default would, at step 1)
     spec = load_spec(overrides=[*TWO_SAMPLES, *fail])
     draws = draw_workload(spec)
     assert draws.failed.all() and (draws.attempts == 3).all()
@@ -175,8 +176,14 @@ def test_retries_and_failure_policies():
     assert run.rows[0]["reward/timeouts"] == 6 and run.rows[0]["reward/retries"] == 4
     dropped = _run("stream", [*fail, "reward.on_failure=drop-group"])
     assert dropped.rows[0]["reward/dropped_groups"] == 1 and dropped.rows[0]["batch/num_samples"] == 0
+    assert dropped.rows[0]["reward/failures"] == 2 and dropped.rows[0]["reward/samples"] == 2  # dropped, counted
     stopped = _run("stream", [*fail, "reward.on_failure=fail"])
     assert stopped.stopped and "on_failure is fail" in stopped.stopped and stopped.rows == []
+    budget = _run("stream", [*fail[:-1], "reward.max_failure_rate=0.99"])
+    assert budget.stopped == (
+        "step 1: 2 of 2 reward samples failed (100%), over reward.max_failure_rate=0.99; the run stops here, "
+        "as training would"
+    )
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
