@@ -34,6 +34,7 @@ def rm(
     overrides: SetOption = [],
     limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of a table.")] = False,
+    seed: Annotated[Optional[int], typer.Option("--seed", hidden=True)] = None,  # the bootstrap's, until stop 54
 ) -> None:
     """Score every chosen and rejected response with the profile's reward (default tiny-disrm), through the
     reward loop and servers training uses, all at once (the loop's workers and concurrency), and print
@@ -43,6 +44,8 @@ def rm(
     from rlrm.config.loader import load_profile
     from rlrm.reward_checks.pairs import accuracy_table, read_pairs, score_pairs
 
+    if seed is not None:  # a script written for the bootstrap interval keeps working, and is told
+        print("warning: --seed is ignored: the intervals are Wilson's, which draw nothing; drop it", file=sys.stderr)
     resolved = load_profile(profile or "tiny-disrm", overrides)
     rows, identical = read_pairs(pairs)
     if identical:

@@ -120,3 +120,11 @@ def test_a_prompt_cut_to_the_disrms_max_length_is_said(tmp_path, random_disrm_pa
     assert report["subsets"][-1]["pairs"] == 2
     # before: scored on the last 64 tokens without a word
     assert "warning: 1 pair(s) scored on conversations cut to reward.disrm.max_length=64 tokens (long)" in stderr
+
+
+def test_the_retired_seed_option_is_accepted_with_a_warning(pairs_file, tmp_path):
+    # --seed drew the bootstrap interval until the intervals became Wilson's: a script that passes it still runs
+    rows = write_rows(tmp_path / "p.jsonl", synthetic_pairs(0)[:4])
+    report, err = eval_rm("--profile", "tiny-rule", "--pairs", rows, "--seed", 7)
+    assert "warning: --seed is ignored: the intervals are Wilson's" in err
+    assert report["subsets"][-1]["pairs"] == 4 and report["subsets"][-1]["accuracy"] == 1.0
