@@ -34,8 +34,15 @@ def cuda_tf32_on() -> Callable[[], None]:
         before = matmul.fp32_precision
         matmul.fp32_precision = "tf32"
         return lambda: setattr(matmul, "fp32_precision", before)
+    before = getattr(matmul, "fp32_precision", None)  # "none" until set: the older flag's False leaves "ieee"
     matmul.allow_tf32 = True
-    return lambda: setattr(matmul, "allow_tf32", previous)
+
+    def put_back() -> None:
+        matmul.allow_tf32 = previous
+        if before is not None:
+            matmul.fp32_precision = before
+
+    return put_back
 
 
 def precision(dtype: object, device: object) -> object:
