@@ -31,6 +31,7 @@ from rlrm.engine.behaviour import needs_recompute
 from rlrm.engine.metrics.timing import StepTimer
 from rlrm.engine.rewards.agreement import agreement_metrics
 from rlrm.engine.rewards.components import COMPONENTS_KEY, component_metrics, component_table
+from rlrm.engine.rewards.reported import reported_metrics
 from rlrm.errors import TrainingError, out_of_memory_named
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.tf32 import precision
@@ -298,6 +299,7 @@ class GRPOStep:
         if self.settings.reward is not None:
             metrics.update(agreement_metrics(self.settings.reward, ((t[0], t[1]) for t in record.samples)))
             metrics.update(component_metrics(t[1] for t in record.samples))
+            metrics.update(reported_metrics(t[1] for t in record.samples))
         batches = [s.batch for s in record.scored if s.batch is not None]
         if not batches:
             return StepOutcome({**metrics, "batch/num_samples": 0}, record.samples)

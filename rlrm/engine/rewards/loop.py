@@ -32,6 +32,7 @@ from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.engine.rewards.ledger import ledger_scope
 from rlrm.engine.rewards.overlong import shape
+from rlrm.engine.rewards.reported import REPORTED_KEY, reported_names
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
@@ -303,6 +304,9 @@ class RewardLoop:
                     f"{sample.uid}; return a score or the components"
                 )
             result = RewardResult(score=score, extra={k: v for k, v in raw.items() if k != "score"})
+            reported = reported_names(raw, ("score", COMPONENTS_KEY, TURN_SCORES_KEY, REPORTED_KEY))
+            if reported:
+                result.extra[REPORTED_KEY] = reported
         elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: float() reads it below, as verl's tensor would
             result, components = RewardResult(score=raw), self.components.read({}, self.name, sample.uid)
         else:

@@ -184,6 +184,41 @@ def test_dict_results_keep_extra_info_and_order():
     assert loop.take_metrics()["reward/latency_p99"] >= 0.0
 
 
+def test_the_numbers_a_dict_reports_beside_its_score_are_averaged_per_step():
+    import numpy as np
+    import torch
+
+    from rlrm.engine.rewards.reported import MAX_REPORTED, reported_metrics
+
+    async def fn(s):
+        i = s.index
+        if i == 3:
+            raise KeyError("boom")  # a failed sample reports nothing
+        extra = {"acc": i % 2 == 0, "fmt": np.float32(i / 10), "len": torch.tensor(i), "pred": str(i)}
+        extra.update({"flag": np.bool_(True)} if i == 0 else {"nan": math.nan})
+        return {"score": 1.0, **extra, "components": {"a": 1.0}, "turn_scores": [0.5]}
+
+    loop = RewardLoop(fn, cfg(max_retries=0, tool_rewards_as_turn_scores=False))
+    results = run(loop.score_all([sample(i) for i in range(5)]))
+    assert results[0].extra["reported_keys"] == ["acc", "fmt", "len", "flag"]  # no text, score, components, turns
+    assert results[1].extra["reported_keys"] == ["acc", "fmt", "len", "nan"]
+    metrics = reported_metrics(results)
+    assert metrics == pytest.approx(
+        {
+            "reward/reported/acc/mean": 3 / 4,  # samples 0, 2, 4 of 0, 1, 2, 4 (3 failed)
+            "reward/reported/fmt/mean": (0 + 0.1 + 0.2 + 0.4) / 4,
+            "reward/reported/len/mean": (0 + 1 + 2 + 4) / 4,
+            "reward/reported/flag/mean": 1.0,
+        }
+    )  # "nan" is never finite: no metric
+    many = [
+        type(results[0])(
+            1.0, {"reported_keys": [f"k{i:02d}" for i in range(40)], **{f"k{i:02d}": i for i in range(40)}}
+        )
+    ]
+    assert len(reported_metrics(many)) == MAX_REPORTED and "reward/reported/k31/mean" in reported_metrics(many)
+
+
 def test_parse_verdict():
     assert parse_verdict("3 + 4 = 7\nScore: 10") == 1.0
     assert parse_verdict("Score: 10 ... on reflection Score: 0") == 0.0  # the last verdict counts
