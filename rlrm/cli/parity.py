@@ -189,8 +189,7 @@ def disrm(
             "--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address"
         )
     out = out or Path("runs") / timestamped("parity-disrm")
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file; give a folder")
+    _check_out(out)
     code = _run(cfg, build_samples(opts, resolved), out)
     if train_steps is not None:
         _train(resolved, cfg, train_steps, out)
@@ -228,6 +227,15 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
         f"max {curves['max_abs_diff']:.4g}, trend {curves['abs_diff_slope_per_step']:+.2e} per step; "
         f"runs in {out / 'train'}"
     )
+
+
+def _check_out(out: Path) -> None:
+    """RunFolderError, before anything is scored, for an --out that is a file or holds anything (an earlier result
+    would be mixed with this one's, or lost), as `rlrm bench` does."""
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out} is a file; give a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise RunFolderError(f"--out {out} is not empty; choose another --out or remove it")
 
 
 def _run(cfg, samples, out: Path) -> int:
@@ -332,8 +340,7 @@ def reward(
         typer.echo(json.dumps({"samples": source, "settings_that_differ": differs, "sides": sides}, indent=2))
         return
     out = out or Path("runs") / timestamped("parity-reward")
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"--out {out} is a file; give a folder")
+    _check_out(out)
     raise typer.Exit(_run_reward(opts, resolved, a, b, build_reward_samples(opts, resolved), out))
 
 

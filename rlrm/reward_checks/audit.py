@@ -363,6 +363,8 @@ def check_out(out: Path) -> None:
     """ConfigError when `out` cannot be the audit's folder, said before any reward call (nothing is written here)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; name a folder for audit.json, audit.csv and audit.png")
+    if out.is_dir() and any(out.iterdir()):  # an earlier audit's files would be overwritten, others mixed in
+        raise ConfigError(f"--out {out} is not empty; choose another --out or remove it")
     existing = next(p for p in (out, *out.parents) if p.exists())  # the filesystem root always exists
     if not existing.is_dir():
         raise ConfigError(f"--out {out}: {existing} is a file, so the folder cannot be made; name another folder")

@@ -140,7 +140,13 @@ def test_a_side_that_fails_some_samples_fails_the_verdict_counted_not_scored_0(r
     assert failed["sample_id"].tolist() == ["g0#2", "g1#2", "g2#2"] and failed["b_score"].isna().all()
     # on the 9 both scored, the custom function agrees with the rule
     assert summary["agreement"]["compared"] == 9 and summary["agreement"]["binary"]["kappa"] == 1.0
-    result, _ = rule_run(rule_input, tmp_path, *b_args, "--max-failed-frac", "0.25")
+    again = invoke("--profile", "tiny-rule", "--input", rule_input, "--out", out, *b_args, "--max-failed-frac", "0.25")
+    assert (
+        again.exit_code == 2
+        and again.output.strip() == f"error: --out {out} is not empty; choose another --out or remove it"
+    )
+    assert json.loads((out / "summary.json").read_text()) == summary  # the earlier result is kept as it was
+    result, _ = rule_run(rule_input, tmp_path / "allowed", *b_args, "--max-failed-frac", "0.25")
     assert result.exit_code == 0, result.output
 
 

@@ -39,7 +39,10 @@ def test_an_out_that_cannot_be_a_folder_is_refused(tmp_path):
         check_out(file)
     with pytest.raises(ConfigError, match=f"{file} is a file, so the folder cannot be made"):
         check_out(file / "sub" / "dir")
-    check_out(tmp_path)  # an existing folder
+    (tmp_path / "empty").mkdir()
+    check_out(tmp_path / "empty")  # an existing, empty folder
+    with pytest.raises(ConfigError, match=f"--out {tmp_path} is not empty; choose another --out or remove it"):
+        check_out(tmp_path)  # an earlier audit's files (or others) would be overwritten or mixed in
     check_out(tmp_path / "new" / "deeper")  # made when the results are written
     assert not (tmp_path / "new").exists()  # the check writes nothing
 
