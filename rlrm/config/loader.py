@@ -189,13 +189,34 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
-    # YAML reads `1e-4` as a string (no dot); a number is what anyone typing it means.
+    if (
+        isinstance(value, dict)
+        and value
+        and all(isinstance(k, str) and ":" in k and v is None for k, v in value.items())
+    ):
+        # Hydra's `{a:1,b:2}`: YAML wants a space after the colon and reads keys "a:1", "b:2" with no values
+        value = {k.split(":", 1)[0].strip(): _scalar(_yaml_scalar(k.split(":", 1)[1].strip())) for k in value}
+    return key, _scalar(value)
+
+
+def _yaml_scalar(text: str) -> Any:
+    """A Hydra-style mapping's value as YAML reads a scalar (`true`, `1.0`, `abc`); text that is not one stays text."""
+    try:
+        parsed = yaml.safe_load(text) if text else text
+    except yaml.YAMLError:
+        return text
+    return parsed if parsed is None or isinstance(parsed, (str, int, float, bool)) else text
+
+
+def _scalar(value: Any) -> Any:
+    """`value`, with a string that spells a number read as that number: YAML reads `1e-4` as a string (no dot), and
+    a number is what anyone typing it means."""
     if isinstance(value, str):
         try:
-            value = float(value) if any(c in value.lower() for c in ".e") else int(value)
+            return float(value) if any(c in value.lower() for c in ".e") else int(value)
         except ValueError:
-            pass
-    return key, value
+            return value
+    return value
 
 
 def _check_key_path(key: str) -> None:

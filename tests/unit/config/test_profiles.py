@@ -32,6 +32,18 @@ def test_overrides_are_typed():
     assert p.trainer.val_before_train is False
 
 
+def test_a_hydra_style_mapping_is_read_as_hydra_reads_it():
+    # `{a:1,b:2}` (no space after the colon, as Hydra and verl's command lines write it) used to be keys "a:1" and
+    # "b:2" with no values, refused as "Input should be a valid number (got None)"
+    p = load_profile("tiny-rule", ["reward.component_weights={correct:1.0,format:2e-1}"])
+    assert p.reward.component_weights == {"correct": 1.0, "format": pytest.approx(0.2)}
+    spaced = load_profile("tiny-rule", ["reward.component_weights={correct: 1.0, format: 0.2}"])
+    assert spaced.reward.component_weights == p.reward.component_weights
+    from rlrm.config.loader import _parse_override
+
+    assert _parse_override("k={url:http://h:80/v1,on:true}") == ("k", {"url": "http://h:80/v1", "on": True})
+
+
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
