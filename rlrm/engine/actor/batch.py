@@ -7,6 +7,11 @@
 
 Left-padding the prompts puts every response at the same columns, so one slice of the logits
 scores every sample; position ids count real tokens only, so padding never shifts a position.
+
+`prompt_key` and `prompt_start` stay on the CPU when the batch moves to a GPU: the log-prob forward reads which
+rows share a prompt, and where the prompts start, from them, where reading the GPU's tensors would wait for the
+work queued on it (a host sync per forward). `select` moves its row index to the batch's device once, without
+waiting either.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ class RolloutBatch:
         turn_end: [B, R] long, k + 1 at the last generated token of assistant turn k, 0 elsewhere (one turn for
             a single-turn sample); where per-turn rewards land (rlrm/engine/turn_rewards.py).
         token_level_rewards: [B, R] the outcome score and per-turn rewards at their tokens (set by the step).
+        prompt_key: [B] long, on the CPU: the distinct prompt of each row, numbered in the sorted order of the
+            prompts' (ids, mask) rows (what `rlrm.inference.kv_cache.distinct_rows` sorts by).
+        prompt_start: [B] long, on the CPU: the column of each row's first prompt token (P - its length).
     """
 
     input_ids: torch.Tensor
@@ -52,6 +60,8 @@ class RolloutBatch:
     group_ids: torch.Tensor | None = None
     turn_end: torch.Tensor | None = None
     token_level_rewards: torch.Tensor | None = None
+    prompt_key: torch.Tensor | None = None
+    prompt_start: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -69,11 +79,25 @@ class RolloutBatch:
     def select(self, index) -> RolloutBatch:
         """The rows in `index` (a list, range or long tensor), every tensor field alike."""
         index = torch.as_tensor(index, dtype=torch.long)
-        return RolloutBatch(**{f.name: _take(getattr(self, f.name), index) for f in fields(self)})
+        on: dict[torch.device, torch.Tensor] = {index.device: index}
+
+        def take(value):
+            if not isinstance(value, torch.Tensor):
+                return value
+            if value.device not in on:  # copied once; to a GPU queued without waiting on it (to the CPU: waits)
+                on[value.device] = index.to(value.device, non_blocking=value.device.type != "cpu")
+            return value[on[value.device]]
+
+        return RolloutBatch(**{f.name: take(getattr(self, f.name)) for f in fields(self)})
 
     def to(self, device) -> RolloutBatch:
-        """A copy with every tensor on `device`."""
-        return RolloutBatch(**{f.name: _move(getattr(self, f.name), device) for f in fields(self)})
+        """A copy with every tensor on `device` (`prompt_key` and `prompt_start` stay on the CPU)."""
+        return RolloutBatch(
+            **{f.name: _move(getattr(self, f.name), "cpu" if f.name in CPU_FIELDS else device) for f in fields(self)}
+        )
+
+
+CPU_FIELDS = ("prompt_key", "prompt_start")
 
 
 def filled(value: torch.Tensor | None, name: str) -> torch.Tensor:
@@ -81,10 +105,6 @@ def filled(value: torch.Tensor | None, name: str) -> torch.Tensor:
     if value is None:
         raise RuntimeError(f"RolloutBatch.{name} is read before the step set it")
     return value
-
-
-def _take(value, index: torch.Tensor):
-    return value[index.to(value.device)] if isinstance(value, torch.Tensor) else value
 
 
 def _move(value, device):
@@ -150,6 +170,8 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
     if ends[0]:
         turn_end[ends[0], ends[1]] = torch.tensor(ends[2], dtype=torch.long)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    prompts = torch.cat([input_ids[:, :width_p], attention[:, :width_p]], dim=1)  # pads apart from a real token
+    _, prompt_key = torch.unique(prompts, dim=0, return_inverse=True)
     return RolloutBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -158,6 +180,8 @@ def collate(completions: list, pad_token_id: int) -> RolloutBatch:
         rollout_log_prob=rollout_lp,
         policy_version=torch.tensor([c.policy_version for c in completions], dtype=torch.long),
         turn_end=turn_end,
+        prompt_key=prompt_key,
+        prompt_start=width_p - prompt_len,
     )
 
 

@@ -206,12 +206,7 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
 
     Rows that share a prompt (a GRPO group) run it once (see `rlrm.inference.kv_cache`).
     """
-    width_p = mb.prompt_length
-    # Drop prompt columns that are padding in every row of this micro-batch: same numbers
-    # (position ids are stored, pads are never attended to), less compute.
-    first = int(mb.attention_mask.any(0).nonzero()[0]) if mb.attention_mask.any() else 0
-    first = min(first, width_p - 1)
-    index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
+    first, index, inverse = _prompt_layout(mb)
     if share or (share is None and len(index) < len(mb)):
         logits = _shared_prompt_logits(model, mb, first, index, inverse, keep_kw)
         if logits is not None:
@@ -226,6 +221,25 @@ def _response_logits(model, mb: RolloutBatch, keep_kw, share: bool | None = None
         **extra,
     ).logits
     return logits[:, -width_r - 1 : -1, :]
+
+
+def _prompt_layout(mb: RolloutBatch) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(first, index, inverse): the first prompt column that is not padding in every row (the columns before it
+    are dropped: same numbers, as position ids are stored and pads never attended to, less compute), and
+    `distinct_rows` of the prompts from there. Read from the batch's CPU copies when it has them (`collate` makes
+    them): reading the GPU's tensors would wait for the work queued on it, four times per forward."""
+    width_p = mb.prompt_length
+    if mb.prompt_key is not None and mb.prompt_start is not None:
+        first = min(int(mb.prompt_start.min()), width_p - 1)
+        keys, inverse = torch.unique(mb.prompt_key, return_inverse=True)  # sorted: distinct_rows' order
+        rows = torch.arange(len(mb))
+        index = torch.full((len(keys),), len(mb), dtype=torch.long).scatter_reduce_(0, inverse, rows, reduce="amin")
+        device = mb.input_ids.device
+        return first, index.to(device, non_blocking=True), inverse.to(device, non_blocking=True)
+    first = int(mb.attention_mask.any(0).nonzero()[0]) if mb.attention_mask.any() else 0
+    first = min(first, width_p - 1)
+    index, inverse = distinct_rows(mb.input_ids[:, first:width_p], mb.attention_mask[:, first:width_p])
+    return first, index, inverse
 
 
 def _shared_prompt_logits(model, mb: RolloutBatch, first: int, index, inverse, keep_kw):

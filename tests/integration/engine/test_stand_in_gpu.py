@@ -130,6 +130,44 @@ def test_decoding_on_the_stand_in_samples_the_cpus_tokens(backend):
         assert torch.allclose(torch.tensor(log_probs), torch.tensor(expected), atol=1e-5)
 
 
+def test_a_log_prob_forward_reads_the_device_once_and_scores_as_on_the_cpu():
+    """Which rows share a prompt, and where the prompts start, come from the batch's CPU copies (`prompt_key`,
+    `prompt_start`, made by `collate`): reading them from the device tensors took about six reads (waits for the
+    GPU) per micro-batch's forward. What is left is transformers' own mask check (`masking_utils.
+    _ignore_causal_mask_sdpa`): once in the prompt pass, and once more where the rows' prompts differ in length."""
+    import dataclasses
+
+    from rlrm.engine.actor.batch import collate
+    from rlrm.inference.base import Completion
+
+    generator = torch.Generator().manual_seed(0)
+    prompts = [[3, 4, 5, 6], [7, 8], [9, 10, 11], [7, 8]]  # the last is the second again: one prompt run for both
+    completions = [
+        Completion(p, torch.randint(3, 60, (2 + j,), generator=generator).tolist(), [0.0] * (2 + j), "stop")
+        for p in prompts
+        for j in range(4)
+    ]
+    batch = collate(completions, pad_token_id=0)
+    model = tiny_qwen2()
+    on_cpu, _ = logprobs.response_log_probs(model, batch, 1.0, micro_batch_size=4)
+
+    def reads(b, micro_batch_size: int) -> int:
+        with stand_in_gpu(), torch.no_grad():
+            on_device = tiny_qwen2().to(DEVICE)
+            on_device.load_state_dict(model.state_dict())
+            moved = b.to(DEVICE)
+            assert b.prompt_key is None or moved.prompt_key.device.type == "cpu"  # kept on the CPU
+            before = SYNCS[0]
+            out, _ = logprobs.response_log_probs(on_device, moved, 1.0, micro_batch_size)
+            count = SYNCS[0] - before
+            assert torch.allclose(out.cpu(), on_cpu, atol=1e-5)
+        return count
+
+    assert reads(batch, 4) == 4 and reads(batch, 16) == 2  # each group a micro-batch; all groups in one
+    without = dataclasses.replace(batch, prompt_key=None, prompt_start=None)  # a batch made before them
+    assert reads(without, 4) == 24 and reads(without, 16) == 7
+
+
 @pytest.mark.parametrize("backend", ["dynamic", "static"])
 @pytest.mark.parametrize("padded", [False, True])
 def test_decoding_reads_the_device_once_every_4_tokens_whatever_the_rows(backend, padded):
