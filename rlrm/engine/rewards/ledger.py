@@ -73,6 +73,17 @@ class CallLedger:
         }
 
 
+# the keys `as_extra` adds to a reward's extra info (a custom function's dict among them): counts, not its own numbers
+LEDGER_KEYS = (
+    "model_calls",
+    "judge_prompt_tokens",
+    "judge_completion_tokens",
+    "rate_limited",
+    "throttle_wait_s",
+    "model_not_found",
+    "model_requests",
+)
+
 _current: ContextVar[CallLedger | None] = ContextVar("rlrm_call_ledger", default=None)
 
 

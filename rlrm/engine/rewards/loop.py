@@ -30,7 +30,7 @@ from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
-from rlrm.engine.rewards.ledger import ledger_scope
+from rlrm.engine.rewards.ledger import LEDGER_KEYS, ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.reported import REPORTED_KEY, reported_names
 from rlrm.engine.rewards.threads import FunctionExited
@@ -304,7 +304,9 @@ class RewardLoop:
                     f"{sample.uid}; return a score or the components"
                 )
             result = RewardResult(score=score, extra={k: v for k, v in raw.items() if k != "score"})
-            reported = reported_names(raw, ("score", COMPONENTS_KEY, TURN_SCORES_KEY, REPORTED_KEY))
+            # the function's own numbers: not what rlrm added to its dict (call counts, the injected latency)
+            added = (*LEDGER_KEYS, "injected_latency_s")
+            reported = reported_names(raw, ("score", COMPONENTS_KEY, TURN_SCORES_KEY, REPORTED_KEY, *added))
             if reported:
                 result.extra[REPORTED_KEY] = reported
         elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: float() reads it below, as verl's tensor would

@@ -211,6 +211,18 @@ def test_the_numbers_a_dict_reports_beside_its_score_are_averaged_per_step():
             "reward/reported/flag/mean": 1.0,
         }
     )  # "nan" is never finite: no metric
+    # what rlrm adds to a function's dict (its model calls' counts, reward.inject's latency) is not the function's
+    from rlrm.engine.rewards.ledger import LEDGER_KEYS, CallLedger
+
+    ledger = CallLedger()
+    ledger.model_calls = 2
+    assert tuple(ledger.as_extra()) == LEDGER_KEYS
+
+    async def counted(s):
+        return {"score": 1.0, "acc": 1, **ledger.as_extra(), "injected_latency_s": 0.1}
+
+    counted_results = run(RewardLoop(counted, cfg()).score_all([sample(0)]))
+    assert counted_results[0].extra["reported_keys"] == ["acc"]
     many = [
         type(results[0])(
             1.0, {"reported_keys": [f"k{i:02d}" for i in range(40)], **{f"k{i:02d}": i for i in range(40)}}
