@@ -141,7 +141,7 @@ async def _probe(
         async with session.post(url + path, json=body, timeout=timeout) as resp:
             status, text = resp.status, await resp.text()
     except asyncio.TimeoutError:
-        return f"no answer in {timeout_s:.1f} s", False
+        return f"no answer in {timeout_s:g} s", False
     except aiohttp.ClientSSLError as exc:  # a certificate nobody trusts stays untrusted: retrying cannot help
         return tls_failure(exc), True
     except aiohttp.ClientError as exc:

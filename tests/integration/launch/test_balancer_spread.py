@@ -11,7 +11,8 @@ from collections import Counter
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.fleet.process import ServerProcess
 
-# a replica that says which one it is, and answers /slow after a while (a request that stays in flight)
+# a replica that says which one it is, and answers /slow once /release came (a request that stays in flight for as
+# long as the test needs, however slow the machine)
 REPLICA = """
 import asyncio, sys, uvicorn
 from starlette.applications import Starlette
@@ -19,16 +20,26 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 port = int(sys.argv[1])
+released = None
 
 async def who(request):
+    global released
     if request.url.path == "/slow":
-        await asyncio.sleep(1.0)
+        released = released or asyncio.Event()
+        await asyncio.wait_for(released.wait(), 60)
+    return JSONResponse({"port": port})
+
+async def release(request):
+    global released
+    released = released or asyncio.Event()
+    released.set()
     return JSONResponse({"port": port})
 
 async def health(request):
     return PlainTextResponse("ok")
 
 routes = [Route("/who", who, methods=["POST"]), Route("/slow", who, methods=["POST"]), Route("/health", health)]
+routes.append(Route("/release", release, methods=["POST"]))
 uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
 """
 
@@ -45,9 +56,11 @@ def test_requests_one_at_a_time_take_the_replicas_in_turn():
             try:
                 one_at_a_time = [(await balancer.post("/who", {}, 10))["port"] for _ in range(9)]
                 # one request held at `a`: the next ones go to the other two, in turn, while it is in flight
-                held = asyncio.ensure_future(balancer.post("/slow", {}, 10, url=a.url))
-                await asyncio.sleep(0.3)
+                held = asyncio.ensure_future(balancer.post("/slow", {}, 60, url=a.url))
+                while balancer.outstanding[a.url] != 1:  # sent, and in flight until released
+                    await asyncio.sleep(0.01)
                 beside = [(await balancer.post("/who", {}, 10))["port"] for _ in range(4)]
+                await balancer.post("/release", {}, 10, url=a.url)
                 await held
                 return one_at_a_time, beside
             finally:

@@ -75,17 +75,32 @@ def test_a_launched_replica_has_a_fresh_key_in_its_environment_only(tiny_policy_
 
 
 class _Silent:
-    """A port that accepts connections and never answers: a weight-update master that never comes."""
+    """A port that accepts connections and never answers: a weight-update master that never comes. `reached` is
+    set once a join connected (what a test waits for, rather than a fixed sleep)."""
 
     def __enter__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
+        self.reached = threading.Event()
+        self.held: list[socket.socket] = []  # open, never answered (a closed one would fail the join at once)
+        threading.Thread(target=self._accept, daemon=True).start()
         return self
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.held.append(conn)
+            self.reached.set()
 
     def __exit__(self, *exc):
         self.sock.close()
+        for conn in self.held:
+            conn.close()
 
 
 def _init(url, port, rank=1, timeout=60.0, **changes):
@@ -113,7 +128,7 @@ def test_a_join_flood_gets_409_loads_still_work_and_sigterm_stops_the_server(tin
 
             first = threading.Thread(target=join, daemon=True)
             first.start()
-            time.sleep(1.0)  # the first join is under way
+            assert master.reached.wait(60)  # the first join is under way
             flood = [_init(proc.url, master.port, timeout=30) for _ in range(6)]
             assert [r.status_code for r in flood] == [409] * 6
             assert "one group at a time" in flood[0].json()["error"]["message"]
@@ -147,7 +162,8 @@ def test_bad_group_requests_are_400_at_once_and_a_join_is_bounded(tiny_policy_pa
         with _Silent() as master:  # each join gives up at its bound (torch's own store would wait forever)
             for _ in range(3):
                 gave_up = _init(proc.url, master.port, timeout=60)
-                assert gave_up.status_code == 200, f"{gave_up.text}; the server's log ends: {proc.log_tail(20)}"
+                reached = f"the master was {'' if master.reached.is_set() else 'never '}reached"
+                assert gave_up.status_code == 200, f"{gave_up.text} ({reached}); the server's log: {proc.log_tail(20)}"
                 assert gave_up.json()["success"] is False
                 assert "did not answer within 1 s" in gave_up.json()["message"]
             # the threads left stuck are counted: no flood piles them up

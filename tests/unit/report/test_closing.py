@@ -66,12 +66,16 @@ def test_progress_lines_only_when_enabled_and_a_tick_while_waiting(capsys):
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
     progress.enable()
+    seen = ""
     try:
-        with progress.waiting("replica starting", every_s=0.05):
-            time.sleep(0.18)
+        with progress.waiting("replica starting", every_s=0.01):
+            deadline = time.monotonic() + 5  # two ticks, however slow the machine; a ticker that never ticks fails
+            while seen.count("... replica starting (") < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+                seen += capsys.readouterr().err
     finally:
         progress.enable(False)
-    err = capsys.readouterr().err
+    err = seen + capsys.readouterr().err
     assert err.count("... replica starting (") >= 2, err
 
 
