@@ -29,7 +29,8 @@ def prepare(
 ) -> None:
     """Put the tiny policy, judge and DisRM in the model cache and print what each measured on held-out data:
     seed 0 ships with rlrm and is copied; --force or another --seed builds from the recipe (minutes; the same seed
-    builds the same weights). Also writes pairs-v<recipe>-seed<S>.jsonl next to them: chosen/rejected pairs of
+    builds the same weights on the same machine and torch build, and other CPUs' kernels round differently, so a
+    rebuild's figures differ from the shipped files'). Also writes pairs-v<recipe>-seed<S>.jsonl next to them: chosen/rejected pairs of
     held-out problems for `rlrm eval rm --pairs`.
 
     The policy is a tiny Qwen2 warm-started on the synthetic task; the judge (GenRM) and the DisRM

@@ -256,7 +256,8 @@ def _run(cfg, samples, out: Path) -> int:
         write_matrix(out, samples, cells)
         term.print(matrix_table(cells))
     failed = [c for c in cells if not c.passed]
-    term.print(f"{'FAIL' if failed else 'PASS'}: scores.parquet and summary.json in {out}")
+    written = "scores.parquet and summary.json" if len(cells) == 1 else "matrix.json and a folder per dtype pair"
+    term.print(f"{'FAIL' if failed else 'PASS'}: {written} in {out}")
     return EXIT_FAIL if failed else EXIT_PASS
 
 

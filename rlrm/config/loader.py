@@ -189,6 +189,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
+    if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
+        value = text  # `Q: {question}` or `- a`: text with YAML's block marks, not a mapping or list typed inline
     if (
         isinstance(value, dict)
         and value

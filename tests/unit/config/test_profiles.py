@@ -42,6 +42,9 @@ def test_a_hydra_style_mapping_is_read_as_hydra_reads_it():
     from rlrm.config.loader import _parse_override
 
     assert _parse_override("k={url:http://h:80/v1,on:true}") == ("k", {"url": "http://h:80/v1", "on": True})
+    assert _parse_override("k=Q: {question}") == ("k", "Q: {question}")  # text, not the mapping {Q: {question: }}
+    assert _parse_override("k=- a") == ("k", "- a")
+    assert _parse_override("k=[a, b]") == ("k", ["a", "b"])
 
 
 @pytest.mark.parametrize(
