@@ -44,8 +44,9 @@ class SqliteStore:
         path = Path(path)
         _check_foreign(path)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a cache file in a folder of its own, made as any output's
             conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:  # a folder that does not exist or cannot be written
+        except (OSError, sqlite3.Error) as exc:  # a folder that cannot be made or written
             raise CacheUnavailable(f"cannot open {path}: {exc}") from None
         try:
             _check_or_create(conn, path)

@@ -185,8 +185,18 @@ def test_another_programs_sqlite_database_is_refused(tmp_path):
         SqliteStore.open(path, 10)
 
 
+def test_a_cache_file_in_a_folder_not_made_yet_gets_its_folder(tmp_path, capsys):
+    path = tmp_path / "no-such-folder" / "deeper" / "cache.sqlite"
+    judge = CountingJudge()
+    loop = loop_with_cache(genrm_cfg(), judge, path)
+    asyncio.run(loop.score_all([sample(i, "#### 3") for i in range(2)]))
+    assert path.is_file() and loop.take_metrics().get("reward/cache_errors", 0) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_cache_path_that_cannot_be_created_leaves_the_run_cached_in_memory(tmp_path, capsys):
-    path = tmp_path / "no-such-folder" / "cache.sqlite"
+    (tmp_path / "a-file").write_text("x")
+    path = tmp_path / "a-file" / "cache.sqlite"  # its folder would be a file
     judge = CountingJudge()
     loop = loop_with_cache(genrm_cfg(), judge, path)
     results = asyncio.run(loop.score_all([sample(i, "#### 3") for i in range(4)]))
