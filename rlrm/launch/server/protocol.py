@@ -12,7 +12,7 @@ import itertools
 import uuid
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class RequestError(Exception):
@@ -82,6 +82,16 @@ class _Sampling(_Body):
 class CompletionRequest(_Sampling):
     prompt: Union[str, list[int]]
     echo: bool = False
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value):
+        if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
+            raise ValueError(
+                f"a batch of {len(value)} prompts is not served here (OpenAI's and vLLM's list of strings or of "
+                "token-id lists): send one prompt per request, as a string or one list of token ids"
+            )
+        return value
 
 
 class ChatCompletionRequest(_Sampling):

@@ -76,6 +76,18 @@ def test_out_of_vocabulary_ids_on_generation_endpoints_are_400_naming_the_field(
     assert ok.status_code == 200  # the server goes on serving
 
 
+@pytest.mark.parametrize("prompt", [[[5, 6], [7, 8]], ["one", "two"]])
+def test_a_batch_of_prompts_is_400_saying_to_send_one_per_request(genrm, prompt):
+    # OpenAI's and vLLM's /v1/completions take a list of prompts; the embedded server takes one (it said
+    # "prompt.str: Input should be a valid string")
+    resp = httpx.post(genrm.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["message"] == (
+        "prompt: Value error, a batch of 2 prompts is not served here (OpenAI's and vLLM's list of strings or of "
+        "token-id lists): send one prompt per request, as a string or one list of token ids"
+    )
+
+
 def test_a_forward_that_raises_for_one_request_fails_only_that_request(random_disrm_path):
     """The real classifier backend and batcher, in process; the poisoned input skips the server's
     checks (as a bug or a model limit no check knows would), so the batched forward itself raises."""
