@@ -4,6 +4,7 @@ serving the endpoint of their role; otherwise one line naming the address and wh
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import pytest
@@ -69,7 +70,9 @@ def test_a_disrm_given_as_a_judge_is_refused(disrm_server, tiny_policy_path, mon
 
 
 def test_a_dead_port_is_refused_after_the_start_timeout(random_disrm_path):
-    dead = f"http://127.0.0.1:{free_port()}"
+    held = socket.socket()  # bound, never listening: no other test's server can take the port meanwhile
+    held.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{held.getsockname()[1]}"
     cfg = RewardConfig(
         kind="disrm", server={"model": str(random_disrm_path), "addresses": [dead], "start_timeout_s": 1}
     )
@@ -81,6 +84,7 @@ def test_a_dead_port_is_refused_after_the_start_timeout(random_disrm_path):
     )
     assert "still after 1 s: reward.server.start_timeout_s" in str(refused.value)
     assert time.monotonic() - start < 60  # it gave up: no minutes of retries
+    held.close()
 
 
 def test_a_wrong_key_is_refused_and_the_right_one_scores(disrm_server, random_disrm_path, monkeypatch):

@@ -63,6 +63,9 @@ server = ServerProcess([sys.executable, "-c", child, "--port", "1"])
 launcher = threading.Thread(target=server.launch)  # a worker thread that ends: PR_SET_PDEATHSIG would fire here
 launcher.start()
 launcher.join()
+deadline = time.monotonic() + 30  # the child's first line, however slow the machine starts interpreters
+while not open(server._log.name).read().split() and time.monotonic() < deadline:
+    time.sleep(0.05)
 time.sleep(1.5)
 print(server.proc.pid, int(server.alive()), open(server._log.name).read().split()[0], flush=True)
 os._exit(0)

@@ -11,6 +11,7 @@ import ast
 import asyncio
 import json
 import multiprocessing
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -109,9 +110,11 @@ def test_no_answer_within_the_timeout_is_a_request_timeout_naming_the_url(server
 
 
 def test_a_refused_port_is_a_transient_error_naming_the_url():
-    url = f"http://127.0.0.1:{free_port()}/health"  # nothing listens there
-    with pytest.raises(TransientError, match=rf"GET {url}: ClientConnectorError") as caught:
-        http.get(url, timeout_s=5)
+    with socket.socket() as held:  # bound, never listening: no other test's server can take the port meanwhile
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}/health"
+        with pytest.raises(TransientError, match=rf"GET {url}: ClientConnectorError") as caught:
+            http.get(url, timeout_s=5)
     assert not isinstance(caught.value, RequestTimeout)
 
 
