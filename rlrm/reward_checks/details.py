@@ -20,6 +20,7 @@ from rlrm.engine.rewards import gsm8k
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.genrm import parse_verdict, render_turns
+from rlrm.engine.rewards.reported import REPORTED_KEY
 
 VERDICT_FORMS = {"score": "'Score: N'", "boxed": "'\\boxed{N}'"}
 
@@ -38,7 +39,8 @@ def common(sample: RewardSample, result: RewardResult | None) -> dict:
         "response": sample.solution_str,
         "ground_truth": sample.ground_truth,
         "score": None if failed or result is None else float(result.score),
-        "extra": {k: v for k, v in extra.items() if k not in ("reward_failed", "reward_error")},
+        # what the function returned beside its score (which keys metrics average is training's, not shown here)
+        "extra": {k: v for k, v in extra.items() if k not in ("reward_failed", "reward_error", REPORTED_KEY)},
         "error": (extra.get("reward_error") or "dropped by the reward loop") if failed else None,
     }
 
