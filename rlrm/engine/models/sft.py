@@ -239,7 +239,7 @@ def _cpu_model() -> str:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return platform.processor() or platform.machine()
-    fields = {}
+    fields: dict[str, str] = {}
     for line in lines:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
