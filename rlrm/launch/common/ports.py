@@ -55,10 +55,17 @@ def ensure_port_free(host: str, port: int) -> None:
     bind_port(host, port).close()
 
 
+BACKLOG = 2048  # uvicorn's, which listens again on the socket it is given
+
+
 def bind_port(host: str, port: int) -> socket.socket:
-    """A socket bound to `host:port`, for a server to listen on later (as vLLM does before its engine starts): held
-    while the model loads, no free port another process asks the OS for is this one. An RlrmError, as
-    `ensure_port_free` words it, where it cannot be bound."""
+    """A socket bound to `host:port` and listening, for a server to serve on later (as vLLM binds before its engine
+    starts): held while the model loads, no free port another process asks the OS for is this one. It listens at
+    once because SO_REUSEADDR (kept, so a server restarted on its port is not refused for TIME_WAIT) lets a second
+    socket bind a port no socket listens on yet: two servers handed the same free port would both bind it, and the
+    one that listened second would fail only after its model loaded, while its launcher read the other's /health.
+    Connections made before the server serves wait in the backlog (a readiness probe times out and asks again).
+    An RlrmError, as `ensure_port_free` words it, where it cannot be bound."""
     check_port(port)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -68,6 +75,7 @@ def bind_port(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(BACKLOG)
         return sock
     except OSError as exc:
         sock.close()

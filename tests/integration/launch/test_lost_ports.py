@@ -115,3 +115,24 @@ def test_a_move_changes_only_the_port_of_the_command_line():
     argv = ["python", "-m", "rlrm.launch.server", "--port", "8001", "--threads", "1"]
     assert with_port(argv, 9002) == ["python", "-m", "rlrm.launch.server", "--port", "9002", "--threads", "1"]
     assert argv[4] == "8001"  # a copy
+
+
+def test_two_servers_handed_the_same_port_never_share_it(tiny_policy_path):
+    """Both bind with SO_REUSEADDR (a restart on its own port is not refused for TIME_WAIT), which let a second
+    socket bind a port nobody listened on yet: two servers handed one free port both bound it, and the launcher of
+    the one whose listen failed after its model loaded read the other's /health as its own. Listening at bind time
+    refuses the second at once, and its launcher moves it."""
+    from rlrm.errors import RlrmError
+    from rlrm.launch.common.ports import bind_port, free_port
+
+    port = free_port()
+    held = bind_port("127.0.0.1", port)  # the first server, still loading its model
+    try:
+        with pytest.raises(RlrmError, match=f"port {port} on 127.0.0.1 is in use"):
+            bind_port("127.0.0.1", port).close()
+        argv_on = _argv_on(str(tiny_policy_path))
+        with ServerProcess(argv_on(port), port=port, argv_on=argv_on) as second:
+            assert second.port != port and second.moves == [port]  # it moved rather than sharing the first's port
+            assert http.get(second.url + "/health", timeout_s=5).status == 200
+    finally:
+        held.close()
