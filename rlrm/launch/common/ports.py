@@ -52,20 +52,20 @@ def check_port(port: int) -> None:
 def ensure_port_free(host: str, port: int) -> None:
     """Raise an RlrmError that says why `host:port` cannot be listened on: the port is taken, the host is
     not an address of this machine (or does not resolve), or the port needs privileges."""
-    bind_port(host, port).close()
+    bind_port(host, port, listen=False).close()
 
 
 BACKLOG = 2048  # uvicorn's, which listens again on the socket it is given
 
 
-def bind_port(host: str, port: int) -> socket.socket:
+def bind_port(host: str, port: int, listen: bool = True) -> socket.socket:
     """A socket bound to `host:port` and listening, for a server to serve on later (as vLLM binds before its engine
     starts): held while the model loads, no free port another process asks the OS for is this one. It listens at
     once because SO_REUSEADDR (kept, so a server restarted on its port is not refused for TIME_WAIT) lets a second
     socket bind a port no socket listens on yet: two servers handed the same free port would both bind it, and the
     one that listened second would fail only after its model loaded, while its launcher read the other's /health.
     Connections made before the server serves wait in the backlog (a readiness probe times out and asks again).
-    An RlrmError, as `ensure_port_free` words it, where it cannot be bound."""
+    An RlrmError, as `ensure_port_free` words it, where it cannot be bound (`listen=False`: only that check)."""
     check_port(port)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -75,7 +75,8 @@ def bind_port(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
-        sock.listen(BACKLOG)
+        if listen:
+            sock.listen(BACKLOG)
         return sock
     except OSError as exc:
         sock.close()
