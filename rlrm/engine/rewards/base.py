@@ -8,6 +8,7 @@ it is calling.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
@@ -52,3 +53,16 @@ FLOAT32_MAX = 3.4028234663852886e38  # a score beyond it is inf in the float32 t
 def fits_float32(value: float) -> bool:
     """Finite, and finite still in the float32 tensors training computes with."""
     return math.isfinite(value) and abs(value) <= FLOAT32_MAX
+
+
+def is_bool(value: Any) -> bool:
+    """Python's, numpy's (dtype "bool") or torch's bool."""
+    return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def is_score(value: Any) -> bool:
+    """A bare score: a real number (numpy's scalars too) or a 0-d array or tensor; not a bool (a likely slip for a
+    score), nor text. float() then reads it, or names it non-numeric."""
+    if isinstance(value, (str, bytes)) or is_bool(value):
+        return False
+    return isinstance(value, numbers.Real) or getattr(value, "ndim", None) == 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-import numbers
 import random
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Callable
 
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample, is_score
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
@@ -309,7 +308,7 @@ class RewardLoop:
             reported = reported_names(raw, ("score", COMPONENTS_KEY, TURN_SCORES_KEY, REPORTED_KEY, *added))
             if reported:
                 result.extra[REPORTED_KEY] = reported
-        elif _number(raw):  # int, float, a numpy scalar, a 0-d tensor: float() reads it below, as verl's tensor would
+        elif is_score(raw):  # int, float, a numpy scalar, a 0-d tensor: float() reads it below, as verl's tensor would
             result, components = RewardResult(score=raw), self.components.read({}, self.name, sample.uid)
         else:
             raise CallError(
@@ -322,7 +321,7 @@ class RewardLoop:
         if turn_scores is not None:
             result.extra[TURN_SCORES_KEY] = turn_scores  # checked floats: the step puts them on the turns' last tokens
         try:
-            if not _number(result.score):  # refused in a dict as when returned bare
+            if not is_score(result.score):  # refused in a dict as when returned bare
                 raise TypeError
             result.score = float(result.score)
         except (TypeError, ValueError):
@@ -375,13 +374,3 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
-
-
-def _number(raw) -> bool:
-    """A bare score: a real number (numpy's scalars too) or a 0-d array or tensor; not a bool (a likely slip for a
-    score), nor text."""
-    if isinstance(raw, (bool, str, bytes)) or str(getattr(raw, "dtype", "")) in ("bool", "torch.bool"):
-        return False  # numpy's bool (np.bool_: dtype "bool") and torch's too
-    if isinstance(raw, numbers.Real):
-        return True
-    return getattr(raw, "ndim", None) == 0  # float() then reads it, or names it non-numeric

@@ -17,7 +17,8 @@ metrics.jsonl.
 from __future__ import annotations
 
 import math
-import numbers
+
+from rlrm.engine.rewards.base import is_bool, is_score
 
 REPORTED_KEY = "reported_keys"
 MAX_REPORTED = 32
@@ -45,8 +46,11 @@ def reported_metrics(results) -> dict[str, float]:
 
 
 def _averageable(value) -> bool:
-    if isinstance(value, (bool, numbers.Real)):
-        return True
-    if str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
-        return True
-    return getattr(value, "ndim", None) == 0 and not isinstance(value, (str, bytes))
+    """A number as a score is one (a 0-d array of text is not), or a bool."""
+    if not (is_score(value) or is_bool(value)):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True

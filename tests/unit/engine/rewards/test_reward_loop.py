@@ -195,6 +195,7 @@ def test_the_numbers_a_dict_reports_beside_its_score_are_averaged_per_step():
         if i == 3:
             raise KeyError("boom")  # a failed sample reports nothing
         extra = {"acc": i % 2 == 0, "fmt": np.float32(i / 10), "len": torch.tensor(i), "pred": str(i)}
+        extra["note"] = np.array("text")  # 0-d, yet no number: kept, not averaged
         extra.update({"flag": np.bool_(True)} if i == 0 else {"nan": math.nan})
         return {"score": 1.0, **extra, "components": {"a": 1.0}, "turn_scores": [0.5]}
 
