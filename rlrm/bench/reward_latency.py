@@ -33,7 +33,7 @@ from pathlib import Path
 
 from rlrm.bench.limits import Phases, Shape, baseline_phases, batch_latency, mode_bound, of_limit
 from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
-from rlrm.bench.simulate.spec import MAX_AHEAD_FIXED
+from rlrm.bench.simulate.spec import MAX_AHEAD_FIXED, named_twice
 from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import MODES
@@ -77,9 +77,9 @@ class RewardLatencyBench:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown or not self.modes:
             raise ConfigError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
-        twice = sorted({m for m in self.modes if self.modes.count(m) > 1})
-        if twice:  # each mode's runs have one folder: a second would meet the first's
-            raise ConfigError(f"--modes names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
+        twice = named_twice(self.modes)
+        if twice:
+            raise ConfigError(f"--modes {twice}")
         if self.steps < 1 or self.repeats < 1:
             raise ConfigError("--steps and --repeats must be at least 1")
         if self.repeats > MAX_REPEATS:

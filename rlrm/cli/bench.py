@@ -216,10 +216,11 @@ def simulate(
     from rlrm.cli import simulate_view as view
 
     folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
-    named = [m.strip() for m in (modes or "").split(",") if m.strip()]
-    twice = sorted({m for m in named if named.count(m) > 1})
-    if twice:  # named here, not as the --set the option becomes
-        raise ConfigError(f"--modes names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
+    from rlrm.bench.simulate.spec import named_twice
+
+    twice = named_twice([m.strip() for m in (modes or "").split(",") if m.strip()])
+    if twice:  # named as --modes, not as the --set the option becomes
+        raise ConfigError(f"--modes {twice}")
     extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
     plan = make_plan(from_, spec, extra, sweep)
     if plan.bench is not None:

@@ -20,6 +20,11 @@ import heapq
 import numpy as np
 
 
+def group_rows(groups: np.ndarray, n: int) -> np.ndarray:
+    """The rows of these groups' samples in their batch ([len(groups) * n]; sample j of group g is row g * n + j)."""
+    return (groups[:, None] * n + np.arange(n)).ravel()
+
+
 class Batch:
     """Step k's prompts: n samples per prompt, prompt-major, as the rollouter launches them."""
 

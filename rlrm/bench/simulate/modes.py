@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlrm.bench.simulate.batches import Batch
+from rlrm.bench.simulate.batches import Batch, group_rows
 
 ON_POLICY = ("sync", "stream", "pipeline")
 
@@ -235,7 +235,7 @@ def _check_failures(sim, k: int, scored: list) -> None:
     training would: any sample failed for good under on_failure `fail`, or the failed share over
     reward.max_failure_rate (rlrm/engine/rewards/budget.py)."""
     n = sim.spec.workload.samples_per_prompt
-    rows = [(b, (g[:, None] * n + np.arange(n)).ravel()) for b, g in scored]
+    rows = [(b, group_rows(g, n)) for b, g in scored]
     failed = sum(int(b.failed[i].sum()) for b, i in rows)
     samples = sum(i.size for _, i in rows)
     sim.rec.scored(samples, failed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlrm.bench.simulate.batches import group_rows
 from rlrm.engine.metrics.timing import Span
 
 TRAINER_PHASES = ("adv", "old_log_prob", "ref", "update_actor", "update_weights")
@@ -57,7 +58,7 @@ class Recorder:
     def trained(self, k: int, chosen: list) -> None:
         """The samples step k trained on: (batch, groups) pairs; counts, tokens, staleness, failures."""
         n = self.spec.workload.samples_per_prompt
-        rows = [(b, (g[:, None] * n + np.arange(n)).ravel()) for b, g in chosen]
+        rows = [(b, group_rows(g, n)) for b, g in chosen]
         resp = np.concatenate([b.resp_len[i] for b, i in rows]) if rows else np.zeros(0)
         prompt = np.concatenate([b.prompt_len[i] for b, i in rows]) if rows else np.zeros(0)
         lag = (k - 1) - np.concatenate([b.version[i] for b, i in rows]) if rows else np.zeros(1)

@@ -288,9 +288,9 @@ class SimSpec(_Section):
     @field_validator("modes")
     @classmethod
     def _modes_once(cls, modes: list[str]) -> list[str]:
-        twice = sorted({m for m in modes if modes.count(m) > 1})
-        if twice:  # each mode's runs have one folder: a second would meet the first's
-            raise ValueError(f"names {', '.join(twice)} twice; name each mode once (--repeats runs it again)")
+        twice = named_twice(modes)
+        if twice:
+            raise ValueError(twice)
         return modes
 
     @model_validator(mode="after")
@@ -312,6 +312,13 @@ class SimSpec(_Section):
     def max_ahead(self, mode: str) -> int:
         """Policy versions a batch may run ahead of the trainer in `mode` (the rollouter's max_ahead)."""
         return MAX_AHEAD_FIXED.get(mode, self.workload.max_staleness)
+
+
+def named_twice(modes: Sequence[str]) -> str | None:
+    """What is wrong with a list of modes that names one twice, or None: each mode's runs have one folder, and a
+    second would meet the first's (here and in `rlrm bench reward-latency`)."""
+    twice = sorted({m for m in modes if list(modes).count(m) > 1})
+    return f"names {', '.join(twice)} twice; name each mode once (--repeats runs it again)" if twice else None
 
 
 def load_spec(
