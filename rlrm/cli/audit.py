@@ -23,7 +23,7 @@ from rlrm.cli.parity import exit_2_on_error
 app = typer.Typer(help="Check a reward against known attacks before training on it.", no_args_is_help=True)
 
 
-@app.command("reward")
+@app.command("reward", short_help="Send known attacks (master keys, ...) through the reward; fail when one pays.")
 @exit_2_on_error
 def reward(
     profile: ProfileOption = None,

@@ -17,7 +17,7 @@ from rlrm.errors import ConfigError
 app = typer.Typer(help="Benchmarks: how scheduling modes hide reward latency.", no_args_is_help=True)
 
 
-@app.command("reward-latency")
+@app.command("reward-latency", short_help="Measure what each scheduling mode hides under injected reward latency.")
 @friendly_errors
 def reward_latency(
     profile: ProfileOption = "tiny-rule",

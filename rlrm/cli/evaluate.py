@@ -21,7 +21,7 @@ from rlrm.cli.options import ProfileOption, SetOption
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
 
 
-@app.command("rm")
+@app.command("rm", short_help="Pairwise accuracy of the reward on chosen/rejected pairs.")
 @friendly_errors
 def rm(
     pairs: Annotated[

@@ -26,7 +26,7 @@ MAX_SAMPLES = 4096  # inspect prints every sample: more is a job for `rlrm eval 
 app = typer.Typer(help="Show what a reward setup sees before training on it.", no_args_is_help=True)
 
 
-@app.command("reward")
+@app.command("reward", short_help="Show, per sample, what the reward received and returned.")
 @exit_2_on_error
 def reward(
     profile: ProfileOption = None,

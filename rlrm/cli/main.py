@@ -25,9 +25,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("train")(train.train)
+app.command("train", short_help="Train a policy with GRPO (a profile, or --resume a run).")(train.train)
 app.command("doctor")(doctor.doctor)
-app.command("report")(report.report)
+app.command("report", short_help="Plot curves, idle ratios, timelines and parity checks.")(report.report)
 app.add_typer(profiles.app, name="profiles")
 app.add_typer(models.app, name="models")
 app.add_typer(launch.app, name="launch")

@@ -13,7 +13,7 @@ from rlrm.cli.options import SeedOption, given
 app = typer.Typer(help="Build the offline tiny models (rlrm models prepare).", no_args_is_help=True)
 
 
-@app.command("prepare")
+@app.command("prepare", short_help="Put the tiny policy, judge and DisRM in the model cache.")
 @friendly_errors
 def prepare(
     name: Annotated[

@@ -70,7 +70,7 @@ def exit_2_on_error(fn):
     return wrapper
 
 
-@app.command("disrm")
+@app.command("disrm", short_help="Legacy FSDP2 DisRM against the reward loop's: scores, rankings, advantages.")
 @exit_2_on_error
 def disrm(
     profile: ProfileOption = None,
@@ -261,7 +261,7 @@ def _run(cfg, samples, out: Path) -> int:
     return EXIT_FAIL if failed else EXIT_PASS
 
 
-@app.command("reward")
+@app.command("reward", short_help="Two reward contracts on the same samples: what differs, and by how much.")
 @exit_2_on_error
 def reward(
     profile: ProfileOption = None,

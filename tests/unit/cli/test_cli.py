@@ -228,3 +228,16 @@ def test_a_folder_that_is_not_a_model_is_one_line_before_anything_loads(tmp_path
         f"error: model.path '{data}' is a folder but not a model (no config.json in it); give the folder "
         "save_pretrained wrote, a hub id (org/name) or tiny:NAME"
     )
+
+
+def test_every_command_lists_on_one_line_in_its_groups_help():
+    """A group's command list shows each command's short help: one sentence on one line, not the docstring's
+    first paragraph with its source line breaks (`rlrm --help` once broke `train`'s text mid-sentence)."""
+    from rlrm.cli.reference import commands
+
+    for path, command in commands():
+        shown = command.short_help or (command.help or "").split("\n\n")[0]
+        assert "\n" not in shown.strip(), f"{path}: give it a short_help of one line"
+        assert len(shown) <= 100, f"{path}: its short help is {len(shown)} characters; keep it to one line"
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"}).output
+    assert "Train a policy with GRPO" in listed and "then\n" not in listed
