@@ -11,14 +11,20 @@ on both sides (model.tf32), each decoding with rollout.compile=cudagraphs (the t
 TRL's, applies to float32 and bf16; a row whose decoding fell back to the eager step says NOT COMPILED), and one
 actor micro-batch at that shape with the real vocabulary, its LM head whole and in chunks (peak memory). A row
 that fails says so and the rest still run; the exit code is 1 when any row failed. The table goes to stdout and to OUT/gpu_check.md.
+
+On a lease, --budget-s keeps the whole check within it: a row still running at the budget is stopped, with every
+process it started (each row runs in its own session: a benchmark's TRL worker or rlrm's servers must not hold the
+GPU through the rows after it), and the rows not started are marked NOT REACHED.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +54,8 @@ SHAPED = (
     "step-tf32",
     "logits",
 )  # the Qwen2.5-0.5B-shape rows, which --quick leaves out
+MIN_ROW_S = 20  # a row that would have less of the budget left than this is not started
+_DEADLINE = math.inf  # time.monotonic() at which the check's budget (--budget-s) runs out
 NO_VAL = ["trainer.val_every=0", "trainer.val_before_train=false"]
 
 
@@ -64,7 +72,17 @@ def main() -> int:
         help=f"run only these rows, comma-separated, of: {', '.join(ROWS)} (a short lease: the rows not measured yet)",
     )
     parser.add_argument("--device", default="cuda", help="cpu: try the check's own code on a machine without a GPU")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=math.inf,
+        help="seconds the rows may take in all: the row running then is stopped, the rest marked NOT REACHED",
+    )
     args = parser.parse_args()
+    global _DEADLINE
+    _DEADLINE = time.monotonic() + args.budget_s
+    # `timeout 540 bash scripts/gpu_check.sh` ends with SIGTERM: exit through `_run`'s clean-up, not at once
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in only if name not in ROWS]
     if unknown:
@@ -91,10 +109,14 @@ def main() -> int:
         "bench": (check_bench, out, device),
     }
     chosen = only or [name for name in ROWS if not (args.quick and name in SHAPED)]
-    checks = [every[name] for name in ROWS if name in chosen]
+    checks = [(name, every[name]) for name in ROWS if name in chosen]
     if args.tier_xml:
         rows.append(tier_row(args.tier_xml, args.tier_seconds))
-    for fn, *fn_args in checks:
+    for name, (fn, *fn_args) in checks:
+        if _DEADLINE - time.monotonic() < MIN_ROW_S:
+            rows.append((name, "NOT REACHED", "", f"the check's budget (--budget-s {args.budget_s:g}) ran out first"))
+            print(" | ".join(rows[-1]), flush=True)
+            continue
         try:
             rows.append(fn(*fn_args))
         except Exception as exc:  # a bug in reading one check's files must not lose the others' rows
@@ -135,17 +157,41 @@ def environment() -> str:
 
 
 def _run(cmd: list[str], timeout: float, log: Path | None = None) -> subprocess.CompletedProcess:
+    """`cmd` in a session of its own, stopped with all it started at `timeout` or at the check's budget."""
+    timeout = max(1.0, min(timeout, _DEADLINE - time.monotonic()))
     try:
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        done = subprocess.CompletedProcess(
-            cmd, 124, exc.stdout or "", (exc.stderr or "") + f"\ntimed out after {timeout} s"
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
     except FileNotFoundError as exc:
-        done = subprocess.CompletedProcess(cmd, 127, "", str(exc))
+        return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    except subprocess.TimeoutExpired:
+        _stop_session(proc)
+        try:  # a grandchild that made a session of its own may still hold the pipes: do not wait on it for long
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "", ""
+        done = subprocess.CompletedProcess(
+            cmd, 124, stdout or "", (stderr or "") + f"\ntimed out after {timeout:.0f} s"
+        )
+    except BaseException:  # Ctrl-C, or a `timeout` around the check: the row's session is not theirs to signal
+        _stop_session(proc)
+        raise
     if log is not None:
         log.write_text(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def _stop_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the row's process group (its session's leader is `proc`), then reap `proc`."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _rlrm(*args: str) -> list[str]:

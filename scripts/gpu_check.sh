@@ -10,14 +10,21 @@
 #   RLRM_PYTHON      the interpreter (default: .venv/bin/python)
 #   GPU_CHECK_OUT    where the runs, logs and gpu_check.md go (default: gpu_check_out, replaced each time)
 #   GPU_TIER_K       run only the gpu tier's tests this pytest -k expression selects (default: all)
+#   GPU_CHECK_BUDGET_S  seconds for the whole check (a lease): the tier and the row running are stopped there,
+#                    the rows not started marked NOT REACHED, and the table still written (default: no limit)
 # On a short lease, only the rows not yet measured:
-#   GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu or doctor" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
+#   GPU_CHECK_BUDGET_S=520 GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu or doctor" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
 # On an offline machine lent for minutes, the wheels it lacks and the one command: docs/development.md
 # ("The device check on a lent, offline GPU machine"; scripts/gpu_wheels.py fetches the wheels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=${RLRM_PYTHON:-.venv/bin/python}
 out=${GPU_CHECK_OUT:-gpu_check_out}
+budget=${GPU_CHECK_BUDGET_S:-}
+if [ -n "$budget" ] && ! [[ "$budget" =~ ^[0-9]+$ ]]; then
+  echo "gpu_check: GPU_CHECK_BUDGET_S must be whole seconds, not '$budget'" >&2
+  exit 2
+fi
 if ! command -v "$py" >/dev/null 2>&1; then
   echo "gpu_check: no interpreter $py; set RLRM_PYTHON to the python that has torch (after bash scripts/setup.sh: .venv/bin/python)" >&2
   exit 2
@@ -35,7 +42,11 @@ export PYTHONUNBUFFERED=1
 # the models first, so the tier's tests find them built
 "$py" -m rlrm models prepare >"$out/models_first.log" 2>&1
 start=$SECONDS
-"$py" -m pytest -m gpu tests/gpu -q -p no:cacheprovider ${GPU_TIER_K:+-k "$GPU_TIER_K"} --junitxml="$out/tier.xml" 2>&1 \
+limit=()  # the tier and the rows share the budget: the tier stops where it runs out
+[ -n "$budget" ] && limit=(timeout -k 10 "$((budget - SECONDS > 1 ? budget - SECONDS : 1))")
+"${limit[@]}" "$py" -m pytest -m gpu tests/gpu -q -p no:cacheprovider ${GPU_TIER_K:+-k "$GPU_TIER_K"} --junitxml="$out/tier.xml" 2>&1 \
   | tee "$out/tier.log" | tail -n 25
 tier_s=$((SECONDS - start))
-"$py" scripts/gpu_check.py --out "$out" --tier-xml "$out/tier.xml" --tier-seconds "$tier_s" "$@"
+rows=()
+[ -n "$budget" ] && rows=(--budget-s "$((budget - SECONDS))")
+"$py" scripts/gpu_check.py --out "$out" --tier-xml "$out/tier.xml" --tier-seconds "$tier_s" "${rows[@]}" "$@"

@@ -1,0 +1,65 @@
+"""The device check keeps to its lease (scripts/gpu_check.py --budget-s, GPU_CHECK_BUDGET_S): a row that runs
+out of time is stopped with every process it started, so nothing it left holds the GPU through the rows after
+it, and the rows the budget does not reach are named in the table, not lost."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _check():
+    spec = importlib.util.spec_from_file_location("gpu_check_budget_under_test", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in state  # killed, not yet reaped by whoever adopted it
+
+
+def test_a_row_out_of_time_is_stopped_with_the_processes_it_started(tmp_path):
+    check = _check()
+    # a benchmark that starts a worker (as step_vs_trl.py starts TRL's) and both outlive the row's time
+    parent = (
+        "import subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print(worker.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    log = tmp_path / "row.log"
+    start = time.monotonic()
+    done = check._run([sys.executable, "-c", parent], timeout=3, log=log)
+    took = time.monotonic() - start
+    assert done.returncode == 124 and "timed out after 3 s" in done.stderr
+    assert took < 60, took  # not the worker's 120 s: its pipes closed with it
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(worker), f"the row's worker {worker} outlived the row"
+    assert "timed out" in log.read_text()
+
+
+def test_rows_past_the_budget_are_named_not_reached_and_fail_the_check(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--out", str(out)]
+    argv += ["--only", "tiny-rule,bench", "--budget-s", "5"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    table = (out / "gpu_check.md").read_text()
+    for row in ("tiny-rule", "bench"):
+        assert f"| {row} | NOT REACHED |" in table, table
+    assert "ran out first" in table and "0 of 2 checks ok" in done.stdout
