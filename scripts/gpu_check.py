@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 QUIET = ["trainer.save_every=0", "logging.console=none"]
 ROWS = (
     "models",
-    "decode",
-    "step-fp32",
+    "step-fp32",  # the target (rlrm's step <= 0.5x TRL's) first: a lease that runs out keeps it
     "step-bf16",
+    "decode",
     "logits",
     "step-tf32",  # last of the 0.5B-shape rows: a short lease that runs out loses this one
     "tiny-rule",
@@ -97,9 +97,9 @@ def main() -> int:
     graphs = "cudagraphs" if device.startswith("cuda") else "inductor"  # CUDA graphs need CUDA
     every = {  # in the order they run: the 0.5B-shape rows, never measured on a GPU yet, before the tiny runs
         "models": (check_models, out),
-        "decode": (check_decode, out, device),
         "step-fp32": (check_step_vs_trl, out, device, "float32", graphs),
         "step-bf16": (check_step_vs_trl, out, device, "bfloat16", graphs),
+        "decode": (check_decode, out, device),
         "logits": (check_logits, out, device),
         "step-tf32": (check_step_vs_trl, out, device, "float32", graphs, True),
         "tiny-rule": (check_train, out, device, "tiny-rule", 12, ["trainer.val_every=12", "data.val_size=128"]),
