@@ -227,7 +227,7 @@ def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict
     ]
     for item in overrides:
         cmd += ["--set", item]
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, env=env)
+    _run_side("rlrm train", cmd, cwd=REPO, stdout=subprocess.DEVNULL, env=env)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 0) >= 1]
     ends = [r["perf/wall_s"] for r in rows]
@@ -245,13 +245,29 @@ def run_rlrm(run_dir: Path, overrides: list[str], total: int, env: dict) -> dict
 
 def run_trl(python: str, job: Path, out: Path, env: dict) -> dict:
     with out.open("w") as stdout:
-        subprocess.run(
+        _run_side(
+            "the TRL worker",
             [python, str(Path(__file__).resolve()), "--worker", "trl", "--job", str(job)],
-            check=True,
             stdout=stdout,
             env=env,
         )
     return json.loads(out.read_text().splitlines()[-1])
+
+
+def _run_side(side: str, cmd: list[str], **popen) -> None:
+    """`cmd` with its stderr passed on as it comes (compile warnings that scripts/gpu_check.py reads); a failure
+    exits naming the side and its stderr's last line (its one-line error), which the device check's row shows,
+    where a traceback of subprocess.CalledProcessError would show the start of the `-c` program."""
+    tail = b""
+    with subprocess.Popen(cmd, stderr=subprocess.PIPE, **popen) as proc:
+        for chunk in iter(lambda: proc.stderr.read1(1 << 16), b""):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+            tail = (tail + chunk)[-4096:]
+    if proc.returncode:
+        lines = [line.strip() for line in tail.decode(errors="replace").replace("\r", "\n").splitlines()]
+        last = next((line for line in reversed(lines) if line), "")
+        sys.exit(f"step_vs_trl: {side} failed (exit {proc.returncode}): {last}")
 
 
 def trl_worker(job: dict) -> None:
