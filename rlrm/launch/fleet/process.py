@@ -254,9 +254,12 @@ class ServerProcess:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self._move_port():  # as in wait_ready: a movable server that lost its port starts on another
+                    continue
                 raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
             try:
                 http.get(self.url + self.health_path, timeout_s=2.0)
+                self._served = True  # it answers here: clients may hold this address from now on
                 return
             except TransientError:
                 time.sleep(0.2)

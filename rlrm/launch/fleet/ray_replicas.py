@@ -147,6 +147,9 @@ class RayReplica:
 
     def wait_ready(self) -> None:
         self._call("wait_ready", self.start_timeout_s)
+        self._take_address()
+
+    def _take_address(self) -> None:
         if not self._served:  # it may have moved to a fresh port while starting: read it before anyone uses the URL
             port, self.argv = self._call("address", timeout_s=30.0)
             if port != self.port:  # said on the node too, where nobody reads it (log_to_driver is off)
@@ -161,6 +164,7 @@ class RayReplica:
 
     def wait_listening(self) -> None:
         self._call("wait_listening", self.start_timeout_s)
+        self._take_address()
 
     def start(self) -> RayReplica:
         self.launch()

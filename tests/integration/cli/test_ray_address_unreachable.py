@@ -38,11 +38,10 @@ def silent_port():
 
 @pytest.fixture
 def closed_port():
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
+    """A port nothing listens on, held bound so that no other test's server can listen there meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 def _train(tmp_path, address: str):

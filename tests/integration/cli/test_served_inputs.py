@@ -2,38 +2,39 @@
 
 from __future__ import annotations
 
+from held_ports import refused_port  # tests/fixtures/held_ports.py
 from small_run import as_set_args  # tests/fixtures/small_run.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
-from rlrm.launch.common.ports import free_port
 
 
 def test_a_dead_rollout_server_address_is_one_line_and_leaves_no_run(tmp_path, tiny_policy_path):
-    dead = f"http://127.0.0.1:{free_port()}"
-    out = tmp_path / "run"
-    result = CliRunner().invoke(
-        app,
-        [
-            "train",
-            "--profile",
-            "tiny-rule",
-            "--console",
-            "none",
-            "--steps",
-            "1",
-            "--out",
-            str(out),
-            "--set",
-            "rollout.backend=server",
-            "--set",
-            f"rollout.server.addresses={dead}",
-            "--set",
-            "rollout.server.start_timeout_s=1",
-            "--set",
-            "trainer.num_threads=1",
-        ],
-    )
+    with refused_port() as port:  # nothing listens there, and no other test's server can meanwhile
+        dead = f"http://127.0.0.1:{port}"
+        out = tmp_path / "run"
+        result = CliRunner().invoke(
+            app,
+            [
+                "train",
+                "--profile",
+                "tiny-rule",
+                "--console",
+                "none",
+                "--steps",
+                "1",
+                "--out",
+                str(out),
+                "--set",
+                "rollout.backend=server",
+                "--set",
+                f"rollout.server.addresses={dead}",
+                "--set",
+                "rollout.server.start_timeout_s=1",
+                "--set",
+                "trainer.num_threads=1",
+            ],
+        )
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(

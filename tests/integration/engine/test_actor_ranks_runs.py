@@ -218,7 +218,6 @@ def test_an_actor_rank_takes_model_tf32_for_its_process(tiny_policy_path, tf32):
     the trainer's own: tests/integration/engine/test_trainer.py); false touches nothing. One rank, set up in this
     process."""
     from rlrm.engine.actor.rank import RankSpec, RankWorker
-    from rlrm.launch.common.ports import free_port
 
     profile = _profile(tiny_policy_path, MODES[0], 1)
     profile.model.tf32 = tf32
@@ -227,7 +226,7 @@ def test_an_actor_rank_takes_model_tf32_for_its_process(tiny_policy_path, tf32):
     before = matmul.fp32_precision
     matmul.fp32_precision = "ieee"
     try:
-        worker.setup(0, 0, "127.0.0.1", free_port())
+        worker.setup(0, 0, *worker.address())  # a store already listening: no port picked free and bound later
         assert matmul.fp32_precision == ("tf32" if tf32 else "ieee")
     finally:
         worker.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 import yaml
@@ -25,7 +26,6 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.trainer import start_run, train
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerStartError
 
 MODEL = "slow-judge"
@@ -36,7 +36,11 @@ class SlowJudge:
     repeats); `chats` counts the chat requests that arrived, the readiness probe's included."""
 
     def __init__(self, delays: list[float]):
-        self.delays, self.chats, self.port = delays, 0, free_port()
+        self.delays, self.chats = delays, 0
+        # bound now and served on in `__aenter__`: the port is never free in between for another process to take
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
         self._runner = None
 
     @property
@@ -51,11 +55,12 @@ class SlowJudge:
         app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)  # slow handlers are not waited for
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await web.SockSite(self._runner, self._sock).start()
         return self
 
     async def __aexit__(self, *exc):
         await self._runner.cleanup()
+        self._sock.close()
 
     async def _models(self, request):
         from aiohttp import web

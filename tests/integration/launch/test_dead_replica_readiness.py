@@ -15,10 +15,12 @@ from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.process import ServerStartError
 
 
-def _closed_port() -> int:
+@pytest.fixture
+def closed_port():
+    """A port nothing listens on, held bound so that no other test's server can listen there meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once the socket is closed
+        yield s.getsockname()[1]
 
 
 def _check(url: str, alive, timeout_s: float) -> tuple[str, float]:
@@ -28,15 +30,15 @@ def _check(url: str, alive, timeout_s: float) -> tuple[str, float]:
     return str(err.value), time.monotonic() - start
 
 
-def test_a_replica_whose_process_exited_fails_the_check_at_once():
-    url = f"http://127.0.0.1:{_closed_port()}"
+def test_a_replica_whose_process_exited_fails_the_check_at_once(closed_port):
+    url = f"http://127.0.0.1:{closed_port}"
     message, elapsed = _check(url, alive=lambda u: u != url, timeout_s=20)
     assert "its process has exited" in message and url in message and "\n" not in message
     assert elapsed < 20 / 4  # the first refused connection ends it, not the 20-s deadline
 
 
-def test_a_replica_still_running_is_retried_until_its_deadline():
-    url = f"http://127.0.0.1:{_closed_port()}"
+def test_a_replica_still_running_is_retried_until_its_deadline(closed_port):
+    url = f"http://127.0.0.1:{closed_port}"
     message, elapsed = _check(url, alive=lambda u: True, timeout_s=2)
     assert "still after 2 s" in message and "exited" not in message
     assert elapsed >= 2

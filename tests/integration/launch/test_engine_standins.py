@@ -28,9 +28,9 @@ STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 
 
 def _standin(kind, log, *flags):
-    port = free_port()
-    return ServerProcess(
-        [sys.executable, STANDIN, "--kind", kind, "--port", str(port), "--log", str(log), *flags], port=port
+    # movable: started again on a fresh port if another process took this one before the stand-in bound it
+    return ServerProcess.movable(
+        [sys.executable, STANDIN, "--kind", kind, "--port", str(free_port()), "--log", str(log), *flags]
     )
 
 

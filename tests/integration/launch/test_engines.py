@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from held_ports import refused_port  # tests/fixtures/held_ports.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
 from rlrm.errors import ConfigError
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.engine_argv import engine_argv, engine_env, require_backend
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError
 
@@ -92,17 +92,18 @@ def test_missing_engine_env_is_one_clear_error(monkeypatch, tmp_path):
 
 def test_owned_process_lifecycle_with_a_stand_in_server():
     # A plain HTTP server stands in for vLLM (which cannot run here): readiness, then teardown by pid.
-    port = free_port()
-    stand_in = [
-        sys.executable,
-        "-c",
-        "import http.server,sys\n"
-        "class H(http.server.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self): self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
-        "    def log_message(self, *a): pass\n"
-        f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()",
-    ]
-    server = ServerProcess(stand_in, port=port, start_timeout_s=20)
+    def stand_in(port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-c",
+            "import http.server,sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self): self.send_response(200); self.end_headers(); self.wfile.write(b'ok')\n"
+            "    def log_message(self, *a): pass\n"
+            f"http.server.HTTPServer(('127.0.0.1', {port}), H).serve_forever()",
+        ]
+
+    server = ServerProcess.on_free_port(stand_in, start_timeout_s=20)  # moved if another process takes its port
     with server:
         assert server.alive()
         pid = server.proc.pid
@@ -114,17 +115,19 @@ def test_owned_process_lifecycle_with_a_stand_in_server():
 
 
 def test_a_server_that_exits_is_reported_with_its_log():
-    server = ServerProcess(
-        [sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"],
-        port=free_port(),
-        start_timeout_s=20,
-    )
-    with pytest.raises(ServerStartError, match="exited with code 3.*CUDA out of memory"):
-        server.start()
+    with refused_port() as port:  # no other test's server answers /health there meanwhile
+        server = ServerProcess(
+            [sys.executable, "-c", "import sys; print('CUDA out of memory'); sys.exit(3)"],
+            port=port,
+            start_timeout_s=20,
+        )
+        with pytest.raises(ServerStartError, match="exited with code 3.*CUDA out of memory"):
+            server.start()
 
 
 def test_a_server_that_never_gets_healthy_times_out():
-    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], port=free_port(), start_timeout_s=1.5)
-    with pytest.raises(ServerStartError, match="not healthy after 2 s"):
-        server.start()
+    with refused_port() as port:  # no other test's server answers /health there meanwhile
+        server = ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], port=port, start_timeout_s=1.5)
+        with pytest.raises(ServerStartError, match="not healthy after 2 s"):
+            server.start()
     assert not server.alive()

@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from held_ports import refused_port  # tests/fixtures/held_ports.py
 from threaded_app import ThreadedApp
 
 from rlrm.call_errors import RequestTimeout, TransientError
 from rlrm.launch.client.wire import SGLangWire, post_sync_call
 from rlrm.launch.common import http
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.router import RouterCounters
 
 REPO = Path(__file__).resolve().parents[3]
@@ -168,14 +168,17 @@ def test_router_counters_read_the_metrics_page_through_it(server):
     server.metrics_status = 500
     assert counters.take() == {}  # an error page is not read as zero counters
     server.metrics_status = 200
-    assert RouterCounters(f"http://127.0.0.1:{free_port()}/metrics", prefix="x/").take() == {}
+    with refused_port() as port:  # nothing listens there, and no other test's server can meanwhile
+        assert RouterCounters(f"http://127.0.0.1:{port}/metrics", prefix="x/").take() == {}
 
 
 def test_weight_sync_calls_fail_as_call_errors_or_a_line(server):
     """What the rollout engine and the weight broadcast catch: no answer raises, any answer is judged by the wire."""
-    wire, refused = SGLangWire(), f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(TransientError, match=rf"POST {refused}/update_weights_from_disk: ClientConnectorError"):
-        post_sync_call(refused, "/update_weights_from_disk", {}, wire, None, 5)
+    wire = SGLangWire()
+    with refused_port() as port:  # nothing listens there, and no other test's server can meanwhile
+        refused = f"http://127.0.0.1:{port}"
+        with pytest.raises(TransientError, match=rf"POST {refused}/update_weights_from_disk: ClientConnectorError"):
+            post_sync_call(refused, "/update_weights_from_disk", {}, wire, None, 5)
     with pytest.raises(RequestTimeout, match=rf"POST {server.url}/slow did not answer within 0.2 s"):
         post_sync_call(server.url, "/slow", {}, wire, None, 0.2)
     assert post_sync_call(server.url, "/text", {}, wire, None, 5) == "POST /text answered 405: 405: Method Not Allowed"

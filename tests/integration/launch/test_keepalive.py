@@ -15,7 +15,6 @@ import time
 
 from rlrm.call_errors import TransientError
 from rlrm.launch.client.balancer import ReplicaBalancer
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess
 
 # A stand-in for vLLM / SGLang: a uvicorn app with uvicorn's default keep-alive (5 s), as they use.
@@ -41,9 +40,9 @@ def test_idle_connections_outlive_the_servers_keep_alive_on_both_sides(random_di
     client's idle connection to the embedded server (the session's, tests/integration/conftest.py)."""
     import http.client
 
-    port = free_port()
     conn = http.client.HTTPConnection("127.0.0.1", random_disrm_server.port, timeout=10)
-    with ServerProcess([sys.executable, "-c", STAND_IN, str(port)], port=port, start_timeout_s=60) as server:
+    stand_in = ServerProcess.on_free_port(lambda port: [sys.executable, "-c", STAND_IN, str(port)], start_timeout_s=60)
+    with stand_in as server:
 
         async def scenario():
             balancer = ReplicaBalancer([server.url])

@@ -8,6 +8,7 @@ import socket
 import sys
 
 import pytest
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 
 from rlrm.launch.common import http
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv, with_port
@@ -39,6 +40,23 @@ def test_a_server_that_lost_its_port_while_starting_starts_on_a_fresh_one(tiny_p
     assert line in capfd.readouterr().err
 
 
+def test_a_server_waited_on_until_it_listens_moves_too_and_is_then_known(tiny_policy_path):
+    """`wait_listening` (a replica gated on its weights answers 503 until they come) moves a server that lost its
+    port as `wait_ready` does; once it answers, its clients may hold the address, so it moves no more."""
+    argv_on = _argv_on(str(tiny_policy_path))
+    with _bound() as taken:
+        lost = taken.getsockname()[1]
+        server = ServerProcess(argv_on(lost), port=lost, argv_on=argv_on)
+        server.launch()
+        try:
+            server.wait_listening()
+            assert server.moves == [lost] and server.port != lost and str(server.port) in server.argv
+            assert http.get(server.url + "/health", timeout_s=5).status == 200
+            assert server._mover() is None  # known now: a restart stays on this port
+        finally:
+            server.stop()
+
+
 def test_a_port_taken_before_the_launch_is_left_before_anything_starts(tiny_policy_path):
     """Taken between picking and launching (a listener there): the server is launched on a fresh port at once,
     never pointed at the other process's server, whose /health would be read as this one's."""
@@ -54,9 +72,8 @@ def test_the_router_moves_too_and_its_metrics_page_follows():
     def argv_on(port: int) -> list[str]:
         return sglang_router_argv(["http://127.0.0.1:9"], port, metrics_port, "127.0.0.1")
 
-    with _bound() as taken, _bound() as spare:
-        lost, metrics_port = taken.getsockname()[1], spare.getsockname()[1]
-        spare.close()  # free again: the router's metrics port
+    with _bound() as taken, reserved_port() as metrics_port:  # the router's metrics port, held for it meanwhile
+        lost = taken.getsockname()[1]
         with ServerProcess(argv_on(lost), port=lost, argv_on=argv_on, start_timeout_s=30) as router:
             assert router.moves == [lost]
             page = http.get(router_metrics_url(router), timeout_s=5)
@@ -79,14 +96,17 @@ def test_a_server_its_clients_know_restarts_on_its_own_port_or_not_at_all(tiny_p
         server.start()
         port = server.port
         server.kill()
-        with socket.socket() as taken:  # the port went to another process while the server was down
-            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead server's TIME_WAIT
-            taken.bind(("127.0.0.1", port))
-            taken.listen()
-            with pytest.raises(ServerStartError, match="is in use"):
-                server.restart()
-        assert server.port == port and server.moves == []
-        server.restart()  # the port is free again: back where its clients (balancer, router) look for it
+        # held from here on (tests/fixtures/held_ports.py): no other test's server takes the port between the two
+        # restarts, while this test's own listener and the server may still listen on it
+        with reserved_port(port):
+            with socket.socket() as taken:  # the port went to another process while the server was down
+                taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the dead server's TIME_WAIT
+                taken.bind(("127.0.0.1", port))
+                taken.listen()
+                with pytest.raises(ServerStartError, match="is in use"):
+                    server.restart()
+            assert server.port == port and server.moves == []
+            server.restart()  # the port is free again: back where its clients (balancer, router) look for it
         assert server.url == f"http://127.0.0.1:{port}" and http.get(server.url + "/health", timeout_s=5).status == 200
     finally:
         server.stop()
@@ -123,10 +143,10 @@ def test_two_servers_handed_the_same_port_never_share_it(tiny_policy_path):
     the one whose listen failed after its model loaded read the other's /health as its own. Listening at bind time
     refuses the second at once, and its launcher moves it."""
     from rlrm.errors import RlrmError
-    from rlrm.launch.common.ports import bind_port, free_port
+    from rlrm.launch.common.ports import bind_port
 
-    port = free_port()
-    held = bind_port("127.0.0.1", port)  # the first server, still loading its model
+    with reserved_port() as port:  # no other test's server is handed it before the first binds it
+        held = bind_port("127.0.0.1", port)  # the first server, still loading its model
     try:
         with pytest.raises(RlrmError, match=f"port {port} on 127.0.0.1 is in use"):
             bind_port("127.0.0.1", port).close()

@@ -8,11 +8,11 @@ server does not serve (404: vLLM, hosted APIs) is "reports nothing" at once.
 from __future__ import annotations
 
 import pytest
+from held_ports import refused_port  # tests/fixtures/held_ports.py
 from threaded_app import ThreadedApp
 
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas, model_info
 from rlrm.launch.common.model_info import ENGINE_NAME
-from rlrm.launch.common.ports import free_port
 
 
 class InfoServer(ThreadedApp):
@@ -70,8 +70,8 @@ def test_a_server_busy_every_time_is_reported_after_the_tries_not_forever():
 
 
 def test_no_server_at_all_is_tried_again_then_nothing():
-    url = f"http://127.0.0.1:{free_port()}"
-    assert model_info(url, {}, tries=2, pause_s=0.01) == {}
+    with refused_port() as port:  # nothing listens there, and no other test's server can meanwhile
+        assert model_info(f"http://127.0.0.1:{port}", {}, tries=2, pause_s=0.01) == {}
 
 
 @pytest.mark.parametrize(

@@ -16,12 +16,12 @@ import time
 
 import httpx
 import pytest
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 
 from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import SGLangWire
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
@@ -174,7 +174,9 @@ def test_bad_group_requests_are_400_at_once_and_a_join_is_bounded(tiny_policy_pa
 def test_no_server_listens_off_loopback_without_a_key_unless_told(tiny_policy_path):
     env = {k: v for k, v in os.environ.items() if k != "RLRM_API_KEY"}
     argv = [sys.executable, "-m", "rlrm.launch.server", "--model", str(tiny_policy_path), "--host", "0.0.0.0"]
-    out = subprocess.run(argv + ["--port", str(free_port())], env=env, capture_output=True, text=True, timeout=120)
+    # the port is bound (and free) before the key is checked: held until then (tests/fixtures/held_ports.py)
+    with reserved_port(host="0.0.0.0") as port:
+        out = subprocess.run(argv + ["--port", str(port)], env=env, capture_output=True, text=True, timeout=120)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1
     assert "refusing to serve on 0.0.0.0 without an API key" in lines[0] and "--allow-unauthenticated" in lines[0]
@@ -183,8 +185,9 @@ def test_no_server_listens_off_loopback_without_a_key_unless_told(tiny_policy_pa
 
     from rlrm.cli.main import app
 
-    args = ["launch", "server", "--model", str(tiny_policy_path), "--host", "0.0.0.0", "--port", str(free_port())]
-    result = CliRunner().invoke(app, args, env={"RLRM_API_KEY": ""})
+    with reserved_port(host="0.0.0.0") as port:
+        args = ["launch", "server", "--model", str(tiny_policy_path), "--host", "0.0.0.0", "--port", str(port)]
+        result = CliRunner().invoke(app, args, env={"RLRM_API_KEY": ""})
     assert result.exit_code == 1 and result.output.startswith("error: refusing to serve on 0.0.0.0 without an API key")
 
 

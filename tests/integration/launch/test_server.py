@@ -10,6 +10,7 @@ import sys
 import httpx
 import pytest
 import torch
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
@@ -19,16 +20,16 @@ API_KEY = "s3cret"
 
 @pytest.fixture(scope="module")
 def genrm(tiny_policy_path):
-    port = free_port()
-    with ServerProcess(embedded_server_argv(str(tiny_policy_path), "genrm", port, extra=["--threads", "1"])) as server:
+    argv = embedded_server_argv(str(tiny_policy_path), "genrm", free_port(), extra=["--threads", "1"])
+    with ServerProcess.movable(argv) as server:  # started again on a fresh port if another process took this one
         yield server
 
 
 @pytest.fixture(scope="module")
 def disrm(random_disrm_path):
-    port = free_port()
     extra = ["--api-key", API_KEY, "--max-queue", "8", "--max-batch", "4", "--threads", "1"]
-    with ServerProcess(embedded_server_argv(str(random_disrm_path), "disrm", port, extra=extra)) as server:
+    argv = embedded_server_argv(str(random_disrm_path), "disrm", free_port(), extra=extra)
+    with ServerProcess.movable(argv) as server:
         yield server
 
 
@@ -248,12 +249,14 @@ def test_tf32_is_the_servers_process_setting_and_reported_only_where_it_computes
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision
     try:
-        serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu", tf32=True), port=free_port())
+        with reserved_port() as port:  # held until `serve` binds it (tests/fixtures/held_ports.py)
+            serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu", tf32=True), port=port)
         assert seen["precision"] == "tf32"
         assert seen["info"]["tf32"] is False and seen["info"]["dtype"] == "float32"  # the CPU does not read it
         assert seen["info"]["gpu_uuid"] is None  # not on a GPU: no NCCL group can clash with it
         matmul.fp32_precision = before
-        serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu"), port=free_port())
+        with reserved_port() as port:
+            serve(ServerConfig(model_path=str(tiny_policy_path), role="policy", device="cpu"), port=port)
         assert seen["precision"] == before  # without --tf32 the process keeps its own setting
     finally:
         matmul.fp32_precision = before

@@ -9,10 +9,10 @@ import socket
 import sys
 
 import pytest
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
-from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.backends import ReplicaLaunch
 from rlrm.launch.fleet.engine_env import EngineNotFound, find_engine
 from rlrm.launch.fleet.pool import ServerPool
@@ -86,43 +86,44 @@ def test_a_taken_port_is_refused_before_starting(tmp_path):
 
 def test_a_dead_engine_is_reported_with_its_log_and_restarted():
     # A STAND-IN for a vLLM whose engine core died: it serves /health, then prints vLLM's crash and exits
-    # (once; the restarted one stays up).
-    port = free_port()
-    marker = f"/tmp/rlrm-test-died-{port}"
-    code = (
-        "import http.server, os, sys, threading, time\n"
-        "class H(http.server.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self): self.send_response(200); self.end_headers()\n"
-        "    def log_message(self, *a): pass\n"
-        f"s = http.server.HTTPServer(('127.0.0.1', {port}), H)\n"
-        "threading.Thread(target=s.serve_forever, daemon=True).start()\n"
-        f"if not os.path.exists({marker!r}):\n"
-        f"    open({marker!r}, 'w').close(); time.sleep(1)\n"
-        f"    print({ENGINE_CRASH_LOG!r}, flush=True); os._exit(1)\n"
-        "time.sleep(600)\n"
-    )
-    pool = ServerPool(ReplicaLaunch.of(FleetSpec(), "genrm", "unused"))
-    pool.servers = [ServerProcess([sys.executable, "-c", code, "--port", str(port)], start_timeout_s=20)]
-    url = pool.urls[0]
-    try:
-        pool.start(20)
+    # (once; the restarted one stays up). Its port is held through the start and the restart on it: no other test's
+    # server is handed it meanwhile.
+    with reserved_port() as port:
+        marker = f"/tmp/rlrm-test-died-{port}"
+        code = (
+            "import http.server, os, sys, threading, time\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+            "    def log_message(self, *a): pass\n"
+            f"s = http.server.HTTPServer(('127.0.0.1', {port}), H)\n"
+            "threading.Thread(target=s.serve_forever, daemon=True).start()\n"
+            f"if not os.path.exists({marker!r}):\n"
+            f"    open({marker!r}, 'w').close(); time.sleep(1)\n"
+            f"    print({ENGINE_CRASH_LOG!r}, flush=True); os._exit(1)\n"
+            "time.sleep(600)\n"
+        )
+        pool = ServerPool(ReplicaLaunch.of(FleetSpec(), "genrm", "unused"))
+        pool.servers = [ServerProcess([sys.executable, "-c", code, "--port", str(port)], start_timeout_s=20)]
+        url = pool.urls[0]
+        try:
+            pool.start(20)
 
-        async def scenario():
-            task = asyncio.create_task(pool.supervise(interval_s=0.2))
-            for _ in range(200):
-                await asyncio.sleep(0.1)
-                if pool.restarts and pool.servers[0].alive() and url not in pool.restarting:
-                    break
-            task.cancel()
+            async def scenario():
+                task = asyncio.create_task(pool.supervise(interval_s=0.2))
+                for _ in range(200):
+                    await asyncio.sleep(0.1)
+                    if pool.restarts and pool.servers[0].alive() and url not in pool.restarting:
+                        break
+                task.cancel()
 
-        asyncio.run(scenario())
-        assert pool.restarts == 1 and pool.servers[0].alive()
-        death = pool.deaths[url]
-        assert death.startswith(f"{url} died (exit code 1): RuntimeError: CPU Generator does not use offset")
-        assert "Shutting down" in death  # the log's last lines
-    finally:
-        pool.stop()
-        os.path.exists(marker) and os.unlink(marker)
+            asyncio.run(scenario())
+            assert pool.restarts == 1 and pool.servers[0].alive()
+            death = pool.deaths[url]
+            assert death.startswith(f"{url} died (exit code 1): RuntimeError: CPU Generator does not use offset")
+            assert "Shutting down" in death  # the log's last lines
+        finally:
+            pool.stop()
+            os.path.exists(marker) and os.unlink(marker)
 
 
 def test_a_folder_named_vllm_on_the_path_is_not_the_engine(tmp_path, monkeypatch):

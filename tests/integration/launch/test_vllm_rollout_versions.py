@@ -30,9 +30,9 @@ STANDIN = str(Path(__file__).with_name("standin_engine.py"))
 
 
 def _standin(tmp_path, *flags):
-    port = free_port()
-    argv = [sys.executable, STANDIN, "--kind", "vllm", "--port", str(port), "--log", str(tmp_path / "calls.jsonl")]
-    return ServerProcess([*argv, *flags], port=port)
+    log = tmp_path / "calls.jsonl"
+    argv = [sys.executable, STANDIN, "--kind", "vllm", "--port", str(free_port()), "--log", str(log)]
+    return ServerProcess.movable([*argv, *flags])  # started again on a fresh port if another process took this one
 
 
 def _engine(url, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 
 from rlrm.errors import RolloutServerError
 from rlrm.inference.weight_files import WeightFiles
@@ -101,21 +102,24 @@ def test_update_weights_from_disk_loads_and_versions(policy_server, shifted, tmp
 
 def test_a_replica_waiting_for_weights_serves_nothing_until_loaded(tiny_policy_path, shifted):
     extra = ["--threads", "1", "--wait-for-weights", "--weights-dir", str(shifted.parent)]
-    argv = embedded_server_argv(str(tiny_policy_path), "policy", free_port(), extra=extra)
-    server = ServerProcess.movable(argv)
-    server.launch()
-    try:
-        server.wait_listening()
-        assert httpx.get(server.url + "/health").status_code == 503  # the router and the balancer keep it out
-        assert httpx.post(server.url + "/generate", json={"input_ids": [5]}).status_code == 503
-        done = httpx.post(
-            server.url + "/update_weights_from_disk", json={"model_path": str(shifted), "weight_version": 3}, timeout=60
-        ).json()
-        assert done["success"]
-        assert httpx.get(server.url + "/health").status_code == 200
-        assert _generate(server.url)["meta_info"]["weight_version"] == "3"
-    finally:
-        server.stop()
+    # the port is held for the server until it binds it (tests/fixtures/held_ports.py)
+    with reserved_port() as port:
+        server = ServerProcess(embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra))
+        server.launch()
+        try:
+            server.wait_listening()
+            assert httpx.get(server.url + "/health").status_code == 503  # the router and the balancer keep it out
+            assert httpx.post(server.url + "/generate", json={"input_ids": [5]}).status_code == 503
+            done = httpx.post(
+                server.url + "/update_weights_from_disk",
+                json={"model_path": str(shifted), "weight_version": 3},
+                timeout=60,
+            ).json()
+            assert done["success"]
+            assert httpx.get(server.url + "/health").status_code == 200
+            assert _generate(server.url)["meta_info"]["weight_version"] == "3"
+        finally:
+            server.stop()
 
 
 def test_weight_files_are_atomic_versioned_and_cleaned(tmp_path):

@@ -123,7 +123,7 @@ def test_served_scores_that_depend_on_the_batch_fail_the_verdict(
         "--threads",
         "1",
     ]
-    with ServerProcess(argv) as leaky:
+    with ServerProcess.movable(argv) as leaky:  # started again on a fresh port if another process took this one
         cell = parity(
             spread_disrm_path,
             leaky,

@@ -8,6 +8,7 @@ import csv
 import json
 
 import pytest
+from held_ports import refused_port  # tests/fixtures/held_ports.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -85,13 +86,12 @@ def test_genrm_estimates_then_counts_the_judges_calls_and_tokens():
 
 
 def test_an_audit_whose_server_is_down_is_one_line_and_writes_nothing(tmp_path):
-    from rlrm.launch.common.ports import free_port
-
-    url = f"http://127.0.0.1:{free_port()}"
-    result = audit(
-        "--profile", "tiny-disrm", "--samples", 2, "--out", tmp_path / "out",
-        "--set", f"reward.server.addresses={url}", "--set", "reward.server.start_timeout_s=1",
-    )  # fmt: skip
+    with refused_port() as port:  # nothing listens there, and no other test's server can meanwhile
+        url = f"http://127.0.0.1:{port}"
+        result = audit(
+            "--profile", "tiny-disrm", "--samples", 2, "--out", tmp_path / "out",
+            "--set", f"reward.server.addresses={url}", "--set", "reward.server.start_timeout_s=1",
+        )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and url in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -172,7 +172,7 @@ def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_serv
         "--threads",
         "1",
     ]
-    with ServerProcess(argv) as leaky:
+    with ServerProcess.movable(argv) as leaky:  # started again on a fresh port if another process took this one
         result = invoke(*args, "--set", f"reward.server.addresses={leaky.url}")
     assert result.exit_code == 1, result.output
     assert not json.loads(result.stdout)["invariance"]["passed"]

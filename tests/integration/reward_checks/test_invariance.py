@@ -52,7 +52,7 @@ def _leaky_server(path):
 
     port = free_port()
     argv = [sys.executable, str(LEAKY_SERVER), "--model", str(path), "--role", "disrm", "--port", str(port)]
-    return ServerProcess([*argv, "--threads", "1"])
+    return ServerProcess.movable([*argv, "--threads", "1"])  # started again on a fresh port if another took it
 
 
 def _check(url, path, conversations):

@@ -4,6 +4,7 @@ server addresses that are not URLs (and one address given as a string)."""
 from __future__ import annotations
 
 import pytest
+from held_ports import reserved_port  # tests/fixtures/held_ports.py
 from typer.testing import CliRunner
 
 from rlrm.cli.main import app
@@ -14,6 +15,13 @@ HOSTS = "bind 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of
 
 def _launch(*args: str):
     return CliRunner().invoke(app, ["launch", "server", "--model", "tiny:policy", *args])
+
+
+def _launch_on_free_port(args: list[str]):
+    """`_launch` with "{free}" in `args` replaced by a port held while the command runs: it is checked free before
+    the errors after it, and no other test's server is handed it meanwhile (tests/fixtures/held_ports.py)."""
+    with reserved_port() as port:
+        return _launch(*[a.replace("{free}", str(port)) for a in args])
 
 
 @pytest.mark.parametrize(
@@ -34,7 +42,7 @@ def _launch(*args: str):
     ],
 )
 def test_launch_server_refuses_what_it_cannot_listen_on_in_one_line(args, message):
-    result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
+    result = _launch_on_free_port(args)
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
 
@@ -103,7 +111,7 @@ def test_one_address_may_be_given_as_a_string():
     ],
 )
 def test_launch_server_refuses_a_device_or_compile_it_cannot_serve_with_in_one_line(args, message):
-    result = _launch(*[a.replace("{free}", str(free_port())) for a in args])
+    result = _launch_on_free_port(args)
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith(message), result.output
 
@@ -116,10 +124,9 @@ def test_launch_server_batches_as_a_launched_policy_replica_when_told(monkeypatc
     served = []
     monkeypatch.setattr(server_app, "serve", lambda cfg, host, port, **kw: served.append(cfg))
     model = ["launch", "server", "--model", str(tiny_policy_path), "--role", "policy", "--device", "cpu"]
-    told = CliRunner().invoke(
-        app, [*model, "--port", str(free_port()), "--batch-wait-ms", "100", "--batch-gap-ms", "5"]
-    )
-    plain = CliRunner().invoke(app, [*model, "--port", str(free_port())])
+    with reserved_port() as port:  # checked free before `serve` (tests/fixtures/held_ports.py)
+        told = CliRunner().invoke(app, [*model, "--port", str(port), "--batch-wait-ms", "100", "--batch-gap-ms", "5"])
+        plain = CliRunner().invoke(app, [*model, "--port", str(port)])
     assert told.exit_code == plain.exit_code == 0, told.output + plain.output
     assert (served[0].batch_wait_ms, served[0].batch_gap_ms) == (100.0, 5.0)
     assert (served[1].batch_wait_ms, served[1].batch_gap_ms) == (2.0, None)
@@ -128,6 +135,7 @@ def test_launch_server_batches_as_a_launched_policy_replica_when_told(monkeypatc
 
 
 def test_launch_server_refuses_a_folder_that_holds_no_model_before_saying_it_serves(tmp_path):
-    result = CliRunner().invoke(app, ["launch", "server", "--model", str(tmp_path), "--port", str(free_port())])
+    with reserved_port() as port:  # checked free before the model folder (tests/fixtures/held_ports.py)
+        result = CliRunner().invoke(app, ["launch", "server", "--model", str(tmp_path), "--port", str(port)])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
     assert result.output.startswith(f"error: --model '{tmp_path}' is a folder but not a model (no config.json in it)")

@@ -6,6 +6,7 @@ import json
 import socket
 
 import pytest
+from held_ports import refused_port, reserved_port  # tests/fixtures/held_ports.py
 from typer.testing import CliRunner
 from vllm_fleets import EAGER  # tests/integration/launch/on_vllm/vllm_fleets.py
 
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.vllm
 
 
 def _vllm(model: str, timeout_s: float) -> ServerProcess:
-    port = free_port()
-    argv = engine_argv("vllm", model, "genrm", port, dtype="float32")
-    return ServerProcess(argv, port=port, start_timeout_s=timeout_s, env=engine_env("vllm", None))
+    argv = engine_argv("vllm", model, "genrm", free_port(), dtype="float32")
+    # movable: started again on a fresh port if another process took this one before vLLM bound it
+    return ServerProcess.movable(argv, start_timeout_s=timeout_s, env=engine_env("vllm", None))
 
 
 def test_a_model_vllm_cannot_serve_is_the_engines_own_error(tmp_path):
@@ -40,13 +41,13 @@ def test_a_vllm_that_is_not_healthy_in_time_shows_its_log(tiny_policy_path):
     # vLLM serves on a port the health check never asks, so it is never healthy however fast the machine is
     # (a plain limit passed on a fast CI machine); 15 s is well past its first log lines (Triton's notice and
     # the API server's import warning come within 2 s of the start on 2 cores).
-    served_on = asked_on = free_port()
-    while asked_on == served_on:
-        asked_on = free_port()
-    argv = engine_argv("vllm", str(tiny_policy_path), "genrm", served_on, dtype="float32")
-    server = ServerProcess(argv, port=asked_on, start_timeout_s=15, env=engine_env("vllm", None))
-    with pytest.raises(ServerStartError, match=r"not healthy after 15 s; its log ends: .+") as err:
-        server.start()
+    # both ports held for the test (tests/fixtures/held_ports.py): vLLM binds the one it is given, and no other
+    # test's server can answer on the one asked
+    with reserved_port() as served_on, refused_port() as asked_on:
+        argv = engine_argv("vllm", str(tiny_policy_path), "genrm", served_on, dtype="float32")
+        server = ServerProcess(argv, port=asked_on, start_timeout_s=15, env=engine_env("vllm", None))
+        with pytest.raises(ServerStartError, match=r"not healthy after 15 s; its log ends: .+") as err:
+            server.start()
     assert "(empty log)" not in str(err.value)
     assert server.proc.poll() is not None  # stopped again, whole group
 
