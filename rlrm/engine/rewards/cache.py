@@ -5,9 +5,14 @@
     cache.take_metrics()        # reward/cache_hits, reward/cache_misses, reward/cache_saved_calls, ...
 
 Key: sha256 of (contract fingerprint, data source, prompt, response, reference, extra info), so two runs whose
-rewards differ in anything that decides a score never read each other's entries, even in one file. Kept: the
-checked score and its extra info without the call ledger (a hit made no call). Never kept: a failure, whatever
-the failure policy then gave. A hit's extra info says `reward_cached: true` (samples.jsonl shows it).
+rewards differ in anything that decides a score never read each other's entries, even in one file. An agent
+trajectory's turns enter without the policy versions that wrote them: which weights wrote a turn is not what it
+says. Kept: the checked score and its extra info without the call ledger (a hit made no call); numpy's and
+torch's scalars as the Python numbers they hold. Never kept: a failure, whatever the failure policy then gave,
+nor a result whose extra info JSON cannot hold (scored, not cached: counted in reward/cache_errors). A hit's
+extra info says `reward_cached: true` (samples.jsonl shows it). An entry read from the file is checked as a
+fresh score is (a finite float32 score, numbers for its cost, components and turn scores); one that is not is a
+miss, counted in reward/cache_errors.
 
 Samples that share a key while the first is still being scored (a GRPO group repeating a response) wait for it
 and are hits when it succeeds; when it fails each is scored on its own, under its own retries.
@@ -30,8 +35,10 @@ from typing import Awaitable, Callable
 
 from rlrm.call_errors import CallError
 from rlrm.config.reward_cache import RewardCacheConfig
-from rlrm.engine.rewards.base import RewardResult, RewardSample
+from rlrm.engine.rewards.base import RewardResult, RewardSample, fits_float32
 from rlrm.engine.rewards.cache_store import CacheUnavailable, SqliteStore
+from rlrm.engine.rewards.components import COMPONENTS_KEY
+from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 
 CACHED_KEY = "reward_cached"
 # what one scoring cost, not what it found: a hit repeats none of it
@@ -43,8 +50,32 @@ Outcome = RewardResult | CallError
 
 def cache_key(fingerprint: str, sample: RewardSample) -> str:
     """sha256 hex of the contract and everything of the sample a reward function reads (not its uid or index)."""
-    what = [fingerprint, sample.data_source, sample.prompt, sample.solution_str, sample.ground_truth, sample.extra_info]
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    extra_info = _without_turn_versions(sample.extra_info)
+    what = [fingerprint, sample.data_source, sample.prompt, sample.solution_str, sample.ground_truth, extra_info]
+    try:
+        text = json.dumps(what, sort_keys=True, default=str)
+    except (TypeError, ValueError):  # keys JSON cannot sort or hold (1 beside "a", a tuple): each key as its repr
+        text = "repr-keys:" + json.dumps(_repr_keys(what), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _without_turn_versions(extra_info):
+    """An agent trajectory's turns (extra_info["turns"]) without each turn's `policy_versions`."""
+    if not isinstance(extra_info, dict) or not isinstance(extra_info.get("turns"), list):
+        return extra_info
+    turns = [
+        {k: v for k, v in turn.items() if k != "policy_versions"} if isinstance(turn, dict) else turn
+        for turn in extra_info["turns"]
+    ]
+    return {**extra_info, "turns": turns}
+
+
+def _repr_keys(value):
+    if isinstance(value, dict):
+        return {repr(k): _repr_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_repr_keys(v) for v in value]
+    return value
 
 
 class RewardCache:
@@ -122,18 +153,22 @@ class RewardCache:
         except CacheUnavailable as exc:
             self._disk_failed(exc)
             return None
-        if value is None or not _well_formed(value):
+        if value is None:
+            return None
+        if not _well_formed(value):  # a file another version or process wrote: never served unchecked
+            self._counts["reward/cache_errors"] += 1
             return None
         self._remember(key, value)
         return value
 
     def _put(self, key: str, result: RewardResult) -> None:
         extra = {k: v for k, v in result.extra.items() if k not in _CALL_KEYS and k != CACHED_KEY}
-        value = {
-            "score": result.score,
-            "extra": _jsonable(extra),
-            "cost": {k: result.extra.get(k, 0) for k in _COST_KEYS},
-        }
+        try:
+            kept = _jsonable(extra)
+        except (TypeError, ValueError):  # keys JSON cannot hold (a tuple), a cycle: scored, not cached
+            self._counts["reward/cache_errors"] += 1
+            return
+        value = {"score": result.score, "extra": kept, "cost": {k: result.extra.get(k, 0) for k in _COST_KEYS}}
         self._remember(key, value)
         if self.store is not None:
             try:
@@ -166,11 +201,34 @@ def _zero() -> dict[str, float]:
     return {f"reward/cache_{name}": 0 for name in names}
 
 
-def _well_formed(value: dict) -> bool:
-    score = value.get("score")
-    return isinstance(score, (int, float)) and not isinstance(score, bool) and isinstance(value.get("extra"), dict)
+def _well_formed(value) -> bool:
+    """An entry as `_put` writes it, with the checks the loop gives a fresh score (loop.py `_check`)."""
+    if not isinstance(value, dict) or not _number(value.get("score")) or not isinstance(value.get("extra"), dict):
+        return False
+    cost = value.get("cost", {})
+    if not isinstance(cost, dict) or not all(_number(v) for v in cost.values()):
+        return False
+    components = value["extra"].get(COMPONENTS_KEY) or {}
+    turns = value["extra"].get(TURN_SCORES_KEY) or []
+    return (
+        isinstance(components, dict)
+        and all(_number(v) for v in components.values())
+        and isinstance(turns, list)
+        and all(_number(v) for v in turns)
+    )
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and fits_float32(value)
 
 
 def _jsonable(extra: dict) -> dict:
-    """The extra info as JSON gives it back, so a hit from memory and a hit from the file look the same."""
-    return json.loads(json.dumps(extra, default=str))
+    """The extra info as JSON gives it back, so a hit from memory and a hit from the file look the same; numpy's
+    and torch's scalars as the numbers they hold (a reported np.bool_ stays a bool, not the text "True")."""
+    return json.loads(json.dumps(extra, default=_plain))
+
+
+def _plain(value):
+    if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
+        return value.item()
+    return str(value)

@@ -75,6 +75,8 @@ def reward_contract(cfg: RewardConfig, model: dict | None = None, source_digest:
         if cfg.kind == "custom" else None,
         "shaping": cfg.overlong.model_dump() if cfg.overlong.active else None,
     }  # fmt: skip
+    if cfg.tool_rewards_as_turn_scores:  # a part only when on, so the contracts of runs without it stay as they were
+        parts["turn_scores"] = {"tool_rewards": True}  # what the step trains on: tools' rewards in each turn's score
     return RewardContract(parts)
 
 

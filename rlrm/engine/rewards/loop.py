@@ -40,16 +40,30 @@ from rlrm.stats import quantile
 HUNG_KEPT = 1000  # hung-attempt records held between two take_hung() calls (the oldest go first)
 
 
+class AttemptTimedOut(Exception):
+    """An attempt ran past its deadline; a TimeoutError the function raised itself (a socket's, an HTTP
+    client's) is not one: that is the function failing, as any other exception it raises."""
+
+
 async def within(coro, timeout_s: float):
-    """`await coro`, raising asyncio.TimeoutError (and cancelling it) when it takes over `timeout_s`.
+    """`await coro`, raising AttemptTimedOut (and cancelling it) when it takes over `timeout_s`.
 
     From Python 3.11 the coroutine runs in the calling task under `asyncio.timeout`: `asyncio.wait_for` wraps it
     in a task of its own, one more task a sample (~1.5 ms of a 256-sample tiny-rule step's scoring).
     """
     if sys.version_info < (3, 11):
-        return await asyncio.wait_for(coro, timeout_s)
-    async with asyncio.timeout(timeout_s):
-        return await coro
+        try:
+            return await asyncio.wait_for(coro, timeout_s)
+        except asyncio.TimeoutError:  # 3.10: a distinct class from the builtin TimeoutError a socket raises
+            raise AttemptTimedOut from None
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            return await coro
+    except TimeoutError:
+        if deadline.expired():
+            raise AttemptTimedOut from None
+        raise
 
 
 class RewardError(RlrmError):
@@ -248,7 +262,7 @@ class RewardLoop:
                     self.stats.injected_latency_sum_s += float(result.extra["injected_latency_s"])
                     self.stats.injected_latency_count += 1
                 return result
-            except asyncio.TimeoutError:
+            except AttemptTimedOut:
                 error: CallError = RequestTimeout(
                     f"reward function {self.name}: no reward within reward.attempt_timeout_s={cfg.attempt_timeout_s:g} s"
                 )

@@ -233,6 +233,98 @@ def test_a_full_disk_is_warned_once_and_counted(tmp_path, capsys):
     assert capsys.readouterr().err.count("database or disk is full") == 1
 
 
+TURNS = [
+    {"role": "assistant", "text": "<call>calc 1+2</call>", "tool_reward": 0.5},
+    {"role": "tool", "name": "calc", "text": "3"},
+    {"role": "assistant", "text": "#### 3"},
+]
+
+
+def trajectory(versions=(0, 0)) -> RewardSample:
+    """An agent trajectory's sample: its assistant turns carry the policy versions that wrote them."""
+    turns = [dict(TURNS[0], policy_versions=[versions[0]]), TURNS[1], dict(TURNS[2], policy_versions=[versions[1]])]
+    return RewardSample("p0", 0, "t", [{"role": "user", "content": "1+2?"}], "#### 3", "3", {"turns": turns})
+
+
+def test_tool_rewards_in_turn_scores_are_part_of_the_contract(tmp_path):
+    # the setting decides the turn scores a hit brings back: a file shared by runs with and without it
+    on, off = genrm_cfg(tool_rewards_as_turn_scores=True), genrm_cfg()
+    first = loop_with_cache(on, CountingJudge(), tmp_path / "c.sqlite")
+    assert asyncio.run(first.score(trajectory())).extra["turn_scores"] == [0.5, 0.0]
+    first.cache.close()
+    second = loop_with_cache(off, CountingJudge(), tmp_path / "c.sqlite")
+    again = asyncio.run(second.score(trajectory()))
+    assert again.extra["reward_cached"] is False and "turn_scores" not in again.extra
+    assert "turn_scores" not in reward_contract(off, MODEL).parts  # runs without it keep their fingerprints
+
+
+def test_the_same_trajectory_written_by_later_weights_is_a_hit():
+    assert cache_key("f", trajectory(versions=(3, 3))) == cache_key("f", trajectory(versions=(4, 5)))
+    other = trajectory()
+    other.extra_info["turns"][2]["text"] = "#### 4"
+    assert cache_key("f", other) != cache_key("f", trajectory())
+
+
+def test_extra_info_json_cannot_sort_still_keys_and_keys_apart():
+    a = RewardSample("p0", 0, "t", "q", "r", "3", {"m": {1: "a", "b": "c"}})  # sort_keys cannot order 1 and "b"
+    b = RewardSample("p0", 0, "t", "q", "r", "3", {"m": {"1": "a", "b": "c"}})
+    c = RewardSample("p0", 0, "t", "q", "r", "3", {"m": {(1, 2): "a"}})
+    assert len({cache_key("f", a), cache_key("f", b), cache_key("f", c)}) == 3
+
+
+def test_a_result_json_cannot_hold_is_scored_not_kept():
+    async def fn(s):
+        return RewardResult(1.0, {"pairs": {(1, 2): 3}, "model_calls": 1})
+
+    loop = loop_with_cache(genrm_cfg(), fn)
+    results = asyncio.run(loop.score_all([sample(0, "#### 3"), sample(1, "#### 3")]))
+    assert [r.score for r in results] == [1.0, 1.0] and not any(r.extra["reward_cached"] for r in results)
+    assert loop.take_metrics()["reward/cache_errors"] == 2
+
+
+def test_a_reported_numpy_bool_comes_back_from_a_hit_as_a_bool(tmp_path):
+    import numpy as np
+
+    from rlrm.engine.rewards.reported import reported_metrics
+
+    async def fn(s):
+        return {"score": 1.0, "acc": np.bool_(True), "rate": np.float32(0.5)}
+
+    path = tmp_path / "reward.py"  # the contract reads the file; `fn` stands in for what it defines
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\n")
+    cfg = RewardConfig(kind="custom", custom={"path": str(path)}, cache={"enabled": True}, max_retries=0)
+    loop = RewardLoop(fn, cfg, cache=RewardCache.open(cfg.cache, cfg.kind, reward_contract(cfg).fingerprint))
+    results = asyncio.run(loop.score_all([sample(0, "#### 3"), sample(1, "#### 3")]))
+    assert [r.extra["reward_cached"] for r in results] == [False, True]
+    assert results[1].extra["acc"] is True
+    assert reported_metrics(results) == {"reward/reported/acc/mean": 1.0, "reward/reported/rate/mean": 0.5}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"score": float("nan"), "extra": {}},
+        {"score": 1e39, "extra": {}},
+        {"score": True, "extra": {}},
+        {"score": 1.0, "extra": {}, "cost": []},
+        {"score": 1.0, "extra": {}, "cost": {"model_calls": "1"}},
+        {"score": 1.0, "extra": {"reward_components": {"a": float("inf")}}},
+        {"score": 1.0, "extra": {"turn_scores": ["x"]}},
+        {"score": 1.0, "extra": []},
+    ],
+    ids=["nan", "beyond-float32", "bool", "cost-list", "cost-text", "component-inf", "turn-text", "extra-list"],
+)
+def test_an_entry_in_the_file_is_checked_as_a_fresh_score(tmp_path, value):
+    cfg, judge = genrm_cfg(), CountingJudge(score=0.25)
+    store = SqliteStore.open(tmp_path / "c.sqlite", 10)
+    store.put(cache_key(reward_contract(cfg, MODEL).fingerprint, sample(0, "#### 3")), "f", value)
+    store.close()
+    loop = loop_with_cache(cfg, judge, tmp_path / "c.sqlite")
+    result = asyncio.run(loop.score(sample(0, "#### 3")))
+    assert result.score == 0.25 and result.extra["reward_cached"] is False and len(judge.calls) == 1
+    assert loop.take_metrics()["reward/cache_errors"] == 1
+
+
 def _writer(path: str, who: int, n: int) -> None:
     store = SqliteStore.open(path, max_entries=10_000)
     for i in range(n):

@@ -13,7 +13,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.errors import UnparsedVerdict
 from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
-from rlrm.engine.rewards.loop import RewardError, RewardLoop, within
+from rlrm.engine.rewards.loop import AttemptTimedOut, RewardError, RewardLoop, within
 
 
 def sample(i=0, uid="p0"):
@@ -76,9 +76,25 @@ def test_timeouts_are_counted_and_retried():
     assert m["reward/timeouts"] == 2 and m["reward/retries"] == 1 and m["reward/failures"] == 1
 
 
+def test_a_timeout_error_the_function_raises_is_its_failure_not_the_attempts_deadline():
+    # a socket's or an HTTP client's own TimeoutError inside the function: raised at once, long before
+    # attempt_timeout_s, so it is no hung attempt and is not retried (as any exception a function raises)
+    calls = []
+
+    async def raising(s):
+        calls.append(1)
+        raise TimeoutError("connect timed out")
+
+    loop = RewardLoop(raising, cfg(attempt_timeout_s=30, max_retries=2, on_failure="drop-group"))
+    assert run(loop.score(sample())) is None
+    m = loop.take_metrics()
+    assert (len(calls), m["reward/timeouts"], m["reward/retries"], m["reward/failures"]) == (1, 0, 0, 1)
+    assert loop.take_hung() == [] and "raised TimeoutError: connect timed out" in loop.last_error
+
+
 def test_an_attempt_runs_in_the_scoring_task_and_is_cancelled_at_its_deadline():
     # `within` bounds an attempt without a task of its own (one task a sample fewer than asyncio.wait_for), and
-    # still stops one that overruns: the function sees the cancellation, the caller a TimeoutError.
+    # still stops one that overruns: the function sees the cancellation, the caller AttemptTimedOut.
     seen = {}
 
     async def quick():
@@ -97,7 +113,7 @@ def test_an_attempt_runs_in_the_scoring_task_and_is_cancelled_at_its_deadline():
         if sys.version_info >= (3, 11):  # 3.10 has no asyncio.timeout: wait_for's task there
             assert seen["task"] is asyncio.current_task()
         started = asyncio.get_running_loop().time()
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(AttemptTimedOut):
             await within(slow(), 0.05)
         return asyncio.get_running_loop().time() - started
 
