@@ -52,6 +52,9 @@ class FullyAsyncScheduler(OverlapScheduler):
         metrics.update(rollout_metrics)
         metrics.update(await self.in_trainer(grpo.train, scored.batch, timer))
         await self.publish(step, timer)
+        # only now are the groups trained: a step that raised leaves them pending, out of the checkpoint's
+        # trained_ahead (the next pending() is this scheduler's next step, so nothing else can hand them out)
+        self.rollouter.take(groups)
         self._loader_state, self._last_step = own.loader_state, step  # a step's worth of prompts consumed
         return self.record(step, groups, [scored], metrics, own.dropped_prompts)
 
@@ -74,5 +77,4 @@ class FullyAsyncScheduler(OverlapScheduler):
         end = time.perf_counter()
         timer.add("gen", "gen_wait", start, min(max(needed_generated, start), end))
         timer.add("reward", "reward_wait", max(needed_generated, start), end)
-        self.rollouter.take(chosen)
         return chosen

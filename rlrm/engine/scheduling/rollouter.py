@@ -5,7 +5,7 @@ moment it is generated.
     rollouter.start()
     launched = await rollouter.batch(k)        # batch k's groups, filled in as samples finish
     await rollouter.wait_changed()             # until a batch is launched or a group is generated/scored
-    rollouter.take(groups)                     # the trainer trained them: forget them
+    rollouter.take(groups)                     # the trainer trained them (update published): forget them
     rollouter.set_version(k)                   # the trainer finished update k: batch k+1+max_ahead may start
 
 Batch k (the prompts of step k, sampled with the same per-request seeds as sync mode) is only
@@ -110,6 +110,9 @@ class Rollouter:
         self.last_batch = run.profile.trainer.total_steps
         self._batches: dict[int, LaunchedBatch] = {}
         self._untaken: dict[int, set[int]] = {}  # batch -> positions of its groups not yet trained
+        # batch -> positions trained, kept until the trainer's version passes the batch (a batch taken whole
+        # ahead of time is forgotten above, yet a checkpoint must still name its prompts as trained)
+        self._taken: dict[int, set[int]] = {k: set(v) for k, v in self._skip.items()}
         self._records: dict[int, LaunchedBatch] = {}  # every batch launched, without its groups (small)
         self._groups_launched = 0
         self._changed = asyncio.Event()  # a batch was launched or a group finished
@@ -151,19 +154,20 @@ class Rollouter:
         return [g for k, b in sorted(self._batches.items()) for g in b.groups if g.position in self._untaken[k]]
 
     def take(self, groups: list[Group]) -> None:
-        """The trainer trained `groups`; a batch whose groups are all taken is forgotten."""
+        """The trainer trained `groups` (call it once their update is published, so that a failed step's
+        groups are never counted as trained); a batch whose groups are all taken is forgotten."""
         for g in groups:
             self._untaken[g.batch].discard(g.position)
+            self._taken.setdefault(g.batch, set()).add(g.position)
         for k in [k for k, left in self._untaken.items() if not left]:
             del self._untaken[k], self._batches[k]
+        for k in [k for k in self._taken if k <= self.version]:  # every group of batch <= version is trained
+            del self._taken[k]
 
     def taken_ahead(self, after: int) -> dict[int, list[int]]:
-        """Positions of the groups already taken in each launched batch later than `after`."""
-        return {
-            k: sorted({g.position for g in b.groups} - self._untaken[k])
-            for k, b in self._batches.items()
-            if k > after and len(self._untaken[k]) < len(b.groups)
-        }
+        """Positions of the groups already trained in each batch later than `after`, including the
+        positions skipped at a resume and batches taken whole."""
+        return {k: sorted(v) for k, v in sorted(self._taken.items()) if k > after and v}
 
     async def wait_changed(self) -> None:
         """Until a batch is launched or a group is generated or scored."""

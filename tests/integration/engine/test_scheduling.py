@@ -198,36 +198,68 @@ def test_samples_log_and_bounded_trace(shared_run, mode):
     assert sum(e.get("name") == "update_actor" for e in trace) == 2  # phases for every step
 
 
-def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, monkeypatch):
-    # Prompts longer than 42 tokens are dropped (about a quarter here), so a batch often holds fewer
-    # groups than a step trains and fully-async fills the step with groups of the next batch.
+# Prompts longer than 42 tokens are dropped (about a quarter here), so a batch often holds fewer groups than a step
+# trains and fully-async fills the step with groups of later batches (max_staleness 2: up to two batches ahead).
+FULLY_ASYNC_DROPPING = ("data.prompt_too_long=drop", "data.max_prompt_length=42", "logging.save_samples=true")
+
+
+def _trained_uids(run_dir):
     from collections import Counter
 
-    from rlrm.engine.scheduling.fully_async import FullyAsyncScheduler
+    rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    return Counter(r["uid"] for r in rows)
+
+
+def _assert_each_prompt_trained_once(tmp_path, split, steps):
+    """The run `split`, stopped and resumed, trained the prompts an uninterrupted run trains, each once (n samples)."""
     from rlrm.engine.trainer import load_run_profile
 
-    extra = ["data.prompt_too_long=drop", "data.max_prompt_length=42", "logging.save_samples=true"]
-
-    def trained_uids(run_dir):
-        rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-        return Counter(r["uid"] for r in rows)
-
-    full, rows = _run(tmp_path, "full", "fully-async", 4, extra)
+    full, rows = _run(tmp_path, "full", "fully-async", steps, FULLY_ASYNC_DROPPING)
     assert sum(r["data/dropped_prompts"] for r in rows[1:]) > 0
+    load_run_profile(split, total_steps=steps)
+    assert train(split).last_step == steps
+    assert _trained_uids(split) == _trained_uids(full)
+    assert set(_trained_uids(full).values()) == {N}
+
+
+# (5, 4): the checkpoint of step 3 must name batch 5's prompts trained at step 3, though batch 5 was taken whole
+# (the rollouter forgets a batch once every group of it is taken)
+@pytest.mark.parametrize(("steps", "stop_at"), [(4, 3), (5, 4)])
+def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, monkeypatch, steps, stop_at):
+    from rlrm.engine.scheduling.fully_async import FullyAsyncScheduler
+
     real = FullyAsyncScheduler.train_step
 
     async def interrupted(self, step, timer):
-        if step == 3:
+        if step == stop_at:
             raise KeyboardInterrupt
         return await real(self, step, timer)
 
     monkeypatch.setattr(FullyAsyncScheduler, "train_step", interrupted)
-    profile = load_profile("tiny-rule", SMALL + ["trainer.mode=fully-async", "trainer.total_steps=4", *extra])
-    split = start_run(profile, tmp_path / "split")
-    assert train(split).last_step == 2
+    overrides = ["trainer.mode=fully-async", f"trainer.total_steps={steps}", *FULLY_ASYNC_DROPPING]
+    split = start_run(load_profile("tiny-rule", SMALL + overrides), tmp_path / "split")
+    assert train(split).last_step == stop_at - 1
     monkeypatch.setattr(FullyAsyncScheduler, "train_step", real)
-    load_run_profile(split, total_steps=4)
-    assert train(split).last_step == 4
-    # every prompt of batches 1-4 trained once (n samples each), whether or not the run was resumed
-    assert trained_uids(split) == trained_uids(full)
-    assert set(trained_uids(full).values()) == {N}
+    _assert_each_prompt_trained_once(tmp_path, split, steps)
+
+
+def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(tmp_path, tiny_policy_path, monkeypatch):
+    # Step 2 runs out of memory after taking its groups, some of batch 3: they were never trained, so the
+    # checkpoint (step 1) must not list them in trained_ahead, or the resumed run would never train them.
+    from rlrm.engine.step import GRPOStep
+
+    real, calls = GRPOStep.prepare, []
+
+    def out_of_memory_at_step_2(self, completions, off_policy, timer):
+        calls.append(1)  # fully-async prepares once a step
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(self, completions, off_policy, timer)
+
+    monkeypatch.setattr(GRPOStep, "prepare", out_of_memory_at_step_2)
+    overrides = ["trainer.mode=fully-async", "trainer.total_steps=4", *FULLY_ASYNC_DROPPING]
+    split = start_run(load_profile("tiny-rule", SMALL + overrides), tmp_path / "split")
+    with pytest.raises(RuntimeError, match="simulated"):
+        train(split)
+    monkeypatch.setattr(GRPOStep, "prepare", real)
+    _assert_each_prompt_trained_once(tmp_path, split, 4)
