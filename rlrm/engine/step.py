@@ -126,6 +126,9 @@ class GRPOStep:
 
     def __init__(self, actor: PolicyActor, engine: RolloutEngine, settings: StepSettings):
         self.actor, self.engine, self.settings = actor, engine, settings
+        # an update raised partway (out of memory, non-finite losses, a rank lost): the actor may hold some of
+        # that step's optimizer steps, so its state is no checkpoint of the step before (the trainer keeps the last)
+        self.update_stopped = False
 
     def prepare(self, completions: list, off_policy: bool, timer: StepTimer) -> tuple[RolloutBatch | None, dict]:
         """Collate `completions` and set their behaviour (old) and reference log-probs.
@@ -278,8 +281,12 @@ class GRPOStep:
             lower = _lower_micro_batch(cfg, cfg.mini_batch_size * self.settings.n, "forward and backward") + (
                 " (the update stays the same, its gradients accumulate)"
             )
-            with out_of_memory_named("in the actor update", lower):
-                return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+            try:
+                with out_of_memory_named("in the actor update", lower):
+                    return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+            except BaseException:
+                self.update_stopped = True
+                raise
 
     def finish(self, record: StepRecord) -> StepOutcome:
         """The step's metrics row: counters, scores, advantages, lengths and staleness of what was trained,

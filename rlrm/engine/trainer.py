@@ -387,6 +387,15 @@ class _TrainLoop:
         existing = list_checkpoints(self.run_dir)
         if force and existing and existing[-1].name == f"step_{step}":
             return
+        if self.grpo.update_stopped:  # part of the next step's update is in the actor
+            kept = existing[-1].name if existing else "none: a resume starts the run again"
+            print(
+                f"rlrm: step {step + 1}'s update stopped partway, so the actor is no longer step {step}'s: it is "
+                f"not checkpointed (newest checkpoint kept: {kept})",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
         save_checkpoint(
             self.run_dir,
@@ -402,14 +411,19 @@ class _TrainLoop:
     def _stream_trace(self) -> None:
         """Append the spans that no later pruning changes (those before this step's window) to trace.json."""
         if self._trace is None:
-            self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0)
+            # Made after this session's first step: a run resumed after step k keeps its earlier sessions' trace.
+            first_step = self.result.last_step
+            self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0, resumed_after_step=first_step - 1)
         self._trace.append(self.spans.since(self._trace_sent)[: self._detail_from - self._trace_sent])
         self._trace_sent = self._detail_from
 
     def _write_trace(self) -> None:
+        """Rewrite trace.json whole: earlier sessions' events (a resumed run), then every span of this one."""
         if self._trace is not None:
-            self._trace.close()
-        write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
+            self._trace.write_whole(list(self.spans))
+        elif self.result.last_step == 0:  # a run from step 0 that finished no step: its spans (held-out set) only
+            write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
+        # else a resumed run that trained nothing: trace.json stays as its earlier sessions left it
 
 
 def _peak_memory_gb(device: str) -> float:

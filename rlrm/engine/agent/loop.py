@@ -104,6 +104,15 @@ async def run_agent(
     raise AssertionError("the last attempt never restarts")
 
 
+def _request_seed(seed: int | None, request: int) -> int | None:
+    """Fresh draws per request of a trajectory; the first is the sample's own seed. Mixed, not added: the samples
+    of a group have consecutive seeds (rlrm/engine/scheduling/requests.py), so `seed + request` gave sample j's
+    second request sample j+1's first one's draws."""
+    if seed is None or request == 0:
+        return seed
+    return (seed * 1_000_003 + request) % _SEED_MOD
+
+
 class _NewWeights(Exception):
     """A request came back from other weights than the trajectory's first."""
 
@@ -168,8 +177,7 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
         budget = settings.max_response_tokens - len(trace.tokens) - len(tokens)
         if budget <= 0:
             return tokens, log_probs, versions, "length"
-        # fresh draws per request (a repeated seed would replay the same draws); the first is the sample's own
-        seed = None if sampling.seed is None else (sampling.seed + trace.requests) % _SEED_MOD
+        seed = _request_seed(sampling.seed, trace.requests)
         trace.requests += 1
         params = replace(sampling, max_new_tokens=budget, stop_token_ids=stops, seed=seed)
         done = await engine.generate(prompt_ids + trace.tokens + tokens, params)

@@ -102,6 +102,27 @@ def test_a_run_whose_weights_blow_up_keeps_its_last_finite_checkpoint(tmp_path, 
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]
 
 
+def test_an_update_that_stops_partway_is_never_saved_as_the_step_before(tmp_path, tiny_policy_path, monkeypatch, capfd):
+    """Step 2's first mini-batch has stepped the optimizer when its second fails (non-finite here; out of GPU
+    memory or a lost rank alike): the actor is step 1 plus part of step 2, which the run's closing save once
+    wrote as step_1, so a resume applied part of step 2 twice."""
+    from rlrm.engine.actor.actor import Actor
+
+    real_clip, clips = Actor.clip_grad_norm, []
+
+    def clip(self):
+        clips.append(real_clip(self))
+        return float("inf") if len(clips) == 4 else clips[-1]  # step 2, mini-batch 2 (2 a step)
+
+    monkeypatch.setattr(Actor, "clip_grad_norm", clip)
+    more = ["actor.mini_batch_size=2", "actor.max_nonfinite_steps=1", "trainer.total_steps=3", "trainer.save_every=0"]
+    run_dir = start_run(load_profile("tiny-rule", [*SMALL_RUN, *more]), tmp_path / "run")
+    with pytest.raises(TrainingError, match="non-finite"):
+        train(run_dir)
+    assert len(clips) == 4 and list_checkpoints(run_dir) == []  # step 1's closing save would hold part of step 2
+    assert "step 2's update stopped partway, so the actor is no longer step 1's" in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("keep", [0.5, 0.0001])  # cut inside the tensors, and inside the header
 def test_a_truncated_model_safetensors_is_one_line_naming_the_checkpoint(tmp_path, tiny_policy_path, keep):
     run_dir, ckpt = _fake_checkpoint(tmp_path, tiny_policy_path)

@@ -207,3 +207,26 @@ def test_the_tags_are_settings(tokenizer):
     traj, counts = run(engine, tokenizer, call_tag="c", observation_tag="r")
     assert tokenizer.decode(traj.token_ids) == "<c>calculator 6*7</c><r>42</r>#### 42<|im_end|>"
     assert counts.take()["agent/tool_calls"] == 1.0
+
+
+def test_the_samples_of_a_group_never_share_a_requests_draws(tokenizer):
+    """A trajectory's requests get fresh seeds, its first the sample's own; a group's samples have consecutive
+    seeds (request_seed), so `seed + request` once gave sample 0's second request sample 1's first one's draws."""
+    from rlrm.engine.scheduling.requests import request_seed
+
+    class Seeds(ScriptedEngine):
+        async def generate(self, prompt_ids, sampling):
+            self.seen.append(sampling.seed)
+            return await super().generate(prompt_ids, sampling)
+
+    prompt = tokenizer.encode("What is 1+1?", add_special_tokens=False)
+    used = []
+    for j in range(4):  # rollout.n = 4, seeded as generate_groups seeds them
+        engine = Seeds(tokenizer, ["<call>calculator 1+1</call>", "#### 2", "<call>calculator 2+2</call>", "#### 4"])
+        engine.seen = []
+        sampling = SamplingParams(seed=request_seed(0, 1, 0, j), temperature=1.0)
+        asyncio.run(run_agent(engine, prompt, sampling, tokenizer, settings(), ToolCounts()))
+        assert engine.seen[0] == sampling.seed and len(engine.seen) >= 2
+        used.append(engine.seen)
+    every = [seed for seeds in used for seed in seeds]
+    assert len(set(every)) == len(every), used
