@@ -9,6 +9,10 @@ step began); without those, from trace events that carry a step number (`args.st
 `args.batch`: the batch of prompts of that step). Every event overlapping the window is drawn, so
 in the overlapped modes one sees the next step's generation run beside this step's rewards and
 update. Concurrent spans in one lane (requests, reward workers) are stacked in sub-rows.
+
+A resumed run's trace holds one process per session, each after the one before in time; `perf/wall_s`
+restarts with each session, so the steps of a resumed session are moved by its `shift_s` (see
+rlrm/engine/metrics/trace.py).
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ def events_frame(events: list[dict], window: tuple[float, float] | None = None, 
     import pandas as pd
 
     thread_names = {
-        ev.get("tid"): (ev.get("args") or {}).get("name")
+        (ev.get("pid"), ev.get("tid")): (ev.get("args") or {}).get("name")
         for ev in events
         if ev.get("ph") == "M" and ev.get("name") == "thread_name"
     }
@@ -94,7 +98,7 @@ def events_frame(events: list[dict], window: tuple[float, float] | None = None, 
         end = ts + ev.get("dur", 0.0)
         if end <= lo + 1.0 or ts >= hi - 1.0:  # overlaps under 1 us are clock rounding, not overlap
             continue
-        lane = ev.get("cat") or thread_names.get(ev.get("tid")) or "other"
+        lane = ev.get("cat") or thread_names.get((ev.get("pid"), ev.get("tid"))) or "other"
         if lanes is not None and lane not in lanes:
             continue
         args = ev.get("args") or {}
@@ -124,7 +128,7 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
         notes.append(f"{run.name}: trace.json is unreadable ({exc}); left out of the timeline")
         return None
-    spans = _metrics_step_spans(run.metrics) or _trace_step_spans(events)
+    spans = _metrics_step_spans(run.metrics, _session_shifts(events)) or _trace_step_spans(events)
     label = f"{run.name} ({run.mode})" if run.mode else run.name
     if not spans:
         notes.append(f"{run.name}: neither metrics nor trace give step times; its timeline shows the whole trace")
@@ -146,8 +150,19 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
     return TimelinePanel(title=label, events=inside, step_starts=starts)
 
 
-def _metrics_step_spans(metrics) -> dict[int, tuple[float, float]]:
-    """step -> (start_s, end_s) on the trace clock, from perf/wall_s and perf/time_per_step."""
+def _session_shifts(events: list[dict]) -> list[tuple[int, float]]:
+    """(resumed_after_step, shift_s) of each resumed session of the trace, by step."""
+    shifts = []
+    for ev in events:
+        args = ev.get("args") or {}
+        if ev.get("ph") == "M" and ev.get("name") == "process_name" and "resumed_after_step" in args:
+            shifts.append((int(args["resumed_after_step"]), float(args.get("shift_s", 0.0))))
+    return sorted(shifts)
+
+
+def _metrics_step_spans(metrics, shifts: list[tuple[int, float]]) -> dict[int, tuple[float, float]]:
+    """step -> (start_s, end_s) on the trace clock, from perf/wall_s and perf/time_per_step; `shifts`: the
+    resumed sessions' (resumed_after_step, shift_s), whose rows count `perf/wall_s` from their own start."""
     if not {"perf/wall_s", "perf/time_per_step"} <= set(metrics.columns):
         return {}
     total = metrics["timing_s/step"] if "timing_s/step" in metrics.columns else metrics["perf/time_per_step"]
@@ -157,7 +172,9 @@ def _metrics_step_spans(metrics) -> dict[int, tuple[float, float]]:
     ):
         if math.isnan(wall) or math.isnan(per_step):  # a val-only row has no step time
             continue
-        start = wall - per_step
+        # a step's row is from the last session that ran it: the last one resumed before it
+        shift = next((s for after, s in reversed(shifts) if after < step), 0.0)
+        start = wall - per_step + shift
         spans[int(step)] = (start, start + (per_step if math.isnan(whole) else whole))
     return spans
 

@@ -7,24 +7,33 @@ JSON Array Format (`[` then one event per line), flushed every step: that format
 `]` be missing, so a run killed mid-way (kill -9, out of memory) keeps the trace of its finished
 steps and opens as it is (`read_chrome_trace` reads it too). At the end of a run the file is
 rewritten whole, atomically, in the JSON Object Format (`{"traceEvents": [...]}`).
+
+A resumed run keeps the events of its earlier sessions (`resume_trace`): each session is a trace process
+of its own (pid 0, 1, ...: its rows never mix with another's), named "session 2 (resumed after step 3)",
+and placed after the earlier sessions in time. The `process_name` event of a resumed session also
+carries `resumed_after_step` and `shift_s` (added to its own clock, which `perf/wall_s` in metrics.jsonl
+uses, to give the trace clock), so a step of metrics.jsonl can be found in the trace.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.engine.metrics.timing import Span
 
 _LANES = ("trainer", "gen_wait", "reward_wait", "rollout", "generate", "reward")
+SESSION_GAP_S = 1.0  # between the end of one session's events and the start of the next's (the real gap is unknown)
 
 
 class _RowPacker:
     """Puts spans of one lane that overlap (concurrent requests, concurrent reward calls) on as many
     rows (trace threads) as needed: `generate`, `generate #1`, ...; a row never holds overlapping events."""
 
-    def __init__(self):
+    def __init__(self, pid: int = 0):
+        self.pid = pid  # the trace process (the run's session) the rows belong to
         self.names: list[str] = []  # thread id -> row name
         self._rows: dict[str, list[tuple[int, float]]] = {}  # lane -> (thread id, end of its last span) per row
 
@@ -57,7 +66,7 @@ class _RowPacker:
                     "name": span.name,
                     "cat": span.lane,
                     "ph": "X",
-                    "pid": 0,
+                    "pid": self.pid,
                     "tid": tid,
                     "ts": (span.start_s - origin_s) * 1e6,  # microseconds
                     "dur": (span.end_s - span.start_s) * 1e6,
@@ -71,37 +80,86 @@ class _RowPacker:
         """Metadata naming and ordering the rows `tids`."""
         out = []
         for tid in tids:
-            out.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": self.names[tid]}})
-            out.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid, "args": {"sort_index": tid}})
+            row = {"ph": "M", "pid": self.pid, "tid": tid}
+            out.append({"name": "thread_name", **row, "args": {"name": self.names[tid]}})
+            out.append({"name": "thread_sort_index", **row, "args": {"sort_index": tid}})
         return out
 
 
-def chrome_trace_events(spans: list, origin_s: float = 0.0) -> list[dict]:
-    """Trace events for `spans` (each with lane, name, start_s, end_s, args), times relative to origin.
+def chrome_trace_events(spans: list, origin_s: float = 0.0, pid: int = 0) -> list[dict]:
+    """Trace events for `spans` (each with lane, name, start_s, end_s, args), times relative to origin,
+    in trace process `pid`.
 
     Spans of one lane that overlap are packed into as many rows as needed (see `_RowPacker`).
     """
-    packer = _RowPacker()
+    packer = _RowPacker(pid)
     events, tids = packer.events(spans, origin_s)
     return events + packer.thread_events(tids)
 
 
 def write_chrome_trace(path: Path, spans: list, origin_s: float = 0.0) -> None:
     """Write the spans as a Chrome trace JSON file (atomically)."""
-    path = Path(path)
+    _write_events(Path(path), chrome_trace_events(spans, origin_s))
+
+
+def _write_events(path: Path, events: list[dict]) -> None:
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"traceEvents": chrome_trace_events(spans, origin_s), "displayTimeUnit": "ms"}))
+    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     tmp.replace(path)
 
 
-class TraceStream:
-    """`trace.json` written as a run goes: `append(spans)` after each step, `close()` at the end."""
+@dataclass(frozen=True)
+class TraceSession:
+    """Where one session of a run puts its events in trace.json."""
 
-    def __init__(self, path: Path, origin_s: float):
-        self.path, self.origin_s = Path(path), origin_s
-        self._packer = _RowPacker()
+    pid: int = 0  # its trace process: 0 for a run's first session, then 1, 2, ...
+    shift_s: float = 0.0  # added to its times (seconds from its origin) so it starts after the kept events end
+    kept: list[dict] = field(default_factory=list)  # earlier sessions' events, then this session's process names
+
+
+def resume_trace(old: list[dict], resumed_after_step: int, gap_s: float = SESSION_GAP_S) -> TraceSession:
+    """The session that continues a trace whose events are `old` (a run resumed after `resumed_after_step`).
+
+    A pure function of the events: the caller reads them (`read_chrome_trace`) and writes the result.
+    """
+    pids = {ev.get("pid", 0) for ev in old}
+    pid = max(pids, default=-1) + 1
+    ends = [ev["ts"] + ev.get("dur", 0.0) for ev in old if isinstance(ev.get("ts"), (int, float))]  # microseconds
+    shift_s = (max(ends) / 1e6 + gap_s) if ends else 0.0
+    named = {ev.get("pid", 0) for ev in old if ev.get("ph") == "M" and ev.get("name") == "process_name"}
+    kept = list(old)
+    for unnamed in sorted(pids - named):  # a first session names itself only once resumed
+        kept += _process_events(unnamed, {"name": f"session {unnamed + 1}"})
+    label = f"session {pid + 1} (resumed after step {resumed_after_step})"
+    kept += _process_events(pid, {"name": label, "resumed_after_step": resumed_after_step, "shift_s": shift_s})
+    return TraceSession(pid=pid, shift_s=shift_s, kept=kept)
+
+
+def _process_events(pid: int, name_args: dict) -> list[dict]:
+    """Metadata naming trace process `pid` and keeping the processes in session order."""
+    return [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": name_args},
+        {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}},
+    ]
+
+
+class TraceStream:
+    """`trace.json` written as a run goes: `append(spans)` after each step, `write_whole(spans)` at the end.
+
+    `resumed_after_step` > 0: a resumed run, whose trace.json keeps its earlier sessions' events (written
+    again once, here) and gets this session's after them (see `resume_trace`); 0: a run from step 0,
+    whose trace.json starts empty.
+    """
+
+    def __init__(self, path: Path, origin_s: float, resumed_after_step: int = 0):
+        self.path = Path(path)
+        self.session = TraceSession()
+        if resumed_after_step > 0 and self.path.is_file():
+            self.session = resume_trace(_read_kept(self.path), resumed_after_step)
+        self.origin_s = origin_s - self.session.shift_s
+        self._packer = _RowPacker(self.session.pid)
         self._file = self.path.open("w", encoding="utf-8")
-        self._file.write("[\n")
+        self._file.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
         self._file.flush()
 
     def append(self, spans: list) -> None:
@@ -116,6 +174,19 @@ class TraceStream:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+    def write_whole(self, spans: list) -> None:
+        """Close the stream and rewrite the file atomically: the kept events, then this session's `spans`."""
+        self.close()
+        _write_events(self.path, self.session.kept + chrome_trace_events(spans, self.origin_s, self.session.pid))
+
+
+def _read_kept(path: Path) -> list[dict]:
+    """The events of an earlier session's trace.json; none when it is unreadable (it is then replaced)."""
+    try:
+        return [ev for ev in read_chrome_trace(path.read_bytes()) if isinstance(ev, dict)]
+    except (ValueError, TypeError):
+        return []
 
 
 def read_chrome_trace(data: bytes, loads=json.loads) -> list[dict]:

@@ -15,6 +15,8 @@ from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import TrainingError
+from rlrm.report.folders import load_folder
+from rlrm.report.timeline import read_trace, timeline_panel
 
 SMALL = [*SMALL_RUN, "trainer.save_every=1", "trainer.keep_checkpoints=10"]
 
@@ -41,6 +43,37 @@ def _resume(run_dir, *more: str):
     result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--console", "none", *more])
     lines = [line for line in result.output.splitlines() if line.strip()]
     return result.exit_code, lines
+
+
+def test_a_resumed_run_keeps_the_trace_of_its_earlier_steps_and_reports_them(tmp_path, tiny_policy_path, notes):
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=2"]), tmp_path / "run")
+    assert train(run_dir).last_step == 2
+    before = read_trace(run_dir / "trace.json")
+    assert _updates(before) == [0, 0]
+    code, lines = _resume(run_dir, "--steps", "3")  # rlrm train --resume DIR --steps 3
+    assert code == 0, lines
+    after = read_trace(run_dir / "trace.json")
+    assert after[: len(before)] == before  # session 1's events, as they were
+    assert _updates(after) == [0, 0, 1]  # step 3: session 2's own process, after session 1 in time
+    old_end = max(e["ts"] + e["dur"] for e in before if e["ph"] == "X")
+    assert min(e["ts"] for e in after[len(before) :] if e["ph"] == "X") > old_end
+    assert "session 2 (resumed after step 2)" in {e["args"]["name"] for e in after if e["name"] == "process_name"}
+    # The timeline finds step 3 among session 2's events (its perf/wall_s restarted at the resume).
+    panel = timeline_panel(load_folder(run_dir, notes), (3, 3), notes)
+    assert (panel.events["name"] == "update_actor").sum() == 1 and not notes
+    result = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(tmp_path / "report")])
+    assert result.exit_code == 0 and (tmp_path / "report" / "timeline.png").is_file(), result.output
+    assert "unreadable" not in result.output and "no spans" not in result.output
+    whole = (run_dir / "trace.json").read_bytes()
+    code, lines = _resume(run_dir)  # a finished run: nothing to train, the trace stays as it is
+    assert code == 0, lines
+    assert (run_dir / "trace.json").read_bytes() == whole
+
+
+def _updates(events: list[dict]) -> list[int]:
+    """The trace process (session) of each step's update_actor span, in time order."""
+    updates = sorted((e["ts"], e["pid"]) for e in events if e.get("ph") == "X" and e["name"] == "update_actor")
+    return [pid for _, pid in updates]
 
 
 def test_a_state_pt_with_a_pickle_payload_is_refused_and_never_runs(tmp_path, tiny_policy_path):

@@ -10,7 +10,13 @@ import pytest
 from rlrm.engine.metrics.intervals import idle_ratio, union_length
 from rlrm.engine.metrics.metrics_file import MetricsWriter, read_metrics
 from rlrm.engine.metrics.timing import Span, StepTimer
-from rlrm.engine.metrics.trace import TraceStream, chrome_trace_events, read_chrome_trace, write_chrome_trace
+from rlrm.engine.metrics.trace import (
+    TraceStream,
+    chrome_trace_events,
+    read_chrome_trace,
+    resume_trace,
+    write_chrome_trace,
+)
 
 
 def test_union_merges_overlaps():
@@ -119,6 +125,38 @@ def test_trace_stream_is_readable_at_every_step_and_after_a_cut(tmp_path):
     stream.close()
     write_chrome_trace(path, [Span("trainer", "update_actor", 0.0, 1.0)])  # the end of a run: the whole file, closed
     assert len(json.loads(path.read_text())["traceEvents"]) == len(read_chrome_trace(path.read_bytes())) == 3
+
+
+def test_a_resumed_trace_keeps_the_earlier_sessions_and_goes_after_them(tmp_path):
+    # Session 1 streamed its steps and was killed mid-write (last line cut). Session 2, resumed after step 2,
+    # writes those events again, then its own after them: its own process (pid 1, rows from tid 0), its
+    # times shifted to start 1 s (SESSION_GAP_S) after session 1's last event ended (r0: 2.5 s) -> 3.5 s.
+    path = tmp_path / "trace.json"
+    first = TraceStream(path, origin_s=100.0)
+    first.append([Span("trainer", "update_actor", 100.0, 101.0), Span("generate", "r0", 100.0, 102.5)])
+    with path.open("ab") as f:
+        f.write(b'{"name": "cut", "ph"')
+    old = read_chrome_trace(path.read_bytes())
+    second = TraceStream(path, origin_s=500.0, resumed_after_step=2)
+    second.append([Span("trainer", "update_actor", 500.0, 500.5, {"step": 3})])
+    streamed = read_chrome_trace(path.read_bytes())
+    assert streamed[: len(old)] == old and len(old) == 6
+    new = [e for e in streamed[len(old) :] if e["ph"] == "X"]
+    assert [(e["pid"], e["tid"], e["ts"], e["dur"]) for e in new] == [(1, 0, pytest.approx(3.5e6), pytest.approx(5e5))]
+    names = {e["pid"]: e["args"] for e in streamed if e["name"] == "process_name"}
+    assert names[0] == {"name": "session 1"}
+    assert names[1] == {"name": "session 2 (resumed after step 2)", "resumed_after_step": 2, "shift_s": 3.5}
+    # The end of the session: the whole file, closed, the earlier events first, then every span of this session.
+    second.write_whole([Span("trainer", "update_actor", 500.0, 500.5, {"step": 3}), Span("trainer", "val", 500.5, 501)])
+    whole = json.loads(path.read_text())["traceEvents"]
+    assert whole[: len(old)] == old
+    assert [e["ts"] for e in whole if e["ph"] == "X" and e["pid"] == 1] == pytest.approx([3.5e6, 4.0e6])
+    # A third session: pid 2, after session 2's last event (4.5 s) -> shift 5.5 s; a run from step 0 starts afresh.
+    third = resume_trace(whole, resumed_after_step=3)
+    assert (third.pid, third.shift_s) == (2, pytest.approx(5.5)) and third.kept[: len(whole)] == whole
+    assert sum(e["name"] == "process_name" for e in third.kept) == 3  # sessions 1 and 2 named once each
+    TraceStream(path, origin_s=0.0).close()
+    assert read_chrome_trace(path.read_bytes()) == []
 
 
 def _events_in(path):
