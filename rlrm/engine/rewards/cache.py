@@ -3,6 +3,7 @@
     cache = RewardCache.open(cfg.cache, contract.fingerprint)     # None when reward.cache is off for this kind
     outcome = await cache.through(sample, loop._attempts)          # the reward loop's scoring, behind the cache
     cache.take_metrics()        # reward/cache_hits, reward/cache_misses, reward/cache_saved_calls, ...
+    cache.take_metrics(tags)    # only those counted under these SCORED_FOR tags (rlrm/engine/rewards/tags.py)
 
 Key: sha256 of (contract fingerprint, data source, prompt, response, reference, extra info), so two runs whose
 rewards differ in anything that decides a score never read each other's entries, even in one file. An agent
@@ -31,13 +32,14 @@ import json
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Hashable, Iterable
 
 from rlrm.call_errors import CallError
 from rlrm.config.reward_cache import RewardCacheConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample, fits_float32
 from rlrm.engine.rewards.cache_store import CacheUnavailable, SqliteStore
 from rlrm.engine.rewards.components import COMPONENTS_KEY
+from rlrm.engine.rewards.tags import PerTag
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 
 CACHED_KEY = "reward_cached"
@@ -84,7 +86,11 @@ class RewardCache:
         self._memory: OrderedDict[str, dict] = OrderedDict()
         self._in_flight: dict[str, asyncio.Future] = {}
         self._warned = False
-        self._counts = _zero()
+        self._counts_by_tag = PerTag(_zero)  # per SCORED_FOR tag, as the reward loop's counters
+
+    @property
+    def _counts(self) -> dict[str, float]:
+        return self._counts_by_tag.now
 
     @classmethod
     def open(cls, cfg: RewardCacheConfig, kind: str, fingerprint: str, sampled: bool = False) -> "RewardCache | None":
@@ -130,9 +136,12 @@ class RewardCache:
                 del self._in_flight[key]
                 done.set_result(outcome)
 
-    def take_metrics(self) -> dict[str, float]:
-        """Counts since the last call (then reset)."""
-        metrics, self._counts = self._counts, _zero()
+    def take_metrics(self, tags: Iterable[Hashable] | None = None) -> dict[str, float]:
+        """Counts since the last call (then reset); with `tags`, those counted under them and untagged only."""
+        metrics = _zero()
+        for counts in self._counts_by_tag.take(tags):
+            for name, count in counts.items():
+                metrics[name] += count
         looked = metrics["reward/cache_hits"] + metrics["reward/cache_misses"]
         metrics["reward/cache_hit_rate"] = metrics["reward/cache_hits"] / looked if looked else 0.0
         return metrics

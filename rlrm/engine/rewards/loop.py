@@ -4,6 +4,7 @@ failure policy, and counters for everything that went wrong.
     loop = RewardLoop(reward_fn, profile.reward)
     result = await loop.score(sample)      # RewardResult, or None when the sample's group must be dropped
     loop.take_metrics()                    # reward/latency_p50, reward/failures, ... since the last call
+    loop.take_metrics(tags=[3, 4])         # only the samples scored under SCORED_FOR 3 or 4 (rlrm/engine/rewards/tags.py)
     loop.take_hung()                       # the attempts past reward.attempt_timeout_s: sample, function, how long
 
 Nothing is ever silently zeroed: a sample that still fails after its retries is given
@@ -19,8 +20,8 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Callable, Hashable, Iterable
 
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
@@ -32,6 +33,7 @@ from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.engine.rewards.ledger import LEDGER_KEYS, ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.reported import REPORTED_KEY, reported_names
+from rlrm.engine.rewards.tags import PerTag
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
@@ -96,6 +98,15 @@ class RewardStats:
     overlong_penalised: int = 0  # of those, the ones whose penalty was below 0
     overlong_penalty_sum: float = 0.0
 
+    @classmethod
+    def total(cls, parts: list["RewardStats"]) -> "RewardStats":
+        """The counters of `parts` added up (their latencies joined)."""
+        total = cls()
+        for part in parts:
+            for f in fields(cls):
+                setattr(total, f.name, getattr(total, f.name) + getattr(part, f.name))
+        return total
+
     def metrics(self) -> dict[str, float]:
         """reward/* counters (the groups dropped for failed samples are counted by the step: rlrm/engine/step.py)."""
         lat = self.latencies_s
@@ -148,10 +159,20 @@ class RewardLoop:
         # One concurrency budget per worker; samples are spread over workers by index.
         self._workers = [asyncio.Semaphore(cfg.max_concurrency) for _ in range(cfg.num_workers)]
         self._jitter = random.Random(seed)
-        self.stats = RewardStats()
+        # per SCORED_FOR tag: a mode that scores ahead of the trainer takes each step's own (rlrm/engine/rewards/tags.py)
+        self._stats = PerTag(RewardStats)
         self.components = ComponentSpec(cfg.weights_of_components)  # names pinned by the profile or the first sample
         self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
         self._hung: collections.deque[dict] = collections.deque(maxlen=HUNG_KEPT)
+
+    @property
+    def stats(self) -> RewardStats:
+        """The counters of the samples scored under the current task's SCORED_FOR tag, since they were taken."""
+        return self._stats.now
+
+    def stats_of(self, tags: Iterable[Hashable] | None = None) -> RewardStats:
+        """The counters so far (not reset) of the samples scored under `tags` and untagged (None: every sample)."""
+        return RewardStats.total(self._stats.peek(tags))
 
     async def score(self, sample: RewardSample) -> RewardResult | None:
         """The sample's reward, or None when it failed and its group is to be dropped."""
@@ -198,21 +219,25 @@ class RewardLoop:
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
-    def take_metrics(self) -> dict[str, float]:
-        """Counters since the last call (then reset)."""
-        metrics = self.stats.metrics()
+    def take_metrics(self, tags: Iterable[Hashable] | None = None) -> dict[str, float]:
+        """Counters since the last call (then reset).
+
+        Args:
+            tags: only the samples scored under these SCORED_FOR tags (and any untagged), e.g. the groups a step
+                trains; None: every sample. `counters` (the router's) are not per sample: they come whole.
+        """
+        stats = RewardStats.total(self._stats.take(tags))
+        metrics = stats.metrics()
         g = self.cfg.genrm
         metrics["reward/cost"] = (
-            self.stats.judge_prompt_tokens * g.price_per_mtok_input
-            + self.stats.judge_completion_tokens * g.price_per_mtok_output
+            stats.judge_prompt_tokens * g.price_per_mtok_input + stats.judge_completion_tokens * g.price_per_mtok_output
         ) / 1e6
         if self.max_response_len is not None:  # mean over the samples shaped; failed ones are not
-            shaped = max(1, self.stats.overlong_shaped)
-            metrics["reward/overlong_penalty"] = self.stats.overlong_penalty_sum / shaped
-            metrics["reward/overlong_frac"] = self.stats.overlong_penalised / shaped
-        self.stats = RewardStats()
+            shaped = max(1, stats.overlong_shaped)
+            metrics["reward/overlong_penalty"] = stats.overlong_penalty_sum / shaped
+            metrics["reward/overlong_frac"] = stats.overlong_penalised / shaped
         if self.cache is not None:
-            metrics.update(self.cache.take_metrics())
+            metrics.update(self.cache.take_metrics(tags))
             metrics["reward/cache_saved_cost"] = (
                 metrics["reward/cache_saved_prompt_tokens"] * g.price_per_mtok_input
                 + metrics["reward/cache_saved_completion_tokens"] * g.price_per_mtok_output
@@ -236,7 +261,7 @@ class RewardLoop:
         """Stop step `step` before it trains when its failed share is over reward.max_failure_rate.
 
         Args:
-            metrics: the step's reward/* counters (`take_metrics`, or `self.stats.metrics()` so far).
+            metrics: the step's reward/* counters (`take_metrics`, or `stats_of(...).metrics()` so far).
             dropped_groups: groups the step leaves out for a failed sample.
             of_samples: the step's whole sample count when `metrics` covers only the samples scored so far
                 (pipeline): the failures so far over it never exceed the step's final share.

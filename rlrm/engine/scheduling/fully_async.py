@@ -6,6 +6,10 @@ at that step it is *due* and the trainer waits for it. The rollouter launches ba
 version >= k - 1 - max_staleness, so the groups of batch k are due at step k, and at most one
 batch of groups is ever due.
 
+A step's reward/* counters and failure budget are those of the samples of the groups it takes (each sample
+is counted under its group: rlrm/engine/rewards/tags.py), whichever batches they come from; a failed sample
+(reward.on_failure=fail) stops the step at which its group is due, the one that must wait for it.
+
 Resume: the checkpoint of step k holds the loader's state after batch k and the positions of the
 groups of later batches that were trained early (every group of batches <= k was trained by then:
 they were due). A resumed run launches batch k+1 without those prompts, so each prompt is trained
@@ -45,7 +49,7 @@ class FullyAsyncScheduler(OverlapScheduler):
         grpo = self.run.grpo
         groups = await self._take_groups(step, timer)
         own = self.rollouter.record(step)  # launched: its groups were due at this step
-        metrics = self.run.reward.loop.take_metrics()  # every reward of the groups taken is in
+        metrics = self.reward_metrics(groups)  # every reward of the groups taken is in, and only theirs
         batch, rollout_metrics = await self.in_trainer(grpo.prepare, completions_of(groups), True, timer)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
         self.run.reward.loop.check_budget(step, metrics, scored.dropped_groups)  # before the update
@@ -70,7 +74,7 @@ class FullyAsyncScheduler(OverlapScheduler):
                 len(due) + len(extra) >= want or (self.rollouter.done_launching and all(g.scored for g in pending))
             ):
                 break
-            await self.rollouter.wait_changed()
+            await self.rollouter.wait_changed(due)  # a failed sample of a due group stops this step
         chosen = sorted(due + extra[: max(0, want - len(due))], key=lambda g: g.order)
         # every chosen group is scored, so generated: the filter only tells the type checker so
         needed_generated = max((g.generated_at for g in chosen if g.generated_at is not None), default=start)

@@ -13,6 +13,9 @@ them as soon as batch k is generated, while its rewards are still arriving.
 Training runs in the trainer thread so that generation and rewards go on on the event loop. The
 trainer's waits are timed: `timing_s/gen` while the samples it needs are still being generated
 (lane gen_wait), `timing_s/reward` once they are generated but not yet scored (lane reward_wait).
+
+A step's reward/* counters and failure budget are those of the groups it trains, whatever else the rollouter
+scored meanwhile (`reward_metrics`); a failed sample stops the step that waits for its group, not an earlier one.
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ class OverlapScheduler:
         start = time.perf_counter()
         launched = await self.rollouter.batch(k)
         while not all(g.generated for g in launched.groups):
-            await self.rollouter.wait_changed()
+            await self.rollouter.wait_changed(launched.groups)
         timer.add("gen", "gen_wait", start, time.perf_counter())
         batch, metrics = await self.in_trainer(
             self.run.grpo.prepare, completions_of(launched.groups), self.off_policy, timer
@@ -108,12 +111,22 @@ class OverlapScheduler:
     async def until_scored(self, groups: list[Group]) -> None:
         """Until every group of `groups` is scored (untimed: the caller times its own wait)."""
         while not all(g.scored for g in groups):
-            await self.rollouter.wait_changed()
+            await self.rollouter.wait_changed(groups)
+
+    def reward_metrics(self, groups: list[Group]) -> dict:
+        """The reward/* counters of `groups`' samples (then reset): the step's own, not those of the batches
+        scored ahead meanwhile (rlrm/engine/rewards/tags.py)."""
+        return self.run.reward.loop.take_metrics(tags=reward_tags(groups))
 
     def trained(self, launched: LaunchedBatch) -> None:
         """Batch `launched` is trained: its groups are done, the loader may resume after it."""
         self._loader_state = launched.loader_state
         self.rollouter.take(launched.groups)
+
+
+def reward_tags(groups: list[Group]) -> list[int]:
+    """The SCORED_FOR tags the rollouter scored `groups`' samples under."""
+    return [g.order for g in groups]
 
 
 def completions_of(groups: list[Group]) -> list:

@@ -13,7 +13,7 @@ import asyncio
 import time
 
 from rlrm.engine.metrics.timing import StepTimer
-from rlrm.engine.scheduling.overlap import OverlapScheduler, results_of
+from rlrm.engine.scheduling.overlap import OverlapScheduler, results_of, reward_tags
 from rlrm.engine.scheduling.rollouter import Group
 from rlrm.engine.step import GRPOStep, Scored, StepRecord
 
@@ -25,7 +25,7 @@ class PipelineScheduler(OverlapScheduler):
         groups = launched.groups
         arrivals = ScoredMiniBatches(self, grpo, batch, groups, self.run.profile.actor.mini_batch_size, timer, step)
         metrics.update(await self.in_trainer(grpo.train, arrivals, timer))
-        metrics.update(self.run.reward.loop.take_metrics())  # the last reward came in during the update
+        metrics.update(self.reward_metrics(groups))  # the last reward came in during the update
         await self.publish(step, timer)
         self.trained(launched)
         return self.record(step, groups, arrivals.scored or [Scored(None, [], 0)], metrics, launched.dropped_prompts)
@@ -67,7 +67,8 @@ class ScoredMiniBatches:
         """Before each mini-batch trains: the failures so far, over the step's samples, within the budget."""
         loop = self.scheduler.run.reward.loop
         of_samples = len(self.groups) * self.grpo.settings.n
-        loop.check_budget(self.step, loop.stats.metrics(), dropped, of_samples, trained=bool(self.scored))
+        so_far = loop.stats_of(reward_tags(self.groups)).metrics()
+        loop.check_budget(self.step, so_far, dropped, of_samples, trained=bool(self.scored))
 
     def _score(self, positions: list[int], dropped: int):
         scored = self.grpo.score(self.batch, results_of(self.groups), self.timer, groups=positions)

@@ -4,7 +4,7 @@ moment it is generated.
     rollouter = Rollouter(run, first_batch=1, max_ahead=1)
     rollouter.start()
     launched = await rollouter.batch(k)        # batch k's groups, filled in as samples finish
-    await rollouter.wait_changed()             # until a batch is launched or a group is generated/scored
+    await rollouter.wait_changed(groups)       # until a batch is launched or a group is generated/scored
     rollouter.take(groups)                     # the trainer trained them (update published): forget them
     rollouter.set_version(k)                   # the trainer finished update k: batch k+1+max_ahead may start
 
@@ -13,6 +13,12 @@ launched once the trainer holds policy version >= k - 1 - max_ahead, so a sample
 than `max_ahead` versions older than the policy it trains (0: on-policy, as stream and pipeline
 need; 1: one-step-off; max_staleness: fully-async). Each request and each reward call becomes a
 trace span.
+
+What runs ahead stays with its batch: each sample is scored under SCORED_FOR = its group's `order`, so a step
+takes the reward counters of the groups it trains (`loop.take_metrics(tags=...)`), and an error of a sample
+(a RewardError with reward.on_failure=fail, a dead engine) is kept on its group and raised by `wait_changed`
+only to a trainer waiting for that group: the step before it still trains and checkpoints, as in sync. An
+error of the rollouter itself (a bad prompt) is raised to any waiter.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from rlrm.engine.metrics.timing import Span
+from rlrm.engine.rewards.tags import SCORED_FOR
 from rlrm.engine.scheduling.base import RunParts
 from rlrm.engine.scheduling.requests import (
     model_call_spans,
@@ -47,6 +55,7 @@ class Group:
     samples: list = field(init=False)  # what the reward function saw
     generated_at: float | None = None  # perf_counter when its last sample was generated
     scored_at: float | None = None  # perf_counter when its last sample was scored
+    error: BaseException | None = None  # what stopped one of its samples: raised to the step that waits for it
 
     def __post_init__(self):
         self.completions = [None] * self.n
@@ -169,12 +178,13 @@ class Rollouter:
         positions skipped at a resume and batches taken whole."""
         return {k: sorted(v) for k, v in sorted(self._taken.items()) if k > after and v}
 
-    async def wait_changed(self) -> None:
-        """Until a batch is launched or a group is generated or scored."""
-        self._raise_if_failed()
+    async def wait_changed(self, groups: Sequence[Group] = ()) -> None:
+        """Until a batch is launched or a group is generated or scored; raises what stopped the rollouter or a
+        sample of `groups` (the groups the caller waits for; another batch's failure is its own step's to raise)."""
+        self._raise_if_failed(groups)
         self._changed.clear()
         await self._changed.wait()
-        self._raise_if_failed()
+        self._raise_if_failed(groups)
 
     async def close(self) -> None:
         """Cancel everything still generating or scoring."""
@@ -184,9 +194,12 @@ class Rollouter:
         if tasks:
             await asyncio.wait(tasks)
 
-    def _raise_if_failed(self) -> None:
+    def _raise_if_failed(self, groups: Sequence[Group]) -> None:
         if self.error is not None:
             raise self.error
+        for g in groups:
+            if g.error is not None:
+                raise g.error
 
     async def _run(self) -> None:
         p = self.run.profile
@@ -227,6 +240,7 @@ class Rollouter:
 
     async def _sample(self, group: Group, j: int, sampling) -> None:
         run = self.run
+        SCORED_FOR.set(group.order)  # this task's own context: its reward counters are its group's
         try:
             start = time.perf_counter()
             completion = await run.engine.generate(group.prompt_ids, sampling)
@@ -244,6 +258,6 @@ class Rollouter:
                 self._changed.set()
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the run
-            self.error = self.error or exc
+        except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the step that needs it
+            group.error = group.error or exc
             self._changed.set()

@@ -17,7 +17,7 @@ class StreamScheduler(OverlapScheduler):
         launched, batch, rollout_metrics = await self.generated_and_prepared(step, timer)
         groups = launched.groups
         await self.scored(groups, timer)
-        metrics = self.run.reward.loop.take_metrics()  # every reward of the step is in
+        metrics = self.reward_metrics(groups)  # every reward of the step is in (none of batch k+1's: one-step-off)
         scored = await self.in_trainer(grpo.score, batch, results_of(groups), timer)
         self.run.reward.loop.check_budget(step, metrics, scored.dropped_groups)  # before the update
         metrics.update(rollout_metrics)

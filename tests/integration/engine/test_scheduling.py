@@ -11,6 +11,8 @@ from small_run import SMALL_RUN
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.metrics.metrics_file import read_metrics
+from rlrm.engine.rewards.budget import RewardBudgetExceeded
+from rlrm.engine.rewards.loop import RewardError, RewardLoop
 from rlrm.engine.trainer import start_run, train
 
 SMALL = list(SMALL_RUN)
@@ -137,8 +139,8 @@ def test_staleness_never_exceeds_its_bound(tmp_path, tiny_policy_path, mode, bou
     assert max(r["async/staleness_max"] for r in rows) >= 1  # it did run off-policy
     assert all(r["batch/num_samples"] == SAMPLES for r in rows)
     assert all(r["reward/failures"] == 0 for r in rows)
-    # reward counters are per step window; off-policy, a window may see no reward finish
-    assert any(r["reward/injected_latency_mean"] > 0 for r in rows)
+    # each step counts the rewards of the samples it trains, not those scored ahead while it waited
+    assert all(r["reward/samples"] == SAMPLES and r["reward/injected_latency_mean"] > 0 for r in rows)
 
 
 def test_sync_idle_ratio_matches_the_phase_times(tmp_path, tiny_policy_path):
@@ -263,3 +265,53 @@ def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(tmp_pat
         train(split)
     monkeypatch.setattr(GRPOStep, "prepare", real)
     _assert_each_prompt_trained_once(tmp_path, split, 4)
+
+
+@pytest.mark.parametrize("mode", ["sync", "one-step-off", "fully-async"])
+def test_each_step_counts_the_rewards_of_its_own_samples(tmp_path, tiny_policy_path, mode):
+    # one-step-off scores batch k+1 while step k waits: those rewards are step k+1's, as in sync
+    _, rows = _run(tmp_path, mode, mode, steps=3)
+    assert [r["reward/samples"] for r in rows] == [SAMPLES] * 3
+
+
+@pytest.mark.parametrize("mode", ["sync", "one-step-off"])
+@pytest.mark.parametrize(
+    ("on_failure", "stopped_by"),
+    [("default", RewardBudgetExceeded), ("fail", RewardError)],
+)
+def test_failed_rewards_of_batch_2_stop_step_2_not_step_1(
+    tmp_path, tiny_policy_path, monkeypatch, mode, on_failure, stopped_by
+):
+    # Every sample of batch 2 fails (batch 1's all score). Step 1 must train and be checkpointed in every mode,
+    # though one-step-off scores batch 2 while step 1 waits: its failures are step 2's (budget and fail policy).
+    import contextvars
+
+    from rlrm.call_errors import CallError
+    from rlrm.engine.checkpoint import list_checkpoints
+    from rlrm.engine.scheduling.rollouter import Rollouter
+    from rlrm.engine.scheduling.sync import SyncScheduler
+
+    batch = contextvars.ContextVar("batch", default=0)  # set in each sample's task (overlap) or the step's (sync)
+    attempts, sample, step = RewardLoop._attempts, Rollouter._sample, SyncScheduler._step
+
+    async def failing_from_batch_2(self, reward_sample):
+        return CallError("injected for batch 2") if batch.get() >= 2 else await attempts(self, reward_sample)
+
+    async def sample_of_batch(self, group, j, sampling):
+        batch.set(group.batch)
+        return await sample(self, group, j, sampling)
+
+    async def step_of_batch(self, k, timer):
+        batch.set(k)
+        return await step(self, k, timer)
+
+    monkeypatch.setattr(RewardLoop, "_attempts", failing_from_batch_2)
+    monkeypatch.setattr(Rollouter, "_sample", sample_of_batch)
+    monkeypatch.setattr(SyncScheduler, "_step", step_of_batch)
+    extra = [f"trainer.mode={mode}", "trainer.total_steps=3", f"reward.on_failure={on_failure}"]
+    run_dir = start_run(load_profile("tiny-rule", [*SMALL, *extra, "reward.max_failure_rate=0.25"]), tmp_path / "r")
+    with pytest.raises(stopped_by) as stopped:
+        train(run_dir)
+    if on_failure == "default":  # the budget counts step 2's own samples: all 8 failed
+        assert str(stopped.value).startswith(f"step 2: {SAMPLES} of {SAMPLES} reward samples failed")
+    assert [c.name for c in list_checkpoints(run_dir)] == ["step_1"]

@@ -256,3 +256,31 @@ def test_parse_verdict():
     assert parse_verdict("no verdict here") is None
     assert parse_verdict(r"so \boxed{8}", style="boxed") == pytest.approx(0.8)
     assert judge_prompt("Q: {question} A: {response} R: {reference}", sample()) == "Q: What is 1+2? A: #### 3 R: 3"
+
+
+def test_counters_are_taken_per_tag_the_sample_was_scored_for():
+    # One-step-off scores batch k+1 while step k waits: step k takes its own samples' counters only.
+    from rlrm.engine.rewards.tags import SCORED_FOR
+
+    async def fails_for_tag_2(s):
+        if SCORED_FOR.get() == 2:
+            raise BadRequest("400")
+        return 1.0
+
+    loop = RewardLoop(fails_for_tag_2, cfg(on_failure="default"))
+
+    async def scored_for(tag, i):  # a task of its own, as the rollouter's samples: the tag stays in it
+        SCORED_FOR.set(tag)
+        return await loop.score(sample(i))
+
+    async def three_samples():
+        await asyncio.gather(scored_for(1, 0), scored_for(2, 1), scored_for(2, 2))
+        return SCORED_FOR.get()
+
+    assert run(three_samples()) is None  # the caller's context never saw a tag
+    assert loop.stats_of([2]).failures == 2 and loop.stats_of().samples == 3  # peeked, not taken
+    first = loop.take_metrics(tags=[1])
+    assert first["reward/samples"] == 1 and first["reward/failures"] == 0
+    rest = loop.take_metrics()  # no tags: everything left
+    assert rest["reward/samples"] == 2 and rest["reward/failures"] == 2 and rest["reward/defaulted"] == 2
+    assert loop.take_metrics()["reward/samples"] == 0
