@@ -83,6 +83,8 @@ def save_checkpoint(
     tmp.rename(final)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    for left in root.glob("step_*.tmp"):  # what a save killed midway left (never listed, never resumed from)
+        shutil.rmtree(left, ignore_errors=True)
     return final
 
 

@@ -117,12 +117,14 @@ async def run_tool(
     tool = tools.get(name)
     if tool is None:
         counts.add("unknown_tools")
-        return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}"
+        return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}"[
+            :max_chars
+        ]  # the name is the policy's
     try:
         result = await asyncio.wait_for(_delayed(tool, arguments, delay_s), timeout=timeout_s)
     except asyncio.TimeoutError:
         counts.add("tool_timeouts")
-        return f"error: tool {name} took longer than {timeout_s:g}s"
+        return f"error: tool {name} took longer than {timeout_s:g}s"[:max_chars]
     except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
         counts.add("tool_errors")
         return f"error: tool {name} failed: {_describe(exc)}"[:max_chars]
@@ -130,12 +132,12 @@ async def run_tool(
         result, reward = result
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             counts.add("tool_errors")
-            return f"error: tool {name} returned the reward {reward!r}, not a finite number"
+            return f"error: tool {name} returned the reward {reward!r}, not a finite number"[:max_chars]
         if rewards is not None:
             rewards.append(float(reward))
     if not isinstance(result, str):
         counts.add("tool_errors")
-        return f"error: tool {name} returned {type(result).__name__}, not str"
+        return f"error: tool {name} returned {type(result).__name__}, not str"[:max_chars]
     result = str.__str__(result)  # a str subclass's own methods never run past here: plain text only
     if result.startswith("error:"):
         counts.add("tool_errors")

@@ -94,6 +94,17 @@ def test_non_finite_weights_are_never_saved(tmp_path, tiny_policy_path, capsys):
     assert err == [f"warning: checkpoint step_7 not saved: parameter {name} holds NaN or inf"]
 
 
+def test_a_save_clears_what_saves_killed_midway_left(tmp_path, tiny_policy_path):
+    from transformers import AutoTokenizer
+
+    model, actor = _actor_after_one_step(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    for step in (3, 4):  # a save killed before its rename: never listed, never resumed from, left on disk
+        (tmp_path / "checkpoints" / f"step_{step}.tmp" / "model").mkdir(parents=True)
+    save_checkpoint(tmp_path, 5, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=2)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_5"]
+
+
 def test_a_resume_naming_another_model_is_refused_naming_each_key(tmp_path):
     import json
 

@@ -153,3 +153,21 @@ def test_a_tool_reward_is_collected_and_a_bad_one_is_an_error():
     assert run("bad", "nan") == "error: tool bad returned the reward nan, not a finite number"
     assert run("bad", "x") == "error: tool bad returned the reward 'high', not a finite number"
     assert rewards == [3.0] and counts.take()["agent/tool_errors"] == 2.0
+
+
+def test_every_observation_keeps_to_max_observation_chars():
+    """The error texts too: an unknown tool's name is the policy's own text, a reward's repr the tool's."""
+    tools = build_tools(["calculator"])
+
+    async def huge_reward(arguments):
+        return "ok", [0.0] * 10_000
+
+    async def slow(arguments):
+        await asyncio.sleep(5)
+        return "late"
+
+    tools["huge_reward"], tools[f"slow_{'x' * 300}"] = huge_reward, slow
+    calls = [("x" * 5_000, "1"), ("huge_reward", "1"), (f"slow_{'x' * 300}", "1")]
+    for name, arguments in calls:
+        seen = asyncio.run(run_tool(tools, name, arguments, 0.05, 64, ToolCounts()))
+        assert seen.startswith("error:") and len(seen) <= 64, (name[:20], len(seen))
