@@ -17,6 +17,10 @@ also counts the retries the SGLang router made by itself, `rollout/router_retrie
 completion carries the weight version the server reports; one older than the version in place
 when the request was sent (a restarted replica that has not loaded the current weights yet) is
 refused and retried, counted as `rollout/stale_refused`, so stale samples never reach training.
+A replica whose queue is full (503 with Retry-After, or 429) asks to be called later: the call waits (at most
+1 s at a time) and goes again, to another replica when one is free, counted as `rollout/throttled`; for up to
+request_timeout_s in all, it is neither a failure nor a retry (a step of more requests than a replica queues
+once failed after 4 attempts in under a second).
 
 `update_weights` writes the weights once (rlrm/inference/weight_files.py) and asks every replica
 to load them (rlrm/launch/client/wire.py); a replica that refuses fails the step with its address and
@@ -45,7 +49,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlrm.call_errors import BadRequest, RequestTimeout, TransientError
+from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
@@ -111,7 +115,12 @@ class ServerRolloutEngine:
         self.version = 0
         self.max_context: int | None = None
         self.balancer: ReplicaBalancer | None = None
-        self.counters = {"rollout/retries": 0, "rollout/stale_refused": 0, "rollout/sync_skipped": 0}
+        self.counters = {
+            "rollout/retries": 0,
+            "rollout/stale_refused": 0,
+            "rollout/sync_skipped": 0,
+            "rollout/throttled": 0,
+        }
         self.sync_times = {"write_s": 0.0, "load_s": 0.0, "broadcast_s": 0.0}
         self.broadcast = (
             FleetBroadcast(fleet, WeightBroadcast(wire, sync_backend, sync_timeout_s, api_key, policy_device))
@@ -210,6 +219,7 @@ class ServerRolloutEngine:
         """One batched call for `items` (retried, those still missing, on replicas not tried yet); sets their futures."""
         tried: set[str] = set()
         last, failures, restarted = "no attempt", 0, 0
+        calm_by: float | None = None  # how long full queues are waited for, from the first one
         try:
             while True:
                 url = await self._pick(tried)
@@ -218,13 +228,22 @@ class ServerRolloutEngine:
                     version = await self.gate.enter(lambda: self.version)
                     for item in items:
                         item.sent_version = version
+                throttled: Throttled | None = None
                 try:
                     items, last = await self._attempt(items, url, last)
+                except Throttled as exc:
+                    throttled, last = exc, str(exc)
                 finally:
                     if self.gate is not None:
                         self.gate.leave()
                 if not items:
                     return
+                if throttled is not None:  # its queue is full: wait as asked, no failure, no retry
+                    calm_by = calm_by or time.monotonic() + self.request_timeout_s
+                    if time.monotonic() < calm_by:
+                        self.counters["rollout/throttled"] += len(items)
+                        await asyncio.sleep(min(throttled.retry_after_s or 0.25, 1.0))
+                        continue
                 # a replica that died is restarted by the supervisor: waiting for it uses up no retry
                 if self._dead(url) and restarted < MAX_RESTART_WAITS:
                     restarted += 1
@@ -248,6 +267,8 @@ class ServerRolloutEngine:
         body = self.wire.request_many([(i.prompt_ids, i.sampling, i.seed) for i in items])
         try:
             answer = await self._live_balancer().post(self.wire.generate_path, body, self.request_timeout_s, url=url)
+        except Throttled:
+            raise  # `_send` waits as the replica asks
         except TransientError as exc:
             return items, str(exc)
         except BadRequest as exc:

@@ -202,3 +202,27 @@ def test_running_servers_left_with_another_runs_weights_get_the_policys_back(tin
 
         completion = asyncio.run(scenario())
     assert completion.policy_version == 0 and completion.token_ids == base  # a fresh run starts from the policy itself
+
+
+def test_a_replica_whose_queue_is_full_is_waited_for_not_failed(tiny_policy_path, tmp_path):
+    """More requests than a replica queues (its 503 with Retry-After): the calls wait as asked and all complete,
+    counted as rollout/throttled, not as retries; they once used up the 4 attempts in under a second and failed
+    the step (a step of over 1,024 requests a replica, at the default --max-queue)."""
+    engine = _engine(tiny_policy_path, tmp_path, replicas=1, max_batch=8, extra_args=["--max-queue", "64"])
+
+    async def scenario():
+        await engine.start()
+        try:
+            # 128 requests go as two calls of 64: the second finds the queue full while the first decodes
+            sampling = [SamplingParams(max_new_tokens=200, seed=i) for i in range(128)]
+            answers = await asyncio.gather(
+                *(engine.generate([5, 6, 7 + i % 50], s) for i, s in enumerate(sampling)), return_exceptions=True
+            )
+            return answers, engine.take_metrics()
+        finally:
+            await engine.close()
+
+    answers, metrics = asyncio.run(scenario())
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    assert not failed, f"{len(failed)} of 128 failed: {failed[0]}"
+    assert metrics["rollout/throttled"] > 0 and metrics["rollout/retries"] == 0, metrics
