@@ -172,6 +172,14 @@ class ActorConfig(Section):
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
         Field("token-mean", description="How token losses become one number.")
     )
+    loss_scale_factor: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "seq-mean-token-sum-norm's divisor (Dr.GRPO; verl's actor.loss_scale_factor), the same every step. "
+            "Default: rollout.max_new_tokens, the width verl pads responses to."
+        ),
+    )
     use_kl_loss: bool = Field(False, description="Add a KL penalty to a frozen reference model.")
     kl_loss_coef: float = Field(0.001, ge=0.0, description="Weight of the KL loss.")
     kl_loss_type: str = Field("low_var_kl", description="k1|kl, abs, k2|mse, k3|low_var_kl; '+' suffix: k2 gradient.")

@@ -103,6 +103,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
             total_steps=profile.trainer.total_steps,
             n=profile.rollout.n,
             compute_dtype=getattr(torch, dtype),
+            response_budget=profile.rollout.max_new_tokens,
         )
     return Components(
         profile,

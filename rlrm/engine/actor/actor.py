@@ -1,6 +1,6 @@
 """The actor: the trained policy, its optimizer, and the PPO/GRPO update over mini- and micro-batches.
 
-    actor = Actor(model, ref_model=None, cfg=profile.actor, temperature=1.0, total_steps=100, n=8)
+    actor = Actor(model, ref_model=None, cfg=profile.actor, temperature=1.0, total_steps=100, n=8, response_budget=256)
     batch.old_log_prob = actor.compute_old_log_prob(batch)
     metrics = actor.update(batch)          # ppo_epochs x mini-batches, each one optimizer step
     engine.update_weights(actor.policy_state_dict(), version=step)
@@ -161,8 +161,11 @@ class Actor(UpdateLoop):
         total_steps: int,
         n: int,
         compute_dtype: torch.dtype | None = None,
+        response_budget: int | None = None,
     ):
         self.model, self.ref_model, self.cfg = model, ref_model, cfg
+        # seq-mean-token-sum-norm's divisor: constant (the run's response budget), not the batch's longest response
+        self.loss_norm = cfg.loss_scale_factor or response_budget
         self.compute_dtype = compute_dtype
         self.temperature, self.total_steps, self.n = temperature, total_steps, n
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -262,7 +265,7 @@ class Actor(UpdateLoop):
 
     def mini_batch_sizes(self, mb: RolloutBatch) -> MiniBatchSizes:
         """The valid tokens and sequences of the whole mini-batch (a rank's share is all of it here)."""
-        return MiniBatchSizes.of(mb.response_mask)
+        return MiniBatchSizes.of(mb.response_mask, self.loss_norm)
 
     def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
         """Sums over every rank's share of the mini-batch (one rank: the sums themselves)."""
@@ -408,10 +411,12 @@ class Actor(UpdateLoop):
 
 @dataclass(frozen=True)
 class MiniBatchSizes:
-    """What the loss of a whole mini-batch divides by: its valid tokens, valid sequences, and R.
+    """What the loss of a whole mini-batch divides by: its valid tokens, valid sequences, and the width.
 
-    R (the padded response width) matters for seq-mean-token-sum-norm, whose divisor it is: ranks
-    (and micro-batches) must use the mini-batch's R, not the width of their own rows.
+    The width is seq-mean-token-sum-norm's divisor: actor.loss_scale_factor, else the run's response budget
+    (rollout.max_new_tokens), the same every step as in verl, whose responses are padded to that length; the
+    mini-batch's padded width R only where neither is known (an Actor built without a budget). Ranks and
+    micro-batches use the mini-batch's, not the width of their own rows.
     """
 
     tokens: float
@@ -419,9 +424,9 @@ class MiniBatchSizes:
     width: int
 
     @classmethod
-    def of(cls, mask: torch.Tensor) -> MiniBatchSizes:
-        """The sizes of the rows of `mask` ([B, R] response mask)."""
-        return cls(float(mask.sum().item()), _valid_rows(mask), int(mask.shape[-1]))
+    def of(cls, mask: torch.Tensor, norm: int | None = None) -> MiniBatchSizes:
+        """The sizes of the rows of `mask` ([B, R] response mask); `norm`: the width (None: R)."""
+        return cls(float(mask.sum().item()), _valid_rows(mask), norm or int(mask.shape[-1]))
 
 
 def _micro_weight(mode: str, row_tokens: list[float], width: int, mini: MiniBatchSizes) -> float:
@@ -429,8 +434,8 @@ def _micro_weight(mode: str, row_tokens: list[float], width: int, mini: MiniBatc
     tokens and its padded response width.
 
     token-mean divides by the valid tokens and seq-mean-* by the valid sequences, so a
-    micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the width R, so a
-    micro-batch of width r weighs r / R (1 when it has the mini-batch's width).
+    micro-batch weighs its share of those; seq-mean-token-sum-norm divides by the mini-batch's width W,
+    and a micro-batch's own loss by its padded width r, so it weighs r / W.
     """
     if mode == "token-mean":
         return sum(row_tokens) / max(mini.tokens, 1.0)

@@ -54,6 +54,7 @@ class RankGroupActor(UpdateLoop):
         on_gpu = ranks.spec.device == "cuda"
         self._dtype = getattr(torch, profile.model.dtype) if on_gpu else torch.float32
         self.nonfinite_in_row = 0
+        self.loss_norm = profile.actor.loss_scale_factor or profile.rollout.max_new_tokens  # see MiniBatchSizes
 
     @property
     def dtype(self) -> torch.dtype:
@@ -81,7 +82,7 @@ class RankGroupActor(UpdateLoop):
     def train_mini_batch(self, mb: RolloutBatch) -> dict[str, float]:
         """One optimizer step on every rank, each on its share; the statistics are global (rank 0's)."""
         mb = mb.to("cpu")
-        sizes = MiniBatchSizes.of(mb.response_mask)
+        sizes = MiniBatchSizes.of(mb.response_mask, self.loss_norm)
         shards = split_for_ranks(mb, self.world_size)
         stats = self.ranks.call("train", [(s.batch, sizes) for s in shards])[0]
         self.nonfinite_in_row = 0 if not stats["skipped"] else self.nonfinite_in_row + 1

@@ -80,7 +80,9 @@ def test_two_ranks_update_the_weights_one_rank_does_for_every_agg_mode(two_ranks
     assert torch.allclose(
         two_ranks.compute_old_log_prob(batch), response_log_probs(model, batch, 1.0, 64)[0], atol=1e-5
     )
-    one = Actor(model, None, _profile(tiny_policy_path, MODES[0], 1).actor, temperature=1.0, total_steps=1, n=N)
+    profile = _profile(tiny_policy_path, MODES[0], 1)
+    budget = profile.rollout.max_new_tokens  # seq-mean-token-sum-norm's divisor on both sides, as a run builds them
+    one = Actor(model, None, profile.actor, temperature=1.0, total_steps=1, n=N, response_budget=budget)
     # the modes one after the other on both sides (two optimizer steps each), compared after each
     for mode in MODES:
         two_ranks.ranks.call_all("configure", {"loss_agg_mode": mode})

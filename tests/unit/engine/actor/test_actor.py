@@ -371,6 +371,27 @@ def test_micro_batches_accumulate_to_the_full_gradient(model, mode, extra):
             assert row[key] == pytest.approx(metrics[0][key], abs=1e-5), key
 
 
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_a_mini_batchs_gradient_ignores_how_long_another_groups_responses_are(model, mode):
+    """Dr.GRPO's seq-mean-token-sum-norm divides by a constant (the run's response budget, as verl pads to it),
+    not by the step's longest response: it once divided by the batch's padded width, so group A's gradient
+    shrank 13x when group B, in another mini-batch, wrote 40 tokens instead of 2."""
+
+    def group_a_gradient(other_len: int):
+        m = copy.deepcopy(model)
+        cfg = ActorConfig(mini_batch_size=1, micro_batch_size=4, loss_agg_mode=mode, lr=1e-3, grad_clip=1e9)
+        actor = _no_step(Actor(m, None, cfg, temperature=1.0, total_steps=1, n=2, response_budget=48))
+        specs = [([5, 9], [4, 8, 3]), ([5, 9], [7, 1]), ([3, 4], [2] * other_len), ([3, 4], [6] * other_len)]
+        batch = collate([Completion(p, r, [-1.0] * len(r), "length") for p, r in specs], 0)
+        batch.group_ids = torch.tensor([0, 0, 1, 1])
+        batch.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+        batch.old_log_prob = actor.compute_old_log_prob(batch) + 0.05
+        actor._mini_batch_step(batch.select(actor.mini_batch_indices(batch)[0]))  # group A's rows only
+        return _grads(m)
+
+    assert torch.allclose(group_a_gradient(2), group_a_gradient(40), atol=1e-7)
+
+
 def test_the_actor_step_with_logits_in_chunks_gives_the_whole_heads_gradient(model, monkeypatch):
     from rlrm.engine.actor import logprobs
 
