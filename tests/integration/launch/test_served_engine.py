@@ -226,3 +226,42 @@ def test_a_replica_whose_queue_is_full_is_waited_for_not_failed(tiny_policy_path
     failed = [a for a in answers if isinstance(a, BaseException)]
     assert not failed, f"{len(failed)} of 128 failed: {failed[0]}"
     assert metrics["rollout/throttled"] > 0 and metrics["rollout/retries"] == 0, metrics
+
+
+def test_a_resumed_run_takes_a_running_server_that_served_it_before(tiny_policy_path, tmp_path):
+    """rollout.server.addresses: the server holds the version the run published at its checkpoint (or later);
+    the resume's push of that version was refused as not increasing, and the resumed run could not start."""
+    weights = tmp_path / "w"
+    weights.mkdir()
+    extra = ["--threads", "1", "--weights-dir", str(weights)]
+
+    def engine(url):
+        cfg = RolloutServerConfig(router="client", addresses=[url], weights_dir=str(weights))
+        fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
+        return ServerRolloutEngine(
+            fleet, SGLangWire(), WeightFiles(str(weights)), request_timeout_s=60, sync_timeout_s=60
+        )
+
+    argv_on = lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)  # noqa: E731
+    with ServerProcess.on_free_port(argv_on) as server:
+        first = engine(server.url)
+
+        async def first_run():
+            await first.start()
+            for step in (1, 2, 3, 4):  # steps 1-4 published; the run stops after its checkpoint at step 3
+                first.update_weights(_state(tiny_policy_path, 0.01 * step), version=step)
+            await first.close()
+
+        asyncio.run(first_run())
+        resumed = engine(server.url)
+        resumed.update_weights(_state(tiny_policy_path, 0.03), version=3)  # the checkpoint's, before start
+
+        async def resumed_run():
+            await resumed.start()
+            try:
+                return await resumed.generate([5, 6, 7], SamplingParams(max_new_tokens=4, seed=1))
+            finally:
+                await resumed.close()
+
+        assert asyncio.run(resumed_run()).policy_version == 3
+        assert httpx.get(server.url + "/get_weight_version").json() == {"weight_version": "3"}
