@@ -159,7 +159,9 @@ class ServerRolloutEngine:
             if self.files.current is not None:  # weights given before start (a resumed run)
                 # a running server that served the run before its resume holds that version or a later one, which
                 # it would refuse as not increasing: its own weights (version 0) first, then the checkpoint's
-                ahead = {u: v for u, v in versions.items() if v is not None and v >= self.version}
+                ahead: dict[str, int | None] = {
+                    u: v for u, v in versions.items() if v is not None and v >= self.version
+                }
                 if ahead and self.wire.carries_version:
                     await asyncio.to_thread(self._reset_trained, ahead)
                 await asyncio.to_thread(self._push_all, self.files.current, self.version)
