@@ -4,21 +4,19 @@ it, and the rows the budget does not reach are named in the table, not lost."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from repo_scripts import load_script  # tests/fixtures/repo_scripts.py
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _check():
-    spec = importlib.util.spec_from_file_location("gpu_check_budget_under_test", REPO / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_check.py")
 
 
 def _gone(pid: int) -> bool:

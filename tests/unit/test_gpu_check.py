@@ -7,25 +7,16 @@ lease. The outputs here are written by the benchmarks' own report code, so a cha
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import subprocess
 from contextlib import redirect_stdout
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from repo_scripts import load_script  # tests/fixtures/repo_scripts.py
 
 
 def _step_report() -> str:
     """What `benchmarks/step_vs_trl.py` prints for one pair of two timed steps after one warm-up."""
-    bench = _load(REPO / "benchmarks" / "step_vs_trl.py", "step_vs_trl_under_test")
+    bench = load_script("benchmarks/step_vs_trl.py")
     rlrm = {
         "step_s": [9.0, 2.0, 2.2],
         "cpu_s": [9.0, 2.0, 2.0],
@@ -44,7 +35,7 @@ def _step_report() -> str:
 
 
 def test_the_step_row_reads_ratio_times_memory_and_tokens(monkeypatch, tmp_path):
-    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    check = load_script("scripts/gpu_check.py")
     done = subprocess.CompletedProcess([], 0, _step_report(), "")
     monkeypatch.setattr(check, "_run", lambda *a, **k: done)
     name, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs")
@@ -56,7 +47,7 @@ def test_the_step_row_reads_ratio_times_memory_and_tokens(monkeypatch, tmp_path)
 
 
 def test_the_tf32_step_row_asks_both_sides_for_tf32(monkeypatch, tmp_path):
-    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    check = load_script("scripts/gpu_check.py")
     done = subprocess.CompletedProcess([], 0, _step_report(), "")
     commands = []
     monkeypatch.setattr(check, "_run", lambda cmd, **k: commands.append(cmd) or done)
@@ -68,7 +59,7 @@ def test_the_tf32_step_row_asks_both_sides_for_tf32(monkeypatch, tmp_path):
 
 
 def test_a_step_whose_graphs_fell_back_says_so(monkeypatch, tmp_path):
-    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    check = load_script("scripts/gpu_check.py")
     warning = (
         "warning: rollout.compile=cudagraphs: capturing a decode step as a CUDA graph failed (x): decoding uncompiled"
     )
@@ -79,7 +70,7 @@ def test_a_step_whose_graphs_fell_back_says_so(monkeypatch, tmp_path):
 
 
 def test_a_failed_step_row_names_the_last_line(monkeypatch, tmp_path):
-    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    check = load_script("scripts/gpu_check.py")
     said = "error: out of GPU memory in the actor update: lower actor.micro_batch_size"
     monkeypatch.setattr(check, "_run", lambda *a, **k: subprocess.CompletedProcess([], 1, "", f"trace\n{said}\n"))
     _, result, _, figures = check.check_step_vs_trl(tmp_path, "cuda", "float32", "cudagraphs")
@@ -87,8 +78,8 @@ def test_a_failed_step_row_names_the_last_line(monkeypatch, tmp_path):
 
 
 def test_the_logits_row_reads_the_table_and_an_out_of_memory_whole_head(monkeypatch, tmp_path):
-    bench = _load(REPO / "benchmarks" / "logits_memory.py", "logits_memory_under_test")
-    check = _load(REPO / "scripts" / "gpu_check.py", "gpu_check_under_test")
+    bench = load_script("benchmarks/logits_memory.py")
+    check = load_script("scripts/gpu_check.py")
     chunked = {"peak_gb": 4.4, "seconds": 0.5, "log_probs": [-1.0, -2.0]}
     printed = io.StringIO()
     with redirect_stdout(printed):

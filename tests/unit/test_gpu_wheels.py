@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from repo_scripts import load_script  # tests/fixtures/repo_scripts.py
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_wheels_under_test", REPO / "scripts" / "gpu_wheels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_wheels.py")
 
 
 def _wheel(folder: Path, name: str, version: str, requires: list[str]) -> Path:

@@ -235,16 +235,9 @@ def test_a_resumed_run_takes_a_running_server_that_served_it_before(tiny_policy_
     weights.mkdir()
     extra = ["--threads", "1", "--weights-dir", str(weights)]
 
-    def engine(url):
-        cfg = RolloutServerConfig(router="client", addresses=[url], weights_dir=str(weights))
-        fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
-        return ServerRolloutEngine(
-            fleet, SGLangWire(), WeightFiles(str(weights)), request_timeout_s=60, sync_timeout_s=60
-        )
-
     argv_on = lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)  # noqa: E731
     with ServerProcess.on_free_port(argv_on) as server:
-        first = engine(server.url)
+        first = _engine(tiny_policy_path, weights, addresses=[server.url], weights_dir=str(weights))
 
         async def first_run():
             await first.start()
@@ -253,7 +246,7 @@ def test_a_resumed_run_takes_a_running_server_that_served_it_before(tiny_policy_
             await first.close()
 
         asyncio.run(first_run())
-        resumed = engine(server.url)
+        resumed = _engine(tiny_policy_path, weights, addresses=[server.url], weights_dir=str(weights))
         resumed.update_weights(_state(tiny_policy_path, 0.03), version=3)  # the checkpoint's, before start
 
         async def resumed_run():
