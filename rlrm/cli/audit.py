@@ -19,6 +19,7 @@ import typer
 from rlrm.cli.common import console
 from rlrm.cli.options import ProfileOption, SetOption
 from rlrm.cli.parity import exit_2_on_error
+from rlrm.json_values import json_safe
 
 app = typer.Typer(help="Check a reward against known attacks before training on it.", no_args_is_help=True)
 
@@ -101,7 +102,7 @@ def reward(
         on_ready=lambda: typer.echo(f"audit: {plan.estimate(resolved.reward)}", err=True),
     )
     if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(json_safe(result.as_dict()), indent=2, ensure_ascii=False))
     else:
         print_audit(result, console())
     if out is not None:

@@ -20,9 +20,9 @@ and a low-precision path may then order them either way. That is rounding, not a
 a pair counts as tied when either path separates it by no more than the sum of the two samples'
 tolerance bands (beyond that, no pair of within-tolerance scores can swap). Every ranking statistic
 uses these ties: the rank-flip count and top-1 agreement per group, Kendall's tau-b per group and
-Spearman's rho over all samples (ranks from `band_tied_ranks`, which are the usual average ranks
-when the bands are 0). Strict versions (exact ties only: every discordant pair counts) are reported
-beside them. Without this, two identical responses scored 1 ulp apart by one path (a server's
+Spearman's rho over all samples (ranks from `band_tied_ranks`; with bands of 0 a pair tied exactly in
+either path is tied in both, so these are the usual average ranks only where both paths tie the same pairs).
+Strict versions (exact ties only: every discordant pair counts) are reported beside them. Without this, two identical responses scored 1 ulp apart by one path (a server's
 dynamic batch padded them differently) and exactly equal by the other took Spearman over 6 samples
 from 1 to 0.9856, failing a fp32-vs-fp32 check whose Pearson was 1.000000.
 
@@ -162,8 +162,9 @@ def band_tied_ranks(x, test, ref, bands, block: int = 1024) -> np.ndarray:
 
         rank_i = 1 + #{j: not tied with i, x_j < x_i} + #{j != i: tied with i} / 2
 
-    With exact ties only this is the average rank (`average_ranks`). Ties by band need not be
-    transitive, and each sample's rank still counts every pair it is in exactly once, so the mean
+    With bands of 0 a pair tied in either path is tied here, so this is the average rank (`average_ranks`) of
+    `x` only when the other path ties no other pair (the strict statistics use `average_ranks`). Ties by band need
+    not be transitive, and each sample's rank still counts every pair it is in exactly once, so the mean
     rank stays (n + 1) / 2. Computed `block` rows at a time: [block, n] memory.
     """
     x = np.asarray(x, np.float64)

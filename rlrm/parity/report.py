@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlrm.json_values import json_safe
+
 SCORE_COLUMNS = (
     "sample_id",
     "group_id",
@@ -171,18 +173,3 @@ def shown_number(value, digits: int = 3) -> str:
 
 def shown_percent(value) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def json_safe(value):
-    """NaN and infinities become null (JSON has neither); numpy scalars become Python numbers."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlrm.parity.report import json_safe, shown_number, shown_percent
+from rlrm.json_values import json_safe
+from rlrm.parity.report import shown_number, shown_percent
 
 REWARD_SCORE_COLUMNS = (
     "sample_id",

@@ -11,6 +11,7 @@ training on it. Writes `train/legacy/` and `train/loop/` run folders (for `rlrm 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rlrm.config.loader import parse_profile
@@ -50,8 +51,8 @@ def train_parity(
 
 def compare_curves(legacy_rows: list[dict], loop_rows: list[dict], key: str = "critic/score/mean") -> dict:
     """Per-step difference of `key` (legacy - loop), its mean/max magnitude and its linear trend."""
-    legacy = {r["step"]: r[key] for r in legacy_rows if key in r}
-    loop = {r["step"]: r[key] for r in loop_rows if key in r}
+    legacy = {r["step"]: r[key] for r in legacy_rows if _finite(r.get(key))}  # a non-finite score reads back null
+    loop = {r["step"]: r[key] for r in loop_rows if _finite(r.get(key))}
     steps = sorted(set(legacy) & set(loop))
     diffs = [legacy[s] - loop[s] for s in steps]
     if not diffs:
@@ -94,3 +95,7 @@ def _with(base: dict, steps: int, model_path: str, reward: dict):
     for section, values in reward.items():
         raw["reward"][section].update(values)
     return parse_profile(raw, source="parity --train-steps")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -86,7 +86,8 @@ def _canary_lines(rows: list[dict]) -> list[str]:
     calls = sum(r["guard/canary_calls"] for r in checks)
     run_calls = sum(r.get("reward/model_calls", 0) for r in rows)
     share = f" = {calls / (calls + run_calls):.1%} of all reward-model calls" if calls + run_calls else ""
-    drifts = [r["guard/canary_drift"] for r in checks if r["guard/canary_drift"] == r["guard/canary_drift"]]
+    # no canary scored in both checks: NaN, read back from metrics.jsonl as null
+    drifts = [d for d in (r.get("guard/canary_drift") for r in checks) if isinstance(d, (int, float)) and d == d]
     drift = f", drift up to {max(drifts):.3g}" if drifts else ""
     flipped = [r for r in checks if r["guard/canary_flips"] > 0]
     line = f"  reward canaries: {len(checks)} checks{drift}; {calls:g} canary calls{share} (guard/canary_*)"

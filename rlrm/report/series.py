@@ -46,7 +46,12 @@ def x_values(metrics, x: str):
     # the time of the row before it.
     import pandas as pd
 
-    return pd.Series(values).ffill().fillna(0.0).to_numpy()
+    wall = pd.Series(values).ffill().fillna(0.0).to_numpy(copy=True)
+    # runs resumed before 2026-11-29 started each session's perf/wall_s at 0: sessions end to end, as rlrm writes now
+    drops = np.flatnonzero(np.diff(wall) < 0) + 1
+    for i in drops:
+        wall[i:] += wall[i - 1]
+    return wall
 
 
 def check_x_axis(runs: list, x: str) -> None:
@@ -104,7 +109,8 @@ def shared(runs: list, keys: list[str]) -> tuple[list[str], dict[str, list[str]]
 
 def decimate(xs, ys, low=None, high=None, max_points: int = 2000):
     """Fewer points that draw the same picture: per bucket of consecutive points, the min and max of
-    `ys` (so spikes survive), and the bucket's min of `low` / max of `high` for a band.
+    `ys` (so spikes survive), and the bucket's min of `low` / max of `high` for a band; the first and last
+    points always (the line starts and ends where the run did).
 
     A figure is ~800 pixels wide, so 10,000 points per line only cost render time. Returns
     (xs, ys, low, high) as arrays; inputs at or under `max_points` come back unchanged.
@@ -116,8 +122,8 @@ def decimate(xs, ys, low=None, high=None, max_points: int = 2000):
     n = len(xs)
     if n <= max_points:
         return xs, ys, low, high
-    buckets = max_points // 2
-    size = -(-n // buckets)  # ceil: every bucket but the last is full, the last holds >= 1 point
+    size = -(-n // ((max_points - 2) // 2))  # ceil; the first and last points are kept besides the buckets'
+    buckets = -(-n // size)  # every bucket but the last is full, the last holds >= 1 point
 
     def grid(values):  # [buckets, size], padded with NaN
         return np.concatenate([np.asarray(values, dtype=float), np.full(size * buckets - n, np.nan)]).reshape(
@@ -126,9 +132,10 @@ def decimate(xs, ys, low=None, high=None, max_points: int = 2000):
 
     offsets = np.arange(buckets) * size
     ys_grid = grid(ys)
-    keep = np.unique(
-        np.concatenate([np.nanargmin(ys_grid, axis=1), np.nanargmax(ys_grid, axis=1)]) + np.tile(offsets, 2)
-    )
+    lowest = np.argmin(np.where(np.isnan(ys_grid), np.inf, ys_grid), axis=1)  # a bucket all NaN: its first point
+    highest = np.argmax(np.where(np.isnan(ys_grid), -np.inf, ys_grid), axis=1)
+    keep = np.concatenate([[0, n - 1], lowest + offsets, highest + offsets])
+    keep = np.unique(keep[keep < n])
     bucket = keep // size
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a bucket of NaN band values stays NaN

@@ -39,6 +39,7 @@ from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answer
 from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample, fits_float32
 from rlrm.errors import ConfigError, DataError, RlrmError
 from rlrm.inference.loading import load_tokenizer
+from rlrm.json_values import json_safe
 from rlrm.reward_checks.scoring import score_samples
 from rlrm.stats import wilson_interval
 
@@ -376,7 +377,8 @@ def write_results(result: AuditResult, out: Path) -> list[Path]:
     """audit.json (everything) and audit.csv (one row per reference and attack) in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     data = result.as_dict()
-    (out / "audit.json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(json_safe(data), indent=2, ensure_ascii=False)  # an inconclusive attack's NaN rate: null
+    (out / "audit.json").write_text(text + "\n", encoding="utf-8")
     rows = data["references"] + data["attacks"]
     with open(out / "audit.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

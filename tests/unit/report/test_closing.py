@@ -125,3 +125,19 @@ def test_steps_whose_updates_were_skipped_are_warned_of(tmp_path):
         "and actor.lr"
     ]
     assert not [line for line in closing_lines(rows[1:], tmp_path) if "skipped" in line]
+
+
+def test_a_canary_check_with_no_drift_reads_back_as_null_and_is_skipped(tmp_path):
+    # drift is NaN when no canary was scored in both checks; metrics.jsonl holds null, read back as None.
+    # before: max([None, 0.01]) raised TypeError after the run had finished
+    from rlrm.engine.metrics.metrics_file import MetricsWriter, read_metrics
+
+    writer = MetricsWriter(tmp_path / "metrics.jsonl")
+    for step, drift in ((1, float("nan")), (2, 0.01)):
+        writer.log({"step": step, "guard/canary_calls": 12.0, "guard/canary_drift": drift, "guard/canary_flips": 0.0})
+    writer.close()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert rows[0]["guard/canary_drift"] is None
+    assert any("reward canaries: 2 checks, drift up to 0.01;" in line for line in closing_lines(rows, tmp_path))
+    only_null = [{"step": 1, "guard/canary_calls": 12.0, "guard/canary_drift": None, "guard/canary_flips": 0.0}]
+    assert any(line.startswith("  reward canaries: 1 checks;") for line in closing_lines(only_null, tmp_path))

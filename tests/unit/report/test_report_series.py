@@ -38,6 +38,26 @@ def test_decimate_keeps_extremes():
     assert len(same[0]) == 50
 
 
+@pytest.mark.parametrize("n", [2001, 2500, 3001])
+def test_decimate_just_over_max_points_keeps_to_it(n):
+    # before: buckets = 1000 of ceil(n/1000) points, so the last buckets held only padding and
+    # np.nanargmin raised "All-NaN slice encountered": `rlrm report` of a 2,001-step run crashed
+    xs = np.arange(n, dtype=float)
+    ys = np.sin(xs)
+    dx, dy, _, _ = decimate(xs, ys)
+    assert len(dx) <= 2000 and dy.max() == ys.max() and dy.min() == ys.min()
+
+
+def test_decimate_keeps_the_first_and_last_point_and_survives_a_stretch_of_nan():
+    rng = np.random.default_rng(0)
+    xs = np.arange(1, 10_001, dtype=float)
+    ys = rng.normal(size=10_000)
+    ys[3000:3500] = np.nan  # a metric missing for a while: whole buckets of NaN
+    dx, dy, _, _ = decimate(xs, ys)
+    assert (dx[0], dx[-1], dy[-1]) == (1.0, 10_000.0, ys[-1])  # before: the line began at step 7
+    assert len(dx) <= 2000 and np.nanmax(dy) == np.nanmax(ys)
+
+
 def test_x_values_samples_and_time():
     frame = metrics_frame(
         [
@@ -49,6 +69,12 @@ def test_x_values_samples_and_time():
     assert list(x_values(frame, "samples")) == [0.0, 8.0, 14.0]  # cumulative; the val-only row adds nothing
     assert list(x_values(frame, "time")) == [0.0, 2.0, 3.5]
     assert list(x_values(frame, "step")) == [0.0, 1.0, 2.0]
+
+
+def test_x_time_of_a_run_resumed_with_the_old_wall_clock_goes_forward():
+    # runs resumed before perf/wall_s went on across sessions restarted it at 0: [10, 20 | 10, 20]
+    rows = [{"step": k, "perf/wall_s": w} for k, w in ((1, 10.0), (2, 20.0), (3, 10.0), (4, 20.0))]
+    assert list(x_values(metrics_frame(rows), "time")) == [10.0, 20.0, 30.0, 40.0]
 
 
 def test_glob_matching_and_close_names():

@@ -103,3 +103,27 @@ def test_a_reference_with_nothing_counted_is_inconclusive_too():
     refs = [row("reference", 0, 0, failed=30, group="reference")]  # NaN < the minimum reads False: it passed
     result = AuditResult("p", "custom", None, 0.5, "0.5", 30, AuditSettings(), refs, [row("key-comma", 30, 0)], {}, [])
     assert result.verdict == "inconclusive" and result.inconclusive == ["reference"] and not result.passed
+
+
+def test_audit_json_holds_null_for_an_inconclusive_attacks_rates(tmp_path):
+    # an attack none of whose samples was counted has NaN rate, interval and mean; json.dumps wrote the bare token
+    # NaN, which jq and JSON.parse refuse
+    import json
+
+    from rlrm.reward_checks.audit import write_results
+
+    def row(name, group, scored, rewarded):
+        rate = rewarded / scored if scored else math.nan
+        low, high = (0.0, 0.2) if scored else (math.nan, math.nan)
+        return AttackRow(
+            name, group, "x", scored, 3 - scored, 0, rewarded, rate, low, high, 0.1 if scored else math.nan, 0
+        )
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    references, attacks = [row("reference", "reference", 3, 3)], [row("key-colon", "master-key", 0, 0)]
+    result = AuditResult("p", "disrm", "m", 0.0, "rule", 3, AuditSettings(), references, attacks, {}, [])
+    write_results(result, tmp_path)
+    data = json.loads((tmp_path / "audit.json").read_text(), parse_constant=refuse)
+    assert data["attacks"][0]["rate"] is None and data["references"][0]["rate"] == 1.0
