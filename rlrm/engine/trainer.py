@@ -211,6 +211,7 @@ class _TrainLoop:
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
         self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
         self.canaries = Canaries.build(p, self.parts.test_examples, self.parts.tokenizer)
+        self.wall_offset_s = _wall_so_far(history, step)  # a resumed run's perf/wall_s goes on from its last row
         self.t0 = time.perf_counter()
         try:
             with StepDisplay(p.trainer.total_steps, step, self.console) as display:
@@ -358,7 +359,7 @@ class _TrainLoop:
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
             "perf/max_memory_gb": _peak_memory_gb(self.parts.device),
-            "perf/wall_s": time.perf_counter() - self.t0,
+            "perf/wall_s": time.perf_counter() - self.t0 + self.wall_offset_s,
             "perf/cpu_cores": _cpu_cores(),
         }
         rank_memory = self.parts.actor.peak_memory_gb()  # actor.world_size > 1: the ranks' own
@@ -413,7 +414,12 @@ class _TrainLoop:
         if self._trace is None:
             # Made after this session's first step: a run resumed after step k keeps its earlier sessions' trace.
             first_step = self.result.last_step
-            self._trace = TraceStream(self.run_dir / "trace.json", origin_s=self.t0, resumed_after_step=first_step - 1)
+            self._trace = TraceStream(
+                self.run_dir / "trace.json",
+                origin_s=self.t0,
+                resumed_after_step=first_step - 1,
+                wall_offset_s=self.wall_offset_s,
+            )
         self._trace.append(self.spans.since(self._trace_sent)[: self._detail_from - self._trace_sent])
         self._trace_sent = self._detail_from
 
@@ -424,6 +430,13 @@ class _TrainLoop:
         elif self.result.last_step == 0:  # a run from step 0 that finished no step: its spans (held-out set) only
             write_chrome_trace(self.run_dir / "trace.json", list(self.spans), origin_s=self.t0)
         # else a resumed run that trained nothing: trace.json stays as its earlier sessions left it
+
+
+def _wall_so_far(history: list[dict], step: int) -> float:
+    """`perf/wall_s` of the last row through `step` (0.0 for a new run): the sessions of a resumed run are counted end
+    to end, the time between them left out, so `rlrm report --x time` goes forward."""
+    walls = [r["perf/wall_s"] for r in history if r.get("step", 0) <= step and isinstance(r.get("perf/wall_s"), float)]
+    return walls[-1] if walls else 0.0
 
 
 def _peak_memory_gb(device: str) -> float:

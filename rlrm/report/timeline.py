@@ -151,18 +151,21 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
 
 
 def _session_shifts(events: list[dict]) -> list[tuple[int, float]]:
-    """(resumed_after_step, shift_s) of each resumed session of the trace, by step."""
+    """(resumed_after_step, shift) of each resumed session of the trace, by step: what turns its rows' `perf/wall_s`
+    into trace time (its `shift_s` less the `wall_offset_s` its rows start from; runs before that counted each
+    session's `perf/wall_s` from 0)."""
     shifts = []
     for ev in events:
         args = ev.get("args") or {}
         if ev.get("ph") == "M" and ev.get("name") == "process_name" and "resumed_after_step" in args:
-            shifts.append((int(args["resumed_after_step"]), float(args.get("shift_s", 0.0))))
+            shift = float(args.get("shift_s", 0.0)) - float(args.get("wall_offset_s", 0.0))
+            shifts.append((int(args["resumed_after_step"]), shift))
     return sorted(shifts)
 
 
 def _metrics_step_spans(metrics, shifts: list[tuple[int, float]]) -> dict[int, tuple[float, float]]:
     """step -> (start_s, end_s) on the trace clock, from perf/wall_s and perf/time_per_step; `shifts`: the
-    resumed sessions' (resumed_after_step, shift_s), whose rows count `perf/wall_s` from their own start."""
+    resumed sessions' (resumed_after_step, shift) from `_session_shifts`."""
     if not {"perf/wall_s", "perf/time_per_step"} <= set(metrics.columns):
         return {}
     total = metrics["timing_s/step"] if "timing_s/step" in metrics.columns else metrics["perf/time_per_step"]

@@ -11,8 +11,8 @@ rewritten whole, atomically, in the JSON Object Format (`{"traceEvents": [...]}`
 A resumed run keeps the events of its earlier sessions (`resume_trace`): each session is a trace process
 of its own (pid 0, 1, ...: its rows never mix with another's), named "session 2 (resumed after step 3)",
 and placed after the earlier sessions in time. The `process_name` event of a resumed session also
-carries `resumed_after_step` and `shift_s` (added to its own clock, which `perf/wall_s` in metrics.jsonl
-uses, to give the trace clock), so a step of metrics.jsonl can be found in the trace.
+carries `resumed_after_step`, `shift_s` (added to its own clock to give the trace clock) and `wall_offset_s` (where
+its rows' `perf/wall_s` start: its own clock plus that), so a step of metrics.jsonl can be found in the trace.
 """
 
 from __future__ import annotations
@@ -117,8 +117,11 @@ class TraceSession:
     kept: list[dict] = field(default_factory=list)  # earlier sessions' events, then this session's process names
 
 
-def resume_trace(old: list[dict], resumed_after_step: int, gap_s: float = SESSION_GAP_S) -> TraceSession:
+def resume_trace(
+    old: list[dict], resumed_after_step: int, gap_s: float = SESSION_GAP_S, wall_offset_s: float = 0.0
+) -> TraceSession:
     """The session that continues a trace whose events are `old` (a run resumed after `resumed_after_step`).
+    `wall_offset_s`: where this session's `perf/wall_s` starts (the trainer goes on from the last row's).
 
     A pure function of the events: the caller reads them (`read_chrome_trace`) and writes the result.
     """
@@ -131,7 +134,8 @@ def resume_trace(old: list[dict], resumed_after_step: int, gap_s: float = SESSIO
     for unnamed in sorted(pids - named):  # a first session names itself only once resumed
         kept += _process_events(unnamed, {"name": f"session {unnamed + 1}"})
     label = f"session {pid + 1} (resumed after step {resumed_after_step})"
-    kept += _process_events(pid, {"name": label, "resumed_after_step": resumed_after_step, "shift_s": shift_s})
+    args = {"name": label, "resumed_after_step": resumed_after_step, "shift_s": shift_s, "wall_offset_s": wall_offset_s}
+    kept += _process_events(pid, args)
     return TraceSession(pid=pid, shift_s=shift_s, kept=kept)
 
 
@@ -151,11 +155,11 @@ class TraceStream:
     whose trace.json starts empty.
     """
 
-    def __init__(self, path: Path, origin_s: float, resumed_after_step: int = 0):
+    def __init__(self, path: Path, origin_s: float, resumed_after_step: int = 0, wall_offset_s: float = 0.0):
         self.path = Path(path)
         self.session = TraceSession()
         if resumed_after_step > 0 and self.path.is_file():
-            self.session = resume_trace(_read_kept(self.path), resumed_after_step)
+            self.session = resume_trace(_read_kept(self.path), resumed_after_step, wall_offset_s=wall_offset_s)
         self.origin_s = origin_s - self.session.shift_s
         self._packer = _RowPacker(self.session.pid)
         self._file = self.path.open("w", encoding="utf-8")

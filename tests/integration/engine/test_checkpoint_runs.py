@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from rlrm.cli.main import app
 from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
+from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import TrainingError
 from rlrm.report.folders import load_folder
@@ -58,9 +59,14 @@ def test_a_resumed_run_keeps_the_trace_of_its_earlier_steps_and_reports_them(tmp
     old_end = max(e["ts"] + e["dur"] for e in before if e["ph"] == "X")
     assert min(e["ts"] for e in after[len(before) :] if e["ph"] == "X") > old_end
     assert "session 2 (resumed after step 2)" in {e["args"]["name"] for e in after if e["name"] == "process_name"}
-    # The timeline finds step 3 among session 2's events (its perf/wall_s restarted at the resume).
+    # perf/wall_s goes on from step 2's (it used to restart at 0: `rlrm report --x time` folded back)
+    walls = [r["perf/wall_s"] for r in read_metrics(run_dir / "metrics.jsonl") if "perf/wall_s" in r]
+    assert len(walls) == 3 and walls[0] < walls[1] < walls[2]
+    # The timeline finds step 3 among session 2's events, and its span within the step's window.
     panel = timeline_panel(load_folder(run_dir, notes), (3, 3), notes)
     assert (panel.events["name"] == "update_actor").sum() == 1 and not notes
+    update = panel.events[panel.events["name"] == "update_actor"].iloc[0]
+    assert update["end_s"] > update["start_s"]  # not clipped to nothing: the step's window holds its update
     result = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(tmp_path / "report")])
     assert result.exit_code == 0 and (tmp_path / "report" / "timeline.png").is_file(), result.output
     assert "unreadable" not in result.output and "no spans" not in result.output

@@ -82,6 +82,23 @@ def test_a_resumed_runs_steps_are_found_in_its_later_session(tmp_path, notes):
     assert panel.events["start_s"].tolist() == [0.0, 2.0]  # steps 2 and 3's updates, nothing of step 1
 
 
+def test_a_resumed_session_whose_wall_clock_goes_on_is_placed_by_its_offset(tmp_path, notes):
+    # As above, but session 2's perf/wall_s goes on from step 2's (2 s: wall_offset_s), as the trainer writes it now.
+    rows = [{"step": 1, "perf/wall_s": 1.0}, {"step": 2, "perf/wall_s": 2.0}, {"step": 3, "perf/wall_s": 3.0}]
+    lines = [json.dumps({**row, "perf/time_per_step": 1.0}) + "\n" for row in rows]
+    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    events = [
+        {"name": "update", "cat": "trainer", "ph": "X", "pid": pid, "tid": 0, "ts": ts, "dur": 1e6}
+        for pid, ts in ((0, 0.0), (0, 1e6), (1, 3e6))
+    ]
+    args = {"name": "session 2", "resumed_after_step": 2, "shift_s": 3.0, "wall_offset_s": 2.0}
+    events.append({"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": args})
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    panel = timeline_panel(load_folder(tmp_path, notes), (2, 3), notes)
+    assert panel.step_starts == {2: 0.0, 3: 2.0}  # shifting by shift_s alone put step 3 at 4-5 s, past its update
+    assert panel.events["start_s"].tolist() == [0.0, 2.0]
+
+
 def test_missing_trace_and_empty_window_are_notes(tmp_path, folders, notes):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     assert timeline_panel(load_folder(tmp_path, notes), None, notes) is None

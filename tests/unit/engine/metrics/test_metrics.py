@@ -145,7 +145,12 @@ def test_a_resumed_trace_keeps_the_earlier_sessions_and_goes_after_them(tmp_path
     assert [(e["pid"], e["tid"], e["ts"], e["dur"]) for e in new] == [(1, 0, pytest.approx(3.5e6), pytest.approx(5e5))]
     names = {e["pid"]: e["args"] for e in streamed if e["name"] == "process_name"}
     assert names[0] == {"name": "session 1"}
-    assert names[1] == {"name": "session 2 (resumed after step 2)", "resumed_after_step": 2, "shift_s": 3.5}
+    assert names[1] == {
+        "name": "session 2 (resumed after step 2)",
+        "resumed_after_step": 2,
+        "shift_s": 3.5,
+        "wall_offset_s": 0.0,
+    }
     # The end of the session: the whole file, closed, the earlier events first, then every span of this session.
     second.write_whole([Span("trainer", "update_actor", 500.0, 500.5, {"step": 3}), Span("trainer", "val", 500.5, 501)])
     whole = json.loads(path.read_text())["traceEvents"]
