@@ -38,7 +38,7 @@ def quantile(values: Iterable[float], q: float) -> float:
 
 
 # How sure a benchmark's number is: the median over repeats and an interval around it.
-#     spread([1.71, 1.80, 1.77, 1.83, 1.75])   # Spread(median=1.77, lo=1.73, hi=1.81, method="bootstrap95")
+#     spread([1.71, 1.80, 1.77, 1.83, 1.75])   # Spread(median=1.77, lo=1.71, hi=1.83, method="bootstrap95")
 #
 # - 5 repeats or more: a percentile bootstrap 95% interval of the median (2,000 resamples, seeded, so the
 #   same numbers give the same interval every time);

@@ -122,7 +122,8 @@ class ReplicaBalancer:
 
         try:
             timeout = aiohttp.ClientTimeout(total=2.0)
-            async with self._sessions.pooled.get(url + "/health", timeout=timeout) as resp:
+            # with the key and headers every request carries: a gateway in front may refuse /health without them
+            async with self._sessions.pooled.get(url + "/health", headers=self.headers, timeout=timeout) as resp:
                 if resp.status != 404:
                     return resp.status == 200
             async with self._sessions.pooled.get(url + "/v1/models", headers=self.headers, timeout=timeout) as resp:

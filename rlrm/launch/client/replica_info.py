@@ -63,6 +63,18 @@ def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5,
     return {}
 
 
+def held_version(url: str, api_key: str | None, timeout_s: float) -> int | None:
+    """The weight version a replica reports holding; None when it says none, does not answer or answers otherwise
+    (asked once, no warning: the caller loads the weights whatever the answer)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        answer = http.get(url + "/get_model_info", headers=headers, timeout_s=timeout_s)
+        info = answer.json() if answer.status == 200 else None
+    except (TransientError, ValueError):
+        return None
+    return int_or_none(info.get("weight_version")) if isinstance(info, dict) else None
+
+
 def check_replicas(
     urls: list[str], api_key: str | None, expect: TrainerModel | None
 ) -> tuple[dict[str, int | None], int | None, str | None, dict[str, str | None]]:

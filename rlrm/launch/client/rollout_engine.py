@@ -44,20 +44,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 
-from rlrm.call_errors import BadRequest, RequestTimeout, Throttled, TransientError
+from rlrm.call_errors import BadRequest, Throttled, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
+from rlrm.launch.client.disk_sync import DiskSync
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas
 from rlrm.launch.client.version_gate import VersionGate
 from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
-from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
 from rlrm.launch.fleet.server_fleet import ServerFleet
 
@@ -131,7 +129,7 @@ class ServerRolloutEngine:
         self.replica_gpus: dict[str, str | None] = {}  # each replica's GPU (UUID), from /get_model_info
         # vLLM answers carry no version: the client keeps each request within one (rlrm/launch/client/version_gate.py)
         self.gate = None if wire.carries_version else VersionGate()
-        self._file_version = 0  # the version on disk for a restarted replica (0: the policy's own files)
+        self.disk = DiskSync(fleet, wire, files, api_key, sync_timeout_s, self.counters)
         self.busy_intervals: list[tuple[float, float]] = []
         self._restarts_seen = 0
         self._queue: list[_Item] = []
@@ -163,10 +161,10 @@ class ServerRolloutEngine:
                     u: v for u, v in versions.items() if v is not None and v >= self.version
                 }
                 if ahead and self.wire.carries_version:
-                    await asyncio.to_thread(self._reset_trained, ahead)
-                await asyncio.to_thread(self._push_all, self.files.current, self.version)
+                    await asyncio.to_thread(self.disk.reset_trained, ahead)
+                await asyncio.to_thread(self.disk.push_all, self.files.current, self.version)
             else:
-                await asyncio.to_thread(self._reset_trained, versions)
+                await asyncio.to_thread(self.disk.reset_trained, versions)
             if self.broadcast is not None:
                 self._check_gpus_apart()
                 await asyncio.to_thread(self.broadcast.open)
@@ -252,7 +250,7 @@ class ServerRolloutEngine:
                         await asyncio.sleep(min(throttled.retry_after_s or 0.25, 1.0))
                         continue
                 # a replica that died is restarted by the supervisor: waiting for it uses up no retry
-                if self._dead(url) and restarted < MAX_RESTART_WAITS:
+                if self.disk.dead(url) and restarted < MAX_RESTART_WAITS:
                     restarted += 1
                 else:
                     failures += 1
@@ -350,89 +348,32 @@ class ServerRolloutEngine:
             self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version)
             self.sync_times["broadcast_s"] += time.perf_counter() - t0
             return
-        t0 = time.perf_counter()
-        path = self.files.write(state_dict, version)
-        self.sync_times["write_s"] += time.perf_counter() - t0
-        if not self._started:
-            self.version = self._file_version = version
-            return  # loaded into every replica at start
-        t1 = time.perf_counter()
-        with self.gate.reloading(self.request_timeout_s + 30.0) if self.gate is not None else nullcontext():
-            self.version = self._file_version = version  # a replica restarted from here on loads this one
-            self._push_all(path, version)
-        self.sync_times["load_s"] += time.perf_counter() - t1
-        self.files.keep_only(path)
-
-    def _push_all(self, path, version: int) -> None:
-        urls = list(self.fleet.replica_urls)
-        with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
-            outcomes = list(pool.map(lambda u: self._push_one(u, path, version, may_be_dead=True), urls))
-        for url, failure in zip(urls, outcomes):
-            if failure is not None:
-                raise RolloutServerError(f"rollout replica {url} refused weights version {version}: {failure}")
-
-    def _push_one(self, url: str, path, version: int, may_be_dead: bool = False) -> str | None:
-        """Load version `version` into one replica; None when done (or skipped: dead, restarted later), else why not."""
-        for call, payload in self.wire.sync_calls(str(path), version):
-            try:
-                failure = post_sync_call(url, call, payload, self.wire, self.api_key, self.sync_timeout_s)
-            except RequestTimeout:  # the replica is up but slower than the setting allows: name the setting
-                return (
-                    f"no answer to {call} within rollout.server.sync_timeout_s={self.sync_timeout_s:g} s; raise it to "
-                    "the time a replica takes to load the weights"
-                )
-            except TransientError as exc:
-                if may_be_dead and self._dead(url):
-                    self.counters["rollout/sync_skipped"] += 1
-                    return None  # the supervisor restarts it and loads the current version first
-                return str(exc)  # names the call and the connection error
-            if failure:
-                return failure
-        return None
-
-    def _dead(self, url: str) -> bool:
-        """A launched replica that is down or being restarted (its restart loads the current version)."""
-        pool = self.fleet.pool
-        return pool is not None and (url in pool.restarting or not pool.alive(url))
+        with self.disk.lock:  # never while a restarted replica loads (rlrm/launch/client/disk_sync.py)
+            t0 = time.perf_counter()
+            path = self.files.write(state_dict, version)
+            self.sync_times["write_s"] += time.perf_counter() - t0
+            if not self._started:
+                self.version = self.disk.version = version
+                return  # loaded into every replica at start
+            t1 = time.perf_counter()
+            with self.gate.reloading(self.request_timeout_s + 30.0) if self.gate is not None else nullcontext():
+                self.version = self.disk.version = version
+                self.disk.push_all(path, version)
+            self.sync_times["load_s"] += time.perf_counter() - t1
+            self.files.keep_only(path)
 
     async def _load_into_restarted(self, url: str) -> None:
         """The supervisor's hook: the current weights into a restarted replica before it may serve."""
         while True:
-            if self.broadcast is not None and self.version != self._file_version:
+            if self.broadcast is not None and self.version != self.disk.version:
                 return await self.broadcast.await_broadcast(url)
-            version = self.version
-            path: Path | str | None = self.files.current
-            if path is None:  # nothing trained yet: the base weights are the current ones
-                path = self.fleet.model_path
-            failure = await asyncio.to_thread(self._push_one, url, path, version)
+            version, failure = await asyncio.to_thread(self.disk.load_current, url)
             if failure is not None:
                 raise RolloutServerError(
                     f"restarted rollout replica {url} did not load weights version {version}: {failure}"
                 )
-            if self.version == version:  # no newer version arrived meanwhile
+            if self.version == version:  # no newer version broadcast meanwhile
                 return
-
-    def _reset_trained(self, versions: dict[str, int | None]) -> None:
-        """Running servers still holding another run's trained weights get the policy's own back (version 0).
-        vLLM reports no version, so its replicas always get them (a hand-started one may have served a run)."""
-        from pathlib import Path
-
-        for url, version in versions.items():
-            if not version and self.wire.carries_version:
-                continue
-            held = f"weight version {version}" if version else "weights of unknown version (vLLM reports none)"
-            if not Path(self.fleet.model_path).is_dir():
-                if not version:
-                    continue  # a hub id: nothing local to load, trust the server's own
-                raise RolloutServerError(
-                    f"rollout replica {url} serves {held}, not the policy's initial weights, and "
-                    f"{self.fleet.model_path} is no local folder to load them from: restart that server"
-                )
-            failure = self._push_one(url, self.fleet.model_path, 0)
-            if failure is not None:
-                raise RolloutServerError(
-                    f"rollout replica {url} serves {held} and refused the policy's initial weights: {failure}"
-                )
 
     def _check_replicas(self) -> dict[str, int | None]:
         """Every replica's model info against the trainer's (rlrm/launch/client/replica_info.py); their versions."""
@@ -461,7 +402,7 @@ class ServerRolloutEngine:
             router = self.fleet.router_counters.take()
             out.update(router)
             out["rollout/retries"] += router.get("rollout/router_retries", 0.0)
-        self.counters = dict.fromkeys(self.counters, 0)
+        self.counters.update(dict.fromkeys(self.counters, 0))  # in place: the disk sync counts into it too
         self.sync_times = dict.fromkeys(self.sync_times, 0.0)
         return out
 

@@ -96,7 +96,10 @@ def sweep_dead_logs(folder: Path | None = None) -> int:
         try:
             os.kill(int(owner), 0)
         except ProcessLookupError:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except PermissionError:  # another user's, in a sticky /tmp: theirs to remove
+                continue
             removed += 1
         except PermissionError:
             pass  # alive, another user's
@@ -201,10 +204,10 @@ class ServerProcess:
             raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if self._exit_code() is not None:
                 if self._move_port():
                     continue
-                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
+                raise ServerStartError(f"server exited with code {self._exit_code()} while starting: {self.why()}")
             try:
                 if http.get(self.url + self.health_path, timeout_s=2.0).status == 200:
                     self._served = True
@@ -253,10 +256,10 @@ class ServerProcess:
             raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if self._exit_code() is not None:
                 if self._move_port():  # as in wait_ready: a movable server that lost its port starts on another
                     continue
-                raise ServerStartError(f"server exited with code {self.proc.returncode} while starting: {self.why()}")
+                raise ServerStartError(f"server exited with code {self._exit_code()} while starting: {self.why()}")
             try:
                 http.get(self.url + self.health_path, timeout_s=2.0)
                 self._served = True  # it answers here: clients may hold this address from now on
@@ -279,8 +282,7 @@ class ServerProcess:
 
     def death(self) -> str:
         """One line for a process found dead: exit code, cause and log tail."""
-        code = self.proc.returncode if self.proc is not None else None
-        return f"{self.url} died (exit code {code}): {self.why()}"
+        return f"{self.url} died (exit code {self._exit_code()}): {self.why()}"
 
     @property
     def log_path(self) -> str | None:
@@ -293,28 +295,44 @@ class ServerProcess:
         return Path(self._log.name).read_text(errors="replace")
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self._exit_code() is None
+
+    def _exit_code(self) -> int | None:
+        """The leader's exit code (-N: killed by signal N) once it exited, None while it runs. Never reaps it: an
+        unreaped leader's pid, the number of its process group, cannot be handed to another process, so `kill`
+        can signal the group safely until `kill` itself reaps it (`poll()` reaped it, and `killpg` on a reused
+        number once SIGKILLed whoever had it next)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return None if self.proc is None else self.proc.returncode
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, AttributeError):  # reaped by another waiter; no waitid (not Linux)
+            return self.proc.poll()
+        if info is None:
+            return None
+        return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
     def kill(self) -> None:
         """Kill the whole process group at once (a crash, for fault tests; a dead engine's leftover workers)."""
-        if self.proc is not None:
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:  # not reaped: the group's number is still this server's
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the group outlives a dead leader (vLLM's engine core)
             except ProcessLookupError:
                 pass
-            self.proc.wait()
+        self.proc.wait()
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s`."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
             except ProcessLookupError:
                 pass
+            deadline = time.monotonic() + grace_s
+            while self._exit_code() is None and time.monotonic() < deadline:  # not reaped: see _exit_code
+                time.sleep(0.05)
         self.kill()  # whatever of its group is left
         if self._log is not None:
             self._log.close()
