@@ -325,7 +325,7 @@ class ServerProcess:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after `grace_s`."""
-        if self.alive():
+        if self.proc is not None and self.alive():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
