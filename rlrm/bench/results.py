@@ -87,24 +87,27 @@ def no_step_row() -> dict:
     return {**row, "steps": 0, "samples": 0, "reward_failures": 0, "reward_samples": 0}
 
 
-def compare(rows: list[dict]) -> list[dict]:
+def compare(rows: list[dict], baseline=None) -> list[dict]:
     """Add `speedup_vs_sync` (over sync's throughput under the same latency) and `hiding_efficiency`
     (over the zero-latency sync baseline's throughput).
 
     Each run is paired with sync's run of the same repeat when there is one (a benchmark runs every mode
     and a baseline in each repeat, so a shared machine's drift between repeats cancels in the ratio),
-    else with the mean over sync's runs."""
+    else with the mean over sync's runs. `baseline(row)` tells the baseline's rows (default: latency "none");
+    a baseline is sync's run of its own latency, never pooled with a mode's run that also has none."""
+    baseline = baseline or (lambda r: str(r["latency"]) == "none")
 
     def tps(pred) -> float:
         values = [r["tokens_per_s"] for r in rows if pred(r)]
         return sum(values) / len(values) if values else math.nan
 
-    def paired(r, latency: str) -> float:
-        def is_sync(s) -> bool:
-            return s["mode"] == "sync" and str(s["latency"]) == latency
+    def paired(r, of) -> float:
+        same = tps(lambda s: of(s) and s.get("repeat") == r.get("repeat"))
+        return same if math.isfinite(same) else tps(of)
 
-        same = tps(lambda s: is_sync(s) and s.get("repeat") == r.get("repeat"))
-        return same if math.isfinite(same) else tps(is_sync)
+    def sync_of(r):
+        latency, base = str(r["latency"]), baseline(r)
+        return lambda s: s["mode"] == "sync" and str(s["latency"]) == latency and baseline(s) == base
 
     def ratio(a: float, b: float) -> float:  # NaN where a side measured nothing (a run that stopped at once)
         return a / b if b > 0 and math.isfinite(a) else math.nan
@@ -112,8 +115,8 @@ def compare(rows: list[dict]) -> list[dict]:
     return [
         {
             **r,
-            "speedup_vs_sync": ratio(r["tokens_per_s"], paired(r, str(r["latency"]))),
-            "hiding_efficiency": ratio(r["tokens_per_s"], paired(r, "none")),
+            "speedup_vs_sync": ratio(r["tokens_per_s"], paired(r, sync_of(r))),
+            "hiding_efficiency": ratio(r["tokens_per_s"], paired(r, baseline)),
         }
         for r in rows
     ]

@@ -254,7 +254,7 @@ class RewardLatencyBench:
         phases = self._phases()
         base = [r for r in rows if r["latency"] == "none"]
         scale = self._scale()
-        mean_latency = self.dist.scaled(scale).mean() if scale is not None else None
+        mean_latency = _mean_of(self.dist.scaled(scale)) if scale is not None else None
         modes = mode_stats(rows, self.latency)
         for mode, stats in modes.items():
             stats["bound_step_s"] = self._bound(mode)
@@ -281,12 +281,12 @@ class RewardLatencyBench:
         }
 
     def repeat_latency(self, repeat: int) -> tuple[float, float | None] | None:
-        """`repeat`'s mean injected latency in seconds and its ratio to the repeat's zero-latency sync step
-        (None for the ratio without a baseline step; None in all before the repeat has a scale)."""
+        """`repeat`'s mean injected latency in seconds (NaN when infinite) and its ratio to the repeat's zero-latency
+        sync step (None for the ratio without a baseline step; None in all before the repeat has a scale)."""
         scale = self.latency_scale if self.latency_scale is not None else self.scales.get(repeat)
         if scale is None:
             return None
-        mean = self.dist.scaled(scale).mean()
+        mean = _mean_of(self.dist.scaled(scale))
         base = [r for r in self.rows if r["latency"] == "none" and r["repeat"] == repeat]
         step_s = base[-1]["step_time_p50"] if base else 0.0
         return mean, (mean / step_s if step_s > 0 else None)
@@ -303,10 +303,7 @@ class RewardLatencyBench:
         """The mean injected latency of one tool call in seconds (None without tool latency, NaN when infinite)."""
         if self.tool_latency is None:
             return None
-        try:
-            return self.tool_dist.mean()
-        except ValueError:
-            return math.nan
+        return _mean_of(self.tool_dist)
 
     def _phases(self) -> Phases | None:
         """The zero-latency sync runs' phase times (None before the first baseline finished)."""
@@ -356,6 +353,14 @@ class RewardLatencyBench:
         summary = self.summary()
         _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(finite_json(summary), indent=2)))
         return summary
+
+
+def _mean_of(dist) -> float:
+    """`dist`'s mean in seconds, NaN where it is infinite (pareto with ALPHA <= 1, run with an explicit scale)."""
+    try:
+        return dist.mean()
+    except ValueError:
+        return math.nan
 
 
 def short_run_warning(summary: dict) -> str | None:

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from rlrm.bench.simulate.fit import CostFit, expected_range_z, fit_clipped_normal, fit_cost
+from rlrm.bench.simulate.modes import ON_POLICY
 from rlrm.bench.simulate.observe import RunProfile, Steps, observe, read_run
+from rlrm.engine.behaviour import needs_recompute
 from rlrm.errors import RunFolderError
 
 
@@ -94,7 +96,7 @@ def _workload(p: RunProfile, obs: Steps, put) -> None:
     put("workload.max_response_tokens", upper, "")
     put("workload.mini_batch_prompts", int(p.get("actor.mini_batch_size", 32)), "")
     put("workload.ppo_epochs", int(p.get("actor.ppo_epochs", 1)), "")
-    put("workload.recompute_old_log_prob", bool(p.get("actor.recompute_old_log_prob", True)), "")
+    put("workload.recompute_old_log_prob", _recomputes(p, obs), "")
     put("workload.use_ref", bool(p.get("actor.use_kl_loss", False)), "")
     put("workload.max_staleness", int(p.get("trainer.max_staleness", 2)), "")
     put("workload.seed", int(p.get("trainer.seed", 0)), "")
@@ -109,6 +111,22 @@ def _workload(p: RunProfile, obs: Steps, put) -> None:
         f"a normal cut at {upper} with the steps' mean response length {mean:.2f} and clip ratio {clip:.3f}",
     )
     put("workload.prompt_tokens", f"fixed:{round(float(prompt), 2)}", "the steps' mean prompt length")
+
+
+def _recomputes(p: RunProfile, obs: Steps) -> bool:
+    """Whether on-policy steps recompute old log-probs under the run's actor.recompute_old_log_prob (auto, always
+    or never; true/false in a simulated run's config), by the trainer's own rule (rlrm/engine/behaviour.py).
+
+    `auto` also compares the engine's dtype with the actor's, which the folder does not hold: an on-policy run's
+    steps say it (they log rollout/log_prob_diff_* when they recompute); for an off-policy run, which never
+    recomputes, the hf engine is taken to compute as the actor does."""
+    setting = p.get("actor.recompute_old_log_prob", "auto")
+    setting = {True: "always", False: "never"}.get(setting, setting)
+    same = "the actor's"  # the dtype on both sides
+    epochs = int(p.get("actor.ppo_epochs", 1))
+    return obs.recomputed or needs_recompute(
+        setting, off_policy=False, ppo_epochs=epochs, engine_dtype=same, actor_dtype=same
+    )
 
 
 def _rollout(p: RunProfile, obs: Steps, put) -> None:
@@ -198,20 +216,24 @@ def _reward(p: RunProfile, obs: Steps, put) -> None:
 
 
 def _trainer(p: RunProfile, obs: Steps, put) -> None:
+    # the trainer times collation under old_log_prob in every mode: without a recompute in the run's steps, that
+    # is all the phase measured, and the simulator charges it as collation (in every mode, recomputing or not)
+    recomputed = p.get("trainer.mode", "sync") in ON_POLICY and _recomputes(p, obs)
     fits = {}
-    for name, rows, size in (
-        ("adv", obs.adv, "sample"),
-        ("old_log_prob", obs.old, "token"),
-        ("ref", obs.ref, "token"),
-        ("minibatch", obs.minibatch, "token"),
+    for name, rows, size, key in (
+        ("adv", obs.adv, "sample", "adv"),
+        ("old_log_prob", obs.old, "token", "old_log_prob" if recomputed else "collate"),
+        ("ref", obs.ref, "token", "ref"),
+        ("minibatch", obs.minibatch, "token", "minibatch"),
     ):
         data = np.array(rows).reshape(-1, 2)
         if not len(data):
             continue
         fits[name] = fit = fit_cost(data[:, 0], {size: data[:, 1]}, proportional_to=size)
-        note = _note(fit, f"{name} vs its {size}s")
-        put(f"trainer.{name}_s", fit.intercept, note)
-        put(f"trainer.{name}_s_per_{size}", fit.coef[size], note)
+        what = f"{name} vs its {size}s" + (" (collation alone: the run recomputed none)" if key == "collate" else "")
+        note = _note(fit, what)
+        put(f"trainer.{key}_s", fit.intercept, note)
+        put(f"trainer.{key}_s_per_{size}", fit.coef[size], note)
     put(
         "trainer.weight_sync_s",
         _median(obs.update_end),

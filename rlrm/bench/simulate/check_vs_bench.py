@@ -31,7 +31,7 @@ from pathlib import Path
 from rlrm.bench.results import mode_stats
 from rlrm.bench.simulate.calibrate import Calibration, calibrate
 from rlrm.bench.simulate.replay import injected_latencies
-from rlrm.bench.simulate.run import SimResult, run_simulation
+from rlrm.bench.simulate.run import SimResult, is_baseline, run_simulation
 from rlrm.bench.simulate.spec import MODES, load_spec, spec_from_mapping
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.errors import RunFolderError
@@ -95,8 +95,8 @@ def check_against_bench(
     replayed = _measured_latencies(folder, records, latency, spec)
     drawn = run_simulation(spec, out, repeats=repeats, write=write and not replayed)
     result = run_simulation(spec, out, repeats=repeats, write=write, latencies=replayed) if replayed else drawn
-    simulated = next((r["latency"] for r in result.rows if r["latency"] != "none"), "none")
-    predicted = mode_stats(result.rows, simulated)
+    simulated = next((r["latency"] for r in result.rows if not is_baseline(r)), "none")
+    predicted = mode_stats([r for r in result.rows if not is_baseline(r)], simulated)
     base_speed = _per_token_update([folder / r["run_dir"] for r in base])
     speeds = {
         mode: base_speed
@@ -104,7 +104,7 @@ def check_against_bench(
         for mode in modes
     }
     at_speed = _at_speed(spec, speeds, repeats, replayed)
-    fresh = mode_stats(drawn.rows, simulated)
+    fresh = mode_stats([r for r in drawn.rows if not is_baseline(r)], simulated)
     table = []
     for mode in modes:
         m, p = measured[mode], predicted[mode]
@@ -158,6 +158,8 @@ COMPUTE_COSTS = {  # the spec's seconds that scale with the machine's speed (not
         "first_batch_extra_s",
     ),
     "trainer": (
+        "collate_s",
+        "collate_s_per_token",
         "adv_s",
         "adv_s_per_sample",
         "old_log_prob_s",
@@ -202,7 +204,7 @@ def _at_speed(spec, speeds: dict[str, float], repeats: int, latencies: list | No
                 raw[section][key] /= speed
         raw["modes"] = [mode]
         rows = run_simulation(spec_from_mapping(raw), None, repeats=repeats, write=False, latencies=latencies).rows
-        mine = [r for r in rows if r["latency"] != "none"]
+        mine = [r for r in rows if not is_baseline(r)]
         throughput[mode] = sum(r["tokens_per_s"] for r in mine) / len(mine)
         idle[mode] = sum(r["idle_trainer"] for r in mine) / len(mine)
     sync = throughput.get("sync")

@@ -6,10 +6,10 @@ The rules are those of rlrm/engine/scheduling (rollouter.py, overlap.py, sync.py
   (max_ahead 0 for sync, stream and pipeline, 1 for one-step-off, max_staleness for fully-async).
 - sync scores a batch once all of it is generated; every other mode scores each sample the
   moment it is generated.
-- stream, pipeline and one-step-off wait for batch k to be generated, compute its old (on-policy,
-  when recomputed) and reference log-probs while its rewards still arrive, then train: stream and
-  one-step-off once every sample is scored; pipeline each mini-batch (sync's, in order) as soon as
-  its groups are scored, then the remaining epochs.
+- stream, pipeline and one-step-off wait for batch k to be generated, collate it and compute its old
+  (on-policy, when recomputed) and reference log-probs while its rewards still arrive, then compute the
+  advantages, which need the scores, and train: stream and one-step-off once every sample is scored;
+  pipeline each mini-batch (sync's, in order) as soon as its groups are scored, then the remaining epochs.
 - fully-async takes scored groups oldest first: every group of a batch <= k (it is *due*: the last
   step its lag allows) and enough scored later groups to fill a step; it never recomputes old
   log-probs (the behaviour policy's are used), nor does one-step-off.
@@ -92,11 +92,14 @@ def batch_step(sim, k: int):
             waited = kernel.now
             yield kernel.until(lambda last=last: scored()[last])
             sim.rec.wait("reward", waited, kernel.now)
+            yield from advantages(sim, chunk)  # each mini-batch's own, as grpo.score(groups=...) in pipeline.py
             yield from minibatch(sim, k, chunk, i, epoch=0)
         first_epoch = 1
     waited = kernel.now
     yield kernel.until(lambda: scored()[-1])
     sim.rec.wait("reward", waited, kernel.now)
+    if sim.mode != "pipeline":  # the advantages need the scores (grpo.score after the wait, stream.py)
+        yield from advantages(sim, [(batch, kept)])
     for epoch in range(first_epoch, spec.workload.ppo_epochs):
         for i, chunk in enumerate(chunks):
             yield from minibatch(sim, k, chunk, i, epoch)
@@ -122,6 +125,7 @@ def fully_async_step(sim, k: int):
         sim.rec.dropped(sum(int(b.group_failed[g].sum()) for b, g in chosen))
         chosen = [(b, g[~b.group_failed[g]]) for b, g in chosen]
     yield from prepare(sim, k, chosen)
+    yield from advantages(sim, chosen)
     chunks = split(chosen, sim.spec.workload.mini_batch_prompts)
     for epoch in range(sim.spec.workload.ppo_epochs):
         for i, chunk in enumerate(chunks):
@@ -194,15 +198,27 @@ def _choose(sim, k: int, now: float) -> list[tuple[Batch, np.ndarray]]:
 
 
 def prepare(sim, k: int, chosen):
-    """Collate (adv), and old/ref log-probs where the mode computes them, on the trainer."""
+    """Collate, and old/ref log-probs where the mode computes them, on the trainer: what needs no scores.
+
+    The trainer times collation with the old log-probs (step.py `prepare`), in every mode."""
     cost, w = sim.spec.trainer, sim.spec.workload
-    samples = sum(g.size for _, g in chosen) * w.samples_per_prompt
     tokens = float(sum(b.group_tokens[g].sum() for b, g in chosen))
-    yield from sim.busy("adv", cost.adv_s + cost.adv_s_per_sample * samples)
+    collate = cost.collate_s + cost.collate_s_per_token * tokens
     if sim.mode in ON_POLICY and w.recompute_old_log_prob:
-        yield from sim.busy("old_log_prob", cost.old_log_prob_s + cost.old_log_prob_s_per_token * tokens / cost.ranks)
+        yield from sim.busy(
+            "old_log_prob", collate + cost.old_log_prob_s + cost.old_log_prob_s_per_token * tokens / cost.ranks
+        )
+    elif collate > 0:
+        yield from sim.busy("old_log_prob", collate)
     if w.use_ref:
         yield from sim.busy("ref", cost.ref_s + cost.ref_s_per_token * tokens / cost.ranks)
+
+
+def advantages(sim, chosen):
+    """GRPO advantages of `chosen` ((batch, groups) pairs) on the trainer, once their scores are in."""
+    cost = sim.spec.trainer
+    samples = sum(g.size for _, g in chosen) * sim.spec.workload.samples_per_prompt
+    yield from sim.busy("adv", cost.adv_s + cost.adv_s_per_sample * samples)
 
 
 def minibatch(sim, k: int, chunk: list, index: int, epoch: int):

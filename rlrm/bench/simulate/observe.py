@@ -51,6 +51,7 @@ class Steps:
     cores: list[tuple[float, float, float, float, float]] = field(
         default_factory=list
     )  # sync: gen cpu, wall; update cpu, wall; cores
+    recomputed: bool = False  # a step logged rollout/log_prob_diff_*: the actor recomputed its old log-probs
 
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -113,6 +114,7 @@ def observe(run_dir: Path, config: dict, rows: list[dict], events: list[dict], o
     cap = int(profile.get("rollout.max_batch_size", 64))
     for row in usable:
         _observe_step(row, by_lane, obs, prompts * n, sync, (wait_s, cap))
+    obs.recomputed = obs.recomputed or any("rollout/log_prob_diff_mean" in r for r in rows)
     return len(usable)
 
 

@@ -81,7 +81,7 @@ def run_simulation(
             row.update(sweep_key=key, sweep_value=value)
             if row["stopped"]:
                 notes.append(f"{row['run_dir']}: {row['stopped']}")
-        rows += compare(point_rows)
+        rows += compare(point_rows, is_baseline)
         runs.update(point_runs)
     summary = _summary(
         spec, rows, key, [o.partition("=")[2] for o in overrides if o is not None] if key else [], repeats
@@ -104,7 +104,8 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
         )
         draws = draw_workload(seeded, first_latency=latencies[repeat] if latencies else None)
         plan = [(BASELINE, "sync", draw_workload(seeded, latency=False, lengths=draws), "none", math.nan, 0.0)]
-        # as the benchmark writes it: the --latency spec, its scale apart; "none" marks the baseline only
+        # as the benchmark writes it: the --latency spec, its scale apart (a spec's own may be "none" too: the
+        # baseline is told by its run folder, is_baseline)
         scale = spec.reward.latency_scale
         plan += [(mode, mode, draws, spec.reward.latency, scale, mean_latency) for mode in spec.modes]
         for name, mode, mode_draws, latency_text, latency_scale, mean in plan:
@@ -123,6 +124,12 @@ def _simulate_point(spec: SimSpec, repeats: int, label: str, latencies: list | N
             rows.append(row)
             runs[run_dir] = (mode, seeded, run)
     return rows, runs
+
+
+def is_baseline(row: dict) -> bool:
+    """A zero-latency sync baseline's row (runs/[<point>/]sync-nolatency-r<repeat>), not a mode's run whose
+    latency is "none" as well."""
+    return Path(row["run_dir"]).name.startswith(f"{BASELINE}-r")
 
 
 def _label(key: str | None, value: str | None) -> str:
@@ -144,8 +151,8 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
     }
     if not key:
         summary["mean_latency_s"] = rows[1]["mean_latency_s"] if len(rows) > 1 else None
-        summary["baseline"] = mode_stats(rows, "none").get("sync", {})
-        summary["modes"] = mode_stats(rows, spec.reward.latency)
+        summary["baseline"] = mode_stats([r for r in rows if is_baseline(r)], "none").get("sync", {})
+        summary["modes"] = mode_stats([r for r in rows if not is_baseline(r)], spec.reward.latency)
     else:
         summary["points"] = {
             value: {
@@ -158,7 +165,7 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
                     "samples": r["samples"],
                 }
                 for r in rows
-                if r["sweep_value"] == value and r["latency"] != "none"
+                if r["sweep_value"] == value and not is_baseline(r)
             }
             for value in values
         }

@@ -216,8 +216,12 @@ class TrainerSpec(_Section):
     """The trainer's phase costs. Per-token costs are one rank's; they are divided by `ranks`."""
 
     ranks: int = Field(1, gt=0, description="Training ranks (actor.world_size) sharing every per-token cost.")
-    adv_s: float = Field(0.0, ge=0, description="Collating a batch and its advantages: fixed seconds.")
-    adv_s_per_sample: float = Field(0.0, ge=0, description="Collating: seconds per sample.")
+    collate_s: float = Field(
+        0.0, ge=0, description="Collating a batch (every mode; timed with the old log-probs, as the trainer does)."
+    )
+    collate_s_per_token: float = Field(0.0, ge=0, description="Collating: seconds per token (prompt + response).")
+    adv_s: float = Field(0.0, ge=0, description="The advantages, once the scores are in: fixed seconds.")
+    adv_s_per_sample: float = Field(0.0, ge=0, description="The advantages: seconds per sample.")
     old_log_prob_s: float = Field(
         0.0, ge=0, description="Old log-probs (on-policy modes, when recomputed): fixed seconds."
     )

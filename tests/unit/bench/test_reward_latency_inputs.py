@@ -100,3 +100,23 @@ def test_the_command_prints_the_short_run_warning(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 1 and "--steps 3 is too short" in warnings[0]
+
+
+def test_an_infinite_mean_latency_with_an_explicit_scale_is_reported_as_unknown(tmp_path):
+    # pareto:1:0.9 has no finite mean: with --latency-scale given the benchmark runs it, and what it reports after
+    # each run (summary.json's mean_latency_s, the repeat's printed mean) is NaN (null in JSON), not a ValueError
+    from rlrm.bench.reward_latency import RewardLatencyBench
+
+    bench = RewardLatencyBench(
+        profile="tiny-rule",
+        modes=["sync"],
+        latency="pareto:1:0.9",
+        steps=1,
+        repeats=1,
+        seed=0,
+        out=tmp_path / "b",
+        latency_scale=0.01,
+    )
+    assert math.isnan(bench.summary()["mean_latency_s"])
+    mean, ratio = bench.repeat_latency(0)
+    assert math.isnan(mean) and ratio is None  # no baseline step yet

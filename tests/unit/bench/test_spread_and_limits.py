@@ -79,6 +79,27 @@ def test_bounds_as_derived(mode, expected):
     assert mode_bound(mode, P, BatchLatency(mean=1.0, slowest=2.0), Shape(2, 4, 2)) == pytest.approx(expected)
 
 
+# the same trainer's work, of which old/ref log-probs P = 0.3 s (computed while the rewards arrive) and advantages
+# A = 0.1 s (which need the scores): ready to train at V = max(G + P, W) = max(0.8, 2.0) = 2.0
+PREPARED = Phases(gen=0.5, reward=0.01, train=1.0, step=1.6, prepare=0.3, adv=0.1)
+
+
+@pytest.mark.parametrize(
+    ("mode", "latency", "expected"),
+    [
+        ("sync", 2.0, 0.5 + 2.0 + 1.0),  # nothing overlaps: G + L + T
+        ("stream", 2.0, 2.0 + 0.7),  # V + T - P
+        ("stream", 0.1, 0.5 + 0.3 + 0.7),  # the old/ref passes outlast the rewards: G + P + T - P = G + T
+        ("pipeline", 2.0, 2.0 + 0.1 / 4 + 0.6 * (1 - 3 / 8)),  # the last mini-batch's A/M, 5/8 of the update
+        ("one-step-off", 2.0, max(0.5, 1.0, (2.0 + 0.7) / 2)),
+        ("fully-async", 2.0, max(0.5, 1.0, (2.0 + 1.0) / 3)),  # prepares what it takes once scored: W + T
+    ],
+)
+def test_bounds_let_the_old_and_ref_passes_overlap_the_rewards(mode, latency, expected):
+    lat = BatchLatency(mean=latency / 2, slowest=latency)
+    assert mode_bound(mode, PREPARED, lat, Shape(2, 4, 2)) == pytest.approx(expected)
+
+
 def test_batch_latency_of_uniform_is_its_mean_and_expected_max():
     lat = batch_latency(parse_latency("uniform:1:3"), samples=9, draws=2000, seed=1)
     assert lat.mean == pytest.approx(2.0)
@@ -97,6 +118,7 @@ def test_baseline_phases_are_medians_without_the_warm_up_step():
     ]
     phases = baseline_phases(runs)
     assert phases.gen == pytest.approx(0.6) and phases.train == pytest.approx(1.1)  # the warm-up steps left out
+    assert phases.prepare == pytest.approx(0.1) and phases.adv == 0.0  # old_log_prob + ref; no adv timed
     assert baseline_phases([[row(1, 5.0, 5.0, 11.0)]]).gen == 5.0  # a one-step run has nothing else
     with pytest.raises(ValueError):
         baseline_phases([[{"step": 0}]])
@@ -119,20 +141,31 @@ SIM = [
     "trainer.minibatch_s_per_token=0.001",
 ]
 G, T = 0.5, 32 * 60 * 0.001
+# On top of the update: a reference pass P as long as the update (1.92 s), computed while the rewards arrive,
+# or advantages A of 1 s, which wait for the scores. E.g. stream, latency 6 s, the reference pass: generated at
+# 0.5, reference pass to 2.42, last reward at 6.5, update to 8.42 = max(G + P, W) + T (the bound W + T + P,
+# 10.34 s, counted the reference pass after the rewards); with the advantages: 6.5 + 1 + 1.92 = 9.42.
+EXTRA = {
+    "update": ([], Phases(G, 0.0, T, G + T)),
+    "ref": (["workload.use_ref=true", "trainer.ref_s_per_token=0.001"], Phases(G, 0.0, 2 * T, G + 2 * T, prepare=T)),
+    "adv": (["trainer.adv_s=1.0"], Phases(G, 0.0, T + 1.0, G + T + 1.0, adv=1.0)),
+}
 
 
+@pytest.mark.parametrize("extra", list(EXTRA))
 @pytest.mark.parametrize("latency", [0.5, 6.0])
 @pytest.mark.parametrize("mode", ["sync", "stream", "pipeline", "one-step-off", "fully-async"])
-def test_a_simulated_mode_without_overhead_reaches_its_bound(mode, latency):
+def test_a_simulated_mode_without_overhead_reaches_its_bound(mode, latency, extra):
     from rlrm.bench.simulate.run import run_simulation
     from rlrm.bench.simulate.spec import load_spec
 
-    spec = load_spec(overrides=[*SIM, f"reward.latency_scale={latency}", f"modes=[{mode}]"])
+    sets, phases = EXTRA[extra]
+    spec = load_spec(overrides=[*SIM, *sets, f"reward.latency_scale={latency}", f"modes=[{mode}]"])
     rows = run_simulation(spec, None, repeats=1, write=False).rows
     base = next(r for r in rows if r["latency"] == "none")
-    assert base["step_time_p50"] == pytest.approx(G + T, rel=1e-6)  # the costs are what the comment says
+    assert base["step_time_p50"] == pytest.approx(phases.step, rel=1e-6)  # the costs are what the comment says
     simulated = next(r for r in rows if r["latency"] != "none")["step_time_mean"]
-    bound = mode_bound(mode, Phases(G, 0.0, T, G + T), BatchLatency(latency, latency), Shape(2))
+    bound = mode_bound(mode, phases, BatchLatency(latency, latency), Shape(2))
     # never beaten, but for the pipeline fill: the first step's batches all launched at time 0, so the steps after
     # it come faster than the steady state for a while (one-step-off: 1.2% over 47 steps, by the recurrence
     # version(k) = version(k-2) + W + T)

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from rlrm.bench.simulate.calibrate import calibrate
+from rlrm.bench.simulate.calibrate import _workload, calibrate
 from rlrm.bench.simulate.fit import clipped_mean, fit_clipped_normal, fit_cost
+from rlrm.bench.simulate.observe import RunProfile, Steps
 from rlrm.bench.simulate.run import run_simulation
 from rlrm.bench.simulate.spec import load_spec
 from rlrm.errors import RunFolderError
@@ -81,6 +82,36 @@ def test_calibrated_spec_replays_the_run(synthetic_run):
     ]
     simulated = replay.rows[0]["steps"] / replay.rows[0]["steps_per_hour"] * 3600
     assert simulated == pytest.approx(sum(measured), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("actor", "recomputed", "expected"),
+    [
+        ({"recompute_old_log_prob": "never"}, False, False),
+        ({"recompute_old_log_prob": "always"}, False, True),
+        ({"recompute_old_log_prob": "auto"}, False, False),  # one epoch, an engine computing as the actor
+        ({"recompute_old_log_prob": "auto", "ppo_epochs": 2}, False, True),
+        ({"recompute_old_log_prob": "auto"}, True, True),  # the steps logged rollout/log_prob_diff_*
+        ({"recompute_old_log_prob": False}, False, False),  # a simulated run's config holds the spec's bool
+    ],
+)
+def test_the_recompute_setting_is_read_by_the_trainers_rule(actor, recomputed, expected):
+    values = {}
+    _workload(RunProfile({"actor": actor}), Steps(recomputed=recomputed), lambda k, v, note: values.__setitem__(k, v))
+    assert values["workload.recompute_old_log_prob"] is expected  # bool("never") was True
+
+
+def test_a_run_that_recomputed_nothing_is_fitted_as_collation(tmp_path):
+    # the trainer times collation under old_log_prob in every mode: a run that never recomputed measured collation
+    # alone, which comes back as collate_* (charged in every mode) beside a spec that recomputes nothing
+    sets = [f"{k}={v}" for k, v in TRUE.items() if ".old_log_prob" not in k]
+    sets += ["workload.recompute_old_log_prob=false", "trainer.collate_s=0.03", "trainer.collate_s_per_token=0.0002"]
+    run_simulation(load_spec(overrides=[*WORKLOAD, *sets]), tmp_path)
+    cal = calibrate([tmp_path / "runs" / "sync-nolatency-r0"])
+    fitted = {key: value for key, value, _ in cal.params}
+    assert fitted["trainer.collate_s"] == pytest.approx(0.03, rel=0.02)
+    assert fitted["trainer.collate_s_per_token"] == pytest.approx(0.0002, rel=0.02)
+    assert "trainer.old_log_prob_s" not in fitted and cal.spec_values["workload"]["recompute_old_log_prob"] is False
 
 
 def test_what_does_not_vary_folds_into_the_fixed_part():

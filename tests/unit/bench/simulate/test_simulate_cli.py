@@ -90,6 +90,18 @@ def test_sweep_writes_one_row_per_point_and_mode(tmp_path):
     assert means.to_dict() == pytest.approx({0: 0.0, 1: 20.5, 2: 41.0})
 
 
+def test_a_spec_or_sweep_point_without_latency_keeps_its_runs_apart_from_the_baseline():
+    # the zero-latency baseline is told by its run folder, not by latency "none": a spec whose own latency is none
+    # counts its sync run once per repeat (not pooled with the baseline), and a sweep point "none" keeps its modes
+    spec = load_spec(overrides=[*SMALL, "modes=[sync,fully-async]", "reward.latency=none"])
+    summary = run_simulation(spec, None, repeats=1, write=False).summary
+    assert summary["modes"]["sync"]["repeats"] == 1 and summary["baseline"]["repeats"] == 1
+    sweep = ("reward.latency", ["reward.latency=none", "reward.latency=fixed:1"])
+    points = run_simulation(spec, None, sweep=sweep, repeats=1, write=False).summary["points"]
+    assert set(points["none"]) == set(points["fixed:1"]) == {"sync", "fully-async"}
+    assert points["none"]["sync"]["speedup_vs_sync"] == pytest.approx(1.0)
+
+
 def test_validation_table_against_a_benchmark_folder(simulated_bench, tmp_path):
     out = tmp_path / "check"
     result = CliRunner().invoke(app, ["bench", "simulate", "--from", str(simulated_bench), "--out", str(out)])

@@ -62,6 +62,25 @@ def test_stream_and_pipeline_hide_old_log_probs_behind_rewards(mode):
     assert run.rows[0]["timing_s/reward"] == pytest.approx(2.5)  # waited 3 - 0.5 for rewards
 
 
+@pytest.mark.parametrize("mode", ["stream", "pipeline"])
+def test_advantages_wait_for_the_scores(mode):
+    # as above, with advantages of 0.4 s: they need the rewards (in at 5), so they run [5, 5.4] after the old
+    # log-probs [2, 2.5] (as grpo.score after the wait, rlrm/engine/scheduling/stream.py), then the mini-batch
+    # [5.4, 6.4] and the sync: 6.65 s a step (not 6.25, the advantages hidden behind the rewards)
+    run = _run(mode, ["trainer.adv_s=0.4"])
+    assert _ends(run) == [6.65, 13.3, 19.95]
+
+
+def test_collation_is_charged_in_every_mode_and_the_old_log_probs_only_when_recomputed():
+    # the trainer times collation with the old log-probs (rlrm/engine/step.py prepare), in every mode: 0.2 s here.
+    # sync without the recompute: generate 2 + score 3 + collate 0.2 + mini-batch 1 + sync 0.25 = 6.45 s a step
+    no_recompute = ["trainer.collate_s=0.2", "workload.recompute_old_log_prob=false"]
+    assert _ends(_run("sync", no_recompute)) == [6.45, 12.9, 19.35]
+    assert _ends(_run("sync", ["trainer.collate_s=0.2"])) == [6.95, 13.9, 20.85]  # and with it: + 0.5
+    off = _run("one-step-off", ["trainer.collate_s=0.2"])  # never recomputes, still collates
+    assert [row["timing_s/old_log_prob"] for row in off.rows] == pytest.approx([0.2] * 3)
+
+
 def test_one_step_off_overlaps_the_next_batch_and_waits_for_the_running_decode_before_syncing():
     # t=0: batches 1 and 2 launched (version 0 >= k - 2), decoded together in one batch [0, 2], scored at 5.
     # step 1: train [5, 6] (no old log-probs off-policy), sync [6, 6.25]; version 1 launches batch 3: decode [6.25, 8.25].
