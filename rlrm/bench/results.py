@@ -153,12 +153,3 @@ def _weighted(steps: list[dict], key: str, weights: list[float]) -> float:
     pairs = [(r[key], w) for r, w in zip(steps, weights) if key in r]
     total = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / total if total else math.nan
-
-
-def finite_json(value):
-    """`value` with every non-finite float replaced by None (JSON has no NaN: summary.json writes null)."""
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite_json(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlrm.bench.limits import Phases, Shape, baseline_phases, batch_latency, mode_bound, of_limit
-from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, run_row
+from rlrm.bench.results import COLUMNS, compare, mode_stats, run_row
 from rlrm.bench.simulate.spec import MAX_AHEAD_FIXED, named_twice
 from rlrm.config.latency import parse_latency
 from rlrm.config.loader import load_profile
@@ -41,6 +41,7 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_inputs
 from rlrm.engine.trainer import start_run, train
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
+from rlrm.json_values import json_safe
 
 BASELINE = "sync-nolatency"
 MAX_REPEATS = 100  # each repeat is len(modes) + 1 training runs: a typo of 1000000 must not start millions
@@ -351,7 +352,7 @@ class RewardLatencyBench:
         _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
         _atomic(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
         summary = self.summary()
-        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(finite_json(summary), indent=2)))
+        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(json_safe(summary), indent=2)))
         return summary
 
 

@@ -14,9 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.bench.results import finite_json
 from rlrm.cli.common import console, friendly_errors
 from rlrm.cli.options import ProfileOption, SetOption
+from rlrm.json_values import json_safe
 
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
 
@@ -67,7 +67,7 @@ def rm(
     if as_json:
         typer.echo(
             json.dumps(
-                finite_json(  # JSON has no NaN: a subset with no scored pair has null accuracy
+                json_safe(  # JSON has no NaN: a subset with no scored pair has null accuracy
                     {
                         "pairs_file": str(pairs),
                         "reward": resolved.reward.kind,

@@ -53,6 +53,9 @@ def split_baseline(results):
     if latency is None:
         return results, results.iloc[:0]
     is_base = latency.isin(["none", "0", "nan", ""]) & (results.get("mode") == "sync")
+    if "run_dir" in results.columns:  # the baseline's own folders: a sync run at latency "none" may be a mode's run
+        named = results["run_dir"].astype(str).str.rsplit("/", n=1).str[-1].str.startswith("sync-nolatency-r")
+        is_base = named if named.any() else is_base
     if is_base.all():
         return results, results.iloc[:0]
     return results[~is_base], results[is_base]

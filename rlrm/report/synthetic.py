@@ -131,7 +131,7 @@ def bench_rows(modes=("sync", "stream", "one-step-off"), repeats: int = 2) -> li
 
 
 def _bench_row(mode: str, repeat: int, latency: str, tokens_per_s: float, speedup: float) -> dict:
-    slug = f"{mode}-{'base' if latency == 'none' else 'lat'}-r{repeat}"
+    slug = f"sync-nolatency-r{repeat}" if latency == "none" else f"{mode}-r{repeat}"  # as rlrm bench names them
     return {
         "mode": mode,
         "repeat": repeat,

@@ -19,13 +19,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.bench.results import COLUMNS, compare, finite_json, mode_stats, no_step_row, run_row
+from rlrm.bench.results import COLUMNS, compare, mode_stats, no_step_row, run_row
 from rlrm.bench.simulate.draws import draw_workload
 from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
 from rlrm.config.latency import parse_latency
 from rlrm.engine.metrics.trace import write_chrome_trace
 from rlrm.errors import ConfigError, RunFolderError
+from rlrm.json_values import json_safe
 
 BASELINE = "sync-nolatency"
 MAX_REPEATS = 100  # as `rlrm bench reward-latency`: a typo of 100000000 must not simulate without end
@@ -189,4 +190,4 @@ def _write(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict
     frame = pd.DataFrame(rows, columns=COLUMNS + EXTRA_COLUMNS)
     frame.to_csv(out / "results.csv", index=False)
     frame.to_parquet(out / "results.parquet", index=False)
-    (out / "summary.json").write_text(json.dumps(finite_json(summary), indent=2))
+    (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))
