@@ -52,14 +52,20 @@ class RateLimiter:
             if self._freed is None:
                 self._freed = asyncio.Condition()
             async with self._freed:
-                await self._freed.wait_for(lambda: self._in_flight < limit)
+                try:
+                    await self._freed.wait_for(lambda: self._in_flight < limit)
+                except asyncio.CancelledError:
+                    # cancelled (its sample's deadline) maybe just as release() woke it: asyncio (before 3.13) does
+                    # not pass that wake-up on, and the freed slot would wait for the next release
+                    self._freed.notify()
+                    raise
                 self._in_flight += 1
-        slot = max(time.time(), self._paused_until)
+        # the later of both schedules' slots, and both advance from it: a request the token schedule holds back
+        # still leaves 60/rpm s after the one before it (a limit that is off keeps its schedule at 0)
+        slot = max(time.time(), self._paused_until, self._next_request, self._next_tokens)
         if self.rpm is not None:
-            slot = max(slot, self._next_request)
             self._next_request = slot + 60.0 / self.rpm
         if self.tpm is not None:
-            slot = max(slot, self._next_tokens)
             self._next_tokens = slot + tokens * 60.0 / self.tpm
         return slot
 
@@ -75,6 +81,10 @@ class RateLimiter:
     async def pause(self, seconds: float) -> None:
         """The server said to wait (Retry-After): no request of anyone goes before then."""
         self._paused_until = max(self._paused_until, time.time() + seconds)
+
+    async def paused_until(self) -> float:
+        """The wall-clock time no request goes before (0: never paused); asked by a request that slept to its slot."""
+        return self._paused_until
 
 
 async def wait_for_slot(slot: float, give_back) -> bool:
@@ -95,15 +105,38 @@ async def wait_for_slot(slot: float, give_back) -> bool:
 
 
 LATE_S = 0.1  # how late after its slot a request may still go
-_MAX_RESLOTS = 3  # then it goes anyway: a starved process must still make progress
+_MAX_TRIES = 3  # slots a request that keeps waking up late takes; it goes on the last, which it holds (concurrency
+# included) until release(): a starved process must still make progress
 
 
 async def paced(limiter, tokens: int) -> float:
     """Reserve a slot of `limiter` (a RateLimiter or the client of its Ray actor) and wait for it; the seconds
-    waited. A slot this process woke up too late for is given back and a new one taken (at most a few times)."""
+    waited. A slot this process woke up too late for is given back and a new one taken (at most a few times). So is
+    one that a pause (a 429's Retry-After) which came while this request slept now covers: no request goes before
+    the pause ends, and those that waited through it take fresh slots, paced again, rather than all go at its end."""
     start = time.time()
-    for _ in range(_MAX_RESLOTS):
-        if await wait_for_slot(await limiter.reserve(tokens), lambda: limiter.release(tokens, 0)):
-            break
-        await limiter.release(tokens, 0)
-    return time.time() - start
+
+    def give_back():
+        return limiter.release(tokens, 0)
+
+    tries = 0
+    while True:
+        slot = await limiter.reserve(tokens)
+        slept = slot > time.time()  # only then can a pause have come meanwhile (asking the Ray actor is a call)
+        on_time = await wait_for_slot(slot, give_back)
+        if slept and await _pause_covers(limiter, slot, give_back):
+            await give_back()
+            continue
+        tries += 1
+        if on_time or tries == _MAX_TRIES:
+            return time.time() - start
+        await give_back()
+
+
+async def _pause_covers(limiter, slot: float, give_back) -> bool:
+    """Whether a pause ends after `slot` (the slot goes back when this is cancelled: nothing was sent)."""
+    try:
+        return slot < await limiter.paused_until()
+    except BaseException:
+        await give_back()
+        raise

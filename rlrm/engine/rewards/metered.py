@@ -36,7 +36,9 @@ _RATIO_MARGIN = 1.05
 
 
 def estimate_tokens(body: dict | bytes) -> int:
-    """Tokens a request may cost: its answer budget plus its prompt, estimated from the text's length."""
+    """Tokens a request may cost: its answer budget plus its prompt, estimated from the text's length. Any body gets
+    an estimate (a batch sums its prompts; a count that is no number counts 0): a body the server refuses is its to
+    answer, with its own 400, not a bare 500 from here."""
     if isinstance(body, (bytes, bytearray)):
         try:
             body = json.loads(body or b"{}")
@@ -44,12 +46,36 @@ def estimate_tokens(body: dict | bytes) -> int:
             return 1
     if not isinstance(body, dict):
         return 1
-    params = body.get("sampling_params") or {}
-    answer = body.get("max_tokens") or body.get("max_completion_tokens") or params.get("max_new_tokens") or 0
-    prompt = body.get("messages") or body.get("prompt") or body.get("text") or body.get("input") or ""
+    params = body.get("sampling_params")
+    if isinstance(params, list):  # SGLang's batch /generate: one set per prompt
+        answer = sum(_count(p.get("max_new_tokens")) for p in params if isinstance(p, dict))
+    else:
+        new_tokens = params.get("max_new_tokens") if isinstance(params, dict) else None
+        each = _count(body.get("max_tokens")) or _count(body.get("max_completion_tokens")) or _count(new_tokens)
+        answer = each * _prompts(body)
     ids = body.get("input_ids")
-    prompt_tokens = len(ids) if isinstance(ids, list) else len(json.dumps(prompt)) // _CHARS_PER_TOKEN
-    return max(1, int(answer) + prompt_tokens)
+    if isinstance(ids, list):  # one prompt's ids, or a batch's lists of them
+        prompt_tokens = sum(len(i) if isinstance(i, list) else 1 for i in ids)
+    else:
+        prompt = body.get("messages") or body.get("prompt") or body.get("text") or body.get("input") or ""
+        prompt_tokens = len(json.dumps(prompt)) // _CHARS_PER_TOKEN
+    return max(1, answer + prompt_tokens)
+
+
+def _count(value) -> int:
+    """A token count as a body gives it; 0 when it is not a finite number of at least 0 (the server refuses it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+def _prompts(body: dict) -> int:
+    """How many prompts one request carries: SGLang's /generate and /v1/completions take a list of them."""
+    for key in ("input_ids", "text", "prompt"):
+        value = body.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
+            return len(value)
+    return 1
 
 
 class MeteredBalancer:
@@ -161,9 +187,12 @@ def _json(body: bytes):
 
 
 def _usage(out) -> dict | None:
-    """Token usage of an answer: OpenAI's `usage`, or SGLang's `meta_info` (/generate)."""
-    if isinstance(out, list) and out:
-        out = out[0]
+    """Token usage of an answer: OpenAI's `usage`, or SGLang's `meta_info` (/generate; a batch's summed)."""
+    if isinstance(out, list):
+        usages = [u for u in map(_usage, out) if u is not None]
+        if not usages:
+            return None
+        return {k: sum(_count(u.get(k)) for u in usages) for k in ("prompt_tokens", "completion_tokens")}
     if not isinstance(out, dict):
         return None
     usage = out.get("usage") or out.get("meta_info")

@@ -17,6 +17,8 @@ it before each reward-model request, so N workers send the limit, not N times it
 
 from __future__ import annotations
 
+import asyncio
+
 from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
@@ -46,9 +48,24 @@ class RemoteLimiter:
 
     def __init__(self, actor):
         self.actor = actor
+        self._giving_back: set[asyncio.Task] = set()  # held here: a task nobody references may be collected
 
     async def reserve(self, tokens: int) -> float:
-        return await self.actor.reserve.remote(tokens)
+        taken = asyncio.ensure_future(self.actor.reserve.remote(tokens))
+        try:
+            return await asyncio.shield(taken)
+        except asyncio.CancelledError:  # the sample's deadline: the actor's call goes on all the same, and takes a slot
+            task = asyncio.ensure_future(self._give_back_once_taken(taken, tokens))
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
+            raise
+
+    async def _give_back_once_taken(self, taken: asyncio.Future, tokens: int) -> None:
+        try:
+            await taken
+        except Exception:  # noqa: BLE001 - the actor failed or is gone: it took nothing
+            return
+        await self.release(tokens, 0)  # nothing was sent
 
     async def acquire(self, tokens: int) -> float:
         return await paced(self, tokens)  # the slot is kept here, in the worker: a late answer does not move it
@@ -58,6 +75,9 @@ class RemoteLimiter:
 
     async def pause(self, seconds: float) -> None:
         await self.actor.pause.remote(seconds)
+
+    async def paused_until(self) -> float:
+        return await self.actor.paused_until.remote()
 
 
 class RewardWorker:

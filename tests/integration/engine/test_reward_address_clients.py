@@ -212,6 +212,26 @@ def test_the_openai_sdk_lists_models_and_chats_through_the_address(upstream, req
     assert missing.status_code == 404 and "no-such-path" in missing.message
 
 
+@cases(["genrm"])
+def test_a_batch_and_a_wrong_typed_field_get_the_servers_own_answer(upstream):
+    # SGLang's batch /generate (one sampling_params per prompt) and a max_tokens that is no number, through the
+    # forwarder: the server answers each (the batch's answers; its 400 naming the field), not a bare 500 from rlrm
+    import httpx
+
+    batch = {"text": ["1 + 1 =", "2 + 2 ="], "sampling_params": [{"max_new_tokens": 2, "temperature": 0}] * 2}
+
+    async def scenario():
+        async with address(upstream) as base, httpx.AsyncClient(base_url=base, timeout=60) as client:
+            model = (await client.get("/v1/models")).json()["data"][0]["id"]
+            generated = await client.post("/generate", json=batch)
+            refused = await client.post("/v1/chat/completions", json={**CHAT, "model": model, "max_tokens": "many"})
+            return generated, refused
+
+    generated, refused = asyncio.run(scenario())
+    assert generated.status_code == 200 and len(generated.json()) == 2, generated.text[:200]
+    assert refused.status_code == 400 and "max_tokens" in refused.json()["error"]["message"], refused.text[:200]
+
+
 @cases(["router", "genrm", "genrm-direct"])
 def test_health_answers_200_as_plain_text(upstream):
     import httpx
