@@ -357,8 +357,10 @@ class ServerRolloutEngine:
                 return  # loaded into every replica at start
             t1 = time.perf_counter()
             with self.gate.reloading(self.request_timeout_s + 30.0) if self.gate is not None else nullcontext():
-                self.version = self.disk.version = version
+                self.disk.version = version  # a replica restarted from here on loads this one
                 self.disk.push_all(path, version)
+                # requests made meanwhile carry the version before: a replica not loaded yet answers them, not refused
+                self.version = version
             self.sync_times["load_s"] += time.perf_counter() - t1
             self.files.keep_only(path)
 

@@ -12,11 +12,21 @@ import time
 from pathlib import Path
 
 from rlrm.config.servers import RolloutServerConfig
+from rlrm.inference.base import SamplingParams
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.replica_info import held_version
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import SGLangWire
 from rlrm.launch.fleet.server_fleet import ServerFleet
+
+
+def _engine(model_path, tmp_path, replicas: int) -> ServerRolloutEngine:
+    fleet = ServerFleet(
+        RolloutServerConfig(router="client", threads=1, replicas=replicas).fleet_spec(),
+        role="policy",
+        model_path=str(model_path),
+    )
+    return ServerRolloutEngine(fleet, SGLangWire(), WeightFiles(str(tmp_path)), request_timeout_s=60, sync_timeout_s=60)
 
 
 def _shifted(model_path: Path, shift: float) -> dict:
@@ -28,14 +38,7 @@ def _shifted(model_path: Path, shift: float) -> dict:
 def test_a_sync_during_a_restarted_replicas_load_waits_for_it_and_the_replica_serves_the_newest(
     tiny_policy_path, tmp_path
 ):
-    fleet = ServerFleet(
-        RolloutServerConfig(router="client", threads=1, replicas=2).fleet_spec(),
-        role="policy",
-        model_path=str(tiny_policy_path),
-    )
-    engine = ServerRolloutEngine(
-        fleet, SGLangWire(), WeightFiles(str(tmp_path)), request_timeout_s=60, sync_timeout_s=60
-    )
+    engine = _engine(tiny_policy_path, tmp_path, replicas=2)
     real_push, loading, hook_errors = engine.disk.push_one, [], []
 
     def slow_restart_load(url, path, version, may_be_dead=False):
@@ -84,12 +87,7 @@ def test_a_sync_during_a_restarted_replicas_load_waits_for_it_and_the_replica_se
 def test_held_version_reads_what_a_replica_reports_and_none_from_a_dead_port(tiny_policy_path, tmp_path):
     from held_ports import refused_port
 
-    fleet = ServerFleet(
-        RolloutServerConfig(router="client", threads=1, replicas=1).fleet_spec(),
-        role="policy",
-        model_path=str(tiny_policy_path),
-    )
-    engine = ServerRolloutEngine(fleet, SGLangWire(), WeightFiles(str(tmp_path)), sync_timeout_s=60)
+    engine = _engine(tiny_policy_path, tmp_path, replicas=1)
 
     async def scenario():
         await engine.start()
@@ -104,3 +102,35 @@ def test_held_version_reads_what_a_replica_reports_and_none_from_a_dead_port(tin
     assert asyncio.run(scenario()) == (0, 3)
     with refused_port() as port:
         assert held_version(f"http://127.0.0.1:{port}", None, 2) is None
+
+
+def test_requests_made_during_a_sync_are_not_refused_by_the_replicas_it_has_not_reached_yet(tiny_policy_path, tmp_path):
+    # They were tagged with the new version before any replica held it: a replica still loading answered with the
+    # version before, which counted as stale, was refused and generated again elsewhere.
+    engine = _engine(tiny_policy_path, tmp_path, replicas=2)
+    real_push, slow = engine.disk.push_one, []
+
+    def one_slow_replica(url, path, version, may_be_dead=False):
+        if url == slow[0]:
+            time.sleep(3.0)  # the other replica loads at once; this one a few seconds later
+        return real_push(url, path, version, may_be_dead)
+
+    engine.disk.push_one = one_slow_replica
+
+    async def scenario():
+        await engine.start()
+        try:
+            slow.append(engine.fleet.replica_urls[1])
+            sync = asyncio.create_task(asyncio.to_thread(engine.update_weights, _shifted(tiny_policy_path, 0.01), 1))
+            await asyncio.sleep(1.0)  # the first replica holds version 1, the second still 0
+            completions = await asyncio.gather(
+                *(engine.generate([5, 6, 7 + i], SamplingParams(max_new_tokens=4, seed=i)) for i in range(8))
+            )
+            await sync
+            return completions, engine.take_metrics()
+        finally:
+            await engine.close()
+
+    completions, metrics = asyncio.run(scenario())
+    assert metrics["rollout/stale_refused"] == 0
+    assert {c.policy_version for c in completions} <= {0, 1}

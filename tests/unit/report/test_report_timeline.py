@@ -64,36 +64,34 @@ def test_window_from_trace_step_numbers(tmp_path, notes):
     assert panel.events["end_s"].max() == pytest.approx(2.0)
 
 
-def test_a_resumed_runs_steps_are_found_in_its_later_session(tmp_path, notes):
-    # Session 1 ran steps 1-2 (1 s each from 0 s), session 2 resumed after step 2 with its clock (perf/wall_s)
-    # restarting at 0; its events are 3 s later in the trace (shift_s), so step 3 is at 3-4 s there.
-    rows = [{"step": 1, "perf/wall_s": 1.0}, {"step": 2, "perf/wall_s": 2.0}, {"step": 3, "perf/wall_s": 1.0}]
+def _resumed_run(folder, session_2_walls: float, **session_2) -> None:
+    """Session 1 ran steps 1-2 (1 s each from 0 s); session 2 resumed after step 2, its events 3 s later in the
+    trace (shift_s): step 3 is at 3-4 s there. `session_2_walls`: step 3's perf/wall_s."""
+    rows = [
+        {"step": 1, "perf/wall_s": 1.0},
+        {"step": 2, "perf/wall_s": 2.0},
+        {"step": 3, "perf/wall_s": session_2_walls},
+    ]
     lines = [json.dumps({**row, "perf/time_per_step": 1.0}) + "\n" for row in rows]
-    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    (folder / "metrics.jsonl").write_text("".join(lines))
     events = [
         {"name": "update", "cat": "trainer", "ph": "X", "pid": pid, "tid": 0, "ts": ts, "dur": 1e6}
         for pid, ts in ((0, 0.0), (0, 1e6), (1, 3e6))
     ]
-    args = {"name": "session 2 (resumed after step 2)", "resumed_after_step": 2, "shift_s": 3.0}
+    args = {"name": "session 2 (resumed after step 2)", "resumed_after_step": 2, "shift_s": 3.0, **session_2}
     events.append({"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": args})
-    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    (folder / "trace.json").write_text(json.dumps({"traceEvents": events}))
+
+
+def test_a_resumed_runs_steps_are_found_in_its_later_session(tmp_path, notes):
+    _resumed_run(tmp_path, 1.0)  # as runs before 2026-11-29 wrote it: session 2's perf/wall_s restarted at 0
     panel = timeline_panel(load_folder(tmp_path, notes), (2, 3), notes)
     assert panel.step_starts == {2: 0.0, 3: 2.0}  # without the shift, step 3 began at 0 s, before step 2
     assert panel.events["start_s"].tolist() == [0.0, 2.0]  # steps 2 and 3's updates, nothing of step 1
 
 
 def test_a_resumed_session_whose_wall_clock_goes_on_is_placed_by_its_offset(tmp_path, notes):
-    # As above, but session 2's perf/wall_s goes on from step 2's (2 s: wall_offset_s), as the trainer writes it now.
-    rows = [{"step": 1, "perf/wall_s": 1.0}, {"step": 2, "perf/wall_s": 2.0}, {"step": 3, "perf/wall_s": 3.0}]
-    lines = [json.dumps({**row, "perf/time_per_step": 1.0}) + "\n" for row in rows]
-    (tmp_path / "metrics.jsonl").write_text("".join(lines))
-    events = [
-        {"name": "update", "cat": "trainer", "ph": "X", "pid": pid, "tid": 0, "ts": ts, "dur": 1e6}
-        for pid, ts in ((0, 0.0), (0, 1e6), (1, 3e6))
-    ]
-    args = {"name": "session 2", "resumed_after_step": 2, "shift_s": 3.0, "wall_offset_s": 2.0}
-    events.append({"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": args})
-    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    _resumed_run(tmp_path, 3.0, wall_offset_s=2.0)  # perf/wall_s goes on from step 2's, as the trainer writes it now
     panel = timeline_panel(load_folder(tmp_path, notes), (2, 3), notes)
     assert panel.step_starts == {2: 0.0, 3: 2.0}  # shifting by shift_s alone put step 3 at 4-5 s, past its update
     assert panel.events["start_s"].tolist() == [0.0, 2.0]
