@@ -8,6 +8,7 @@ The file runs as it is imported: name only files you trust (docs/security.md).
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,8 +21,12 @@ def import_file(path: str | Path, module_name: str, label: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ConfigError(f"{label} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs, as `import` does: dataclasses under `from __future__ import annotations` look their
+    # module up there, and pickle (worker processes) finds the file's functions by it
+    sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        sys.modules.pop(module_name, None)
         raise ConfigError(f"{label} failed to import: {type(exc).__name__}: {exc}") from None
     return module

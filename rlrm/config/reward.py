@@ -351,8 +351,6 @@ class RewardConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "RewardConfig":
-        if "{response}" not in self.genrm.template:
-            raise ValueError("genrm.template must contain {response}")
         check_template_fields(self.genrm.template)
         if self.kind == "rubric":
             check_rubric(self.rubric, self.component_weights)

@@ -72,8 +72,6 @@ def check_rubric(rubric: RubricConfig, component_weights: dict[str, float]) -> N
             "reward.kind=rubric needs reward.rubric.criteria (at least one {name, question, weight}); "
             "for a single judge question use reward.kind=genrm"
         )
-    if "{response}" not in rubric.prefix:
-        raise ValueError("reward.rubric.prefix must contain {response}")
     try:
         check_template_fields(rubric.prefix)
     except ValueError as exc:

@@ -86,12 +86,13 @@ def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
             import pandas as pd
 
             return pd.read_parquet(path).to_dict("records"), None
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is no part of the data
         if path.suffix == ".json":
             data = json.loads(text)
             return (data if isinstance(data, list) else data.get("data", [])), None
         rows, lines = [], []
-        for lineno, line in enumerate(text.splitlines(), 1):
+        # "\n" only: splitlines() also splits at U+2028, U+2029 and U+0085, which JSON strings may hold raw
+        for lineno, line in enumerate(text.split("\n"), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
@@ -129,15 +130,21 @@ def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:
 
 
 def _verl_row(row: dict, index: int, split: str) -> Example:
-    messages = [dict(m) for m in list(row["prompt"])]
+    prompt = row["prompt"]
+    listed = isinstance(prompt, (list, tuple)) or type(prompt).__name__ == "ndarray"  # parquet: a numpy array
+    messages = list(prompt) if listed else []
     if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
         raise ValueError("'prompt' must be a list of {role, content} messages")
+    messages = [dict(m) for m in messages]
     reward_model = row.get("reward_model") or {}
     truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if truth is None or str(truth).strip() == "":
         raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
     _check_number(str(truth))
-    extra = dict(row.get("extra_info") or {})
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"'extra_info' must be an object, not {type(extra).__name__}")
+    extra = dict(extra)
     return Example(
         uid=f"{row.get('data_source', 'gsm8k')}/{split}/{extra.get('index', index)}",
         prompt=messages,

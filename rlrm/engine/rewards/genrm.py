@@ -60,6 +60,16 @@ def judge_messages(template: str, sample: RewardSample) -> list[dict]:
     return [{"role": "user", "content": judge_prompt(template, sample)}]
 
 
+def cut_off(answer: dict) -> bool:
+    """The judge stopped at max_tokens (finish_reason "length"): the last verdict in its text may be one it was
+    quoting from the response it judges (an answer that ends in "Score: 10"), so none of it is taken."""
+    return answer["choices"][0].get("finish_reason") == "length"
+
+
+def cut_off_line(max_tokens: int) -> str:
+    return f"judge stopped at reward.genrm.max_tokens={max_tokens} before it finished; raise max_tokens"
+
+
 def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
     """A reward function that asks a served judge."""
     g = cfg.genrm
@@ -74,13 +84,14 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
         out = await balancer.post("/v1/chat/completions", body, cfg.server.request_timeout_s)
         text = out["choices"][0]["message"]["content"] or ""
         usage = out.get("usage") or {}
-        score = parse_verdict(text, g.verdict, g.max_score)
+        score = None if cut_off(out) else parse_verdict(text, g.verdict, g.max_score)
         tokens = {
             "judge_prompt_tokens": usage.get("prompt_tokens", 0),
             "judge_completion_tokens": usage.get("completion_tokens", 0),
         }
         if score is None:
-            error = UnparsedVerdict(f"judge gave no verdict for sample {sample.uid}: {text[-80:]!r}")
+            why = f" ({cut_off_line(g.max_tokens)})" if cut_off(out) else ""
+            error = UnparsedVerdict(f"judge gave no verdict for sample {sample.uid}{why}: {text[-80:]!r}")
             error.extra = tokens  # the judge's tokens were spent all the same
             raise error
         return RewardResult(score, {"judge_verdict": text[-200:], **tokens})

@@ -22,7 +22,7 @@ from rlrm.config.rubric import RubricCriterion
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.errors import UnparsedVerdict
-from rlrm.engine.rewards.genrm import judge_prompt, parse_verdict
+from rlrm.engine.rewards.genrm import cut_off, cut_off_line, judge_prompt, parse_verdict
 
 
 def criterion_messages(prefix: str, criterion: RubricCriterion, sample: RewardSample) -> list[dict]:
@@ -50,6 +50,8 @@ def make_rubric_reward(cfg: RewardConfig, balancer) -> RewardFn:
         text = out["choices"][0]["message"]["content"] or ""
         usage = out.get("usage") or {}
         tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}
+        if cut_off(out):  # a verdict in cut-off text may be the response's own
+            return None, f"{text} [{cut_off_line(g.max_tokens)}]", tokens
         return parse_verdict(text, criterion.verdict, criterion.max_score), text, tokens
 
     async def rubric_reward(sample: RewardSample) -> RewardResult:

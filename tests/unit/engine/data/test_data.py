@@ -175,3 +175,55 @@ def test_prompt_length_policies():
     assert [e.uid for e in kept] == ["a"] and dropped == 1
     ids, kept, dropped = encode_prompts(exs, tok, 5, "truncate-left")
     assert ids[1] == [ord(c) for c in "defgh"] and dropped == 0
+
+
+def _write_jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85"])
+def test_jsonl_with_unicode_line_separator_inside_a_string_loads(tmp_path, sep):
+    # json.dumps(ensure_ascii=False) writes U+2028/U+2029/U+0085 raw: each line below is valid JSON and the file
+    # has exactly two '\n'-separated lines. str.splitlines() also splits on these characters, cutting the row.
+    f = tmp_path / "train.jsonl"
+    _write_jsonl(
+        f,
+        [
+            {"question": f"What is 1+1?{sep}Think.", "answer": "1+1=2\n#### 2"},
+            {"question": "What is 2+1?", "answer": "#### 3"},
+        ],
+    )
+    examples, skipped = load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+    assert [e.ground_truth for e in examples] == ["2", "3"]
+    assert skipped == 0
+
+
+def test_jsonl_with_utf8_bom_loads(tmp_path):
+    # Files saved by Windows editors / PowerShell start with a UTF-8 BOM.
+    f = tmp_path / "train.jsonl"
+    f.write_text("\ufeff" + json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n", encoding="utf-8")
+    examples, _ = load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+    assert examples[0].ground_truth == "2"
+
+
+BAD_VERL_ROWS = [
+    {"prompt": 5, "reward_model": {"ground_truth": "1"}},
+    {"prompt": [1], "reward_model": {"ground_truth": "1"}},
+    {"prompt": [{"role": "user", "content": "x"}], "reward_model": {"ground_truth": "1"}, "extra_info": 5},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_VERL_ROWS)
+def test_malformed_verl_row_is_a_data_error_naming_file_and_line(tmp_path, bad):
+    f = tmp_path / "train.jsonl"
+    _write_jsonl(f, [{"question": "1+1?", "answer": "#### 2"}, bad])
+    with pytest.raises(DataError, match=r"train\.jsonl line 2"):
+        load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+
+
+@pytest.mark.parametrize("bad", BAD_VERL_ROWS)
+def test_malformed_verl_row_is_skipped_with_skip_bad_rows(tmp_path, bad):
+    f = tmp_path / "train.jsonl"
+    _write_jsonl(f, [{"question": "1+1?", "answer": "#### 2"}, bad])
+    examples, skipped = load_gsm8k(str(f), "train", "", skip_bad_rows=True)
+    assert (len(examples), skipped) == (1, 1)

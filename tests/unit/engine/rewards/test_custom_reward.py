@@ -128,3 +128,47 @@ def test_bools_text_vectors_and_scores_beyond_float32_are_counted_failures(tmp_p
     assert metrics["reward/failures"] == 1 and result.score == cfg.default_score
     if "e39" in returned:
         assert metrics["reward/nonfinite"] == 1
+
+
+def test_a_reward_file_with_dataclasses_and_pickled_helpers_imports_as_python_would(tmp_path):
+    # the module was never put in sys.modules: a @dataclass under `from __future__ import annotations` failed to
+    # import ("'NoneType' object has no attribute '__dict__'"), and pickle could not find the file's functions
+    import textwrap
+
+    from rlrm.engine.rewards.custom import load_function
+
+    path = tmp_path / "my_reward.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            from __future__ import annotations
+            import pickle
+            from dataclasses import dataclass
+
+            @dataclass
+            class Parsed:
+                answer: str | None
+
+            def _same(x):
+                return x
+
+            def compute_score(data_source, solution_str, ground_truth, extra_info):
+                answer = pickle.loads(pickle.dumps(_same))(Parsed(solution_str.strip()).answer)
+                return float(answer == ground_truth)
+            """
+        )
+    )
+    assert load_function(str(path), "compute_score")("d", "42", "42", {}) == 1.0
+
+
+def test_a_reward_file_that_fails_to_import_leaves_no_module_behind(tmp_path):
+    import sys
+
+    from rlrm.engine.rewards.custom import load_function
+
+    path = tmp_path / "broken.py"
+    path.write_text("raise RuntimeError('not today')\n")
+    before = set(sys.modules)
+    with pytest.raises(ConfigError, match="failed to import: RuntimeError: not today"):
+        load_function(str(path), "compute_score")
+    assert set(sys.modules) == before

@@ -140,3 +140,19 @@ def test_the_contract_changes_with_a_criterions_question_weight_or_parser():
         assert "parser" in changed_parts(base.parts, changed.parts)
     other_prefix = rubric(rubric={"prefix": "Q: {question}\nA: {response}\n", "criteria": CRITERIA})
     assert changed_parts(base.parts, reward_contract(other_prefix).parts) == ["reference", "template"]
+
+
+def test_a_criterion_whose_judge_was_cut_off_at_max_tokens_has_no_verdict():
+    # its last "Score: N" may be quoted from the response it judges; before, it was taken as the judge's own
+    from rlrm.engine.rewards.errors import UnparsedVerdict
+
+    class CutOnWorking(ScriptedJudge):
+        async def post(self, path, body, timeout_s, url=None):
+            answer = await super().post(path, body, timeout_s, url)
+            if body["messages"][0]["content"].endswith("Is the working shown?"):
+                answer["choices"][0]["finish_reason"] = "length"
+            return answer
+
+    fn = build_reward_fn(rubric(), balancer=CutOnWorking(ANSWERS))
+    with pytest.raises(UnparsedVerdict, match="working of sample p0.*max_tokens=48 before it finished"):
+        asyncio.run(fn(sample(0)))
