@@ -150,6 +150,7 @@ class HFRolloutEngine:
         may change its tensors as soon as this returns.
         """
         with self._lock:
+            _check_fits(self.model.state_dict(), state_dict)  # all or nothing: a strict load copies what fits first
             self.model.load_state_dict(state_dict)
             self.version = version
 
@@ -367,3 +368,15 @@ def _fail(requests: list[_Request], error: BaseException) -> None:
     for req in requests:
         if not req.future.done() and not req.future.get_loop().is_closed():
             req.future.set_exception(error)
+
+
+def _check_fits(expected: dict, given: dict) -> None:
+    """RuntimeError (as `load_state_dict` raises) unless `given` holds every tensor of `expected`, each its shape."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    wrong = [k for k, v in expected.items() if k in given and tuple(given[k].shape) != tuple(v.shape)]
+    if missing or unexpected or wrong:
+        raise RuntimeError(
+            f"the weights do not fit the model, nothing loaded: missing {missing[:3]}, unexpected {unexpected[:3]}, "
+            f"other shapes {wrong[:3]}"
+        )

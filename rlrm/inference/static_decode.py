@@ -295,7 +295,7 @@ class StaticDecoder:
 
         dtype = next(self.model.parameters()).dtype
         config = self.model.config
-        heads = config.num_key_value_heads
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads  # GPT-2, OPT: none
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rows = bucket.ids.shape[0]
         empty = torch.zeros((rows, heads, 0, head_dim), dtype=dtype, device=self.device)

@@ -64,10 +64,10 @@ def add_completion_routes(ep: Endpoints) -> None:
             else check_ids(list(body.prompt), backend, "prompt")
         )
         sampling = sampling_of(body, default_max=16)
-        comps = await ep.generate(ids, sampling, body.n)
+        decoded = [ep.decode(comp, body.stop) for comp in await ep.generate(ids, sampling, body.n)]
+        comps = [comp for _, _, comp in decoded]  # cut at the stop string: usage and log-probs count what is sent
         choices = []
-        for i, comp in enumerate(comps):
-            text, finish = ep.decode(comp, body.stop)
+        for i, (text, finish, comp) in enumerate(decoded):
             if body.echo:
                 text = (body.prompt if isinstance(body.prompt, str) else backend.tokenizer.decode(ids)) + text
             logprobs = (
@@ -99,10 +99,10 @@ def add_completion_routes(ep: Endpoints) -> None:
         size = sum(len(m["content"]) for m in messages)
         ids = await off_loop(size, lambda: prompt_of(backend.tokenizer, messages, kwargs))
         sampling = sampling_of(body, default_max=min(256, max(1, backend.max_len - len(ids))))
-        comps = await ep.generate(ids, sampling, body.n)
+        decoded = [ep.decode(comp, body.stop) for comp in await ep.generate(ids, sampling, body.n)]
+        comps = [comp for _, _, comp in decoded]  # cut at the stop string: usage and log-probs count what is sent
         choices = []
-        for i, comp in enumerate(comps):
-            text, finish = ep.decode(comp, body.stop)
+        for i, (text, finish, comp) in enumerate(decoded):
             logprobs: dict | None = None
             if body.logprobs:
                 logprobs = {

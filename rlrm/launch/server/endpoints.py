@@ -16,6 +16,7 @@ import contextvars
 import functools
 import logging
 import random
+from dataclasses import replace
 
 from rlrm.inference.base import Completion, RequestFailedAlone, SamplingParams
 from rlrm.launch.server.protocol import RequestError
@@ -135,14 +136,25 @@ class Endpoints:
             at += n
         return out
 
-    def decode(self, comp: Completion, stop) -> tuple[str, str]:
-        text = self.backend.tokenizer.decode(comp.token_ids, skip_special_tokens=True)
-        finish = comp.finish_reason
-        for s in [stop] if isinstance(stop, str) else stop or []:
-            cut = text.find(s)
-            if s and cut >= 0:
-                text, finish = text[:cut], "stop"
-        return text, finish
+    def decode(self, comp: Completion, stop) -> tuple[str, str, Completion]:
+        """The response's text, its finish reason and the completion, cut at the first `stop` string: the text
+        ends before it, the token ids and log-probs with the token that completes it (as with EOS), so text, ids,
+        log-probs and usage tell of the same response (they kept every token up to EOS before)."""
+        tokenizer = self.backend.tokenizer
+        text = tokenizer.decode(comp.token_ids, skip_special_tokens=True)
+        stops = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
+        found = [text.find(s) for s in stops if s in text]
+        if not found:
+            return text, comp.finish_reason, comp
+        # the fewest tokens whose text holds a stop string (a longer prefix holds it too): a binary search
+        ids, low, high = comp.token_ids, 1, len(comp.token_ids)
+        while low < high:
+            mid = (low + high) // 2
+            head = tokenizer.decode(ids[:mid], skip_special_tokens=True)
+            low, high = (low, mid) if any(s in head for s in stops) else (mid + 1, high)
+        mask = comp.loss_mask[:low] if comp.loss_mask is not None else None
+        kept = replace(comp, token_ids=ids[:low], log_probs=comp.log_probs[:low], finish_reason="stop", loss_mask=mask)
+        return text[: min(found)], "stop", kept
 
     async def tokenize(self, text: str) -> list[int]:
         return await off_loop(

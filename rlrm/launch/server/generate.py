@@ -6,7 +6,7 @@ from typing import cast
 
 from rlrm.inference.base import SamplingParams
 from rlrm.launch.server.endpoints import Endpoints, check_ids, no_stream
-from rlrm.launch.server.protocol import GenerateRequest, RequestError, new_id
+from rlrm.launch.server.protocol import NOT_IMPLEMENTED, GenerateRequest, RequestError, new_id
 
 
 def add_generate_route(ep: Endpoints) -> None:
@@ -36,6 +36,15 @@ def add_generate_route(ep: Endpoints) -> None:
             raise RequestError(
                 f"{len(prompts)} prompts but {len(params)} sampling_params; send one per prompt or one for all"
             )
+        listed = isinstance(body.sampling_params, list)
+        for i, sp in enumerate(params):
+            for key, value in (sp.model_extra or {}).items():
+                if key in NOT_IMPLEMENTED and value not in (NOT_IMPLEMENTED[key], None):
+                    field = f"sampling_params[{i}].{key}" if listed else f"sampling_params.{key}"
+                    raise RequestError(
+                        f"{field}={value!r} is not implemented by the embedded server, which would answer as if it "
+                        "were unset: leave it out, or serve this model with SGLang or vLLM"
+                    )
         samplings = [
             SamplingParams(
                 temperature=sp.temperature,
@@ -53,8 +62,8 @@ def add_generate_route(ep: Endpoints) -> None:
         ]
         results = await ep.generate_batch([(ids, sampling, 1) for ids, sampling in zip(prompts, samplings)])
         outs = []
-        for ids, sp, (comp,) in zip(prompts, params, results):
-            text, finish = ep.decode(comp, sp.stop)
+        for ids, sp, (whole,) in zip(prompts, params, results):
+            text, finish, comp = ep.decode(whole, sp.stop)
             meta = {
                 "id": new_id("gen"),
                 "prompt_tokens": len(ids),

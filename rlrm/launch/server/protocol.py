@@ -103,10 +103,28 @@ class ChatCompletionRequest(_Sampling):
     stream_reasoning: bool = True
 
 
+# SGLang's sampling knobs that change what is generated, which the embedded server does not implement: accepted only
+# at the value that changes nothing (an answer as if they had been applied would be a wrong one)
+NOT_IMPLEMENTED = {
+    "min_p": 0.0,
+    "ignore_eos": False,
+    "n": 1,
+    "min_new_tokens": 0,
+    "repetition_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "logit_bias": None,
+    "regex": None,
+    "json_schema": None,
+    "ebnf": None,
+    "structural_tag": None,
+}
+
+
 class GenerateSamplingParams(BaseModel):
     model_config = ConfigDict(
         extra="allow", allow_inf_nan=False, strict=True
-    )  # SGLang has many knobs; unknown ones pass
+    )  # SGLang has many knobs; the ones that change nothing here (no_stop_trim, skip_special_tokens, ...) pass
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -89,6 +89,26 @@ def test_generate_native_with_logprobs(genrm):
     assert isinstance(batch, list) and len(batch) == 2
 
 
+def test_a_stop_string_ends_the_ids_and_log_probs_where_it_ends_the_text(genrm, tiny_policy_path):
+    # the text was cut before the stop string, but output_ids, their log-probs and completion_tokens went on to EOS
+    from transformers import AutoTokenizer
+
+    def generate(**sampling):
+        body = {"text": "Mia has 5 pens.", "return_logprob": True}
+        body["sampling_params"] = {"max_new_tokens": 12, "temperature": 0, **sampling}
+        return httpx.post(genrm.url + "/generate", json=body).json()
+
+    free = generate()["text"]
+    assert len(free) >= 4
+    stop = free[len(free) // 2 : len(free) // 2 + 2]
+    out = generate(stop=stop)
+    ids, meta = out["output_ids"], out["meta_info"]
+    decode = AutoTokenizer.from_pretrained(str(tiny_policy_path)).decode
+    assert out["text"] == free[: free.find(stop)] and meta["finish_reason"]["type"] == "stop"
+    assert stop in decode(ids) and stop not in decode(ids[:-1])  # ends with the token that completes it
+    assert meta["completion_tokens"] == len(ids) == len(meta["output_token_logprobs"])
+
+
 @pytest.mark.parametrize(
     ("path", "body", "needle"),
     [
@@ -101,6 +121,13 @@ def test_generate_native_with_logprobs(genrm):
         ("/v1/completions", {"prompt": ""}, "empty prompt"),
         ("/v1/completions", {"prompt": "hi " * 600, "max_tokens": 5}, "context"),
         ("/generate", {"sampling_params": {}}, "exactly one of"),
+        # SGLang knobs the embedded server does not implement: refused, not answered as if unset
+        ("/generate", {"input_ids": [5, 6], "sampling_params": {"min_p": 0.5}}, "sampling_params.min_p=0.5 is not"),
+        (
+            "/generate",
+            {"input_ids": [[5], [6]], "sampling_params": [{}, {"ignore_eos": True}]},
+            "sampling_params[1].ignore_eos=True is not",
+        ),
         ("/classify", {"input": "x"}, "role 'genrm'"),
     ],
 )

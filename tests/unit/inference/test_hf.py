@@ -299,3 +299,30 @@ def test_unseeded_requests_repeat_under_the_engine_seed(model):
     other = generate(make_engine(model, seed=6), PROMPTS[:3], free)
     assert [o.token_ids for o in first] == [o.token_ids for o in again] != [o.token_ids for o in other]
     assert len({o.meta["seed"] for o in first}) == 3
+
+
+def test_a_refused_weight_update_leaves_every_weight_and_the_version_as_they_were(model):
+    # a strict load_state_dict copies every tensor that fits before it raises: one wrong shape used to leave new
+    # weights serving under the old version
+    engine = make_engine(copy.deepcopy(model))
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    update = {k: v + 1.0 for k, v in before.items()}
+    update["model.norm.weight"] = torch.ones(7)  # a foreign checkpoint's shape
+    with pytest.raises(RuntimeError, match="nothing loaded"):
+        engine.update_weights(update, version=5)
+    assert engine.version == 0
+    assert all(torch.equal(v, before[k]) for k, v in engine.model.state_dict().items())
+
+
+def test_compiled_decoding_runs_a_model_whose_config_names_no_key_value_heads():
+    # GPT-2, GPT-NeoX and OPT configs have no num_key_value_heads: every compiled batch raised AttributeError
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4)).eval()
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    prompts = [[5, 17, 33], [7, 8, 9, 10, 11]]
+    dynamic = generate(make_engine(gpt2), prompts, [greedy] * 2)
+    compiled = generate(make_engine(gpt2, compile="eager"), prompts, [greedy] * 2)
+    assert [c.token_ids for c in compiled] == [c.token_ids for c in dynamic]
+    assert len(compiled[0].token_ids) == 6
