@@ -68,7 +68,9 @@ def genrm_record(
 ) -> dict:
     from rlrm.engine.rewards.genrm import judge_messages
 
-    cfg = RewardConfig(kind="genrm", server={"model": "x"}, genrm={"template": template} if template else {})
+    cfg = RewardConfig(kind="genrm", server={"model": "x"})
+    if template:  # set after the profile's checks: a judge prompt recorded before they refused it
+        cfg.genrm.template = template
     s = sample(response)
     exchange = {
         "path": "/v1/chat/completions",
@@ -141,7 +143,7 @@ def test_a_different_reward_tokenizer_is_info_only(tokenizer):
 
 
 def test_judge_template_without_the_response_is_caught(tokenizer):
-    # `{{response}}` passes the profile check (the text holds "{response}") but formats to a literal
+    # `{{response}}` formats to a literal: profiles refuse it now; a judge prompt recorded before is still caught
     escaped = "Is this right? {question}\nAnswer: {{response}}\nEnd with Score: 10 or Score: 0."
     record = genrm_record(tokenizer, template=escaped)
     assert CLEAN not in record["judge_prompt_text"]
