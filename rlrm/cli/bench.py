@@ -217,10 +217,15 @@ def simulate(
 
     folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
     from rlrm.bench.simulate.spec import named_twice
+    from rlrm.config.schema import MODES
 
-    twice = named_twice([m.strip() for m in (modes or "").split(",") if m.strip()])
+    named = [m.strip() for m in (modes or "").split(",") if m.strip()]
+    twice = named_twice(named)
     if twice:  # named as --modes, not as the --set the option becomes
         raise ConfigError(f"--modes {twice}")
+    unknown = [m for m in named if m not in MODES]
+    if unknown or (modes is not None and not named):
+        raise ConfigError(f"--modes {modes!r}: name scheduling modes, comma-separated, from {', '.join(MODES)}")
     extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
     plan = make_plan(from_, spec, extra, sweep)
     if plan.bench is not None:

@@ -137,6 +137,7 @@ def server(
             start_timeout,
             dry_run,
             allow_unauthenticated,
+            key_shown=(f"${api_key_env}" if api_key_env else "$RLRM_API_KEY") if api_key else None,
         )
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
@@ -176,8 +177,10 @@ def _external(
     start_timeout,
     dry_run,
     allow_unauthenticated=False,
+    key_shown: str | None = None,
 ) -> None:
-    """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C."""
+    """Start vLLM or SGLang as an owned process, wait for /health, keep it up until Ctrl-C. `key_shown`: what
+    `--dry-run` prints in place of the key (SGLang takes it on its command line), as `rlrm train --dry-run` does."""
     import shlex
     import time
 
@@ -186,20 +189,24 @@ def _external(
     from rlrm.launch.fleet.backends import ReplicaLaunch, engine_device
     from rlrm.launch.fleet.process import ServerProcess
 
-    launch = ReplicaLaunch(
-        backend,
-        model,
-        role,
-        dtype=dtype,
-        max_batch=max_batch,
-        api_key=api_key,
-        served_model_name=served_model_name,
-        device=engine_device(),
-    )
-    argv = launch.argv(host, port)
+    def launch_with(key: str | None) -> ReplicaLaunch:
+        device = engine_device()
+        return ReplicaLaunch(
+            backend,
+            model,
+            role,
+            dtype=dtype,
+            max_batch=max_batch,
+            api_key=key,
+            served_model_name=served_model_name,
+            device=device,
+        )
+
     if dry_run:
-        typer.echo(shlex.join(argv))
+        typer.echo(shlex.join(launch_with(key_shown).argv(host, port)))
         return
+    launch = launch_with(api_key)
+    argv = launch.argv(host, port)
     ensure_port_free(host, port)  # before the engine is looked for or started: a taken port fails in a second
     backend.require()
     check_bind(host, api_key, allow_unauthenticated)

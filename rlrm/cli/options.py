@@ -24,7 +24,10 @@ SetOption = Annotated[
 StepsOption = Annotated[
     Optional[int], typer.Option("--steps", help="Training steps of a run (trainer.total_steps).", min=1)
 ]
-SeedOption = Annotated[Optional[int], typer.Option("--seed", help="Seed: the same seed gives the same numbers.")]
+SeedOption = Annotated[
+    Optional[int],
+    typer.Option("--seed", help="Seed: the same seed gives the same numbers.", min=0, max=2**63 - 1),
+]
 
 DryRunOption = Annotated[bool, typer.Option("--dry-run", metavar="", help="Print the resolved settings and stop.")]
 

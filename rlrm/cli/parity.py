@@ -329,6 +329,7 @@ def reward(
     from rlrm.parity.reward_options import RewardParityOptions, build_reward_samples, load_sides
 
     opts = RewardParityOptions.of(locals())  # the options above, by their parameter names
+    opts.tolerances()  # a tolerance no verdict can use (NaN, inf, a correlation beyond 1) is refused at once
     resolved, a, b = load_sides(opts)
     if dry_run:
         source = (

@@ -9,7 +9,7 @@ import typer
 
 from rlrm.cli.common import friendly_errors, timestamped
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
-from rlrm.errors import ConfigError, RlrmError
+from rlrm.errors import ConfigError
 
 CONSOLES = ("rich", "plain", "none")  # logging.console's values
 
@@ -88,6 +88,10 @@ def train(
         if seed is not None:
             overrides.append(f"trainer.seed={seed}")
         if mode is not None:
+            from rlrm.config.schema import MODES
+
+            if mode not in MODES:  # named as --mode, not as the --set it becomes
+                raise ConfigError(f"--mode {mode!r} is not a scheduling mode; use one of {', '.join(MODES)}")
             overrides.append(f"trainer.mode={mode}")
         resolved = load_profile(profile, overrides)
         name = Path(profile).stem
@@ -111,7 +115,7 @@ def train(
         result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
     except KeyboardInterrupt:  # before the run took Ctrl-C over (reading its folder): nothing trained
         result = RunResult(Path(run_dir), last_step=0, interrupted=True)
-    except (RlrmError, OSError) as exc:  # OSError: a path the run cannot write (friendly_errors words it)
+    except Exception as exc:  # RlrmError, OSError (a path the run cannot write), or a fault nobody foresaw
         if resume is None and not isinstance(exc, RewardBudgetExceeded):  # that one says: fix, then --resume
             discard_unresumable(run_dir)
         raise

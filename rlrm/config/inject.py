@@ -23,7 +23,9 @@ class LatencyInjectConfig(Section):
         "pareto:SCALE:ALPHA or trace:PATH[:COLUMN] (CSV or JSON of measured latencies).",
     )
     scale: float = Field(1.0, ge=0, allow_inf_nan=False, description="Multiplies every latency drawn (0: none).")
-    seed: int = Field(0, description="Seed of the draws (each depends on the seed, the sample and its attempt).")
+    seed: int = Field(
+        0, ge=0, lt=2**63, description="Seed of the draws (each depends on the seed, the sample and its attempt)."
+    )
 
     @field_validator("latency", mode="before")
     @classmethod

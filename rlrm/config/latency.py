@@ -109,12 +109,21 @@ _DRAWS: dict[str, Callable[[LatencyDist, random.Random], float]] = {
     "trace": lambda d, rng: rng.choice(d.values),
 }
 
+
+def _exp_or_inf(x: float) -> float:
+    """e**x, infinite where it overflows a float (lognormal:1000:1's mean): callers refuse a mean that is not finite."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 _MEANS: dict[str, Callable[[LatencyDist], float]] = {
     "none": lambda d: 0.0,
     "fixed": lambda d: d.params[0],
     "uniform": lambda d: (d.params[0] + d.params[1]) / 2,
     "normal": _normal_clipped_mean,
-    "lognormal": lambda d: math.exp(d.params[0] + d.params[1] ** 2 / 2),
+    "lognormal": lambda d: _exp_or_inf(d.params[0] + d.params[1] ** 2 / 2),
     "pareto": _pareto_mean,
     "trace": lambda d: math.fsum(d.values) / len(d.values),
 }

@@ -158,13 +158,42 @@ def _find(name_or_path: str) -> Path:
     raise ConfigError(f"unknown profile {name_or_path!r}{hint}; available: {', '.join(names) or 'none'}")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML's own loaders keep the last, silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen and key != "<<":
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice in one mapping (the first would be ignored)", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_yaml_text(path: Path) -> Any:
+    """The YAML in the file at `path` (ConfigError naming the file when it is not UTF-8 text or not valid YAML, or
+    gives a key twice in one mapping)."""
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text: save it as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    raw = read_yaml_text(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a profile must be a mapping of sections, got {type(raw).__name__}")
     return raw
@@ -189,6 +218,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
+    if "#" in text and not text.strip().startswith(("'", '"', "[", "{")):
+        value = text.strip()  # YAML reads `#...` as a comment: `prompt_suffix=... after #### N` is all text
     if isinstance(value, (dict, list)) and not text.strip().startswith(("{", "[")):
         value = text  # `Q: {question}` or `- a`: text with YAML's block marks, not a mapping or list typed inline
     if (

@@ -35,7 +35,9 @@ class SyntheticConfig(Section):
     num_operands: int = Field(2, ge=2, le=4, description="Numbers combined per problem.")
     ops: list[Literal["+", "-", "*"]] = Field(["+", "-"], min_length=1, description="Operators used.")
     allow_negative: bool = Field(False, description="Allow answers below zero.")
-    seed: int = Field(1234, description="Seed of the generator (independent of the trainer's seed).")
+    seed: int = Field(
+        1234, ge=0, lt=2**63, description="Seed of the generator (independent of the trainer's seed; below 2**63)."
+    )
 
     @model_validator(mode="after")
     def _check_range(self) -> "SyntheticConfig":
@@ -149,7 +151,7 @@ class ActorConfig(Section):
         1e-4, gt=0.0, le=1.0, description="AdamW learning rate (at most 1; a larger one overflows float32)."
     )
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (each 0 <= beta < 1).")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps of the learning rate.")
     grad_clip: float = Field(1.0, gt=0.0, description="Max global grad norm.")
     ppo_epochs: int = Field(1, gt=0, description="Passes over each step's batch.")
@@ -255,6 +257,13 @@ class ActorConfig(Section):
             raise ValueError(f"kl_loss_type {self.kl_loss_type!r} is not one of {sorted(kinds)} (optionally with '+')")
         return self
 
+    @field_validator("betas")
+    @classmethod
+    def _betas_below_one(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= beta < 1.0 for beta in value):  # AdamW refuses them only once the run has started
+            raise ValueError(f"each must be at least 0 and below 1 (AdamW's are [0.9, 0.999]), got {list(value)}")
+        return value
+
     @property
     def on_ranks(self) -> bool:
         """Whether the actor trains on FSDP2 rank processes (else in the trainer process)."""
@@ -296,7 +305,9 @@ class TrainerConfig(Section):
         2, ge=0, description="fully-async: the most policy versions a trained sample may lag behind the trainer."
     )
     total_steps: int = Field(30, gt=0, description="GRPO steps to run.")
-    seed: int = Field(0, description="Seed of sampling, shuffling and initialisation.")
+    seed: int = Field(
+        0, ge=0, lt=2**63, description="Seed of sampling, shuffling and initialisation (0 <= seed < 2**63)."
+    )
     val_every: int = Field(10, ge=0, description="Validate every k steps (0: never).")
     val_before_train: bool = Field(True, description="Validate once before the first step.")
     save_every: int = Field(10, ge=0, description="Checkpoint every k steps (0: only at the end).")

@@ -112,6 +112,21 @@ class ServerFleetConfig(Section):
     def _one_item(cls, value: object) -> object:
         return [value] if isinstance(value, (str, int)) else value  # `--set reward.server.addresses=http://h:1`
 
+    @field_validator("extra_args")
+    @classmethod
+    def _no_key_in_args(cls, args: list[str]) -> list[str]:
+        from pydantic_core import PydanticCustomError
+
+        for i, arg in enumerate(args):
+            if str(arg).split("=", 1)[0] in ("--api-key", "--admin-api-key"):
+                raise PydanticCustomError(  # not echoed back: the next item, or the rest of this one, is the key
+                    "credentials",
+                    "entry {i} passes a key on the servers' command line, which config.yaml keeps and every local "
+                    "user can read (ps): name the environment variable holding it in api_key_env instead",
+                    {"i": i},
+                )
+        return args
+
     @field_validator("addresses")
     @classmethod
     def _addresses_are_urls(cls, urls: list[str]) -> list[str]:

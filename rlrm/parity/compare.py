@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from rlrm.errors import ConfigError
 from rlrm.stats import quantile
 
 # bf16 keeps 8 significant bits (one rounding: up to 2^-9 relative), but a bf16 forward rounds every
@@ -77,6 +78,17 @@ class Tolerances:
     min_spearman: float = DEFAULT_MIN_SPEARMAN
     max_rank_flips: int = DEFAULT_MAX_RANK_FLIPS
     min_group_pearson: float = DEFAULT_MIN_GROUP_PEARSON  # judged when a path's group deviations exceed atol
+
+    def __post_init__(self) -> None:
+        """ConfigError naming the option of a tolerance no verdict can use (NaN turned a check off, inf passed all)."""
+        for name in ("atol", "rtol", "max_outside_frac"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"--{name.replace('_', '-')} {value}: must be a finite number at least 0")
+        for name in ("min_spearman", "min_group_pearson"):
+            value = getattr(self, name)
+            if not -1.0 <= value <= 1.0:  # NaN fails this too
+                raise ConfigError(f"--{name.replace('_', '-')} {value}: a correlation lies between -1 and 1")
 
     def allowed_outside(self, finite_samples: int) -> int:
         """How many samples may fall outside the band (rounded down: a small run allows none)."""

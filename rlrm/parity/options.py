@@ -27,6 +27,7 @@ from rlrm.parity.compare import (
     DEFAULT_MIN_GROUP_PEARSON,
     DEFAULT_MIN_SPEARMAN,
     DEFAULT_RTOL,
+    Tolerances,
 )
 from rlrm.parity.config import ALL_LEGACY_DTYPES, ALL_LOOP_DTYPES, DEVICES, TRUNCATIONS, ParityConfig
 from rlrm.parity.inputs import generate_samples, read_samples
@@ -145,7 +146,9 @@ def tolerance_settings(opts) -> dict:
         "max_rank_flips": DEFAULT_MAX_RANK_FLIPS,
         "min_group_pearson": DEFAULT_MIN_GROUP_PEARSON,
     }
-    return {k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()}
+    settings = {k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()}
+    Tolerances(**settings)  # ConfigError naming the option of one no verdict can use (NaN, inf, beyond -1..1)
+    return settings
 
 
 def check_reward_model(path: str) -> int:

@@ -297,7 +297,7 @@ def _run_mode(config_path: Path) -> str | None:
 
     try:
         config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeDecodeError):  # not a run's config: no mode to show
         return None
     trainer = config.get("trainer") if isinstance(config, dict) else None
     return trainer.get("mode") if isinstance(trainer, dict) else None

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlrm.config.latency import parse_latency
-from rlrm.config.loader import _parse_override, _set_path, _unknown_key_message, validate_model
+from rlrm.config.loader import _parse_override, _set_path, _unknown_key_message, read_yaml_text, validate_model
 from rlrm.config.schema import TrainerConfig
 from rlrm.errors import ConfigError
 
@@ -340,10 +340,7 @@ def load_spec(
         source = str(path)
         if not path.is_file():
             raise ConfigError(f"spec file {path} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        loaded = read_yaml_text(path) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: a spec must be a mapping of sections, got {type(loaded).__name__}")
         raw = _merge(raw, loaded)

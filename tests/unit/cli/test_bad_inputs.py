@@ -28,6 +28,12 @@ def _write(path, text):
     return path
 
 
+def _write_bytes(path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
 def _jsonl(path, rows):
     return _write(path, "\n".join(json.dumps(r) for r in rows) + "\n")
 
@@ -210,6 +216,63 @@ CASES = [
         1,
         "needs trainer.mode=sync",
     ),
+    # found by the config hunt of 2026-11-29: each was a traceback, a silent wrong value or a half-made folder
+    (
+        "profile not UTF-8",
+        lambda t, m: [*TRAIN[:2], str(_write_bytes(t / "latin1.yaml", b"description: caf\xe9\n")), "--dry-run"],
+        1,
+        "latin1.yaml is not UTF-8 text: save it as UTF-8",
+    ),
+    (
+        "profile key given twice",
+        lambda t, m: [
+            "train",
+            "--profile",
+            str(_write(t / "twice.yaml", "extends: tiny-rule\ntrainer:\n  total_steps: 3\n  total_steps: 500\n")),
+            "--dry-run",
+        ],
+        1,
+        "line 4 is not valid YAML: 'total_steps' is given twice in one mapping",
+    ),
+    ("actor.betas beyond 1", lambda t, m: [*TRAIN, "--set", "actor.betas=[2,-1]", "--dry-run"], 1, "actor.betas: each"),
+    (
+        "trainer.seed beyond 63 bits",
+        lambda t, m: [*TRAIN, "--set", "trainer.seed=1180591620717411303424", "--dry-run"],
+        1,
+        "trainer.seed: Input should be less than 9223372036854775808",
+    ),
+    ("--mode unknown", lambda t, m: [*TRAIN, "--mode", "bogus", "--dry-run"], 1, "--mode 'bogus' is not a scheduling"),
+    (
+        "a key in extra_args",
+        lambda t, m: [
+            "train",
+            "--profile",
+            "tiny-genrm",
+            "--set",
+            "reward.server.extra_args=[--api-key, s3cret]",
+            "--dry-run",
+        ],
+        1,
+        "entry 0 passes a key on the servers' command line",
+    ),
+    (
+        "latency whose mean overflows",
+        lambda t, m: [*BENCH, "--latency", "lognormal:1000:1", "--out", str(t / "b")],
+        1,
+        "--latency lognormal:1000:1: its mean is not finite",
+    ),
+    (
+        "parity min-spearman nan",
+        lambda t, m: [*_parity(t, [PAIR], m), "--min-spearman", "nan"],
+        2,
+        "--min-spearman nan: a correlation lies between -1 and 1",
+    ),
+    (
+        "parity reward atol inf",
+        lambda t, m: ["parity", "reward", "--atol", "inf", "--dry-run"],
+        2,
+        "--atol inf: must be a finite number at least 0",
+    ),
     # parity input rows of the wrong types
     (
         "parity prompt is a number",
@@ -278,3 +341,23 @@ def test_a_10_mb_value_is_refused_in_one_short_line(tmp_path, monkeypatch, key, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines[0][:500]
     assert "... (10000003 characters)" in lines[0]  # the quoted value's length and len(lines[0]) < 600, lines[0][:600]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_set_value_holding_a_hash_is_kept_whole():
+    # YAML reads ` #...` as a comment: --set data.prompt_suffix=... cut the value there, silently
+    from rlrm.config.loader import load_profile
+
+    profile = load_profile("tiny-rule", ["data.prompt_suffix=Give the final answer after #### please"])
+    assert profile.data.prompt_suffix == "Give the final answer after #### please"
+    assert load_profile("tiny-rule", ["data.prompt_suffix=#### N"]).data.prompt_suffix == "#### N"
+
+
+def test_launch_dry_run_shows_the_keys_variable_not_the_key(monkeypatch):
+    # SGLang takes its key on the command line: --dry-run printed the key itself
+    monkeypatch.setenv("MY_KEY", "s3cret-key")
+    result = CliRunner().invoke(
+        app,
+        ["launch", "server", "--backend", "sglang", "--model", "tiny:judge", "--api-key-env", "MY_KEY", "--dry-run"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "s3cret-key" not in result.output and "--api-key '$MY_KEY'" in result.output
