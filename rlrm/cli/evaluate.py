@@ -85,14 +85,16 @@ def rm(
 
 
 def _print(table: list[dict], what: str, identical: int) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    out = Table(title=f"pairwise accuracy of {what}" + (f" ({identical} identical pairs skipped)" if identical else ""))
+    skipped = f" ({identical} identical pairs skipped)" if identical else ""
+    out = Table(title=escape(f"pairwise accuracy of {what}{skipped}"))  # names are text, never rich markup
     for name in ("subset", "pairs", "won", "ties", "lost", "failed", "accuracy", "95% interval"):
         out.add_column(name, justify="left" if name == "subset" else "right")
     for r in table:
         out.add_row(
-            r["subset"],
+            escape(r["subset"]),
             str(r["pairs"]),
             str(r["won"]),
             str(r["ties"]),

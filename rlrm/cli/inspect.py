@@ -73,6 +73,8 @@ def reward(
         raise ConfigError("give either --input FILE or --prompt/--response, not both")
     if (prompt is None) != (response is None):
         raise ConfigError("--prompt and --response go together: give both")
+    if ground_truth is not None and prompt is None:
+        raise ConfigError("--ground-truth goes with --prompt; rows of --input carry their own ground_truth")
     resolved = load_profile(profile or "tiny-disrm", overrides)
     settings = None
     if invariance:

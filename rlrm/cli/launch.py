@@ -77,7 +77,8 @@ def server(
         float, typer.Option(help="Seconds a vllm/sglang server may take to become healthy.")
     ] = 600.0,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", metavar="", help="Print the vllm/sglang command and stop.")
+        bool,
+        typer.Option("--dry-run", metavar="", help="Print what would be served (the vllm/sglang command) and stop."),
     ] = False,
     weights_dir: Annotated[
         Optional[str],
@@ -116,6 +117,8 @@ def server(
         "--tf32": tf32,
         "--batch-wait-ms": batch_wait_ms is not None,
         "--batch-gap-ms": batch_gap_ms is not None,
+        "--weights-dir": weights_dir is not None,  # the only folder the embedded server loads from: never dropped
+        "--max-queue": max_queue != 1024,
     }
     given = next((flag for flag, set_ in embedded_only.items() if set_), None)
     if engine.external and given:
@@ -158,6 +161,10 @@ def server(
         batch_wait_ms=ServerConfig.batch_wait_ms if batch_wait_ms is None else batch_wait_ms,
         batch_gap_ms=batch_gap_ms,
     )
+    if dry_run:  # nothing built, loaded or served
+        shown = " ".join(f"{k}={getattr(v, 'value', v)}" for k, v in vars(cfg).items() if k != "api_key")
+        typer.echo(f"would serve {model} as {role} on http://{host}:{port} with the embedded server: {shown}")
+        return
     cfg.model_path = resolve_model_path(model)
     check_model_folder(cfg.model_path, "--model")  # a folder that holds no model: one line, before "serving"
     typer.echo(f"serving {model} as {role} on http://{host}:{port}")
@@ -219,7 +226,7 @@ def _external(
         typer.echo(f"{backend} serving {model} as {role} on {server.url} (pid {server.proc.pid})")
         while server.alive():
             time.sleep(1.0)
-        typer.echo(f"{backend} exited with code {server.proc.returncode}: {server.why()}")
+        typer.echo(f"{backend} exited with code {server.exit_code()}: {server.why()}")
         raise typer.Exit(1)
     except KeyboardInterrupt:
         pass

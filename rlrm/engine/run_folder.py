@@ -88,8 +88,14 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
         check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
         check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
     check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
-    if total_steps is not None:
-        path.write_text(dump_profile(profile))
+    if total_steps is not None:  # whole or not at all: a cut config.yaml would make the folder no run at all
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            tmp.write_text(dump_profile(profile))
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return profile
 
 

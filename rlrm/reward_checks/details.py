@@ -19,7 +19,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import gsm8k
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.genrm import parse_verdict, render_turns
+from rlrm.engine.rewards.genrm import cut_off_line, parse_verdict, render_turns
 from rlrm.engine.rewards.reported import REPORTED_KEY
 
 VERDICT_FORMS = {"score": "'Score: N'", "boxed": "'\\boxed{N}'"}
@@ -112,12 +112,13 @@ def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
     else:
         choice = answer["choices"][0]
         verdict, finish, usage = choice["message"]["content"] or "", choice.get("finish_reason"), answer.get("usage")
-        parsed = parse_verdict(verdict, g.verdict, g.max_score)
+        # cut at max_tokens: no verdict, as training scores it (its last one may quote the response)
+        parsed = None if finish == "length" else parse_verdict(verdict, g.verdict, g.max_score)
         why = None
-        if parsed is None:
+        if finish == "length":
+            why = cut_off_line(g.max_tokens)
+        elif parsed is None:
             why = f"no {VERDICT_FORMS[g.verdict]} in the verdict (reward.genrm.verdict={g.verdict})"
-            if finish == "length":
-                why += f"; the judge stopped at reward.genrm.max_tokens={g.max_tokens}"
     return {
         "judge_messages": messages,
         "judge_prompt_text": text,

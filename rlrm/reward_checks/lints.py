@@ -93,9 +93,10 @@ def template_think_prefill(records: list[dict], ctx: LintContext) -> list[dict]:
         rendered = r.get("rendered_text") or r.get("judge_prompt_text")
         if rendered is None:
             continue
-        given = r["response"].count(THINK) + sum(
-            m["content"].count(THINK) for m in (r.get("judge_messages") or r["prompt"])
-        )
+        if r.get("judge_messages") is not None:  # the judge's messages hold the response already
+            given = sum(m["content"].count(THINK) for m in r["judge_messages"])
+        else:  # a DisRM renders the prompt and the response
+            given = r["response"].count(THINK) + sum(m["content"].count(THINK) for m in r["prompt"])
         if rendered.count(THINK) > given:
             hits.append(r["index"])
     where = "the judge prompt" if ctx.kind == "genrm" else "the DisRM's rendering of the conversation"
@@ -201,8 +202,8 @@ def judge_template_missing_response(records: list[dict], ctx: LintContext) -> li
         "judge-template-missing-response",
         "warning",
         hits,
-        "the judge prompt as sent does not hold the response: reward.genrm.template needs a {response} field "
-        "(not an escaped {{response}})",
+        "the judge prompt as sent does not hold the whole response: the template cuts or converts it "
+        "({response:.N}, {response!r}) or escapes it ({{response}}); the judge may not see the final answer",
     )
 
 

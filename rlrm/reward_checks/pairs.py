@@ -69,11 +69,11 @@ def read_pairs(path) -> tuple[list[Pair], list[str]]:
                 raise DataError(f"{where}: {key} must be text, got {type(row[key]).__name__}")
         pair = Pair(
             id=str(row.get("id", i)),
-            subset=str(row.get("subset") or "all"),
+            subset=_subset(row.get("subset"), where),
             prompt=messages_of(row["prompt"], where),
             chosen=row["chosen"],
             rejected=row["rejected"],
-            ground_truth=str(row.get("ground_truth") or ""),
+            ground_truth="" if row.get("ground_truth") is None else str(row["ground_truth"]),  # 0 is an answer
         )
         if pair.chosen == pair.rejected:
             identical.append(pair.id)
@@ -150,3 +150,11 @@ def accuracy_table(scored: list[ScoredPair]) -> list[dict]:
             }
         )
     return rows
+
+
+def _subset(value, where: str) -> str:
+    """A row's subset ("all" when it names none; a subset named 0 is "0"); the overall row's name is refused."""
+    name = "all" if value in (None, "") else str(value)
+    if name == OVERALL:
+        raise DataError(f"{where}: subset {OVERALL!r} is the name of the row over every pair; call it otherwise")
+    return name

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from rlrm.json_values import json_safe
+
 SHOW_CHARS = 1200  # longer texts are cut in the table (the JSON has them whole)
 
 
@@ -137,4 +139,4 @@ def invariance_table(inv: dict):
 
 
 def to_json(report) -> str:
-    return json.dumps(report.as_dict(), indent=2, default=str)
+    return json.dumps(json_safe(report.as_dict()), indent=2, default=str)  # NaN: null, as strict JSON has it

@@ -204,10 +204,10 @@ class ServerProcess:
             raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self._exit_code() is not None:
+            if self.exit_code() is not None:
                 if self._move_port():
                     continue
-                raise ServerStartError(f"server exited with code {self._exit_code()} while starting: {self.why()}")
+                raise ServerStartError(f"server exited with code {self.exit_code()} while starting: {self.why()}")
             try:
                 if http.get(self.url + self.health_path, timeout_s=2.0).status == 200:
                     self._served = True
@@ -256,10 +256,10 @@ class ServerProcess:
             raise ServerStartError(f"server at {self.url} is waited for but was never launched")
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
-            if self._exit_code() is not None:
+            if self.exit_code() is not None:
                 if self._move_port():  # as in wait_ready: a movable server that lost its port starts on another
                     continue
-                raise ServerStartError(f"server exited with code {self._exit_code()} while starting: {self.why()}")
+                raise ServerStartError(f"server exited with code {self.exit_code()} while starting: {self.why()}")
             try:
                 http.get(self.url + self.health_path, timeout_s=2.0)
                 self._served = True  # it answers here: clients may hold this address from now on
@@ -282,7 +282,7 @@ class ServerProcess:
 
     def death(self) -> str:
         """One line for a process found dead: exit code, cause and log tail."""
-        return f"{self.url} died (exit code {self._exit_code()}): {self.why()}"
+        return f"{self.url} died (exit code {self.exit_code()}): {self.why()}"
 
     @property
     def log_path(self) -> str | None:
@@ -295,9 +295,9 @@ class ServerProcess:
         return Path(self._log.name).read_text(errors="replace")
 
     def alive(self) -> bool:
-        return self.proc is not None and self._exit_code() is None
+        return self.proc is not None and self.exit_code() is None
 
-    def _exit_code(self) -> int | None:
+    def exit_code(self) -> int | None:
         """The leader's exit code (-N: killed by signal N) once it exited, None while it runs. Never reaps it: an
         unreaped leader's pid, the number of its process group, cannot be handed to another process, so `kill`
         can signal the group safely until `kill` itself reaps it (`poll()` reaped it, and `killpg` on a reused
@@ -331,7 +331,7 @@ class ServerProcess:
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + grace_s
-            while self._exit_code() is None and time.monotonic() < deadline:  # not reaped: see _exit_code
+            while self.exit_code() is None and time.monotonic() < deadline:  # not reaped: see exit_code
                 time.sleep(0.05)
         self.kill()  # whatever of its group is left
         if self._log is not None:

@@ -273,6 +273,37 @@ CASES = [
         2,
         "--atol inf: must be a finite number at least 0",
     ),
+    (
+        "launch vllm with an embedded server's flag",
+        lambda t, m: [
+            "launch",
+            "server",
+            "--backend",
+            "vllm",
+            "--model",
+            "tiny:judge",
+            "--max-queue",
+            "8",
+            "--dry-run",
+        ],
+        1,
+        "--max-queue is the embedded server's",
+    ),
+    (
+        "inspect --ground-truth with --input",
+        lambda t, m: [
+            "inspect",
+            "reward",
+            "--profile",
+            "tiny-rule",
+            "--input",
+            str(_jsonl(t / "samples.jsonl", [{"prompt": "2+3?", "response": "#### 5"}])),
+            "--ground-truth",
+            "5",
+        ],
+        2,
+        "--ground-truth goes with --prompt",
+    ),
     # parity input rows of the wrong types
     (
         "parity prompt is a number",
@@ -361,3 +392,27 @@ def test_launch_dry_run_shows_the_keys_variable_not_the_key(monkeypatch):
     )
     assert result.exit_code == 0, result.output
     assert "s3cret-key" not in result.output and "--api-key '$MY_KEY'" in result.output
+
+
+def test_launch_dry_run_of_the_embedded_server_serves_nothing():
+    # --dry-run was read by vllm/sglang only: the embedded server started and served until killed
+    result = CliRunner().invoke(app, ["launch", "server", "--model", "tiny:judge", "--port", "1", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("would serve tiny:judge as genrm on http://127.0.0.1:1 with the embedded server")
+
+
+def test_inspect_json_is_strict_json_when_a_reward_reports_nan(tmp_path):
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+                      "    return {'score': 1.0, 'acc': float('nan')}\n")  # fmt: skip
+    custom = ["--set", "reward.kind=custom", "--set", f"reward.custom.path={reward}"]
+    args = ["inspect", "reward", "--profile", "tiny-rule", *custom, "--set", "reward.custom.isolation=thread"]
+    result = CliRunner().invoke(
+        app, [*args, "--prompt", "Kim has 2 pens and buys 6.", "--response", "#### 8", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    json.loads(result.stdout, parse_constant=refuse)  # before: a bare NaN

@@ -210,3 +210,32 @@ def test_values_beyond_float32_are_named():
     assert findings[0]["message"].startswith("component format 1e+39, turn score 1 -inf, score -3.5e+38: not finite")
     records[3]["score"] = 3.4e38  # within float32's range
     assert [f["samples"] for f in run_lints(records[3:], LintContext("rule"))] == []
+
+
+def test_a_judge_verdict_cut_at_max_tokens_shows_no_score_as_training_gives_none():
+    from rlrm.config.loader import load_profile
+    from rlrm.reward_checks.details import genrm_detail
+
+    cut = {"message": {"content": "The response says 'Score: 10' but"}, "finish_reason": "length"}
+    exchange = {"request": {"messages": [{"role": "user", "content": "judge this"}]}}
+    exchange["response"] = {"choices": [cut], "usage": {}}
+    shown = genrm_detail(exchange, None, load_profile("tiny-genrm", []).reward)
+    assert shown["parsed_score"] is None and "max_tokens=32 before it finished" in shown["parse_error"]
+
+
+def test_a_judges_think_prefill_is_caught_when_the_response_thinks_too():
+    # the response's own <think> was counted twice (the response, and the judge message that holds it)
+    from rlrm.reward_checks.lints import template_think_prefill
+
+    response = "<think>2+3 is 5</think>\n#### 5"
+    message = f"Is the answer correct?\nAnswer: {response}\nEnd with Score: N"
+
+    def judged(rendered: str) -> dict:
+        prompt = [{"role": "user", "content": "What is 2+3?"}]
+        record = {"index": 0, "prompt": prompt, "response": response, "judge_prompt_text": rendered}
+        return {**record, "judge_messages": [{"role": "user", "content": message}]}
+
+    turn = f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
+    (finding,) = template_think_prefill([judged(turn + "<think>\n")], LintContext("genrm"))
+    assert finding["samples"] == [0]
+    assert template_think_prefill([judged(turn)], LintContext("genrm")) == []

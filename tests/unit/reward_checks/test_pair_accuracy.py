@@ -92,3 +92,43 @@ def test_json_writes_null_for_a_subset_whose_pairs_all_failed(tmp_path):
     assert ok["accuracy"] == 1.0 and overall["won"] == 1 and overall["failed"] == 1
     table = CliRunner().invoke(app, _pairs_file(tmp_path, rows))
     assert table.exit_code == 0 and "nan" not in table.output
+
+
+def _one_pair(tmp_path, **row):
+    path = tmp_path / "pairs.jsonl"
+    base = {"prompt": "What is 3 - 3?", "chosen": "3 - 3 = 0\n#### 0", "rejected": "3 - 3 = 6\n#### 6"}
+    path.write_text(json.dumps({**base, **row}) + "\n")
+    return path
+
+
+def test_a_ground_truth_of_0_is_the_answer_0():
+    # `row.get("ground_truth") or ""` turned 0 into "": the rule scored both sides against nothing, a tie
+    import tempfile
+    from pathlib import Path
+
+    from rlrm.reward_checks.pairs import read_pairs
+
+    with tempfile.TemporaryDirectory() as folder:
+        (pair,), _ = read_pairs(_one_pair(Path(folder), ground_truth=0, subset=0))
+    assert (pair.ground_truth, pair.subset) == ("0", "0")
+
+
+def test_eval_rm_with_a_ground_truth_of_0_wins_the_pair(tmp_path):
+    pairs = _one_pair(tmp_path, ground_truth=0)
+    result = CliRunner().invoke(app, ["eval", "rm", "--profile", "tiny-rule", "--pairs", str(pairs), "--json"])
+    assert result.exit_code == 0, result.output
+    overall = json.loads(result.stdout)["subsets"][-1]
+    assert (overall["won"], overall["ties"], overall["accuracy"]) == (1, 0, 1.0)
+
+
+def test_subset_names_are_text_in_the_table_and_overall_is_reserved(tmp_path):
+    # rich read "math[/prm]" as markup and crashed once every pair had been scored
+    result = CliRunner().invoke(
+        app, ["eval", "rm", "--profile", "tiny-rule", "--pairs", str(_one_pair(tmp_path, subset="math[/prm]"))]
+    )
+    assert result.exit_code == 0, result.output
+    assert "math[/prm]" in result.output
+    taken = CliRunner().invoke(
+        app, ["eval", "rm", "--profile", "tiny-rule", "--pairs", str(_one_pair(tmp_path, subset="overall"))]
+    )
+    assert taken.exit_code != 0 and "subset 'overall' is the name of the row over every pair" in taken.output
