@@ -36,6 +36,9 @@ from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.inference.loading import load_causal_lm
 from rlrm.inference.tf32 import cuda_tf32_on
 
+# in a shard folder: the optimizer had not stepped when it was saved (see RankWorker.save)
+EMPTY_OPTIMIZER = "optimizer_empty"
+
 
 @dataclass
 class RankSpec:
@@ -204,12 +207,24 @@ class RankWorker:
         return {"scheduler": self.actor.scheduler.state_dict(), "nonfinite_in_row": self.actor.nonfinite_in_row}
 
     def save(self, folder: str) -> None:
-        """Write the sharded policy and optimizer state with torch.distributed.checkpoint (every rank its shard)."""
+        """Write the sharded policy and optimizer state with torch.distributed.checkpoint (every rank its shard).
+
+        An optimizer that has not stepped yet (every mini-batch so far skipped) has no state, and `get_state_dict`
+        makes it one by stepping at lr 0: Adam's step count became 1 and every later update differed from a run
+        that saved nothing. That state is saved (the checkpoint's layout stays one), then taken back, and the
+        folder says so (EMPTY_OPTIMIZER) for `load` to take it back too."""
+        from pathlib import Path
+
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
+        empty = not self.actor.optimizer.state
         model_sd, optim_sd = get_state_dict(self.actor.model, self.actor.optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=folder)
+        if empty:
+            self.actor.optimizer.state.clear()
+            if self.rank == 0:
+                (Path(folder) / EMPTY_OPTIMIZER).touch()
 
     def load(self, folder: str, state: dict) -> None:
         """Restore what `save` and `trainer_state` wrote."""
@@ -222,6 +237,10 @@ class RankWorker:
         set_state_dict(
             self.actor.model, self.actor.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"]
         )
+        from pathlib import Path
+
+        if (Path(folder) / EMPTY_OPTIMIZER).is_file():  # saved before the first step: no state, as then
+            self.actor.optimizer.state.clear()
         self.actor.scheduler.load_state_dict(state["scheduler"])
         self.actor.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 

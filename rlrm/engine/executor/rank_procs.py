@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from rlrm.engine.executor.mailbox import pack, receive, send, short_socket_folder
-from rlrm.engine.executor.spawned import stop_spawned
+from rlrm.engine.executor.spawned import exit_when_orphaned, stop_spawned
 from rlrm.errors import TrainingError
 from rlrm.launch.common.ports import on_fresh_ports
 
@@ -180,10 +180,13 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then run the calls that arrive until None."""
     import os
 
+    # a terminal's Ctrl-C reaches every process of its group: the trainer decides (it saves through the ranks, then
+    # stops them by their inbox); a rank that died of it took the run's interrupt checkpoint with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     short_socket_folder()
     # a rank busy in a call (a collective, a load) when the trainer is killed would wait out its timeout: exit
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    threading.Thread(target=exit_when_orphaned, args=(parent,), daemon=True).start()
     worker = spec.worker_class()(spec)
     try:
         try:
@@ -215,11 +218,3 @@ def _next_job(inbox, parent: int):
         except queue.Empty:
             if os.getppid() != parent:
                 return None
-
-
-def _exit_when_orphaned(parent: int) -> None:
-    import os
-
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)

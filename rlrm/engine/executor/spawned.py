@@ -1,9 +1,13 @@
 """Stopping processes that rlrm spawned itself (actor ranks, legacy DisRM ranks), by their process objects.
 
 stop_spawned(procs, inboxes, grace_s=5.0)   # ask (None in each inbox), then terminate, then kill
+threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()   # in the spawned one
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 from rlrm.engine.executor.mailbox import send
 
@@ -23,3 +27,10 @@ def stop_spawned(procs: list, inboxes: list, grace_s: float = 5.0) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
+
+
+def exit_when_orphaned(parent: int) -> None:
+    """Exit when the process that spawned this one is gone (killed with -9: nobody will send the stop)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)

@@ -101,18 +101,21 @@ def prepare_tiny(
         final = model_dir(name, root, seed)
         # One builder at a time; later callers wait, then find the finished folder.
         with FileLock(str(root / f".{name}.lock")):
-            if force and final.exists():
-                shutil.rmtree(final)
-            if not (final / "meta.json").is_file():
+            for stale in root.glob(f".{final.name}.tmp-*"):  # left by a build that was killed (the lock is ours)
+                shutil.rmtree(stale, ignore_errors=True)
+            if force or not (final / "meta.json").is_file():
                 tmp = root / f".{final.name}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
                 shipped = None if force else shipped_dir(name, seed)
-                if shipped is not None:
-                    log(f"copying shipped tiny {name} (seed {seed}) into {final}")
-                    _copy_files(shipped, tmp)
-                else:
-                    log(f"building tiny {name} (seed {seed}) into {final}")
-                    _BUILDERS[name](tmp, seed, log, root)
+                try:
+                    if shipped is not None:
+                        log(f"copying shipped tiny {name} (seed {seed}) into {final}")
+                        _copy_files(shipped, tmp)
+                    else:
+                        log(f"building tiny {name} (seed {seed}) into {final}")
+                        _BUILDERS[name](tmp, seed, log, root)
+                except BaseException:  # Ctrl-C mid-build: the build there was (--force) stays, nothing half-made
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
                 shutil.rmtree(final, ignore_errors=True)
                 tmp.rename(final)
             else:

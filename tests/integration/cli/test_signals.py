@@ -21,7 +21,7 @@ from rlrm.engine.metrics.metrics_file import read_metrics
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _start(out: Path, *settings: str, sigint_ignored: bool = False) -> subprocess.Popen:
+def _start(out: Path, *settings: str, sigint_ignored: bool = False, own_group: bool = False) -> subprocess.Popen:
     argv = [sys.executable, "-m", "rlrm", "train", "--profile", "tiny-rule", *as_set_args(*SMALL_RUN, *settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     # `rlrm train ... &` in a batch script: the shell starts it with SIGINT ignored, so Python takes no Ctrl-C
@@ -33,6 +33,7 @@ def _start(out: Path, *settings: str, sigint_ignored: bool = False) -> subproces
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=ignore,
+        start_new_session=own_group,  # a shell job's process group: Ctrl-C at the terminal reaches all of it
     )
 
 
@@ -74,3 +75,25 @@ def test_an_interrupt_before_the_first_step_leaves_nothing_to_resume_and_no_fold
         "removed; start again with the same command"
     )
     assert not out.exists()
+
+
+def test_ctrl_c_at_the_terminal_of_a_two_rank_run_checkpoints_the_last_step(tmp_path):
+    # the terminal sends SIGINT to the whole group, actor ranks included: they died of it, and the trainer's
+    # interrupt save, which asks the ranks for their state, failed ("trains from step 0")
+    out = tmp_path / "run"
+    ranks = ("actor.world_size=2", "actor.mini_batch_size=2", "reward.inject.latency=fixed:2")
+    proc = _start(out, "trainer.total_steps=500", *ranks, own_group=True)
+    try:
+        metrics = out / "metrics.jsonl"
+        _wait_for(lambda: metrics.is_file() and len(read_metrics(metrics)) >= 2, proc)
+        time.sleep(0.8)  # the next step waits 2 s for its rewards: the ranks are idle
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    last = read_metrics(out / "metrics.jsonl")[-1]["step"]
+    assert proc.returncode == 130 and "RankError" not in stderr, stderr[-2000:]
+    assert stdout.strip().splitlines()[-1].startswith(f"interrupted (SIGINT): checkpoint saved at step {last};")
+    assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]

@@ -233,3 +233,35 @@ def test_an_actor_rank_takes_model_tf32_for_its_process(tiny_policy_path, tf32):
     finally:
         worker.close()
         matmul.fp32_precision = before
+
+
+def test_shards_saved_before_the_first_optimizer_step_leave_adam_as_it_was(tiny_policy_path, tmp_path):
+    # get_state_dict makes a fresh optimizer's state by stepping it at lr 0: Adam's step count became 1, and every
+    # later update differed from the one-process actor's (by 1.9e-4 after one step that moved the weights 2.0e-4)
+    from rlrm.engine.actor.group import RankGroupActor
+    from rlrm.engine.actor.rank import RankSpec
+    from rlrm.engine.executor.rank_procs import RankProcesses
+
+    p = _profile(tiny_policy_path, MODES[0], 2)
+    model = load_causal_lm(str(tiny_policy_path), "float32", "cpu")
+    batch = _batch(model)
+    skipped = copy.deepcopy(batch)
+    skipped.advantages = torch.full_like(skipped.advantages, float("nan"))  # every mini-batch skipped: no step
+    profile = _profile(tiny_policy_path, MODES[0], 1)
+    one = Actor(model, None, profile.actor, temperature=1.0, total_steps=1, n=N, response_budget=64)
+    ranks = RankProcesses(RankSpec(p, str(tiny_policy_path), None, world_size=2, device="cpu", threads=1))
+    ranks.start()
+    group = RankGroupActor(ranks, load_causal_lm(str(tiny_policy_path), "float32", "cpu"), p)
+    try:
+        assert one.update(copy.deepcopy(skipped))["actor/nonfinite_skipped"] == 2
+        assert group.update(copy.deepcopy(skipped))["actor/nonfinite_skipped"] == 2
+        group.write_shards(tmp_path)  # the checkpoint of that step
+        one.update(copy.deepcopy(batch))
+        group.update(copy.deepcopy(batch))
+        got, want = group.policy_state_dict(), one.policy_state_dict()
+    finally:
+        group.close()
+    assert (tmp_path / "shards" / "optimizer_empty").is_file()
+    start = load_causal_lm(str(tiny_policy_path), "float32", "cpu").state_dict()
+    assert max((want[k] - start[k]).abs().max().item() for k in want) > 1e-4
+    assert max((got[k] - want[k]).abs().max().item() for k in want) < 1e-5

@@ -92,3 +92,49 @@ def test_a_rendezvous_port_taken_before_rank_0_binds_it_is_left_for_a_fresh_one(
             out = group.score([[5, 6, 7, 8], [9, 10, 11]], [2, 1])
     assert out.scores.shape == (2,)
     assert f"rlrm: another process took port {lost} before the legacy DisRM ranks' rendezvous" in capfd.readouterr().err
+
+
+ORPHANED = r"""
+import sys, time
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.workers import LegacyWorkerGroup
+group = LegacyWorkerGroup(LegacyConfig(sys.argv[1], dtype="fp32", world_size=2, threads=1))
+group.start()
+print(" ".join(str(p.pid) for p in group._procs), flush=True)
+time.sleep(120)
+"""
+
+
+def test_legacy_ranks_exit_when_their_parent_is_killed(random_disrm_path):
+    # they waited on their inbox for good, holding the model, after `rlrm parity disrm` was killed with -9
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-c", ORPHANED, str(random_disrm_path)]
+    parent = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+            time.sleep(0.25)
+        assert not [pid for pid in pids if alive(pid)]
+    finally:
+        for pid in pids:  # only the ranks this test started, by their own pids
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from rlrm.engine.executor.mailbox import pack, receive, send, short_socket_folder
-from rlrm.engine.executor.spawned import stop_spawned
+from rlrm.engine.executor.spawned import exit_when_orphaned, stop_spawned
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.errors import RlrmError
@@ -200,6 +200,14 @@ def _destroy_group() -> None:
 
 def _rank_main(cfg: LegacyConfig, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then score what arrives until None."""
+    import signal
+    import threading
+
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # Ctrl-C is the parent's to handle (rlrm/engine/executor/rank_procs.py)
+    # the parent killed with -9 sends no stop: the ranks, and the model they hold, would stay for good
+    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     short_socket_folder()
     try:
         worker = _init_rank(cfg, rank, port)

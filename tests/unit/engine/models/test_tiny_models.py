@@ -314,3 +314,37 @@ def test_prepared_disrm_separates_right_from_wrong(tiny_disrm_path, tiny_policy_
     pairs = heldout_pairs(policy, tok, heldout, random.Random(123))
     model = AutoModelForSequenceClassification.from_pretrained(tiny_disrm_path).eval()
     assert auc_report(score(model, tok, pairs), pairs)["auc"] >= 0.9
+
+
+def test_an_interrupted_force_rebuild_keeps_the_previous_build_and_leaves_no_temp_folder(tmp_path, monkeypatch):
+    # --force removed the build first: Ctrl-C mid-recipe lost it, and the temp folder stayed for good
+    import json
+
+    import rlrm.engine.models.tiny as tiny
+    from rlrm.engine.models.tiny import model_dir, prepare_tiny
+
+    def good_build(dest, seed, log, root):
+        dest.mkdir(parents=True)
+        (dest / "meta.json").write_text(json.dumps({"seed": seed, "build": "good"}))
+
+    def interrupted_build(dest, seed, log, root):
+        dest.mkdir(parents=True)
+        (dest / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt  # Ctrl-C during the minutes-long recipe
+
+    monkeypatch.setitem(tiny._BUILDERS, "policy", good_build)
+    prepare_tiny(("policy",), cache_dir=tmp_path, seed=1, log=lambda _: None)  # a complete build (seed 1: built)
+    final = model_dir("policy", tmp_path, 1)
+    assert (final / "meta.json").is_file()
+
+    monkeypatch.setitem(tiny._BUILDERS, "policy", interrupted_build)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_tiny(("policy",), cache_dir=tmp_path, seed=1, force=True, log=lambda _: None)
+
+    left = sorted(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name)
+    problems = []
+    if not (final / "meta.json").is_file():
+        problems.append("the complete build was deleted before the rebuild finished")
+    if left:
+        problems.append(f"half-built temp folders left behind: {left}")
+    assert not problems, "; ".join(problems)
