@@ -66,6 +66,7 @@ class LegacyWorkerGroup:
         self._procs: list = []
         self._inboxes: list = []
         self._outbox: Any = None  # the ranks' shared torch.multiprocessing queue, once spawned
+        self._calls = 0  # each score call's number: a late answer to one that timed out is never another's
 
     def __enter__(self) -> LegacyWorkerGroup:
         self.start()
@@ -119,16 +120,18 @@ class LegacyWorkerGroup:
                 raise LegacyScorerError("the legacy DisRM scores only after start()")
             token_level = self._local.score(ids_p, tokens_p, width)
         else:
+            self._calls += 1
             chunks = [slice(rank * per_rank, (rank + 1) * per_rank) for rank in range(world)]
-            jobs = [pack(("score", ids_p[chunk], tokens_p[chunk], width)) for chunk in chunks]
+            jobs = [pack(("score", self._calls, ids_p[chunk], tokens_p[chunk], width)) for chunk in chunks]
             for inbox, job in zip(self._inboxes, jobs):
                 inbox.put(job)
-            shards = self._collect("scored", self.cfg.start_timeout_s)
+            shards = self._collect("scored", self.cfg.start_timeout_s, call=self._calls)
             token_level = torch.cat([shards[r] for r in range(world)])
         return LegacyScores(token_level[: len(ids)], time.perf_counter() - start)
 
-    def _collect(self, kind: str, timeout_s: float) -> dict:
-        """One `kind` message from every rank; a rank's error or death raises at once."""
+    def _collect(self, kind: str, timeout_s: float, call: int = 0) -> dict:
+        """One `kind` message of call `call` from every rank; a rank's error or death raises at once. Messages of an
+        earlier call (one that timed out, whose ranks answered late) are dropped."""
         pending, got = set(range(len(self._procs))), {}
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -143,6 +146,9 @@ class LegacyWorkerGroup:
                     raise LegacyScorerError(
                         f"legacy ranks {sorted(pending)} not {kind} after {timeout_s:g} s"
                     ) from None
+                continue
+            answered, payload = payload
+            if answered != call:
                 continue
             if status == "error":
                 raise LegacyScorerError(f"legacy rank {rank}: {payload}")
@@ -212,16 +218,16 @@ def _rank_main(cfg: LegacyConfig, rank: int, port: int, inbox, outbox) -> None:
     try:
         worker = _init_rank(cfg, rank, port)
     except BaseException as exc:
-        send(outbox, ("error", rank, _one_line(exc)))
+        send(outbox, ("error", rank, (0, _one_line(exc))))
         return
-    send(outbox, ("ready", rank, None))
+    send(outbox, ("ready", rank, (0, None)))
     try:
         while (job := receive(inbox, timeout_s=None)) is not None:
-            _, ids, tokens, width = job
+            _, call, ids, tokens, width = job
             try:
-                send(outbox, ("scored", rank, worker.score(ids, tokens, width)))
+                send(outbox, ("scored", rank, (call, worker.score(ids, tokens, width))))
             except Exception as exc:
-                send(outbox, ("error", rank, _one_line(exc)))
+                send(outbox, ("error", rank, (call, _one_line(exc))))
                 return
     finally:
         _destroy_group()
