@@ -26,7 +26,9 @@ def server(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
     max_batch: Annotated[int, typer.Option(help="Most requests in one batched forward.", min=1)] = 64,
-    max_queue: Annotated[int, typer.Option(help="Queued requests beyond which the server answers 503.", min=1)] = 1024,
+    max_queue: Annotated[
+        int, typer.Option(help="Embedded: queued requests beyond which the server answers 503.", min=1)
+    ] = 1024,
     api_key: Annotated[
         Optional[str],
         typer.Option(

@@ -14,7 +14,7 @@ Each lint is a function of the inspected records (see `details.py`) and returns 
 | template-system-prompt | the reward model's template adds a system prompt that the policy's prompt did not have |
 | truncated | a DisRM conversation cut to reward.disrm.max_length, or a verdict cut at reward.genrm.max_tokens |
 | tokenizer-differs (info) | the reward model's tokenizer or chat template is not the policy's (fine, but token counts differ) |
-| judge-template-missing-response | the judge prompt as sent does not hold the response (e.g. `{{response}}` in the template) |
+| judge-template-missing-response | the judge prompt as sent does not hold the whole response (e.g. `{response:.2000}`) |
 | judge-request-failed | judge requests that got no verdict at all (e.g. a prompt over the judge's context), with the first error |
 | verdict-unparsed | judge verdicts that the parser cannot read, among the inspected samples |
 | reward-failed | samples the reward failed to score that no judge lint names (a custom function that raised, exited or gave a non-numeric or non-finite score; a DisRM request that failed), with the first error |

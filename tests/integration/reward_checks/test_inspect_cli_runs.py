@@ -132,7 +132,7 @@ def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
         "--set",
         "reward.genrm.max_tokens=3",
         "--set",
-        "reward.genrm.template=Problem: {question}\nAnswer: {{response}}\nReference: {reference}",
+        "reward.genrm.template=Problem: {question}\nAnswer: {response:.3}\nReference: {reference}",  # cut to 3
     )
     assert broken.exit_code == 0, broken.output
     report = json.loads(broken.stdout)
