@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from rlrm.config.loader import load_profile
 from rlrm.config.schema import Profile
@@ -146,7 +147,9 @@ def tolerance_settings(opts) -> dict:
         "max_rank_flips": DEFAULT_MAX_RANK_FLIPS,
         "min_group_pearson": DEFAULT_MIN_GROUP_PEARSON,
     }
-    settings = {k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()}
+    settings: dict[str, Any] = {
+        k: default if getattr(opts, k) is None else getattr(opts, k) for k, default in defaults.items()
+    }
     Tolerances(**settings)  # ConfigError naming the option of one no verdict can use (NaN, inf, beyond -1..1)
     return settings
 
