@@ -8,8 +8,9 @@
                              model (or dtype) is refused, naming the key (check_resume_model); other settings
                              edited since are named in one note (changed_settings)
 
-A checkpoint is written to `step_<k>.tmp` and renamed when complete, so a crash mid-save never
-leaves a half-written checkpoint that resume would pick up.
+A checkpoint is written to `step_<k>.tmp`, flushed to disk (fsync of every file and folder) and renamed when
+complete, so a crash mid-save never leaves a half-written checkpoint that resume would pick up, and a power loss
+after the older ones are pruned never leaves none.
 
 Nothing in a checkpoint is ever unpickled: `state.pt` holds only tensors, numbers, strings, lists,
 tuples and dicts (RNG states as tensors) and is read with `torch.load(weights_only=True)`; the
@@ -20,6 +21,7 @@ never written, nor resumed from.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -79,13 +81,30 @@ def save_checkpoint(
         (tmp / PROFILE_FILE).write_text(json.dumps(profile_data, indent=1, sort_keys=True))
     if write_extra is not None:
         write_extra(tmp)
+    _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+    _fsync(root)  # the rename itself
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     for left in root.glob("step_*.tmp"):  # what a save killed midway left (never listed, never resumed from)
         shutil.rmtree(left, ignore_errors=True)
     return final
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's entries to disk (what the page cache still holds)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):  # files, then their folders
+        _fsync(path)
+    _fsync(folder)
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -155,3 +155,23 @@ def test_settings_edited_since_a_checkpoint_are_named_with_both_values_and_the_b
     (ckpt / PROFILE_FILE).write_text("[1, 2")
     with pytest.raises(ModelError, match="profile.json is damaged"):
         changed_settings(ckpt, now)
+
+
+def test_a_checkpoint_is_on_disk_before_it_is_named_complete_and_older_ones_go(tmp_path, tiny_policy_path, monkeypatch):
+    # it was renamed into place, and older ones pruned, while its bytes could still be in the page cache only: a
+    # power loss then left no checkpoint at all
+    import os
+
+    from transformers import AutoTokenizer
+
+    model, actor = _actor_after_one_step(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    synced, real_fsync, real_rename = [], os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    renamed_after = []
+    monkeypatch.setattr(os, "rename", lambda a, b: (renamed_after.append(len(synced)), real_rename(a, b)))
+    save_checkpoint(tmp_path, 5, model, tok, {"actor": actor.state_dict(), "loader": {}}, keep=2)
+    tmp = str(tmp_path / "checkpoints" / "step_5.tmp")
+    before = synced[: renamed_after[0]]
+    assert {f"{tmp}/state.pt", f"{tmp}/model/model.safetensors", f"{tmp}/model", tmp} <= set(before)
+    assert synced[-1] == str(tmp_path / "checkpoints")  # the rename, flushed
