@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlrm.engine.metrics.trace import read_chrome_trace
+from rlrm.engine.metrics.trace import read_chrome_trace, session_shifts, shift_of
 from rlrm.errors import ConfigError
 from rlrm.report.figures import new_figure, note_axes
 from rlrm.report.folders import json_loads
@@ -128,7 +128,7 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
         notes.append(f"{run.name}: trace.json is unreadable ({exc}); left out of the timeline")
         return None
-    spans = _metrics_step_spans(run.metrics, _session_shifts(events)) or _trace_step_spans(events)
+    spans = _metrics_step_spans(run.metrics, session_shifts(events)) or _trace_step_spans(events)
     label = f"{run.name} ({run.mode})" if run.mode else run.name
     if not spans:
         notes.append(f"{run.name}: neither metrics nor trace give step times; its timeline shows the whole trace")
@@ -150,22 +150,9 @@ def timeline_panel(run, steps: tuple[int, int] | None, notes: list[str]) -> Time
     return TimelinePanel(title=label, events=inside, step_starts=starts)
 
 
-def _session_shifts(events: list[dict]) -> list[tuple[int, float]]:
-    """(resumed_after_step, shift) of each resumed session of the trace, by step: what turns its rows' `perf/wall_s`
-    into trace time (its `shift_s` less the `wall_offset_s` its rows start from; runs before that counted each
-    session's `perf/wall_s` from 0)."""
-    shifts = []
-    for ev in events:
-        args = ev.get("args") or {}
-        if ev.get("ph") == "M" and ev.get("name") == "process_name" and "resumed_after_step" in args:
-            shift = float(args.get("shift_s", 0.0)) - float(args.get("wall_offset_s", 0.0))
-            shifts.append((int(args["resumed_after_step"]), shift))
-    return sorted(shifts)
-
-
 def _metrics_step_spans(metrics, shifts: list[tuple[int, float]]) -> dict[int, tuple[float, float]]:
     """step -> (start_s, end_s) on the trace clock, from perf/wall_s and perf/time_per_step; `shifts`: the
-    resumed sessions' (resumed_after_step, shift) from `_session_shifts`."""
+    resumed sessions' (resumed_after_step, shift) from `session_shifts`."""
     if not {"perf/wall_s", "perf/time_per_step"} <= set(metrics.columns):
         return {}
     total = metrics["timing_s/step"] if "timing_s/step" in metrics.columns else metrics["perf/time_per_step"]
@@ -175,9 +162,7 @@ def _metrics_step_spans(metrics, shifts: list[tuple[int, float]]) -> dict[int, t
     ):
         if math.isnan(wall) or math.isnan(per_step):  # a val-only row has no step time
             continue
-        # a step's row is from the last session that ran it: the last one resumed before it
-        shift = next((s for after, s in reversed(shifts) if after < step), 0.0)
-        start = wall - per_step + shift
+        start = wall - per_step + shift_of(shifts, step)
         spans[int(step)] = (start, start + (per_step if math.isnan(whole) else whole))
     return spans
 

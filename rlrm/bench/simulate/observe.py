@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from rlrm.engine.metrics.trace import session_shifts, shift_of
 from rlrm.errors import RunFolderError
 
 MIN_STEPS = 3  # step 1 is warm-up; two more to fit anything
@@ -79,7 +80,12 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], list[dict]]:
         raise RunFolderError(
             f"{run_dir / 'trace.json'} is not valid JSON ({exc.msg}); the run may have been killed while writing it"
         ) from None
-    events = [e for e in (data.get("traceEvents", []) if isinstance(data, dict) else data) if e.get("ph") == "X"]
+    every = data.get("traceEvents", []) if isinstance(data, dict) else data
+    shifts = session_shifts(every)  # a resumed run: each session's rows placed on the trace's clock
+    for row in rows:
+        if isinstance(row.get("perf/wall_s"), (int, float)):
+            row["perf/wall_s"] += shift_of(shifts, row["step"])
+    events = [e for e in every if e.get("ph") == "X"]
     return config, rows, events
 
 

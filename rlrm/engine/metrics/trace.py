@@ -147,6 +147,24 @@ def _process_events(pid: int, name_args: dict) -> list[dict]:
     ]
 
 
+def session_shifts(events: list[dict]) -> list[tuple[int, float]]:
+    """(resumed_after_step, shift) of each resumed session of a trace, by step: what turns its rows' `perf/wall_s`
+    into trace time (its `shift_s` less the `wall_offset_s` its rows start from; runs before 2026-11-29 counted
+    each session's `perf/wall_s` from 0)."""
+    shifts = []
+    for ev in events:
+        args = ev.get("args") or {}
+        if ev.get("ph") == "M" and ev.get("name") == "process_name" and "resumed_after_step" in args:
+            shift = float(args.get("shift_s", 0.0)) - float(args.get("wall_offset_s", 0.0))
+            shifts.append((int(args["resumed_after_step"]), shift))
+    return sorted(shifts)
+
+
+def shift_of(shifts: list[tuple[int, float]], step: int) -> float:
+    """The shift of step `step`'s row: that of the last session resumed before it (the one that ran it last)."""
+    return next((s for after, s in reversed(shifts) if after < step), 0.0)
+
+
 class TraceStream:
     """`trace.json` written as a run goes: `append(spans)` after each step, `write_whole(spans)` at the end.
 

@@ -209,3 +209,22 @@ def test_the_attempt_deadline_is_read_from_a_run_under_its_new_name_or_the_old(s
     profile["reward"].update(reward)  # a run from after the rename, or from before it
     (run / "config.yaml").write_text(yaml.safe_dump(profile))
     assert calibrate([run]).spec_values["reward"]["timeout_s"] == 9.0  # the simulator's attempt deadline
+
+
+def test_a_resumed_runs_rows_are_read_on_the_traces_clock(tmp_path):
+    # session 2 (after step 2) is 3 s later in the trace, and its perf/wall_s goes on from 2 s: its rows were read
+    # against the trace's spans unshifted, so calibration looked for step 3's requests in the wrong window
+    import json
+
+    from rlrm.bench.simulate.observe import read_run
+
+    (tmp_path / "config.yaml").write_text("trainer:\n  mode: sync\n")
+    rows = [{"step": k, "perf/wall_s": float(k), "perf/time_per_step": 1.0} for k in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = {"name": "session 2", "resumed_after_step": 2, "shift_s": 3.0, "wall_offset_s": 2.0}
+    events = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": args}]
+    events.append({"name": "update", "cat": "trainer", "ph": "X", "pid": 1, "tid": 0, "ts": 3e6, "dur": 1e6})
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    _, read, spans = read_run(tmp_path)
+    assert [r["perf/wall_s"] for r in read] == [1.0, 2.0, 4.0]  # step 3 ends at 4 s on the trace, as its update
+    assert [e["name"] for e in spans] == ["update"]
