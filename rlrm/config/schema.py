@@ -393,6 +393,7 @@ class Profile(Section):
             )
         if self.algorithm.component_norm == "gdpo":
             _check_gdpo(self.reward)
+        _check_reward_for_training(self.reward)
         if self.model.dtype == "float16" and (self.model.precision == "pure" or self.actor.on_ranks):
             where = "model.precision=pure" if self.model.precision == "pure" else "actor ranks (FSDP2)"
             raise ValueError(
@@ -414,6 +415,27 @@ class Profile(Section):
         return self
 
 
+def _check_reward_for_training(reward: RewardConfig) -> None:
+    """Reward settings whose scores training cannot use (the parity and inspect commands set their own)."""
+    if not (math.isfinite(reward.default_score) and abs(reward.default_score) <= 3.4028234663852886e38):  # float32's
+        raise ValueError(
+            f"reward.default_score={reward.default_score} is no score training can use (a failed sample's NaN or inf "
+            "spreads over its group's advantages); give a finite number"
+        )
+    comp = reward.composite
+    if reward.kind == "composite" and comp.mode == "gate":
+        if comp.model_kind == "disrm":  # logits are unbounded below: a right answer could score under a wrong one
+            raise ValueError(
+                "reward.composite.mode=gate with model_kind=disrm: a DisRM's score of a right answer can fall below "
+                "the rule's score of a wrong one; use mode=weighted, or model_kind=genrm (verdicts in [0, 1])"
+            )
+        if reward.format_score > 0:  # a verdict of 0 on a right answer scores under a wrong answer's format score
+            raise ValueError(
+                f"reward.composite.mode=gate with reward.format_score={reward.format_score}: a right answer the judge "
+                "scores 0 would get less than a wrong one; set format_score=0 or use mode=weighted"
+            )
+
+
 def _check_gdpo(reward: RewardConfig) -> None:
     """GDPO needs components: a rubric's criteria, a custom function's, or the rule's when named in reward.component_weights."""
     if reward.kind not in ("custom", "rule", "rubric"):
@@ -426,6 +448,11 @@ def _check_gdpo(reward: RewardConfig) -> None:
         raise ValueError(
             f"algorithm.component_norm=gdpo: reward.default_score={reward.default_score} would be every component of "
             "a failed sample; give a finite reward.default_score"
+        )
+    if reward.overlong.buffer_len is not None:  # GDPO reads the components, the penalty is on the score alone
+        raise ValueError(
+            "algorithm.component_norm=gdpo with reward.overlong.buffer_len: GDPO's advantages come from the reward "
+            "components, and the overlong penalty lowers only the score, so it would change nothing; drop one of them"
         )
     if reward.kind == "rule" and not reward.component_weights:
         raise ValueError(

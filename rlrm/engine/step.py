@@ -322,17 +322,27 @@ def staleness_metrics(completions: list, trainer_version: int) -> dict[str, floa
 
 
 def batch_metrics(completions: list, scores: torch.Tensor, advantages: torch.Tensor) -> dict[str, float]:
-    """critic/*, response_length/* and token counts of the trained samples (scores, advantages: [B])."""
+    """critic/*, response_length/* and token counts of the trained samples (scores, advantages: [B]).
+
+    `critic/advantages/*` are over the trained response tokens, as verl's (each sample's advantage once per token
+    the loss reads; a sample with none, all masked, counts in none); `critic/score/*` over samples."""
+    import torch
+
     resp = [len(c.token_ids) for c in completions]
     prompt = [len(c.prompt_ids) for c in completions]
     clipped = sum(c.finish_reason == "length" for c in completions)
+    trained = torch.tensor(
+        [len(c.token_ids) if c.loss_mask is None else sum(c.loss_mask) for c in completions], dtype=torch.float64
+    )
+    counted = advantages.double()[trained > 0]
+    mean = float((advantages.double() * trained).sum() / trained.sum()) if counted.numel() else float("nan")
     return {
         "critic/score/mean": scores.mean().item(),
         "critic/score/max": scores.max().item(),
         "critic/score/min": scores.min().item(),
-        "critic/advantages/mean": advantages.mean().item(),
-        "critic/advantages/max": advantages.max().item(),
-        "critic/advantages/min": advantages.min().item(),
+        "critic/advantages/mean": mean,
+        "critic/advantages/max": counted.max().item() if counted.numel() else float("nan"),
+        "critic/advantages/min": counted.min().item() if counted.numel() else float("nan"),
         "response_length/mean": sum(resp) / len(resp),
         "response_length/max": max(resp),
         "response_length/min": min(resp),

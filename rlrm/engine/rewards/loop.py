@@ -25,7 +25,7 @@ from typing import Callable, Hashable, Iterable
 
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample, is_score
+from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample, fits_float32, is_score
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
@@ -369,10 +369,11 @@ class RewardLoop:
             ) from None
         if not math.isfinite(result.score):
             raise NonFiniteScore(f"reward function {self.name} gave {result.score} for sample {sample.uid}")
-        if abs(result.score) > FLOAT32_MAX:  # finite here, inf in the float32 tensors training computes with
+        total = result.score + sum(turn_scores or ())  # the return the step puts on the response's tokens
+        if abs(result.score) > FLOAT32_MAX or not fits_float32(total):  # inf in training's float32 tensors
             raise NonFiniteScore(
-                f"reward function {self.name} gave {result.score:g} for sample {sample.uid}, beyond float32's range "
-                f"(+-{FLOAT32_MAX:.3g}) that training computes in"
+                f"reward function {self.name} gave {result.score:g} (with its turn scores, {total:g}) for sample "
+                f"{sample.uid}, beyond float32's range (+-{FLOAT32_MAX:.3g}) that training computes in"
             )
         return result
 

@@ -43,6 +43,9 @@ def read_turn_scores(raw: dict, sample: RewardSample, fn_name: str, tool_rewards
     turns = assistant_turns(sample)
     count = max(len(turns), 1)
     tool = [float(t.get("tool_reward", 0.0)) for t in turns] if tool_rewards and turns else []
+    for k, reward in enumerate(tool):  # a tool's reward is checked as a turn score is: inf in training beyond float32
+        if not fits_float32(reward):
+            raise NonFiniteScore(f"a tool's reward {reward} on turn {k} of sample {sample.uid} is beyond float32")
     if given is None and not any(tool):
         return None
     if given is None:

@@ -273,6 +273,43 @@ CASES = [
         2,
         "--atol inf: must be a finite number at least 0",
     ),
+    # found by the reward composition hunt: each trained on NaN advantages, or on a penalty that changed nothing
+    (
+        "default_score nan",
+        lambda t, m: [*TRAIN, "--set", "reward.on_failure=default", "--set", "reward.default_score=.nan", "--dry-run"],
+        1,
+        "reward.default_score=nan is no score training can use",
+    ),
+    (
+        "gate with a DisRM",
+        lambda t, m: [
+            *TRAIN,
+            *("--set", "reward.kind=composite", "--set", "reward.composite.mode=gate"),
+            *("--set", "reward.composite.model_kind=disrm", "--set", "reward.server.model=tiny:disrm", "--dry-run"),
+        ],
+        1,
+        "a DisRM's score of a right answer can fall below",
+    ),
+    (
+        "gate with a format score",
+        lambda t, m: [
+            *TRAIN,
+            *("--set", "reward.kind=composite", "--set", "reward.composite.mode=gate"),
+            *("--set", "reward.format_score=0.1", "--set", "reward.server.model=tiny:judge", "--dry-run"),
+        ],
+        1,
+        "a right answer the judge scores 0 would get less than a wrong one",
+    ),
+    (
+        "gdpo with the overlong penalty",
+        lambda t, m: [
+            *TRAIN,
+            *("--set", "algorithm.component_norm=gdpo", "--set", "reward.component_weights={correct: 1.0}"),
+            *("--set", "reward.overlong.buffer_len=4", "--dry-run"),
+        ],
+        1,
+        "the overlong penalty lowers only the score",
+    ),
     (
         "launch vllm with an embedded server's flag",
         lambda t, m: [

@@ -148,3 +148,24 @@ def test_a_step_without_samples_trains_nothing(model):
     assert (
         grpo.finish(StepRecord(step=1, scored=[scored], completions=[], samples=[])).metrics["batch/num_samples"] == 0
     )
+
+
+def test_critic_advantages_are_over_the_trained_tokens_as_verls():
+    # one group: score 1 with 1 token, score 0 with 3 tokens: advantages +0.7071 and -0.7071 (unbiased std);
+    # verl's mean over the response tokens is (0.7071 - 3 * 0.7071) / 4 = -0.3536, the mean over samples was 0
+    from rlrm.engine.actor.batch import collate
+    from rlrm.inference.base import Completion
+
+    settings = StepSettings(
+        n=2, pad_token_id=0, device="cpu", adv_eps=1e-6, norm_adv_by_std=True, recompute_old_log_prob="never"
+    )
+    step = GRPOStep(None, None, settings)
+    completions = [Completion([5, 6], list(range(8, 8 + r)), [-1.0] * r, "stop") for r in (1, 3)]
+    batch = collate(completions, 0)
+    batch.group_ids = torch.zeros(2, dtype=torch.long)
+    scored = step.score(batch, [RewardResult(1.0), RewardResult(0.0)], StepTimer())
+    metrics = step.finish(StepRecord(step=1, scored=[scored], completions=completions, samples=[])).metrics
+    assert metrics["critic/advantages/mean"] == pytest.approx(-0.35355, abs=1e-4)
+    assert (metrics["critic/advantages/min"], metrics["critic/advantages/max"]) == pytest.approx(
+        (-0.7071, 0.7071), abs=1e-4
+    )

@@ -284,3 +284,24 @@ def test_counters_are_taken_per_tag_the_sample_was_scored_for():
     rest = loop.take_metrics()  # no tags: everything left
     assert rest["reward/samples"] == 2 and rest["reward/failures"] == 2 and rest["reward/defaulted"] == 2
     assert loop.take_metrics()["reward/samples"] == 0
+
+
+def test_a_return_or_a_tool_reward_beyond_float32_is_a_counted_non_finite_score():
+    # each number was within float32's range, but the return (score + turn scores) was inf in the step's float32
+    # tensors, and a tool's reward was only checked finite: NaN advantages for the whole group
+    def turns(reward):
+        return {"turns": [{"role": "assistant", "content": "a", "tool_reward": reward}]}
+
+    async def fn(s):
+        return {"score": 3e38, "turn_scores": [3e38]} if s.index == 0 else 1.0
+
+    loop = RewardLoop(fn, cfg(max_retries=0, on_failure="default", default_score=0.0))
+    results = run(loop.score_all([sample(0), sample(1)]))
+    assert [r.score for r in results] == [0.0, 1.0] and loop.take_metrics()["reward/nonfinite"] == 1
+    tool_sample = RewardSample("p1", 0, "t", [{"role": "user", "content": "Q?"}], "#### 3", "3", turns(1e39))
+    async def one(s):
+        return 1.0
+
+    tooled = RewardLoop(one, cfg(max_retries=0, on_failure="default", tool_rewards_as_turn_scores=True))
+    assert run(tooled.score_all([tool_sample]))[0].score == 0.0
+    assert tooled.take_metrics()["reward/nonfinite"] == 1
