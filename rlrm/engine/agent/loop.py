@@ -138,6 +138,9 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             break
         name, arguments = _parse_call(text, settings.open, settings.close)
         record["tool_call"] = {"name": name, "arguments": arguments}
+        if len(trace.tokens) >= settings.max_response_tokens:  # no room for its result: the policy never reads it
+            finish = "length"
+            break
         if name is None:
             counts.add("malformed_calls")
             result = f"error: malformed tool call; write {settings.open}NAME ARGUMENTS{settings.close}"
@@ -155,9 +158,10 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             )
             if len(trace.tool_rewards) > rewarded:  # the turn's own tool reward (reward.tool_rewards_as_turn_scores)
                 record["tool_reward"] = trace.tool_rewards[-1]
+        result = result.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate (a file name) is no text
         record["tool_result"] = result
         tag = settings.observation_tag
-        obs = tokenizer.encode(f"<{tag}>{result}</{tag}>", add_special_tokens=False)
+        obs = _plain_ids(tokenizer, f"<{tag}>{result}</{tag}>")
         room = settings.max_response_tokens - len(trace.tokens)
         trace.turns.append({"role": "tool", "name": name, "text": result, "tokens": min(len(obs), room)})
         trace.add(obs[:room], [], trained=False)
@@ -197,14 +201,28 @@ async def _segment(engine, prompt_ids, sampling, tokenizer, settings, trace: _Tr
         return tokens, log_probs, versions, done.finish_reason
 
 
+def _plain_ids(tokenizer, text: str) -> list[int]:
+    """`text` as token ids of text only: a tool's `<|im_end|>` or EOS string stays those characters, never the
+    control token (which would forge the end of a turn, or a new one, in the policy's context)."""
+    try:
+        return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    except TypeError:  # a tokenizer without split_special_tokens
+        return tokenizer.encode(text, add_special_tokens=False)
+
+
 def _close_cut(tokenizer, close: str, before: list[int], new: list[int]) -> int | None:
-    """The fewest of `new` after which the turn's text holds the closing tag, or None when it never does."""
+    """The fewest of `new` after which the turn's text holds the closing tag, or None when it never does (a binary
+    search: once a prefix's text holds the ASCII tag, every longer one does)."""
     if close not in tokenizer.decode(before + new):
         return None
-    for k in range(1, len(new) + 1):
-        if close in tokenizer.decode(before + new[:k]):
-            return k
-    return len(new)
+    low, high = 1, len(new)
+    while low < high:
+        mid = (low + high) // 2
+        if close in tokenizer.decode(before + new[:mid]):
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
 def _parse_call(text: str, open_tag: str, close_tag: str) -> tuple[str | None, str]:
@@ -212,9 +230,10 @@ def _parse_call(text: str, open_tag: str, close_tag: str) -> tuple[str | None, s
     body = text.split(close_tag, 1)[0]
     if open_tag not in body:
         return None, body
-    body = body.rsplit(open_tag, 1)[1].strip()
-    name, _, arguments = body.partition(" ")
-    return (name or None), arguments.strip()
+    parts = body.rsplit(open_tag, 1)[1].split(None, 1)  # the name ends at any whitespace (a newline, a tab)
+    if not parts:
+        return None, ""
+    return parts[0], parts[1].strip() if len(parts) > 1 else ""
 
 
 def _hint_ids(tokenizer, close: str) -> list[int]:

@@ -37,7 +37,8 @@ def render_turns(sample: RewardSample) -> str:
         tool calculator (12+34): 46
         assistant (turn 2): #### 46
 
-    A single-turn sample is one assistant turn holding the whole response.
+    A single-turn sample is one assistant turn holding the whole response. In a trajectory each turn's line breaks
+    are written `\\n`, so no text of a turn (the policy's or a tool's) can forge the line of another turn.
     """
     turns = sample.extra_info.get("turns")
     if not isinstance(turns, list) or not turns:
@@ -47,12 +48,18 @@ def render_turns(sample: RewardSample) -> str:
     for turn in turns:
         if turn.get("role") == "assistant":
             number += 1
-            lines.append(f"assistant (turn {number}): {turn.get('text', '')}")
+            lines.append(f"assistant (turn {number}): {_one_line(turn.get('text', ''))}")
             call = turn.get("tool_call") or {}
         else:
-            arguments = f" ({call['arguments']})" if call.get("arguments") else ""
-            lines.append(f"tool {turn.get('name') or '(malformed call)'}{arguments}: {turn.get('text', '')}")
+            arguments = f" ({_one_line(call['arguments'])})" if call.get("arguments") else ""
+            name = _one_line(turn.get("name") or "(malformed call)")
+            lines.append(f"tool {name}{arguments}: {_one_line(turn.get('text', ''))}")
     return "\n".join(lines)
+
+
+def _one_line(text) -> str:
+    """`text` on one line: its line breaks as the two characters `\\n` (backslashes as they are: LaTeX reads on)."""
+    return str(text).replace("\r\n", "\\n").replace("\r", "\\n").replace("\n", "\\n")
 
 
 def judge_messages(template: str, sample: RewardSample) -> list[dict]:
