@@ -17,11 +17,20 @@ class GuardConfig(Section):
     on_divergence: Literal["off", "warn", "stop"] = Field(
         "warn",
         description="When the reward rises (t >= 2) while reward/rule_agreement or val/accuracy falls by at least "
-        "min_drop (t <= -2) over the last `window` steps: warn (a line and guard/divergence=1 in metrics.jsonl), "
+        "min_drop (t <= -2) over the last `window` steps, on `confirm_steps` steps in a row: warn (a line and guard/divergence=1 in metrics.jsonl), "
         "stop (also end the run after that step with one line naming the step and the numbers; the last checkpoint "
         "stays), or off. It reads metrics the run writes anyway: no reward call.",
     )
-    window: int = Field(20, ge=3, description="Steps the live check fits its trends over.")
+    window: int = Field(
+        20, ge=3, description="Steps the live check fits its trends over (it judges only once a run has that many)."
+    )
+    confirm_steps: int = Field(
+        3,
+        ge=1,
+        description="Steps in a row the divergence must show before the guard acts: a check after every step over "
+        "overlapping windows flagged 28 of 200 simulated healthy 100-step runs at 1, 5 at 3 (real divergences "
+        "found 3 steps later: benchmarks/guard_false_alarms.py).",
+    )
     min_drop: float = Field(
         0.05, gt=0.0, le=1.0, description="Fall of rule agreement or held-out accuracy over the window that counts."
     )

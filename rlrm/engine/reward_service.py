@@ -134,7 +134,7 @@ class RewardService:
         elif self.cfg.model_kind is not None:
             model = await served_identity(self.balancer, server.request_model, server.request_timeout_s)
         source = source_digest(self.cfg.custom.path) if self.cfg.kind == "custom" else None
-        return reward_contract(self.cfg, model, source)
+        return reward_contract(self.cfg, model, source, max_response_len=self.max_response_len)
 
     async def wake(self) -> None:
         """Colocated placement: bring every replica's weights back before scoring."""

@@ -200,16 +200,18 @@ class _TrainLoop:
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
         step = self._start(ckpts)
-        writer = RunLog(self.run_dir, p, keep_through_step=step)  # metrics.jsonl and logging.trackers
+        # rows through the checkpoint's step stay; without one the run starts over (its step 0 is written again)
+        keep = step if step > 0 else -1
+        writer = RunLog(self.run_dir, p, keep_through_step=keep)  # metrics.jsonl and logging.trackers
         if p.logging.save_samples:
             contract = self.parts.reward.contract.short if self.parts.reward.contract is not None else None
             self.sample_log = SampleLog(
-                self.run_dir / "samples.jsonl", keep_through_step=step, reward_contract=contract
+                self.run_dir / "samples.jsonl", keep_through_step=keep, reward_contract=contract
             )
         hung = HungRewardLog(self.run_dir / "hung_rewards.jsonl")  # created at the first reward that hangs
         self.val_examples, self.val_ids = self._held_out_set()
         history = read_metrics(self.run_dir / "metrics.jsonl") if (self.run_dir / "metrics.jsonl").exists() else []
-        self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= step])
+        self.guard = DivergenceGuard(p.reward.guard, [r for r in history if r.get("step", 0) <= keep])
         self.canaries = Canaries.build(p, self.parts.test_examples, self.parts.tokenizer)
         self.wall_offset_s = _wall_so_far(history, step)  # a resumed run's perf/wall_s goes on from its last row
         self.t0 = time.perf_counter()

@@ -59,6 +59,12 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     contract = contract_summary(run_dir)
     if contract is not None:
         lines.append(f"  reward contract {contract} ({CONTRACT_FILE})")
+    guarded = [r["step"] for r in rows if r.get("guard/divergence") == 1]
+    if guarded:  # the live guard's own window and min_drop: the audit below may not see the same
+        lines.append(
+            f"  warning: the reward-hacking guard flagged {len(guarded)} step(s), first step {guarded[0]:g} "
+            "(guard/divergence; reward.guard.window and min_drop)"
+        )
     for finding in audit_run(series):
         if finding.flagged:
             lines.append(f"  warning: reward-hacking audit: {finding.check}: {finding.detail}")

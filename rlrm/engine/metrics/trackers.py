@@ -98,7 +98,7 @@ class TensorBoardTracker:
         self.writer = SummaryWriter(
             str(root / "tensorboard"), purge_step=keep_through_step + 1 if keep_through_step else None
         )
-        if not keep_through_step:
+        if keep_through_step <= 0:  # a run from step 0 (or started over): its config
             self.writer.add_text("config", "```yaml\n" + profile_yaml + "```", 0)
 
     def log(self, step: int, values: dict[str, float]) -> None:

@@ -45,13 +45,16 @@ class RewardContract:
         return {name: _digest(value)[:SHORT_CHARS] for name, value in self.parts.items()}
 
 
-def reward_contract(cfg: RewardConfig, model: dict | None = None, source_digest: str | None = None) -> RewardContract:
+def reward_contract(
+    cfg: RewardConfig, model: dict | None = None, source_digest: str | None = None, max_response_len: int | None = None
+) -> RewardContract:
     """The contract of a `reward` section.
 
     Args:
         cfg: the resolved reward section.
         model: the reward model's identity (model_identity.py), None for rewards that call no model.
         source_digest: sha256 of a custom function's file (reward.kind=custom), else None.
+        max_response_len: rollout.max_new_tokens, part of the shaping when reward.overlong is on.
     """
     kind = cfg.model_kind if cfg.kind != "custom" else None  # the model rlrm's own clients call
     uses_rule = cfg.kind in ("rule", "composite")
@@ -73,7 +76,8 @@ def reward_contract(cfg: RewardConfig, model: dict | None = None, source_digest:
         "components": dict(sorted(cfg.weights_of_components.items())),
         "custom": {"name": cfg.custom.name, "source_sha256": source_digest, "model_role": cfg.custom.model_role}
         if cfg.kind == "custom" else None,
-        "shaping": cfg.overlong.model_dump() if cfg.overlong.active else None,
+        # the penalty starts buffer_len tokens before the longest response: that length shapes the score too
+        "shaping": {**cfg.overlong.model_dump(), "max_response_len": max_response_len} if cfg.overlong.active else None,
     }  # fmt: skip
     if cfg.tool_rewards_as_turn_scores:  # a part only when on, so the contracts of runs without it stay as they were
         parts["turn_scores"] = {"tool_rewards": True}  # what the step trains on: tools' rewards in each turn's score

@@ -226,3 +226,13 @@ def test_a_damaged_checkpoint_says_what_is_wrong_and_what_to_delete(tmp_path, da
     assert lines[0].endswith(
         "delete that checkpoint folder to resume from an earlier one (none left: the run starts from step 0)"
     ), lines[0]
+
+
+def test_a_run_resumed_without_a_checkpoint_starts_over_with_one_step_0_row(tmp_path):
+    # the old step 0 (held-out accuracy, canaries) was kept and a new one written beside it: [0, 0, 1]
+    overrides = [*SMALL, "trainer.total_steps=1", "trainer.val_every=1", "trainer.val_before_train=true"]
+    run_dir = start_run(load_profile("tiny-rule", [*overrides, "data.val_size=2"]), tmp_path / "run")
+    train(run_dir)
+    shutil.rmtree(run_dir / "checkpoints")  # as if killed before its first checkpoint was written
+    train(run_dir)
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1]

@@ -141,3 +141,15 @@ def test_a_canary_check_with_no_drift_reads_back_as_null_and_is_skipped(tmp_path
     assert any("reward canaries: 2 checks, drift up to 0.01;" in line for line in closing_lines(rows, tmp_path))
     only_null = [{"step": 1, "guard/canary_calls": 12.0, "guard/canary_drift": None, "guard/canary_flips": 0.0}]
     assert any(line.startswith("  reward canaries: 1 checks;") for line in closing_lines(only_null, tmp_path))
+
+
+def test_a_step_the_live_guard_flagged_is_repeated_in_the_closing_lines(tmp_path):
+    # the closing lines ran the audit again with its own settings and could miss what the guard had flagged
+    rows = _rows(30, lambda s: 0.3, lambda s: 0.5, lambda s: 0.9)
+    for row in rows[22:25]:
+        row["guard/divergence"] = 1.0
+    warned = [line for line in closing_lines(rows, tmp_path) if "reward-hacking guard" in line]
+    assert warned == [
+        "  warning: the reward-hacking guard flagged 3 step(s), first step 22 (guard/divergence; reward.guard.window "
+        "and min_drop)"
+    ]

@@ -43,3 +43,23 @@ def test_a_resumed_guard_keeps_its_window():
 def test_an_unknown_guard_action_is_refused():
     with pytest.raises(ValueError, match="on_divergence"):
         GuardConfig(on_divergence="halt")
+
+
+def _healthy(seed: int, steps: int = 100) -> list[dict]:
+    """The reward rises; the true agreement stays 0.8, measured on 256 samples a step (sd 0.025)."""
+    import random
+
+    rng = random.Random(seed)
+    agreement = (sum(rng.random() < 0.8 for _ in range(256)) / 256 for _ in range(steps))
+    return [_step(s, 0.3 + 0.005 * s + rng.gauss(0, 0.02), a) for s, a in zip(range(1, steps + 1), agreement)]
+
+
+def test_the_default_guard_judges_a_full_window_and_rarely_stops_a_healthy_run():
+    # it judged 3 steps at step 3 (agreement 0.82, 0.80, 0.765: one sd) and flagged 28 of 200 healthy 100-step runs
+    early = DivergenceGuard(GuardConfig())
+    assert all(early.observe(_step(s, 0.3 + 0.01 * s, 0.82 - 0.028 * s)) is None for s in range(1, 21))
+    flagged = sum(
+        any(guard.observe(row) is not None for row in _healthy(seed))
+        for seed, guard in ((seed, DivergenceGuard(GuardConfig())) for seed in range(100))
+    )
+    assert flagged <= 5

@@ -127,3 +127,29 @@ def test_a_change_is_shown_where_it_is():
         "Answer:...')"
     )
     assert describe_change("model", None, "judge-v2") == "model ('null' -> 'judge-v2')"
+
+
+def test_the_overlong_penalty_length_is_part_of_the_contract():
+    # 90 tokens, buffer 20: at max_new_tokens 100 the penalty is 0.5, at 200 none; both had one fingerprint,
+    # against the contract's "same fingerprint, same score"
+    import asyncio
+
+    from rlrm.engine.reward_service import RewardService
+    from rlrm.engine.rewards.base import RewardSample
+
+    def score_and_fingerprint(max_len: int):
+        async def go():
+            service = RewardService(RewardConfig(overlong={"buffer_len": 20}), max_response_len=max_len)
+            await service.start()
+            try:
+                prompt = [{"role": "user", "content": "1+2?"}]
+                sample = RewardSample("u", 0, "openai/gsm8k", prompt, "1 + 2 = 3\n#### 3", "3", response_length=90)
+                (result,) = await service.loop.score_all([sample])
+                return result.score, service.contract.fingerprint
+            finally:
+                await service.close()
+
+        return asyncio.run(go())
+
+    (short, short_print), (long, long_print) = score_and_fingerprint(100), score_and_fingerprint(200)
+    assert (short, long) == (0.5, 1.0) and short_print != long_print
