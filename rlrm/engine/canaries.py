@@ -88,7 +88,7 @@ class Canaries:
         finally:
             await service.sleep()
         counters = loop.take_metrics()
-        scores = [model_score(self.cfg, r) for r in results]
+        scores = [_canary_score(self.cfg, r) for r in results]
         finding = judge_canaries(self.items, scores, self.baseline, self.threshold, self.cfg.guard.max_canary_drift)
         if self.baseline is None:
             self.baseline = scores
@@ -104,3 +104,11 @@ def _side_config(cfg: RewardConfig) -> RewardConfig:
     raw = cfg.model_dump()
     raw.update(on_failure="default", default_score=math.nan, max_failure_rate=1.0)
     return RewardConfig.model_validate(raw)
+
+
+def _canary_score(cfg: RewardConfig, result) -> float | None:
+    """What a canary is judged by: the model's score, or for an answer a composite gate kept from the judge the
+    score it got (the rule's: not rewarded, as `rlrm audit reward` counts it), never a failure."""
+    if result is not None and not result.extra.get("reward_failed") and result.extra.get("gated"):
+        return result.score - result.extra.get("overlong_penalty", 0.0)
+    return model_score(cfg, result)

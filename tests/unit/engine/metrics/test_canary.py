@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +15,9 @@ from rlrm.config.reward_guard import GuardConfig
 from rlrm.engine.canaries import ATTACKS, Canaries, canary_threshold, check_canary_data
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.metrics.canary import CanaryItem, judge_canaries
+from rlrm.engine.rewards.base import RewardResult
+from rlrm.engine.rewards.factory import make_composite_reward
+from rlrm.engine.rewards.rule import make_rule_reward
 from rlrm.engine.run_checks import check_inputs
 from rlrm.errors import ConfigError
 
@@ -120,3 +125,33 @@ def test_canaries_on_data_without_reference_solutions_are_refused_before_the_run
     _, test = synthetic_splits(few.data.synthetic, few.data.prompt_suffix)
     with pytest.raises(ConfigError, match="but 2 held-out problems"):
         check_canary_data(few, test[:2])
+
+
+class _Words:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+
+def test_canaries_a_composite_gate_keeps_from_the_judge_are_not_rewarded_never_failed():
+    # they were counted in guard/canary_failed (10 of 12 on every check), though nothing failed
+    profile = load_profile(
+        "tiny-genrm", ["reward.kind=composite", "reward.composite.mode=gate", "reward.guard.on_canary=warn"]
+    )
+    cfg = profile.reward
+    _, test = synthetic_splits(profile.data.synthetic, profile.data.prompt_suffix)
+    canaries = Canaries.build(profile, test, _Words())
+
+    async def judge(sample):  # a judge that rewards everything: the gate alone keeps the attacks from it
+        return RewardResult(1.0, {})
+
+    fn = make_composite_reward(cfg, make_rule_reward(cfg), judge)
+
+    async def nothing():
+        return None
+
+    service = SimpleNamespace(loop=SimpleNamespace(fn=fn), wake=nothing, sleep=nothing)
+    finding, metrics = asyncio.run(canaries.check(service))
+    # nothing failed: every attack got the composite's score (the rule's 0, gated), i.e. "not rewarded",
+    # as `rlrm audit reward` counts a gated sample (docs: "a sample the gate keeps from the model is not rewarded")
+    assert metrics["guard/canary_failed"] == 0.0, metrics
+    assert finding.scored == 12 and finding.flips == []
