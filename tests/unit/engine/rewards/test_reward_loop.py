@@ -299,6 +299,7 @@ def test_a_return_or_a_tool_reward_beyond_float32_is_a_counted_non_finite_score(
     results = run(loop.score_all([sample(0), sample(1)]))
     assert [r.score for r in results] == [0.0, 1.0] and loop.take_metrics()["reward/nonfinite"] == 1
     tool_sample = RewardSample("p1", 0, "t", [{"role": "user", "content": "Q?"}], "#### 3", "3", turns(1e39))
+
     async def one(s):
         return 1.0
 
