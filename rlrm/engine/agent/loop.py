@@ -163,6 +163,9 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
         tag = settings.observation_tag
         obs = _plain_ids(tokenizer, f"<{tag}>{result}</{tag}>")
         room = settings.max_response_tokens - len(trace.tokens)
+        if len(obs) > room:  # cut to the budget: the reward reads what the policy read, not the whole result
+            result = tokenizer.decode(obs[:room]).removeprefix(f"<{tag}>")
+            record["tool_result"] = result
         trace.turns.append({"role": "tool", "name": name, "text": result, "tokens": min(len(obs), room)})
         trace.add(obs[:room], [], trained=False)
         if len(obs) >= room:

@@ -114,6 +114,11 @@ def test_observation_past_the_budget_is_truncated_and_finishes_length(tokenizer)
     assert traj.finish_reason == "length"
     assert len(traj.token_ids) == len(traj.loss_mask) == budget
     assert traj.loss_mask[-4:] == [0, 0, 0, 0]
+    # what the reward reads of it is what the policy read: the 4 tokens, not the whole result (121932631112635269)
+    (tool,) = [t for t in traj.meta["agent"]["turns"] if t["role"] == "tool"]
+    seen = tokenizer.decode(traj.token_ids[-4:]).removeprefix("<obs>")
+    assert tool["text"] == seen and "121932631112635269" not in tool["text"]
+    assert traj.meta["agent"]["extra_info"]["tool_calls"][0]["result"] == seen
 
 
 def test_budget_runs_out_inside_a_turn(tokenizer):
