@@ -161,7 +161,9 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
         result = result.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate (a file name) is no text
         record["tool_result"] = result
         tag = settings.observation_tag
-        obs = _plain_ids(tokenizer, f"<{tag}>{result}</{tag}>")
+        # the tags as the model knows them (a chat template's tool tags may be tokens of their own), the result as text
+        opened, closed = (tokenizer.encode(t, add_special_tokens=False) for t in (f"<{tag}>", f"</{tag}>"))
+        obs = opened + _plain_ids(tokenizer, result) + closed
         room = settings.max_response_tokens - len(trace.tokens)
         if len(obs) > room:  # cut to the budget: the reward reads what the policy read, not the whole result
             result = tokenizer.decode(obs[:room]).removeprefix(f"<{tag}>")
