@@ -17,6 +17,7 @@ from rlrm.config.ray_address import check_ray_address
 from rlrm.config.reward import RewardConfig
 from rlrm.config.section import Section
 from rlrm.config.servers import RolloutServerConfig
+from rlrm.float32 import fits_float32
 
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
 # Every step generates, scores and holds train_batch_size x n completions in memory: a typo such as
@@ -417,7 +418,7 @@ class Profile(Section):
 
 def _check_reward_for_training(reward: RewardConfig) -> None:
     """Reward settings whose scores training cannot use (the parity and inspect commands set their own)."""
-    if not (math.isfinite(reward.default_score) and abs(reward.default_score) <= 3.4028234663852886e38):  # float32's
+    if not fits_float32(reward.default_score):
         raise ValueError(
             f"reward.default_score={reward.default_score} is no score training can use (a failed sample's NaN or inf "
             "spreads over its group's advantages); give a finite number"

@@ -44,9 +44,7 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run_dir / "config.yaml.tmp"
-        tmp.write_text(dump_profile(profile))
-        tmp.replace(run_dir / "config.yaml")
+        _write_config(run_dir / "config.yaml", profile)
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -88,15 +86,20 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
         check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
         check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
     check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
-    if total_steps is not None:  # whole or not at all: a cut config.yaml would make the folder no run at all
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            tmp.write_text(dump_profile(profile))
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+    if total_steps is not None:
+        _write_config(path, profile)
     return profile
+
+
+def _write_config(path: Path, profile: Profile) -> None:
+    """config.yaml whole or not at all (a cut one would make the folder no run at all): written beside, renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(dump_profile(profile))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def check_resume_world_size(ckpt_dir: Path, world_size: int) -> None:

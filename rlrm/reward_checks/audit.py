@@ -36,8 +36,9 @@ from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
 from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardSample, fits_float32
+from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import ConfigError, DataError, RlrmError
+from rlrm.float32 import FLOAT32_MAX, fits_float32
 from rlrm.inference.loading import load_tokenizer
 from rlrm.json_values import json_safe
 from rlrm.reward_checks.scoring import score_samples

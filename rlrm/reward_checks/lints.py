@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlrm.engine.rewards.base import FLOAT32_MAX, fits_float32
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
+from rlrm.float32 import FLOAT32_MAX, fits_float32
 
 THINK = "<think>"
 _PROBE = "rlrm-probe-7f3a"

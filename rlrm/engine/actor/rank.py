@@ -24,6 +24,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -213,8 +214,6 @@ class RankWorker:
         makes it one by stepping at lr 0: Adam's step count became 1 and every later update differed from a run
         that saved nothing. That state is saved (the checkpoint's layout stays one), then taken back, and the
         folder says so (EMPTY_OPTIMIZER) for `load` to take it back too."""
-        from pathlib import Path
-
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -237,8 +236,6 @@ class RankWorker:
         set_state_dict(
             self.actor.model, self.actor.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"]
         )
-        from pathlib import Path
-
         if (Path(folder) / EMPTY_OPTIMIZER).is_file():  # saved before the first step: no state, as then
             self.actor.optimizer.state.clear()
         self.actor.scheduler.load_state_dict(state["scheduler"])

@@ -7,7 +7,6 @@ it is calling.
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
@@ -45,14 +44,6 @@ class ClosableRewardFn(Protocol):
     close: Callable[[], None]
 
     def __call__(self, sample: RewardSample, /) -> Awaitable[RewardResult]: ...
-
-
-FLOAT32_MAX = 3.4028234663852886e38  # a score beyond it is inf in the float32 tensors training computes in
-
-
-def fits_float32(value: float) -> bool:
-    """Finite, and finite still in the float32 tensors training computes with."""
-    return math.isfinite(value) and abs(value) <= FLOAT32_MAX
 
 
 def is_bool(value: Any) -> bool:

@@ -36,11 +36,12 @@ from typing import Awaitable, Callable, Hashable, Iterable
 
 from rlrm.call_errors import CallError
 from rlrm.config.reward_cache import RewardCacheConfig
-from rlrm.engine.rewards.base import RewardResult, RewardSample, fits_float32
+from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.cache_store import CacheUnavailable, SqliteStore
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.tags import PerTag
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
+from rlrm.float32 import fits_float32
 
 CACHED_KEY = "reward_cached"
 # what one scoring cost, not what it found: a hit repeats none of it

@@ -18,9 +18,9 @@ same names. A sample whose components are missing, extra or not numbers is a cou
 
 from __future__ import annotations
 
-from rlrm.engine.rewards.base import fits_float32
 from rlrm.engine.rewards.errors import BadComponents, NonFiniteScore
 from rlrm.errors import TrainingError
+from rlrm.float32 import fits_float32
 
 COMPONENTS_KEY = "reward_components"  # where a result's checked components are kept (samples.jsonl shows them)
 

@@ -25,7 +25,7 @@ from typing import Callable, Hashable, Iterable
 
 from rlrm.call_errors import CallError, RequestTimeout
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards.base import FLOAT32_MAX, RewardFn, RewardResult, RewardSample, fits_float32, is_score
+from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample, is_score
 from rlrm.engine.rewards.budget import check_failure_budget
 from rlrm.engine.rewards.cache import RewardCache
 from rlrm.engine.rewards.components import COMPONENTS_KEY, ComponentSpec
@@ -37,6 +37,7 @@ from rlrm.engine.rewards.tags import PerTag
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
+from rlrm.float32 import FLOAT32_MAX, fits_float32
 from rlrm.stats import quantile
 
 HUNG_KEPT = 1000  # hung-attempt records held between two take_hung() calls (the oldest go first)

@@ -18,8 +18,9 @@ length or with a non-number is a counted failure (`reward/turn_score_errors`); a
 
 from __future__ import annotations
 
-from rlrm.engine.rewards.base import RewardSample, fits_float32
+from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.errors import BadTurnScores, NonFiniteScore
+from rlrm.float32 import fits_float32
 
 TURN_SCORES_KEY = "turn_scores"  # verl's ToolAgentLoop extra_fields name; a result's checked list is kept here
 

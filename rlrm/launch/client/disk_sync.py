@@ -19,6 +19,7 @@ files, is loaded again: a replica restarted with --wait-for-weights serves only 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlrm.call_errors import RequestTimeout, TransientError
@@ -52,8 +53,6 @@ class DiskSync:
 
     def push_all(self, path, version: int) -> None:
         """Load `version` from `path` into every replica; a dead launched one is skipped (its restart loads it)."""
-        from concurrent.futures import ThreadPoolExecutor
-
         urls = list(self.fleet.replica_urls)
         with ThreadPoolExecutor(max_workers=max(1, len(urls))) as pool:
             outcomes = list(pool.map(lambda u: self.push_one(u, path, version, may_be_dead=True), urls))
