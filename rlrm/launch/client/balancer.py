@@ -4,7 +4,10 @@
     body = await balancer.post("/classify", {"input": ids})
 
 A replica that refuses connections or answers 5xx is taken out of rotation and probed on
-`/health` until it answers again, then rejoins. Errors come back classified (transient: retry
+`/health` until it answers again, then rejoins. A replica that is alive but hung (its /health answers, its
+requests never do) is taken out after HUNG_AFTER timeouts in a row during which it answered nothing at all, and
+stays out for a quarantine (first the request timeout, doubled at each relapse, at most QUARANTINE_MAX_S) before
+its /health is believed again: a probe alone would re-admit it at once. Errors come back classified (transient: retry
 elsewhere; bad request: do not retry) for the reward loop's fault policy.
 
 The client is aiohttp, rlrm's one HTTP client library (rlrm/launch/common/http.py runs it for synchronous
@@ -21,6 +24,9 @@ import time
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.common.http import Reply, Sessions
 from rlrm.launch.fleet.process import ServerStartError
+
+HUNG_AFTER = 2  # timeouts in a row, with no answer at all from the replica meanwhile, that take it out of rotation
+QUARANTINE_MAX_S = 600.0
 
 
 class ReplicaBalancer:
@@ -43,6 +49,11 @@ class ReplicaBalancer:
         self._sessions = Sessions()
         self._prober: asyncio.Task | None = None
         self._closed = False  # requests cut off by close() must not start a prober on the closing session
+        # hung replicas: when each last answered anything, its timeouts since, and until when it stays out
+        self._answered_at = {u: 0.0 for u in self.urls}
+        self._silent_timeouts = {u: 0 for u in self.urls}
+        self._quarantine_s = {u: 0.0 for u in self.urls}
+        self._out_until = {u: 0.0 for u in self.urls}
 
     @property
     def address(self) -> str:
@@ -100,16 +111,19 @@ class ReplicaBalancer:
         with Retry-After): Throttled. Any other answer is returned for the caller to judge."""
         import aiohttp
 
+        sent_at = time.monotonic()
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
             reply = await self._sessions.send(method, url + path, timeout=timeout, **kwargs)
         except asyncio.TimeoutError:
+            self._timed_out(url, sent_at, timeout_s)
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
             self._mark_down(url)
             raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
         finally:
             self.outstanding[url] -= 1
+        self._answered(url)
         wait_s = retry_after_s(reply.headers.get("Retry-After"))
         if reply.status == 429 or (reply.status == 503 and wait_s is not None):
             text = reply.body.decode("utf-8", "replace")
@@ -131,6 +145,25 @@ class ReplicaBalancer:
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
 
+    def _answered(self, url: str) -> None:
+        if url in self._answered_at:
+            self._answered_at[url] = time.monotonic()
+            self._silent_timeouts[url] = 0
+            self._quarantine_s[url] = 0.0
+
+    def _timed_out(self, url: str, sent_at: float, timeout_s: float) -> None:
+        """A request to `url` got no answer in time. A replica that answered other requests meanwhile is slow, not
+        hung; one that answered nothing for HUNG_AFTER such requests in a row is taken out for a quarantine."""
+        if url not in self._answered_at or self._answered_at[url] >= sent_at:
+            return
+        self._silent_timeouts[url] += 1
+        if self._silent_timeouts[url] < HUNG_AFTER:
+            return
+        self._silent_timeouts[url] = 0
+        self._quarantine_s[url] = min(QUARANTINE_MAX_S, max(timeout_s, 2 * self._quarantine_s[url]))
+        self._out_until[url] = time.monotonic() + self._quarantine_s[url]
+        self._mark_down(url)
+
     def _mark_down(self, url: str) -> None:
         if url not in self.healthy:  # not one of its replicas (one behind a router): the router judges it
             return
@@ -144,7 +177,8 @@ class ReplicaBalancer:
         """Bring replicas back once /health answers 200."""
         while not all(self.healthy.values()):
             for url in [u for u in self.urls if not self.healthy[u]]:
-                self.healthy[url] = await self._get_ok(url)
+                if time.monotonic() >= self._out_until[url]:
+                    self.healthy[url] = await self._get_ok(url)
             await asyncio.sleep(self.probe_interval_s)
 
     async def wait_healthy(self, timeout_s: float, what: str = "reward servers") -> None:
