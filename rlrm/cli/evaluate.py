@@ -32,7 +32,10 @@ def rm(
     ],
     profile: ProfileOption = None,
     overrides: SetOption = [],
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Score only the first N pairs.", min=1)] = None,
+    limit: Annotated[
+        Optional[int],
+        typer.Option("--limit", help="Score only the file's first N pairs (identical ones skipped).", min=1),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON instead of a table.")] = False,
     seed: Annotated[Optional[int], typer.Option("--seed", hidden=True)] = None,  # the bootstrap's, until stop 54
 ) -> None:
@@ -47,14 +50,14 @@ def rm(
     if seed is not None:  # a script written for the bootstrap interval keeps working, and is told
         print("warning: --seed is ignored: the intervals are Wilson's, which draw nothing; drop it", file=sys.stderr)
     resolved = load_profile(profile or "tiny-disrm", overrides)
-    rows, identical = read_pairs(pairs)
+    rows, identical = read_pairs(pairs, limit)
     if identical:
         print(
             f"warning: {len(identical)} pair(s) with identical chosen and rejected skipped "
             f"({', '.join(identical[:5])}{', ...' if len(identical) > 5 else ''})",
             file=sys.stderr,
         )
-    scored = score_pairs(resolved.reward, rows[:limit])
+    scored = score_pairs(resolved.reward, rows)
     cut = [s.pair.id for s in scored if s.truncated]
     if cut:  # scored on what was kept: say so rather than let a cut prompt pass silently
         print(

@@ -374,7 +374,16 @@ class _TrainLoop:
         examples = self.parts.test_examples
         if p.data.val_size:
             examples = examples[: p.data.val_size]
-        ids, kept, _ = encode_prompts(examples, self.parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long)
+        ids, kept, dropped = encode_prompts(
+            examples, self.parts.tokenizer, p.data.max_prompt_length, p.data.prompt_too_long
+        )
+        if dropped:  # val/accuracy is over the rest: say so, or two runs' accuracies read as on one set
+            print(
+                f"rlrm: {dropped} of {len(examples)} held-out prompts are longer than data.max_prompt_length="
+                f"{p.data.max_prompt_length} and left out of val/accuracy (data.prompt_too_long=drop)",
+                file=sys.stderr,
+                flush=True,
+            )
         return kept, ids
 
     async def _held_out(self) -> dict:

@@ -56,10 +56,10 @@ class ScoredPair:
     error: str = ""  # why the first of its failed scores failed ("": both scored)
 
 
-def read_pairs(path) -> tuple[list[Pair], list[str]]:
-    """(pairs to score, ids of the pairs skipped because chosen == rejected)."""
+def read_pairs(path, limit: int | None = None) -> tuple[list[Pair], list[str]]:
+    """(pairs to score, ids of the pairs skipped because chosen == rejected), of the file's first `limit` rows."""
     pairs, identical = [], []
-    for i, (lineno, row) in enumerate(read_jsonl(path, "--pairs")):
+    for i, (lineno, row) in enumerate(read_jsonl(path, "--pairs")[:limit]):
         where = f"{path} row {lineno}"
         missing = [f for f in PAIR_FIELDS if row.get(f) is None]
         if missing:

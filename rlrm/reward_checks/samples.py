@@ -47,7 +47,8 @@ def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
     if path.suffix != ".jsonl":
         raise DataError(f"{what} {path}: expected a .jsonl file (one JSON object per line)")
     rows = []
-    for lineno, raw in enumerate(path.read_bytes().splitlines(), 1):
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is no data
+    for lineno, raw in enumerate(data.splitlines(), 1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

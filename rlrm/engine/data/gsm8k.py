@@ -140,6 +140,8 @@ def _verl_row(row: dict, index: int, split: str) -> Example:
     truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if truth is None or str(truth).strip() == "":
         raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
+    if isinstance(truth, float) and truth.is_integer():  # pandas makes an int column with a gap float: 42.0
+        truth = int(truth)
     _check_number(str(truth))
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):

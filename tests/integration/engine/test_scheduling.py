@@ -245,7 +245,9 @@ def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, 
     _assert_each_prompt_trained_once(tmp_path, split, steps)
 
 
-def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(tmp_path, tiny_policy_path, monkeypatch):
+def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(
+    tmp_path, tiny_policy_path, monkeypatch, capsys
+):
     # Step 2 runs out of memory after taking its groups, some of batch 3: they were never trained, so the
     # checkpoint (step 1) must not list them in trained_ahead, or the resumed run would never train them.
     from rlrm.engine.step import GRPOStep
@@ -263,6 +265,8 @@ def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(tmp_pat
     split = start_run(load_profile("tiny-rule", SMALL + overrides), tmp_path / "split")
     with pytest.raises(RuntimeError, match="simulated"):
         train(split)
+    # the held-out set loses its long prompts too, and val/accuracy is over the rest: said at the start
+    assert "held-out prompts are longer than data.max_prompt_length=42" in capsys.readouterr().err
     monkeypatch.setattr(GRPOStep, "prepare", real)
     _assert_each_prompt_trained_once(tmp_path, split, 4)
 

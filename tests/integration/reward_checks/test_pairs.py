@@ -66,6 +66,23 @@ def test_rows_missing_fields_are_named_and_identical_pairs_skipped(tmp_path):
         read_pairs(only_same)
 
 
+def test_limit_takes_the_files_first_rows_and_counts_identical_ones_among_them_only(tmp_path):
+    rows = [
+        {"prompt": "q", "chosen": "a", "rejected": "b", "id": "x"},
+        {"prompt": "q", "chosen": "c", "rejected": "d", "id": "z"},
+        {"prompt": "q", "chosen": "a", "rejected": "a", "id": "y"},  # beyond --limit 2: not reported as skipped
+    ]
+    pairs, identical = read_pairs(write_rows(tmp_path / "p.jsonl", rows), limit=2)
+    assert [p.id for p in pairs] == ["x", "z"] and identical == []
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_row(tmp_path):
+    path = tmp_path / "bom.jsonl"  # as Windows editors and Excel's "CSV UTF-8" save it
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "q", "chosen": "a", "rejected": "b"}).encode() + b"\n")
+    pairs, _ = read_pairs(path)
+    assert [(p.chosen, p.rejected) for p in pairs] == [("a", "b")]
+
+
 def test_rule_profile_counts_identical_pairs_and_scores_the_rest(pairs_file, tmp_path):
     rows = synthetic_pairs(0)[:6]
     rows.append({**rows[0], "id": "same", "rejected": rows[0]["chosen"]})

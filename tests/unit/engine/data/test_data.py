@@ -86,6 +86,15 @@ def test_verl_parquet_shape_in_a_folder(tmp_path):
     assert info == {"skipped_train": 0, "skipped_test": 0}
 
 
+def test_a_whole_number_stored_as_float_is_the_integer_answer(tmp_path):
+    # pandas stores an int column with a gap as float: "72.0" never matched the rule's "72", every sample scored 0
+    rows = [dict(_verl_rows()[0], reward_model={"style": "rule", "ground_truth": 72.0})]
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    (example,), _ = load_gsm8k(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)
+    assert example.ground_truth == "72"
+    assert compute_score("so #### 72", example.ground_truth) == 1.0
+
+
 def test_bad_rows_error_or_skip(tmp_path):
     path = tmp_path / "d.jsonl"
     rows = RAW + [{"question": "no answer"}, {"answer": "#### 3"}]
