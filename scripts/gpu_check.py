@@ -64,6 +64,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs, logs and gpu_check.md")
     parser.add_argument("--tier-xml", type=Path, help="the gpu tier's JUnit XML (a row of the table)")
     parser.add_argument("--tier-seconds", type=float, default=float("nan"), help="how long the tier took")
+    parser.add_argument("--tier-rc", type=int, default=0, help="the tier's exit code (124: stopped by the budget)")
     parser.add_argument("--quick", action="store_true", help="leave out the 0.5B-shape rows (decoding, step vs TRL)")
     parser.add_argument(
         "--only",
@@ -111,8 +112,12 @@ def main() -> int:
     chosen = only or [name for name in ROWS if not (args.quick and name in SHAPED)]
     checks = [(name, every[name]) for name in ROWS if name in chosen]
     if args.tier_xml:
-        rows.append(tier_row(args.tier_xml, args.tier_seconds))
+        rows.append(tier_row(args.tier_xml, args.tier_seconds, args.tier_rc))
+    stopped = False
     for name, (fn, *fn_args) in checks:
+        if stopped:
+            rows.append((name, "NOT REACHED", "", "the check was stopped first (SIGTERM or Ctrl-C)"))
+            continue
         if _DEADLINE - time.monotonic() < MIN_ROW_S:
             rows.append((name, "NOT REACHED", "", f"the check's budget (--budget-s {args.budget_s:g}) ran out first"))
             print(" | ".join(rows[-1]), flush=True)
@@ -121,6 +126,9 @@ def main() -> int:
             rows.append(fn(*fn_args))
         except Exception as exc:  # a bug in reading one check's files must not lose the others' rows
             rows.append((fn.__name__, "FAILED", "", f"{type(exc).__name__}: {exc}"[:150]))
+        except (SystemExit, KeyboardInterrupt):  # an outer `timeout` or Ctrl-C: the table still says what ran
+            rows.append((name, "STOPPED", "", "the check was stopped (SIGTERM or Ctrl-C) during this row"))
+            stopped = True
         print(" | ".join(rows[-1]), flush=True)
         text = _table(env_line, rows)  # written after each row: a lease that ends mid-check keeps what ran
         (out / "gpu_check.md").write_text(text + "\n")
@@ -228,9 +236,12 @@ def check_models(out: Path) -> tuple[str, str, str, str]:
     return ("tiny models (rlrm models prepare)", "ok", took, f"built: {', '.join(built) or 'none (cached)'}")
 
 
-def tier_row(xml: Path, seconds: float) -> tuple[str, str, str, str]:
+def tier_row(xml: Path, seconds: float, rc: int = 0) -> tuple[str, str, str, str]:
+    """The tier's row, from its JUnit XML; `rc` 124 (gpu_check.sh's `timeout`): stopped by the budget."""
+    cut = rc == 124
     if not xml.exists():
-        return ("gpu test tier (pytest -m gpu)", "FAILED", f"{seconds:.0f}", "no JUnit XML written")
+        why = "stopped by the budget before it wrote its JUnit XML" if cut else "no JUnit XML written"
+        return ("gpu test tier (pytest -m gpu)", "STOPPED" if cut else "FAILED", f"{seconds:.0f}", why)
     suite = ET.parse(xml).getroot()
     suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
     total, failures, errors, skipped = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
@@ -244,6 +255,8 @@ def tier_row(xml: Path, seconds: float) -> tuple[str, str, str, str]:
     detail = f"{passed} passed, {failures + errors} failed, {skipped} skipped" + (
         f": {', '.join(bad[:6])}" if bad else ""
     )
+    if cut:
+        result, detail = "STOPPED", f"stopped by the budget after {detail}"
     return ("gpu test tier (pytest -m gpu)", result, f"{seconds:.0f}", detail)
 
 

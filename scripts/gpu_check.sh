@@ -39,14 +39,18 @@ if ! "$py" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/de
 fi
 rm -rf "$out" && mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# the models first, so the tier's tests find them built
-"$py" -m rlrm models prepare >"$out/models_first.log" 2>&1
+# the models, the tier and the rows share the budget: each stops where it runs out. SIGINT, not SIGTERM: pytest
+# stopped by SIGINT still writes its JUnit XML, so the table keeps what passed before the budget ran out.
+limit() { [ -n "$budget" ] && echo timeout -s INT -k 30 "$((budget - SECONDS > 1 ? budget - SECONDS : 1))"; }
+# the models first, so the tier's tests find them built (copied from the shipped ones: seconds)
+if ! $(limit) "$py" -m rlrm models prepare >"$out/models_first.log" 2>&1; then
+  echo "gpu_check: rlrm models prepare failed or ran out of the budget; see $out/models_first.log" >&2
+fi
 start=$SECONDS
-limit=()  # the tier and the rows share the budget: the tier stops where it runs out
-[ -n "$budget" ] && limit=(timeout -k 10 "$((budget - SECONDS > 1 ? budget - SECONDS : 1))")
-"${limit[@]}" "$py" -m pytest -m gpu tests/gpu -q -p no:cacheprovider ${GPU_TIER_K:+-k "$GPU_TIER_K"} --junitxml="$out/tier.xml" 2>&1 \
+$(limit) "$py" -m pytest -m gpu tests/gpu -q -p no:cacheprovider ${GPU_TIER_K:+-k "$GPU_TIER_K"} --junitxml="$out/tier.xml" 2>&1 \
   | tee "$out/tier.log" | tail -n 25
+tier_rc=${PIPESTATUS[0]}
 tier_s=$((SECONDS - start))
 rows=()
 [ -n "$budget" ] && rows=(--budget-s "$((budget - SECONDS))")
-"$py" scripts/gpu_check.py --out "$out" --tier-xml "$out/tier.xml" --tier-seconds "$tier_s" "${rows[@]}" "$@"
+"$py" scripts/gpu_check.py --out "$out" --tier-xml "$out/tier.xml" --tier-seconds "$tier_s" --tier-rc "$tier_rc" "${rows[@]}" "$@"

@@ -215,6 +215,7 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
         cfg.world_size,
         cfg.max_length,
         out / "train",
+        cfg.device,
     )
     path = out / "summary.json"
     summary = json.loads(path.read_text())

@@ -101,6 +101,11 @@ class DisRMConfig(Section):
     legacy_dtype: LegacyDtype = Field("bf16", description="scorer=legacy: FSDP2 compute dtype.")
     legacy_world_size: int = Field(1, ge=1, description="scorer=legacy: ranks sharding the reward model.")
     legacy_micro_batch: int = Field(8, gt=0, description="scorer=legacy: samples per forward.")
+    legacy_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="scorer=legacy: the ranks' device (auto: cuda when one is visible, as `rlrm parity disrm "
+        "--device auto`; cuda: nccl, one GPU per rank).",
+    )
 
 
 class GenRMConfig(Section):

@@ -2,7 +2,7 @@
 reward loop's served DisRM, and how far their reward curves drift apart.
 
     summary = train_parity(profile, model_path, steps=20, legacy_dtype="bf16", loop_dtype="fp32",
-                           world_size=1, max_length=512, out=Path("parity/train"))
+                           world_size=1, max_length=512, out=Path("parity/train"), device="cuda")
 
 Both runs start from the same seed, prompts and policy; they differ only in the scoring path
 (`reward.disrm.scorer`), so any gap in `critic/score/mean` is the scorers' doing, amplified by
@@ -30,12 +30,23 @@ def train_parity(
     world_size: int,
     max_length: int,
     out: Path,
+    device: str = "cpu",
 ) -> dict:
     """Run both trainings into `out/legacy` and `out/loop`; return the curve comparison."""
     base = profile.model_dump(mode="json")
     runs = {}
     rewards: tuple[tuple[str, dict[str, dict[str, object]]], ...] = (
-        ("legacy", {"disrm": {"scorer": "legacy", "legacy_dtype": legacy_dtype, "legacy_world_size": world_size}}),
+        (
+            "legacy",
+            {
+                "disrm": {
+                    "scorer": "legacy",
+                    "legacy_dtype": legacy_dtype,
+                    "legacy_world_size": world_size,
+                    "legacy_device": device,
+                }
+            },
+        ),
         ("loop", {"disrm": {"scorer": "served"}, "server": {"dtype": LOOP_DTYPES[loop_dtype]}}),
     )
     for name, reward in rewards:

@@ -22,6 +22,7 @@ from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
 from rlrm.engine.rewards.fsdp_disrm.workers import LegacyScorerError, LegacyWorkerGroup
+from rlrm.errors import ConfigError
 from rlrm.launch.server.batcher import DynamicBatcher
 
 
@@ -36,6 +37,8 @@ class LegacyDisRM:
         self.__name__ = "legacy_disrm"
 
     async def start(self) -> None:
+        import torch
+
         d = self.cfg.disrm
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         legacy = LegacyConfig(
@@ -43,7 +46,10 @@ class LegacyDisRM:
             dtype=d.legacy_dtype,
             world_size=d.legacy_world_size,
             micro_batch_size=d.legacy_micro_batch,
+            device=legacy_device(d.legacy_device),
             pad_token_id=pad,
+            # one rank runs in the trainer's process: it keeps the trainer's torch threads (trainer.num_threads)
+            threads=torch.get_num_threads() if d.legacy_world_size == 1 else 0,
         )
         self.group = LegacyWorkerGroup(legacy)
         await asyncio.to_thread(self.group.start)
@@ -75,3 +81,14 @@ class LegacyDisRM:
             await self.batcher.close()
         if self.group is not None:
             await asyncio.to_thread(self.group.close)
+
+
+def legacy_device(name: str) -> str:
+    """`reward.disrm.legacy_device` resolved: auto is cuda when one is visible, else cpu."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("reward.disrm.legacy_device=cuda but no CUDA device is visible; set it to cpu or auto")
+    return name
