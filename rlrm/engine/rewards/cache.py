@@ -56,10 +56,18 @@ def cache_key(fingerprint: str, sample: RewardSample) -> str:
     extra_info = _without_turn_versions(sample.extra_info)
     what = [fingerprint, sample.data_source, sample.prompt, sample.solution_str, sample.ground_truth, extra_info]
     try:
-        text = json.dumps(what, sort_keys=True, default=str)
+        text = json.dumps(what, sort_keys=True, default=_exact)
     except (TypeError, ValueError):  # keys JSON cannot sort or hold (1 beside "a", a tuple): each key as its repr
-        text = "repr-keys:" + json.dumps(_repr_keys(what), sort_keys=True, default=str)
+        text = "repr-keys:" + json.dumps(_repr_keys(what), sort_keys=True, default=_exact)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _exact(value):
+    """A value JSON cannot hold, whole. Parquet's lists come back as numpy arrays, whose str() elides long ones
+    ("[0 1 2 ... 997 998 999]") and rounds floats: two different test-case lists would share a key."""
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, torch tensors
+        return {"type": type(value).__name__, "dtype": str(getattr(value, "dtype", "")), "values": value.tolist()}
+    return str(value)
 
 
 def _without_turn_versions(extra_info):

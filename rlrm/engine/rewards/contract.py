@@ -5,10 +5,11 @@
     contract.short                # its first 12 characters, what users are shown
     changed_parts(old.parts, contract.parts)   # ["template"]: what a resumed run changed
 
-A pure function of the resolved `reward` section and the model's identity (read by
-rlrm/engine/rewards/model_identity.py: a local folder's weights digest, or what a served model's /v1/models
-reports) and a custom function's source digest. Two rewards with the same fingerprint give the same score to
-the same (prompt, response, reference); anything that may change a score changes a part. The failure policy
+A function of the resolved `reward` section (a chat template file its engine arguments name read by its
+digest), the model's identity (read by rlrm/engine/rewards/model_identity.py: a local folder's weights digest,
+or what a served model's /v1/models reports) and a custom function's source digest. Two rewards with the same
+fingerprint give the same score to the same (prompt, response, reference); anything that may change a score
+changes a part. The failure policy
 (on_failure, default_score) and injected latency are not part of it: they never change a score that was given.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlrm.config.reward import RewardConfig
 
@@ -132,7 +134,24 @@ def _dtype(cfg: RewardConfig) -> dict:
         return {"scorer": "legacy", "dtype": cfg.disrm.legacy_dtype}
     if cfg.server.addresses:  # running servers: their dtype is theirs, and part of what /v1/models names
         return {"scorer": "served", "dtype": None, "backend": None}
-    return {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
+    served = {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
+    if cfg.server.extra_args:  # a key only when set, so the contracts of runs without them stay as they were
+        served["extra_args"] = _engine_args(cfg.server.extra_args)  # --chat-template, --quantization fp8, ...
+    return served
+
+
+def _engine_args(args: list[str]) -> list[str]:
+    """A launched engine's own arguments, a chat template file's path followed by its contents' digest (a file
+    edited in place is another judge prompt)."""
+    out = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        name, eq, value = arg.partition("=")
+        if not eq and i > 0 and args[i - 1] == "--chat-template":
+            name, value = "--chat-template", arg
+        if name == "--chat-template" and value and Path(value).is_file():
+            out.append("sha256:" + hashlib.sha256(Path(value).read_bytes()).hexdigest())
+    return out
 
 
 def _reference(cfg: RewardConfig, kind: str | None, uses_rule: bool) -> dict:

@@ -143,6 +143,20 @@ def test_the_key_covers_the_reference_and_the_prompt_not_the_uid():
     assert cache_key("f", a) != cache_key("f", asked)
 
 
+def test_arrays_in_extra_info_are_keyed_whole():
+    # parquet's lists come back as numpy arrays; their str() elides long ones and rounds floats
+    import numpy as np
+
+    def keyed(extra):
+        return cache_key("f", RewardSample("p", 0, "t", [{"role": "user", "content": "q"}], "r", "1", extra))
+
+    long_a, long_b = np.arange(2000), np.arange(2000)
+    long_b[1000] = -1
+    assert keyed({"tests": long_a}) != keyed({"tests": long_b})
+    assert keyed({"tol": np.array([1e-9])}) != keyed({"tol": np.array([1.000000001e-9])})
+    assert keyed({"tests": np.arange(3)}) == keyed({"tests": np.arange(3)})
+
+
 def test_memory_and_file_are_bounded(tmp_path):
     store = SqliteStore.open(tmp_path / "c.sqlite", max_entries=3)
     for i in range(10):

@@ -30,12 +30,26 @@ def contract(model=MODEL, source=None, **kw):
         ({"server": {"model": "judge", "dtype": "bfloat16"}}, "dtype"),
         ({"overlong": {"buffer_len": 4}}, "shaping"),
         ({"genrm": {"template": "{question} {response} {reference}"}}, "template"),
+        # a launched judge's own arguments: its chat template, quantization, KV-cache dtype
+        ({"server": {"model": "judge", "backend": "vllm", "extra_args": ["--quantization", "fp8"]}}, "dtype"),
+        ({"server": {"model": "judge", "backend": "vllm", "extra_args": ["--chat-template=j.jinja"]}}, "dtype"),
     ],
 )
 def test_each_change_that_decides_a_score_names_its_part(change, part):
     changed = changed_parts(contract().parts, contract(**change).parts)
     assert part in changed
     assert contract(**change).fingerprint != contract().fingerprint
+
+
+def test_a_chat_template_file_edited_in_place_is_another_contract(tmp_path):
+    template = tmp_path / "judge.jinja"
+    server = {"model": "judge", "backend": "vllm", "extra_args": ["--chat-template", str(template)]}
+    template.write_text("{{ messages }}")
+    before = contract(server=server).fingerprint
+    template.write_text("{{ messages }} Answer with Score: N.")
+    assert contract(server=server).fingerprint != before
+    unset = contract(server={**server, "extra_args": []})
+    assert "extra_args" not in unset.parts["dtype"]  # no key when unset: older runs' contracts stay as they were
 
 
 def test_the_reference_part_says_whether_the_judge_sees_it():
