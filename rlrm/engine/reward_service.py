@@ -108,7 +108,10 @@ class RewardService:
         )
         await self.fleet.start(check_timeout_s=server.request_timeout_s)
         self.pool, self.router, self.router_counters = self.fleet.pool, self.fleet.router, self.fleet.router_counters
-        self.balancer = ReplicaBalancer(self.fleet.urls, api_key=self.api_key, headers=self.headers)
+        behind = self.pool.urls if self.router is not None and self.pool is not None else None
+        self.balancer = ReplicaBalancer(
+            self.fleet.urls, api_key=self.api_key, headers=self.headers, behind_router=behind
+        )
         await self.balancer.wait_healthy(server.start_timeout_s)
         if self.router_counters is not None:
             await asyncio.to_thread(self.router_counters.take)  # from here on: what the run's requests cost

@@ -36,10 +36,13 @@ class ReplicaBalancer:
         api_key: str | None = None,
         probe_interval_s: float = 0.5,
         headers: dict[str, str] | None = None,
+        behind_router: list[str] | None = None,
     ):
         if not urls:
             raise ValueError("ReplicaBalancer needs at least one replica URL")
         self.urls = [u.rstrip("/") for u in urls]
+        # the replicas behind a router (urls is the router): for the requests it cannot route (`_router_cannot`)
+        self.behind_router = [u.rstrip("/") for u in behind_router or []]
         self.outstanding = {u: 0 for u in self.urls}
         self.healthy = {u: True for u in self.urls}
         self._turn = -1  # which of the replicas tied for least busy goes next (`least_busy`)
@@ -67,8 +70,8 @@ class ReplicaBalancer:
     def least_busy(self, urls: list[str]) -> str:
         """Of `urls`, the one with the fewest requests in flight; replicas tied for it take turns. Requests that
         come one at a time always tie (none in flight anywhere): the first replica would get every one of them."""
-        least = min(self.outstanding[u] for u in urls)
-        tied = [u for u in urls if self.outstanding[u] == least]
+        least = min(self.outstanding.get(u, 0) for u in urls)
+        tied = [u for u in urls if self.outstanding.get(u, 0) == least]
         if len(tied) == 1:
             return tied[0]
         self._turn += 1
@@ -99,8 +102,8 @@ class ReplicaBalancer:
         answer came, Throttled for a 429 (or a 503 with Retry-After). Any other answer is not judged here: the
         caller passes it on as it is.
         """
-        url = self.pick()
-        self.outstanding[url] += 1
+        url = self.least_busy(self.behind_router) if self.behind_router and _router_cannot(path, data) else self.pick()
+        self.outstanding[url] = self.outstanding.get(url, 0) + 1
         headers = {**self.headers, "Content-Type": "application/json"}
         reply = await self._send(url, method, path, timeout_s, data=data or None, headers=headers)
         return reply.status, reply.body, reply.content_type, url
@@ -198,6 +201,18 @@ class ReplicaBalancer:
         if self._prober is not None:
             self._prober.cancel()
         await self._sessions.close()
+
+
+def _router_cannot(path: str, data: bytes) -> bool:
+    """A request the SGLang router refuses though its replicas serve it: /v1/completions with a prompt of token ids
+    (sglang-router 0.3.2 takes only text there: 422 "did not match any variant of untagged enum StringOrArray")."""
+    if path.split("?")[0].rstrip("/") != "/v1/completions" or not data:
+        return False
+    try:
+        prompt = json.loads(data).get("prompt")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(prompt, list) and bool(prompt) and all(type(t) is int for t in prompt)
 
 
 def _message(text: str) -> str:

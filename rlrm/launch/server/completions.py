@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rlrm.launch.server.endpoints import Endpoints, check_ids, no_stream, off_loop, sampling_of, token_strings
+from rlrm.launch.server.endpoints import Endpoints, check_ids, no_stream, off_loop, sampling_of, token_pieces
 from rlrm.launch.server.protocol import ChatCompletionRequest, CompletionRequest, RequestError, new_id
 
 # apply_chat_template's own parameters: set by the server, so not a template variable a request may pass
@@ -63,6 +63,18 @@ def add_completion_routes(ep: Endpoints) -> None:
             if isinstance(body.prompt, str)
             else check_ids(list(body.prompt), backend, "prompt")
         )
+        # logprobs: 0 is the sampled tokens' log-probs with no alternatives (OpenAI's and vLLM's meaning), not "off"
+        with_logprobs = body.logprobs is not None and body.logprobs is not False
+        if with_logprobs and body.logprobs is not True and body.logprobs > 0:
+            raise RequestError(
+                f"logprobs={body.logprobs} (the top alternatives of each token) is not supported by the embedded "
+                "server: send logprobs=0 (each sampled token's log-prob), or serve the model with vLLM"
+            )
+        if with_logprobs and body.echo:
+            raise RequestError(
+                "echo=true with logprobs is not supported by the embedded server (the prompt's log-probs are not "
+                "computed): send one of them, or serve the model with vLLM"
+            )
         sampling = sampling_of(body, default_max=16)
         decoded = [ep.decode(comp, body.stop) for comp in await ep.generate(ids, sampling, body.n)]
         comps = [comp for _, _, comp in decoded]  # cut at the stop string: usage and log-probs count what is sent
@@ -70,9 +82,16 @@ def add_completion_routes(ep: Endpoints) -> None:
         for i, (text, finish, comp) in enumerate(decoded):
             if body.echo:
                 text = (body.prompt if isinstance(body.prompt, str) else backend.tokenizer.decode(ids)) + text
-            logprobs = (
-                {"token_logprobs": comp.log_probs, "tokens": token_strings(backend, comp)} if body.logprobs else None
-            )
+            logprobs = None
+            if with_logprobs:
+                pieces = [piece for piece, _ in token_pieces(backend, comp)]
+                offsets = [sum(len(p) for p in pieces[:k]) for k in range(len(pieces))]
+                logprobs = {
+                    "tokens": pieces,
+                    "token_logprobs": comp.log_probs,
+                    "top_logprobs": None,
+                    "text_offset": offsets,
+                }
             choices.append({"index": i, "text": text, "finish_reason": finish, "logprobs": logprobs})
         return ep.respond(
             {
@@ -107,8 +126,8 @@ def add_completion_routes(ep: Endpoints) -> None:
             if body.logprobs:
                 logprobs = {
                     "content": [
-                        {"token": tok, "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for tok, lp in zip(token_strings(backend, comp), comp.log_probs)
+                        {"token": piece, "logprob": lp, "bytes": raw, "top_logprobs": []}
+                        for (piece, raw), lp in zip(token_pieces(backend, comp), comp.log_probs)
                     ]
                 }
             choices.append(

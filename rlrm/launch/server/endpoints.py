@@ -238,5 +238,34 @@ def no_stream(stream: bool) -> None:
         raise RequestError("stream=true is not supported by the embedded server; send stream=false")
 
 
-def token_strings(backend, comp: Completion) -> list[str]:
-    return backend.tokenizer.convert_ids_to_tokens(comp.token_ids)
+def token_pieces(backend, comp: Completion) -> list[tuple[str, list[int]]]:
+    """Each sampled token as OpenAI's log-probs show it: its text (the pieces join to the answer's text; a token
+    holding part of a character is U+FFFD) and its UTF-8 bytes (exact for byte-level BPE, where a character split
+    over two tokens is half in each). Not the vocabulary's symbols: "Ġ+" is " +", "Ċ" is a line break."""
+    tokenizer = backend.tokenizer
+    ids = list(comp.token_ids)
+    texts = tokenizer.batch_decode([[t] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    byte_of = _byte_level_map(tokenizer)
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ()) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    pieces = []
+    for t, text, symbol in zip(ids, texts, tokenizer.convert_ids_to_tokens(ids)):
+        exact = byte_of is not None and t not in special and all(c in byte_of for c in symbol)
+        pieces.append((text, [byte_of[c] for c in symbol] if exact else list(text.encode())))
+    return pieces
+
+
+@functools.lru_cache(maxsize=8)
+def _byte_level_map(tokenizer) -> dict[str, int] | None:
+    """GPT-2's byte-level alphabet read backwards (symbol -> byte), for a tokenizer that decodes byte-level."""
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ != "ByteLevel":
+        return None
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols

@@ -68,10 +68,21 @@ class _Sampling(_Body):
     stop: str | list[str] | None = None
     logprobs: bool | int | None = None
     stream: bool = False
-    # accepted for compatibility, not used by the embedded server
-    user: str | None = None
+    user: str | None = None  # accepted for compatibility: who asked changes nothing
+    # not implemented: accepted only at the value that changes nothing, as /generate's (NOT_IMPLEMENTED below)
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+
+    @field_validator("frequency_penalty", "presence_penalty")
+    @classmethod
+    def _no_penalty(cls, value, info):
+        if value:
+            raise ValueError(
+                f"{info.field_name}={value:g} is not implemented by the embedded server (an answer as if it had been "
+                "applied would be a wrong one): send 0, or serve the model with vLLM"
+            )
+        return value
+
     # fields SGLang's router adds to every request it forwards (measured with sglang-router 0.3.2)
     no_stop_trim: bool = False
     ignore_eos: Literal[False] = False

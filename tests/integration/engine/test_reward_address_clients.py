@@ -212,6 +212,34 @@ def test_the_openai_sdk_lists_models_and_chats_through_the_address(upstream, req
     assert missing.status_code == 404 and "no-such-path" in missing.message
 
 
+def test_a_completions_prompt_of_token_ids_is_answered_behind_the_router(router, genrm):
+    # sglang-router 0.3.2 takes only text as a completions prompt (422 "StringOrArray"); the replicas, vLLM and
+    # OpenAI take token ids, and a verl-style function that tokenizes its judge prompt sends them: the forwarder
+    # sends such a request to a replica behind the router
+    import openai
+
+    async def scenario():
+        balancer = ReplicaBalancer([router.url], behind_router=[genrm.url])
+        proxy = ModelProxy(MeteredBalancer(balancer, RewardConfig()), timeout_s=60)
+        try:
+            async with proxy.lease() as host_port:
+                client = openai.AsyncOpenAI(base_url=f"http://{host_port}/v1", api_key="unused", max_retries=0)
+                try:
+                    model = (await client.models.list()).data[0].id
+                    ids = await client.completions.create(model=model, prompt=[16, 488], max_tokens=2, temperature=0)
+                    text = await client.completions.create(model=model, prompt="1 +", max_tokens=2, temperature=0)
+                finally:
+                    await client.close()
+        finally:
+            await proxy.close()
+            await balancer.close()
+        return ids, text
+
+    ids, text = asyncio.run(scenario())
+    assert ids.usage.prompt_tokens == 2 and isinstance(ids.choices[0].text, str)
+    assert isinstance(text.choices[0].text, str)  # text still goes through the router
+
+
 @cases(["genrm"])
 def test_a_batch_and_a_wrong_typed_field_get_the_servers_own_answer(upstream):
     # SGLang's batch /generate (one sampling_params per prompt) and a max_tokens that is no number, through the
