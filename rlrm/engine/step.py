@@ -272,7 +272,14 @@ class GRPOStep:
             actor/* metrics (empty when nothing was trained).
         """
 
+        from rlrm.engine.actor.batch import RolloutBatch
+
+        stepped = False
+        feed = _Feed(batch) if batch is not None and not isinstance(batch, RolloutBatch) else None
+
         def timed(epoch: int, index: int, mb, start: float, end: float) -> None:
+            nonlocal stepped
+            stepped = True
             timer.add("update_actor", "trainer", start, end)
             timer.span("minibatch", f"mini-batch {index}", start, end, {"epoch": epoch, "samples": len(mb)})
 
@@ -283,9 +290,11 @@ class GRPOStep:
             )
             try:
                 with out_of_memory_named("in the actor update", lower):
-                    return self.actor.update(batch, on_mini_batch=timed) if batch is not None else {}
+                    return self.actor.update(feed or batch, on_mini_batch=timed) if batch is not None else {}
             except BaseException:
-                self.update_stopped = True
+                # the actor is still the last step's when the mini-batches' source (pipeline: the failure budget,
+                # checked before each one) stopped the update before its first optimizer step: checkpointable
+                self.update_stopped = stepped or feed is None or not feed.raised
                 raise
 
     def finish(self, record: StepRecord) -> StepOutcome:
@@ -373,3 +382,23 @@ def _lower_micro_batch(cfg: ActorConfig, samples: int, what: str) -> str:
         return f"actor.micro_batch_size (now {cfg.micro_batch_size} samples a {what})"
     now = cfg.micro_batch_size
     return f"actor.micro_batch_size (now {now}: a {what} takes all {share} samples here; set it below {share})"
+
+
+class _Feed:
+    """Pipeline's mini-batches as they come, noting whether fetching one (not training it) raised."""
+
+    def __init__(self, source: Iterable[RolloutBatch]):
+        self._source = iter(source)
+        self.raised = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> RolloutBatch:
+        try:
+            return next(self._source)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.raised = True
+            raise

@@ -70,9 +70,11 @@ class FullyAsyncScheduler(OverlapScheduler):
             # Batch b started at version >= b - 1 - max_staleness, so step b is the last it may train in.
             due = [g for g in pending if g.batch <= step]
             extra = [g for g in pending if g.batch > step and g.scored]
-            if all(g.scored for g in due) and (
-                len(due) + len(extra) >= want or (self.rollouter.done_launching and all(g.scored for g in pending))
-            ):
+            # Fewer groups than a batch may be all this step gets: batches that lost prompts to the length filter
+            # (data.prompt_too_long=drop) or to a resume, when no other batch may launch before this step publishes
+            # and every group launched is scored (or failed: a later batch's failure is its own step's to raise).
+            settled = self.rollouter.held_back and all(g.scored or g.error is not None for g in pending)
+            if all(g.scored for g in due) and (len(due) + len(extra) >= want or settled):
                 break
             await self.rollouter.wait_changed(due)  # a failed sample of a due group stops this step
         chosen = sorted(due + extra[: max(0, want - len(due))], key=lambda g: g.order)

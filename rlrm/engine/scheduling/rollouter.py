@@ -139,6 +139,12 @@ class Rollouter:
         """Every batch of the run has been launched."""
         return self.next_batch > self.last_batch
 
+    @property
+    def held_back(self) -> bool:
+        """No batch will launch before the trainer publishes a newer version: every batch is launched, or the
+        next one waits for its version."""
+        return self.done_launching or self.version < self.next_batch - 1 - self.max_ahead
+
     def start(self) -> None:
         self._main = asyncio.get_running_loop().create_task(self._run())
 
@@ -256,8 +262,11 @@ class Rollouter:
             run.spans.extend(Span("reward", *call) for call in model_call_spans(result, end, args))
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            if asyncio.current_task().cancelling():  # close(): this task was cancelled
+                raise
+            group.error = group.error or exc  # raised by what it awaited: a failure, or its step would wait forever
+            self._changed.set()
         except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the step that needs it
             group.error = group.error or exc
             self._changed.set()

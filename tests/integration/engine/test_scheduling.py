@@ -245,6 +245,32 @@ def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, 
     _assert_each_prompt_trained_once(tmp_path, split, steps)
 
 
+@pytest.mark.parametrize(
+    "extra", [["data.max_prompt_length=42", "trainer.max_staleness=0"], ["data.max_prompt_length=41"]]
+)
+def test_fully_async_trains_the_short_batches_left_by_the_length_filter(tmp_path, tiny_policy_path, monkeypatch, extra):
+    # Batches that lost prompts hold fewer groups than a step trains, and the rollouter may launch no more before
+    # the step publishes: the step waited for groups that could never come (sync trains the short batch).
+    from rlrm.engine.scheduling.rollouter import Rollouter
+
+    wait = Rollouter.wait_changed
+
+    async def bounded(self, groups=()):
+        import asyncio
+
+        try:
+            await asyncio.wait_for(wait(self, groups), 60)
+        except asyncio.TimeoutError:
+            raise AssertionError("the step waited 60 s for a change that never came") from None
+
+    monkeypatch.setattr(Rollouter, "wait_changed", bounded)
+    overrides = ["trainer.mode=fully-async", "trainer.total_steps=4", "data.prompt_too_long=drop", *extra]
+    run_dir = start_run(load_profile("tiny-rule", SMALL + overrides), tmp_path / "r")
+    assert train(run_dir).last_step == 4
+    rows = read_metrics(run_dir / "metrics.jsonl")[1:]
+    assert sum(r["data/dropped_prompts"] for r in rows) > 0
+
+
 def test_fully_async_a_failed_step_leaves_its_prompts_to_the_resumed_run(
     tmp_path, tiny_policy_path, monkeypatch, capsys
 ):
@@ -278,7 +304,9 @@ def test_each_step_counts_the_rewards_of_its_own_samples(tmp_path, tiny_policy_p
     assert [r["reward/samples"] for r in rows] == [SAMPLES] * 3
 
 
-@pytest.mark.parametrize("mode", ["sync", "one-step-off"])
+# pipeline checks the budget before each mini-batch, inside the update: stopped before the first one, the actor is
+# still step 1's (it was refused as "stopped partway", and a run with save_every=0 lost every step)
+@pytest.mark.parametrize("mode", ["sync", "one-step-off", "pipeline"])
 @pytest.mark.parametrize(
     ("on_failure", "stopped_by"),
     [("default", RewardBudgetExceeded), ("fail", RewardError)],
