@@ -265,7 +265,10 @@ class Rollouter:
         except asyncio.CancelledError as exc:
             if asyncio.current_task().cancelling():  # close(): this task was cancelled
                 raise
-            group.error = group.error or exc  # raised by what it awaited: a failure, or its step would wait forever
+            # raised by something it awaited (a client library's own cancel): a failure of this sample, or its step
+            # would wait forever; not a CancelledError, which the step would read as its own cancellation
+            failure = RuntimeError(f"generating or scoring sample {j} of batch {group.batch} was cancelled: {exc!r}")
+            group.error = group.error or failure
             self._changed.set()
         except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the step that needs it
             group.error = group.error or exc
