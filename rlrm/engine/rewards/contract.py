@@ -134,7 +134,7 @@ def _dtype(cfg: RewardConfig) -> dict:
         return {"scorer": "legacy", "dtype": cfg.disrm.legacy_dtype}
     if cfg.server.addresses:  # running servers: their dtype is theirs, and part of what /v1/models names
         return {"scorer": "served", "dtype": None, "backend": None}
-    served = {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
+    served: dict[str, object] = {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
     if cfg.server.extra_args:  # a key only when set, so the contracts of runs without them stay as they were
         served["extra_args"] = _engine_args(cfg.server.extra_args)  # --chat-template, --quantization fp8, ...
     return served

@@ -129,6 +129,7 @@ class Rollouter:
         self._tasks: set[asyncio.Task] = set()
         self._main: asyncio.Task | None = None
         self.error: BaseException | None = None
+        self._closing = False  # close() cancels the sample tasks: their CancelledError is theirs, not a failure
 
     @property
     def started(self) -> bool:
@@ -194,6 +195,7 @@ class Rollouter:
 
     async def close(self) -> None:
         """Cancel everything still generating or scoring."""
+        self._closing = True
         tasks = [t for t in (self._main, *self._tasks) if t is not None and not t.done()]
         for task in tasks:
             task.cancel()
@@ -263,7 +265,7 @@ class Rollouter:
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()
         except asyncio.CancelledError as exc:
-            if asyncio.current_task().cancelling():  # close(): this task was cancelled
+            if self._closing or _being_cancelled():  # close(), or Ctrl-C: this task itself was cancelled
                 raise
             # raised by something it awaited (a client library's own cancel): a failure of this sample, or its step
             # would wait forever; not a CancelledError, which the step would read as its own cancellation
@@ -273,3 +275,9 @@ class Rollouter:
         except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the step that needs it
             group.error = group.error or exc
             self._changed.set()
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task has a cancellation pending (Python 3.11's `Task.cancelling`; False before)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else False

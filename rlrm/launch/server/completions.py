@@ -65,7 +65,7 @@ def add_completion_routes(ep: Endpoints) -> None:
         )
         # logprobs: 0 is the sampled tokens' log-probs with no alternatives (OpenAI's and vLLM's meaning), not "off"
         with_logprobs = body.logprobs is not None and body.logprobs is not False
-        if with_logprobs and body.logprobs is not True and body.logprobs > 0:
+        if isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool) and body.logprobs > 0:
             raise RequestError(
                 f"logprobs={body.logprobs} (the top alternatives of each token) is not supported by the embedded "
                 "server: send logprobs=0 (each sampled token's log-prob), or serve the model with vLLM"

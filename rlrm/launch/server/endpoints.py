@@ -249,8 +249,10 @@ def token_pieces(backend, comp: Completion) -> list[tuple[str, list[int]]]:
     special = set(getattr(tokenizer, "all_special_ids", ()) or ()) | set(getattr(tokenizer, "added_tokens_decoder", {}))
     pieces = []
     for t, text, symbol in zip(ids, texts, tokenizer.convert_ids_to_tokens(ids)):
-        exact = byte_of is not None and t not in special and all(c in byte_of for c in symbol)
-        pieces.append((text, [byte_of[c] for c in symbol] if exact else list(text.encode())))
+        if byte_of is not None and t not in special and all(c in byte_of for c in symbol):
+            pieces.append((text, [byte_of[c] for c in symbol]))
+        else:
+            pieces.append((text, list(text.encode())))
     return pieces
 
 
