@@ -2,6 +2,7 @@
 
 check_ray_address("10.0.0.5:6379")        # -> "10.0.0.5:6379"; "auto", "local", "ray://host:10001" pass too
 check_ray_address("10.0.0.5")             # ValueError naming the form expected
+check_one_ray("10.0.0.5:6379", "10.0.0.9:6379")   # ValueError: one process joins one Ray
 """
 
 from __future__ import annotations
@@ -22,3 +23,13 @@ def check_ray_address(value: str | None) -> str | None:
             "ray://host:10001 for Ray Client, auto (the cluster this machine joined) or local"
         )
     return value.strip()
+
+
+def check_one_ray(actor_address: str | None, reward_address: str | None) -> None:
+    """Refuse actor.ray_address and reward.ray_address naming two clusters: the trainer process joins one Ray, and
+    whichever part starts first would pick it, the other's address dropped without a word."""
+    if actor_address and reward_address and actor_address != reward_address:
+        raise ValueError(
+            f"actor.ray_address={actor_address} and reward.ray_address={reward_address} name two Ray clusters, "
+            "but one run joins one Ray; set both to the same address"
+        )

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 from pydantic import Field, field_validator, model_validator
 
 from rlrm.config.agent import AgentConfig
-from rlrm.config.ray_address import check_ray_address
+from rlrm.config.ray_address import check_one_ray, check_ray_address
 from rlrm.config.reward import RewardConfig
 from rlrm.config.section import Section
 from rlrm.config.servers import RolloutServerConfig
@@ -229,7 +229,12 @@ class ActorConfig(Section):
         ),
     )
     ray_address: str | None = Field(
-        None, description="Ray cluster the ranks join (ranks_on=ray; None: reward.ray_address, else a local Ray)."
+        None,
+        description=(
+            "Ray cluster the ranks join (ranks_on=ray; None: reward.ray_address, else the Ray this run already "
+            "joined, else RAY_ADDRESS as `ray job submit` sets it, else a new local Ray). When reward.ray_address "
+            "is set too, it must be the same address."
+        ),
     )
     collective_timeout_s: float = Field(
         120.0,
@@ -378,6 +383,11 @@ class Profile(Section):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @model_validator(mode="after")
+    def _check_one_ray(self) -> "Profile":
+        check_one_ray(self.actor.ray_address, self.reward.ray_address)
+        return self
 
     @model_validator(mode="after")
     def _check_batches(self) -> "Profile":

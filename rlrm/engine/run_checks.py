@@ -6,8 +6,10 @@ check_inputs(profile)        # rlrm train and rlrm bench call it before start_ru
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
+from rlrm.config.ray_address import check_ray_address
 from rlrm.config.schema import Profile
 from rlrm.engine.agent.tools import build_tools
 from rlrm.engine.canaries import check_canary_data
@@ -70,7 +72,8 @@ def check_actor_ranks(profile: Profile) -> None:
 
 
 def check_ray_heads(profile: Profile) -> None:
-    """Refuse, before a run folder exists, a Ray address where no Ray head answers (ray.init waits minutes there)."""
+    """Refuse, before a run folder exists, a Ray address (a setting's, or RAY_ADDRESS) where no Ray head answers
+    (ray.init waits minutes there)."""
     uses_ray = "ray" in (
         profile.actor.ranks_on,
         profile.reward.executor,
@@ -81,6 +84,20 @@ def check_ray_heads(profile: Profile) -> None:
         _check_ray_imports()
         check_ray_head(profile.actor.ray_address, "actor.ray_address")
         check_ray_head(profile.reward.ray_address, "reward.ray_address")
+        if None in (profile.actor.ray_address, profile.reward.ray_address):
+            _check_ray_address_env()
+
+
+def _check_ray_address_env() -> None:
+    """RAY_ADDRESS, which a part without a ray_address of its own joins (rlrm/launch/common/ray_init.py), checked alike."""
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        return
+    try:
+        check_ray_address(address)
+    except ValueError as exc:  # e.g. the dashboard's http:// address, which `ray job submit` takes, not ray.init
+        raise ConfigError(f"RAY_ADDRESS: {exc}; or unset RAY_ADDRESS for a local Ray") from None
+    check_ray_head(address.strip(), "RAY_ADDRESS")
 
 
 def _check_ray_imports() -> None:

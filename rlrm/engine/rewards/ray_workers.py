@@ -11,8 +11,11 @@ actors of a fresh two-node cluster on one node in 2 runs of 5 here). A sample wh
 moves to the next worker. Each actor builds its own reward function (and balancer over the same
 servers) and scores the samples sent to it on its own event loop. Failures come back as data and are raised again here
 with their original kind, so the reward loop's retry and failure policy treats them exactly as it
-treats local ones. With `reward.limits`, one RateLimiter actor holds the run's budget and every worker asks
-it before each reward-model request, so N workers send the limit, not N times it.
+treats local ones, and names them alike: `workers.score` bears the workers' function's name, and a user function's
+error is raised under its own class name. An attempt the loop gives up (reward.attempt_timeout_s) is cancelled in
+its actor too, so a custom function's worker process is killed there, as on the local path. With `reward.limits`,
+one RateLimiter actor holds the run's budget and every worker asks it before each reward-model request, so N
+workers send the limit, not N times it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import asyncio
 from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
-from rlrm.engine.rewards.base import ClosableRewardFn, RewardResult, RewardSample
+from rlrm.engine.rewards.base import ClosableRewardFn, RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.limits import RateLimiter, paced
+from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.common.ray_init import join_ray
+from rlrm.launch.fleet.ray_release import release_ray
 
 _ERRORS = {
     cls.__name__: cls
@@ -92,14 +97,26 @@ class RewardWorker:
         self.limiter = RemoteLimiter(limiter) if limiter is not None else None  # the run's one budget
         self.fn: ClosableRewardFn | None = None
 
-    async def score(self, sample: RewardSample):
+    def _function(self) -> ClosableRewardFn:
         if self.fn is None:  # built lazily, inside the actor's own event loop
             balancer = ReplicaBalancer(self.urls, api_key=self.api_key, headers=self.headers) if self.urls else None
             self.fn = build_reward_fn(self.cfg, balancer, self.model_path, self.limiter)
+        return self.fn
+
+    async def name(self) -> str | None:
+        """The reward function's name (None when it cannot be built: each sample then reports why)."""
         try:
-            return "ok", await self.fn(sample)
+            return getattr(self._function(), "__name__", None)  # the loop names a function alike
+        except Exception:  # noqa: BLE001 - raised again, as a failed sample, by score
+            return None
+
+    async def score(self, sample: RewardSample):
+        try:
+            return "ok", await self._function()(sample)
         except call_errors.CallError as exc:
             return "error", type(exc).__name__, str(exc), exc.extra  # the counts of a failed sample's calls too
+        except (FunctionExited, SystemExit) as exc:  # sys.exit() in a user's function: its code, as locally
+            return "exit", exc.code
         except Exception as exc:  # noqa: BLE001 - a user function's own error, reported by name
             return "raised", type(exc).__name__, str(exc), {}
 
@@ -109,7 +126,34 @@ class RewardWorker:
         return ray.get_runtime_context().get_node_id()
 
 
+class RaisedInWorker(Exception):
+    """A user function's error in a Ray worker, raised here under a class of the original's name (see `raised`)."""
+
+
+_RAISED: dict[str, type[RaisedInWorker]] = {}
+
+
+def raised(name: str, message: str) -> RaisedInWorker:
+    """An exception whose class is named `name` and whose text is `message`: the reward loop names a function's
+    error by its class name (`compute_score raised ValueError: boom`), and the original class may not exist here."""
+    if name not in _RAISED:
+        _RAISED[name] = type(name, (RaisedInWorker,), {"__module__": __name__})
+    return _RAISED[name](message)
+
+
+def named(fn: RewardFn, name: str) -> RewardFn:
+    """`fn` under the name the reward loop gives its failures (a bound method's own name cannot be set)."""
+
+    async def call(sample: RewardSample):
+        return await fn(sample)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 class RayRewardWorkers:
+    """`reward.num_workers` RewardWorker actors; `score` is the reward function a RewardLoop is given."""
+
     def __init__(
         self,
         cfg: RewardConfig,
@@ -122,14 +166,14 @@ class RayRewardWorkers:
         self.headers = headers
         self.actors: list = []
         self.limiter = None  # the RateLimiter actor, with reward.limits
-        self._started_ray = False
+        self._joined_ray = False
+        self.score: RewardFn = self._score  # named as the workers' function once they start
 
     def start(self) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        if join_ray(self.cfg.ray_address):
-            self._started_ray = True
+        self._joined_ray = join_ray(self.cfg.ray_address)
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         # ray's remote() overloads omit the actor option max_concurrency, which Ray takes
         actor_cls = ray.remote(num_cpus=0, max_concurrency=self.cfg.max_concurrency)(RewardWorker)  # type: ignore[call-overload]
@@ -146,14 +190,16 @@ class RayRewardWorkers:
                     cfg, self.urls, self.model_path, self.api_key, self.limiter, self.headers
                 )
             )
+        # the loop names every failure by its function's name: the one the workers built, as the local path does
+        self.score = named(self._score, ray.get(self.actors[0].name.remote()) or "reward")
 
-    async def score(self, sample: RewardSample) -> RewardResult:
+    async def _score(self, sample: RewardSample) -> RewardResult:
         """Score on the actor that owns this sample's index (the next one if it died); failures raised with their kind."""
         from ray.exceptions import RayActorError
 
         for shift in range(len(self.actors)):
             try:
-                outcome = await self.actors[(sample.index + shift) % len(self.actors)].score.remote(sample)
+                outcome = await self._ask(self.actors[(sample.index + shift) % len(self.actors)], sample)
                 break
             except RayActorError:
                 continue
@@ -161,12 +207,27 @@ class RayRewardWorkers:
             raise call_errors.TransientError("every Ray reward worker is gone")
         if outcome[0] == "ok":
             return outcome[1]
+        if outcome[0] == "exit":
+            raise FunctionExited(outcome[1])
         _, name, message, extra = outcome
         if outcome[0] == "error":
             error = _ERRORS.get(name, call_errors.CallError)(message)
             error.extra = extra
             raise error
-        raise RuntimeError(f"{name}: {message}")
+        raise raised(name, message)
+
+    @staticmethod
+    async def _ask(actor, sample: RewardSample):
+        import ray
+
+        ref = actor.score.remote(sample)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            # the loop gave the attempt up (reward.attempt_timeout_s); the actor's task goes on unless cancelled
+            # there too, where a custom function's worker process is killed as on the local path
+            ray.cancel(ref)
+            raise
 
     def node_ids(self) -> list[str]:
         import ray
@@ -174,11 +235,6 @@ class RayRewardWorkers:
         return ray.get([a.node_id.remote() for a in self.actors])
 
     def close(self) -> None:
-        import ray
-
-        for actor in self.actors + ([self.limiter] if self.limiter is not None else []):
-            ray.kill(actor)
-        self.actors, self.limiter = [], None
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        limiter: list = [self.limiter] if self.limiter is not None else []
+        release_ray(self.actors + limiter, None, shutdown=self._joined_ray)  # other parts may still use Ray
+        self.actors, self.limiter, self._joined_ray = [], None, False

@@ -1,0 +1,131 @@
+"""Ray reward workers give a user's custom function the same deadline and the same error lines as the local path:
+one custom function in a worker process, scored through the same RewardLoop settings both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+
+import pytest
+
+from rlrm.config.reward import RewardConfig
+from rlrm.engine.rewards.base import RewardSample
+from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.loop import RewardLoop
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (extra: ray)")
+
+FUNCTION = """
+import sys
+import time
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info):
+    if solution_str == "hang":
+        time.sleep(120)
+    if solution_str == "boom":
+        raise ValueError("boom")
+    if solution_str == "missing":
+        return {}["key"]  # a KeyError, whose str() quotes the key
+    if solution_str == "exit":
+        sys.exit(3)
+    return 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def function_path(tmp_path):
+    path = tmp_path / "reward_fn.py"
+    path.write_text(FUNCTION)
+    return str(path)
+
+
+def config(path: str, **kw) -> RewardConfig:
+    settings = dict(
+        kind="custom",
+        custom={"path": path, "name": "compute_score", "processes": 1},
+        num_workers=1,
+        max_retries=0,
+        on_failure="default",
+        default_score=0.0,
+    )
+    return RewardConfig(**{**settings, **kw})
+
+
+def sample(text: str) -> RewardSample:
+    return RewardSample(
+        uid="p0",
+        index=0,
+        data_source="t",
+        prompt=[{"role": "user", "content": "q"}],
+        solution_str=text,
+        ground_truth="",
+    )
+
+
+def errors(fn, cfg: RewardConfig, texts: list[str]) -> list[str]:
+    loop = RewardLoop(fn, cfg)
+    return [asyncio.run(loop.score(sample(text))).extra["reward_error"] for text in texts]
+
+
+def test_a_hung_call_is_cancelled_in_its_worker_and_the_next_sample_scores(local_ray, function_path):
+    from rlrm.engine.rewards.ray_workers import RayRewardWorkers
+
+    cfg = config(function_path, executor="ray", attempt_timeout_s=3.0)
+    workers = RayRewardWorkers(cfg, urls=[], model_path=None)
+    workers.start()
+    try:
+
+        async def scenario():
+            warm = await RewardLoop(workers.score, cfg.model_copy(update={"attempt_timeout_s": 60.0})).score(
+                sample("ok")
+            )
+            loop = RewardLoop(workers.score, cfg)
+            hung = await loop.score(sample("hang"))  # given up at 3 s: its worker process must go with it
+            after = await loop.score(sample("fine"))  # the same actor and its pool of one worker
+            return warm, hung, after, loop.take_hung()
+
+        warm, hung, after, records = asyncio.run(scenario())
+    finally:
+        workers.close()
+    assert warm.score == 1.0 and hung.extra["reward_failed"]
+    # before the fix the actor's call went on, holding the pool's only worker for 120 s: this sample timed out too
+    assert after.score == 1.0 and not after.extra.get("reward_failed"), after.extra.get("reward_error")
+    assert hung.extra["reward_error"] == "reward function compute_score: no reward within reward.attempt_timeout_s=3 s"
+    assert [r["function"] for r in records] == ["compute_score"]  # hung_rewards.jsonl names the user's function
+
+
+def test_a_functions_errors_read_as_on_the_local_path(local_ray, function_path):
+    from rlrm.engine.rewards.ray_workers import RayRewardWorkers
+
+    texts = ["boom", "missing", "exit"]
+    local_cfg = config(function_path, attempt_timeout_s=30.0)
+    fn = build_reward_fn(local_cfg)
+    try:
+        local = errors(fn, local_cfg, texts)
+    finally:
+        fn.close()
+    cfg = config(function_path, executor="ray", attempt_timeout_s=30.0)
+    workers = RayRewardWorkers(cfg, urls=[], model_path=None)
+    workers.start()
+    try:
+        remote = errors(workers.score, cfg, texts)
+    finally:
+        workers.close()
+    # before the fix: "reward function score raised RuntimeError: ValueError: boom", and sys.exit as RuntimeError
+    assert local[0] == "reward function compute_score raised ValueError: boom"
+    assert local[2] == "reward function compute_score called sys.exit(3); return a score instead"
+    assert remote == local
