@@ -341,8 +341,8 @@ class LoggingConfig(Section):
     )
     tracker_dir: str | None = Field(
         None,
-        description="Where the trackers write (tensorboard/, wandb/, mlruns/ under it); unset: the run folder. MLflow "
-        "uses a local file store there, so no tracking server or network is needed.",
+        description="Where the trackers write (tensorboard/<run id>/, wandb/, mlruns/ under it, shared by runs); unset: "
+        "the run folder. MLflow uses a local file store there, so no tracking server or network is needed.",
     )
     project: str = Field("rlrm", min_length=1, description="The wandb project and the MLflow experiment name.")
     wandb_mode: Literal["offline", "online"] = Field(

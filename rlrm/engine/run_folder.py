@@ -1,7 +1,7 @@
 """A run folder's life outside the loop: created with its resolved profile, read back on resume (with the checks
 a resume needs before anything loads), and removed when a run stops before it has anything to resume.
 
-    run_dir = start_run(profile, Path("runs/demo"))       # refuses a folder holding another run
+    run_dir = start_run(profile, Path("runs/demo"))       # refuses a folder holding another run (or one training)
     profile = load_run_profile(run_dir, total_steps=60)   # --resume, with a new step budget
     discard_unresumable(run_dir)                           # after a failed start: nothing half-made is left
 
@@ -21,15 +21,18 @@ from rlrm.config.schema import Profile
 from rlrm.engine.checkpoint import check_resume_model, list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_ray_heads
+from rlrm.engine.run_lock import LOCK_NAME, hold_run, release_run
 from rlrm.errors import ConfigError, RunFolderError
 
 
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
-    """Create a run folder and write its `config.yaml`; refuse to mix two runs in one folder."""
+    """Create a run folder and write its `config.yaml`, the folder locked for this process (run_lock.py); refuse
+    to mix two runs in one folder, and to replace a run another process is training."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise RunFolderError(f"{run_dir} is a file, not a folder; choose another --out (or trainer.out_dir)")
-    if run_dir.exists() and any(run_dir.iterdir()):
+    held = _contents(run_dir)
+    if held:
         if not is_run_folder(run_dir):  # never removed, --overwrite or not: they are somebody's files
             raise RunFolderError(
                 f"{run_dir} is not empty and is not an rlrm run folder (no config.yaml of a run); choose another "
@@ -40,18 +43,28 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
                 f"{run_dir} already holds files of another run; continue it with --resume {run_dir}, "
                 f"replace it with --overwrite, or choose another --out"
             )
-        shutil.rmtree(run_dir)
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        hold_run(run_dir)  # before anything of the run there is removed: a run still training there refuses
+        for entry in held:  # --overwrite: the folder's contents, not the folder (an --out may be a symlink to it)
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         _write_config(run_dir / "config.yaml", profile)
-    except OSError as exc:
+    except (OSError, RunFolderError) as exc:
+        release_run(run_dir)
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(exc, RunFolderError):
+            raise
         raise RunFolderError(
             f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or trainer.out_dir"
         ) from None
     return run_dir
+
+
+def _contents(run_dir: Path) -> list[Path]:
+    """What a folder holds, its lock file aside (left by a run that ended: no run of its own)."""
+    return sorted(p for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
 
 
 def is_run_folder(path: Path) -> bool:
@@ -77,17 +90,22 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
         raise RunFolderError(
             f"{run_dir} is not an rlrm run folder (no config.yaml); pass the folder `rlrm train` wrote"
         )
-    raw = _read_run_config(path)
-    if total_steps is not None:
-        raw.setdefault("trainer", {})["total_steps"] = total_steps
-    profile = parse_profile(raw, source=str(path))
-    ckpts = list_checkpoints(run_dir)
-    if ckpts:
-        check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
-        check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
-    check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
-    if total_steps is not None:
-        _write_config(path, profile)
+    hold_run(run_dir)  # before config.yaml changes: a run still training there refuses; held until the run ends
+    try:
+        raw = _read_run_config(path)
+        if total_steps is not None:
+            raw.setdefault("trainer", {})["total_steps"] = total_steps
+        profile = parse_profile(raw, source=str(path))
+        ckpts = list_checkpoints(run_dir)
+        if ckpts:
+            check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
+            check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
+        check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
+        if total_steps is not None:
+            _write_config(path, profile)
+    except BaseException:
+        release_run(run_dir)
+        raise
     return profile
 
 
@@ -145,6 +163,7 @@ def discard_unresumable(run_dir: Path) -> bool:
     if hung.is_file() and hung.stat().st_size > 0:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
+    release_run(run_dir)
     return True
 
 

@@ -50,6 +50,7 @@ from rlrm.engine.metrics.trackers import RunLog
 from rlrm.engine.rewards.budget import RewardBudgetExceeded, check_failure_budget
 from rlrm.engine.run_contract import check_run_contract
 from rlrm.engine.run_folder import last_logged_step, load_run_profile, start_run
+from rlrm.engine.run_lock import release_run
 from rlrm.engine.scheduling.base import PromptSource, RunParts, Scheduler
 from rlrm.engine.scheduling.registry import make_scheduler
 from rlrm.engine.step import GRPOStep, StepSettings
@@ -78,19 +79,22 @@ def train(run_dir: Path, console: str | None = None, allow_contract_change: bool
     `allow_contract_change` (or reward.allow_contract_change in config.yaml): resume with a reward contract that
     differs from the run's (rlrm/engine/run_contract.py), recording the change.
     """
-    profile = load_run_profile(run_dir)
-    if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
-        profile.reward.allow_contract_change = True
-    loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
-    put_back = cuda_tf32_on() if profile.model.tf32 else None  # for the run; the caller's own setting after it
+    profile = load_run_profile(run_dir)  # locks the folder for this process (run_lock.py) until the run ends
     try:
-        asyncio.run(loop.run())
-    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C; SIGTERM while the parts started
-        loop.result.interrupted = True
+        if allow_contract_change:  # this resume only: config.yaml keeps the run's own setting
+            profile.reward.allow_contract_change = True
+        loop = _TrainLoop(profile, Path(run_dir), console or profile.logging.console)
+        put_back = cuda_tf32_on() if profile.model.tf32 else None  # for the run; the caller's own setting after it
+        try:
+            asyncio.run(loop.run())
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C; SIGTERM while the parts started
+            loop.result.interrupted = True
+        finally:
+            if put_back is not None:
+                put_back()
+        return loop.result
     finally:
-        if put_back is not None:
-            put_back()
-    return loop.result
+        release_run(Path(run_dir))
 
 
 class _SigtermStops:
@@ -261,13 +265,33 @@ class _TrainLoop:
             if self.pending_row is not None:
                 writer.log(self.pending_row)
         finally:
-            hung.write(step, self.parts.reward.loop.take_hung())  # a stopped step's hangs are the ones to see
-            writer.close()
-            if self.sample_log is not None:
-                self.sample_log.close()
-            if not self._unsaved:
-                self._save(force=True)
-            self._write_trace()
+            self._wind_up(
+                lambda: hung.write(step, self.parts.reward.loop.take_hung()),  # a stopped step's hangs: to see
+                None if self._unsaved else lambda: self._save(force=True),
+                writer.close,
+                self.sample_log.close if self.sample_log is not None else None,
+                self._write_trace,
+            )
+
+    @staticmethod
+    def _wind_up(*actions) -> None:
+        """Each of a run's last actions, whatever the others did: a tracker that fails to close (a full disk under
+        MLflow's store) must not cost the final checkpoint. The first failure is raised after all of them, unless
+        the run is already stopping on an error of its own (that one is the one to see; these are printed)."""
+        failures = []
+        for action in actions:
+            if action is None:
+                continue
+            try:
+                action()
+            except Exception as exc:
+                failures.append(exc)
+        if not failures:
+            return
+        if sys.exc_info()[1] is None:
+            raise failures[0]
+        for exc in failures:
+            print(f"rlrm: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
     async def _check_canaries(self, step: int, row: dict, display: StepDisplay) -> dict:
         """Score the canaries (reward.guard.on_canary) after `step`, into `row`; a flag warns, or stops the run."""

@@ -23,6 +23,9 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
+import secrets
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -83,21 +86,29 @@ def scalars(row: dict) -> dict[str, float]:
     return out
 
 
-def run_id(run_dir: Path) -> str:
-    """A stable id for the run folder (the same on resume): its name and a hash of its absolute path."""
+RUN_ID_FILE = ".tracker_run"  # in the run folder: what makes this run's tracker id its own (`run_id`)
+
+
+def run_id(run_dir: Path, fresh: bool = False) -> str:
+    """The run's id in wandb and MLflow: the folder's name and a hash of its absolute path and of a token the run
+    drew when it started (`fresh`: now), so a resume continues the same tracker run, and a run started again in the
+    same folder (--overwrite, or a resume with no checkpoint) gets a new one, not the old run's history and params.
+    A run folder from before the token (none in it): the path alone, as then."""
     path = str(Path(run_dir).resolve())
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in Path(path).name)[:48]
-    return f"{safe}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    token_file = Path(run_dir) / RUN_ID_FILE
+    if fresh:
+        token_file.write_text(secrets.token_hex(8) + "\n")
+    token = token_file.read_text().strip() if token_file.is_file() else ""
+    return f"{safe}-{hashlib.sha1((path + token).encode()).hexdigest()[:8]}"
 
 
 class TensorBoardTracker:
-    def __init__(self, root: Path, run_dir: Path, profile_yaml: str, keep_through_step: int):
+    def __init__(self, logdir: Path, profile_yaml: str, keep_through_step: int):
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step drops the events a resumed run writes again (steps after its checkpoint)
-        self.writer = SummaryWriter(
-            str(root / "tensorboard"), purge_step=keep_through_step + 1 if keep_through_step else None
-        )
+        self.writer = SummaryWriter(str(logdir), purge_step=keep_through_step + 1 if keep_through_step else None)
         if keep_through_step <= 0:  # a run from step 0 (or started over): its config
             self.writer.add_text("config", "```yaml\n" + profile_yaml + "```", 0)
 
@@ -111,14 +122,14 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    def __init__(self, root: Path, run_dir: Path, profile: Profile, mode: Literal["offline", "online"]):
+    def __init__(self, root: Path, run_dir: Path, tag: str, profile: Profile, mode: Literal["offline", "online"]):
         import wandb
 
         settings = wandb.Settings(console="off", silent=True, disable_git=True, disable_code=True, save_code=False)
         self.run = wandb.init(
             project=profile.logging.project,
             name=Path(run_dir).name,
-            id=run_id(run_dir),
+            id=tag,
             resume="allow",
             dir=str(root),
             mode=mode,
@@ -137,19 +148,19 @@ class WandbTracker:
 class MlflowTracker:
     """MLflow through its client (no global `mlflow.set_tracking_uri`), on a local file store."""
 
-    def __init__(self, root: Path, run_dir: Path, profile: Profile, profile_yaml: str):
+    def __init__(self, root: Path, run_dir: Path, tag: str, profile: Profile, profile_yaml: str):
         # MLflow 3 keeps the file store behind an opt-in, and would send usage telemetry: a local run wants neither.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
+        self._names: dict[str, str] = {}  # metric key -> the name MLflow takes (`_name`)
         store = (root / "mlruns").resolve()
         self.client = MlflowClient(tracking_uri=store.as_uri())
         name = profile.logging.project
         experiment = self.client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        tag = run_id(run_dir)
         found = self.client.search_runs([experiment_id], filter_string=f"tags.`rlrm.run_id` = '{tag}'", max_results=1)
         if found:  # a resumed run continues its MLflow run
             self.run_id = found[0].info.run_id
@@ -166,9 +177,21 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(key, value, now, step) for key, value in values.items()]
+        metrics = [Metric(self._name(key), value, now, step) for key, value in values.items()]
         for i in range(0, len(metrics), 1000):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def _name(self, key: str) -> str:
+        """`key` as MLflow takes a metric name (alphanumerics and `_-. :/`): a reward's own reported key such as
+        `reward/reported/pass@1/mean` becomes `reward/reported/pass_1/mean`, kept apart from any other name."""
+        name = self._names.get(key)
+        if name is None:
+            name = base = re.sub(r"[^\w\-. :/]", "_", key)
+            taken = set(self._names.values())
+            while name in taken:
+                name = f"{base}_{len(taken)}"
+            self._names[key] = name
+        return name
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
@@ -182,14 +205,19 @@ def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -
     root.mkdir(parents=True, exist_ok=True)
     profile_yaml = dump_profile(profile)
     opened: list[TensorBoardTracker | WandbTracker | MlflowTracker] = []
+    if not cfg.trackers:
+        return opened
+    tag = run_id(run_dir, fresh=keep_through_step <= 0)  # a run from step 0 (or started over): a tracker run anew
+    # under a shared tracker_dir each run has its own TensorBoard folder (one folder would mix every run's events)
+    logdir = root / "tensorboard" if root == Path(run_dir) else root / "tensorboard" / tag
     try:
         for name in cfg.trackers:
             if name == "tensorboard":
-                opened.append(TensorBoardTracker(root, run_dir, profile_yaml, keep_through_step))
+                opened.append(TensorBoardTracker(logdir, profile_yaml, keep_through_step))
             elif name == "wandb":
-                opened.append(WandbTracker(root, run_dir, profile, cfg.wandb_mode))
+                opened.append(WandbTracker(root, run_dir, tag, profile, cfg.wandb_mode))
             else:
-                opened.append(MlflowTracker(root, run_dir, profile, profile_yaml))
+                opened.append(MlflowTracker(root, run_dir, tag, profile, profile_yaml))
     except BaseException:
         for tracker in opened:
             tracker.close()
@@ -211,13 +239,28 @@ class RunLog:
     def log(self, row: dict) -> None:
         self.writer.log(row)
         values = scalars(row)
-        for tracker in self.trackers:
-            tracker.log(int(row.get("step", 0)), values)
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(int(row.get("step", 0)), values)
+            except Exception as exc:  # metrics.jsonl is the run's record: a tracker's fault does not stop training
+                self.trackers.remove(tracker)
+                print(
+                    f"rlrm: warning: {type(tracker).__name__} failed ({type(exc).__name__}: {str(exc)[:200]}); it "
+                    "logs nothing more in this run (metrics.jsonl has every row)",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def close(self) -> None:
-        self.writer.close()
-        for tracker in self.trackers:
-            tracker.close()
+        """Close metrics.jsonl and every tracker, each whatever the others did; then raise the first failure."""
+        failures = []
+        for close in (self.writer.close, *(t.close for t in self.trackers)):
+            try:
+                close()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
 
 def _flatten(data: dict, prefix: str = "") -> dict[str, str]:

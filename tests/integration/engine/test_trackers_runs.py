@@ -120,7 +120,8 @@ def test_training_writes_the_same_rows_to_tensorboard(tmp_path, tiny_policy_path
     run_dir = start_run(profile, tmp_path / "run")
     train(run_dir)
     rows = read_metrics(run_dir / "metrics.jsonl")
-    tb = tensorboard_scalars(tmp_path / "trackers" / "tensorboard")
+    (own,) = (tmp_path / "trackers" / "tensorboard").iterdir()  # the run's own folder under a shared tracker_dir
+    tb = tensorboard_scalars(own)
     for key in ("critic/score/mean", "val/accuracy", "response_length/mean", "perf/throughput"):
         expected = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         assert [(s, pytest.approx(v)) for s, v in tb[key]] == expected, key
@@ -163,3 +164,67 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
     runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
     assert len(runs) == 1  # the same MLflow run, not a second one
+
+
+def test_a_tracker_that_fails_to_close_costs_neither_the_checkpoint_nor_the_trace(tmp_path, monkeypatch):
+    # MLflow's set_terminated or wandb's finish on a full disk: the close raised first, and the final checkpoint
+    # (save_every=0: only at the end) and trace.json were never written
+    import errno
+
+    def failing_close(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trackers.TensorBoardTracker, "close", failing_close)
+    profile = load_profile("tiny-rule", [*SMALL_RUN, "trainer.total_steps=2", "logging.trackers=[tensorboard]"])
+    run = start_run(profile, tmp_path / "run")
+    with pytest.raises(OSError, match="No space left"):
+        train(run)
+    assert (run / "checkpoints" / "step_2").is_dir() and (run / "trace.json").is_file()
+
+
+def test_a_tracker_that_fails_to_log_is_dropped_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def failing_log(self, step, values):
+        calls.append(step)
+        raise RuntimeError("tracking server went away")
+
+    monkeypatch.setattr(trackers.TensorBoardTracker, "log", failing_log)
+    profile = load_profile("tiny-rule", [*SMALL_RUN, "trainer.total_steps=2", "logging.trackers=[tensorboard]"])
+    run = start_run(profile, tmp_path / "run")
+    assert train(run).last_step == 2
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+    assert len(calls) == 1 and steps[-2:] == [1, 2]  # tried once, then left out; every row in metrics.jsonl
+    assert "TensorBoardTracker failed (RuntimeError: tracking server went away)" in capsys.readouterr().err
+
+
+def test_mlflow_takes_a_reported_key_mlflow_would_refuse(tmp_path):
+    # a custom reward's own key, as reward/reported/<key>/mean: MLflow refuses '@' and the run crashed at step 1
+    from mlflow.tracking import MlflowClient
+
+    profile = load_profile("tiny-rule", ["logging.trackers=[mlflow]"])
+    run = start_run(profile, tmp_path / "run")
+    log = RunLog(run, profile, keep_through_step=-1)
+    log.log({"step": 1, "reward/reported/pass@1/mean": 0.5, "reward/reported/pass#1/mean": 0.25})
+    log.close()
+    client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
+    assert found.data.metrics == {"reward/reported/pass_1/mean": 0.5, "reward/reported/pass_1/mean_1": 0.25}
+
+
+def test_an_overwritten_run_is_a_new_tracker_run_under_a_shared_tracker_dir(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    store, run = tmp_path / "shared-trackers", tmp_path / "run"
+    sets = ["logging.trackers=[mlflow,tensorboard]", f"logging.tracker_dir={store}"]
+    for lr, score in (("1e-5", 0.1), ("3e-4", 0.9)):
+        profile = load_profile("tiny-rule", [*sets, f"actor.lr={lr}"])
+        start_run(profile, run, overwrite=True)
+        log = RunLog(run, profile, keep_through_step=-1)  # what the trainer passes for a run from step 0
+        log.log({"step": 1, "critic/score/mean": score})
+        log.close()
+    client = MlflowClient(tracking_uri=(store / "mlruns").resolve().as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id], order_by=["start_time DESC"])
+    assert [r.data.params["actor.lr"] for r in runs] == ["0.0003", "1e-05"]
+    assert [m.value for m in client.get_metric_history(runs[0].info.run_id, "critic/score/mean")] == [0.9]
+    assert len(list((store / "tensorboard").iterdir())) == 2  # each run its own folder, not one mixed
