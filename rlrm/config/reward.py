@@ -272,14 +272,19 @@ class RewardConfig(Section):
         "local", description="Workers as in-process async tasks, or Ray actors spread over the cluster's nodes."
     )
     ray_address: str | None = Field(
-        None, description="Ray cluster to join (None: the one already initialised, or a new local one)."
+        None,
+        description=(
+            "Ray cluster to join (None: the one already initialised, else RAY_ADDRESS as `ray job submit` sets it, "
+            "else a new local one). When actor.ray_address is set too, it must be the same address."
+        ),
     )
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")
     attempt_timeout_s: float = Field(
         30.0,
         gt=0,
         description="Deadline of one attempt at one sample's reward: the reward function's whole call, every model "
-        "request it makes and every wait for a rate-limit slot included. Past it the attempt fails as a timeout "
+        "request it makes and every wait for a rate-limit slot included (a custom function's wait for a free worker "
+        "process is not: its deadline starts when it gets one). Past it the attempt fails as a timeout "
         "(reward/timeouts, hung_rewards.jsonl) and is retried as reward.max_retries says; a custom function in a "
         "worker process (reward.custom.isolation) is killed with its worker.",
     )

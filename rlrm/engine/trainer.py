@@ -290,8 +290,8 @@ class _TrainLoop:
             return
         if sys.exc_info()[1] is None:
             raise failures[0]
-        for exc in failures:
-            print(f"rlrm: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        for failure in failures:
+            print(f"rlrm: while stopping: {type(failure).__name__}: {failure}", file=sys.stderr, flush=True)
 
     async def _check_canaries(self, step: int, row: dict, display: StepDisplay) -> dict:
         """Score the canaries (reward.guard.on_canary) after `step`, into `row`; a flag warns, or stops the run."""

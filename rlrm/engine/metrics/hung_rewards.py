@@ -5,8 +5,9 @@
 
 Each line holds the step it was written at, the sample (uid, index, prompt messages, response, data source,
 ground truth), the reward function's name, the attempt (1 = first), `attempt_timeout_s` (the run's
-reward.attempt_timeout_s) and `elapsed_s`, how long the attempt ran before it was given up. A custom sync function's worker process is killed at that moment
-(docs/security.md). The same attempts are counted in the step's `reward/timeouts`; this file says which samples
+reward.attempt_timeout_s), `elapsed_s`, how long the attempt ran before it was given up, and `queued_s`, how long
+it waited for a free worker process before that (a wait its deadline does not count). A custom sync function's
+worker process is killed at that moment (docs/security.md). The same attempts are counted in the step's `reward/timeouts`; this file says which samples
 they were, so the function can be run on them by hand. Lines are appended and never cut on resume: a hang
 happened even in a step a resumed run trains again.
 """

@@ -36,6 +36,7 @@ from rlrm.call_errors import CallError, TransientError
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import ClosableRewardFn, RewardSample
 from rlrm.engine.rewards.ledger import current_ledger
+from rlrm.engine.rewards.loop import deadline_held
 from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.engine.rewards.side_loop import SideLoop
@@ -134,7 +135,8 @@ def _process_pool(cfg: RewardConfig, fn, kwargs: dict, model_path: str | None) -
     tokenizer_path = None
     if kwargs.get("reward_model_tokenizer") is not None:  # loaded in each worker from the same folder
         tokenizer_path = model_path or cfg.server.model
-    return FunctionPool(_custom_path(cfg), cfg.custom.name, processes, tokenizer_path)
+    # a call's wait for a free worker is kept off its attempt's deadline: the deadline bounds the function's call
+    return FunctionPool(_custom_path(cfg), cfg.custom.name, processes, tokenizer_path, while_queued=deadline_held)
 
 
 def _custom_path(cfg: RewardConfig) -> str:

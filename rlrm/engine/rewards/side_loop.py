@@ -2,7 +2,7 @@
 its loop cannot hold the run.
 
     side = SideLoop("compute_score", grace_s=cfg.attempt_timeout_s)
-    result = await side.call(fn, *args, **kwargs)   # under asyncio.wait_for: a timeout abandons the call
+    result = await side.call(fn, *args, **kwargs)   # under a deadline: a timeout abandons the call
 
 Why not await the function on the caller's loop: an `async def` that calls `time.sleep(600)`, or loops without
 an `await`, blocks the loop it runs on, and then no timeout on that loop can fire; the whole run hangs. Here the
@@ -11,16 +11,20 @@ other loop-bound state between calls keeps working), and the caller's loop only 
 deadline. The caller's loop stays free, so the reward forwarder that serves `reward_router_address`
 (rlrm/engine/rewards/model_proxy.py) still answers the function's calls.
 
-On a timeout the call is cancelled on the side loop. A healthy loop (the function awaits something that never
-ends) runs the cancellation and goes on serving. A blocked loop cannot: a no-op sent to it gets no answer within
-`grace_s`, and the loop is then abandoned, like run_abandonable's threads (rlrm/engine/rewards/threads.py): later
-calls get a fresh loop, the old thread is left to finish (or not) on its own, and the process exits without it.
-Tasks a function leaves behind (un-awaited `create_task`) run on the side loop, never on the caller's.
+On a timeout the call is cancelled on the side loop, and the loop is suspect: a call sent to a loop that a
+function blocks would wait there for nothing, so until the loop answers a no-op, each new call (retries included)
+runs on a stand-in loop of its own, which stops when its call ends. A healthy loop (the function awaits something
+that never ends) runs the cancellation, answers at once and serves again. A blocked loop does not answer within
+`grace_s` and is abandoned, like run_abandonable's threads (rlrm/engine/rewards/threads.py): later calls get a
+fresh loop, the old thread is left to finish (or not) on its own, and the process exits without it. One sample
+whose function blocks its loop so fails that sample, and the calls already running beside it on that loop.
+Tasks a function leaves behind (un-awaited `create_task`) run on a side loop, never on the caller's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from typing import Any, Callable
 
@@ -28,49 +32,97 @@ from rlrm.engine.rewards.threads import FunctionExited
 
 
 class SideLoop:
-    """One event loop in a daemon thread for a user's async function, replaced when a call blocks it."""
+    """Event loops in daemon threads for a user's async function: one its calls share, and a stand-in for each call
+    made while that one is suspect (a call on it timed out, and it has not answered a no-op yet)."""
 
     def __init__(self, name: str, grace_s: float, kind: str = "reward"):
         self.name, self.grace_s, self.kind = name, grace_s, kind
         self.abandoned = 0  # loops given up for blocked (counted so that tests and logs can tell)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._home: _Loop | None = None  # where calls go while it is not suspect
+        self._suspects: set[_Loop] = set()  # loops with a health check in flight
         self._checks: set[asyncio.Task] = set()  # health checks in flight (held so they are not collected)
 
     async def call(self, fn: Callable, *args, **kwargs) -> Any:
-        """`await fn(*args, **kwargs)` on the side loop; its result, or what it raised."""
-        loop = self._running_loop()
-        future = asyncio.run_coroutine_threadsafe(_guarded(fn, args, kwargs), loop)
+        """`await fn(*args, **kwargs)` on a side loop; its result, or what it raised."""
+        side = self._pick()
+        side.calls += 1
+        future = asyncio.run_coroutine_threadsafe(_guarded(fn, args, kwargs), side.loop)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:  # the caller's deadline: the call is cancelled there (if it can be)
             future.cancel()
-            check = asyncio.get_running_loop().create_task(self._abandon_if_blocked(loop))
-            self._checks.add(check)
-            check.add_done_callback(self._checks.discard)
+            self._suspect(side)
             raise
+        finally:
+            side.calls -= 1
+            self._stop_if_spare(side)
 
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            started = threading.Event()
-            loop.call_soon(started.set)
-            thread = threading.Thread(target=loop.run_forever, name=f"{self.kind}-{self.name}-loop", daemon=True)
-            thread.start()
-            started.wait()
-            self._loop = loop
-        return self._loop
+    def _pick(self) -> _Loop:
+        if self._home is None:
+            self._home = _Loop(f"{self.kind}-{self.name}-loop")
+        if self._home in self._suspects:
+            # a function that blocked the home loop would block every call sent there, retries included: until it
+            # answers, each call gets a loop of its own, which stops when the call ends
+            return _Loop(f"{self.kind}-{self.name}-stand-in")
+        return self._home
 
-    async def _abandon_if_blocked(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Give the loop up when a no-op sent to it is not run within grace_s (a function blocks it)."""
-        if loop is not self._loop:
+    def _suspect(self, side: _Loop) -> None:
+        """Check the loop a call timed out on (once at a time); the home loop takes no calls meanwhile."""
+        if side in self._suspects or side.abandoned:
             return
-        ping = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
+        self._suspects.add(side)
+        check = asyncio.get_running_loop().create_task(self._check(side))
+        self._checks.add(check)
+        check.add_done_callback(self._checks.discard)
+
+    async def _check(self, side: _Loop) -> None:
+        """Give the loop up when a no-op sent to it is not run within grace_s (a function blocks it); a loop
+        that answers serves again (the home loop: the calls of a function that keeps loop-bound state)."""
+        # a plain callback, no coroutine: a loop stopped with it still queued leaves no coroutine never awaited
+        pong: concurrent.futures.Future = concurrent.futures.Future()
+        side.loop.call_soon_threadsafe(_answer, pong)
         try:
-            await asyncio.wait_for(asyncio.wrap_future(ping), self.grace_s)
+            await asyncio.wait_for(asyncio.wrap_future(pong), self.grace_s)
         except asyncio.TimeoutError:
-            if loop is self._loop:  # several calls on it timed out together: give it up once
-                self._loop = None
-                self.abandoned += 1
+            side.abandoned = True  # its thread is left to finish (or not) on its own
+            self.abandoned += 1
+            if side is self._home:
+                self._home = None  # the next call starts a fresh one
+            return
+        finally:  # cancelled too (the caller's loop shuts down): undecided, left running as a daemon thread
+            self._suspects.discard(side)
+        self._stop_if_spare(side)  # it answered: a stand-in with no call left stops
+
+    def _stop_if_spare(self, side: _Loop) -> None:
+        if side is not self._home and side.calls == 0 and side not in self._suspects and not side.abandoned:
+            side.stop()
+
+
+class _Loop:
+    """One event loop running in a daemon thread of its own, and the calls in flight on it."""
+
+    def __init__(self, thread_name: str):
+        self.calls = 0
+        self.abandoned = False
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self.loop.call_soon(started.set)
+        threading.Thread(target=self._run, name=thread_name, daemon=True).start()
+        started.wait()
+
+    def _run(self) -> None:
+        self.loop.run_forever()
+        self.loop.close()  # stopped: nothing will run on it again
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def _answer(pong: concurrent.futures.Future) -> None:
+    try:
+        pong.set_result(None)
+    except concurrent.futures.InvalidStateError:  # the check gave up (or was cancelled) first
+        pass
 
 
 async def _guarded(fn: Callable, args: tuple, kwargs: dict) -> Any:

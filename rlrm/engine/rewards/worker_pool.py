@@ -10,8 +10,12 @@ runs in one of `processes` spawned workers, each of which imported the user's fi
 pickled; arguments and results travel as plain data over a pipe). When the caller gives up (asyncio
 cancellation: the reward loop's `reward.attempt_timeout_s`), the worker is SIGKILLed at once and a fresh one
 takes its place at the next call. A worker that dies inside the function (a segfault, `os._exit`, the OOM killer) is a
-`WorkerDied` for that call only. A worker whose parent dies, even by SIGKILL, exits too: a watchdog thread in it
-waits on the parent's pidfd.
+`WorkerDied` for that call only; one that dies while idle is replaced before a call is sent to it. A worker whose
+parent dies, even by SIGKILL, exits too: a watchdog thread in it waits on the parent's pidfd.
+
+Calls beyond `processes` wait for a worker, first come, first served, inside `while_queued`: the reward loop keeps
+that wait off the attempt's deadline (rlrm/engine/rewards/loop.py, `deadline_held`), so a deadline only ever
+cuts, and a kill only ever hits, a call that is running in a worker.
 
 What it costs: a call sends its arguments and result through a pipe and wakes the caller's event loop by the
 pipe's file descriptor (no thread, no polling); each worker costs an interpreter start (spawn) the first time it
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import multiprocessing
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 from rlrm.engine.rewards.threads import FunctionExited
 
@@ -44,10 +49,20 @@ class FunctionPool:
         name: the function's name in it.
         processes: at most this many workers (started when first needed).
         tokenizer_path: a folder a worker loads `reward_model_tokenizer` from, passed to every call (None: none).
+        while_queued: the context a call waits for a free worker in (the reward loop's `deadline_held` keeps that
+            wait off the attempt's deadline: rlrm/engine/rewards/loop.py).
     """
 
-    def __init__(self, path: str, name: str, processes: int, tokenizer_path: str | None = None):
+    def __init__(
+        self,
+        path: str,
+        name: str,
+        processes: int,
+        tokenizer_path: str | None = None,
+        while_queued: Callable[[], ContextManager] = contextlib.nullcontext,
+    ):
         self.path, self.name, self.processes, self.tokenizer_path = path, name, processes, tokenizer_path
+        self.while_queued = while_queued
         self.killed = 0  # workers killed because their call was given up (counted for tests and logs)
         self.died = 0  # workers that died inside the function
         self._ctx = multiprocessing.get_context("spawn")  # no fork: the trainer holds threads, CUDA, sockets
@@ -71,34 +86,57 @@ class FunctionPool:
         return _unpack(message)
 
     def close(self) -> None:
-        """Kill every worker (by its pid); later calls fail."""
+        """Kill every worker (by its pid); calls waiting for one, and later calls, fail."""
         with self._lock:
             self._closed = True
             workers, self._idle = list(self._all), []
             self._all.clear()
+            waiters = list(self._waiters)
+            self._waiters.clear()
+        for loop, waiter in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_refuse, waiter, self._closed_error())
         for worker in workers:
             worker.kill()
 
     async def _take(self) -> _Worker:
+        worker, waiter, dead = self._claim()
+        for gone in dead:  # killed while idle (the OOM killer): replaced here, not failed on the next sample
+            gone.kill()
+        if worker is not None:
+            return worker
+        assert waiter is not None
+        try:
+            with self.while_queued():
+                return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._give_back(waiter.result())  # handed a worker just as it was cancelled: the next waiter's
+            raise
+
+    def _claim(self) -> tuple[_Worker | None, asyncio.Future | None, list[_Worker]]:
+        """A worker free now, else a future a worker is handed to; and the idle workers found dead."""
+        dead: list[_Worker] = []
         with self._lock:
             if self._closed:
-                raise RuntimeError(f"the worker pool of {self.name} is closed")
-            if self._idle:
-                return self._idle.pop()
+                raise self._closed_error()
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.proc.exitcode is None:
+                    return worker, None, dead
+                self._all.discard(worker)
+                dead.append(worker)
             if len(self._all) < self.processes:
                 worker = _Worker(self._ctx, self.path, self.name, self.tokenizer_path)
                 self._all.add(worker)
-                return worker
+                return worker, None, dead
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
             self._waiters.append((loop, waiter))
-        try:
-            return await waiter
-        except BaseException:
-            with self._lock:  # handed a worker just as it was cancelled: pass the worker on
-                if waiter.done() and not waiter.cancelled():
-                    self._idle.append(waiter.result())
-            raise
+            return None, waiter, dead
+
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(f"the worker pool of {self.name} is closed")
 
     def _give_back(self, worker: _Worker) -> None:
         with self._lock:
@@ -133,6 +171,11 @@ def _hand_over(waiter: asyncio.Future, worker: _Worker, pool: FunctionPool) -> N
         pool._give_back(worker)
     else:
         waiter.set_result(worker)
+
+
+def _refuse(waiter: asyncio.Future, error: Exception) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)
 
 
 class _Worker:
