@@ -266,7 +266,7 @@ class _TrainLoop:
                 writer.log(self.pending_row)
         finally:
             self._wind_up(
-                lambda: hung.write(step, self.parts.reward.loop.take_hung()),  # a stopped step's hangs: to see
+                lambda: hung.write(step, self.parts.reward.loop.take_hung(every=True)),  # a stopped run's: all
                 None if self._unsaved else lambda: self._save(force=True),
                 writer.close,
                 self.sample_log.close if self.sample_log is not None else None,

@@ -272,7 +272,9 @@ class RewardLoop:
         self._stats = PerTag(RewardStats)
         self.components = ComponentSpec(cfg.weights_of_components)  # names pinned by the profile or the first sample
         self.last_error: str | None = None  # of the last sample that failed after its retries (kept across steps)
-        self._hung: collections.deque[dict] = collections.deque(maxlen=HUNG_KEPT)
+        # hung attempts per tag too, handed out (take_hung) with the counters that count them (take_metrics)
+        self._hung: PerTag[collections.deque[dict]] = PerTag(lambda: collections.deque(maxlen=HUNG_KEPT))
+        self._hung_taken: collections.deque[dict] = collections.deque(maxlen=HUNG_KEPT)
 
     @property
     def stats(self) -> RewardStats:
@@ -336,6 +338,8 @@ class RewardLoop:
                 trains; None: every sample. `counters` (the router's) are not per sample: they come whole.
         """
         stats = RewardStats.total(self._stats.take(tags))
+        for hung in self._hung.take(tags):  # the step's timeouts: take_hung() gives their records
+            self._hung_taken.extend(hung)
         metrics = stats.metrics()
         g = self.cfg.genrm
         metrics["reward/cost"] = (
@@ -355,15 +359,20 @@ class RewardLoop:
             metrics.update(self.counters())
         return metrics
 
-    def take_hung(self) -> list[dict]:
-        """The attempts given up at reward.attempt_timeout_s since the last call (then cleared): one dict each, with the
-        sample (uid, index, prompt, response, data source, ground truth), the function, the attempt, how long
-        it ran before it was given up (a custom function's worker is killed by then: rlrm/engine/rewards/worker_pool.py)
-        and how long it waited for a worker before that.
-        The trainer appends them to `<run>/hung_rewards.jsonl`; each is also counted in reward/timeouts."""
-        hung = list(self._hung)
-        self._hung.clear()
-        return hung
+    def take_hung(self, every: bool = False) -> list[dict]:
+        """The attempts given up at reward.attempt_timeout_s (then cleared) of the samples whose counters the last
+        `take_metrics` calls took, so a step writes the hangs its reward/timeouts count (one-step-off and fully-async
+        score the next batch meanwhile: its hangs are the next step's); `every`: all of them (a run that stops).
+        One dict each, with the sample (uid, index, prompt, response, data source, ground truth), the function, the
+        attempt, how long it ran before it was given up (a custom function's worker is killed by then:
+        rlrm/engine/rewards/worker_pool.py) and how long it waited for a worker before that.
+        The trainer appends them to `<run>/hung_rewards.jsonl`."""
+        if every:
+            for hung in self._hung.take():
+                self._hung_taken.extend(hung)
+        taken = list(self._hung_taken)
+        self._hung_taken.clear()
+        return taken
 
     def check_budget(
         self, step: int, metrics: dict, dropped_groups: int = 0, of_samples: int | None = None, trained: bool = False
@@ -401,7 +410,13 @@ class RewardLoop:
                 error: CallError = RequestTimeout(
                     f"reward function {self.name}: no reward within reward.attempt_timeout_s={cfg.attempt_timeout_s:g} s"
                 )
-                self._hung.append(self._hung_record(sample, attempt, time.perf_counter() - started, exc.queued_s))
+                self._hung.now.append(self._hung_record(sample, attempt, time.perf_counter() - started, exc.queued_s))
+            except asyncio.CancelledError as exc:
+                if being_cancelled():  # this sample's own task: the run stops (Ctrl-C, a closing mode)
+                    raise
+                # raised by something the function awaited (a task of its own, cancelled): a failure of this sample,
+                # where it used to escape the loop (the overlapping modes waited forever; sync read it as Ctrl-C)
+                error = CallError(f"reward function {self.name} raised CancelledError: {exc}".rstrip(": "))
             except (FunctionExited, SystemExit) as exc:  # sys.exit() in a user's function: a failed sample, named
                 code = exc.code
                 error = CallError(f"reward function {self.name} called sys.exit({code!r}); return a score instead")
@@ -525,3 +540,10 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
+
+
+def being_cancelled() -> bool:
+    """Whether the running task has a cancellation pending: its own, not a CancelledError raised by something it
+    awaited (Python 3.11's `Task.cancelling`; before it, every CancelledError reads as the task's own)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else True

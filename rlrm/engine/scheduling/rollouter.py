@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from rlrm.engine.metrics.timing import Span
+from rlrm.engine.rewards.loop import being_cancelled
 from rlrm.engine.rewards.tags import SCORED_FOR
 from rlrm.engine.scheduling.base import RunParts
 from rlrm.engine.scheduling.requests import (
@@ -265,7 +266,7 @@ class Rollouter:
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()
         except asyncio.CancelledError as exc:
-            if self._closing or _being_cancelled():  # close(), or Ctrl-C: this task itself was cancelled
+            if self._closing or being_cancelled():  # close(), or Ctrl-C: this task itself was cancelled
                 raise
             # raised by something it awaited (a client library's own cancel): a failure of this sample, or its step
             # would wait forever; not a CancelledError, which the step would read as its own cancellation
@@ -275,9 +276,3 @@ class Rollouter:
         except BaseException as exc:  # RewardError (on_failure: fail), a dead engine: stop the step that needs it
             group.error = group.error or exc
             self._changed.set()
-
-
-def _being_cancelled() -> bool:
-    """Whether the running task has a cancellation pending (Python 3.11's `Task.cancelling`; False before)."""
-    cancelling = getattr(asyncio.current_task(), "cancelling", None)
-    return bool(cancelling()) if cancelling is not None else False

@@ -4,6 +4,7 @@ staleness bound holds, and the idle ratios agree with the phase times they come 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -347,3 +348,100 @@ def test_failed_rewards_of_batch_2_stop_step_2_not_step_1(
     if on_failure == "default":  # the budget counts step 2's own samples: all 8 failed
         assert str(stopped.value).startswith(f"step 2: {SAMPLES} of {SAMPLES} reward samples failed")
     assert [c.name for c in list_checkpoints(run_dir)] == ["step_1"]
+
+
+HANG_AFTER_8 = """
+import asyncio
+calls = 0
+
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info):
+    global calls
+    calls += 1
+    if calls > 8:  # every sample of batch 2 hangs
+        await asyncio.sleep(30)
+    return 1.0
+"""
+
+
+def test_hung_records_are_written_under_the_step_whose_timeouts_count_them(tmp_path, tiny_policy_path, monkeypatch):
+    # one-step-off scores batch 2 while step 1 trains: its hangs were written under step 1, counted under step 2
+    import time
+    from collections import Counter
+
+    from rlrm.engine.step import GRPOStep
+
+    fn = tmp_path / "hang.py"
+    fn.write_text(HANG_AFTER_8)
+    real_train, calls = GRPOStep.train, []
+
+    def slow_first_update(self, batch, timer):
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(2.0)  # batch 2's attempts time out meanwhile
+        return real_train(self, batch, timer)
+
+    monkeypatch.setattr(GRPOStep, "train", slow_first_update)
+    settings = [
+        "trainer.mode=one-step-off",
+        "trainer.total_steps=2",
+        "reward.kind=custom",
+        f"reward.custom.path={fn}",
+        "reward.custom.isolation=thread",
+        "reward.attempt_timeout_s=0.3",
+        "reward.max_retries=0",
+        "reward.max_failure_rate=1.0",
+        "reward.backoff_s=0",
+    ]
+    run = start_run(load_profile("tiny-rule", [*SMALL, *settings]), tmp_path / "r")
+    assert train(run).last_step == 2
+    timeouts = {r["step"]: r["reward/timeouts"] for r in read_metrics(run / "metrics.jsonl")}
+    hung = Counter(json.loads(line)["step"] for line in (run / "hung_rewards.jsonl").read_text().splitlines())
+    assert timeouts == {1: 0, 2: SAMPLES} and {s: hung.get(s, 0) for s in timeouts} == timeouts
+
+
+CANCELLED_ONCE = """
+import asyncio
+calls = 0
+
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info):
+    global calls
+    calls += 1
+    if calls == 10:  # one sample of step 2: something it awaited was cancelled, not the run
+        raise asyncio.CancelledError()
+    return 1.0
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10 cannot tell a task's own cancellation apart")
+@pytest.mark.parametrize("mode", ["sync", "stream", "fully-async"])
+def test_a_reward_ended_by_a_cancelled_error_is_a_failed_sample(tmp_path, tiny_policy_path, monkeypatch, mode):
+    # it escaped the reward loop: the overlapping modes waited forever for its group, sync read it as Ctrl-C
+    import asyncio
+
+    from rlrm.engine.scheduling.rollouter import Rollouter
+
+    wait = Rollouter.wait_changed
+
+    async def bounded(self, groups=()):
+        try:
+            await asyncio.wait_for(wait(self, groups), 60)
+        except asyncio.TimeoutError:
+            raise AssertionError("the step waited 60 s for a group that never finished") from None
+
+    monkeypatch.setattr(Rollouter, "wait_changed", bounded)
+    fn = tmp_path / "fn.py"
+    fn.write_text(CANCELLED_ONCE)
+    settings = [
+        f"trainer.mode={mode}",
+        "trainer.total_steps=3",
+        "reward.kind=custom",
+        f"reward.custom.path={fn}",
+        "reward.custom.isolation=thread",
+        "reward.max_failure_rate=1.0",
+    ]
+    run = start_run(load_profile("tiny-rule", [*SMALL, *settings]), tmp_path / "r")
+    result = train(run)
+    assert result.last_step == 3 and not result.interrupted
+    assert sum(r["reward/failures"] for r in read_metrics(run / "metrics.jsonl")) == 1
