@@ -418,12 +418,33 @@ class Profile(Section):
                 f"reward.overlong.buffer_len ({buffer_len}) must be below rollout.max_new_tokens "
                 f"({self.rollout.max_new_tokens}): the penalty starts buffer_len tokens before the longest response"
             )
+        _check_vllm_behaviour_log_probs(self)
         if self.reward.placement == "colocated" and self.trainer.mode != "sync":
             raise ValueError(
                 f"reward.placement=colocated takes turns with the policy on one device, so it needs trainer.mode=sync "
                 f"(got {self.trainer.mode}); use reward.placement=standalone to overlap rewards with generation"
             )
         return self
+
+
+def _check_vllm_behaviour_log_probs(p: "Profile") -> None:
+    """vLLM reports log-probs after top-p/top-k filtering (renormalised over the tokens kept: up to 0.4 nats above
+    the actor's at top_p 0.5 on the tiny policy), the actor and the embedded server before it. Where they are
+    trained on as they come, every PPO ratio would be off: refused there."""
+    r = p.rollout
+    if r.backend != "server" or r.server.backend != "vllm" or (r.top_p == 1.0 and r.top_k <= 0):
+        return
+    off_policy = p.trainer.mode in ("one-step-off", "fully-async")
+    if not off_policy and p.actor.recompute_old_log_prob != "never":
+        return  # recomputed by the actor: vLLM's serve only rollout/log_prob_diff_*
+    where = f"trainer.mode={p.trainer.mode}" if off_policy else "actor.recompute_old_log_prob=never"
+    fixes = "set rollout.top_p=1 and rollout.top_k=-1, or use rollout.server.backend=embedded"
+    if not off_policy:
+        fixes += ", or actor.recompute_old_log_prob=auto"
+    raise ValueError(
+        f"rollout.top_p={r.top_p:g}, rollout.top_k={r.top_k} on vLLM rollout servers with {where}: vLLM's log-probs "
+        f"come after top-p/top-k filtering, the actor's before, and would be trained on as they come; {fixes}"
+    )
 
 
 def _check_reward_for_training(reward: RewardConfig) -> None:

@@ -176,6 +176,9 @@ class VllmWire:
             "seed": seed,
             "logprobs": 0,
             "return_token_ids": True,
+            # a vLLM started by the user may apply its model's generation_config.json to what a request leaves out
+            "repetition_penalty": 1.0,
+            "min_p": 0.0,
         }
         if sampling.stop_token_ids:
             body["stop_token_ids"] = list(sampling.stop_token_ids)

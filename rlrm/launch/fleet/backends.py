@@ -247,9 +247,16 @@ class VllmBackend(Backend):
             argv += ["--max-model-len", str(max_len)]
         if role is Role.DISRM:
             argv += ["--runner", "pooling", "--convert", "classify"]  # serves /classify with raw scores
+        if not any(a.split("=")[0] == "--generation-config" for a in launch.extra_args):
+            # vLLM's default (auto) applies the model's generation_config.json to every field a request leaves out:
+            # a model card's repetition_penalty would sample every rollout and judgement from a policy rlrm never
+            # sent (and the embedded server never applies); `vllm`: only what the request says
+            argv += ["--generation-config", "vllm"]
         if role is Role.POLICY:
             # behaviour log-probs as the trainer computes them, log_softmax(logits / temperature): vLLM's default
-            # (raw_logprobs) is taken before temperature, and off-policy modes train on them without a recompute
+            # (raw_logprobs) is taken before temperature, and off-policy modes train on them without a recompute.
+            # vLLM takes them after top-p/top-k filtering too (renormalised over the kept tokens): the profile
+            # refuses filtering where they are trained on unrecomputed (rlrm/config/schema.py)
             argv += ["--logprobs-mode", "processed_logprobs"]
         if launch.device == "cpu":
             # Whole prefills only: a split prefill with per-request seeds kills vLLM's CPU engine core

@@ -41,7 +41,9 @@ def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
         "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 "
         in lines[0]
     )
-    assert lines[0].endswith("--max-num-seqs 320 --logprobs-mode processed_logprobs --gpu-memory-utilization 0.4")
+    assert lines[0].endswith(
+        "--max-num-seqs 320 --generation-config vllm --logprobs-mode processed_logprobs --gpu-memory-utilization 0.4"
+    )
     assert not any(line.startswith("# rollout.server router") for line in lines)  # vLLM policy: rlrm's balancer
     assert any(
         "reward.server replica 0:" in line and "-m sglang.launch_server --model-path judge" in line for line in lines

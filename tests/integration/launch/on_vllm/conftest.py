@@ -31,8 +31,13 @@ def vllm_fleets():
 @pytest.fixture(scope="session")
 def vllm_rollout(vllm_fleets, tiny_policy_path, tmp_path_factory):
     """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica (fp32, client router),
-    on the session fleets' event loop (`loop.run(coro)`, `loop.loop`)."""
-    path = str(tiny_policy_path)
+    on the session fleets' event loop (`loop.run(coro)`, `loop.loop`).
+
+    The replica serves a copy of the tiny policy whose generation_config.json carries sampling defaults as model
+    cards ship them (Qwen2.5-Instruct: repetition_penalty, top_p, top_k): vLLM applies those to every field a
+    request leaves out unless launched with `--generation-config vllm`, and a penalty rlrm never sent would move
+    the log-probs test_vllm_rollout.py compares with the actor's."""
+    path = str(_with_model_card_defaults(tiny_policy_path, tmp_path_factory.mktemp("vllm-policy") / "policy"))
     cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
     fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
     files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
@@ -43,6 +48,17 @@ def vllm_rollout(vllm_fleets, tiny_policy_path, tmp_path_factory):
     print(f"vLLM policy replica healthy after {time.perf_counter() - started:.1f} s")
     yield engine, loop
     loop.run(engine.close(), 120)
+
+
+def _with_model_card_defaults(source, folder):
+    import json
+    import shutil
+
+    shutil.copytree(source, folder)
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, "repetition_penalty": 1.3, "top_p": 0.8, "top_k": 20}))
+    return folder
 
 
 @pytest.fixture(scope="session")

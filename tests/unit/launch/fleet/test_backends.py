@@ -93,11 +93,15 @@ def test_replica_command_lines_and_environments_from_the_whole_spec():
         "pooling",
         "--convert",
         "classify",
+        "--generation-config",  # the model's generation_config.json applies to nothing rlrm sends
+        "vllm",
         "--gpu-memory-utilization",
         "0.85",
         "--x",
     ]
     assert "k" not in argv  # vLLM's key goes in its environment, out of `ps`
+    own = ReplicaLaunch.of(spec.__class__(**{**spec.__dict__, "extra_args": ("--generation-config=/g",)}), "disrm", "m")
+    assert own.argv("127.0.0.1", 1).count("--generation-config") == 0  # the user's own choice stands
     assert launch.env(1) == {ENV_VAR: None, "VLLM_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "3"}
     policy = ReplicaLaunch.of(FleetSpec(threads=2), Role.POLICY, "/m", api_key="k")
     assert policy.argv("127.0.0.1", 9)[1:] == [
