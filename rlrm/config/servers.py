@@ -118,7 +118,7 @@ class ServerFleetConfig(Section):
         from pydantic_core import PydanticCustomError
 
         for i, arg in enumerate(args):
-            if str(arg).split("=", 1)[0] in ("--api-key", "--admin-api-key"):
+            if _names_a_key_flag(str(arg)):
                 raise PydanticCustomError(  # not echoed back: the next item, or the rest of this one, is the key
                     "credentials",
                     "entry {i} passes a key on the servers' command line, which config.yaml keeps and every local "
@@ -304,3 +304,15 @@ class RolloutServerConfig(ServerFleetConfig):
             weight_sync=self.weight_sync,
             sync_timeout_s=self.sync_timeout_s,
         )
+
+
+_KEY_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def _names_a_key_flag(arg: str) -> bool:
+    """`--api-key`, as the engines' parsers read it: vLLM's takes `--api_key` for it, and argparse an unambiguous
+    prefix (`--api-k`, `--admin`)."""
+    flag = arg.split("=", 1)[0].replace("_", "-").lower()
+    if not flag.startswith("--") or len(flag) < 5:
+        return False
+    return any(key.startswith(flag) for key in _KEY_FLAGS)

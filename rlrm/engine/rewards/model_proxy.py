@@ -15,6 +15,9 @@ replica), with the servers' bearer key added (the function never needs it), unde
 names the sample, and the port does; so each call lands in that sample's ledger (counts, tokens, trace
 spans). Ports are reused: a sample leases a free one and gives it back when its reward ends.
 
+Only the run's own user may call it (the owner of the calling socket, from /proc/net/tcp; another is answered 403):
+the forwarder puts the servers' key on what it sends on, which no other user of the machine may use.
+
 A call that got no answer (timeout, connection error) is answered 502 to the function, and counted, so
 a function that raises on it is retried as a transient failure (rlrm/engine/rewards/custom.py); a path the
 servers do not serve answers their 404, counted and named once.
@@ -28,9 +31,11 @@ stream, `/health`'s plain "OK", an HTML page) pass with the type they came with.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlrm.call_errors import CallError
@@ -78,6 +83,11 @@ class ModelProxy:
         from aiohttp import web
 
         port = request.transport.get_extra_info("sockname")[1]
+        if not caller_is_this_user(request.transport.get_extra_info("peername")):
+            return web.json_response(  # the servers' key goes on every request sent on: not for other users
+                {"error": {"message": "rlrm reward forwarder: only the run's own user may call it", "code": 403}},
+                status=403,
+            )
         ledger = self._ledgers.get(port) or CallLedger()
         data = await request.read()
         try:
@@ -102,6 +112,23 @@ class ModelProxy:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+def caller_is_this_user(peer) -> bool:
+    """Whether the loopback TCP peer `peer` (host, port) is a socket of this process's user, read from the owner
+    (uid) of the socket bound there in /proc/net/tcp: a loopback TCP connection carries no credentials of its own
+    (no SO_PEERCRED). Where the table cannot be read (not Linux), True: the forwarder listens on loopback only."""
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return True
+    host, port = peer[0], peer[1]
+    for line in table:
+        fields = line.split()
+        address, _, hex_port = fields[1].partition(":")
+        if int(hex_port, 16) == port and socket.inet_ntoa(bytes.fromhex(address)[::-1]) == host:
+            return int(fields[7]) == os.getuid()
+    return False
 
 
 # What an upstream says of a body it did not type (a missing header reads as octet-stream in aiohttp)

@@ -30,6 +30,7 @@ from rlrm.launch.fleet.engine_env import ENGINES, EngineNotFound, find_engine
 from rlrm.launch.fleet.process import embedded_server_argv
 from rlrm.launch.fleet.spec import Batching, FleetSpec
 
+VLLM_PLUGIN_DIR = str(Path(__file__).resolve().parent / "vllm_plugin")  # what a launched vLLM imports of rlrm
 # vLLM's CPU KV cache in GiB: ample for tiny models, small enough for several engines on one machine
 CPU_KV_CACHE_GIB = "1"
 MAX_MODEL_LEN = 4096  # a cap for --max-model-len: a tiny model's own limit is used when it is lower
@@ -258,6 +259,8 @@ class VllmBackend(Backend):
             # vLLM takes them after top-p/top-k filtering too (renormalised over the kept tokens): the profile
             # refuses filtering where they are trained on unrecomputed (rlrm/config/schema.py)
             argv += ["--logprobs-mode", "processed_logprobs"]
+        if launch.api_key:  # vLLM's own check covers /v1 only; this one every path but /health
+            argv += ["--middleware", "rlrm_vllm_auth.RequireKey"]
         if launch.device == "cpu":
             # Whole prefills only: a split prefill with per-request seeds kills vLLM's CPU engine core
             # ("CPU Generator does not use offset"); FEASIBILITY.md, 2026-11-24.
@@ -271,6 +274,9 @@ class VllmBackend(Backend):
         (its weight reload; rlrm/launch/client/wire.py); on CPU it sizes its KV cache from VLLM_CPU_KVCACHE_SPACE
         (GiB; one set in the environment wins)."""
         env: dict[str, str | None] = {"VLLM_API_KEY": api_key} if api_key else {}
+        if api_key:  # where the server imports its --middleware from (vllm_plugin/rlrm_vllm_auth.py)
+            inherited = os.environ.get("PYTHONPATH")
+            env["PYTHONPATH"] = VLLM_PLUGIN_DIR + (os.pathsep + inherited if inherited else "")
         if role is Role.POLICY:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if device == "cpu":

@@ -87,3 +87,17 @@ def test_each_server_section_hands_its_fleet_only_its_own_settings():
     assert ServerFleet(reward, role="genrm", model_path="judge").extra_args() == ["--x"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.replicas = 2
+
+
+@pytest.mark.parametrize(
+    "flag", [["--api_key", "k"], ["--api_key=k"], ["--API-KEY=k"], ["--api-k", "k"], ["--admin", "k"]]
+)
+def test_a_key_flag_in_any_spelling_the_engines_read_is_refused(flag):
+    # vLLM's parser reads --api_key as --api-key, argparse an unambiguous prefix: the key landed on the command line
+    from pydantic import ValidationError
+
+    from rlrm.config.servers import RolloutServerConfig
+
+    with pytest.raises(ValidationError, match="passes a key on the servers' command line"):
+        RolloutServerConfig(backend="vllm", extra_args=flag)
+    RolloutServerConfig(backend="vllm", extra_args=["--api-server-count", "2", "--max-num-seqs=8"])

@@ -33,16 +33,16 @@ def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
     )
     lines = planned_processes(profile)
     # the run's own key, in the environment only (shown as a placeholder: a dry run makes none)
-    assert lines[0].startswith(
-        "# rollout.server replica 0: VLLM_API_KEY='<run key>' VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 "
-    )
+    assert lines[0].startswith("# rollout.server replica 0: VLLM_API_KEY='<run key>' PYTHONPATH=")
+    assert "/vllm_plugin VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 " in lines[0]  # the key's middleware
     assert "--logprobs-mode processed_logprobs" in lines[0]
     assert (
         "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8000 "
         in lines[0]
     )
     assert lines[0].endswith(
-        "--max-num-seqs 320 --generation-config vllm --logprobs-mode processed_logprobs --gpu-memory-utilization 0.4"
+        "--max-num-seqs 320 --generation-config vllm --logprobs-mode processed_logprobs "
+        "--middleware rlrm_vllm_auth.RequireKey --gpu-memory-utilization 0.4"
     )
     assert not any(line.startswith("# rollout.server router") for line in lines)  # vLLM policy: rlrm's balancer
     assert any(

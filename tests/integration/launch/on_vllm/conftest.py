@@ -18,7 +18,7 @@ from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import wire_for
-from rlrm.launch.fleet.server_fleet import ServerFleet
+from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +30,8 @@ def vllm_fleets():
 
 @pytest.fixture(scope="session")
 def vllm_rollout(vllm_fleets, tiny_policy_path, tmp_path_factory):
-    """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica (fp32, client router),
-    on the session fleets' event loop (`loop.run(coro)`, `loop.loop`).
+    """(engine, loop): a started ServerRolloutEngine over one launched vLLM policy replica (fp32, client router,
+    keyed: `engine.api_key`), on the session fleets' event loop (`loop.run(coro)`, `loop.loop`).
 
     The replica serves a copy of the tiny policy whose generation_config.json carries sampling defaults as model
     cards ship them (Qwen2.5-Instruct: repetition_penalty, top_p, top_k): vLLM applies those to every field a
@@ -39,9 +39,10 @@ def vllm_rollout(vllm_fleets, tiny_policy_path, tmp_path_factory):
     the log-probs test_vllm_rollout.py compares with the actor's."""
     path = str(_with_model_card_defaults(tiny_policy_path, tmp_path_factory.mktemp("vllm-policy") / "policy"))
     cfg = RolloutServerConfig(backend="vllm", router="client", dtype="float32", start_timeout_s=600)
-    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path)
+    key = fleet_key(cfg.fleet_spec(), None)  # a fresh key, as `rlrm train` gives a launched fleet
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=path, api_key=key)
     files = WeightFiles(str(tmp_path_factory.mktemp("vllm-weights")), config_from=path)
-    engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, sync_timeout_s=120)
+    engine = ServerRolloutEngine(fleet, wire_for("vllm", fleet.served_name), files, api_key=key, sync_timeout_s=120)
     loop = vllm_fleets
     started = time.perf_counter()
     loop.run(engine.start())

@@ -60,8 +60,9 @@ class GuidedWire(VllmWire):
         return super().parse(body)
 
 
-def _metrics(url: str) -> dict[str, float]:
-    text = httpx.get(url.rstrip("/") + "/metrics", timeout=10).text
+def _metrics(url: str, key: str | None) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}  # the replica is keyed: every path but /health
+    text = httpx.get(url.rstrip("/") + "/metrics", headers=headers, timeout=10).text
     out = {}
     for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
         out[name] = sum(float(m) for m in re.findall(rf"^{re.escape(name)}{{[^}}]*}} (\S+)$", text, re.M))
@@ -87,14 +88,14 @@ def test_tool_trajectories_on_vllm_splice_observations_and_hit_the_prefix_cache(
     counts = ToolCounts()
 
     async def scenario():
-        before = _metrics(engine.fleet.urls[0])
+        before = _metrics(engine.fleet.urls[0], engine.api_key)
         trajs = []
         for i, prompt in enumerate(prompts):  # one after the other: the hits are each trajectory's own turns
             sampling = SamplingParams(
                 temperature=1.0, max_new_tokens=120, seed=11 + i, stop_token_ids=[tok.eos_token_id]
             )
             trajs.append(await run_agent(engine, prompt, sampling, tok, settings, counts))
-        return trajs, before, _metrics(engine.fleet.urls[0]), engine.version
+        return trajs, before, _metrics(engine.fleet.urls[0], engine.api_key), engine.version
 
     shared_wire, engine.wire = engine.wire, wire
     started = time.perf_counter()

@@ -127,12 +127,34 @@ def _train(tmp_path, mode: str, *settings: str):
     return rows
 
 
+def test_every_path_of_the_keyed_replica_but_health_needs_the_key(vllm_rollout):
+    # vLLM checks its key under /v1 only: /collective_rpc (dev mode: weight reloads from any folder),
+    # /reset_prefix_cache, /metrics answered anyone (rlrm_vllm_auth.RequireKey, rlrm/launch/fleet/vllm_plugin)
+    import httpx
+
+    engine, _ = vllm_rollout
+    url = engine.fleet.urls[0].rstrip("/")
+    keyless = {
+        path: httpx.post(url + path, json={"method": "reload_weights"}, timeout=60).status_code
+        for path in ("/collective_rpc", "/reset_prefix_cache", "/v1/completions")
+    }
+    keyless["/metrics"] = httpx.get(url + "/metrics", timeout=60).status_code
+    assert keyless == dict.fromkeys(keyless, 401), keyless
+    assert httpx.get(url + "/health", timeout=60).status_code == 200
+    keyed = httpx.post(url + "/reset_prefix_cache", headers={"Authorization": f"Bearer {engine.api_key}"}, timeout=60)
+    assert keyed.status_code == 200
+
+
 @pytest.mark.parametrize("mode", ["sync", "one-step-off"])
-def test_tiny_rule_learns_with_rollout_on_vllm(vllm_rollout, tmp_path, mode):
+def test_tiny_rule_learns_with_rollout_on_vllm(vllm_rollout, tmp_path, mode, monkeypatch):
     """sync: the README's command, its replica launched by rlrm; one-step-off: on the module's running replica."""
     engine, _ = vllm_rollout
+    monkeypatch.setenv("RLRM_TEST_VLLM_KEY", engine.api_key)  # the running replica is keyed
     running = [f"rollout.server.addresses=[{engine.fleet.replica_urls[0]}]"]
-    running += [f"rollout.server.served_model_name={engine.wire.model_name}"]
+    running += [
+        f"rollout.server.served_model_name={engine.wire.model_name}",
+        "rollout.server.api_key_env=RLRM_TEST_VLLM_KEY",
+    ]
     launched = ["rollout.server.start_timeout_s=600", EAGER_ROLLOUT_SERVER]  # 20-170 s to healthy on 2 busy cores
     rows = _train(tmp_path, mode, *(launched if mode == "sync" else running))
     before, after = rows[0]["val/accuracy"], rows[-1]["val/accuracy"]

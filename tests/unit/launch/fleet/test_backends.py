@@ -4,6 +4,7 @@ backend's command line, environment, readiness probe and capabilities, read from
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import get_args
 
@@ -15,7 +16,7 @@ from rlrm.errors import ConfigError
 from rlrm.launch.client.wire import SGLangWire, VllmWire, wire_for
 from rlrm.launch.common.auth import ENV_VAR
 from rlrm.launch.common.roles import Role
-from rlrm.launch.fleet.backends import BACKENDS, ReplicaLaunch, backend_for
+from rlrm.launch.fleet.backends import BACKENDS, VLLM_PLUGIN_DIR, ReplicaLaunch, backend_for
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
 from rlrm.launch.fleet.spec import FleetSpec
 
@@ -95,6 +96,8 @@ def test_replica_command_lines_and_environments_from_the_whole_spec():
         "classify",
         "--generation-config",  # the model's generation_config.json applies to nothing rlrm sends
         "vllm",
+        "--middleware",  # the key on every path but /health (vLLM's own check covers /v1 only)
+        "rlrm_vllm_auth.RequireKey",
         "--gpu-memory-utilization",
         "0.85",
         "--x",
@@ -102,7 +105,9 @@ def test_replica_command_lines_and_environments_from_the_whole_spec():
     assert "k" not in argv  # vLLM's key goes in its environment, out of `ps`
     own = ReplicaLaunch.of(spec.__class__(**{**spec.__dict__, "extra_args": ("--generation-config=/g",)}), "disrm", "m")
     assert own.argv("127.0.0.1", 1).count("--generation-config") == 0  # the user's own choice stands
-    assert launch.env(1) == {ENV_VAR: None, "VLLM_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "3"}
+    env = launch.env(1)
+    assert env.pop("PYTHONPATH").split(os.pathsep)[0] == VLLM_PLUGIN_DIR  # where it imports the middleware from
+    assert env == {ENV_VAR: None, "VLLM_API_KEY": "k", "CUDA_VISIBLE_DEVICES": "3"}
     policy = ReplicaLaunch.of(FleetSpec(threads=2), Role.POLICY, "/m", api_key="k")
     assert policy.argv("127.0.0.1", 9)[1:] == [
         "-m",
