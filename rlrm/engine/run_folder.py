@@ -43,16 +43,21 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
                 f"{run_dir} already holds files of another run; continue it with --resume {run_dir}, "
                 f"replace it with --overwrite, or choose another --out"
             )
-    created = not run_dir.exists()
+    created = locked = False
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True)
+            created = True
+        except FileExistsError:  # (another start of the same folder may have made it just now: its lock decides)
+            pass
         hold_run(run_dir)  # before anything of the run there is removed: a run still training there refuses
+        locked = True
         for entry in held:  # --overwrite: the folder's contents, not the folder (an --out may be a symlink to it)
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
         _write_config(run_dir / "config.yaml", profile)
     except (OSError, RunFolderError) as exc:
         release_run(run_dir)
-        if created:
+        if created and locked:  # never a folder another process holds
             shutil.rmtree(run_dir, ignore_errors=True)
         if isinstance(exc, RunFolderError):
             raise
@@ -161,6 +166,10 @@ def discard_unresumable(run_dir: Path) -> bool:
     if not run_dir.is_dir() or list_checkpoints(run_dir) or last_logged_step(run_dir):
         return False
     if hung.is_file() and hung.stat().st_size > 0:
+        return False
+    try:
+        hold_run(run_dir)  # a --resume or --overwrite that took the folder meanwhile keeps it
+    except RunFolderError:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     release_run(run_dir)

@@ -187,9 +187,10 @@ class MlflowTracker:
         name = self._names.get(key)
         if name is None:
             name = base = re.sub(r"[^\w\-. :/]", "_", key)
-            taken = set(self._names.values())
+            taken, n = set(self._names.values()), 0
             while name in taken:
-                name = f"{base}_{len(taken)}"
+                n += 1
+                name = f"{base}_{n}"
             self._names[key] = name
         return name
 
@@ -244,6 +245,10 @@ class RunLog:
                 tracker.log(int(row.get("step", 0)), values)
             except Exception as exc:  # metrics.jsonl is the run's record: a tracker's fault does not stop training
                 self.trackers.remove(tracker)
+                try:
+                    tracker.close()  # an MLflow run marked ended, not left RUNNING
+                except Exception:
+                    pass
                 print(
                     f"rlrm: warning: {type(tracker).__name__} failed ({type(exc).__name__}: {str(exc)[:200]}); it "
                     "logs nothing more in this run (metrics.jsonl has every row)",

@@ -361,15 +361,14 @@ class RewardLoop:
 
     def take_hung(self, every: bool = False) -> list[dict]:
         """The attempts given up at reward.attempt_timeout_s (then cleared) of the samples whose counters the last
-        `take_metrics` calls took, so a step writes the hangs its reward/timeouts count (one-step-off and fully-async
+        `take_metrics` calls took, and of untagged samples, so a step writes the hangs its reward/timeouts count (one-step-off and fully-async
         score the next batch meanwhile: its hangs are the next step's); `every`: all of them (a run that stops).
         One dict each, with the sample (uid, index, prompt, response, data source, ground truth), the function, the
         attempt, how long it ran before it was given up (a custom function's worker is killed by then:
         rlrm/engine/rewards/worker_pool.py) and how long it waited for a worker before that.
         The trainer appends them to `<run>/hung_rewards.jsonl`."""
-        if every:
-            for hung in self._hung.take():
-                self._hung_taken.extend(hung)
+        for hung in self._hung.take(None if every else []):  # and those of untagged samples (sync mode's)
+            self._hung_taken.extend(hung)
         taken = list(self._hung_taken)
         self._hung_taken.clear()
         return taken

@@ -83,7 +83,8 @@ class ModelProxy:
         from aiohttp import web
 
         port = request.transport.get_extra_info("sockname")[1]
-        if not caller_is_this_user(request.transport.get_extra_info("peername")):
+        transport = request.transport
+        if not caller_is_this_user(transport.get_extra_info("peername"), transport.get_extra_info("sockname")):
             return web.json_response(  # the servers' key goes on every request sent on: not for other users
                 {"error": {"message": "rlrm reward forwarder: only the run's own user may call it", "code": 403}},
                 status=403,
@@ -114,21 +115,26 @@ class ModelProxy:
             self._runner = None
 
 
-def caller_is_this_user(peer) -> bool:
-    """Whether the loopback TCP peer `peer` (host, port) is a socket of this process's user, read from the owner
-    (uid) of the socket bound there in /proc/net/tcp: a loopback TCP connection carries no credentials of its own
-    (no SO_PEERCRED). Where the table cannot be read (not Linux), True: the forwarder listens on loopback only."""
+def caller_is_this_user(peer, own) -> bool:
+    """Whether the loopback TCP connection from `peer` to `own` (each (host, port)) was opened by a socket of this
+    process's user: the owner (uid) of the kernel's row for that socket in /proc/net/tcp, local address `peer`,
+    remote `own`, not TIME_WAIT (whose rows say uid 0). A loopback TCP connection carries no credentials of its
+    own (no SO_PEERCRED). Where the table cannot be read (not Linux), True: the forwarder listens on loopback only."""
     try:
         table = Path("/proc/net/tcp").read_text().splitlines()[1:]
     except OSError:
         return True
-    host, port = peer[0], peer[1]
     for line in table:
         fields = line.split()
-        address, _, hex_port = fields[1].partition(":")
-        if int(hex_port, 16) == port and socket.inet_ntoa(bytes.fromhex(address)[::-1]) == host:
+        if fields[3] != "06" and _address(fields[1]) == tuple(peer[:2]) and _address(fields[2]) == tuple(own[:2]):
             return int(fields[7]) == os.getuid()
     return False
+
+
+def _address(field: str) -> tuple[str, int]:
+    """("127.0.0.1", 8000) from /proc/net/tcp's "0100007F:1F40" (the IPv4 address little-endian, the port big)."""
+    host, _, port = field.partition(":")
+    return socket.inet_ntoa(bytes.fromhex(host)[::-1]), int(port, 16)
 
 
 # What an upstream says of a body it did not type (a missing header reads as octet-stream in aiohttp)

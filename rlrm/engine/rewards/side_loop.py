@@ -12,8 +12,8 @@ deadline. The caller's loop stays free, so the reward forwarder that serves `rew
 (rlrm/engine/rewards/model_proxy.py) still answers the function's calls.
 
 On a timeout the call is cancelled on the side loop, and the loop is suspect: a call sent to a loop that a
-function blocks would wait there for nothing, so until the loop answers a no-op, each new call (retries included)
-runs on a stand-in loop of its own, which stops when its call ends. A healthy loop (the function awaits something
+function blocks would wait there for nothing, so until the loop answers a no-op (a new call waits SETTLE_S for
+that), each new call (retries included) runs on a stand-in loop of its own, which stops when its call ends. A healthy loop (the function awaits something
 that never ends) runs the cancellation, answers at once and serves again. A blocked loop does not answer within
 `grace_s` and is abandoned, like run_abandonable's threads (rlrm/engine/rewards/threads.py): later calls get a
 fresh loop, the old thread is left to finish (or not) on its own, and the process exits without it. One sample
@@ -30,6 +30,10 @@ from typing import Any, Callable
 
 from rlrm.engine.rewards.threads import FunctionExited
 
+# how long a call waits for the check of a suspect home loop before it takes a stand-in: a loop the function only
+# awaited something on answers within a turn, keeping its loop-bound state (a session); a blocked one never does
+SETTLE_S = 0.1
+
 
 class SideLoop:
     """Event loops in daemon threads for a user's async function: one its calls share, and a stand-in for each call
@@ -40,10 +44,13 @@ class SideLoop:
         self.abandoned = 0  # loops given up for blocked (counted so that tests and logs can tell)
         self._home: _Loop | None = None  # where calls go while it is not suspect
         self._suspects: set[_Loop] = set()  # loops with a health check in flight
-        self._checks: set[asyncio.Task] = set()  # health checks in flight (held so they are not collected)
+        self._checks_of: dict[_Loop, asyncio.Task] = {}  # health checks in flight (held so they are not collected)
 
     async def call(self, fn: Callable, *args, **kwargs) -> Any:
         """`await fn(*args, **kwargs)` on a side loop; its result, or what it raised."""
+        check = self._checks_of.get(self._home) if self._home is not None else None
+        if check is not None:  # a healthy home loop answers its check at once: wait for that, briefly
+            await asyncio.wait({check}, timeout=min(self.grace_s, SETTLE_S))
         side = self._pick()
         side.calls += 1
         future = asyncio.run_coroutine_threadsafe(_guarded(fn, args, kwargs), side.loop)
@@ -72,8 +79,8 @@ class SideLoop:
             return
         self._suspects.add(side)
         check = asyncio.get_running_loop().create_task(self._check(side))
-        self._checks.add(check)
-        check.add_done_callback(self._checks.discard)
+        self._checks_of[side] = check
+        check.add_done_callback(lambda _: self._checks_of.pop(side, None))
 
     async def _check(self, side: _Loop) -> None:
         """Give the loop up when a no-op sent to it is not run within grace_s (a function blocks it); a loop

@@ -208,10 +208,11 @@ class _Worker:
             raise WorkerDied(f"the worker process running it died ({how})") from None
 
     def kill(self) -> None:
-        try:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, TypeError):  # gone already, or never started
-            pass
+        if self.proc.exitcode is None:  # reaped already (exitcode waits on it): its pid may be another's by now
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, TypeError):  # gone already, or never started
+                pass
         self.proc.join(timeout=5)
         self.conn.close()
 

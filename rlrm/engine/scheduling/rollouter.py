@@ -266,7 +266,8 @@ class Rollouter:
             if group.mark_scored(j, sample, result, done):
                 self._changed.set()
         except asyncio.CancelledError as exc:
-            if self._closing or being_cancelled():  # close(), or Ctrl-C: this task itself was cancelled
+            # close(), or Ctrl-C: this task itself was cancelled (Python 3.10 cannot tell: close() alone decides)
+            if self._closing or (hasattr(asyncio.Task, "cancelling") and being_cancelled()):
                 raise
             # raised by something it awaited (a client library's own cancel): a failure of this sample, or its step
             # would wait forever; not a CancelledError, which the step would read as its own cancellation

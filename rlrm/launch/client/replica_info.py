@@ -29,9 +29,22 @@ class TrainerModel:
     chat_template_sha256: str | None
 
 
+def _context_from_models(url: str, headers: dict, timeout_s: float) -> dict:
+    """{"max_context_length": N} from vLLM's /v1/models (`max_model_len` of the model it serves), else {}: so a
+    prompt too long for a vLLM replica is refused naming the settings to lower, not answered by its 400."""
+    try:
+        answer = http.get(url + "/v1/models", headers=headers, timeout_s=timeout_s)
+        models = answer.json().get("data") if answer.status == 200 else None
+    except (TransientError, ValueError, AttributeError):
+        return {}
+    lengths = [m.get("max_model_len") for m in models or [] if isinstance(m, dict)]
+    lengths = [n for n in lengths if type(n) is int and n > 0]
+    return {"max_context_length": min(lengths)} if lengths else {}
+
+
 def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5, timeout_s: float = 10.0) -> dict:
-    """A server's `/get_model_info` answer; {} when it serves no such route (vLLM, hosted APIs) or answers
-    something else than model info.
+    """A server's `/get_model_info` answer; {} when it serves no such route (hosted APIs; vLLM: its context length
+    from /v1/models) or answers something else than model info.
 
     A busy server (5xx, 429) or one that does not answer is asked again (`tries` in all, `pause_s` doubling
     between, `timeout_s` each): a busy moment must not pass for "reports nothing", which would skip the checks
@@ -50,7 +63,9 @@ def model_info(url: str, headers: dict, *, tries: int = 3, pause_s: float = 0.5,
         if answer.status >= 500 or answer.status == 429:  # busy: as the readiness probes read it (fleet/health.py)
             why = f"it answered {answer.status}"
             continue
-        if answer.status != 200:  # 404: no such route (vLLM, hosted APIs); 401/403, 400: nothing to read either
+        if answer.status == 404:  # no such route (vLLM, hosted APIs): vLLM's /v1/models names the context length
+            return _context_from_models(url, headers, timeout_s)
+        if answer.status != 200:  # 401/403, 400: nothing to read
             return {}
         try:
             info = answer.json()

@@ -248,7 +248,7 @@ class VllmBackend(Backend):
             argv += ["--max-model-len", str(max_len)]
         if role is Role.DISRM:
             argv += ["--runner", "pooling", "--convert", "classify"]  # serves /classify with raw scores
-        if not any(a.split("=")[0] == "--generation-config" for a in launch.extra_args):
+        if not any(a.split("=")[0].replace("_", "-") == "--generation-config" for a in launch.extra_args):
             # vLLM's default (auto) applies the model's generation_config.json to every field a request leaves out:
             # a model card's repetition_penalty would sample every rollout and judgement from a policy rlrm never
             # sent (and the embedded server never applies); `vllm`: only what the request says

@@ -76,8 +76,8 @@ def test_the_owner_of_a_loopback_socket_is_read_from_the_kernels_table():
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
     try:
-        assert caller_is_this_user(client.getsockname())
-        assert not caller_is_this_user(("127.0.0.1", 1))  # no socket there: nobody to vouch for
+        assert caller_is_this_user(client.getsockname(), client.getpeername())
+        assert not caller_is_this_user(("127.0.0.1", 1), client.getpeername())  # no such socket: nobody to vouch for
     finally:
         client.close()
         server.close()

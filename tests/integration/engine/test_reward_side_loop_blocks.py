@@ -78,3 +78,25 @@ def test_a_loop_that_answers_after_a_timeout_serves_again_and_a_stand_in_took_th
     assert (
         after == home and side.abandoned == 0
     )  # loop-bound state a function keeps survives a timeout on a healthy loop
+
+
+def test_the_next_call_after_a_timeout_on_a_healthy_loop_stays_on_the_functions_loop():
+    # a function that only awaited something that never ends leaves its loop healthy: the next sample's call must
+    # run there, where its loop-bound state (an aiohttp session kept between calls) lives, not on a stand-in
+    side = SideLoop("fn", grace_s=5.0)
+    loops = []
+
+    async def fn(hang):
+        loops.append(asyncio.get_running_loop())
+        if hang:
+            await asyncio.sleep(30)
+        return 1.0
+
+    async def main():
+        await side.call(fn, False)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(side.call(fn, True), 0.2)
+        await side.call(fn, False)  # another sample, at once
+
+    asyncio.run(main())
+    assert loops[2] is loops[0]

@@ -42,3 +42,13 @@ def test_trackers_setting():
     assert load_profile("tiny-rule", ["logging.trackers=[wandb, wandb]"]).logging.trackers == ["wandb"]
     with pytest.raises(Exception, match="logging.trackers"):
         load_profile("tiny-rule", ["logging.trackers=[neptune]"])
+
+
+def test_mlflow_names_stay_apart_whatever_order_keys_come_in():
+    # 'reward/a@b' after 'reward/a_b_2' and 'reward/a_b' looped forever: the suffix did not move
+    from rlrm.engine.metrics.trackers import MlflowTracker
+
+    tracker = object.__new__(MlflowTracker)
+    tracker._names = {}
+    names = [tracker._name(k) for k in ("reward/a_b_2", "reward/a_b", "reward/a@b", "reward/a#b", "reward/a_b_2")]
+    assert names == ["reward/a_b_2", "reward/a_b", "reward/a_b_1", "reward/a_b_3", "reward/a_b_2"]
