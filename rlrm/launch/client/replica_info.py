@@ -37,8 +37,8 @@ def _context_from_models(url: str, headers: dict, timeout_s: float) -> dict:
         models = answer.json().get("data") if answer.status == 200 else None
     except (TransientError, ValueError, AttributeError):
         return {}
-    lengths = [m.get("max_model_len") for m in models or [] if isinstance(m, dict)]
-    lengths = [n for n in lengths if type(n) is int and n > 0]
+    said = [m.get("max_model_len") for m in models or [] if isinstance(m, dict)]
+    lengths: list[int] = [n for n in said if type(n) is int and n > 0]
     return {"max_context_length": min(lengths)} if lengths else {}
 
 
