@@ -112,6 +112,8 @@ def check_replicas(
         gpus[url] = info["gpu_uuid"] if isinstance(info.get("gpu_uuid"), str) else None
         precision = "tf32" if info.get("tf32") is True else info.get("dtype")
         engines.add((info.get("engine"), precision) if info.get("engine") == ENGINE_NAME else None)
+        if isinstance(info.get("max_context_length"), int):
+            contexts.append(info["max_context_length"])
         if expect is None:
             continue
         for key, label in (
@@ -125,8 +127,6 @@ def check_replicas(
                     f"rollout replica {url} serves {info.get('model_path', '?')} with {label} {theirs}, but the trainer's "
                     f"policy {expect.name} has {ours}: serve the policy's own model and tokenizer"
                 )
-        if isinstance(info.get("max_context_length"), int):
-            contexts.append(info["max_context_length"])
     max_context = min(contexts) if contexts else None
     only = engines.pop() if len(engines) == 1 else None
     dtype = only[1] if only is not None else None
