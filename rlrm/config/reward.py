@@ -274,8 +274,9 @@ class RewardConfig(Section):
     ray_address: str | None = Field(
         None,
         description=(
-            "Ray cluster to join (None: the one already initialised, else RAY_ADDRESS as `ray job submit` sets it, "
-            "else a new local one). When actor.ray_address is set too, it must be the same address."
+            "Ray cluster to join (None: actor.ray_address, else the one already initialised, else RAY_ADDRESS as "
+            "`ray job submit` sets it, else a new local one). One run joins one Ray: set, it is actor.ray_address too "
+            "(set both, they must be the same)."
         ),
     )
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")

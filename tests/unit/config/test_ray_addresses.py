@@ -24,3 +24,11 @@ def test_one_cluster_named_once_or_twice_is_taken():
         ["reward.ray_address=auto"],
     ):
         load_profile("tiny-rule", sets)
+
+
+@pytest.mark.parametrize("named", ["actor.ray_address", "reward.ray_address"])
+def test_the_address_one_part_names_is_every_parts(named):
+    # reward workers (reward.ray_address None) start before the ranks: they joined a new local Ray, and the ranks,
+    # finding Ray up, dropped actor.ray_address without a word
+    profile = load_profile("tiny-rule", ["reward.executor=ray", f"{named}=10.0.0.5:6379"])
+    assert profile.actor.ray_address == profile.reward.ray_address == "10.0.0.5:6379"
