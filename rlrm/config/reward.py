@@ -275,8 +275,8 @@ class RewardConfig(Section):
         None,
         description=(
             "Ray cluster to join (None: actor.ray_address, else the one already initialised, else RAY_ADDRESS as "
-            "`ray job submit` sets it, else a new local one). One run joins one Ray: set, it is actor.ray_address too "
-            "(set both, they must be the same)."
+            "`ray job submit` sets it, else a new local one). One run joins one Ray: set, the actor ranks and the "
+            "rollout servers join it too (set both, they must be the same)."
         ),
     )
     max_concurrency: int = Field(64, ge=1, description="Samples in flight per worker.")

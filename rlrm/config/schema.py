@@ -233,7 +233,7 @@ class ActorConfig(Section):
         description=(
             "Ray cluster the ranks join (ranks_on=ray; None: reward.ray_address, else the Ray this run already "
             "joined, else RAY_ADDRESS as `ray job submit` sets it, else a new local Ray). One run joins one Ray: "
-            "set, it is reward.ray_address too (set both, they must be the same)."
+            "set, the reward workers and servers join it too (set both, they must be the same)."
         ),
     )
     collective_timeout_s: float = Field(
@@ -387,13 +387,6 @@ class Profile(Section):
     @model_validator(mode="after")
     def _check_one_ray(self) -> "Profile":
         check_one_ray(self.actor.ray_address, self.reward.ray_address)
-        # one run joins one Ray, whichever of its parts starts first: each part is given the address either names
-        # (reward workers started first with none of their own joined a new local Ray, and the ranks' was dropped)
-        address = self.actor.ray_address or self.reward.ray_address
-        if address is not None and self.reward.ray_address is None:
-            self.reward.ray_address = address
-        if address is not None and self.actor.ray_address is None:
-            self.actor.ray_address = address
         return self
 
     @model_validator(mode="after")

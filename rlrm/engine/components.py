@@ -10,6 +10,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from rlrm.config.reward import RewardConfig
 from rlrm.config.schema import Profile
 from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.agent.engine import AgentEngine, agent_settings
@@ -17,7 +18,7 @@ from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.reward_service import RewardService
-from rlrm.engine.served import served_engine
+from rlrm.engine.served import ray_address, served_engine
 from rlrm.errors import ConfigError
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
@@ -113,7 +114,15 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         actor,
         train,
         test,
-        RewardService(profile.reward, profile.trainer.seed, max_response_len=profile.rollout.max_new_tokens),
+        RewardService(
+            reward_service_config(profile), profile.trainer.seed, max_response_len=profile.rollout.max_new_tokens
+        ),
         device,
         info,
     )
+
+
+def reward_service_config(profile: Profile) -> RewardConfig:
+    """The run's reward section with the run's one Ray address, whichever section names it: the reward workers may
+    start Ray before the ranks, and a Ray they started at none would have dropped actor.ray_address."""
+    return profile.reward.model_copy(update={"ray_address": ray_address(profile)})

@@ -44,7 +44,7 @@ def planned_processes(profile: Profile) -> list[str]:
                 role=reward.model_kind,
                 model_path=reward.server.model or "",
                 api_key=_key_shown(reward.server.fleet_spec(), reward.server.api_key_env),
-                ray_address=reward.ray_address,
+                ray_address=ray_address(profile),
             )
         )
     lines = []

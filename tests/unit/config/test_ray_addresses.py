@@ -30,5 +30,8 @@ def test_one_cluster_named_once_or_twice_is_taken():
 def test_the_address_one_part_names_is_every_parts(named):
     # reward workers (reward.ray_address None) start before the ranks: they joined a new local Ray, and the ranks,
     # finding Ray up, dropped actor.ray_address without a word
+    from rlrm.engine.components import reward_service_config
+    from rlrm.engine.served import ray_address
+
     profile = load_profile("tiny-rule", ["reward.executor=ray", f"{named}=10.0.0.5:6379"])
-    assert profile.actor.ray_address == profile.reward.ray_address == "10.0.0.5:6379"
+    assert ray_address(profile) == reward_service_config(profile).ray_address == "10.0.0.5:6379"
