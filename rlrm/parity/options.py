@@ -20,6 +20,7 @@ from rlrm.config.loader import load_profile
 from rlrm.config.schema import Profile
 from rlrm.engine.executor.world_size import check_world_size
 from rlrm.engine.models.tiny import resolve_model_path
+from rlrm.engine.rewards.fsdp_disrm.config import resolve_device
 from rlrm.errors import ConfigError, ModelError
 from rlrm.parity.compare import (
     DEFAULT_ATOL,
@@ -189,13 +190,7 @@ def _max_length(asked: int | None, profile_value: int, positions: int) -> int:
 
 
 def _device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda but no CUDA device is visible; use --device cpu")
-    return name
+    return resolve_device(name, "--device cuda but no CUDA device is visible; use --device cpu")
 
 
 def _read_template(path: Path | None) -> str | None:

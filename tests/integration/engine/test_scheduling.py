@@ -246,25 +246,30 @@ def test_fully_async_resume_trains_each_prompt_once(tmp_path, tiny_policy_path, 
     _assert_each_prompt_trained_once(tmp_path, split, steps)
 
 
+def _bounded_waits(monkeypatch, limit_s: float = 60.0) -> None:
+    """A step that waits `limit_s` for a change of the rollouter fails the test, where it would hang the suite."""
+    import asyncio
+
+    from rlrm.engine.scheduling.rollouter import Rollouter
+
+    wait = Rollouter.wait_changed
+
+    async def bounded(self, groups=()):
+        try:
+            await asyncio.wait_for(wait(self, groups), limit_s)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"the step waited {limit_s:g} s for a change that never came") from None
+
+    monkeypatch.setattr(Rollouter, "wait_changed", bounded)
+
+
 @pytest.mark.parametrize(
     "extra", [["data.max_prompt_length=42", "trainer.max_staleness=0"], ["data.max_prompt_length=41"]]
 )
 def test_fully_async_trains_the_short_batches_left_by_the_length_filter(tmp_path, tiny_policy_path, monkeypatch, extra):
     # Batches that lost prompts hold fewer groups than a step trains, and the rollouter may launch no more before
     # the step publishes: the step waited for groups that could never come (sync trains the short batch).
-    from rlrm.engine.scheduling.rollouter import Rollouter
-
-    wait = Rollouter.wait_changed
-
-    async def bounded(self, groups=()):
-        import asyncio
-
-        try:
-            await asyncio.wait_for(wait(self, groups), 60)
-        except asyncio.TimeoutError:
-            raise AssertionError("the step waited 60 s for a change that never came") from None
-
-    monkeypatch.setattr(Rollouter, "wait_changed", bounded)
+    _bounded_waits(monkeypatch)
     overrides = ["trainer.mode=fully-async", "trainer.total_steps=4", "data.prompt_too_long=drop", *extra]
     run_dir = start_run(load_profile("tiny-rule", SMALL + overrides), tmp_path / "r")
     assert train(run_dir).last_step == 4
@@ -418,19 +423,7 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info):
 @pytest.mark.parametrize("mode", ["sync", "stream", "fully-async"])
 def test_a_reward_ended_by_a_cancelled_error_is_a_failed_sample(tmp_path, tiny_policy_path, monkeypatch, mode):
     # it escaped the reward loop: the overlapping modes waited forever for its group, sync read it as Ctrl-C
-    import asyncio
-
-    from rlrm.engine.scheduling.rollouter import Rollouter
-
-    wait = Rollouter.wait_changed
-
-    async def bounded(self, groups=()):
-        try:
-            await asyncio.wait_for(wait(self, groups), 60)
-        except asyncio.TimeoutError:
-            raise AssertionError("the step waited 60 s for a group that never finished") from None
-
-    monkeypatch.setattr(Rollouter, "wait_changed", bounded)
+    _bounded_waits(monkeypatch)
     fn = tmp_path / "fn.py"
     fn.write_text(CANCELLED_ONCE)
     settings = [

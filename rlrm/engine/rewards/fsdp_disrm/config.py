@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlrm.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class LegacyConfig:
@@ -35,3 +37,15 @@ class LegacyConfig:
     threads: int = 0
     start_timeout_s: float = 600.0
     score_offset: int = 0
+
+
+def resolve_device(name: str, refusal: str) -> str:
+    """A legacy ranks' device setting resolved: auto is cuda when one is visible, else cpu; cuda where none is
+    visible is a ConfigError saying `refusal` (the setting's own words: --device, reward.disrm.legacy_device)."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(refusal)
+    return name

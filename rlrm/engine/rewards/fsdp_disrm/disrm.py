@@ -20,9 +20,8 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.errors import NonFiniteScore
-from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig
+from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig, resolve_device
 from rlrm.engine.rewards.fsdp_disrm.workers import LegacyScorerError, LegacyWorkerGroup
-from rlrm.errors import ConfigError
 from rlrm.launch.server.batcher import DynamicBatcher
 
 
@@ -85,10 +84,5 @@ class LegacyDisRM:
 
 def legacy_device(name: str) -> str:
     """`reward.disrm.legacy_device` resolved: auto is cuda when one is visible, else cpu."""
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("reward.disrm.legacy_device=cuda but no CUDA device is visible; set it to cpu or auto")
-    return name
+    refusal = "reward.disrm.legacy_device=cuda but no CUDA device is visible; set it to cpu or auto"
+    return resolve_device(name, refusal)
