@@ -206,7 +206,10 @@ def step_time_table(bench):
         run = bench.runs.get(run_dir)
         if run is None:
             continue
-        timing = run.metrics.filter(like="timing_s/")
+        # per trained step, a phase missing from a row as 0 s: a one-off validation (timing_s/testing) or a
+        # wait that did not happen that step (StepTimer skips empty ones) is not shown as if on every step
+        steps = run.metrics[run.metrics["step"] > 0] if "step" in run.metrics.columns else run.metrics
+        timing = steps.filter(like="timing_s/").fillna(0.0)
         means = timing.mean().rename(lambda c: c.split("/", 1)[1])
         per_run.append(means.rename(label))
     if not per_run:

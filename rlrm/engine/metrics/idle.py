@@ -4,7 +4,10 @@
     meter.measure((step_start_s, step_end_s))   # {"idle/trainer": 0.31, "idle/rollout": ..., ...}
 
 A span recorded during one step may reach into the next one (a reward call of a batch generated
-ahead), so spans that end after a window's start are kept for the next window.
+ahead), so spans that end after a window's start are kept for the next window. A span still open when a window
+ends (SpanLog.open: a reward call in flight across the end of a step) is busy from its start to the window's end:
+recorded only once it ends, it would otherwise count in the next window alone (one-step-off reported
+idle/reward 1.0 for a step whose reward was busy 90% of it).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class IdleMeter:
         lanes: dict[str, list] = {}
         for sp in self._live:
             lanes.setdefault(sp.lane, []).append((sp.start_s, sp.end_s))
+        for lane, start in self.spans.still_open():
+            lanes.setdefault(lane, []).append((start, window[1]))
         wall = window[1] - window[0]
         waited = union_length(lanes.get("reward_wait", []), window)
         return {

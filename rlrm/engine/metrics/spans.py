@@ -20,6 +20,23 @@ from rlrm.engine.metrics.timing import Span
 class SpanLog:
     def __init__(self) -> None:
         self._spans: list[Span] = []
+        self._open: dict[int, tuple[str, float]] = {}  # spans begun and not ended: token -> (lane, start)
+        self._tokens = 0
+
+    def open(self, lane: str, start_s: float) -> int:
+        """A span of `lane` begun at `start_s` whose end is not known yet (a reward call in flight): the idle meter
+        counts it busy up to the end of any window it is still open at. Give the token back to `close`."""
+        self._tokens += 1
+        self._open[self._tokens] = (lane, start_s)
+        return self._tokens
+
+    def close(self, token: int) -> None:
+        """The span `token` ended (its whole Span is appended as usual)."""
+        self._open.pop(token, None)
+
+    def still_open(self) -> list[tuple[str, float]]:
+        """(lane, start) of the spans begun and not ended."""
+        return list(self._open.values())
 
     def append(self, span: Span) -> None:
         self._spans.append(span)

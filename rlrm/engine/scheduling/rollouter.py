@@ -258,7 +258,11 @@ class Rollouter:
             if group.mark_generated(j, completion, end):
                 self._changed.set()
             sample = reward_sample(run.tokenizer, group.example, completion, group.position * group.n + j)
-            result = await run.reward.loop.score(sample)
+            in_flight = run.spans.open("reward", end)  # busy in a step that ends before it does (idle/reward)
+            try:
+                result = await run.reward.loop.score(sample)
+            finally:
+                run.spans.close(in_flight)
             done = time.perf_counter()
             args = reward_span_args(result, batch=group.batch, group=group.position)
             run.spans.append(Span("reward", "reward", end, done, args))

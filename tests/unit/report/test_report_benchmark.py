@@ -123,3 +123,29 @@ def test_bar_width_is_capped_and_crowded_labels_turn():
     assert {t.get_rotation() for t in ax.get_xticklabels()} == {0.0}
     benchmark.category_ticks(ax, [f"one-step-off @ {i}" for i in range(12)])  # 12 x ~15 characters in 8 inches
     assert {t.get_rotation() for t in ax.get_xticklabels()} == {45.0}
+
+
+def test_the_step_time_breakdown_is_per_trained_step():
+    # a phase only some rows hold (a one-off validation, a reward wait that did not happen that step) was averaged
+    # over those rows alone: shown as if it ran every step
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from rlrm.report.folders import metrics_frame
+
+    rows = [{"step": 0, "val/accuracy": 0.0}]
+    for step in (1, 2, 3, 4):
+        row = {"step": step, "timing_s/update_actor": 0.1, "timing_s/step": 0.2}
+        if step in (1, 4):
+            row.update({"timing_s/reward": 0.4, "timing_s/step": 0.6})
+        if step == 4:
+            row.update({"timing_s/testing": 2.0, "timing_s/step": 2.6})
+        rows.append(row)
+    bench = SimpleNamespace(
+        results=pd.DataFrame({"mode": ["one-step-off"], "latency": ["fixed:0.4"], "run_dir": ["r"]}),
+        runs={"r": SimpleNamespace(metrics=metrics_frame(rows))},
+    )
+    got = benchmark.step_time_table(bench).loc["one-step-off"]
+    want = {"reward": 0.2, "testing": 0.5, "update_actor": 0.1, "step": 0.9}
+    assert {k: round(got[k], 3) for k in want} == pytest.approx(want)

@@ -225,3 +225,20 @@ def test_trace_rows_are_the_first_free_row_across_steps_and_ties(tmp_path):
     ]
     assert got == expected
     assert max(r for rows in expected for _, r in rows) >= 5  # the test packs real concurrency
+
+
+def test_a_span_in_flight_at_a_windows_end_is_busy_in_that_window():
+    # a reward call begun in step 1 and ended in step 2 was recorded at its end, and counted in step 2 alone:
+    # one-step-off reported idle/reward 1.0 for a step whose reward was busy 90% of it
+    from rlrm.engine.metrics.idle import IdleMeter
+    from rlrm.engine.metrics.spans import SpanLog
+    from rlrm.engine.metrics.timing import Span
+
+    spans = SpanLog()
+    meter = IdleMeter(spans)
+    token = spans.open("reward", 2.0)
+    first = meter.measure((0.0, 10.0))
+    spans.close(token)
+    spans.append(Span("reward", "reward", 2.0, 12.0))
+    second = meter.measure((10.0, 20.0))
+    assert first["idle/reward"] == pytest.approx(0.2) and second["idle/reward"] == pytest.approx(0.8)
