@@ -287,8 +287,8 @@ class RewardLoop:
 
     async def score(self, sample: RewardSample) -> RewardResult | None:
         """The sample's reward, or None when it failed and its group is to be dropped."""
+        start = time.perf_counter()  # from the request: a wait for one of the worker's reward.max_concurrency slots too
         async with self._workers[sample.index % len(self._workers)]:
-            start = time.perf_counter()
             if self.cache is not None:
                 outcome = await self.cache.through(sample, self._attempts)  # the score kept before shaping
             else:

@@ -306,3 +306,15 @@ def test_a_return_or_a_tool_reward_beyond_float32_is_a_counted_non_finite_score(
     tooled = RewardLoop(one, cfg(max_retries=0, on_failure="default", tool_rewards_as_turn_scores=True))
     assert run(tooled.score_all([tool_sample]))[0].score == 0.0
     assert tooled.take_metrics()["reward/nonfinite"] == 1
+
+
+def test_latency_counts_the_wait_for_a_concurrency_slot():
+    # docs/metrics.md: "from a sample's reward request to its score"; a sample queued behind reward.max_concurrency
+    # was timed from when it got its slot, and the queueing never showed as latency
+    async def slow(s):
+        await asyncio.sleep(0.1)
+        return 1.0
+
+    loop = RewardLoop(slow, cfg(max_concurrency=1, num_workers=1))
+    run(loop.score_all([sample(i) for i in range(4)]))
+    assert loop.take_metrics()["reward/latency_p99"] >= 0.35  # the last waited for 3 before it
