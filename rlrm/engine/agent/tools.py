@@ -28,6 +28,7 @@ from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
 from rlrm.engine.rewards.side_loop import SideLoop
+from rlrm.engine.rewards.threads import being_cancelled
 from rlrm.errors import ConfigError
 from rlrm.user_code import import_file
 
@@ -122,12 +123,12 @@ async def run_tool(
         ]  # the name is the policy's
     try:
         result = await asyncio.wait_for(_delayed(tool, arguments, delay_s), timeout=timeout_s)
-    except asyncio.TimeoutError:
+    except asyncio.TimeoutError:  # the deadline's only: what the tool raised itself comes as ToolRaised
         counts.add("tool_timeouts")
         return f"error: tool {name} took longer than {timeout_s:g}s"[:max_chars]
-    except Exception as exc:  # a user tool may raise anything; the policy sees it, the run goes on
+    except ToolRaised as raised:  # a user tool may raise anything; the policy sees it, the run goes on
         counts.add("tool_errors")
-        return f"error: tool {name} failed: {_describe(exc)}"[:max_chars]
+        return f"error: tool {name} failed: {_describe(raised.error)}"[:max_chars]
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str):
         result, reward = result
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
@@ -156,8 +157,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+class ToolRaised(Exception):
+    """What a tool raised, apart from the runner's own deadline: a tool's own TimeoutError (its HTTP client gave
+    up) is the builtin one, which is asyncio.TimeoutError on Python 3.11, and read as the deadline it told of a
+    wait that never happened; a CancelledError of a task it awaited would end the whole trajectory."""
+
+    def __init__(self, error: BaseException):
+        super().__init__()  # its text is read by _describe, which survives one that cannot be printed
+        self.error = error
+
+
 async def _delayed(tool: Tool, arguments: str, delay_s: float):
-    """`tool(arguments)` after sleeping `delay_s` on the event loop (the injected tool latency)."""
+    """`tool(arguments)` after sleeping `delay_s` on the event loop (the injected tool latency); what the tool
+    raises comes as ToolRaised, a cancellation of this task itself as it is."""
     if delay_s > 0:
         await asyncio.sleep(delay_s)
-    return await tool(arguments)
+    try:
+        return await tool(arguments)
+    except asyncio.CancelledError as exc:
+        if being_cancelled():  # the deadline's (wait_for) or the run's: this task's own
+            raise
+        raise ToolRaised(exc) from None
+    except Exception as exc:
+        raise ToolRaised(exc) from None

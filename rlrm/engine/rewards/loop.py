@@ -36,7 +36,7 @@ from rlrm.engine.rewards.ledger import LEDGER_KEYS, ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.reported import REPORTED_KEY, reported_names
 from rlrm.engine.rewards.tags import PerTag
-from rlrm.engine.rewards.threads import FunctionExited
+from rlrm.engine.rewards.threads import FunctionExited, being_cancelled
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
 from rlrm.float32 import FLOAT32_MAX, fits_float32
@@ -539,10 +539,3 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
-
-
-def being_cancelled() -> bool:
-    """Whether the running task has a cancellation pending: its own, not a CancelledError raised by something it
-    awaited (Python 3.11's `Task.cancelling`; before it, every CancelledError reads as the task's own)."""
-    cancelling = getattr(asyncio.current_task(), "cancelling", None)
-    return bool(cancelling()) if cancelling is not None else True

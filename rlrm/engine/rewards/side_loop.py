@@ -28,7 +28,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from rlrm.engine.rewards.threads import FunctionExited
+from rlrm.engine.rewards.threads import FunctionExited, being_cancelled
 
 # how long a call waits for the check of a suspect home loop before it takes a stand-in: a loop the function only
 # awaited something on answers within a turn, keeping its loop-bound state (a session); a blocked one never does
@@ -134,8 +134,18 @@ def _answer(pong: concurrent.futures.Future) -> None:
 
 async def _guarded(fn: Callable, args: tuple, kwargs: dict) -> Any:
     # SystemExit or KeyboardInterrupt raised in a task would stop the side loop itself (asyncio re-raises
-    # them out of run_forever): they come back as FunctionExited, a failed sample, instead
+    # them out of run_forever): they come back as FunctionExited, a failed sample, instead. A CancelledError the
+    # function raised (a task it awaited was cancelled), not the caller's cancel, comes back as an error too: it
+    # would read as the caller's deadline on the caller's side, and the healthy loop be suspected
     try:
         return await fn(*args, **kwargs)
     except (SystemExit, KeyboardInterrupt) as exc:
         raise FunctionExited(exc.code if isinstance(exc, SystemExit) else "KeyboardInterrupt") from None
+    except asyncio.CancelledError as exc:
+        if being_cancelled():
+            raise
+        raise FunctionCancelled(f"CancelledError raised in {getattr(fn, '__name__', 'the function')}: {exc!r}") from None
+
+
+class FunctionCancelled(Exception):
+    """A user's async function ended in a CancelledError of its own (a task it awaited was cancelled)."""

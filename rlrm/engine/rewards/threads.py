@@ -54,3 +54,10 @@ async def run_abandonable(fn: Callable, *args, **kwargs):
 
     threading.Thread(target=target, name=f"reward-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
     return await future
+
+
+def being_cancelled() -> bool:
+    """Whether the running task has a cancellation pending: its own, not a CancelledError raised by something it
+    awaited (Python 3.11's `Task.cancelling`; before it, every CancelledError reads as the task's own)."""
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else True

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from rlrm.engine.metrics.timing import Span
-from rlrm.engine.rewards.loop import being_cancelled
 from rlrm.engine.rewards.tags import SCORED_FOR
+from rlrm.engine.rewards.threads import being_cancelled
 from rlrm.engine.scheduling.base import RunParts
 from rlrm.engine.scheduling.requests import (
     model_call_spans,

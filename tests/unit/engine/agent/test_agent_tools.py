@@ -171,3 +171,37 @@ def test_every_observation_keeps_to_max_observation_chars():
     for name, arguments in calls:
         seen = asyncio.run(run_tool(tools, name, arguments, 0.05, 64, ToolCounts()))
         assert seen.startswith("error:") and len(seen) <= 64, (name[:20], len(seen))
+
+
+OWN_FAULTS = """
+import asyncio
+
+
+async def upstream(arguments: str) -> str:
+    raise TimeoutError("upstream API timed out")  # its own HTTP client gave up, at once
+
+
+async def cancelled(arguments: str) -> str:
+    inner = asyncio.ensure_future(asyncio.sleep(10))  # a task of its own, cancelled: it lets the error through
+    asyncio.get_running_loop().call_soon(inner.cancel)
+    return await inner
+"""
+
+
+@pytest.mark.skipif(__import__("sys").version_info < (3, 11), reason="Python 3.10 cannot tell a task's own cancel")
+def test_a_tools_own_timeout_or_cancellation_is_its_error_not_the_runners(tmp_path):
+    # the builtin TimeoutError is asyncio's on 3.11: a tool's own read as "took longer than 10s" (agent/tool_timeouts);
+    # a CancelledError of a task it awaited escaped run_tool and ended the trajectory
+    path = tmp_path / "own_faults.py"
+    path.write_text(OWN_FAULTS)
+    tools = build_tools(["upstream", "cancelled"], {"upstream": f"{path}:upstream", "cancelled": f"{path}:cancelled"})
+    counts = ToolCounts()
+
+    async def both():
+        return [await run_tool(tools, name, "x", timeout_s=10, max_chars=256, counts=counts) for name in tools]
+
+    timed_out, cancelled = asyncio.run(both())
+    assert timed_out == "error: tool upstream failed: TimeoutError: upstream API timed out"
+    assert cancelled.startswith("error: tool cancelled failed: ") and "CancelledError" in cancelled
+    took = counts.take()
+    assert took["agent/tool_errors"] == 2 and took.get("agent/tool_timeouts", 0) == 0
