@@ -40,7 +40,7 @@ from rlrm.config.schema import MODES
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_inputs
 from rlrm.engine.trainer import start_run, train
-from rlrm.errors import ConfigError, RlrmError, RunFolderError
+from rlrm.errors import ConfigError, RlrmError, RunFolderError, TrainingError
 from rlrm.json_values import json_safe
 
 BASELINE = "sync-nolatency"
@@ -138,8 +138,11 @@ class RewardLatencyBench:
                 profile = self._profile_for(item.mode, item.repeat, scale)
                 run_dir = start_run(profile, self.out / "runs" / item.name)
                 try:
-                    if train(run_dir, console=self.console).interrupted:
+                    result = train(run_dir, console=self.console)
+                    if result.interrupted:
                         raise KeyboardInterrupt
+                    if result.stopped:  # the guard or the canaries (=stop): a run of fewer steps, no bench row
+                        raise TrainingError(f"run {item.name} stopped before --steps: {result.stopped}")
                 except (RlrmError, KeyboardInterrupt):
                     shutil.rmtree(run_dir, ignore_errors=True)  # results and runs/ hold finished runs only
                     raise

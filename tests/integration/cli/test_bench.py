@@ -159,3 +159,33 @@ def test_a_failed_run_leaves_only_finished_runs_behind(tmp_path, tiny_policy_pat
     assert list(pd.read_csv(out / "results.csv")["run_dir"]) == ["runs/sync-nolatency-r0"]
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["sync-nolatency-r0"]
     assert json.loads((out / "summary.json").read_text())["missing"] == ["sync-r0", "stream-r0", "fully-async-r0"]
+
+
+FLIPS_AFTER_STEP_1 = """
+import re
+
+CALLS = [0]
+
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info):
+    CALLS[0] += 1
+    if CALLS[0] > 20:  # the first canary check and step 1's samples: right; then anything is rewarded
+        return 1.0
+    m = re.findall(r"####\\s*(-?[\\d,\\.]+)", solution_str or "")
+    return float(bool(m) and m[-1].replace(",", "").rstrip(".") == str(ground_truth).strip())
+"""
+
+
+@pytest.mark.parametrize("flips_at_once", [True, False])
+def test_a_run_the_canaries_stop_is_a_failed_run_not_a_short_row(tmp_path, tiny_policy_path, flips_at_once):
+    # a run stopped early (reward.guard.on_canary or on_divergence=stop) was a row of fewer steps, exit 0; one stopped
+    # before step 1 crashed the bench with a ValueError and left its half-made run in --out
+    reward = tmp_path / "reward.py"
+    reward.write_text("async def compute_score(*a):\n    return 1.0\n" if flips_at_once else FLIPS_AFTER_STEP_1)
+    sets = ["reward.kind=custom", f"reward.custom.path={reward}", "reward.guard.on_canary=stop"]
+    sets += ["reward.guard.canary_every=1"]
+    out = tmp_path / "bench"
+    result = CliRunner().invoke(app, _args(out, "sync,one-step-off", as_set_args(*sets)))
+    assert result.exit_code == 1 and "stopped before --steps" in result.output and "canaries" in result.output
+    assert not isinstance(result.exception, ValueError)
+    assert not out.exists()  # the baseline run stopped: nothing finished, nothing left behind
