@@ -311,6 +311,7 @@ class GRPOStep:
             "reward/dropped_groups": sum(s.dropped_groups for s in record.scored),
             "data/dropped_prompts": record.dropped_prompts,
             **staleness_metrics(trained, record.step - 1),
+            **trajectory_metrics(trained),
         }
         if self.settings.reward is not None:
             metrics.update(agreement_metrics(self.settings.reward, ((t[0], t[1]) for t in record.samples)))
@@ -322,6 +323,22 @@ class GRPOStep:
         scores = torch.cat([filled(b.scores, "scores").cpu() for b in batches])
         advantages = torch.cat([filled(b.advantages, "advantages").cpu() for b in batches])
         return StepOutcome({**metrics, **batch_metrics(trained, scores, advantages)}, record.samples)
+
+
+def trajectory_metrics(completions: list) -> dict[str, float]:
+    """agent/turns_mean, observation_tokens_mean, max_turns_ratio and mixed_version_ratio over the trained agent
+    trajectories (empty when none is one), so that off-policy modes report the step's own, not the ones
+    generated while it waited (fully-async's step 1 held three batches' and later rows none)."""
+    agents = [c for c in completions if "agent" in (c.meta or {})]
+    if not agents:
+        return {}
+    n = len(agents)
+    return {
+        "agent/turns_mean": sum(sum(t["role"] == "assistant" for t in c.meta["agent"]["turns"]) for c in agents) / n,
+        "agent/observation_tokens_mean": sum(len(c.loss_mask) - sum(c.loss_mask) for c in agents) / n,
+        "agent/max_turns_ratio": sum(c.finish_reason == "max_turns" for c in agents) / n,
+        "agent/mixed_version_ratio": sum(len(set(c.meta["agent"]["policy_versions"])) > 1 for c in agents) / n,
+    }
 
 
 def staleness_metrics(completions: list, trainer_version: int) -> dict[str, float]:

@@ -38,10 +38,6 @@ class AgentEngine:
     def __init__(self, inner, tokenizer, settings: AgentSettings):
         self.inner, self.tokenizer, self.settings = inner, tokenizer, settings
         self.counts = ToolCounts()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._trajectories = self._turns = self._obs_tokens = self._max_turns = self._mixed = 0
 
     @property
     def dtype(self):
@@ -54,33 +50,16 @@ class AgentEngine:
         traj = await run_agent(self.inner, prompt_ids, sampling, self.tokenizer, self.settings, self.counts)
         if traj.loss_mask is None:  # run_agent marks every token of a trajectory
             raise RuntimeError("an agent trajectory came back without its loss mask")
-        turns = traj.meta["agent"]["turns"]
-        self._trajectories += 1
-        self._turns += sum(1 for t in turns if t["role"] == "assistant")
-        self._obs_tokens += len(traj.loss_mask) - sum(traj.loss_mask)
-        self._max_turns += traj.finish_reason == "max_turns"
-        # new weights landed mid-trajectory (off-policy modes): counted, not yet prevented
-        self._mixed += len(set(traj.meta["agent"]["policy_versions"])) > 1
         return traj
 
     def update_weights(self, state_dict: dict, version: int) -> None:
         self.inner.update_weights(state_dict, version)
 
     def take_metrics(self) -> dict:
-        """The inner engine's metrics, the tool counters, and per-trajectory means since the last call.
-
-        agent/turns_mean, agent/observation_tokens_mean, agent/max_turns_ratio, and agent/mixed_version_ratio
-        (the share of trajectories whose turns came from more than one policy version).
-        """
-        out = {**self.inner.take_metrics(), **self.counts.take()}
-        n = max(self._trajectories, 1)
-        if self._trajectories:
-            out["agent/turns_mean"] = self._turns / n
-            out["agent/observation_tokens_mean"] = self._obs_tokens / n
-            out["agent/max_turns_ratio"] = self._max_turns / n
-            out["agent/mixed_version_ratio"] = self._mixed / n
-        self._reset()
-        return out
+        """The inner engine's metrics and the tool counters of the trajectories generated since the last call (in
+        off-policy modes, not those a step trains: the per-trajectory means are the trained ones', from each
+        trajectory's meta, rlrm/engine/step.py trajectory_metrics)."""
+        return {**self.inner.take_metrics(), **self.counts.take()}
 
     def take_busy_intervals(self) -> list[tuple[float, float]]:
         return self.inner.take_busy_intervals()

@@ -125,7 +125,7 @@ async def _attempt(engine, prompt_ids, sampling, tokenizer, settings: AgentSetti
             engine, prompt_ids, sampling, tokenizer, settings, trace, hint
         )
         trace.add(segment, seg_lp, trained=True)
-        text = tokenizer.decode(segment, skip_special_tokens=True)
+        text = _turn_text(tokenizer, segment, settings)
         record = {"role": "assistant", "text": text, "policy_versions": seg_versions, "tokens": len(segment)}
         trace.turns.append(record)
         if reason != "call":
@@ -228,6 +228,18 @@ def _close_cut(tokenizer, close: str, before: list[int], new: list[int]) -> int 
         else:
             low = mid + 1
     return low
+
+
+def _turn_text(tokenizer, segment: list[int], settings: AgentSettings) -> str:
+    """An assistant turn's text without its special tokens (EOS, padding), but with the call tags when the
+    vocabulary has them as special tokens of their own: skipped, a call the policy closed read as malformed."""
+    tags = set()
+    for tag in (settings.open, settings.close):
+        ids = tokenizer.encode(tag, add_special_tokens=False)
+        if len(ids) == 1:
+            tags.add(ids[0])
+    drop = set(getattr(tokenizer, "all_special_ids", ()) or ()) - tags
+    return tokenizer.decode([t for t in segment if t not in drop], skip_special_tokens=False)
 
 
 def _parse_call(text: str, open_tag: str, close_tag: str) -> tuple[str | None, str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
+from rlrm.engine.rewards.base import is_score
 from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.engine.rewards.threads import being_cancelled
 from rlrm.errors import ConfigError
@@ -131,11 +132,11 @@ async def run_tool(
         return f"error: tool {name} failed: {_describe(raised.error)}"[:max_chars]
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], str):
         result, reward = result
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        if isinstance(reward, bool) or not is_score(reward) or not math.isfinite(float(reward)):
             counts.add("tool_errors")
             return f"error: tool {name} returned the reward {reward!r}, not a finite number"[:max_chars]
         if rewards is not None:
-            rewards.append(float(reward))
+            rewards.append(float(reward))  # a numpy scalar or a 0-d tensor too, as a reward function's score
     if not isinstance(result, str):
         counts.add("tool_errors")
         return f"error: tool {name} returned {type(result).__name__}, not str"[:max_chars]

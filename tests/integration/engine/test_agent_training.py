@@ -86,3 +86,15 @@ def test_served_replica_runs_the_same_trajectories_as_the_hf_engine(tmp_path, to
     assert runs["served"] == runs["hf"]
     assert all("<obs>4</obs>" in response for _, response in runs["hf"])
     assert any(response.split("</obs>", 1)[1].strip() for _, response in runs["hf"])  # sampled after the tool
+
+
+@pytest.mark.parametrize("mode", ["one-step-off", "fully-async"])
+def test_each_row_means_the_trajectories_its_step_trained(tmp_path, tokenizer, monkeypatch, mode):
+    # each step trains 2 trajectories of one forced call: turns_mean 2 on every row. They were the engine's since
+    # the last row: fully-async's step 1 held three batches' trajectories, and its later rows none
+    force_first_turn(monkeypatch, HFRolloutEngine, tokenizer)
+    run_dir = start_run(load_profile("tiny-rule", [*SMALL, f"trainer.mode={mode}", "trainer.total_steps=3"]), tmp_path)
+    assert train(run_dir).last_step == 3
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["step"], r.get("agent/turns_mean")) for r in rows] == [(1, 2.0), (2, 2.0), (3, 2.0)]
+    assert sum(r["agent/tool_calls"] for r in rows) >= 2 * 3  # counted as generated (some ahead of their step)

@@ -161,16 +161,20 @@ def test_agent_engine_counts_turns_observations_and_mixed_versions(tokenizer):
     inner = ScriptedEngine(tokenizer, script, bumps=[4])  # new weights between the two trajectories
     engine = AgentEngine(inner, tokenizer, settings())
     prompt = tokenizer.encode("1+2?", add_special_tokens=False)
-    for _ in range(2):
-        asyncio.run(engine.generate(prompt, SamplingParams(seed=1)))
+    trajectories = [asyncio.run(engine.generate(prompt, SamplingParams(seed=1))) for _ in range(2)]
     metrics = engine.take_metrics()
     obs = len(tokenizer.encode("<obs>3</obs>", add_special_tokens=False))
     assert metrics["rollout/inner"] == 1.0  # the inner engine's own metrics pass through
-    assert metrics["agent/tool_calls"] == 1.0
-    assert metrics["agent/turns_mean"] == pytest.approx(1.5)  # two turns, then one
-    assert metrics["agent/observation_tokens_mean"] == pytest.approx(obs / 2)
-    assert metrics["agent/mixed_version_ratio"] == 0.0 and metrics["agent/version_restarts"] == 0.0
-    assert "agent/turns_mean" not in engine.take_metrics()  # taken: nothing since
+    assert metrics["agent/tool_calls"] == 1.0 and metrics["agent/version_restarts"] == 0.0
+    assert engine.take_metrics()["agent/tool_calls"] == 0.0  # taken: nothing since
+    # the means are the trained trajectories' (the step's, rlrm/engine/step.py), from each one's meta
+    from rlrm.engine.step import trajectory_metrics
+
+    means = trajectory_metrics(trajectories)
+    assert means["agent/turns_mean"] == pytest.approx(1.5)  # two turns, then one
+    assert means["agent/observation_tokens_mean"] == pytest.approx(obs / 2)
+    assert means["agent/mixed_version_ratio"] == 0.0 and means["agent/max_turns_ratio"] == 0.0
+    assert trajectory_metrics(trajectories[:1])["agent/turns_mean"] == 2.0
 
 
 def test_new_weights_mid_trajectory_start_it_over_under_them(tokenizer):
@@ -235,3 +239,17 @@ def test_the_samples_of_a_group_never_share_a_requests_draws(tokenizer):
         used.append(engine.seen)
     every = [seed for seeds in used for seed in seeds]
     assert len(set(every)) == len(every), used
+
+
+def test_a_call_whose_tags_are_special_tokens_is_parsed(tiny_policy_path):
+    # tags that are tokens of their own (as some vocabularies have <tool_call>): the turn's text was decoded without
+    # special tokens, so every call the policy closed was read as malformed and no tool ran
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    tok.add_special_tokens({"additional_special_tokens": ["<call>", "</call>"]})
+    traj, counts = run(ScriptedEngine(tok, ["<call>calculator 2+2</call>", "#### 4<|im_end|>"]), tok)
+    (call,) = traj.meta["agent"]["extra_info"]["tool_calls"]
+    assert call["name"] == "calculator" and call["result"] == "4"
+    assert traj.meta["agent"]["turns"][0]["text"] == "<call>calculator 2+2</call>"  # as the judge's {turns} show it
+    assert counts.take()["agent/malformed_calls"] == 0.0

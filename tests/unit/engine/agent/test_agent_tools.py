@@ -205,3 +205,19 @@ def test_a_tools_own_timeout_or_cancellation_is_its_error_not_the_runners(tmp_pa
     assert cancelled.startswith("error: tool cancelled failed: ") and "CancelledError" in cancelled
     took = counts.take()
     assert took["agent/tool_errors"] == 2 and took.get("agent/tool_timeouts", 0) == 0
+
+
+@pytest.mark.parametrize("reward", ["np.float32(0.5)", "np.int64(1)", "torch.tensor(0.5)"])
+def test_a_tool_reward_of_numpy_or_torch_is_a_reward(reward):
+    # computed with numpy, as verl's and TRL's tools often are: it was a tool error naming a finite number non-finite
+    import numpy as np
+    import torch
+
+    value = eval(reward, {"np": np, "torch": torch})
+
+    async def scored(arguments):
+        return "ok", value
+
+    counts, rewards = ToolCounts(), []
+    assert asyncio.run(run_tool({"s": scored}, "s", "x", 5, 256, counts, rewards)) == "ok"
+    assert rewards == [float(value)] and counts.take()["agent/tool_errors"] == 0.0
