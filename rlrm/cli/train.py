@@ -32,7 +32,9 @@ def train(
     overwrite: Annotated[
         bool,
         typer.Option(
-            "--overwrite", metavar="", help="Replace the run that --out holds (never a folder that is not a run)."
+            "--overwrite",
+            metavar="",
+            help="Replace the run that --out holds (never a folder that is not a run, nor a run still training).",
         ),
     ] = False,
     console: Annotated[

@@ -43,7 +43,9 @@ class ServerFleetConfig(Section):
     extra_args: list[str] = Field(
         default_factory=list,
         description="Extra command-line arguments appended to every launched server (engine flags); not --port: "
-        "rlrm starts each replica on a free port of its own.",
+        "rlrm starts each replica on a free port of its own. reward.server's are part of the reward contract: "
+        "changing one refuses --resume unless reward.allow_contract_change=true (so does resuming a run started "
+        "before they were).",
     )
     addresses: list[str] = Field(
         default_factory=list,

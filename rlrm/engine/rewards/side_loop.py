@@ -144,7 +144,9 @@ async def _guarded(fn: Callable, args: tuple, kwargs: dict) -> Any:
     except asyncio.CancelledError as exc:
         if being_cancelled():
             raise
-        raise FunctionCancelled(f"CancelledError raised in {getattr(fn, '__name__', 'the function')}: {exc!r}") from None
+        raise FunctionCancelled(
+            f"CancelledError raised in {getattr(fn, '__name__', 'the function')}: {exc!r}"
+        ) from None
 
 
 class FunctionCancelled(Exception):
