@@ -73,7 +73,7 @@ def train(
         if saved and steps is not None and steps <= done:  # before config.yaml takes the smaller budget
             typer.echo(nothing)
             return
-        resolved = load_run_profile(resume, total_steps=steps)
+        resolved = load_run_profile(resume, total_steps=steps, write=not dry_run)
         run_dir = resume
         if saved and resolved.trainer.total_steps <= done and not dry_run:
             typer.echo(nothing)

@@ -88,8 +88,9 @@ def is_run_folder(path: Path) -> bool:
 _RUN_SECTIONS = {"model", "data", "rollout", "reward", "actor", "trainer"}  # what dump_profile always writes
 
 
-def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
-    """The profile a run folder was started with (optionally with a new step budget)."""
+def load_run_profile(run_dir: Path, total_steps: int | None = None, write: bool = True) -> Profile:
+    """The profile a run folder was started with (optionally with a new step budget, written to its config.yaml
+    unless `write` is False: `--dry-run` changes nothing)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise RunFolderError(
@@ -106,7 +107,7 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None) -> Profile:
             check_resume_world_size(ckpts[-1], profile.actor.world_size)  # before config.yaml changes or ranks start
             check_resume_model(ckpts[-1], profile.model.model_dump(mode="json"))  # before any model loads
         check_ray_heads(profile)  # a head that went down since: one line, before config.yaml changes
-        if total_steps is not None:
+        if total_steps is not None and write:
             _write_config(path, profile)
     except BaseException:
         release_run(run_dir)

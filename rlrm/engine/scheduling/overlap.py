@@ -41,6 +41,7 @@ class OverlapScheduler:
         self.rollouter = Rollouter(run, start_step + 1, self.max_ahead(run), skip)
         self._loader_state = run.prompts.state_dict()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrm-trainer")
+        self._interrupted = False  # an interrupt came while the trainer thread worked (in_trainer)
 
     @staticmethod
     def max_ahead(run: RunParts) -> int:
@@ -48,6 +49,8 @@ class OverlapScheduler:
         return 0
 
     async def step(self, step: int, timer: StepTimer) -> StepRecord:
+        if self._interrupted:  # it lands here, between two steps, if no await of the last step raised it
+            raise asyncio.CancelledError
         if not self.rollouter.started:
             self.rollouter.start()
         return await self.train_step(step, timer)
@@ -76,11 +79,13 @@ class OverlapScheduler:
 
     async def in_trainer(self, fn, *args):
         """Run `fn(*args)` in the trainer thread. An interrupt waits for it to finish (a step is
-        trained whole or not at all) and is raised again at the next await."""
+        trained whole or not at all) and is raised again at the next await, or at the next step's start: a step
+        whose every await is in_trainer (fully-async with its groups ready) absorbed it in each, and trained on."""
         future = asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
+            self._interrupted = True
             result = await future
             task = asyncio.current_task()
             if task is not None:  # always: this is a coroutine

@@ -97,3 +97,24 @@ def test_ctrl_c_at_the_terminal_of_a_two_rank_run_checkpoints_the_last_step(tmp_
     assert proc.returncode == 130 and "RankError" not in stderr, stderr[-2000:]
     assert stdout.strip().splitlines()[-1].startswith(f"interrupted (SIGINT): checkpoint saved at step {last};")
     assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]
+
+
+@pytest.mark.parametrize(("mode", "stop"), [("fully-async", signal.SIGINT), ("fully-async", signal.SIGTERM),
+                                            ("one-step-off", signal.SIGINT)])  # fmt: skip
+def test_one_signal_stops_an_overlapping_mode_at_a_step_boundary(tmp_path, mode, stop):
+    # the trainer thread's work absorbed the interrupt and re-armed it for the next await, which in a step whose
+    # every await is that work (fully-async with its groups scored ahead) was more of it: the run trained on
+    out = tmp_path / "run"
+    proc = _start(out, f"trainer.mode={mode}", "trainer.total_steps=100000")
+    metrics = out / "metrics.jsonl"
+    _wait_for(lambda: metrics.is_file() and len(read_metrics(metrics)) >= 3, proc)
+    proc.send_signal(stop)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # by its own pid
+        proc.communicate()
+        raise AssertionError(f"{mode} still trained 60 s after one {stop.name}") from None
+    assert proc.returncode == 128 + stop, stderr[-2000:]
+    last = read_metrics(metrics)[-1]["step"]
+    assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]  # the last step logged, whole

@@ -81,3 +81,15 @@ def test_overwrite_through_a_symlink_replaces_the_run_it_points_at(tmp_path):
     release_run(link)
     assert link.is_symlink() and not (real / "metrics.jsonl").exists()
     assert "0.0003" in (real / "config.yaml").read_text()
+
+
+def test_resume_dry_run_changes_nothing_in_the_run_folder(tmp_path):
+    # `--resume RUN --steps 10 --dry-run` wrote total_steps: 10 into RUN/config.yaml: a later plain --resume trained
+    # to step 10, and the folder's record of the run said 10
+    run = start_run(load_profile("tiny-rule", ["trainer.total_steps=3"]), tmp_path / "run")
+    release_run(run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    result = CliRunner().invoke(app, ["train", "--resume", str(run), "--steps", "10", "--dry-run"])
+    assert result.exit_code == 0 and "total_steps: 10" in result.output
+    release_run(run)  # the CLI ran in this process: its lock ends with it, as a process's would at exit
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
