@@ -149,6 +149,7 @@ class _TrainLoop:
         self._detail_from = 0  # where the spans of the current step start (see _step)
         self.sample_log: SampleLog | None = None
         self.pending_row: dict | None = None
+        self._logged_step = 0  # the last step whose row metrics.jsonl holds (a resumed run: its checkpoint's)
         self.t0 = time.perf_counter()
         self._trace: TraceStream | None = None  # trace.json as the run goes, so a killed run keeps its finished steps
         self._trace_sent = 0  # spans of self.spans already appended to it
@@ -204,6 +205,7 @@ class _TrainLoop:
     async def _loop(self, ckpts: list) -> None:
         p = self.profile
         step = self._start(ckpts)
+        self._logged_step = step  # metrics.jsonl keeps the rows through the checkpoint's step
         # rows through the checkpoint's step stay; without one the run starts over (its step 0 is written again)
         keep = step if step > 0 else -1
         writer = RunLog(self.run_dir, p, keep_through_step=keep)  # metrics.jsonl and logging.trackers
@@ -245,8 +247,10 @@ class _TrainLoop:
                     row["guard/divergence"] = float(finding is not None)
                     diverged = finding is not None and p.reward.guard.on_divergence == "stop"
                     if not diverged and step % p.reward.guard.canary_every == 0 and step < p.trainer.total_steps:
+                        self.pending_row = row  # the step is complete: an interrupt in the check keeps its row
                         await self._check_canaries(step, row, display)  # after this step, before the next update
                     writer.log(row)
+                    self.pending_row, self._logged_step = None, step
                     display.update(step, row)
                     if finding is not None and self.guard.flagged_at == step:
                         display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
@@ -257,21 +261,29 @@ class _TrainLoop:
                         )
         except RewardBudgetExceeded as exc:
             self._unsaved = exc.trained  # the actor holds an over-budget update: keep the last good checkpoint
-            if self.pending_row is not None:
-                writer.log(self.pending_row)
+            self._log_pending(writer)
             raise
         except asyncio.CancelledError:
             self.result.interrupted = True
-            if self.pending_row is not None:
-                writer.log(self.pending_row)
+            self._log_pending(writer)
         finally:
+            # a step whose row never reached metrics.jsonl (a second Ctrl-C's KeyboardInterrupt between the two) is
+            # not checkpointed either: a resume from it would leave its row missing for good
+            unlogged = self.result.last_step > self._logged_step
             self._wind_up(
                 lambda: hung.write(step, self.parts.reward.loop.take_hung(every=True)),  # a stopped run's: all
-                None if self._unsaved else lambda: self._save(force=True),
+                None if self._unsaved or unlogged else lambda: self._save(force=True),
                 writer.close,
                 self.sample_log.close if self.sample_log is not None else None,
                 self._write_trace,
             )
+
+    def _log_pending(self, writer) -> None:
+        """The row of a step that completed but was not logged yet, logged (a stop between the two)."""
+        if self.pending_row is not None:
+            writer.log(self.pending_row)
+            self._logged_step = max(self._logged_step, int(self.pending_row["step"]))
+            self.pending_row = None
 
     @staticmethod
     def _wind_up(*actions) -> None:
