@@ -85,9 +85,11 @@ class SideLoop:
     async def _check(self, side: _Loop) -> None:
         """Give the loop up when a no-op sent to it is not run within grace_s (a function blocks it); a loop
         that answers serves again (the home loop: the calls of a function that keeps loop-bound state)."""
-        # a plain callback, no coroutine: a loop stopped with it still queued leaves no coroutine never awaited
+        # a plain callback, no coroutine: a loop stopped with it still queued leaves no coroutine never awaited. It
+        # hops once on the loop, so it queues behind the cancelled call's own step (its cleanup): sent straight, it
+        # was answered before that step ran, and a loop about to block on a cleanup passed for healthy
         pong: concurrent.futures.Future = concurrent.futures.Future()
-        side.loop.call_soon_threadsafe(_answer, pong)
+        side.loop.call_soon_threadsafe(lambda: side.loop.call_soon(_answer, pong))
         try:
             await asyncio.wait_for(asyncio.wrap_future(pong), self.grace_s)
         except asyncio.TimeoutError:
