@@ -35,8 +35,8 @@ from typing import cast
 from rlrm.call_errors import CallError, TransientError
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import ClosableRewardFn, RewardSample
+from rlrm.engine.rewards.deadline import deadline_held
 from rlrm.engine.rewards.ledger import current_ledger
-from rlrm.engine.rewards.loop import deadline_held
 from rlrm.engine.rewards.metered import MeteredBalancer
 from rlrm.engine.rewards.model_proxy import ModelProxy
 from rlrm.engine.rewards.side_loop import SideLoop

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from rlrm.engine.rewards.loop import AttemptTimedOut, _within_task, deadline_held, within
+from rlrm.engine.rewards.deadline import AttemptTimedOut, _within_task, deadline_held, within
 
 RUNNERS = [pytest.param(within, id="within"), pytest.param(_within_task, id="py310-task")]
 
