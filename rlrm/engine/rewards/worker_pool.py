@@ -14,7 +14,7 @@ takes its place at the next call. A worker that dies inside the function (a segf
 parent dies, even by SIGKILL, exits too: a watchdog thread in it waits on the parent's pidfd.
 
 Calls beyond `processes` wait for a worker, first come, first served, inside `while_queued`: the reward loop keeps
-that wait off the attempt's deadline (rlrm/engine/rewards/loop.py, `deadline_held`), so a deadline only ever
+that wait off the attempt's deadline (rlrm/engine/rewards/deadline.py, `deadline_held`), so a deadline only ever
 cuts, and a kill only ever hits, a call that is running in a worker.
 
 What it costs: a call sends its arguments and result through a pipe and wakes the caller's event loop by the
@@ -50,7 +50,7 @@ class FunctionPool:
         processes: at most this many workers (started when first needed).
         tokenizer_path: a folder a worker loads `reward_model_tokenizer` from, passed to every call (None: none).
         while_queued: the context a call waits for a free worker in (the reward loop's `deadline_held` keeps that
-            wait off the attempt's deadline: rlrm/engine/rewards/loop.py).
+            wait off the attempt's deadline: rlrm/engine/rewards/deadline.py).
     """
 
     def __init__(
