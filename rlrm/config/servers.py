@@ -269,7 +269,8 @@ class RolloutServerConfig(ServerFleetConfig):
         description="How new weights reach the replicas: disk (safetensors in weights_dir, then SGLang's "
         "/update_weights_from_disk on every replica) or distributed (the trainer joins a process group with the "
         "replicas, SGLang's /init_weights_update_group, and broadcasts every tensor to them with "
-        "/update_weights_from_distributed: no file written or read). Embedded and sglang replicas; not vllm.",
+        "/update_weights_from_distributed: no file written or read, but for a resume's weights, which the replicas "
+        "start from and which are deleted after the first broadcast). Embedded and sglang replicas; not vllm.",
     )
     weight_sync_backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto",

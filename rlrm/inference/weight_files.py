@@ -137,8 +137,8 @@ class WeightFiles:
             "free space there or set rollout.server.weights_dir to a local folder with room"
         )
 
-    def keep_only(self, keep: Path) -> None:
-        """Delete every version folder but `keep`."""
+    def keep_only(self, keep: Path | None) -> None:
+        """Delete every version folder but `keep` (None: all of them)."""
         if not self.root.is_dir():
             return
         for entry in self.root.iterdir():

@@ -343,10 +343,12 @@ class ServerRolloutEngine:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
         if self.broadcast is not None and self._started:
-            self.version = version
             t0 = time.perf_counter()
             self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version)
             self.sync_times["broadcast_s"] += time.perf_counter() - t0
+            # as on disk: requests made during the broadcast carry the version before, which the replicas answer
+            self.version = version
+            self._drop_files()
             return
         with self.disk.lock:  # never while a restarted replica loads (rlrm/launch/client/disk_sync.py)
             t0 = time.perf_counter()
@@ -363,6 +365,16 @@ class ServerRolloutEngine:
                 self.version = version
             self.sync_times["load_s"] += time.perf_counter() - t1
             self.files.keep_only(path)
+
+    def _drop_files(self) -> None:
+        """After a broadcast no replica reads the weights written before the first one (a resume's, or those the
+        replicas started from): a restarted replica waits for the next broadcast. They would hold a full copy of the
+        policy in the weights folder (RAM, under /dev/shm) for the rest of the run."""
+        if self.files.current is None:
+            return
+        with self.disk.lock:
+            self.files.keep_only(None)
+            self.files.current = None
 
     async def _load_into_restarted(self, url: str) -> None:
         """The supervisor's hook: the current weights into a restarted replica before it may serve."""

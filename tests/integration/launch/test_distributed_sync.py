@@ -281,3 +281,68 @@ def test_the_trainers_store_listens_before_any_replica_is_told_its_port():
     member = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False, timeout=datetime.timedelta(seconds=5))
     member.set("hello", "trainer")
     assert store.get("hello") == b"trainer"
+
+
+def _launched_engine(tiny_policy_path, tmp_path, sync="distributed"):
+    cfg = RolloutServerConfig(router="client", threads=1, replicas=1, weight_sync=sync, sync_timeout_s=30)
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
+    files = WeightFiles(str(tmp_path))
+    engine = ServerRolloutEngine(
+        fleet, SGLangWire(), files, request_timeout_s=60, sync_timeout_s=30, weight_sync=sync, sync_backend="gloo"
+    )
+    return engine, files
+
+
+@pytest.mark.parametrize("sync", ["distributed", "disk"])
+def test_a_request_made_during_a_sync_is_served_by_the_version_before(tiny_policy_path, tmp_path, sync):
+    """Fully-async and one-step-off generate while the trainer thread publishes: a request sent meanwhile carries
+    the version before, which the replicas still hold, so it is answered, not refused as stale until it fails."""
+    engine, _ = _launched_engine(tiny_policy_path, tmp_path, sync)
+    name = "send" if sync == "distributed" else "push_all"
+
+    async def scenario():
+        await engine.start()
+        loop, seen = asyncio.get_running_loop(), {}
+        holder_now = engine.broadcast if sync == "distributed" else engine.disk
+        real = getattr(holder_now, name)
+
+        def during(*args, **kwargs):
+            request = engine.generate([5, 6, 7], SamplingParams(max_new_tokens=4, seed=1))
+            seen["completion"] = asyncio.run_coroutine_threadsafe(request, loop).result(timeout=60)
+            return real(*args, **kwargs)
+
+        setattr(holder_now, name, during)
+        try:
+            await asyncio.to_thread(engine.update_weights, _state(tiny_policy_path, 0.05), 1)
+            return seen["completion"], engine.take_metrics(), engine.version
+        finally:
+            await engine.close()
+
+    completion, metrics, version = asyncio.run(scenario())
+    assert completion.policy_version == 0 and version == 1
+    assert metrics["rollout/stale_refused"] == 0 and metrics["rollout/retries"] == 0
+
+
+def test_weights_written_before_the_first_broadcast_are_deleted_after_it(tiny_policy_path, tmp_path):
+    """A resume publishes the checkpoint's weights before the engine starts (written, the replicas start from them);
+    once broadcasts carry the weights no replica reads that file: it must not hold a copy of the policy in the
+    weights folder (RAM under /dev/shm) for the rest of the run."""
+    from safetensors.torch import load_file
+
+    engine, files = _launched_engine(tiny_policy_path, tmp_path)
+    base = load_file(str(Path(tiny_policy_path) / "model.safetensors"))
+
+    async def scenario():
+        engine.update_weights({k: v + 0.01 for k, v in base.items()}, 3)  # the resume's publish, before start
+        await engine.start()
+        try:
+            written = sorted(p.parent.name for p in files.root.rglob("*.safetensors"))
+            for v in (4, 5):
+                await asyncio.to_thread(engine.update_weights, {k: t + 0.01 * v for k, t in base.items()}, v)
+            return written, sorted(p.parent.name for p in files.root.rglob("*.safetensors")), engine.version
+        finally:
+            await engine.close()
+
+    written, left, version = asyncio.run(scenario())
+    assert written == ["v3"] and version == 5
+    assert left == [], f"a copy of the policy stayed in the weights folder after broadcasts 4 and 5: {left}"
