@@ -10,7 +10,8 @@ The rules (`/update_weights_from_disk`, rlrm/launch/server/weight_routes.py):
   A server started without `--weights-dir` loads only its own model folder.
 - Anything else, and anything missing, gets one and the same message: whether a path outside the folder
   exists is not told. Whether a path is inside is decided on the path as written before anything on disk is
-  looked at; symbolic links inside the folder must stay inside it.
+  looked at (against either folder as the server was given it or as it really lies: a weights folder or model
+  reached through a link is its own); symbolic links inside the folder must stay inside it.
 - Every file is opened without blocking (a named pipe would otherwise hold the process: safetensors opens
   files holding the GIL), and must be a regular file holding a whole safetensors header and the data it
   declares, before any of them is read; the checked files are then read through their open descriptors.
@@ -32,6 +33,13 @@ class WeightSource:
     def __init__(self, weights_dir: str | None, model_path: str):
         self.weights_dir = os.path.realpath(weights_dir) if weights_dir else None
         self.model_dir = os.path.realpath(model_path) if os.path.isdir(model_path) else None
+        self._model_given = model_path
+        # the folders as given too: the client names them so (a /scratch -> /mnt/nvme/scratch, a models/current link)
+        self._forms = [
+            (root, (root, _lexical(given)))
+            for root, given in ((self.weights_dir, weights_dir), (self.model_dir, model_path))
+            if root is not None and given
+        ]
 
     def refused(self, model_path: str) -> str:
         """The one message for a path that is missing, outside the allowed folders, or holds no weights."""
@@ -43,7 +51,7 @@ class WeightSource:
         return f"no safetensors weights at {model_path!r} inside this server's weights folder {self.weights_dir}"
 
     def is_own_model(self, model_path: str) -> bool:
-        return self.model_dir is not None and _lexical(model_path) == self.model_dir
+        return self.model_dir is not None and _lexical(model_path) in (self.model_dir, _lexical(self._model_given))
 
     def read(self, model_path: str, load_format: str | None) -> dict:
         """Every tensor of the safetensors at `model_path` (a file or a folder of them); ValueError when refused."""
@@ -76,10 +84,10 @@ class WeightSource:
         return files
 
     def _root_of(self, lexical: str) -> str | None:
-        if self.weights_dir is not None and _inside(lexical, self.weights_dir):
-            return self.weights_dir
-        if self.model_dir is not None and _inside(lexical, self.model_dir):
-            return self.model_dir
+        """The allowed folder (as it really lies) that the path as written is inside, in either of its forms."""
+        for root, forms in self._forms:
+            if any(_inside(lexical, form) for form in forms):
+                return root
         return None
 
 

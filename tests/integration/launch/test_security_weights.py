@@ -166,3 +166,32 @@ def test_health_and_generate_answer_while_a_slow_load_runs(tiny_policy_path, tmp
         load.join(timeout=60)
         assert answered_during_load and ok[:3] == [200, 200, 200]
         assert answers["success"] is True and _version(proc.url) == "2"
+
+
+def test_a_weights_folder_and_a_model_reached_through_links_are_loaded_by_the_paths_the_server_was_given(
+    tiny_policy_path, tmp_path
+):
+    """`/scratch -> /mnt/nvme/scratch` as rollout.server.weights_dir, `models/current -> models/qwen-v2` as the model:
+    the client names both as given, so each sync and each reset to the base weights (a restart before the first
+    sync, a resume on running servers) uses them; a link inside the folder still may not lead out of it."""
+    real, weights = tmp_path / "nvme", tmp_path / "scratch"
+    real.mkdir()
+    os.symlink(real, weights)
+    model = tmp_path / "current-policy"
+    os.symlink(tiny_policy_path, model)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    WeightFiles(str(outside)).write(_state(tiny_policy_path, 0.02), 7)
+    os.symlink(next(outside.glob("rlrm-weights-*")) / "v7", real / "escape")
+    extra = ["--threads", "1", "--weights-dir", str(weights)]
+    with ServerProcess.on_free_port(lambda port: embedded_server_argv(str(model), "policy", port, extra=extra)) as s:
+        files = WeightFiles(str(weights))
+        answer = _load(s.url, files.write(_state(tiny_policy_path, 0.01), 1), "1")
+        assert answer["success"] is True, answer
+        assert _version(s.url) == "1"
+        answer = _load(s.url, model, "0")  # back to its own model, by the path it was started with
+        assert answer["success"] is True, answer
+        assert _version(s.url) == "0"
+        escape = _load(s.url, weights / "escape", "2")
+        assert escape["success"] is False and "inside this server's weights folder" in escape["message"]
+        assert _version(s.url) == "0"
