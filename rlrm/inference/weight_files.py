@@ -50,6 +50,20 @@ def check_weights_dir(weights_dir: str | None) -> None:
             return
 
 
+def untied(state_dict: dict) -> dict:
+    """`state_dict` without the names that share one tensor with an earlier name (lm_head tied to the embeddings):
+    sent and written once, as `save_pretrained` does; rlrm's servers fill the tied name back in, and vLLM and SGLang
+    skip lm_head where the model ties it (for Qwen2.5-0.5B the tied matrix is about a quarter of the weights)."""
+    out, seen = {}, set()
+    for name, value in state_dict.items():
+        key = (value.data_ptr(), tuple(value.shape), tuple(value.stride()), value.dtype) if value.numel() else None
+        if key is not None and key in seen:
+            continue
+        seen.add(key)
+        out[name] = value
+    return out
+
+
 class WeightFiles:
     """Versioned safetensors folders under one run-owned folder.
 
@@ -88,13 +102,7 @@ class WeightFiles:
         from safetensors import SafetensorError
         from safetensors.torch import save_file
 
-        tensors, seen = {}, set()
-        for name, value in state_dict.items():
-            t = value.detach().contiguous().cpu()
-            if t.data_ptr() in seen:  # tied weights (embeddings / lm_head): safetensors refuses shared memory
-                t = t.clone()
-            seen.add(t.data_ptr())
-            tensors[name] = t
+        tensors = {name: value.detach().contiguous().cpu() for name, value in untied(state_dict).items()}
         need = sum(t.numel() * t.element_size() for t in tensors.values())
         self.create()
         # a sync writes the new version beside the one being served: the first write needs room for both

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
+from rlrm.inference.weight_files import untied
 from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.common.weight_group import (
@@ -156,6 +157,7 @@ class WeightBroadcast:
         if self.group is None:  # no member left (every replica down): nothing to send to
             return {}, None
         device = self.group.device
+        state_dict = untied(state_dict)
         names, tensors = list(state_dict), []
         for value in state_dict.values():
             t = value.detach()

@@ -193,3 +193,38 @@ def test_a_client_gone_mid_load_leaves_one_whole_version(tiny_policy_path, shift
             out["meta_info"]["output_token_logprobs"]
             == (old if version == "0" else new)["meta_info"]["output_token_logprobs"]
         )
+
+
+def test_a_tied_embedding_is_written_once_and_the_replica_serves_as_with_both_names(
+    policy_server, tiny_policy_path, tmp_path
+):
+    """The policy ties lm_head to the embeddings: its state_dict lists one tensor under two names. A sync writes
+    (and broadcasts) it once, as save_pretrained does; the replica fills lm_head back in and serves exactly what
+    the same weights with both names written give."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_policy_path))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.03)
+    state = model.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
+    files = WeightFiles(str(tmp_path))
+    both = files.write({k: v.clone() for k, v in state.items()}, version=11)  # every name a tensor of its own
+    once = files.write(state, version=12)
+    with safe_open(str(once / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in f.keys() and "model.embed_tokens.weight" in f.keys()
+    unique = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() yields a tied one once
+    assert (once / "model.safetensors").stat().st_size < unique * 1.01 < (both / "model.safetensors").stat().st_size
+    served = []
+    for path, version in ((both, "11"), (once, "12")):
+        done = httpx.post(
+            policy_server.url + "/update_weights_from_disk",
+            json={"model_path": str(path), "weight_version": version},
+            timeout=60,
+        ).json()
+        assert done["success"] is True, done
+        out = _generate(policy_server.url, seed=5)
+        served.append((out["output_ids"], out["meta_info"]["output_token_logprobs"]))
+    assert served[0] == served[1]
