@@ -28,6 +28,19 @@ PHASE_ORDER = (
     "testing",
     "save_checkpoint",
 )
+# timing_s/<part> -> timing_s/<phase> it is timed inside: its seconds are already in the phase's, so the step-time
+# breakdown draws it within that phase, adding no height (docs/metrics.md#timing-keys)
+SUB_PHASES = {
+    # rlrm/engine/scheduling/sync.py: SyncScheduler._score wakes and puts to sleep a colocated judge inside
+    # timer("reward")
+    "reward_wake": "reward",
+    "reward_sleep": "reward",
+    # rlrm/launch/client/rollout_engine.py: ServerRolloutEngine.update_weights, called inside
+    # PolicyWeights.publish's timer("update_weights") (rlrm/engine/weights.py)
+    "weight_write": "update_weights",
+    "weight_load": "update_weights",
+    "weight_broadcast": "update_weights",
+}
 TABLE_COLUMNS = (
     "tokens_per_s",
     "samples_per_s",
@@ -194,7 +207,8 @@ def idle_figure(bench):
 
 
 def step_time_table(bench):
-    """Mean seconds per step of each timing_s/<phase> per mode (and timing_s/step as `step`)."""
+    """Mean seconds per step of each timing_s/<phase> per mode (and timing_s/step as `step`); a part of a phase
+    (SUB_PHASES) is a column right after it, its seconds also counted in the phase's."""
     import pandas as pd
 
     results = bench.results
@@ -216,16 +230,35 @@ def step_time_table(bench):
         raise FigureSkipped("the run folders have no timing_s/* metrics")
     frame = pd.DataFrame(per_run)
     table = frame.groupby(level=0).mean()
-    phases = [p for p in PHASE_ORDER if p in table.columns]
-    phases += sorted(c for c in table.columns if c not in phases and c != "step")
-    return table.loc[ordered(table.index), phases + (["step"] if "step" in table.columns else [])]
+    return table.loc[ordered(table.index), phase_columns(table.columns)]
+
+
+def phase_columns(columns) -> list[str]:
+    """The phases of `columns` in PHASE_ORDER (others after, by name), each part of a phase (SUB_PHASES) right
+    after it, `step` last."""
+    top = [p for p in PHASE_ORDER if p in columns]
+    top += sorted(c for c in columns if c not in top and c not in SUB_PHASES and c != "step")
+    out: list[str] = []
+    for phase in top:
+        out += [phase, *(part for part, parent in SUB_PHASES.items() if parent == phase and part in columns)]
+    out += [part for part in SUB_PHASES if part in columns and part not in out]  # their phase not timed
+    return out + (["step"] if "step" in columns else [])
+
+
+def phase_label(phase: str) -> str:
+    """A column of the step-time table as shown: a part of another phase says so."""
+    parent = SUB_PHASES.get(phase)
+    return phase if parent is None else f"{phase} (part of {parent})"
 
 
 def step_time_figure(bench):
     """Stacked mean phase times per mode; a black tick marks the measured step time.
 
-    In overlapped modes the phases run concurrently, so the stack can exceed the step time: the
-    excess is the time that was hidden.
+    The phases are the trainer's, one after another: `gen` and `reward` are its waits for samples and scores
+    (rlrm/engine/scheduling/overlap.py), so what an overlapping mode hides shows as shorter waits, not as a stack
+    above the tick; below the tick is the step's untimed time. A part of a phase (SUB_PHASES: a colocated judge's
+    wake and sleep, the weight sync's write, load or broadcast) is drawn inside its phase, narrower and hatched,
+    adding no height; a part whose phase was not timed is left out (the table has it).
     """
     import numpy as np
 
@@ -234,10 +267,29 @@ def step_time_figure(bench):
     fig, ax = new_figure(width=bar_width(len(table)))
     pos = np.arange(len(table))
     bottom = np.zeros(len(table))
+    free: dict[str, tuple] = {}  # phase -> (bottom of what its parts have not filled yet, its top)
     for i, phase in enumerate(phases):
         heights = table[phase].fillna(0.0).to_numpy()
-        ax.bar(pos, heights, 0.6, bottom=bottom, color=color(i), label=phase)
-        bottom += heights
+        parent = SUB_PHASES.get(phase)
+        if parent is None:
+            ax.bar(pos, heights, 0.6, bottom=bottom, color=color(i), label=phase)
+            free[phase] = (bottom.copy(), bottom + heights)
+            bottom += heights
+        elif parent in free:
+            start, top = free[parent]
+            # never above its phase: a resume's weight sync (no update_weights timer) lands in the next step's parts
+            inside = np.clip(heights, 0.0, top - start)
+            ax.bar(
+                pos + 0.15,
+                inside,
+                0.3,
+                bottom=start,
+                color=color(i),
+                hatch="//",
+                edgecolor="white",
+                label=phase_label(phase),
+            )
+            free[parent] = (start + inside, top)
     if "step" in table.columns:
         marker = max(60.0, min(900.0, 9000.0 / len(table)))  # the tick as wide as its bar
         ax.scatter(pos, table["step"].to_numpy(), marker="_", s=marker, color="black", zorder=3, label="step (wall)")

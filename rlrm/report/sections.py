@@ -199,7 +199,13 @@ def bench_section(doc: Document, data: BenchData, prefix: str, steps, writer) ->
     writer.emit(section, f"{prefix}_hiding", lambda: bars.hiding_figure(data))
     try:
         phases = benchmark.step_time_table(data)
-        section.table(["mode", *phases.columns], [[label, *row] for label, row in phases.iterrows()])
+        if any(c in benchmark.SUB_PHASES for c in phases.columns):
+            section.text(
+                "Step time, mean seconds per trained step; a column marked (part of a phase) is timed inside that "
+                "phase: its seconds are in the phase's already, not added to the step."
+            )
+        headers = ["mode", *(benchmark.phase_label(c) for c in phases.columns)]
+        section.table(headers, [[label, *row] for label, row in phases.iterrows()])
     except FigureSkipped:
         pass
     writer.emit(section, f"{prefix}_step_time", lambda: benchmark.step_time_figure(data))

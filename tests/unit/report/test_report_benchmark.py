@@ -149,3 +149,112 @@ def test_the_step_time_breakdown_is_per_trained_step():
     got = benchmark.step_time_table(bench).loc["one-step-off"]
     want = {"reward": 0.2, "testing": 0.5, "update_actor": 0.1, "step": 0.9}
     assert {k: round(got[k], 3) for k in want} == pytest.approx(want)
+
+
+# Parts of a phase (benchmark.SUB_PHASES): a colocated judge's wake and sleep are timed inside timing_s/reward
+# (rlrm/engine/scheduling/sync.py), a server weight sync's write, load or broadcast inside timing_s/update_weights
+# (rlrm/engine/weights.py around rlrm/launch/client/rollout_engine.py). Stacked on top they counted their seconds
+# twice: a sync step, where nothing overlaps, drew taller than the step it measured.
+PARTS = {
+    "colocated judge": {"timing_s/reward_wake": 0.5, "timing_s/reward_sleep": 0.5},
+    "disk weight sync": {"timing_s/weight_write": 0.4, "timing_s/weight_load": 0.6, "timing_s/weight_broadcast": 0.0},
+    "broadcast weight sync": {
+        "timing_s/weight_write": 0.0,
+        "timing_s/weight_load": 0.0,
+        "timing_s/weight_broadcast": 1.0,
+    },
+}
+
+
+def sync_rows(parts: dict) -> list[dict]:
+    """Two sync steps, their phases one after another and nothing else: the step is their sum."""
+    top = {"timing_s/gen": 1.0, "timing_s/reward": 3.0, "timing_s/update_actor": 1.0, "timing_s/update_weights": 1.0}
+    return [{"step": step, **top, "timing_s/step": sum(top.values()), **parts} for step in (1, 2)]
+
+
+def sync_bench(parts: dict):
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from rlrm.report.folders import metrics_frame
+
+    return SimpleNamespace(
+        results=pd.DataFrame({"mode": ["sync"], "latency": ["fixed:2"], "run_dir": ["r"]}),
+        runs={"r": SimpleNamespace(metrics=metrics_frame(sync_rows(parts)))},
+    )
+
+
+@pytest.mark.parametrize("case", list(PARTS))
+def test_a_sync_steps_stack_is_its_measured_step_with_parts_of_phases_inside_them(case):
+    parts = PARTS[case]
+    ax = benchmark.step_time_figure(sync_bench(parts)).axes[0]
+    top = max(p.get_y() + p.get_height() for c in bars(ax) for p in c.patches)
+    assert top == pytest.approx(6.0, abs=1e-9)  # the measured step (the black tick): nothing hidden in sync
+    segment = {c.get_label(): c.patches[0] for c in bars(ax)}
+    assert [c.get_label() for c in bars(ax) if c.get_label() in benchmark.PHASE_ORDER] == [
+        "gen",
+        "reward",
+        "update_actor",
+        "update_weights",
+    ]
+    for key, seconds in parts.items():
+        part = key.removeprefix("timing_s/")
+        drawn, whole = segment[benchmark.phase_label(part)], segment[benchmark.SUB_PHASES[part]]
+        assert drawn.get_height() == pytest.approx(seconds)
+        assert whole.get_y() - 1e-9 <= drawn.get_y()
+        assert drawn.get_y() + drawn.get_height() <= whole.get_y() + whole.get_height() + 1e-9
+        assert drawn.get_width() < whole.get_width()  # narrower: it is seen as a part, not a phase of its own
+
+
+def test_a_part_is_drawn_no_taller_than_its_phase():
+    # the first step after a resume holds the resume's weight write, which no update_weights timed
+    ax = benchmark.step_time_figure(sync_bench({"timing_s/weight_write": 1.5})).axes[0]
+    assert max(p.get_y() + p.get_height() for c in bars(ax) for p in c.patches) == pytest.approx(6.0)
+    assert benchmark.step_time_table(sync_bench({"timing_s/weight_write": 1.5})).loc["sync", "weight_write"] == 1.5
+
+
+def test_the_step_time_table_puts_each_part_after_its_phase_and_marks_it(tmp_path):
+    import json
+
+    from rlrm.report import sections
+    from rlrm.report.document import Document
+    from rlrm.report.html import to_html
+    from rlrm.report.synthetic import write_bench
+
+    table = benchmark.step_time_table(sync_bench({**PARTS["colocated judge"], **PARTS["disk weight sync"]}))
+    assert list(table.columns) == [
+        "gen",
+        "reward",
+        "reward_wake",
+        "reward_sleep",
+        "update_actor",
+        "update_weights",
+        "weight_write",
+        "weight_load",
+        "weight_broadcast",
+        "step",
+    ]
+    assert table.loc["sync", "reward_wake"] == 0.5 and table.loc["sync", "weight_load"] == 0.6
+
+    # the report's table (summary.md and report.html) names the phase each part belongs to
+    folder = write_bench(tmp_path / "bench", modes=("sync",), repeats=1, steps=2)
+    for metrics in folder.glob("runs/*/metrics.jsonl"):
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        rows = [{**r, **PARTS["colocated judge"]} if r["step"] > 0 else r for r in rows]
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(list(folder.glob("runs/*/metrics.jsonl"))) == 2  # the mode's run and the baseline's
+
+    class NoFigures:
+        def __init__(self, notes):
+            self.notes = notes
+
+        def emit(self, section, name, make) -> bool:
+            return False
+
+    doc = Document("report")
+    sections.bench_section(doc, load_folder(folder, doc.notes), "bench", None, NoFigures(doc.notes))
+    page = to_html(doc)
+    assert "<th>reward_wake (part of reward)</th><th>reward_sleep (part of reward)</th>" in page
+    assert "<th>reward</th>" in page and "<th>gen</th>" in page  # a phase of its own is not marked
+    assert "reward_wake (part of reward)" in doc.to_markdown()
