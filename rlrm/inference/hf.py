@@ -293,7 +293,7 @@ class HFRolloutEngine:
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), remaining)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin before Python 3.11
                 break
         take = min(len(self._pending), self.max_batch_size)
         batch = [self._pending.popleft() for _ in range(take)]
