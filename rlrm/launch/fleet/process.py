@@ -30,6 +30,11 @@ class ServerStartError(RlrmError):
 
 # "ValueError: ..." at the start of a line or after a process prefix such as vLLM's "(EngineCore_DP0 pid=7) "
 _ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)): (.+)$")
+# a key as an engine may print it (SGLang logs its server_args, api_key='...' among them); the values rlrm knows
+# (`_secrets`) are replaced wherever they appear
+_KEY_FIELD = re.compile(r"""((?:api[_-]?key|token)['"]?\s*[=:]\s*['"]?)([^'"\s,)]+)""", re.IGNORECASE)
+_KEY_FLAGS = ("--api-key", "--api_key")
+_MASK = "<key hidden>"
 # lines that only point at another error (vLLM's front end after its engine core failed)
 _RELAYS = ("See root cause above", "Engine core initialization failed", "EngineDeadError", "EngineCore encountered")
 
@@ -46,6 +51,14 @@ def cause_line(text: str) -> str | None:
                 cause += ": " + " ".join(x.strip() for x in lines[i + 1 : i + 3])
             return cause[:400]
     return None
+
+
+def _secrets_of(argv: list[str], env: dict | None) -> list[str]:
+    """The keys a server is given: the value of --api-key on its argv, and any *KEY* / *TOKEN* in its env."""
+    found = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in _KEY_FLAGS]
+    found += [arg.partition("=")[2] for arg in argv if arg.startswith(tuple(f + "=" for f in _KEY_FLAGS))]
+    found += [v for k, v in (env or {}).items() if ("KEY" in k.upper() or "TOKEN" in k.upper()) and isinstance(v, str)]
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
 def with_port(argv: list[str], port: int) -> list[str]:
@@ -143,6 +156,7 @@ class ServerProcess:
         self.url = f"http://{host}:{self.port}"
         self.health_path, self.start_timeout_s = health_path, start_timeout_s
         self.env = env
+        self._secrets = _secrets_of(self.argv, env)  # never shown in an error line (SGLang's key is on its argv)
         self.proc: subprocess.Popen | None = None
         self._log: tempfile._TemporaryFileWrapper[bytes] | None = None
 
@@ -290,9 +304,13 @@ class ServerProcess:
         return self._log.name if self._log is not None else None
 
     def _log_text(self) -> str:
+        """The server's output so far, with any key it printed hidden: a tail of it goes into error lines."""
         if self._log is None:
             return ""
-        return Path(self._log.name).read_text(errors="replace")
+        text = Path(self._log.name).read_text(errors="replace")
+        for secret in self._secrets:
+            text = text.replace(secret, _MASK)
+        return _KEY_FIELD.sub(lambda m: m.group(1) + _MASK, text)
 
     def alive(self) -> bool:
         return self.proc is not None and self.exit_code() is None

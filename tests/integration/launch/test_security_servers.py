@@ -22,6 +22,7 @@ from rlrm.config.servers import RolloutServerConfig
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.client.rollout_engine import ServerRolloutEngine
 from rlrm.launch.client.wire import SGLangWire
+from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.health import check_servers
 from rlrm.launch.fleet.process import ServerProcess, ServerStartError, embedded_server_argv
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
@@ -221,3 +222,31 @@ def test_launched_reward_servers_get_a_fresh_key_too(random_disrm_path):
 
     key, scored, refused = asyncio.run(scenario())
     assert key and len(key) >= 40 and refused == 401 and len(scored["data"][0]["probs"]) == 1
+
+
+_PRINTS_ITS_KEY = r"""
+import os, sys
+args = sys.argv[1:]
+key = args[args.index("--api-key") + 1]
+print(f"server_args=ServerArgs(model_path='/m', port={args[args.index('--port') + 1]}, api_key={key!r}, tp_size=1)")
+print(f"env key {os.environ['RLRM_API_KEY']} and a hosted one: api_key: sk-not-ours-123456")
+print("RuntimeError: CUDA error: out of memory", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_key_a_server_prints_before_it_fails_is_hidden_in_the_error_line(tmp_path):
+    """SGLang takes its key on argv (--api-key) and logs its server_args, key included: a server that fails soon
+    after puts that line in the tail rlrm shows (and the user pastes). Keys on argv or in the env rlrm gives it,
+    and any api_key=... field, are hidden."""
+    script = tmp_path / "prints_its_key.py"
+    script.write_text(_PRINTS_ITS_KEY)
+    port = free_port("127.0.0.1")
+    argv = [sys.executable, str(script), "--port", str(port), "--api-key", "sk-argv-key-0123456789"]
+    server = ServerProcess(argv, port=port, start_timeout_s=20, env={"RLRM_API_KEY": "env-key-9876543210"})
+    with pytest.raises(ServerStartError) as caught:
+        server.start()
+    said = str(caught.value)
+    assert "CUDA error: out of memory" in said and "<key hidden>" in said
+    for secret in ("sk-argv-key-0123456789", "env-key-9876543210", "sk-not-ours-123456"):
+        assert secret not in said and secret not in server.why(lines=5) and secret not in server.death()
