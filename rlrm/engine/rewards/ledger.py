@@ -72,6 +72,16 @@ class CallLedger:
             "model_requests": self.requests,
         }
 
+    def merge(self, extra: dict) -> None:
+        """Add counts made elsewhere (another ledger's `as_extra()`, e.g. from a Ray worker) to this ledger's."""
+        self.model_calls += int(extra.get("model_calls", 0))
+        self.prompt_tokens += int(extra.get("judge_prompt_tokens", 0))
+        self.completion_tokens += int(extra.get("judge_completion_tokens", 0))
+        self.rate_limited += int(extra.get("rate_limited", 0))
+        self.throttle_wait_s += float(extra.get("throttle_wait_s", 0.0))
+        self.model_not_found += int(extra.get("model_not_found", 0))
+        self.requests.extend(extra.get("model_requests", ()))
+
 
 # the keys `as_extra` adds to a reward's extra info (a custom function's dict among them): counts, not its own numbers
 LEDGER_KEYS = (

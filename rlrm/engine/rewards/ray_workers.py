@@ -13,20 +13,23 @@ servers) and scores the samples sent to it on its own event loop. Failures come 
 with their original kind, so the reward loop's retry and failure policy treats them exactly as it
 treats local ones, and names them alike: `workers.score` bears the workers' function's name, and a user function's
 error is raised under its own class name. An attempt the loop gives up (reward.attempt_timeout_s) is cancelled in
-its actor too, so a custom function's worker process is killed there, as on the local path. With `reward.limits`,
-one RateLimiter actor holds the run's budget and every worker asks it before each reward-model request, so N
-workers send the limit, not N times it.
+its actor too, so a custom function's worker process is killed there, as on the local path; the model calls it made
+until then are taken from the actor (`take_cut_off`) and counted here, as the local path counts them. With
+`reward.limits`, one RateLimiter actor holds the run's budget and every worker asks it before each reward-model
+request, so N workers send the limit, not N times it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from rlrm import call_errors
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import errors as reward_specific
 from rlrm.engine.rewards.base import ClosableRewardFn, RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
+from rlrm.engine.rewards.ledger import CallLedger, current_ledger, ledger_scope
 from rlrm.engine.rewards.limits import RateLimiter, paced
 from rlrm.engine.rewards.threads import FunctionExited
 from rlrm.launch.client.balancer import ReplicaBalancer
@@ -46,6 +49,8 @@ _ERRORS = {
         call_errors.Throttled,
     )
 }
+CUT_OFF_KEPT = 1024  # an actor keeps at most this many cut-off attempts' counts the driver has not taken yet
+TAKE_TIMEOUT_S = 5.0  # how long the driver waits for a cut-off attempt's counts: a hung worker cannot hold it
 
 
 class RemoteLimiter:
@@ -96,6 +101,8 @@ class RewardWorker:
         self.headers = headers  # reward.server.headers_env's values, read by the driver for the same reason
         self.limiter = RemoteLimiter(limiter) if limiter is not None else None  # the run's one budget
         self.fn: ClosableRewardFn | None = None
+        self._running: dict[str, CallLedger] = {}  # request id -> the ledger of an attempt being scored
+        self._cut_off: dict[str, dict] = {}  # request id -> the counts of an attempt cancelled by the driver
 
     def _function(self) -> ClosableRewardFn:
         if self.fn is None:  # built lazily, inside the actor's own event loop
@@ -110,7 +117,42 @@ class RewardWorker:
         except Exception:  # noqa: BLE001 - raised again, as a failed sample, by score
             return None
 
-    async def score(self, sample: RewardSample):
+    async def score(self, sample: RewardSample, request_id: str | None = None):
+        """The sample's outcome (see `_score`). Its model calls land in a ledger kept under `request_id` while it
+        runs, and after, where the driver cancelled it (its timeout): the driver then takes the counts."""
+        if request_id is None:
+            return await self._score(sample)
+        with ledger_scope() as ledger:  # the function's own scope (factory.with_ledger) reuses this one
+            self._running[request_id] = ledger
+            try:
+                return await self._score(sample)
+            except asyncio.CancelledError:
+                self._keep_cut_off(request_id)
+                raise
+            finally:
+                cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+                if cancelling is not None and cancelling():  # cancelled, though the function made it an outcome
+                    self._keep_cut_off(request_id)
+                self._running.pop(request_id, None)
+
+    def _keep_cut_off(self, request_id: str) -> None:
+        ledger = self._running.pop(request_id, None)  # gone: the driver took its counts already
+        counts = ledger.as_extra() if ledger is not None else {}
+        if not counts:
+            return
+        while len(self._cut_off) >= CUT_OFF_KEPT:  # the oldest, whose driver never came for them, go first
+            del self._cut_off[next(iter(self._cut_off))]
+        self._cut_off[request_id] = counts
+
+    async def take_cut_off(self, request_id: str) -> dict:
+        """The counts (ledger `as_extra()`) of the cancelled attempt `request_id`, once: {} when it made no call.
+        Asked right after `ray.cancel`, it may arrive before the cancellation: the counts so far, then."""
+        if request_id in self._cut_off:
+            return self._cut_off.pop(request_id)
+        ledger = self._running.pop(request_id, None)
+        return ledger.as_extra() if ledger is not None else {}
+
+    async def _score(self, sample: RewardSample):
         try:
             return "ok", await self._function()(sample)
         except call_errors.CallError as exc:
@@ -220,14 +262,28 @@ class RayRewardWorkers:
     async def _ask(actor, sample: RewardSample):
         import ray
 
-        ref = actor.score.remote(sample)
+        request_id = uuid.uuid4().hex
+        ref = actor.score.remote(sample, request_id)
         try:
             return await ref
         except asyncio.CancelledError:
             # the loop gave the attempt up (reward.attempt_timeout_s); the actor's task goes on unless cancelled
             # there too, where a custom function's worker process is killed as on the local path
             ray.cancel(ref)
+            await RayRewardWorkers._take_cut_off(actor, request_id)
             raise
+
+    @staticmethod
+    async def _take_cut_off(actor, request_id: str) -> None:
+        """Count a cancelled attempt's model calls in the attempt's ledger here, as the local path counts them:
+        they were made in the actor, whose answer the cancel dropped. Bounded: a gone or hung actor loses them."""
+        try:
+            counts = await asyncio.wait_for(
+                asyncio.ensure_future(actor.take_cut_off.remote(request_id)), TAKE_TIMEOUT_S
+            )
+        except Exception:  # noqa: BLE001 - timed out, or the actor is gone: the calls go uncounted
+            return
+        current_ledger().merge(counts)
 
     def node_ids(self) -> list[str]:
         import ray

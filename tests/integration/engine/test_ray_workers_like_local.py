@@ -10,6 +10,7 @@ import os
 import pytest
 
 from rlrm.config.reward import RewardConfig
+from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.engine.rewards.factory import build_reward_fn
 from rlrm.engine.rewards.loop import RewardLoop
@@ -129,3 +130,92 @@ def test_a_functions_errors_read_as_on_the_local_path(local_ray, function_path):
     assert local[0] == "reward function compute_score raised ValueError: boom"
     assert local[2] == "reward function compute_score called sys.exit(3); return a score instead"
     assert remote == local
+
+
+def test_the_calls_of_an_attempt_cut_off_by_its_timeout_are_counted_as_on_the_local_path(
+    local_ray, tmp_path, monkeypatch
+):
+    # (test_custom_model_reward.py's test_calls_an_attempt_made_before_its_timeout_are_still_counted, in a Ray
+    # worker) the calls land in the actor's ledger; before the fix the driver cancelled the attempt and the
+    # counts went with it: reward/model_calls read 0
+    import test_custom_model_reward as custom
+    from standin_openai_api import StandinOpenAIAPI
+
+    monkeypatch.setenv("STANDIN_KEY", custom.KEY)
+    path = tmp_path / "slow_after_calls.py"
+    path.write_text(custom.SLOW_AFTER_CALLS)
+
+    async def scenario(cfg: RewardConfig):
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            results = await service.loop.score_all(custom.samples(2))
+            assert service.workers is not None
+            (actor,) = service.workers.actors  # what the actor keeps for the driver: nothing once taken
+            kept = await actor.__ray_call__.remote(
+                lambda worker: sum(len(getattr(worker, held, ())) for held in ("_running", "_cut_off"))
+            )
+            return results, service.loop.take_metrics(), kept
+        finally:
+            await service.close()
+
+    with StandinOpenAIAPI(custom.KEY, rpm=6000) as api:
+        cfg = RewardConfig.model_validate(
+            {
+                "kind": "custom",
+                "custom": {"path": str(path)},
+                "server": {"model": api.model, "addresses": [api.base_url], "api_key_env": "STANDIN_KEY"},
+                "executor": "ray",
+                "num_workers": 1,
+                "attempt_timeout_s": 6.0,  # room for the two calls on a loaded machine; the sleep is 60 s
+                "max_retries": 0,
+                "max_failure_rate": 1.0,
+            }
+        )
+        results, metrics, kept = asyncio.run(scenario(cfg))
+    assert metrics["reward/timeouts"] == 2 and all(r.extra["reward_failed"] for r in results)
+    assert metrics["reward/model_calls"] == 2 * 2  # each cut-off attempt's two calls
+    assert kept == 0
+
+
+def test_a_worker_keeps_a_cancelled_attempts_counts_until_taken_and_no_more(monkeypatch):
+    # the actor's side of the test above, without Ray: the counts are there whether the driver's take comes
+    # before or after the cancellation reaches the actor, taken once, and no more than CUT_OFF_KEPT are kept
+    from rlrm.engine.rewards import ray_workers
+    from rlrm.engine.rewards.ledger import current_ledger
+
+    monkeypatch.setattr(ray_workers, "CUT_OFF_KEPT", 3)
+    worker = ray_workers.RewardWorker(RewardConfig().model_dump(mode="json"), urls=[], model_path=None)
+    started = asyncio.Event()
+
+    async def two_calls_then_hang(sample):
+        for _ in range(2):
+            current_ledger().record("GET", "/v1/models", 200, 0.0)
+        started.set()
+        await asyncio.sleep(60)
+
+    worker.fn = two_calls_then_hang  # the function the worker would build
+
+    async def cut_off(request_id: str, take_first: bool = False) -> list:
+        started.clear()
+        task = asyncio.ensure_future(worker.score(sample("x"), request_id))
+        await started.wait()
+        takes = [await worker.take_cut_off(request_id)] if take_first else []
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        takes += [await worker.take_cut_off(request_id), await worker.take_cut_off(request_id)]
+        return [c.get("model_calls") for c in takes]
+
+    async def scenario():
+        taken = await cut_off("after"), await cut_off("before", take_first=True)
+        for i in range(5):  # never taken
+            started.clear()
+            task = asyncio.ensure_future(worker.score(sample("x"), f"left{i}"))
+            await started.wait()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return taken
+
+    after, before = asyncio.run(scenario())
+    assert after == [2, None] and before == [2, None, None]  # taken once: then nothing is left of it
+    assert list(worker._cut_off) == ["left2", "left3", "left4"] and not worker._running
