@@ -37,6 +37,10 @@ def hold_run(run_dir: Path) -> None:
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except PermissionError:
+            fd = _stale_of_another_user(run_dir, path)
+            if fd is None:
+                continue  # removed: make our own
         except OSError as exc:
             raise RunFolderError(f"cannot lock the run folder {run_dir}: {exc.strerror or exc}") from None
         try:
@@ -53,6 +57,32 @@ def hold_run(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
     _held[key] = fd
+
+
+def _stale_of_another_user(run_dir: Path, path: Path) -> int | None:
+    """The lock file is another user's (their run ended with -9, or holds it now), so this one cannot open it to
+    write. Held: a read-only descriptor of it, for the caller to find it locked and name the holder. Locked by
+    nobody: it is removed while locked here (as `release_run` removes one), None; one that cannot be removed is
+    named."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RunFolderError(f"cannot lock the run folder {run_dir}: {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return fd  # held: the caller's lock attempt fails the same way and names the holder
+    try:
+        if _same_file(fd, path):
+            path.unlink()
+    except OSError as exc:
+        raise RunFolderError(
+            f"{path} is left by another user's run that has ended ({_read_holder(fd)}) and cannot be removed here "
+            f"({exc.strerror or exc}); remove it, or choose another --out"
+        ) from None
+    finally:
+        os.close(fd)
+    return None
 
 
 def release_run(run_dir: Path) -> None:

@@ -9,9 +9,11 @@ training process does (hold_run, then it lives on); the lock is the kernel's, so
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,53 @@ def test_resume_dry_run_changes_nothing_in_the_run_folder(tmp_path):
     assert result.exit_code == 0 and "total_steps: 10" in result.output
     release_run(run)  # the CLI ran in this process: its lock ends with it, as a process's would at exit
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+TAKE = (
+    "import sys; from pathlib import Path; from rlrm.engine.run_lock import hold_run, release_run\n"
+    "try:\n    hold_run(Path(sys.argv[1]))\nexcept Exception as exc:\n    print('refused:', exc); raise SystemExit(3)\n"
+    "release_run(Path(sys.argv[1])); print('held')"
+)
+
+
+def _take_as_nobody(run: Path) -> str:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave a lock file of another user (runs as root in CI)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*AS_NOBODY, sys.executable, "-c", TAKE, str(run)], env=env, cwd="/", capture_output=True)
+    return (done.stdout.decode() + done.stderr.decode()[-300:]).strip()
+
+
+@pytest.fixture
+def nobodys_run():
+    """The user's run folder in a folder anyone may enter (pytest's tmp_path lies under root's own 0700 one)."""
+    base = Path(tempfile.mkdtemp(prefix="rlrm-lock-"))
+    base.chmod(0o755)
+    run = base / "run"
+    run.mkdir()
+    os.chown(run, 65534, 65534)  # the user's folder
+    yield run
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_lock_file_left_by_another_users_run_killed_with_9_does_not_block_the_folders_owner(nobodys_run):
+    """root's run in the user's folder was killed with -9: its lock file (0644, root's) stays, locked by nobody.
+    The user cannot open it to write, but may replace it: the folder is theirs."""
+    (nobodys_run / ".run.lock").write_text("pid 999999 on elsewhere\n")
+    assert _take_as_nobody(nobodys_run) == "held"
+    assert not (nobodys_run / ".run.lock").exists()
+
+
+def test_a_run_another_user_trains_is_named_to_the_folders_owner(nobodys_run):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(nobodys_run)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said = _take_as_nobody(nobodys_run)
+        assert said.startswith("refused:") and f"pid {holder.pid}" in said and "is being trained by" in said
+    finally:
+        holder.kill()
+        holder.wait()
