@@ -38,9 +38,10 @@ def hold_run(run_dir: Path) -> None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except PermissionError:
-            fd = _stale_of_another_user(run_dir, path)
-            if fd is None:
+            theirs = _stale_of_another_user(run_dir, path)
+            if theirs is None:
                 continue  # removed: make our own
+            fd = theirs
         except OSError as exc:
             raise RunFolderError(f"cannot lock the run folder {run_dir}: {exc.strerror or exc}") from None
         try:
