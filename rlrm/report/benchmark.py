@@ -41,6 +41,9 @@ SUB_PHASES = {
     "weight_load": "update_weights",
     "weight_broadcast": "update_weights",
 }
+# timed between two steps, outside timing_s/step (rlrm/engine/trainer.py checks the canaries after a step's row):
+# in the table, not in the step's stack
+AFTER_STEP = ("canary",)
 TABLE_COLUMNS = (
     "tokens_per_s",
     "samples_per_s",
@@ -247,6 +250,8 @@ def phase_columns(columns) -> list[str]:
 
 def phase_label(phase: str) -> str:
     """A column of the step-time table as shown: a part of another phase says so."""
+    if phase in AFTER_STEP:
+        return f"{phase} (after the step)"
     parent = SUB_PHASES.get(phase)
     return phase if parent is None else f"{phase} (part of {parent})"
 
@@ -258,12 +263,13 @@ def step_time_figure(bench):
     (rlrm/engine/scheduling/overlap.py), so what an overlapping mode hides shows as shorter waits, not as a stack
     above the tick; below the tick is the step's untimed time. A part of a phase (SUB_PHASES: a colocated judge's
     wake and sleep, the weight sync's write, load or broadcast) is drawn inside its phase, narrower and hatched,
-    adding no height; a part whose phase was not timed is left out (the table has it).
+    adding no height; a part whose phase was not timed is left out (the table has it), as is what is timed
+    between steps (AFTER_STEP: the reward canaries).
     """
     import numpy as np
 
     table = step_time_table(bench)
-    phases = [c for c in table.columns if c != "step"]
+    phases = [c for c in table.columns if c != "step" and c not in AFTER_STEP]
     fig, ax = new_figure(width=bar_width(len(table)))
     pos = np.arange(len(table))
     bottom = np.zeros(len(table))
