@@ -23,13 +23,14 @@ import asyncio
 import functools
 import inspect
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from rlrm.engine.agent.calculator import calculator
 from rlrm.engine.rewards.base import is_score
 from rlrm.engine.rewards.side_loop import SideLoop
-from rlrm.engine.rewards.threads import being_cancelled
+from rlrm.engine.rewards.threads import being_cancelled, cancelled_error
 from rlrm.errors import ConfigError
 from rlrm.user_code import import_file
 
@@ -123,7 +124,7 @@ async def run_tool(
             :max_chars
         ]  # the name is the policy's
     try:
-        result = await asyncio.wait_for(_delayed(tool, arguments, delay_s), timeout=timeout_s)
+        result = await _wait_for(_delayed(tool, arguments, delay_s), timeout_s)
     except asyncio.TimeoutError:  # the deadline's only: what the tool raised itself comes as ToolRaised
         counts.add("tool_timeouts")
         return f"error: tool {name} took longer than {timeout_s:g}s"[:max_chars]
@@ -166,6 +167,35 @@ class ToolRaised(Exception):
     def __init__(self, error: BaseException):
         super().__init__()  # its text is read by _describe, which survives one that cannot be printed
         self.error = error
+
+
+async def _wait_for(coro, timeout_s: float):
+    """`asyncio.wait_for(coro, timeout_s)`; on Python 3.10, `_wait_for_task`."""
+    if sys.version_info < (3, 11):
+        return await _wait_for_task(coro, timeout_s)
+    return await asyncio.wait_for(coro, timeout=timeout_s)
+
+
+async def _wait_for_task(coro, timeout_s: float):
+    """`asyncio.wait_for` for Python 3.10, where `_delayed` cannot tell a tool's own CancelledError from its task's
+    cancellation (no Task.cancelling): this tells it at the task's edge. The caller cancelled, or the deadline past:
+    the task is cancelled, its cleanup awaited, and CancelledError or TimeoutError raised (its result, if it ended
+    with one all the same, as wait_for); the task ended cancelled by neither: the tool's own, ToolRaised."""
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    except asyncio.CancelledError:  # the caller's own cancellation
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    if not done:  # the deadline
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise asyncio.TimeoutError
+    elif task.cancelled():
+        raise ToolRaised(cancelled_error(task))
+    return task.result()
 
 
 async def _delayed(tool: Tool, arguments: str, delay_s: float):

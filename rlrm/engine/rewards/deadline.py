@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Iterator, Protocol
 
+from rlrm.engine.rewards.threads import FunctionCancelled, cancelled_error
+
 
 class AttemptTimedOut(Exception):
     """An attempt ran past its deadline; a TimeoutError the function raised itself (a socket's, an HTTP
@@ -89,7 +91,8 @@ async def within(coro, timeout_s: float):
     the time it spends in `deadline_held`.
 
     From Python 3.11 the coroutine runs in the calling task under `asyncio.timeout`: `asyncio.wait_for` wraps it
-    in a task of its own, one more task a sample (~1.5 ms of a 256-sample tiny-rule step's scoring).
+    in a task of its own, one more task a sample (~1.5 ms of a 256-sample tiny-rule step's scoring). On 3.10 it
+    runs in a task of its own (`_within_task`), and a CancelledError of its own comes as FunctionCancelled.
     """
     if sys.version_info < (3, 11):
         return await _within_task(coro, timeout_s)
@@ -110,7 +113,15 @@ async def within(coro, timeout_s: float):
 
 
 async def _within_task(coro, timeout_s: float):
-    """`within` for Python 3.10, which has no asyncio.timeout: the coroutine in a task of its own."""
+    """`within` for Python 3.10, which has no asyncio.timeout (nor Task.cancelling): the coroutine in a task of its
+    own, which tells apart what ended it.
+
+    The calling task cancelled (Ctrl-C, a mode's close()): the attempt is cancelled too, its cleanup awaited (still
+    under the deadline, as on 3.11) and the CancelledError goes on, also once the timer has fired: read as the
+    deadline's, the run's stop was lost, and the sample retried and written as hung. The attempt's task ended
+    cancelled and the caller not: the timer's (AttemptTimedOut), else the function's own CancelledError (a task it
+    awaited was cancelled): FunctionCancelled, a failed sample, where a CancelledError read as the run's stop.
+    """
     deadline = _Deadline(timeout_s)
     token = _DEADLINE.set(deadline)  # the task copies the context as it is now
     try:
@@ -120,11 +131,17 @@ async def _within_task(coro, timeout_s: float):
     timer = deadline.clock = _TaskTimer(task)
     timer.reschedule(asyncio.get_running_loop().time() + timeout_s)
     try:
-        return await task
-    except asyncio.CancelledError:
-        if timer.expired():
-            raise AttemptTimedOut(deadline.queued_s) from None
-        raise
+        try:
+            await asyncio.wait({task})  # raises only for the calling task's own cancellation
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        if task.cancelled():
+            if timer.expired():
+                raise AttemptTimedOut(deadline.queued_s) from None
+            raise FunctionCancelled(str(cancelled_error(task)))
+        return task.result()
     finally:
         timer.reschedule(None)
         deadline.clock = None
@@ -146,5 +163,5 @@ class _TaskTimer:
         return self.fired
 
     def _fire(self) -> None:
-        self.fired = True
-        self.task.cancel()
+        # a task already over is not the timer's: one that ended in a CancelledError of its own stays the function's
+        self.fired = self.task.cancel()

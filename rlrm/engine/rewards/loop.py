@@ -34,7 +34,7 @@ from rlrm.engine.rewards.ledger import LEDGER_KEYS, ledger_scope
 from rlrm.engine.rewards.overlong import shape
 from rlrm.engine.rewards.reported import REPORTED_KEY, reported_names
 from rlrm.engine.rewards.tags import PerTag
-from rlrm.engine.rewards.threads import FunctionExited, being_cancelled
+from rlrm.engine.rewards.threads import FunctionCancelled, FunctionExited, being_cancelled
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY, read_turn_scores
 from rlrm.errors import RlrmError
 from rlrm.float32 import FLOAT32_MAX, fits_float32
@@ -276,9 +276,9 @@ class RewardLoop:
                     f"reward function {self.name}: no reward within reward.attempt_timeout_s={cfg.attempt_timeout_s:g} s"
                 )
                 self._hung.now.append(self._hung_record(sample, attempt, time.perf_counter() - started, exc.queued_s))
-            except asyncio.CancelledError as exc:
-                if being_cancelled():  # this sample's own task: the run stops (Ctrl-C, a closing mode)
-                    raise
+            except (asyncio.CancelledError, FunctionCancelled) as exc:  # FunctionCancelled: 3.10's (deadline.py)
+                if isinstance(exc, asyncio.CancelledError) and being_cancelled():
+                    raise  # this sample's own task: the run stops (Ctrl-C, a closing mode)
                 # raised by something the function awaited (a task of its own, cancelled): a failure of this sample,
                 # where it used to escape the loop (the overlapping modes waited forever; sync read it as Ctrl-C)
                 error = CallError(f"reward function {self.name} raised CancelledError: {exc}".rstrip(": "))

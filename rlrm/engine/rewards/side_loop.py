@@ -28,7 +28,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from rlrm.engine.rewards.threads import FunctionExited, being_cancelled
+from rlrm.engine.rewards.threads import FunctionCancelled, FunctionExited
 
 # how long a call waits for the check of a suspect home loop before it takes a stand-in: a loop the function only
 # awaited something on answers within a turn, keeping its loop-bound state (a session); a blocked one never does
@@ -53,7 +53,9 @@ class SideLoop:
             await asyncio.wait({check}, timeout=min(self.grace_s, SETTLE_S))
         side = self._pick()
         side.calls += 1
-        future = asyncio.run_coroutine_threadsafe(_guarded(fn, args, kwargs), side.loop)
+        sent: list[concurrent.futures.Future] = []  # the call's future, for _guarded to see the caller's cancel
+        future = asyncio.run_coroutine_threadsafe(_guarded(fn, args, kwargs, sent), side.loop)
+        sent.append(future)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:  # the caller's deadline: the call is cancelled there (if it can be)
@@ -134,7 +136,7 @@ def _answer(pong: concurrent.futures.Future) -> None:
         pass
 
 
-async def _guarded(fn: Callable, args: tuple, kwargs: dict) -> Any:
+async def _guarded(fn: Callable, args: tuple, kwargs: dict, sent: list[concurrent.futures.Future]) -> Any:
     # SystemExit or KeyboardInterrupt raised in a task would stop the side loop itself (asyncio re-raises
     # them out of run_forever): they come back as FunctionExited, a failed sample, instead. A CancelledError the
     # function raised (a task it awaited was cancelled), not the caller's cancel, comes back as an error too: it
@@ -144,12 +146,10 @@ async def _guarded(fn: Callable, args: tuple, kwargs: dict) -> Any:
     except (SystemExit, KeyboardInterrupt) as exc:
         raise FunctionExited(exc.code if isinstance(exc, SystemExit) else "KeyboardInterrupt") from None
     except asyncio.CancelledError as exc:
-        if being_cancelled():
+        # the caller's cancel (its deadline, the run's stop) cancels the call's future before it reaches this task:
+        # that tells the two apart on any Python (being_cancelled cannot before 3.11)
+        if any(future.cancelled() for future in sent):
             raise
         raise FunctionCancelled(
             f"CancelledError raised in {getattr(fn, '__name__', 'the function')}: {exc!r}"
         ) from None
-
-
-class FunctionCancelled(Exception):
-    """A user's async function ended in a CancelledError of its own (a task it awaited was cancelled)."""

@@ -56,8 +56,27 @@ async def run_abandonable(fn: Callable, *args, **kwargs):
     return await future
 
 
+class FunctionCancelled(Exception):
+    """A user's function ended in a CancelledError of its own (a task it awaited was cancelled: an HTTP client's, a
+    gather's), not its caller's cancellation: a failed call. As a CancelledError it would read as the run's own
+    (Ctrl-C, a mode's close()) or as a deadline's."""
+
+
 def being_cancelled() -> bool:
     """Whether the running task has a cancellation pending: its own, not a CancelledError raised by something it
-    awaited (Python 3.11's `Task.cancelling`; before it, every CancelledError reads as the task's own)."""
+    awaited (Python 3.11's `Task.cancelling`; before it, every CancelledError reads as the task's own, and the two
+    are told apart where the function runs in a task of its own: rlrm/engine/rewards/deadline.py `_within_task`,
+    the side loop's call (rlrm/engine/rewards/side_loop.py), rlrm/engine/agent/tools.py `_wait_for_task`)."""
     cancelling = getattr(asyncio.current_task(), "cancelling", None)
     return bool(cancelling()) if cancelling is not None else True
+
+
+def cancelled_error(task: asyncio.Future) -> asyncio.CancelledError:
+    """The CancelledError a cancelled `task` ended in, with the text its coroutine raised it with where Python
+    keeps that (3.10 chains the raised one under a bare one)."""
+    try:
+        task.result()
+    except asyncio.CancelledError as exc:
+        raised = exc.__context__
+        return raised if isinstance(raised, asyncio.CancelledError) else exc
+    raise ValueError("the task was not cancelled")

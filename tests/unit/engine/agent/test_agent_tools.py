@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import rlrm.engine.agent.tools as tools_module
+import rlrm.engine.rewards.side_loop as side_loop_module
 from rlrm.engine.agent.calculator import MAX_DIGITS, MAX_INPUT_CHARS, calculator
 from rlrm.engine.agent.tools import ToolCounts, build_tools, run_tool
 
@@ -173,6 +175,17 @@ def test_every_observation_keeps_to_max_observation_chars():
         assert seen.startswith("error:") and len(seen) <= 64, (name[:20], len(seen))
 
 
+@pytest.fixture(params=["native", "py310"])
+def python(request, monkeypatch) -> str:
+    """The runner on the Python running the suite, and as 3.10 runs it: the tool's own task (`_wait_for_task`), and
+    every CancelledError read as that task's own (rlrm/engine/rewards/threads.py `being_cancelled` before 3.11)."""
+    if request.param == "py310":
+        monkeypatch.setattr(tools_module, "_wait_for", tools_module._wait_for_task)
+        for module in (tools_module, side_loop_module):
+            monkeypatch.setattr(module, "being_cancelled", lambda: True, raising=False)
+    return request.param
+
+
 OWN_FAULTS = """
 import asyncio
 
@@ -188,8 +201,7 @@ async def cancelled(arguments: str) -> str:
 """
 
 
-@pytest.mark.skipif(__import__("sys").version_info < (3, 11), reason="Python 3.10 cannot tell a task's own cancel")
-def test_a_tools_own_timeout_or_cancellation_is_its_error_not_the_runners(tmp_path):
+def test_a_tools_own_timeout_or_cancellation_is_its_error_not_the_runners(python, tmp_path):
     # the builtin TimeoutError is asyncio's on 3.11: a tool's own read as "took longer than 10s" (agent/tool_timeouts);
     # a CancelledError of a task it awaited escaped run_tool and ended the trajectory
     path = tmp_path / "own_faults.py"
@@ -205,6 +217,45 @@ def test_a_tools_own_timeout_or_cancellation_is_its_error_not_the_runners(tmp_pa
     assert cancelled.startswith("error: tool cancelled failed: ") and "CancelledError" in cancelled
     took = counts.take()
     assert took["agent/tool_errors"] == 2 and took.get("agent/tool_timeouts", 0) == 0
+
+
+def test_a_cancelled_error_of_a_tool_off_a_side_loop_is_its_error_and_the_deadline_still_holds(python):
+    # a tool that runs on the caller's loop (a built-in's kind): on 3.10 its own CancelledError escaped run_tool
+    async def cancelled(arguments: str) -> str:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        asyncio.get_running_loop().call_soon(inner.cancel)
+        return await inner
+
+    async def slow(arguments: str) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    async def stubborn(arguments: str) -> str:  # answers all the same when its deadline cancels it
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass
+        return "answered while cancelled"
+
+    tools = {"cancelled": cancelled, "slow": slow, "stubborn": stubborn}
+    counts = ToolCounts()
+
+    async def main():
+        seen = [await run_tool(tools, name, "x", timeout_s=0.05, max_chars=256, counts=counts) for name in tools]
+        stopped = asyncio.ensure_future(run_tool(tools, "slow", "x", timeout_s=5, max_chars=256, counts=counts))
+        await asyncio.sleep(0.05)
+        stopped.cancel()  # the trajectory's own cancellation goes on as it is
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        return seen
+
+    assert asyncio.run(main()) == [
+        "error: tool cancelled failed: CancelledError: ",
+        "error: tool slow took longer than 0.05s",
+        "answered while cancelled",
+    ]
+    took = counts.take()
+    assert (took["agent/tool_errors"], took["agent/tool_timeouts"]) == (1, 1)
 
 
 @pytest.mark.parametrize("reward", ["np.float32(0.5)", "np.int64(1)", "torch.tensor(0.5)"])
