@@ -20,7 +20,8 @@ and are hits when it succeeds; when it fails each is scored on its own, under it
 
 In memory (least recently used first out past max_entries) and, with reward.cache.path, in a SQLite file
 (rlrm/engine/rewards/cache_store.py). When that file cannot be written the run goes on with the memory cache:
-one warning, and reward/cache_errors counts each failed read or write.
+one warning, and reward/cache_errors counts each failed read or write. A file this user can read but not write
+(a team's shared verdicts) serves its entries and keeps new ones in memory: one warning, counted once.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class RewardCache:
         self._memory: OrderedDict[str, dict] = OrderedDict()
         self._in_flight: dict[str, asyncio.Future] = {}
         self._warned = False
+        self._read_only_warned = False
         self._counts_by_tag = PerTag(_zero)  # per SCORED_FOR tag, as the reward loop's counters
 
     @property
@@ -114,6 +116,7 @@ class RewardCache:
                 cache.store = SqliteStore.open(Path(cfg.path), cfg.max_entries)
             except CacheUnavailable as exc:
                 cache._disk_failed(exc)
+            cache._note_read_only()
         return cache
 
     async def through(self, sample: RewardSample, score: Callable[[RewardSample], Awaitable[Outcome]]) -> Outcome:
@@ -171,6 +174,7 @@ class RewardCache:
         except CacheUnavailable as exc:
             self._disk_failed(exc)
             return None
+        self._note_read_only()
         if value is None:
             return None
         if not _well_formed(value):  # a file another version or process wrote: never served unchecked
@@ -193,12 +197,26 @@ class RewardCache:
                 self.store.put(key, self.fingerprint, value)
             except CacheUnavailable as exc:
                 self._disk_failed(exc)
+            self._note_read_only()
 
     def _remember(self, key: str, value: dict) -> None:
         self._memory[key] = value
         self._memory.move_to_end(key)
         while len(self._memory) > self.max_entries:
             self._memory.popitem(last=False)
+
+    def _note_read_only(self) -> None:
+        """A file this user can read but not write: its entries are served, new ones kept in memory; warned and
+        counted in reward/cache_errors once, when found (at open, or at the first write SQLite refuses)."""
+        if self.store is None or self.store.read_only is None or self._read_only_warned:
+            return
+        self._read_only_warned = True
+        self._counts["reward/cache_errors"] += 1
+        print(
+            f"warning: reward cache {self.store.path} is read-only ({self.store.read_only}): its entries are served, "
+            "new ones are kept in memory only",
+            file=sys.stderr,
+        )
 
     def _disk_failed(self, exc: CacheUnavailable) -> None:
         """Go on with the memory cache alone: warned once, counted each time."""

@@ -7,6 +7,7 @@ import asyncio
 import os
 import pickle
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -220,7 +221,10 @@ def test_a_cache_path_that_cannot_be_created_leaves_the_run_cached_in_memory(tmp
     assert capsys.readouterr().err.count("warning: reward cache file not used") == 1
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root writes into a read-only folder: tests/integration/engine/test_reward_cache_read_only.py",
+)
 def test_a_read_only_folder_leaves_the_run_cached_in_memory(tmp_path, capsys):
     folder = tmp_path / "ro"
     folder.mkdir()
@@ -245,6 +249,57 @@ def test_a_full_disk_is_warned_once_and_counted(tmp_path, capsys):
     metrics = loop.take_metrics()
     assert metrics["reward/cache_errors"] == 1 and loop.cache.store is None
     assert capsys.readouterr().err.count("database or disk is full") == 1
+
+
+def _judged_file(path, cfg, responses, score=0.75):
+    """A cache file holding `responses` judged `score` under cfg's contract, closed (its -wal and -shm gone)."""
+    loop = loop_with_cache(cfg, CountingJudge(score=score), path)
+    asyncio.run(loop.score_all([sample(i, r) for i, r in enumerate(responses)]))
+    loop.cache.close()
+
+
+def test_a_hit_is_served_when_the_file_turns_read_only_during_the_run(tmp_path, capsys):
+    """A found entry whose LRU stamp SQLite refuses (the file made read-only): before, the whole get failed, the
+    hit became a judge call and the file was dropped for the run."""
+    cfg, path = genrm_cfg(), tmp_path / "c.sqlite"
+    _judged_file(path, cfg, ["#### 3"])
+    judge = CountingJudge(score=0.25)
+    loop = loop_with_cache(cfg, judge, path)
+    loop.cache.store.conn.execute("PRAGMA query_only = 1")  # SQLite answers SQLITE_READONLY to every write
+    results = asyncio.run(loop.score_all([sample(0, "#### 3"), sample(1, "#### 4"), sample(2, "#### 5")]))
+    assert [r.score for r in results] == [0.75, 0.25, 0.25] and judge.calls == ["#### 4", "#### 5"]
+    assert loop.cache.store is not None and loop.cache.store.read_only is not None  # still served from
+    metrics = loop.take_metrics()
+    assert metrics["reward/cache_hits"] == 1 and metrics["reward/cache_errors"] == 1  # counted once, when found
+    err = capsys.readouterr().err
+    assert err.count(f"warning: reward cache {path} is read-only") == 1 and "not used" not in err
+    assert "its entries are served, new ones are kept in memory only" in err
+
+
+def test_a_file_this_user_cannot_write_is_served_and_never_written(tmp_path, capsys, monkeypatch):
+    """A shared cache file the user may read and not write (os.access says so; root may write anything, so the
+    test asks os.access rather than chmod): its entries are served, new scores are kept in memory, and neither
+    the file nor its folder is touched, while entries its owner writes during the run are served too."""
+    cfg, path = genrm_cfg(), tmp_path / "shared" / "c.sqlite"
+    _judged_file(path, cfg, ["#### 3"])
+    before = path.read_bytes()
+    cannot_write = {path.parent, path}
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: not (mode & os.W_OK and Path(p) in cannot_write) and real_access(p, mode)
+    )
+    judge = CountingJudge(score=0.25)
+    loop = loop_with_cache(cfg, judge, path)
+    results = asyncio.run(loop.score_all([sample(0, "#### 3"), sample(1, "#### 4"), sample(2, "#### 4")]))
+    assert [r.score for r in results] == [0.75, 0.25, 0.25] and judge.calls == ["#### 4"]
+    assert path.read_bytes() == before and sorted(path.parent.iterdir()) == [path]  # no -wal, -shm of its own
+    cannot_write.clear()  # the owner
+    _judged_file(path, cfg, ["#### 5"], score=0.5)
+    assert asyncio.run(loop.score(sample(3, "#### 5"))).score == 0.5 and judge.calls == ["#### 4"]
+    metrics = loop.take_metrics()
+    assert metrics["reward/cache_hits"] == 3 and metrics["reward/cache_errors"] == 1
+    assert capsys.readouterr().err.count("is read-only (the file cannot be written by this user)") == 1
+    loop.cache.close()
 
 
 TURNS = [
