@@ -22,14 +22,14 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlrm.engine.agent.engine import in_process_engine
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 from rlrm.errors import DataError
-from rlrm.inference.hf import HFRolloutEngine
-from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
+from rlrm.inference.loading import load_causal_lm, load_tokenizer, pick_device
 from rlrm.parity.config import TRUNCATIONS
 
 REQUIRED_FIELDS = ("prompt", "response", "group_id")
@@ -149,8 +149,9 @@ def _shown(value) -> str:
 def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[ParitySample]:
     """`num_prompts` x `n` responses of the profile's policy to the first prompts of its train split.
 
-    The rollout engine, the prompt encoding and the seeded requests are the trainer's own (step 0),
-    so the samples are what the first GRPO step of that profile would score.
+    The rollout engine (in the agent loop with `rollout.agent.enabled`: trajectories with their tool calls run and
+    their turns in extra_info), the prompt encoding and the seeded requests are the trainer's own (step 0), so the
+    samples are what the first GRPO step of that profile would score.
     """
     import asyncio
 
@@ -166,9 +167,7 @@ def generate_samples(profile, num_prompts: int, n: int, seed: int = 0) -> list[P
     prompt_ids, examples, _ = encode_prompts(
         train[:num_prompts], tokenizer, profile.data.max_prompt_length, profile.data.prompt_too_long
     )
-    engine = HFRolloutEngine(
-        policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id, max_batch_size=profile.rollout.max_batch_size
-    )
+    engine = in_process_engine(profile, policy, tokenizer)  # the agent loop around it with rollout.agent.enabled
 
     async def run():
         try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlrm.engine.rewards.components import COMPONENTS_KEY
+from rlrm.engine.rewards.genrm import BREAK
 from rlrm.engine.rewards.turn_scores import TURN_SCORES_KEY
 from rlrm.float32 import FLOAT32_MAX, fits_float32
 
@@ -83,7 +84,8 @@ def special_tokens_in_response(records: list[dict], ctx: LintContext) -> list[di
         "special-tokens-in-response",
         "warning",
         sorted(found),
-        f"the response holds special tokens {', '.join(tokens)}: the reward model reads them as structure, not text",
+        f"the response holds special tokens {', '.join(tokens)}: a DisRM or a custom reward reads them as structure, "
+        "not text (a GenRM judge gets them broken by a zero-width space)",
     )
 
 
@@ -196,7 +198,8 @@ def judge_template_missing_response(records: list[dict], ctx: LintContext) -> li
         for r in records
         if r.get("judge_messages") is not None
         and r["response"].strip()
-        and not any(r["response"] in m["content"] for m in r["judge_messages"])
+        # the judge's fields have special-token strings broken by a zero-width space (genrm.py `neutralise`)
+        and not any(r["response"] in m["content"].replace(BREAK, "") for m in r["judge_messages"])
     ]
     return _finding(
         "judge-template-missing-response",

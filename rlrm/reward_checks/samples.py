@@ -8,8 +8,11 @@ A file row holds `prompt` (a string, one user turn, or a list of {role, content}
 `response` (text, exactly as the reward receives it), and optionally `ground_truth` (the reference
 answer: the rule and judges that use {reference} need it), `data_source`, `group_id` and `turns` (an
 agent trajectory, as extra_info["turns"] holds it: a list of {"role": "assistant", "text": ...,
-"tool_call": {"name", "arguments"}} and {"role": "tool", "name": ..., "text": ...}). Every problem is a
-DataError that names the file and the row.
+"tool_call": {"name", "arguments"}} and {"role": "tool", "name": ..., "text": ...}). A row's turns give the
+reward the keys training gives it (num_turns, turns, tool_calls as {name, arguments, result}: a call's result is
+the text of the tool turn after it; tool_rewards), made by the agent loop's own function. With
+`rollout.agent.enabled`, `policy_samples` runs the agent loop as training does. Every problem is a DataError
+that names the file and the row.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from rlrm.engine.agent.engine import in_process_engine
+from rlrm.engine.agent.loop import trajectory_extra_info as _extra_info
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.models.tiny import resolve_model_path
@@ -28,9 +33,7 @@ from rlrm.engine.scheduling.requests import (
     sampling_params,
 )
 from rlrm.errors import DataError
-from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import (
-    eos_token_ids,
     load_causal_lm,
     load_tokenizer,
     pick_device,
@@ -120,7 +123,29 @@ def _turns(turns, where: str) -> list[dict] | None:
             raise DataError(f"{where}: turns[{k}] must be a dict with role 'assistant' or 'tool'")
         if not isinstance(turn.get("text"), str):
             raise DataError(f"{where}: turns[{k}] needs a text string")
+        if turn.get("tool_call") is not None and not isinstance(turn["tool_call"], dict):
+            raise DataError(f"{where}: turns[{k}].tool_call must be a dict of name and arguments")
     return turns
+
+
+def trajectory_extra_info(turns: list[dict]) -> dict:
+    """The extra_info keys an agent trajectory gives the reward (num_turns, turns, tool_calls, tool_rewards), made by
+    the agent loop's own function from a file's turns (rlrm/engine/agent/loop.py `trajectory_extra_info`), so a
+    call's `result` (the tool turn that answers it) is there as in training. The turns are copies: the row is not
+    changed."""
+    copied: list[dict] = []
+    tool_rewards: list[float] = []
+    for k, turn in enumerate(turns):
+        turn = dict(turn)
+        if turn["role"] == "assistant" and turn.get("tool_call"):
+            turn["tool_call"] = dict(turn["tool_call"])
+            answer = turns[k + 1] if k + 1 < len(turns) and turns[k + 1]["role"] == "tool" else None
+            if "tool_result" not in turn and answer is not None:  # the loop records it on the calling turn
+                turn["tool_result"] = answer["text"]
+            if "tool_reward" in turn:
+                tool_rewards.append(turn["tool_reward"])
+        copied.append(turn)
+    return _extra_info(copied, tool_rewards)
 
 
 def one_sample(prompt: str, response: str, ground_truth: str | None = None) -> RewardSample:
@@ -134,9 +159,7 @@ def _sample(
     question = prompt[-1]["content"]
     extra = {"question": question}
     if turns:  # verl's keys, as the agent loop gives them to the reward (rlrm/engine/agent/loop.py)
-        calls = [t["tool_call"] for t in turns if t["role"] == "assistant" and t.get("tool_call")]
-        rewards = [t["tool_reward"] for t in turns if t["role"] == "assistant" and "tool_reward" in t]
-        extra |= {"num_turns": len(turns) + 1, "turns": turns, "tool_calls": calls, "tool_rewards": rewards}
+        extra |= trajectory_extra_info(turns)
     return RewardSample(
         uid=str(group_id) if group_id is not None else f"input/{index}",
         index=index,
@@ -168,9 +191,7 @@ def policy_samples(profile, k: int, seed: int = 0) -> list[RewardSample]:
     prompt_ids, kept, _ = encode_prompts(
         examples, tokenizer, profile.data.max_prompt_length, profile.data.prompt_too_long
     )
-    engine = HFRolloutEngine(
-        policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id, max_batch_size=profile.rollout.max_batch_size
-    )
+    engine = in_process_engine(profile, policy, tokenizer)
 
     async def run():
         try:

@@ -32,6 +32,22 @@ def agent_settings(profile) -> AgentSettings:
     )
 
 
+def in_process_engine(profile, policy, tokenizer):
+    """The in-process hf rollout engine over `policy`, in the agent loop when `rollout.agent.enabled`, as the trainer
+    wraps its engine (rlrm/engine/components.py): for the commands that make samples outside training (`rlrm inspect
+    reward`, `rlrm parity reward`), so that every response is what the reward meets in training (with the agent: a
+    trajectory with its tool calls run, its observations spliced in and its turns in extra_info)."""
+    from rlrm.inference.hf import HFRolloutEngine
+    from rlrm.inference.loading import eos_token_ids
+
+    engine = HFRolloutEngine(
+        policy, eos_token_ids(tokenizer, policy), tokenizer.pad_token_id, max_batch_size=profile.rollout.max_batch_size
+    )
+    if profile.rollout.agent.enabled:
+        return AgentEngine(engine, tokenizer, agent_settings(profile))
+    return engine
+
+
 class AgentEngine:
     """`inner` with `generate` running the agent loop over it; adds agent/* to `take_metrics`."""
 

@@ -259,21 +259,27 @@ def _hint_ids(tokenizer, close: str) -> list[int]:
     return ids[-1:] if ids and tokenizer.decode(ids[-1:]) == ">" else []
 
 
+def trajectory_extra_info(turns: list[dict], tool_rewards: list[float]) -> dict:
+    """The extra_info keys a trajectory gives the reward: num_turns, tool_calls (each with the `result` its calling
+    turn recorded as `tool_result`), tool_rewards, turns."""
+    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in turns if "tool_call" in t]
+    observations = sum(1 for t in turns if t["role"] == "tool")
+    assistant = len(turns) - observations
+    # verl's reward loop merges the agent loop's `tool_extra_fields` (its tool loop puts `tool_rewards` there)
+    # into extra_info and sets extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
+    return {
+        "num_turns": observations + assistant + 1,
+        "tool_calls": calls,
+        "tool_rewards": tool_rewards,
+        "turns": turns,
+    }
+
+
 def _completion(prompt_ids: list[int], trace: _Trace, finish: str) -> Completion:
-    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in trace.turns if "tool_call" in t]
-    observations = sum(1 for t in trace.turns if t["role"] == "tool")
-    assistant = len(trace.turns) - observations
     agent = {
         "policy_versions": trace.versions,
         "turns": trace.turns,
-        # verl's reward loop merges the agent loop's `tool_extra_fields` (its tool loop puts `tool_rewards` there)
-        # into extra_info and sets extra_info["num_turns"] from `__num_turns__` = user turns + assistant turns + 1
-        "extra_info": {
-            "num_turns": observations + assistant + 1,
-            "tool_calls": calls,
-            "tool_rewards": trace.tool_rewards,
-            "turns": trace.turns,
-        },
+        "extra_info": trajectory_extra_info(trace.turns, trace.tool_rewards),
     }
     return Completion(
         prompt_ids=list(prompt_ids),

@@ -1,8 +1,19 @@
-"""GenRM client: a judge model asked through `/v1/chat/completions`, its verdict parsed and normalised."""
+"""GenRM client: a judge model asked through `/v1/chat/completions`, its verdict parsed and normalised.
+
+The judge's prompt is `reward.genrm.template` with {question}, {response}, {reference} and {turns} filled in. The
+judge's server (the embedded one, vLLM, SGLang) renders those messages with the judge's chat template and tokenizes
+the result, so a special token's *text* in a field (`<|im_end|>`, `</s>`, `[INST]`, a policy's answer or a tool's
+reply that writes one) would become the control token and could close the judge's user turn and forge an
+assistant turn that gives the verdict. Every filled-in field is therefore neutralised (`neutralise`): a zero-width
+space (U+200B) is put after the first character of each special-token string, which no tokenizer then matches as
+the token, while the judge still reads the same characters. The template's own text is left as written.
+"""
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
@@ -22,12 +33,77 @@ def parse_verdict(text: str, style: str = "score", max_score: float = 10.0) -> f
     return min(1.0, max(0.0, float(matches[-1]) / max_score))
 
 
-def judge_prompt(template: str, sample: RewardSample) -> str:
-    """The judge's question for one sample: {question}, {response}, {reference} and {turns} filled in."""
+# What breaks a special-token string: invisible, so the judge (and a reader) sees the same characters
+BREAK = "\u200b"
+# Special tokens of the common chat templates, for judges whose tokenizer rlrm does not read (a hub id, a hosted
+# API): `<|...|>` (ChatML, Llama 3, Phi, GPT, Command R, Granite...) and DeepSeek's fullwidth ones by their shape,
+# and the turn and sequence markers of Llama 2, Mistral and Gemma by name.
+GENERIC_SPECIALS = (
+    "<s>",
+    "</s>",
+    "<bos>",
+    "<eos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "[INST]",
+    "[/INST]",
+    "[SYSTEM_PROMPT]",
+    "[/SYSTEM_PROMPT]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_CALLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+)
+# <|im_end|>, and DeepSeek's with fullwidth bars (U+FF5C): <\uff5cend\u2581of\u2581sentence\uff5c>
+_BAR_SHAPED = r"<[|\uff5c][^<>|\uff5c\s]{1,64}[|\uff5c]>"
+
+
+@functools.lru_cache(maxsize=16)
+def _specials_pattern(specials: tuple[str, ...]) -> re.Pattern:
+    names = sorted({*GENERIC_SPECIALS, *specials}, key=len, reverse=True)  # the longest first
+    return re.compile("|".join([_BAR_SHAPED, *(re.escape(n) for n in names)]))
+
+
+def neutralise(text: str, specials: tuple[str, ...] = ()) -> str:
+    """`text` with every special-token string broken by a zero-width space after its first character
+    (`<|im_end|>` -> `<\\u200b|im_end|>`): the generic ones (`<|...|>`-shaped, `<s>`, `</s>`, `[INST]`...) and
+    `specials` (the judge tokenizer's, `judge_special_tokens`). Text without them is returned as it is."""
+    pattern = _specials_pattern(tuple(specials))
+    while pattern.search(text):  # again: a string that overlapped a broken one may be whole
+        text = pattern.sub(lambda m: m.group(0)[0] + BREAK + m.group(0)[1:], text)
+    return text
+
+
+@functools.lru_cache(maxsize=8)
+def judge_special_tokens(model: str | None) -> tuple[str, ...]:
+    """The special-token strings of the judge's tokenizer when `model` (reward.server.model) is a local folder that
+    holds one, else () (a hub id, a hosted model, a `tiny:` name: `neutralise`'s generic set covers the tiny
+    judge's `<|...|>` tokens). Never asks the hub: the judge prompt of a profile is the same on every machine."""
+    if not model or not Path(model).is_dir():
+        return ()
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return ()
+    found = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    found |= {t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if t.special}
+    return tuple(sorted(s for s in found if len(s) > 1 and s.strip() == s and BREAK not in s))
+
+
+def judge_prompt(template: str, sample: RewardSample, specials: tuple[str, ...] = ()) -> str:
+    """The judge's question for one sample: {question}, {response}, {reference} and {turns} filled in, each
+    `neutralise`d (`specials`: the judge tokenizer's special tokens, beside the generic ones)."""
     question = sample.extra_info.get("question") or sample.prompt[-1]["content"]
-    return template.format(
-        question=question, response=sample.solution_str, reference=sample.ground_truth, turns=render_turns(sample)
-    )
+    fields = {
+        "question": question,
+        "response": sample.solution_str,
+        "reference": sample.ground_truth,
+        "turns": render_turns(sample),
+    }
+    return template.format(**{k: neutralise(v, specials) if isinstance(v, str) else v for k, v in fields.items()})
 
 
 def render_turns(sample: RewardSample) -> str:
@@ -38,7 +114,9 @@ def render_turns(sample: RewardSample) -> str:
         assistant (turn 2): #### 46
 
     A single-turn sample is one assistant turn holding the whole response. In a trajectory each turn's line breaks
-    are written `\\n`, so no text of a turn (the policy's or a tool's) can forge the line of another turn.
+    are written `\\n`, and the other characters `str.splitlines` breaks at (U+2028, U+2029, \\x0b, \\x0c,
+    \\x1c-\\x1e, \\x85) as their escapes (`\\u2028`), so no text of a turn (the policy's or a tool's) can forge
+    the line of another turn.
     """
     turns = sample.extra_info.get("turns")
     if not isinstance(turns, list) or not turns:
@@ -57,14 +135,24 @@ def render_turns(sample: RewardSample) -> str:
     return "\n".join(lines)
 
 
+# every line break str.splitlines() honours: \r\n, \r and \n as `\n`, the others as their escapes
+_LINE_BREAKS = re.compile("\r\n|[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _escaped_break(match: re.Match) -> str:
+    c = match.group(0)
+    return "\\n" if c in ("\r\n", "\r", "\n") else c.encode("unicode_escape").decode("ascii")
+
+
 def _one_line(text) -> str:
-    """`text` on one line: its line breaks as the two characters `\\n` (backslashes as they are: LaTeX reads on)."""
-    return str(text).replace("\r\n", "\\n").replace("\r", "\\n").replace("\n", "\\n")
+    """`text` on one line: its line breaks as the two characters `\\n`, the rarer ones as their escapes
+    (`\\u2028`, `\\x0b`); backslashes as they are (LaTeX reads on)."""
+    return _LINE_BREAKS.sub(_escaped_break, str(text))
 
 
-def judge_messages(template: str, sample: RewardSample) -> list[dict]:
+def judge_messages(template: str, sample: RewardSample, specials: tuple[str, ...] = ()) -> list[dict]:
     """The conversation sent to the judge: one user turn holding `judge_prompt`."""
-    return [{"role": "user", "content": judge_prompt(template, sample)}]
+    return [{"role": "user", "content": judge_prompt(template, sample, specials)}]
 
 
 def cut_off(answer: dict) -> bool:
@@ -80,11 +168,12 @@ def cut_off_line(max_tokens: int) -> str:
 def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
     """A reward function that asks a served judge."""
     g = cfg.genrm
+    specials = judge_special_tokens(cfg.server.model)  # a local judge's own; generic ones for the others
 
     async def genrm_reward(sample: RewardSample) -> RewardResult:
         body = {
             "model": cfg.server.request_model,
-            "messages": judge_messages(g.template, sample),
+            "messages": judge_messages(g.template, sample, specials),
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,
         }

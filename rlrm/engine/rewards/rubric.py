@@ -22,12 +22,15 @@ from rlrm.config.rubric import RubricCriterion
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 from rlrm.engine.rewards.errors import UnparsedVerdict
-from rlrm.engine.rewards.genrm import cut_off, cut_off_line, judge_prompt, parse_verdict
+from rlrm.engine.rewards.genrm import cut_off, cut_off_line, judge_prompt, judge_special_tokens, parse_verdict
 
 
-def criterion_messages(prefix: str, criterion: RubricCriterion, sample: RewardSample) -> list[dict]:
-    """One criterion's conversation: the sample's filled-in prefix, then the criterion's question (not formatted)."""
-    return [{"role": "user", "content": judge_prompt(prefix, sample) + criterion.question}]
+def criterion_messages(
+    prefix: str, criterion: RubricCriterion, sample: RewardSample, specials: tuple[str, ...] = ()
+) -> list[dict]:
+    """One criterion's conversation: the sample's filled-in prefix, then the criterion's question (not formatted);
+    `specials`: the judge tokenizer's special tokens, broken in the sample's text as in a GenRM's prompt."""
+    return [{"role": "user", "content": judge_prompt(prefix, sample, specials) + criterion.question}]
 
 
 def weighted_sum(components: dict[str, float], weights: dict[str, float]) -> float:
@@ -38,11 +41,12 @@ def weighted_sum(components: dict[str, float], weights: dict[str, float]) -> flo
 def make_rubric_reward(cfg: RewardConfig, balancer) -> RewardFn:
     """A reward function that asks a served judge each of the rubric's criteria about every sample."""
     rubric, g = cfg.rubric, cfg.genrm
+    specials = judge_special_tokens(cfg.server.model)  # a local judge's own; generic ones for the others
 
     async def ask(criterion: RubricCriterion, sample: RewardSample) -> tuple[float | None, str, dict]:
         body = {
             "model": cfg.server.request_model,
-            "messages": criterion_messages(rubric.prefix, criterion, sample),
+            "messages": criterion_messages(rubric.prefix, criterion, sample, specials),
             "max_tokens": g.max_tokens,
             "temperature": g.temperature,
         }

@@ -67,3 +67,33 @@ def test_the_disrm_and_the_judge_see_the_trajectory(tmp_path, tiny_policy_path):
     judge = genrm_detail(exchange, tokenizer, cfg)
     assert f"Steps:\n{SHOWN}\nReference: 46\nAnswer: {RESPONSE}" in judge["judge_messages"][0]["content"]
     assert SHOWN in judge["judge_prompt_text"]
+
+
+def test_input_turns_give_the_reward_trainings_extra_info(tmp_path):
+    """A row's turns give the keys the agent loop gives in training (rlrm/engine/agent/loop.py): each tool call
+    with its `result` (docs/agentic.md), the calling turn with its `tool_result`; the row's dicts are not changed."""
+    from rlrm.reward_checks.samples import read_inspect_file
+
+    turns = [
+        {**TURNS[0], "tool_reward": 0.5},
+        TURNS[1],
+        {"role": "assistant", "text": "<call>lookup x</call>", "tool_call": {"name": "lookup", "arguments": "x"}},
+    ]  # the last call never ran (the budget ran out): no result, as in training
+    (sample,) = read_inspect_file(rows(tmp_path, turns=turns))
+    info = sample.extra_info
+    assert info["tool_calls"] == [
+        {"name": "calculator", "arguments": "12+34", "result": "46"},
+        {"name": "lookup", "arguments": "x", "result": None},
+    ]
+    assert info["num_turns"] == 4 and info["tool_rewards"] == [0.5]
+    assert info["turns"][0]["tool_result"] == "46" and "tool_result" not in info["turns"][2]
+    assert info["turns"][1] == TURNS[1]
+    assert "tool_result" not in TURNS[0] and "result" not in TURNS[0]["tool_call"]  # copies: TURNS is untouched
+
+
+def test_a_tool_call_that_is_no_dict_is_named(tmp_path):
+    bad = [{"role": "assistant", "text": "<call>calculator 1+1</call>", "tool_call": "calculator 1+1"}]
+    result = runner.invoke(
+        app, ["inspect", "reward", "--profile", "tiny-rule", "--input", str(rows(tmp_path, turns=bad))]
+    )
+    assert result.exit_code == 2 and "row 1: turns[0].tool_call must be a dict of name and arguments" in result.output
