@@ -41,6 +41,7 @@ from rlrm.engine.metrics.display import StepDisplay
 from rlrm.engine.metrics.guard import DivergenceGuard
 from rlrm.engine.metrics.hung_rewards import HungRewardLog
 from rlrm.engine.metrics.idle import IdleMeter
+from rlrm.engine.metrics.intervals import merged
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.metrics.samples import SampleLog
 from rlrm.engine.metrics.spans import SpanLog
@@ -355,7 +356,10 @@ class _TrainLoop:
         end = time.perf_counter()
         self.spans.extend(timer.spans)
         timed = len(timer.spans)
-        self.spans.extend(Span("rollout", "decode", s, e) for s, e in self.parts.engine.take_busy_intervals())
+        # merged: a rollout server's client gives one interval a request, which would stay in the trace (and in
+        # memory) for the whole run, past trace_detail_steps; the idle meter reads their union all the same
+        busy = merged(self.parts.engine.take_busy_intervals())
+        self.spans.extend(Span("rollout", "decode", s, e) for s, e in busy)
         row = {"step": step, **outcome.metrics, **timer.metrics()}
         row.update(self.parts.engine.take_metrics())  # rollout/retries, ... of rollout servers
         row["data/skipped_rows"] = self.parts.data_info["skipped_train"] + self.parts.data_info["skipped_test"]

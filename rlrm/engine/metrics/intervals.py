@@ -7,8 +7,11 @@ busy in, merged, so overlapping work is never counted twice.
 from __future__ import annotations
 
 
-def union_length(intervals: list[tuple[float, float]], window: tuple[float, float] | None = None) -> float:
-    """Total length covered by `intervals`, clipped to `window` if given."""
+def merged(
+    intervals: list[tuple[float, float]], window: tuple[float, float] | None = None
+) -> list[tuple[float, float]]:
+    """`intervals` (clipped to `window` if given) as the fewest disjoint intervals covering the same time, in order:
+    a rollout server's requests, one interval each and overlapping, as the spans of its busy time."""
     clipped = []
     for start, end in intervals:
         if window is not None:
@@ -16,18 +19,18 @@ def union_length(intervals: list[tuple[float, float]], window: tuple[float, floa
         if end > start:
             clipped.append((start, end))
     clipped.sort()
-    total, cur_start = 0.0, 0.0
-    cur_end: float | None = None  # None: no interval open yet (cur_start is read only with one)
+    out: list[tuple[float, float]] = []
     for start, end in clipped:
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
         else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
-    return total
+            out.append((start, end))
+    return out
+
+
+def union_length(intervals: list[tuple[float, float]], window: tuple[float, float] | None = None) -> float:
+    """Total length covered by `intervals`, clipped to `window` if given."""
+    return sum(end - start for start, end in merged(intervals, window))
 
 
 def idle_ratio(intervals: list[tuple[float, float]], window: tuple[float, float]) -> float:

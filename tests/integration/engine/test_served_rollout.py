@@ -53,6 +53,23 @@ def test_one_embedded_replica_reproduces_the_hf_backend(tmp_path, tiny_policy_pa
     assert not any("rollout/log_prob_diff_max" in r for r in rows)  # no recompute: the served log-probs were used
 
 
+def test_the_servers_requests_are_kept_as_their_busy_time_not_one_span_each(served_run):
+    """The client times every request (8 a step here, 256 in tiny-rule-served): kept one span each, they stayed in
+    trace.json and in the trainer's memory for the whole run, past logging.trace_detail_steps. The rollout lane
+    holds their union: disjoint spans, fewer than the requests, idle/rollout read from them as before."""
+    run_dir, _ = served_run
+    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    decode = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if (e.get("cat"), e.get("name")) == ("rollout", "decode")
+    )
+    requests = [e for e in events if (e.get("cat"), e.get("name")) == ("generate", "generate")]
+    assert decode and len(requests) == 3 * 8  # 4 prompts x 2 samples a step, each its own request
+    assert len(decode) < len(requests)
+    assert all(end <= start for (_, end), (start, _) in zip(decode, decode[1:]))  # disjoint: nothing twice
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert all(0.0 <= r["idle/rollout"] < 1.0 for r in rows)
+
+
 def test_distributed_weight_sync_trains_exactly_as_disk_sync(tmp_path, tiny_policy_path, served_run):
     """rollout.server.weight_sync=distributed (gloo broadcast, no files) against the default disk sync."""
     disk_dir, _ = served_run
