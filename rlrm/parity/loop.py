@@ -127,4 +127,5 @@ async def _invariance(service, cfg: RewardConfig, samples: list[ParitySample], t
         [s.group_id for s in samples],
         settings,
         cfg.server.request_timeout_s,
+        cfg.server.backend,
     )

@@ -21,6 +21,7 @@ from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.genrm import cut_off_line, parse_verdict, render_turns
 from rlrm.engine.rewards.reported import REPORTED_KEY
+from rlrm.launch.fleet.backends import backend_for
 
 VERDICT_FORMS = {"score": "'Score: N'", "boxed": "'\\boxed{N}'"}
 
@@ -58,11 +59,13 @@ def rule_detail(sample: RewardSample, cfg: RewardConfig) -> dict:
 
 def disrm_detail(sample: RewardSample, exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
     full = render_conversation(tokenizer, sample.prompt, sample.solution_str)
-    sent = list(exchange["request"]["input"]) if exchange else full[-cfg.disrm.max_length :]
+    backend = backend_for(cfg.server.backend)  # each backend's /classify shape (vLLM's, SGLang's)
+    request = exchange["request"] if exchange else {}
+    sent = list(request.get("input", request.get("input_ids", []))) if exchange else full[-cfg.disrm.max_length :]
     removed = len(full) - len(sent)
     raw = None
     if exchange and "response" in exchange:
-        raw = exchange["response"]["data"][-1]["probs"][-1]
+        raw = backend.classify_scores(exchange["response"])[-1]
     return {
         "rendered_text": tokenizer.decode(sent, skip_special_tokens=False),
         "tokens": len(sent),

@@ -23,4 +23,5 @@ async def run_invariance(service, cfg: RewardConfig, samples: list[RewardSample]
         [s.uid for s in samples],
         settings,
         cfg.server.request_timeout_s,
+        cfg.server.backend,
     )

@@ -4,6 +4,11 @@ The policy's chat template does not matter here: the reward model was trained on
 so the prompt messages plus the response (decoded without EOS) are rendered again with the reward
 model's template, tokenized without adding special tokens (a BOS the template already wrote is
 kept once, never twice), and sent as token ids. The raw logit comes back as a float32 score.
+
+The request and answer are the server backend's (`reward.server.backend`; rlrm/launch/fleet/backends.py
+`classify_body` / `classify_scores`): vLLM's /classify (also the embedded server's) with `use_activation: false`
+answers the head's raw logits in `probs`, SGLang's native /classify the same raw logits as its `embedding`; the
+score is the last label's raw logit on every backend (a reward model's only one), never a probability.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from rlrm.call_errors import BadRequest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.errors import NonFiniteScore
+from rlrm.launch.fleet.backends import backend_for
 
 
 def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:
@@ -26,6 +32,7 @@ def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[in
 def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
     """A reward function that scores with a served sequence classifier."""
     limit = cfg.disrm.max_length
+    backend = backend_for(cfg.server.backend)  # whose /classify shape the servers speak
 
     async def disrm_reward(sample: RewardSample) -> RewardResult:
         ids = render_conversation(tokenizer, sample.prompt, sample.solution_str)
@@ -34,12 +41,10 @@ def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
             if cfg.disrm.too_long == "error":
                 raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
             ids = ids[-limit:]  # keep the end: the response is what is being judged
-        body = await balancer.post(
-            "/classify",
-            {"model": cfg.server.request_model, "input": ids, "use_activation": False},
-            cfg.server.request_timeout_s,
+        answer = await balancer.post(
+            "/classify", backend.classify_body(cfg.server.request_model, ids), cfg.server.request_timeout_s
         )
-        value = body["data"][-1]["probs"][-1]
+        value = backend.classify_scores(answer)[-1]
         score = np.float32(value if value is not None else np.nan)
         if not np.isfinite(score):
             raise NonFiniteScore(f"DisRM returned {value} for sample {sample.uid}")

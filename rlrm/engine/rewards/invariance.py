@@ -11,6 +11,8 @@ reward-model evaluation: padding side, missing position ids, batch statistics le
 Each setting sends its batches one request at a time, each request holding exactly one batch, so the
 server runs exactly that batch (`/classify` keeps a request's inputs together); left padding uses
 rlrm's `padding_side` request field. The reference is one sample per request (no padding at all).
+Requests and answers are in the servers' backend's /classify shape (`backend`: vLLM's, which the embedded server
+speaks, by default; SGLang's native one; rlrm/launch/fleet/backends.py), the score the raw logit either way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlrm.call_errors import BadRequest
+from rlrm.launch.fleet.backends import Backend, backend_for
 
 # Allowed |difference| per dtype, relative to max(1, RMS of the reference scores): a few units in the
 # last place of the dtype's mantissa, after a reduction order change (float32 2^-23, bf16 2^-8, fp16 2^-11).
@@ -65,31 +68,45 @@ def compare_scores(reference: np.ndarray, other: np.ndarray, groups: list[str], 
 
 
 async def score_batches(
-    balancer, model: str | None, ids: list[list[int]], batch: int, side: str, timeout_s: float
+    balancer,
+    model: str | None,
+    ids: list[list[int]],
+    batch: int,
+    side: str,
+    timeout_s: float,
+    backend: Backend | str = "embedded",
 ) -> np.ndarray:
     """[B] float32 scores, sent `batch` sequences per request, one request at a time."""
+    engine = backend_for(backend)
     out: list[float] = []
     for start in range(0, len(ids), batch):
-        body = {"model": model, "input": ids[start : start + batch], "use_activation": False}
+        body = engine.classify_body(model, ids[start : start + batch])
         if side == "left":
             body["padding_side"] = "left"
         answer = await balancer.post("/classify", body, timeout_s)
-        out += [d["probs"][-1] if d["probs"][-1] is not None else np.nan for d in answer["data"]]
+        out += [s if s is not None else np.nan for s in engine.classify_scores(answer)]
     return np.asarray(out, dtype=np.float32)
 
 
 async def check_invariance(
-    balancer, model: str | None, ids: list[list[int]], groups: list[str], settings: InvarianceSettings, timeout_s: float
+    balancer,
+    model: str | None,
+    ids: list[list[int]],
+    groups: list[str],
+    settings: InvarianceSettings,
+    timeout_s: float,
+    backend: Backend | str = "embedded",
 ) -> dict:
-    """Every setting of `settings_to_run` against one sample per request; `passed` when all are within tolerance."""
-    reference = await score_batches(balancer, model, ids, 1, "right", timeout_s)
+    """Every setting of `settings_to_run` against one sample per request; `passed` when all are within tolerance.
+    `backend`: the servers' (`reward.server.backend`), whose /classify shape the requests take."""
+    reference = await score_batches(balancer, model, ids, 1, "right", timeout_s, backend)
     finite = reference[np.isfinite(reference)].astype(np.float64)
     scale = max(1.0, float(np.sqrt(np.mean(finite**2)))) if len(finite) else 1.0
     tolerance = settings.tolerance if settings.tolerance is not None else DTYPE_TOLERANCE[settings.dtype] * scale
     comparisons, skipped = [], []
     for name, batch, side in settings_to_run(len(ids), settings.max_batch):
         try:
-            scores = await score_batches(balancer, model, ids, batch, side, timeout_s)
+            scores = await score_batches(balancer, model, ids, batch, side, timeout_s, backend)
         except BadRequest as exc:
             if side != "left":
                 raise

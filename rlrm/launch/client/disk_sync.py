@@ -80,9 +80,12 @@ class DiskSync:
         return None
 
     def dead(self, url: str) -> bool:
-        """A launched replica that is down or being restarted (its restart loads the current version)."""
+        """A launched replica that is down or being restarted (its restart loads the current version). False for
+        any other URL: the router in front (the fleet restarts it, and it takes no weights) is no replica of the
+        pool, and `not pool.alive(router)` once made every failed request wait for a replica restart that never
+        came (rlrm/launch/client/rollout_engine.py)."""
         pool = self.fleet.pool
-        return pool is not None and (url in pool.restarting or not pool.alive(url))
+        return pool is not None and url in pool.urls and (url in pool.restarting or not pool.alive(url))
 
     def load_current(self, url: str) -> tuple[int, str | None]:
         """The current version into a restarted replica, unless it holds it already: (that version, None when it

@@ -57,7 +57,7 @@ from rlrm.launch.client.replica_info import TrainerModel, check_replicas
 from rlrm.launch.client.version_gate import VersionGate
 from rlrm.launch.client.weight_broadcast import FleetBroadcast, WeightBroadcast
 from rlrm.launch.fleet.ray_replicas import check_weights_reach
-from rlrm.launch.fleet.server_fleet import ServerFleet
+from rlrm.launch.fleet.server_fleet import ServerFleet, death_line
 
 # most requests sent in one batched /generate call (SGLang's list form); the replica batches them with its other requests
 MAX_COALESCE = 64
@@ -255,7 +255,9 @@ class ServerRolloutEngine:
                 else:
                     failures += 1
                 if failures > self.max_retries:
-                    raise RolloutServerError(f"rollout request failed after {failures} attempts; last: {last}")
+                    raise RolloutServerError(
+                        f"rollout request failed after {failures} attempts; last: {last}{self._router_death(url)}"
+                    )
                 self.counters["rollout/retries"] += len(items)
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** max(0, failures - 1)))
         except BaseException as exc:  # every caller gets an answer, never a hang
@@ -306,14 +308,15 @@ class ServerRolloutEngine:
     async def _pick(self, tried: set[str]) -> str:
         """The least busy healthy replica not tried yet for this request (the router, when one is in front).
         A replica being restarted serves only once it holds the current weights; while every launched
-        replica is down, this waits for the supervisor to bring one back (at most its start timeout)."""
+        replica is down, or the router in front is dead or being restarted, this waits for the fleet's
+        supervisor to bring it back (at most the start timeout and the sync timeout)."""
         b, deadline = self._live_balancer(), None
         while True:
             usable = [u for u in b.urls if b.healthy[u] and not self._restarting(u)]
             fresh = [u for u in usable if u not in tried] or usable
             if fresh:
                 return b.least_busy(fresh)
-            if self.fleet.pool is None:
+            if self.fleet.pool is None and self.fleet.router is None:
                 return b.pick()  # running servers: nobody restarts them, the call fails and is counted
             deadline = deadline or time.monotonic() + self.fleet.spec.start_timeout_s + self.sync_timeout_s
             if time.monotonic() > deadline:
@@ -326,8 +329,19 @@ class ServerRolloutEngine:
         return self.balancer
 
     def _restarting(self, url: str) -> bool:
-        pool = self.fleet.pool
+        """A launched replica being restarted, or the router in front while it is dead or being restarted."""
+        pool, router = self.fleet.pool, self.fleet.router
+        if router is not None and url == router.url:
+            return self.fleet.router_down()
         return pool is not None and url in pool.restarting
+
+    def _router_death(self, url: str) -> str:
+        """For a failed request's error: that the router it went to died and is being restarted ('' otherwise)."""
+        router = self.fleet.router
+        if router is None or url != router.url or not self.fleet.router_down():
+            return ""
+        death = self.fleet.router_death if router.alive() else death_line(router)
+        return f"; the SGLang router died ({death}) and is being restarted on its port"
 
     def _stale(self, version: int | None, sent_version: int) -> bool:
         if not self.wire.carries_version:

@@ -6,7 +6,8 @@
     for path, payload in wire.sync_calls("/dev/shm/.../v3", version=3): POST path payload
 
 SGLang (and rlrm's embedded server): `POST /generate` with `input_ids`, `sampling_params`
-(temperature, top_p, top_k, max_new_tokens, stop_token_ids, sampling_seed) and `return_logprob`;
+(temperature, top_p, top_k, max_new_tokens, stop_token_ids, sampling_seed) and `return_logprob`
+(top_k off is sent as -1, which SGLang and vLLM both take: SGLang refuses 0);
 the answer has `output_ids` and `meta_info` {output_token_logprobs [[logprob, id, text]...],
 finish_reason {type}, weight_version}. Weights: `POST /update_weights_from_disk` {model_path,
 load_format, weight_version, abort_all_requests} -> {success, message, num_paused_requests}
@@ -42,6 +43,13 @@ def _float32(values) -> list[float]:
     return array("f", values).tolist()
 
 
+def top_k_off_as_minus_one(top_k: int) -> int:
+    """rlrm's top_k (-1 or 0: off, as in HF/TRL) as every engine takes it: -1 for off. SGLang refuses 0
+    (SamplingParams.verify: "top_k must be -1 (disable) or at least 1"); vLLM takes -1 in every release (0.32:
+    0 or -1, "quietly accept -1 as disabled"; older releases refused 0), as does rlrm's embedded server."""
+    return -1 if top_k <= 0 else top_k
+
+
 class SGLangWire:
     """SGLang's native API (also what rlrm's embedded server speaks)."""
 
@@ -53,7 +61,7 @@ class SGLangWire:
         params: dict[str, object] = {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
+            "top_k": top_k_off_as_minus_one(sampling.top_k),
             "max_new_tokens": sampling.max_new_tokens,
             "sampling_seed": seed,
         }
@@ -172,7 +180,7 @@ class VllmWire:
             "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
+            "top_k": top_k_off_as_minus_one(sampling.top_k),
             "seed": seed,
             "logprobs": 0,
             "return_token_ids": True,

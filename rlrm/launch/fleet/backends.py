@@ -4,6 +4,8 @@
     backend.argv(launch, "127.0.0.1", 8000)            # the replica's command line (`--dry-run` prints it)
     backend.env(api_key, Role.POLICY, "cpu")           # the variables its process needs
     backend.probe(Role.POLICY)                         # the request that tells it serves the role
+    backend.classify_body(model, ids)                  # a DisRM's /classify request ...
+    backend.classify_scores(answer)                    # ... and the score of each input in its answer
     backend.native_generate                            # capabilities, read where the fleet and client decide
 
 Everything that differs between backends lives here; the fleet (rlrm/launch/fleet/server_fleet.py), its health
@@ -106,10 +108,14 @@ def engine_device(gpu_ids: Sequence[int] | None = None) -> str:
 
 @dataclass(frozen=True)
 class Probe:
-    """One tiny request a server of a role must answer in its endpoint's shape (rlrm/launch/fleet/health.py)."""
+    """One tiny request a server of a role must answer in its endpoint's shape (rlrm/launch/fleet/health.py).
+    `refused_hint`: appended to the error when the server refuses it (400/404): how to serve the role.
+    `answered`: whether a 200's JSON is in the backend's shape for the path (None: health.py's check of the path)."""
 
     path: str
     body: Callable[[str | None], dict[str, Any]]
+    refused_hint: str = ""
+    answered: Callable[[Any], bool] | None = None
 
 
 CHAT_PROBE = Probe(
@@ -121,6 +127,7 @@ CHAT_PROBE = Probe(
         "temperature": 0,
     },
 )
+# a DisRM's probe: `Backend.probe` builds it from the backend's own /classify body (`classify_body`)
 CLASSIFY_PROBE = Probe("/classify", lambda model: {"model": model, "input": "ok", "use_activation": False})
 # rollout servers: SGLang's native /generate with token ids (embedded, sglang), or vLLM's completions
 GENERATE_PROBE = Probe(
@@ -169,13 +176,48 @@ class Backend:
         """Environment variables its process needs."""
         return {}
 
+    # how a server of this backend is made to serve /classify, said when one refuses the probe (400/404); the
+    # embedded backend's /classify is vLLM's, so a vLLM given as `addresses` is named too
+    classify_hint: ClassVar[str] = (
+        "; a DisRM must be served for classification (rlrm's server: --role disrm; a vLLM: --runner pooling "
+        "--convert classify; rlrm adds these to the servers it launches)"
+    )
+
     def probe(self, role: Role) -> Probe:
         """The request that tells a server of this backend serves `role`."""
         if role is Role.DISRM:
-            return CLASSIFY_PROBE
+            return Probe(
+                "/classify",
+                lambda model: self.classify_body(model, "ok"),
+                refused_hint=self.classify_hint,
+                answered=self._scores_in,
+            )
         if role is Role.GENRM:
             return CHAT_PROBE
         return GENERATE_PROBE if self.native_generate else COMPLETIONS_PROBE
+
+    def classify_body(self, model: str | None, inputs: str | list[int] | list[list[int]]) -> dict[str, Any]:
+        """A DisRM's POST /classify body for one text, one sequence of token ids or a batch of them: vLLM's
+        (`{"model", "input", "use_activation": false}`), which rlrm's embedded server serves too."""
+        return {"model": model, "input": inputs, "use_activation": False}
+
+    def classify_scores(self, answer: Any) -> list[float | None]:
+        """The score of each input of a /classify answer (KeyError, IndexError or TypeError when it is not in
+        this backend's shape; None for a non-finite score the server sent as null).
+
+        The score is the sequence classifier's raw logit of its last label: vLLM (and the embedded server) answer
+        `{"data": [{"probs": [...]}]}`, which with `use_activation: false` holds the classifier head's raw
+        logits, not softmax/sigmoid probabilities; `probs[-1]` is the last label's, a reward model's only one.
+        SGLang's override reads the same logit from its own answer."""
+        return [entry["probs"][-1] for entry in answer["data"]]
+
+    def _scores_in(self, answer: Any) -> bool:
+        """Whether a /classify answer holds a score in this backend's shape (`classify_scores` reads it)."""
+        try:
+            scores = self.classify_scores(answer)
+        except (KeyError, IndexError, TypeError):
+            return False
+        return len(scores) > 0 and all(s is None or isinstance(s, (int, float)) for s in scores)
 
     def require(self) -> None:
         """Raise a one-line error naming the variable and the setup command when its environment is missing."""
@@ -237,6 +279,10 @@ class VllmBackend(Backend):
     native_generate = False
     # vLLM documents no equivalent of SGLang's update_weights_from_distributed
     supports_distributed_weight_sync = False
+    classify_hint = (  # a vLLM started for generation has no /classify (404), or refuses it for its runner (400)
+        "; a DisRM must be served for classification (vLLM: --runner pooling --convert classify, which rlrm adds to "
+        "the vLLM servers it launches)"
+    )
 
     def argv(self, launch: ReplicaLaunch, host: str, port: int, python: str | None = None) -> list[str]:
         model, role = launch.model_path, launch.role
@@ -290,6 +336,23 @@ class SGLangBackend(Backend):
     name = "sglang"
     needs_gpu = True
     key_in_env = False  # SGLang's documented way to take a key is --api-key (visible in `ps`)
+    classify_hint = (
+        "; a DisRM must be served for classification (SGLang: --is-embedding, which rlrm adds to the SGLang servers "
+        "it launches; SGLang's native /classify takes input_ids or text)"
+    )
+
+    def classify_body(self, model: str | None, inputs: str | list[int] | list[list[int]]) -> dict[str, Any]:
+        """SGLang's native /classify (http_server.py `classify_request(obj: EmbeddingReqInput)`): `text`, or
+        `input_ids` (one list of ids, or a list of them for a batch). It names no model (one per server)."""
+        return {"text": inputs} if isinstance(inputs, str) else {"input_ids": inputs}
+
+    def classify_scores(self, answer: Any) -> list[float | None]:
+        """SGLang answers /classify as an embedding request: `{"embedding": [...], "meta_info": {...}}`, a list of
+        those for a batch. A sequence classifier's (reward model's) embedding is its pooled head output, raw
+        logits with no activation (e.g. Qwen2ForRewardModel: last-token pooling, normalize=False): `[-1]` is the
+        last label's raw logit, the quantity vLLM's `probs[-1]` holds with use_activation false (the base class)."""
+        answers = answer if isinstance(answer, list) else [answer]
+        return [entry["embedding"][-1] for entry in answers]
 
     def argv(self, launch: ReplicaLaunch, host: str, port: int, python: str | None = None) -> list[str]:
         model = launch.model_path

@@ -18,18 +18,12 @@ import functools
 import json
 import re
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from rlrm.launch.common import progress
 from rlrm.launch.common.roles import Role
 from rlrm.launch.fleet.backends import Backend, Probe, backend_for
 from rlrm.launch.fleet.process import ServerStartError
-
-# a vLLM started for generation has no /classify (404), or refuses it for its runner (400)
-_CLASSIFY_HINT = (
-    "; a DisRM must be served for classification (vLLM: --runner pooling --convert classify, which rlrm adds to the "
-    "vLLM servers it launches)"
-)
 
 
 async def check_servers(
@@ -101,7 +95,7 @@ async def _check_one(
     while True:
         # a port that accepts and never answers must not hold the check past start_timeout_s
         probe_s = min(request_timeout_s, max(1.0, deadline - time.monotonic()))
-        failure, final = await _probe(session, url, path, body(model), probe_s, section, model)
+        failure, final = await _probe(session, url, path, body(model), probe_s, section, model, probe)
         if failure is None and role.takes_weights:
             return await _not_a_policy(session, url, probe_s, section)
         if failure is None or final:
@@ -129,8 +123,10 @@ async def _probe(
     timeout_s: float,
     section: str = "reward.server",
     model: str | None = None,
+    probe: Probe | None = None,
 ) -> tuple[str | None, bool]:
-    """(what failed or None, whether that failure is final)."""
+    """(what failed or None, whether that failure is final). `probe`, the request's own: its hint follows a 400 or
+    404 (how to serve the role on its backend), its shape check judges a 200."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -156,9 +152,9 @@ async def _probe(
     if status >= 500 or status == 429:
         return f"POST {path} answered {_status(status)}: {_message(text)}", False
     if status >= 400:
-        hint = _CLASSIFY_HINT if path == "/classify" and status in (400, 404) else ""
+        hint = probe.refused_hint if probe is not None and status in (400, 404) else ""
         return f"POST {path} answered {status}: {_message(text)}{hint}", True
-    if not _has_shape(path, text):
+    if not _has_shape(path, text, probe.answered if probe is not None else None):
         return f"POST {path} answered 200 but not in the {path} shape: {text[:120]!r}", True
     return None, True
 
@@ -265,9 +261,13 @@ def tls_failure(exc: Exception) -> str:
     return f"the TLS handshake failed ({reason}); is it served over https at this port?"
 
 
-def _has_shape(path: str, text: str) -> bool:
+def _has_shape(path: str, text: str, answered: Callable[[Any], bool] | None = None) -> bool:
+    """Whether a 200's body is in the path's shape: `answered`'s judgement where the probe has one (a DisRM's
+    /classify: vLLM's `{"data": [{"probs"}]}`, SGLang's `{"embedding"}`; rlrm/launch/fleet/backends.py)."""
     try:
         out = json.loads(text)
+        if answered is not None:
+            return answered(out)
         if path == "/classify":
             return isinstance(out["data"][0]["probs"], list)
         if path == "/generate":

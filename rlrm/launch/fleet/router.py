@@ -9,7 +9,8 @@ balancer. Each router gets its own Prometheus port, so two routers on one host n
 The router retries a failed upstream request on another worker by itself, so a dead replica never
 reaches rlrm's own counters. `RouterCounters` reads the router's retry and upstream-error counters
 from that Prometheus port (names as 0.3.2 exposes them, `smg_worker_retries_total` and
-`smg_worker_errors_total`, and as older releases did, `sgl_router_*`), as deltas per call.
+`smg_worker_errors_total`, and as older releases did, `sgl_router_*`), as deltas per call, with the restarts of a
+router that died (the fleet restarts it on its ports: rlrm/launch/fleet/server_fleet.py).
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def wait_for_workers(router: ServerProcess, count: int, timeout_s: float) -> Non
     deadline = time.monotonic() + timeout_s
     healthy = 0
     while True:
+        if router.exit_code() is not None:  # died (or was stopped) meanwhile: nothing to wait for
+            raise ServerStartError(
+                f"the SGLang router at {router.url} exited with code {router.exit_code()} while its workers were "
+                f"waited for: {router.why()}"
+            )
         try:
             page = http.get(router.url + "/workers", timeout_s=2.0)
             if page.status == 404:
@@ -120,14 +126,23 @@ def parse_router_counters(text: str) -> dict[str, float]:
 
 
 class RouterCounters:
-    """Per-call deltas of a router's retry and upstream-error counters.
+    """Per-call deltas of a router's retry and upstream-error counters, and of its restarts.
 
     counters = RouterCounters(router_metrics_url(router), prefix="reward/")
     counters.take()   # {"reward/router_retries": 3.0, "reward/router_errors": 3.0} since the last call
+    counters.restarted()   # the fleet restarted the router (rlrm/launch/fleet/server_fleet.py)
+    counters.take()   # ... and "reward/router_restarts": 1.0 (only in a call that has restarts to report)
     """
 
     def __init__(self, metrics_url: str, prefix: str, timeout_s: float = 2.0):
         self.metrics_url, self.prefix, self.timeout_s = metrics_url, prefix, timeout_s
+        self._last = dict.fromkeys(ROUTER_COUNTERS, 0.0)
+        self.restarts = 0
+        self._restarts_seen = 0
+
+    def restarted(self) -> None:
+        """The router was started again: counted, and its new process counts from zero."""
+        self.restarts += 1
         self._last = dict.fromkeys(ROUTER_COUNTERS, 0.0)
 
     def take(self) -> dict[str, float]:
@@ -141,4 +156,7 @@ class RouterCounters:
             return {}
         deltas = {f"{self.prefix}router_{key}": max(0.0, now[key] - self._last[key]) for key in now}
         self._last = now
+        restarts, self._restarts_seen = self.restarts - self._restarts_seen, self.restarts
+        if restarts:
+            deltas[f"{self.prefix}router_restarts"] = float(restarts)
         return deltas

@@ -13,12 +13,21 @@ the SGLang router in front and teardown live here once; the roles differ only in
 their readiness probe calls and in what a restarted replica must be given before it serves.
 With `launch_on: ray` the replicas are placed on Ray nodes (rlrm/launch/fleet/ray_replicas.py: a placement
 group, one small actor per replica owning its process there); the pool supervises them as local ones.
+
+The router is supervised too: when its process dies (OOM-killed, a crash), one line says so (exit code, log
+tail) and it is started again on its port (its clients keep its address) and waited for until it routes to the
+live replicas; `router_restarts` counts those restarts (and `RouterCounters` reports them as
+`<prefix>router_restarts`), apart from the replicas' `restarts`. While it is down `router_down()` is true: the
+rollout engine sends nothing to it until it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import sys
+import threading
 from typing import Awaitable, Callable, cast
 
 from rlrm.errors import ConfigError
@@ -98,6 +107,13 @@ class ServerFleet:
         self.router_counters: RouterCounters | None = None
         self.replica_urls: list[str] = [server_root(u) for u in spec.addresses]
         self._supervisor: asyncio.Task | None = None
+        self._router_watch: asyncio.Task | None = None  # restarts the router when it died (`_watch_router`)
+        self.router_restarts = 0
+        self.router_death = ""  # exit code and cause of the router's last death
+        self._router_restarting = False
+        # `close` and a router restart's launch one at a time: no router is launched once `close` began
+        self._router_lock = threading.Lock()
+        self._closing = False
 
     @property
     def metrics_prefix(self) -> str:
@@ -209,6 +225,7 @@ class ServerFleet:
         """Launch (or check) the replicas, then the router; anything started is stopped again on failure."""
         spec = self.spec
         use_router = self.uses_router()  # a wrong choice fails before anything starts
+        self._closing = False
         try:
             if spec.addresses:  # servers someone else runs: healthy, and of the right role, before any training starts
                 await check_servers(
@@ -251,6 +268,7 @@ class ServerFleet:
                 await asyncio.to_thread(self.router.start)
                 await asyncio.to_thread(wait_for_workers, self.router, len(self.replica_urls), spec.start_timeout_s)
                 self.router_counters = RouterCounters(router_metrics_url(self.router), prefix=self.metrics_prefix)
+                self._router_watch = asyncio.get_running_loop().create_task(self._watch_router())
         except BaseException:
             await self.close()
             raise
@@ -283,13 +301,64 @@ class ServerFleet:
 
     @property
     def restarts(self) -> int:
+        """Restarts of replicas (the router's are `router_restarts`)."""
         return self.pool.restarts if self.pool is not None else 0
 
+    def router_down(self) -> bool:
+        """Whether the router in front is dead or being restarted (False without one): send nothing to it."""
+        return self.router is not None and (self._router_restarting or not self.router.alive())
+
+    async def _watch_router(self, interval_s: float = 1.0) -> None:
+        """Restart the router when its process died (run as a task beside the pool's supervisor; cancelled at
+        close). A restart that fails is killed and tried again on the next round."""
+        while not self._closing:
+            router = self.router
+            if router is not None and not router.alive():
+                self.router_restarts += 1
+                if self.router_counters is not None:
+                    self.router_counters.restarted()
+                self.router_death = death_line(router)
+                print(
+                    f"rlrm: the SGLang router died ({self.router_death}); restarting it on its port {router.port}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self._router_restarting = True
+                try:
+                    await asyncio.to_thread(self._restart_router, router)
+                except Exception as exc:  # any failure to start: killed, and tried again on the next round
+                    if not self._closing:
+                        print(
+                            f"rlrm: the SGLang router did not come back ({exc}); trying again",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        await asyncio.to_thread(router.kill)
+                finally:
+                    self._router_restarting = False
+            await asyncio.sleep(interval_s)
+
+    def _restart_router(self, router: ServerProcess) -> None:
+        """(a worker thread) The dead router again on its port, waited for until it routes to the replicas that
+        are up (a replica being restarted registers once healthy, as at start)."""
+        router.kill()  # what is left of its process group
+        with self._router_lock:
+            if self._closing:
+                return
+            router.launch()
+        router.wait_ready()
+        pool = self.pool
+        up = [u for u in self.replica_urls if pool is None or (pool.alive(u) and u not in pool.restarting)]
+        wait_for_workers(router, max(1, len(up)), self.spec.start_timeout_s)
+
     async def close(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            await asyncio.gather(self._supervisor, return_exceptions=True)
-            self._supervisor = None
+        with self._router_lock:  # a router restart under way launches nothing from here on
+            self._closing = True
+        for task in (self._supervisor, self._router_watch):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._supervisor = self._router_watch = None
         if self.router is not None:
             await asyncio.to_thread(self.router.stop)
         if self.pool is not None:
@@ -297,6 +366,23 @@ class ServerFleet:
         if self.placer is not None:
             await asyncio.to_thread(self.placer.close)
             self.placer = None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the router colours its log lines, in a file too
+
+
+def death_line(server: ServerProcess) -> str:
+    """`exit code -9 (SIGKILL); log ends: ...` for a server process found dead: its exit code (the signal that
+    killed it) and its last log line, uncoloured and cut to one line."""
+    code = server.exit_code()
+    signal_name = ""
+    if code is not None and code < 0:
+        try:
+            signal_name = f" ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    tail = _ANSI.sub("", server.why(lines=1))[:300]
+    return f"exit code {code}{signal_name}; log ends: {tail}"
 
 
 def fleet_key(spec: FleetSpec, configured: str | None) -> str | None:

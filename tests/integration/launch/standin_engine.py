@@ -5,7 +5,12 @@
 It answers the requests rlrm's rollout engine sends (vLLM: /v1/completions with token ids,
 /collective_rpc reload_weights, /reset_prefix_cache; SGLang: /generate, /update_weights_from_disk,
 /get_model_info, and the distributed path: /init_weights_update_group, /update_weights_from_distributed,
-/destroy_weights_update_group) in the shapes their documentation gives, samples nothing real (a
+/destroy_weights_update_group) in the shapes their documentation gives, and refuses what they refuse of
+those (a top_k SGLang's SamplingParams.verify refuses: 0 or below -1; vLLM 0.32's: below -1). The SGLang kind also
+serves a DisRM's native POST /classify as SGLang does (python/sglang/srt/entrypoints/http_server.py
+`classify_request(obj: EmbeddingReqInput)`): `input_ids` (one list, or a list of lists) or `text`, answered
+{"embedding": [score], "meta_info": {...}} (a list of those for a batch), the score a deterministic function of
+the ids standing in for a sequence classifier's raw logit; neither given is a 400. It samples nothing real (a
 deterministic function of prompt and seed), and appends every call to `--log` as one JSON line, with
 whether the weights folder it was told to load held a safetensors file at that moment, and for a
 distributed update the sum of every tensor it received (it joins the trainer's gloo group for real:
@@ -50,6 +55,10 @@ def build(
         async def completions(request: Request):
             body = await request.json()
             record("/v1/completions", body)
+            top_k = body.get("top_k")
+            if top_k is not None and top_k < -1:  # vLLM 0.32's SamplingParams._verify_args
+                message = f"top_k must be 0 (disable), or at least 1, got {top_k}."
+                return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": 400}}, 400)
             ids = tokens(body["prompt"], body.get("seed") or 0, body["max_tokens"])
             if token_delay:  # token by token, each naming the weights loaded when it is sampled: 1000 + version
                 ids = []
@@ -99,6 +108,11 @@ def build(
             prompts = body["input_ids"] if batch else [body["input_ids"]]
             params = body.get("sampling_params", {})
             params = params if isinstance(params, list) else [params] * len(prompts)
+            for sp in params:  # SGLang's SamplingParams: -1 becomes "all tokens", then verify()
+                top_k = sp.get("top_k", -1)
+                if top_k != -1 and top_k < 1:
+                    message = f"top_k must be -1 (disable) or at least 1, got {top_k}."
+                    return JSONResponse({"error": {"message": message}}, 400)  # SGLang's _create_error_response
             outs = []
             for prompt, sp in zip(prompts, params):
                 ids = tokens(prompt, sp.get("sampling_seed") or 0, sp.get("max_new_tokens", 8))
@@ -178,6 +192,23 @@ def build(
             if group is not None:
                 group.close()
             return {"success": True, "message": "Succeeded to destroy custom process group."}
+
+        @app.post("/classify")
+        async def classify(request: Request):
+            body = await request.json()
+            record("/classify", body)
+            ids, text = body.get("input_ids"), body.get("text")
+            if ids is None and text is None:
+                return JSONResponse({"error": {"message": "Either text or input_ids should be provided."}}, 400)
+            if ids is None:
+                ids = [[ord(c) for c in t] for t in text] if isinstance(text, list) else [ord(c) for c in text]
+            batch = bool(ids) and isinstance(ids[0], list)
+
+            def answer(seq: list[int]) -> dict:
+                score = (sum(seq) * 31 + len(seq)) % 97 / 8.0 - 6.0  # a raw logit, any sign
+                return {"embedding": [score], "meta_info": {"id": "standin", "prompt_tokens": len(seq)}}
+
+            return [answer(seq) for seq in ids] if batch else answer(ids)
 
         @app.get("/get_model_info")
         async def get_model_info():

@@ -50,7 +50,28 @@ def test_the_readiness_probe_is_the_backends_endpoint_for_the_role(backend, poli
     assert engine.probe(Role.POLICY).path == policy_path  # vLLM serves no /generate
     assert engine.probe(Role.GENRM).path == "/v1/chat/completions"
     assert engine.probe(Role.DISRM).path == "/classify"
-    assert engine.probe(Role.DISRM).body("rm") == {"model": "rm", "input": "ok", "use_activation": False}
+    if backend == "sglang":  # SGLang's native /classify: an EmbeddingReqInput, `text` or `input_ids`
+        assert engine.probe(Role.DISRM).body("rm") == {"text": "ok"}
+    else:
+        assert engine.probe(Role.DISRM).body("rm") == {"model": "rm", "input": "ok", "use_activation": False}
+
+
+def test_each_backend_owns_its_classify_request_and_reads_the_same_raw_logit_from_its_answer():
+    vllm, sglang = backend_for("vllm"), backend_for("sglang")
+    assert backend_for("embedded").classify_body("rm", [1, 2]) == vllm.classify_body("rm", [1, 2])
+    assert vllm.classify_body("rm", [[1, 2], [3]]) == {"model": "rm", "input": [[1, 2], [3]], "use_activation": False}
+    assert sglang.classify_body("rm", [1, 2]) == {"input_ids": [1, 2]}
+    assert sglang.classify_body("rm", [[1, 2], [3]]) == {"input_ids": [[1, 2], [3]]}
+    # vLLM with use_activation false: `probs` are the head's raw logits; SGLang's embedding is the same raw logits
+    vllm_answer = {"data": [{"index": 0, "probs": [-0.5, 2.25], "num_classes": 2}, {"index": 1, "probs": [None]}]}
+    assert vllm.classify_scores(vllm_answer) == [2.25, None]
+    assert sglang.classify_scores({"embedding": [-0.5, 2.25], "meta_info": {"id": "a"}}) == [2.25]
+    assert sglang.classify_scores([{"embedding": [1.5]}, {"embedding": [-3.0]}]) == [1.5, -3.0]
+    for engine, other in ((vllm, {"embedding": [1.0]}), (sglang, vllm_answer)):
+        assert not engine.probe(Role.DISRM).answered(other)  # the other backend's shape is no answer
+    assert vllm.probe(Role.DISRM).answered(vllm_answer) and sglang.probe(Role.DISRM).answered({"embedding": [0.5]})
+    assert "--runner pooling --convert classify" in vllm.probe(Role.DISRM).refused_hint
+    assert "--is-embedding" in sglang.probe(Role.DISRM).refused_hint
 
 
 def test_capabilities_decide_what_differs():
