@@ -28,8 +28,9 @@ from rlrm.launch.common.ray_head import check_ray_head
 def check_inputs(profile: Profile) -> None:
     """Fail before a run folder exists: a tracker extra not installed, a user tool that does not import, a weights
     folder that is a file, a missing local model (policy, reference, reward), an unreadable local dataset, more local
-    actor ranks than devices, a Ray address where no head answers, a reward.cache.path that is not a reward cache, or
-    a custom reward function that does not import or cannot take verl's arguments."""
+    actor ranks than devices, a Ray address where no head answers, a reward.cache.path that is not a reward cache, a
+    custom reward function that does not import or cannot take verl's arguments, or a judge temperature the SGLang
+    router in front of the judge refuses."""
     check_trackers(profile.logging)
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
@@ -41,6 +42,7 @@ def check_inputs(profile: Profile) -> None:
         check_cache_file(reward.cache.path)
     check_actor_ranks(profile)
     check_ray_heads(profile)
+    check_judge_router(profile)
     reward_model = (
         profile.reward.server.model if profile.reward.model_kind and not profile.reward.server.addresses else None
     )
@@ -55,6 +57,29 @@ def check_inputs(profile: Profile) -> None:
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
     if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
         check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
+
+
+SGLANG_ROUTER_MAX_TEMPERATURE = 2.0  # sglang-router validates chat requests: temperature in [0, 2]
+
+
+def check_judge_router(profile: Profile) -> None:
+    """A judge temperature the SGLang router in front of the judge refuses (it answers every request 400): one line
+    now, not a step whose every sample failed. rlrm's own servers take any temperature; the client router is kept."""
+    reward = profile.reward
+    if reward.model_kind != "genrm" or reward.kind == "custom":
+        return
+    temperature = reward.genrm.temperature
+    if temperature <= SGLANG_ROUTER_MAX_TEMPERATURE:
+        return
+    from rlrm.launch.fleet.server_fleet import ServerFleet
+
+    fleet = ServerFleet(reward.server.fleet_spec(), role="genrm", model_path=reward.server.model or "")
+    if fleet.uses_router():
+        raise ConfigError(
+            f"reward.genrm.temperature {temperature:g} is above {SGLANG_ROUTER_MAX_TEMPERATURE:g}, the most the SGLang "
+            f"router in front of the judge takes (reward.server.router={reward.server.router}); lower it, or set "
+            "reward.server.router=client"
+        )
 
 
 def check_actor_ranks(profile: Profile) -> None:

@@ -13,6 +13,8 @@ checkpoint stays the last good step and `--resume` continues from it.
 
 from __future__ import annotations
 
+import re
+
 from rlrm.config.reward import RewardConfig
 from rlrm.errors import TrainingError
 
@@ -61,16 +63,17 @@ def check_failure_budget(
     exceeded = RewardBudgetExceeded(
         f"step {step}: {failed} of {samples} reward samples failed ({failed / samples:.0%}, over "
         f"reward.max_failure_rate={cfg.max_failure_rate:g}; reward.max_retries={cfg.max_retries}): {', '.join(outcome)}; "
-        f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg, row)} and continue with "
+        f"{', '.join(kinds)}; last error: {error}. Fix {_what_to_fix(cfg, row, error)} and continue with "
         "rlrm train --resume, or raise reward.max_failure_rate"
     )
     exceeded.trained = trained
     raise exceeded
 
 
-def _what_to_fix(cfg: RewardConfig, row: dict) -> str:
+def _what_to_fix(cfg: RewardConfig, row: dict, error: str = "") -> str:
     """What a user should look at: a local function has no servers to ask about; a judge that answers in another
-    format than the one asked for (most failures unparsed verdicts) has servers that are up."""
+    format than the one asked for (most failures unparsed verdicts) has servers that are up, as have servers that
+    refused the request (a 4xx: a setting they do not take)."""
     if cfg.kind == "custom":
         return f"the reward function {cfg.custom.name} in {cfg.custom.path}"
     if cfg.kind == "rule":
@@ -80,4 +83,6 @@ def _what_to_fix(cfg: RewardConfig, row: dict) -> str:
             "the judge's prompt or the verdict format asked of it (reward.genrm.template, reward.genrm.verdict: "
             "`rlrm inspect reward` shows its raw answers)"
         )
+    if re.search(r"answered 4\d\d", error):
+        return "what the reward servers refused in its requests (the last error names it)"
     return "the reward setup (are its servers up?)"

@@ -70,6 +70,20 @@ def test_dry_run_checks_the_files_a_run_would_read(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("profile", ["tiny-genrm", "tiny-rubric"])
+def test_a_judge_temperature_the_sglang_router_refuses_is_one_line_before_anything_starts(profile, monkeypatch):
+    """sglang-router answers a chat request with temperature above 2 with a 400: every judge call of step 1 failed.
+    With the client router (rlrm's own servers take it) the same setting is a run."""
+    monkeypatch.setattr("rlrm.launch.fleet.server_fleet.sglang_router_available", lambda: True)
+    hot = ["--set", "reward.genrm.temperature=2.5", "--dry-run"]
+    refused = invoke("train", "--profile", profile, *hot)
+    assert refused.exit_code == 1
+    last = refused.output.strip().splitlines()[-1]
+    assert last.startswith("error: reward.genrm.temperature 2.5 is above 2") and "reward.server.router=client" in last
+    assert invoke("train", "--profile", profile, *hot, "--set", "reward.server.router=client").exit_code == 0
+    assert invoke("train", "--profile", profile, "--set", "reward.genrm.temperature=2", "--dry-run").exit_code == 0
+
+
 def test_console_takes_only_its_three_displays():
     result = invoke("train", "--profile", "tiny-rule", "--console", "fancy", "--dry-run")
     assert result.exit_code == 1

@@ -50,6 +50,14 @@ def test_a_judge_whose_answers_do_not_parse_is_pointed_at_its_prompt_and_format_
             )
 
 
+def test_requests_the_servers_refused_point_at_what_they_refused_not_at_whether_they_are_up():
+    refused = "http://127.0.0.1:30000/v1/chat/completions answered 400: temperature: Validation error: range [...]"
+    with pytest.raises(RewardBudgetExceeded) as info:
+        check_failure_budget(1, ROW, RewardConfig(kind="genrm", server={"model": "tiny:judge"}), refused)
+    assert "Fix what the reward servers refused in its requests" in str(info.value)
+    assert "are its servers up" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("row", "rate"),
     [
