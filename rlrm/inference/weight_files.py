@@ -64,6 +64,27 @@ def untied(state_dict: dict) -> dict:
     return out
 
 
+def in_serving_dtype(state_dict: dict, dtype: str | None) -> dict:
+    """`state_dict` with every floating tensor wider than the replicas' `dtype` (bfloat16, float16) cast to it, as
+    verl sends them: fp32 master weights (mixed precision) would be written or broadcast at twice the bytes, only
+    for each replica to round them to its dtype on load, exactly as this does. Others as they are."""
+    import torch
+
+    target = getattr(torch, dtype, None) if dtype else None
+    if not isinstance(target, torch.dtype) or not target.is_floating_point:
+        return state_dict
+    size = torch.empty((), dtype=target).element_size()
+    out, cast = {}, {}  # one cast a tensor: names tied to one stay tied (`untied` sends it once)
+    for name, value in state_dict.items():
+        if value.is_floating_point() and value.element_size() > size:
+            key = (value.data_ptr(), tuple(value.shape), tuple(value.stride()))
+            if key not in cast:
+                cast[key] = value.to(target)
+            value = cast[key]
+        out[name] = value
+    return out
+
+
 class WeightFiles:
     """Versioned safetensors folders under one run-owned folder.
 

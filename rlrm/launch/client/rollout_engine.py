@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from rlrm.call_errors import BadRequest, Throttled, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.inference.weight_files import WeightFiles
+from rlrm.inference.weight_files import WeightFiles, in_serving_dtype
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.client.disk_sync import DiskSync
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas
@@ -356,6 +356,7 @@ class ServerRolloutEngine:
         Raises:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
+        state_dict = in_serving_dtype(state_dict, self._serving_dtype())
         if self.broadcast is not None and self._started:
             t0 = time.perf_counter()
             self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version)
@@ -379,6 +380,13 @@ class ServerRolloutEngine:
                 self.version = version
             self.sync_times["load_s"] += time.perf_counter() - t1
             self.files.keep_only(path)
+
+    def _serving_dtype(self) -> str | None:
+        """The dtype the replicas serve in: as they report it (rlrm's embedded server), else as the run launched
+        them (rollout.server.dtype); None for running servers that do not say (sent as the trainer holds them)."""
+        if self.dtype is not None:
+            return "float32" if self.dtype == "tf32" else self.dtype
+        return None if self.fleet.spec.addresses else self.fleet.spec.dtype
 
     def _drop_files(self) -> None:
         """After a broadcast no replica reads the weights written before the first one (a resume's, or those the

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from small_run import SMALL_RUN, as_set_args
 
 from rlrm.config.servers import RolloutServerConfig
@@ -346,3 +347,50 @@ def test_weights_written_before_the_first_broadcast_are_deleted_after_it(tiny_po
     written, left, version = asyncio.run(scenario())
     assert written == ["v3"] and version == 5
     assert left == [], f"a copy of the policy stayed in the weights folder after broadcasts 4 and 5: {left}"
+
+
+@pytest.mark.parametrize("sync", ["disk", "distributed"])
+def test_fp32_weights_reach_bf16_replicas_in_bf16_and_serve_as_if_sent_in_fp32(tiny_policy_path, tmp_path, sync):
+    """Mixed precision keeps fp32 master weights; a replica serving bf16 rounds them on load. Sent (written or
+    broadcast) already in bf16 they take half the bytes and land the same: a replica fed the fp32 tensors serves
+    the very same tokens and log-probs."""
+    cfg = RolloutServerConfig(
+        router="client", threads=1, replicas=1, weight_sync=sync, sync_timeout_s=30, dtype="bfloat16"
+    )
+    fleet = ServerFleet(cfg.fleet_spec(), role="policy", model_path=str(tiny_policy_path))
+    files = WeightFiles(str(tmp_path))
+    engine = ServerRolloutEngine(
+        fleet, SGLangWire(), files, request_timeout_s=60, sync_timeout_s=30, weight_sync=sync, sync_backend="gloo"
+    )
+    state = _state(tiny_policy_path, 0.013)
+    sent: list = []
+
+    async def scenario():
+        await engine.start()
+        try:
+            target = engine.broadcast if sync == "distributed" else files
+            name = "send" if sync == "distributed" else "write"
+            real = getattr(target, name)
+            setattr(target, name, lambda sd, v: sent.append({k: t.dtype for k, t in sd.items()}) or real(sd, v))
+            await asyncio.to_thread(engine.update_weights, state, 1)
+            return await engine.generate([5, 6, 7, 8], SamplingParams(max_new_tokens=6, seed=4))
+        finally:
+            await engine.close()
+
+    served = asyncio.run(scenario())
+    assert sent and set(sent[0].values()) == {torch.bfloat16}
+    extra = ["--threads", "1", "--dtype", "bfloat16", "--weights-dir", str(tmp_path)]
+    with ServerProcess.on_free_port(
+        lambda port: embedded_server_argv(str(tiny_policy_path), "policy", port, extra=extra)
+    ) as reference:
+        path = WeightFiles(str(tmp_path)).write(state, 1)  # fp32, rounded by the replica on load
+        body = {"model_path": str(path), "weight_version": "1"}
+        assert httpx.post(reference.url + "/update_weights_from_disk", json=body, timeout=60).json()["success"]
+        body = {
+            "input_ids": [5, 6, 7, 8],
+            "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 6, "sampling_seed": 4},
+        }
+        out = httpx.post(reference.url + "/generate", json=body, timeout=60).json()
+    assert served.token_ids == out["output_ids"]
+    assert served.log_probs == [e[0] for e in out["meta_info"]["output_token_logprobs"]]
