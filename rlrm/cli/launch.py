@@ -63,7 +63,7 @@ def server(
         Optional[float],
         typer.Option(
             help="Embedded generation: the longest a batch waits for more requests after its first (default 2; a "
-            "policy server rlrm launches for rollout.server waits rollout.server.batch_wait_ms, 100).",
+            "policy or judge server rlrm launches waits its section's batch_wait_ms, 100).",
             min=0,
         ),
     ] = None,

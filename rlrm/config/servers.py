@@ -216,6 +216,14 @@ class ServerFleetConfig(Section):
         """The key `api_key_env` names, read now (ConfigError when the variable is unset); None without one."""
         return key_from_env(self.api_key_env, f"{self.section}.api_key_env") if self.api_key_env else None
 
+    batch_wait_ms: float = Field(
+        100.0,
+        ge=0.0,
+        description="Embedded replicas that generate (a policy, a judge): the longest a generation batch waits for "
+        "more requests after its first (they arrive over HTTP one by one)...",
+    )
+    batch_gap_ms: float = Field(5.0, ge=0.0, description="...closing it sooner once no request arrived for this long.")
+
     def fleet_spec(self) -> FleetSpec:
         """The settings the fleet that launches these servers reads (rlrm/launch/fleet/spec.py)."""
         return FleetSpec(
@@ -236,6 +244,7 @@ class ServerFleetConfig(Section):
             gpus_per_replica=self.gpus_per_replica,
             served_model_name=self.served_model_name,
             gpu_memory_utilization=self.gpu_memory_utilization,
+            batching=Batching(self.batch_wait_ms, self.batch_gap_ms),
         )
 
 
@@ -251,13 +260,6 @@ class RolloutServerConfig(ServerFleetConfig):
         description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process).",
     )
 
-    batch_wait_ms: float = Field(
-        100.0,
-        ge=0.0,
-        description="Embedded replicas: the longest a generation batch waits for more requests after its first (they "
-        "arrive over HTTP one by one)...",
-    )
-    batch_gap_ms: float = Field(5.0, ge=0.0, description="...closing it sooner once no request arrived for this long.")
     weights_dir: str | None = Field(
         None,
         description="Where the trainer writes each new version's safetensors for the replicas to load (a fast local "
@@ -300,10 +302,9 @@ class RolloutServerConfig(ServerFleetConfig):
         return self
 
     def fleet_spec(self) -> FleetSpec:
-        """The base settings, with the policy replicas' batch window and weight-sync timeout."""
+        """The base settings, with the policy replicas' weight sync and its timeout."""
         return replace(
             super().fleet_spec(),
-            batching=Batching(self.batch_wait_ms, self.batch_gap_ms),
             weight_sync=self.weight_sync,
             sync_timeout_s=self.sync_timeout_s,
         )

@@ -231,9 +231,13 @@ class Backend:
         except EngineNotFound:
             return "$" + ENGINES[self.name].variable
 
-    def policy_flags(self, batching: Batching, sync_timeout_s: float | None, weights_dir: str | None) -> list[str]:
-        """Flags only rlrm's own policy server takes: its batch window, the weight-update group's timeout
-        (`sync_timeout_s`, distributed sync), the only folder it loads weights from."""
+    def batch_flags(self, batching: Batching) -> list[str]:
+        """Flags only rlrm's own server takes: the batch window of a replica that generates (a policy, a judge)."""
+        return []
+
+    def policy_flags(self, sync_timeout_s: float | None, weights_dir: str | None) -> list[str]:
+        """Flags only rlrm's own policy server takes: the weight-update group's timeout (`sync_timeout_s`,
+        distributed sync), the only folder it loads weights from."""
         return []
 
     def weights_dir_flags(self, weights_dir: str) -> list[str]:
@@ -260,8 +264,11 @@ class EmbeddedBackend(Backend):
         """The key in RLRM_API_KEY, which `--api-key-env` names (None: no inherited key either)."""
         return {ENV_VAR: api_key or None}
 
-    def policy_flags(self, batching: Batching, sync_timeout_s: float | None, weights_dir: str | None) -> list[str]:
-        flags = ["--batch-wait-ms", f"{batching.wait_ms:g}", "--batch-gap-ms", f"{batching.gap_ms:g}"]
+    def batch_flags(self, batching: Batching) -> list[str]:
+        return ["--batch-wait-ms", f"{batching.wait_ms:g}", "--batch-gap-ms", f"{batching.gap_ms:g}"]
+
+    def policy_flags(self, sync_timeout_s: float | None, weights_dir: str | None) -> list[str]:
+        flags: list[str] = []
         if sync_timeout_s is not None:  # the replicas' side of the weight-update group's timeout
             flags += ["--weight-sync-timeout-s", f"{sync_timeout_s:g}"]
         if weights_dir is not None:

@@ -210,12 +210,15 @@ class ServerFleet:
         return f"{self.section}: {n} replica{'s' * (n > 1)} (ray): {where}"
 
     def extra_args(self) -> list[str]:
-        """The section's extra_args, after the batching flags (and weight-sync timeout) of embedded policy replicas."""
+        """The section's extra_args, after the batch window of embedded replicas that generate (a policy's, a judge's:
+        their requests arrive one by one, a batch closed 2 ms after its first held a few of them) and the
+        weight-sync flags of embedded policy replicas."""
         c = self.spec
         flags: list[str] = []
-        if self.role is Role.POLICY and c.batching is not None:
-            flags = self.backend.policy_flags(
-                c.batching,
+        if self.role.generates and c.batching is not None:
+            flags += self.backend.batch_flags(c.batching)
+        if self.role is Role.POLICY:
+            flags += self.backend.policy_flags(
                 c.sync_timeout_s if c.weight_sync == "distributed" else None,
                 str(self.weights_files.root) if self.weights_files is not None else None,
             )

@@ -34,7 +34,7 @@ class FleetSpec:
         served_model_name: the name replicas answer to (launched: --served-model-name; running: checked
             against /v1/models); None: the model's name.
         gpu_memory_utilization: the share of a GPU a launched vLLM replica may take.
-        batching: embedded policy replicas' batch window (None: the server's defaults).
+        batching: the batch window of embedded replicas that generate (None: the server's defaults).
         weight_sync, sync_timeout_s: how policy replicas receive weights (distributed: they get the group's timeout).
     """
 

@@ -82,9 +82,13 @@ def test_each_server_section_hands_its_fleet_only_its_own_settings():
     assert spec.section == "rollout.server" and spec.batching == Batching(7, 2) and spec.model is None
     flags = ["--batch-wait-ms", "7", "--batch-gap-ms", "2", "--weight-sync-timeout-s", "42"]
     assert ServerFleet(spec, role="policy", model_path="m").extra_args() == flags
-    reward = RewardServerConfig(model="judge", extra_args=["--x"]).fleet_spec()
-    assert reward.section == "reward.server" and reward.batching is None and reward.model == "judge"
-    assert ServerFleet(reward, role="genrm", model_path="judge").extra_args() == ["--x"]
+    reward = RewardServerConfig(model="judge", extra_args=["--x"], batch_wait_ms=9).fleet_spec()
+    assert reward.section == "reward.server" and reward.batching == Batching(9, 5) and reward.model == "judge"
+    assert reward.weight_sync == "disk" and reward.sync_timeout_s is None  # a policy's own
+    # a judge's requests arrive one by one too: its batch window; no weight flags
+    judge = ["--batch-wait-ms", "9", "--batch-gap-ms", "5", "--x"]
+    assert ServerFleet(reward, role="genrm", model_path="judge").extra_args() == judge
+    assert ServerFleet(reward, role="disrm", model_path="rm").extra_args() == ["--x"]  # /classify: no window
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.replicas = 2
 
