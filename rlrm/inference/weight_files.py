@@ -56,12 +56,20 @@ def untied(state_dict: dict) -> dict:
     skip lm_head where the model ties it (for Qwen2.5-0.5B the tied matrix is about a quarter of the weights)."""
     out, seen = {}, set()
     for name, value in state_dict.items():
-        key = (value.data_ptr(), tuple(value.shape), tuple(value.stride()), value.dtype) if value.numel() else None
+        key = _storage_key(value)
         if key is not None and key in seen:
             continue
         seen.add(key)
         out[name] = value
     return out
+
+
+def _storage_key(value) -> tuple | None:
+    """What makes two names one tensor: the same memory (on the same device), viewed alike; None for a tensor with
+    no memory of its own to compare (empty, or on the meta device, where every data_ptr is 0)."""
+    if not value.numel() or value.data_ptr() == 0:
+        return None
+    return (value.device, value.data_ptr(), tuple(value.shape), tuple(value.stride()), value.dtype)
 
 
 def in_serving_dtype(state_dict: dict, dtype: str | None) -> dict:
@@ -77,10 +85,13 @@ def in_serving_dtype(state_dict: dict, dtype: str | None) -> dict:
     out, cast = {}, {}  # one cast a tensor: names tied to one stay tied (`untied` sends it once)
     for name, value in state_dict.items():
         if value.is_floating_point() and value.element_size() > size:
-            key = (value.data_ptr(), tuple(value.shape), tuple(value.stride()))
-            if key not in cast:
-                cast[key] = value.to(target)
-            value = cast[key]
+            key = _storage_key(value)
+            if key is None:
+                value = value.to(target)
+            else:
+                if key not in cast:
+                    cast[key] = value.to(target)
+                value = cast[key]
         out[name] = value
     return out
 

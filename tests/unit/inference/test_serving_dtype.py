@@ -38,3 +38,12 @@ def test_replicas_as_wide_as_the_weights_or_of_unknown_dtype_get_them_as_they_ar
         assert all(sent[k] is state[k] for k in state)
     half = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
     assert all(in_serving_dtype(half, "float16")[k] is half[k] for k in half)  # as wide: the replica converts
+
+
+def test_only_names_of_the_very_same_memory_are_one_tensor():
+    a, b = torch.zeros(3, 2), torch.zeros(3, 2)  # equal, alike, apart
+    assert list(untied({"a": a, "b": b, "a_again": a, "a_t": a.t()})) == ["a", "b", "a_t"]  # a view differs
+    with torch.device("meta"):  # no memory: every data_ptr is 0, nothing may be taken for a tie
+        m1, m2 = torch.empty(3, 2), torch.empty(3, 2)
+    assert list(untied({"m1": m1, "m2": m2})) == ["m1", "m2"]
+    assert list(in_serving_dtype({"m1": m1, "m2": m2}, "bfloat16")) == ["m1", "m2"]
