@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlrm.errors import RolloutServerError
@@ -72,28 +73,32 @@ def _storage_key(value) -> tuple | None:
     return (value.device, value.data_ptr(), tuple(value.shape), tuple(value.stride()), value.dtype)
 
 
-def in_serving_dtype(state_dict: dict, dtype: str | None) -> dict:
-    """`state_dict` with every floating tensor wider than the replicas' `dtype` (bfloat16, float16) cast to it, as
-    verl sends them: fp32 master weights (mixed precision) would be written or broadcast at twice the bytes, only
-    for each replica to round them to its dtype on load, exactly as this does. Others as they are."""
-    import torch
+@dataclass(frozen=True)
+class ServingCast:
+    """What a sync sends each tensor as: floats wider than the replicas' `dtype` (bfloat16, float16) in that dtype,
+    as verl sends them (fp32 master weights, with mixed precision, went at twice the bytes only for each replica to
+    round them on load, as this does), but for the modules the architecture keeps in fp32 (`keep_fp32`: a
+    transformers model class's `_keep_in_fp32_modules`, which the engines keep too). One tensor at a time, as it is
+    sent: no second copy of the model is held (on the GPU, for a broadcast)."""
 
-    target = getattr(torch, dtype, None) if dtype else None
-    if not isinstance(target, torch.dtype) or not target.is_floating_point:
-        return state_dict
-    size = torch.empty((), dtype=target).element_size()
-    out, cast = {}, {}  # one cast a tensor: names tied to one stay tied (`untied` sends it once)
-    for name, value in state_dict.items():
-        if value.is_floating_point() and value.element_size() > size:
-            key = _storage_key(value)
-            if key is None:
-                value = value.to(target)
-            else:
-                if key not in cast:
-                    cast[key] = value.to(target)
-                value = cast[key]
-        out[name] = value
-    return out
+    dtype: str | None = None  # None: as the trainer holds them (running servers that do not say theirs)
+    keep_fp32: tuple[str, ...] = ()
+
+    def target(self, name: str, value):
+        """The dtype `value` (named `name`) is sent as."""
+        import torch
+
+        narrow = getattr(torch, self.dtype, None) if self.dtype else None
+        if not isinstance(narrow, torch.dtype) or not narrow.is_floating_point or not value.is_floating_point():
+            return value.dtype
+        if value.element_size() <= torch.empty((), dtype=narrow).element_size():
+            return value.dtype  # as narrow: the replica converts it, if it must
+        if any(module in name.split(".") for module in self.keep_fp32):
+            return value.dtype
+        return narrow
+
+    def __call__(self, name: str, value):
+        return value.to(self.target(name, value))
 
 
 class WeightFiles:
@@ -129,12 +134,19 @@ class WeightFiles:
                 "to a writable local folder"
             ) from None
 
-    def write(self, state_dict: dict, version: int) -> Path:
-        """Write `state_dict` as version `version`; returns its folder (RolloutServerError when it cannot)."""
+    def write(self, state_dict: dict, version: int, cast: ServingCast = ServingCast()) -> Path:
+        """Write `state_dict` as version `version`, each tensor as `cast` says; returns its folder
+        (RolloutServerError when it cannot)."""
         from safetensors import SafetensorError
         from safetensors.torch import save_file
 
-        tensors = {name: value.detach().contiguous().cpu() for name, value in untied(state_dict).items()}
+        tensors, storages = {}, set()
+        for name, value in untied(state_dict).items():
+            t = cast(name, value.detach().cpu()).contiguous()
+            if t.untyped_storage().data_ptr() in storages:  # other views of memory kept already: safetensors refuses
+                t = t.clone()
+            storages.add(t.untyped_storage().data_ptr())
+            tensors[name] = t
         need = sum(t.numel() * t.element_size() for t in tensors.values())
         self.create()
         # a sync writes the new version beside the one being served: the first write needs room for both

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from rlrm.call_errors import BadRequest, Throttled, TransientError
 from rlrm.errors import RolloutServerError
 from rlrm.inference.base import Completion, SamplingParams
-from rlrm.inference.weight_files import WeightFiles, in_serving_dtype
+from rlrm.inference.weight_files import ServingCast, WeightFiles
 from rlrm.launch.client.balancer import ReplicaBalancer
 from rlrm.launch.client.disk_sync import DiskSync
 from rlrm.launch.client.replica_info import TrainerModel, check_replicas
@@ -104,8 +104,10 @@ class ServerRolloutEngine:
         sync_backend: str = "gloo",
         sync_backend_chosen: bool = False,
         policy_device: str | None = None,
+        keep_fp32: tuple[str, ...] = (),
     ):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
+        self.keep_fp32 = keep_fp32  # modules the policy's architecture keeps in fp32: synced in fp32 (ServingCast)
         self.api_key = api_key
         self.request_timeout_s, self.sync_timeout_s, self.max_retries = request_timeout_s, sync_timeout_s, max_retries
         self.fleet.on_restart = self._load_into_restarted
@@ -356,10 +358,10 @@ class ServerRolloutEngine:
         Raises:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
-        state_dict = in_serving_dtype(state_dict, self._serving_dtype())
+        cast = ServingCast(self._serving_dtype(), self.keep_fp32)  # each tensor as the replicas hold it
         if self.broadcast is not None and self._started:
             t0 = time.perf_counter()
-            self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version)
+            self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version, cast)
             self.sync_times["broadcast_s"] += time.perf_counter() - t0
             # as on disk: requests made during the broadcast carry the version before, which the replicas answer
             self.version = version
@@ -367,7 +369,7 @@ class ServerRolloutEngine:
             return
         with self.disk.lock:  # never while a restarted replica loads (rlrm/launch/client/disk_sync.py)
             t0 = time.perf_counter()
-            path = self.files.write(state_dict, version)
+            path = self.files.write(state_dict, version, cast)
             self.sync_times["write_s"] += time.perf_counter() - t0
             if not self._started:
                 self.version = self.disk.version = version

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
-from rlrm.inference.weight_files import untied
+from rlrm.inference.weight_files import ServingCast, untied
 from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.common.weight_group import (
@@ -152,25 +152,30 @@ class WeightBroadcast:
         )
         self.backend = "gloo"
 
-    def send(self, state_dict: dict, version: int) -> tuple[dict[str, str], str | None]:
-        """Every tensor of `state_dict` to every member, as weights version `version`."""
+    def send(
+        self, state_dict: dict, version: int, cast: ServingCast = ServingCast()
+    ) -> tuple[dict[str, str], str | None]:
+        """Every tensor of `state_dict` to every member, as weights version `version`, each as `cast` says (cast
+        one at a time, as it is sent)."""
         if self.group is None:  # no member left (every replica down): nothing to send to
             return {}, None
         device = self.group.device
         state_dict = untied(state_dict)
-        names, tensors = list(state_dict), []
-        for value in state_dict.values():
-            t = value.detach()
-            tensors.append((t if t.device == device else t.to(device)).contiguous())
+        names = list(state_dict)
         call = self.wire.update_distributed(
-            names, [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors], version, GROUP
+            names,
+            [dtype_name(cast.target(n, v)) for n, v in state_dict.items()],
+            [list(v.shape) for v in state_dict.values()],
+            version,
+            GROUP,
         )
 
         group = self.group
 
         def broadcast() -> None:
-            for t in tensors:
-                group.broadcast(t)
+            for name, value in state_dict.items():
+                t = value.detach()
+                group.broadcast(cast(name, t if t.device == device else t.to(device)).contiguous())
             group.synchronize()
 
         return self._during_calls(dict.fromkeys(self.members, call), broadcast)
@@ -235,8 +240,9 @@ class FleetBroadcast:
             url, why = next(iter(failures.items())) if failures else ("(the trainer)", error)
             raise RolloutServerError(f"rollout replica {url} could not join the weight-update group: {why}")
 
-    def send(self, state_dict: dict, version: int) -> int:
-        """Broadcast `version` to every live replica and every restarted one waiting; returns how many were skipped.
+    def send(self, state_dict: dict, version: int, cast: ServingCast = ServingCast()) -> int:
+        """Broadcast `version` to every live replica and every restarted one waiting (each tensor as `cast` says);
+        returns how many were skipped.
 
         The group is rebuilt first when its members changed; a member that died during the broadcast
         is left out and the version sent again to the others (each replica puts a version in place
@@ -255,7 +261,7 @@ class FleetBroadcast:
                 self._restarts = self.fleet.restarts
                 failures, error = self.group.open(members)
             if not failures and error is None:
-                failures, error = self.group.send(state_dict, version)
+                failures, error = self.group.send(state_dict, version, cast)
             if not failures and error is None:
                 for url in self.awaiting.intersection(
                     members

@@ -51,7 +51,12 @@ class WeightSource:
         return f"no safetensors weights at {model_path!r} inside this server's weights folder {self.weights_dir}"
 
     def is_own_model(self, model_path: str) -> bool:
-        return self.model_dir is not None and _lexical(model_path) in (self.model_dir, _lexical(self._model_given))
+        """A load of the folder the server started from (back to the base weights): by either of its names, while
+        the link it was given by still leads there."""
+        if self.model_dir is None:
+            return False
+        named = _lexical(model_path) in (self.model_dir, _lexical(self._model_given))
+        return named and os.path.realpath(model_path) == self.model_dir
 
     def read(self, model_path: str, load_format: str | None) -> dict:
         """Every tensor of the safetensors at `model_path` (a file or a folder of them); ValueError when refused."""
@@ -74,7 +79,8 @@ class WeightSource:
             raise ValueError(self.refused(model_path))
         real = os.path.realpath(model_path)
         own_model = root == self.model_dir
-        if not own_model and not _inside(real, root):
+        # the real folder, the own model's too: a link it was given by (models/current) may point elsewhere by now
+        if not _inside(real, root):
             raise ValueError(self.refused(model_path))
         path = Path(real)
         files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.exists() else []

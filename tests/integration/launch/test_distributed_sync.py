@@ -366,13 +366,22 @@ def test_fp32_weights_reach_bf16_replicas_in_bf16_and_serve_as_if_sent_in_fp32(t
     sent: list = []
 
     async def scenario():
+        from safetensors.torch import load_file
+
         await engine.start()
         try:
-            target = engine.broadcast if sync == "distributed" else files
-            name = "send" if sync == "distributed" else "write"
-            real = getattr(target, name)
-            setattr(target, name, lambda sd, v: sent.append({k: t.dtype for k, t in sd.items()}) or real(sd, v))
+            if sync == "distributed":  # the dtypes announced to the replicas, as each tensor is cast
+                group = engine.broadcast.group
+                real = group.send
+
+                def send(sd, v, cast):
+                    sent.append({k: cast.target(k, t) for k, t in sd.items()})
+                    return real(sd, v, cast)
+
+                group.send = send
             await asyncio.to_thread(engine.update_weights, state, 1)
+            if sync == "disk":
+                sent.append({k: t.dtype for k, t in load_file(str(files.current / "model.safetensors")).items()})
             return await engine.generate([5, 6, 7, 8], SamplingParams(max_new_tokens=6, seed=4))
         finally:
             await engine.close()

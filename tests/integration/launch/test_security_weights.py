@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from rlrm.inference.weight_files import WeightFiles
 from rlrm.launch.common.ports import free_port
@@ -195,3 +196,27 @@ def test_a_weights_folder_and_a_model_reached_through_links_are_loaded_by_the_pa
         escape = _load(s.url, weights / "escape", "2")
         assert escape["success"] is False and "inside this server's weights folder" in escape["message"]
         assert _version(s.url) == "0"
+
+
+def test_a_model_link_pointed_elsewhere_after_the_start_is_not_the_servers_own_model(tmp_path):
+    """Started from models/current -> policy-v1: a load of models/current is its own base weights while the link
+    leads there; pointed at another folder since (by whoever may write models/), it is refused, never loaded as
+    version 0."""
+    from safetensors.torch import save_file
+
+    from rlrm.launch.server.weight_source import WeightSource
+
+    v1, elsewhere = tmp_path / "models" / "policy-v1", tmp_path / "not-allowed"
+    for folder, value in ((v1, 0.0), (elsewhere, 1.0)):
+        folder.mkdir(parents=True)
+        save_file({"w": torch.full((2,), value)}, str(folder / "model.safetensors"))
+    link = tmp_path / "models" / "current"
+    link.symlink_to(v1)
+    (tmp_path / "weights").mkdir()
+    source = WeightSource(str(tmp_path / "weights"), str(link))
+    assert source.is_own_model(str(link)) and source.read(str(link), None)["w"].sum() == 0
+    link.unlink()
+    link.symlink_to(elsewhere)
+    assert not source.is_own_model(str(link))
+    with pytest.raises(ValueError, match="inside this server's weights folder"):
+        source.read(str(link), None)

@@ -1,43 +1,44 @@
-"""What a weight sync sends: fp32 master weights cast once to the replicas' narrower dtype, tied names kept tied
-(rlrm/inference/weight_files.py `in_serving_dtype`, `untied`)."""
+"""What a weight sync sends: floats cast to the replicas' narrower dtype one tensor at a time, modules the
+architecture keeps in fp32 left in fp32, tied names sent once (rlrm/inference/weight_files.py `ServingCast`,
+`untied`)."""
 
 from __future__ import annotations
 
 import torch
 
-from rlrm.inference.weight_files import in_serving_dtype, untied
+from rlrm.inference.weight_files import ServingCast, WeightFiles, untied
 
 
 def _state():
     embed = torch.randn(6, 4)
     return {
         "model.embed_tokens.weight": embed,
-        "norm.weight": torch.ones(4),
+        "model.norm.weight": torch.ones(4),
+        "model.layers.0.mlp.gate.e_score_correction_bias": torch.zeros(4),
         "lm_head.weight": embed,  # tied: one tensor under two names, as a tied policy's state_dict lists it
         "position_ids": torch.arange(4),
     }
 
 
-def test_floats_wider_than_the_replicas_are_cast_to_theirs_once_and_tied_names_stay_one_tensor():
+def test_floats_wider_than_the_replicas_go_in_theirs_but_modules_kept_in_fp32():
+    cast = ServingCast("bfloat16", keep_fp32=("gate",))
     state = _state()
-    sent = in_serving_dtype(state, "bfloat16")
+    sent = {name: cast(name, value) for name, value in untied(state).items()}
     assert {k: v.dtype for k, v in sent.items()} == {
         "model.embed_tokens.weight": torch.bfloat16,
-        "norm.weight": torch.bfloat16,
-        "lm_head.weight": torch.bfloat16,
+        "model.norm.weight": torch.bfloat16,
+        "model.layers.0.mlp.gate.e_score_correction_bias": torch.float32,  # a module the architecture keeps fp32
         "position_ids": torch.int64,  # not a float: as it is
-    }
-    assert torch.equal(sent["norm.weight"], state["norm.weight"].to(torch.bfloat16))  # the replica's own rounding
-    assert list(untied(sent)) == ["model.embed_tokens.weight", "norm.weight", "position_ids"]  # sent once
+    }  # lm_head.weight: tied, sent once
+    assert torch.equal(sent["model.norm.weight"], state["model.norm.weight"].to(torch.bfloat16))  # the replica's own
 
 
 def test_replicas_as_wide_as_the_weights_or_of_unknown_dtype_get_them_as_they_are():
     state = _state()
-    for dtype in ("float32", None, "tf32"):
-        sent = in_serving_dtype(state, dtype)
-        assert all(sent[k] is state[k] for k in state)
-    half = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
-    assert all(in_serving_dtype(half, "float16")[k] is half[k] for k in half)  # as wide: the replica converts
+    for cast in (ServingCast("float32"), ServingCast(None), ServingCast("tf32")):
+        assert all(cast(k, v) is v for k, v in state.items())
+    half = torch.zeros(3, dtype=torch.bfloat16)
+    assert ServingCast("float16")("w", half) is half  # as wide: the replica converts it
 
 
 def test_only_names_of_the_very_same_memory_are_one_tensor():
@@ -46,4 +47,16 @@ def test_only_names_of_the_very_same_memory_are_one_tensor():
     with torch.device("meta"):  # no memory: every data_ptr is 0, nothing may be taken for a tie
         m1, m2 = torch.empty(3, 2), torch.empty(3, 2)
     assert list(untied({"m1": m1, "m2": m2})) == ["m1", "m2"]
-    assert list(in_serving_dtype({"m1": m1, "m2": m2}, "bfloat16")) == ["m1", "m2"]
+
+
+def test_other_views_of_one_memory_are_written_each_in_full(tmp_path):
+    from safetensors.torch import load_file
+
+    base = torch.arange(6, dtype=torch.float32)
+    files = WeightFiles(str(tmp_path))
+    try:
+        path = files.write({"flat": base, "matrix": base.view(2, 3), "head": base[:3]}, 1)
+        got = load_file(str(path / "model.safetensors"))
+    finally:
+        files.close()
+    assert torch.equal(got["matrix"], base.view(2, 3)) and torch.equal(got["head"], base[:3])
