@@ -37,8 +37,8 @@ def hold_run(run_dir: Path) -> None:
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except PermissionError:
-            theirs = _stale_of_another_user(run_dir, path)
+        except PermissionError as refused:
+            theirs = _stale_of_another_user(run_dir, path, refused)
             if theirs is None:
                 continue  # removed: make our own
             fd = theirs
@@ -60,17 +60,20 @@ def hold_run(run_dir: Path) -> None:
     _held[key] = fd
 
 
-def _stale_of_another_user(run_dir: Path, path: Path) -> int | None:
+def _stale_of_another_user(run_dir: Path, path: Path, refused: OSError) -> int | None:
     """The lock file is another user's (their run ended with -9, or holds it now), so this one cannot open it to
-    write. Held: a read-only descriptor of it, for the caller to find it locked and name the holder. Locked by
-    nobody: it is removed while locked here (as `release_run` removes one), None; one that cannot be removed is
-    named."""
+    write (`refused`: as the open said it). Held: a read-only descriptor of it, for the caller to find it locked and
+    name the holder. Locked by nobody: it is removed while locked here (as `release_run` removes one), None; one
+    that cannot be removed is named. The probe is a shared lock: NFS refuses an exclusive one on a read-only
+    descriptor, and any lock of the holder's excludes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # no lock file: the folder itself refused one
+        raise RunFolderError(f"cannot lock the run folder {run_dir}: {refused.strerror or refused}") from None
     except OSError as exc:
         raise RunFolderError(f"cannot lock the run folder {run_dir}: {path}: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return fd  # held: the caller's lock attempt fails the same way and names the holder
     try:
