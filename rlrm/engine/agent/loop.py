@@ -262,7 +262,7 @@ def _hint_ids(tokenizer, close: str) -> list[int]:
 def trajectory_extra_info(turns: list[dict], tool_rewards: list[float]) -> dict:
     """The extra_info keys a trajectory gives the reward: num_turns, tool_calls (each with the `result` its calling
     turn recorded as `tool_result`), tool_rewards, turns."""
-    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in turns if "tool_call" in t]
+    calls = [t["tool_call"] | {"result": t.get("tool_result")} for t in turns if t.get("tool_call")]
     observations = sum(1 for t in turns if t["role"] == "tool")
     assistant = len(turns) - observations
     # verl's reward loop merges the agent loop's `tool_extra_fields` (its tool loop puts `tool_rewards` there)

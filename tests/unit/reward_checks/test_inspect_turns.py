@@ -97,3 +97,22 @@ def test_a_tool_call_that_is_no_dict_is_named(tmp_path):
         app, ["inspect", "reward", "--profile", "tiny-rule", "--input", str(rows(tmp_path, turns=bad))]
     )
     assert result.exit_code == 2 and "row 1: turns[0].tool_call must be a dict of name and arguments" in result.output
+
+
+def test_a_null_tool_call_is_a_turn_without_a_call(tmp_path):
+    """JSON exporters write "tool_call": null on a turn that calls nothing: as training, no call (was a TypeError)."""
+    from rlrm.reward_checks.samples import read_inspect_file
+
+    row = {
+        "prompt": "what is 2+2?",
+        "response": "4",
+        "turns": [
+            {"role": "assistant", "text": "<call>x</call>", "tool_call": {"name": "calculator", "arguments": "2+2"}},
+            {"role": "tool", "name": "calculator", "text": "4"},
+            {"role": "assistant", "text": "4", "tool_call": None},
+        ],
+    }
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (sample,) = read_inspect_file(path)
+    assert sample.extra_info["tool_calls"] == [{"name": "calculator", "arguments": "2+2", "result": "4"}]
