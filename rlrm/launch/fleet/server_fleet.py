@@ -314,32 +314,36 @@ class ServerFleet:
     async def _watch_router(self, interval_s: float = 1.0) -> None:
         """Restart the router when its process died (run as a task beside the pool's supervisor; cancelled at
         close). A restart that fails is killed and tried again on the next round."""
+        wait_s, failing = interval_s, False  # a router that keeps failing to start is tried again less and less often
         while not self._closing:
             router = self.router
             if router is not None and not router.alive():
-                self.router_restarts += 1
-                if self.router_counters is not None:
-                    self.router_counters.restarted()
-                self.router_death = death_line(router)
-                print(
-                    f"rlrm: the SGLang router died ({self.router_death}); restarting it on its port {router.port}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                if not failing:  # one death, one restart counted and said, however many tries it takes
+                    self.router_restarts += 1
+                    if self.router_counters is not None:
+                        self.router_counters.restarted()
+                    self.router_death = death_line(router)
+                    print(
+                        f"rlrm: the SGLang router died ({self.router_death}); restarting it on its port {router.port}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 self._router_restarting = True
                 try:
                     await asyncio.to_thread(self._restart_router, router)
-                except Exception as exc:  # any failure to start: killed, and tried again on the next round
+                    wait_s, failing = interval_s, False
+                except Exception as exc:  # any failure to start: killed, and tried again later
                     if not self._closing:
+                        wait_s, failing = min(60.0, wait_s * 2), True
                         print(
-                            f"rlrm: the SGLang router did not come back ({exc}); trying again",
+                            f"rlrm: the SGLang router did not come back ({exc}); trying again in {wait_s:g} s",
                             file=sys.stderr,
                             flush=True,
                         )
                         await asyncio.to_thread(router.kill)
                 finally:
                     self._router_restarting = False
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(wait_s)
 
     def _restart_router(self, router: ServerProcess) -> None:
         """(a worker thread) The dead router again on its port, waited for until it routes to the replicas that
