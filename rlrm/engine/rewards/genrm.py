@@ -79,14 +79,15 @@ def neutralise(text: str, specials: tuple[str, ...] = ()) -> str:
 def judge_special_tokens(model: str | None) -> tuple[str, ...]:
     """The special-token strings of the judge's tokenizer when `model` (reward.server.model) is a local folder that
     holds one, else () (a hub id, a hosted model, a `tiny:` name: `neutralise`'s generic set covers the tiny
-    judge's `<|...|>` tokens). Never asks the hub: the judge prompt of a profile is the same on every machine."""
+    judge's `<|...|>` tokens). Never asks the hub. A tokenizer that does not load (a broken file, a package it
+    needs missing) gives () too: the generic set still applies, and the judge itself says what is wrong with it."""
     if not model or not Path(model).is_dir():
         return ()
     try:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
+    except Exception:  # noqa: BLE001 - the tokenizers library raises plain Exception for a broken tokenizer.json
         return ()
     found = set(getattr(tokenizer, "all_special_tokens", ()) or ())
     found |= {t.content for t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values() if t.special}

@@ -50,7 +50,7 @@ _ERRORS = {
     )
 }
 CUT_OFF_KEPT = 1024  # an actor keeps at most this many cut-off attempts' counts the driver has not taken yet
-TAKE_TIMEOUT_S = 5.0  # how long the driver waits for a cut-off attempt's counts: a hung worker cannot hold it
+TAKE_TIMEOUT_S = 1.0  # how long the driver waits for a cut-off attempt's counts: a hung worker holds it no longer
 
 
 class RemoteLimiter:
