@@ -136,6 +136,23 @@ def test_a_replica_on_the_trainers_gpu_takes_weights_over_gloo_and_nccl_named_is
     assert expected in str(named.value) and "\n" not in str(named.value), named.value
 
 
+def test_mixed_precision_weights_reach_bf16_policy_servers_cast_one_tensor_at_a_time(tmp_path, tiny_policy_path):
+    """fp32 master weights (model.precision mixed) broadcast to a policy server serving bf16: each tensor is cast
+    where it lies as it is sent (rlrm/inference/weight_files.py ServingCast), announced as bf16, and served with no
+    answer refused as stale; the trainer holds no second copy of the model for it."""
+    served = [
+        "rollout.backend=server",
+        "rollout.server.router=client",
+        "rollout.server.threads=1",
+        "rollout.server.dtype=bfloat16",
+        "rollout.server.weight_sync=distributed",
+        "model.dtype=bfloat16",
+        "model.precision=mixed",
+    ]
+    rows = _train(tmp_path, "tiny-rule", 2, *served)
+    assert all(r["rollout/stale_refused"] == 0 and r["timing_s/weight_broadcast"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize("precision", ["mixed", "pure"])
 def test_bf16_trains_in_both_precisions(tmp_path, tiny_policy_path, precision):
     _train(tmp_path, "tiny-rule", 2, "model.dtype=bfloat16", f"model.precision={precision}")
