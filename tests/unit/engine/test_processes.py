@@ -70,9 +70,10 @@ def test_vllm_rollout_servers_run_every_scheduling_mode():
         assert load_profile("gsm8k-rule-served", [f"trainer.mode={mode}"]).trainer.mode == mode
 
 
-def test_embedded_policy_replicas_show_the_run_key_variable_and_the_weights_folder():
-    lines = planned_processes(load_profile("tiny-rule-served", ["rollout.server.weights_dir=/tmp/w"]))
+def test_embedded_policy_replicas_show_the_run_key_variable_and_the_weights_folder(tmp_path):
+    weights = tmp_path / "w"  # a folder of this test's own: another process may use any fixed name under /tmp
+    lines = planned_processes(load_profile("tiny-rule-served", [f"rollout.server.weights_dir={weights}"]))
     replica = lines[0]
     assert replica.startswith("# rollout.server replica 0: RLRM_API_KEY='<run key>' ")
-    assert "--api-key-env RLRM_API_KEY" in replica and "--weights-dir '/tmp/w/rlrm-weights-<pid>-<id>'" in replica
-    assert not Path("/tmp/w").exists() or not any(Path("/tmp/w").iterdir())  # a dry run creates nothing
+    assert "--api-key-env RLRM_API_KEY" in replica and f"--weights-dir '{weights}/rlrm-weights-<pid>-<id>'" in replica
+    assert not weights.exists()  # a dry run creates nothing
