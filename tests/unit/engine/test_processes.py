@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 from rlrm.config.loader import load_profile
 from rlrm.engine.processes import planned_processes
