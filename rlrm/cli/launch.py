@@ -70,8 +70,8 @@ def server(
     batch_gap_ms: Annotated[
         Optional[float],
         typer.Option(
-            help="Embedded generation: close a batch sooner once no request arrived for this long "
-            "(rollout.server.batch_gap_ms, 5, for launched ones).",
+            help="Embedded generation: close a batch sooner once no request arrived for this long (a policy or "
+            "judge server rlrm launches: its section's batch_gap_ms, 5).",
             min=0,
         ),
     ] = None,

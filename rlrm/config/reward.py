@@ -117,7 +117,12 @@ class GenRMConfig(Section):
     verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
     max_tokens: int = Field(48, gt=0, description="Judge response budget.")
-    temperature: float = Field(0.0, ge=0.0, description="Judge sampling temperature.")
+    temperature: float = Field(
+        0.0,
+        ge=0.0,
+        description="Judge sampling temperature. Above 2 is refused at start where the SGLang router is in front of "
+        "the judge (it answers every such request 400): set reward.server.router=client for more.",
+    )
     price_per_mtok_input: float = Field(
         0.0, ge=0.0, description="Price of 1M prompt tokens sent to the reward model (reward/cost; 0: not counted)."
     )

@@ -32,7 +32,11 @@ class ServerStartError(RlrmError):
 _ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)): (.+)$")
 # a key as an engine may print it (SGLang logs its server_args, api_key='...' among them); the values rlrm knows
 # (`_secrets`) are replaced wherever they appear
-_KEY_FIELD = re.compile(r"""((?:api[_-]?key|token)['"]?\s*[=:]\s*['"]?)([^'"\s,)]+)""", re.IGNORECASE)
+# (a key's name at a word's start: SGLang's batch lines say `#new-token: 6`, which is no key)
+_KEY_FIELD = re.compile(
+    r"""(?<![\w#-])((?:api[_-]?key|(?:access|auth|bearer|hf|api)[_-]?token)['"]?\s*[=:]\s*['"]?)([^'"\s,)]+)""",
+    re.IGNORECASE,
+)
 _KEY_FLAGS = ("--api-key", "--api_key")
 _MASK = "<key hidden>"
 # lines that only point at another error (vLLM's front end after its engine core failed)

@@ -1,0 +1,33 @@
+"""Keys hidden in a server's log tail (rlrm/launch/fleet/process.py `_log_text`), and nothing else: the tail goes
+into error lines a user reads and pastes."""
+
+from __future__ import annotations
+
+from rlrm.launch.fleet.process import ServerProcess
+
+
+def _tail_of(tmp_path, text: str, **kwargs) -> str:
+    server = ServerProcess(["sglang", "--port", "30000", "--api-key", "sk-argv-0123456789"], **kwargs)
+    log = tmp_path / "server.log"
+    log.write_text(text)
+
+    class Log:
+        name = str(log)
+
+    server._log = Log()
+    return server._log_text()
+
+
+def test_keys_are_hidden_and_an_engines_token_counts_are_not(tmp_path):
+    text = _tail_of(
+        tmp_path,
+        "server_args=ServerArgs(model_path='/m', api_key='sk-argv-0123456789', hf_token='hf_abcdefgh')\n"
+        "env RLRM_API_KEY=env-key-98765, API_KEY: sk-other-55555\n"
+        "Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00\n"
+        "Decode batch. #running-req: 1, #token: 52, gen throughput (token/s): 9.8, max_tokens=5\n",
+        env={"RLRM_API_KEY": "env-key-98765"},
+    )
+    for secret in ("sk-argv-0123456789", "hf_abcdefgh", "env-key-98765", "sk-other-55555"):
+        assert secret not in text
+    for count in ("#new-token: 6", "#cached-token: 0", "#token: 52", "max_tokens=5"):
+        assert count in text, text
