@@ -91,7 +91,9 @@ def disrm_detail(sample: RewardSample, exchange: dict | None, tokenizer, cfg: Re
     }
 
 
-def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
+def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig, gated: bool = False) -> dict:
+    """What the judge was sent and answered for one sample; `gated`: a composite gate's rule-wrong sample, for
+    which the judge is not asked."""
     g = cfg.genrm
     if not exchange:
         return {
@@ -99,9 +101,10 @@ def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig) -> dict:
             "judge_prompt_text": None,
             "verdict": None,
             "parsed_score": None,
-            "parse_error": "no request reached the judge",
+            "parse_error": "not asked: gated by the rule" if gated else "no request reached the judge",
             "finish_reason": None,
             "usage": None,
+            "max_tokens": g.max_tokens,
         }
     messages = exchange["request"]["messages"]
     if tokenizer is not None:  # as the server renders it

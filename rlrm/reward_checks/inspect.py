@@ -105,7 +105,8 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
         elif kind == "disrm":
             record.update(details.disrm_detail(sample, recorder.last(sample.index), rm_tok, cfg))
         elif kind == "genrm" and cfg.kind != "rubric":  # a rubric's K verdicts are in its extra info (judge_verdicts)
-            record.update(details.genrm_detail(recorder.last(sample.index), rm_tok, cfg))
+            gated = bool(result.extra.get("gated"))  # a composite gate's rule-wrong sample: the judge not asked
+            record.update(details.genrm_detail(None if gated else recorder.last(sample.index), rm_tok, cfg, gated))
         records.append(record)
     notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
     if kind == "genrm" and rm_tok is None and cfg.kind != "custom":

@@ -69,7 +69,7 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
                 "finish / tokens",
                 (
                     f"{r['finish_reason']} / prompt {usage.get('prompt_tokens', '-')}, "
-                    f"completion {usage.get('completion_tokens', '-')} (max_tokens {r['max_tokens']})"
+                    f"completion {usage.get('completion_tokens', '-')} (max_tokens {r.get('max_tokens', '-')})"
                 ),
             ),
         ]

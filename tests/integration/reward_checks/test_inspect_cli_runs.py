@@ -140,6 +140,24 @@ def test_genrm_judge_prompt_verdict_and_judge_lints(tmp_path):
     assert all(r["score"] is None and r["parse_error"] for r in report["samples"])
 
 
+def test_a_composite_gate_shows_its_rule_wrong_samples_as_not_asked(tmp_path):
+    """A gate asks the judge only about rule-right answers: a rule-wrong one has no judge exchange to show (its
+    table crashed on it), and says why."""
+    rows = [
+        {"prompt": QUESTION, "response": "2 + 6 = 8\n#### 8", "ground_truth": "8"},
+        {"prompt": QUESTION, "response": "2 + 6 = 9\n#### 9", "ground_truth": "8"},
+    ]
+    path = write_rows(tmp_path / "in.jsonl", rows)
+    gate = ["--profile", "tiny-genrm", "--set", "reward.kind=composite", "--set", "reward.composite.mode=gate"]
+    shown = invoke(*gate, "--input", path)
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(invoke(*gate, "--input", path, "--json").stdout)
+    right, wrong = report["samples"]
+    assert right["judge_prompt_text"] and right["parsed_score"] == 1.0
+    assert wrong["judge_prompt_text"] is None and wrong["parse_error"] == "not asked: gated by the rule"
+    assert "not asked: gated by the rule" in shown.output
+
+
 @pytest.mark.slow
 def test_invariance_passes_on_the_tiny_disrm_and_fails_on_a_batch_dependent_server():
     import sys
