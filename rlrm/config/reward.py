@@ -318,7 +318,7 @@ class RewardConfig(Section):
         description=(
             "standalone: reward servers in their own processes, scoring while generation goes on; colocated: the "
             "reward model shares the policy's device and sleeps (weights off the accelerator) except while it scores "
-            "(needs trainer.mode=sync and servers rlrm launches)."
+            "(needs trainer.mode=sync and servers rlrm launches, on its own server: reward.server.backend=embedded)."
         ),
     )
     agreement_threshold: float | None = Field(
@@ -406,6 +406,19 @@ class RewardConfig(Section):
                 "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm, rubric or "
                 "composite, or custom with server.model; no server.addresses, executor local); use placement=standalone "
                 "otherwise"
+            )
+        if self.placement == "colocated" and self.model_kind == "disrm" and self.disrm.scorer == "legacy":
+            raise ValueError(
+                "reward.placement=colocated puts served reward models to sleep; the legacy DisRM in the trainer has "
+                "none to sleep: use reward.disrm.scorer=served, or placement=standalone"
+            )
+        if self.placement == "colocated" and self.server.backend != "embedded":
+            # vLLM serves /sleep only in its dev mode with --enable-sleep-mode, not set for reward replicas; SGLang
+            # has no /sleep: the run stopped at the first one
+            raise ValueError(
+                f"reward.placement=colocated sleeps the reward replicas between scorings, which rlrm does on its own "
+                f"server only, not on reward.server.backend={self.server.backend}: use backend=embedded, or "
+                "placement=standalone"
             )
         return self
 

@@ -10,6 +10,7 @@ the servers it calls (a ServerFleet launches, supervises and stops them), behind
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Callable
 
 from rlrm.config.reward import RewardConfig
@@ -148,11 +149,23 @@ class RewardService:
         await self._post_all("/sleep?level=1")
 
     async def _post_all(self, path: str) -> None:
+        """`path` to every replica. One that does not answer (dead: the supervisor restarts it) is said and left to
+        the balancer, which routes around it, as standalone placement does; the first error when none answers."""
         if self.cfg.placement != "colocated" or self.pool is None or self.balancer is None:
             return
-        await asyncio.gather(
-            *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in self.pool.urls)
+        urls = list(self.pool.urls)
+        answers = await asyncio.gather(
+            *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in urls),
+            return_exceptions=True,
         )
+        failed = {url: a for url, a in zip(urls, answers) if isinstance(a, BaseException)}
+        for answer in failed.values():
+            if not isinstance(answer, Exception):  # a cancellation or an interrupt: the run's own, not the replica's
+                raise answer
+        for url, error in failed.items():
+            print(f"rlrm: reward replica {url} did not answer {path}: {error}", file=sys.stderr, flush=True)
+        if failed and len(failed) == len(urls):
+            raise next(iter(failed.values()))  # none answered: the first replica's error, as before
 
     def _reward_fn(self) -> RewardFn:
         if self.legacy is not None:

@@ -49,7 +49,8 @@ def loop_reward_config(
     and a failed sample becomes NaN (`on_failure=default` with a NaN default) so it is reported.
     """
     raw = base.model_dump()
-    raw.update(kind="disrm", on_failure="default", default_score=math.nan, inject={})
+    # standalone: parity scores while nothing else runs (a colocated server would sleep, and answer 503, throughout)
+    raw.update(kind="disrm", on_failure="default", default_score=math.nan, inject={}, placement="standalone")
     raw["server"].update(model=model, dtype=LOOP_DTYPES[dtype], addresses=list(addresses))
     raw["disrm"].update(max_length=max_length, too_long="truncate")
     return RewardConfig.model_validate(raw)

@@ -65,6 +65,42 @@ def test_disrm_scores_match_the_model_and_survive_a_killed_replica(random_disrm_
     assert metrics["reward/failures"] == 0 and metrics["reward/defaulted"] == 0
 
 
+def test_a_colocated_disrm_wakes_the_replicas_that_answer_and_scores_around_a_dead_one(random_disrm_path, capfd):
+    """Standalone, the loop routes around a dead replica (the supervisor restarts it); colocated, the wake before
+    scoring sent to every replica raised the dead one's error and ended the run before any sample was scored."""
+    cfg = RewardConfig(
+        kind="disrm",
+        placement="colocated",
+        server={"model": str(random_disrm_path), "replicas": 2, "request_timeout_s": 10},
+        attempt_timeout_s=10,
+        backoff_s=0.05,
+        cache={"enabled": False},
+    )
+    batch = samples(4)
+
+    async def scenario():
+        service = RewardService(cfg)
+        await service.start()
+        try:
+            await service.wake()  # a step, as SyncScheduler._score does it
+            first = await service.loop.score_all(batch)
+            await service.sleep()
+            service.pool.servers[0].kill()  # a replica dies while the policy trains
+            await service.wake()
+            second = await service.loop.score_all(batch)
+            await service.sleep()
+            service.pool.servers[1].kill()
+            with pytest.raises(Exception, match="wake_up"):  # none answers: the first replica's error, as before
+                await service.wake()
+            return first, second
+        finally:
+            await service.close()
+
+    first, second = asyncio.run(scenario())
+    assert [r.score for r in second] == pytest.approx([r.score for r in first], abs=1e-6)  # batched apart: float32
+    assert "did not answer /wake_up" in capfd.readouterr().err
+
+
 def test_judge_without_verdicts_is_counted_not_zeroed(tiny_policy_path, tiny_genrm_server):
     # the tiny policy is no judge: it answers arithmetic, never "Score: N". Served by the session's server
     # (tests/integration/conftest.py): only requests are sent to it, the counts are the reward loop's

@@ -1,4 +1,4 @@
-"""Trainer checks before a run starts: colocated placement needs sync mode."""
+"""Trainer checks before a run starts: colocated placement needs sync mode and servers rlrm can put to sleep."""
 
 from __future__ import annotations
 
@@ -15,6 +15,34 @@ def test_colocated_placement_needs_sync_mode():
             "tiny-rule",
             ["trainer.mode=stream", "reward.kind=disrm", "reward.server.model=/m", "reward.placement=colocated"],
         )
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (["reward.server.backend=vllm"], "not on reward.server.backend=vllm: use backend=embedded"),
+        (["reward.server.backend=sglang"], "not on reward.server.backend=sglang: use backend=embedded"),
+        (["reward.disrm.scorer=legacy"], "the legacy DisRM in the trainer has none to sleep"),
+    ],
+)
+def test_colocated_placement_needs_reward_servers_rlrm_can_put_to_sleep(settings, said):
+    """vLLM serves /sleep only in its dev mode with --enable-sleep-mode, SGLang has none: the run stopped at the
+    first /sleep; the legacy DisRM has no server, and stayed on the accelerator while timing as if it slept."""
+    from rlrm.errors import ConfigError
+
+    base = ["reward.kind=disrm", "reward.server.model=/m", "reward.placement=colocated"]
+    with pytest.raises(ConfigError, match=said):
+        load_profile("tiny-rule", [*base, *settings])
+    assert load_profile("tiny-rule", base).reward.placement == "colocated"
+
+
+def test_parity_scores_a_colocated_profiles_reward_model_standalone():
+    """Parity scores while nothing else runs: a colocated served side would sleep (503) through it all."""
+    from rlrm.config.reward import RewardConfig
+    from rlrm.parity.loop import loop_reward_config
+
+    base = RewardConfig(kind="disrm", placement="colocated", server={"model": "/m"})
+    assert loop_reward_config(base, "/m", dtype="fp32", max_length=64).placement == "standalone"
 
 
 def test_a_folder_is_discarded_only_when_nothing_was_trained(tmp_path):
