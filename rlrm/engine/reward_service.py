@@ -149,8 +149,8 @@ class RewardService:
         await self._post_all("/sleep?level=1")
 
     async def _post_all(self, path: str) -> None:
-        """`path` to every replica. One that does not answer (dead: the supervisor restarts it) is said and left to
-        the balancer, which routes around it, as standalone placement does; the first error when none answers."""
+        """`path` to every replica. A dead one (the supervisor restarts it) is said and left to the balancer, which
+        routes around it, as standalone placement does; a live one that refused, or none answering, raises."""
         if self.cfg.placement != "colocated" or self.pool is None or self.balancer is None:
             return
         urls = list(self.pool.urls)
@@ -159,8 +159,10 @@ class RewardService:
             return_exceptions=True,
         )
         failed = {url: a for url, a in zip(urls, answers) if isinstance(a, BaseException)}
-        for answer in failed.values():
+        for url, answer in failed.items():
             if not isinstance(answer, Exception):  # a cancellation or an interrupt: the run's own, not the replica's
+                raise answer
+            if self.pool.alive(url):  # a live replica that did not wake (or sleep) would answer 503, or hold the GPU
                 raise answer
         for url, error in failed.items():
             print(f"rlrm: reward replica {url} did not answer {path}: {error}", file=sys.stderr, flush=True)

@@ -55,7 +55,8 @@ def served_engine(profile: Profile, policy_path: str, tokenizer, policy) -> Serv
         sync_backend=sync_backend(cfg),
         sync_backend_chosen=cfg.weight_sync_backend == "auto",
         policy_device=str(next(policy.parameters()).device),
-        keep_fp32=tuple(getattr(policy, "_keep_in_fp32_modules", None) or ()),
+        keep_fp32=tuple(getattr(policy, "_keep_in_fp32_modules_strict", None) or ()),
+        keep_fp32_in_fp16=tuple(getattr(policy, "_keep_in_fp32_modules", None) or ()),
     )
 
 

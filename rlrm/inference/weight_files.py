@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -77,12 +78,14 @@ def _storage_key(value) -> tuple | None:
 class ServingCast:
     """What a sync sends each tensor as: floats wider than the replicas' `dtype` (bfloat16, float16) in that dtype,
     as verl sends them (fp32 master weights, with mixed precision, went at twice the bytes only for each replica to
-    round them on load, as this does), but for the modules the architecture keeps in fp32 (`keep_fp32`: a
-    transformers model class's `_keep_in_fp32_modules`, which the engines keep too). One tensor at a time, as it is
-    sent: no second copy of the model is held (on the GPU, for a broadcast)."""
+    round them on load, as this does), but for the modules a transformers model keeps in fp32 when loaded in that
+    dtype (`keep_fp32`: its class's `_keep_in_fp32_modules_strict`, for bf16 and fp16; `keep_fp32_in_fp16`: its
+    `_keep_in_fp32_modules`, for fp16 only; patterns searched in the name as transformers does). One tensor at a
+    time, as it is sent: no second copy of the model is held (on the GPU, for a broadcast)."""
 
     dtype: str | None = None  # None: as the trainer holds them (running servers that do not say theirs)
     keep_fp32: tuple[str, ...] = ()
+    keep_fp32_in_fp16: tuple[str, ...] = ()
 
     def target(self, name: str, value):
         """The dtype `value` (named `name`) is sent as."""
@@ -93,7 +96,8 @@ class ServingCast:
             return value.dtype
         if value.element_size() <= torch.empty((), dtype=narrow).element_size():
             return value.dtype  # as narrow: the replica converts it, if it must
-        if any(module in name.split(".") for module in self.keep_fp32):
+        kept = self.keep_fp32 + (self.keep_fp32_in_fp16 if narrow == torch.float16 else ())
+        if any(re.search(re.escape(pattern).replace(r"\*", ".*"), name) for pattern in kept):  # a glob, searched
             return value.dtype
         return narrow
 

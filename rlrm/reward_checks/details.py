@@ -105,6 +105,7 @@ def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig, gated: boo
             "finish_reason": None,
             "usage": None,
             "max_tokens": g.max_tokens,
+            "gated": gated,
         }
     messages = exchange["request"]["messages"]
     if tokenizer is not None:  # as the server renders it

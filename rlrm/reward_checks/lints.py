@@ -211,7 +211,11 @@ def judge_template_missing_response(records: list[dict], ctx: LintContext) -> li
 
 
 def judge_request_failed(records: list[dict], ctx: LintContext) -> list[dict]:
-    failed = [r for r in records if "parse_error" in r and r.get("verdict") is None and r["parse_error"]]
+    failed = [
+        r
+        for r in records
+        if "parse_error" in r and r.get("verdict") is None and r["parse_error"] and not r.get("gated")  # not asked
+    ]
     first = failed[0]["parse_error"] if failed else ""
     return _finding(
         "judge-request-failed",

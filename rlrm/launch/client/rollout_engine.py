@@ -105,9 +105,11 @@ class ServerRolloutEngine:
         sync_backend_chosen: bool = False,
         policy_device: str | None = None,
         keep_fp32: tuple[str, ...] = (),
+        keep_fp32_in_fp16: tuple[str, ...] = (),
     ):
         self.fleet, self.wire, self.files, self.expect = fleet, wire, files, expect
-        self.keep_fp32 = keep_fp32  # modules the policy's architecture keeps in fp32: synced in fp32 (ServingCast)
+        # modules the policy's architecture keeps in fp32 (in bf16 and fp16; in fp16 only): synced in fp32 (ServingCast)
+        self.keep_fp32, self.keep_fp32_in_fp16 = keep_fp32, keep_fp32_in_fp16
         self.api_key = api_key
         self.request_timeout_s, self.sync_timeout_s, self.max_retries = request_timeout_s, sync_timeout_s, max_retries
         self.fleet.on_restart = self._load_into_restarted
@@ -358,7 +360,7 @@ class ServerRolloutEngine:
         Raises:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
-        cast = ServingCast(self._serving_dtype(), self.keep_fp32)  # each tensor as the replicas hold it
+        cast = ServingCast(self._serving_dtype(), self.keep_fp32, self.keep_fp32_in_fp16)  # as the replicas hold it
         if self.broadcast is not None and self._started:
             t0 = time.perf_counter()
             self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version, cast)

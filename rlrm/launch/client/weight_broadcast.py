@@ -174,8 +174,8 @@ class WeightBroadcast:
 
         def broadcast() -> None:
             for name, value in state_dict.items():
-                t = value.detach()
-                group.broadcast(cast(name, t if t.device == device else t.to(device)).contiguous())
+                t = cast(name, value.detach())  # where it lies: half the bytes to move for a bf16 replica
+                group.broadcast((t if t.device == device else t.to(device)).contiguous())
             group.synchronize()
 
         return self._during_calls(dict.fromkeys(self.members, call), broadcast)

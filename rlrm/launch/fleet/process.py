@@ -32,9 +32,11 @@ class ServerStartError(RlrmError):
 _ERROR_LINE = re.compile(r"(?:^|\) |\] )((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)): (.+)$")
 # a key as an engine may print it (SGLang logs its server_args, api_key='...' among them); the values rlrm knows
 # (`_secrets`) are replaced wherever they appear
-# (a key's name at a word's start: SGLang's batch lines say `#new-token: 6`, which is no key)
+# (a whole name, prefixes included: OPENAI_API_KEY, x-api-key, --hf-token; not a part of one: SGLang's batch lines
+# say `#new-token: 6`, which is no key), and a bearer token
 _KEY_FIELD = re.compile(
-    r"""(?<![\w#-])((?:api[_-]?key|(?:access|auth|bearer|hf|api)[_-]?token)['"]?\s*[=:]\s*['"]?)([^'"\s,)]+)""",
+    r"""(?<![\w#-])([-\w]*?(?:api[_-]?key|token|secret|password)['"]?\s*[=:]\s*['"]?)([^'"\s,)]+)"""
+    r"""|(\bbearer\s+)([\w.~+/-]+=*)""",
     re.IGNORECASE,
 )
 _KEY_FLAGS = ("--api-key", "--api_key")
@@ -314,7 +316,7 @@ class ServerProcess:
         text = Path(self._log.name).read_text(errors="replace")
         for secret in self._secrets:
             text = text.replace(secret, _MASK)
-        return _KEY_FIELD.sub(lambda m: m.group(1) + _MASK, text)
+        return _KEY_FIELD.sub(lambda m: (m.group(1) or m.group(3)) + _MASK, text)
 
     def alive(self) -> bool:
         return self.proc is not None and self.exit_code() is None

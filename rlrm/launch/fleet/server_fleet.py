@@ -313,7 +313,7 @@ class ServerFleet:
 
     async def _watch_router(self, interval_s: float = 1.0) -> None:
         """Restart the router when its process died (run as a task beside the pool's supervisor; cancelled at
-        close). A restart that fails is killed and tried again on the next round."""
+        close). A restart that fails is killed and tried again later, 2, 4, ... up to 60 s on."""
         wait_s, failing = interval_s, False  # a router that keeps failing to start is tried again less and less often
         while not self._closing:
             router = self.router

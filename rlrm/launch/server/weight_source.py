@@ -79,8 +79,10 @@ class WeightSource:
             raise ValueError(self.refused(model_path))
         real = os.path.realpath(model_path)
         own_model = root == self.model_dir
-        # the real folder, the own model's too: a link it was given by (models/current) may point elsewhere by now
-        if not _inside(real, root):
+        # the real folder, the own model's too: a link it was given by (models/current) may point elsewhere by now;
+        # a file of the own model is judged by its folder (a hub snapshot's files link to ../../blobs)
+        anchor = real if not own_model or os.path.isdir(model_path) else os.path.realpath(os.path.dirname(model_path))
+        if not _inside(anchor, root):
             raise ValueError(self.refused(model_path))
         path = Path(real)
         files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.exists() else []

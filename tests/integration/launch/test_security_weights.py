@@ -220,3 +220,23 @@ def test_a_model_link_pointed_elsewhere_after_the_start_is_not_the_servers_own_m
     assert not source.is_own_model(str(link))
     with pytest.raises(ValueError, match="inside this server's weights folder"):
         source.read(str(link), None)
+
+
+def test_a_file_of_the_servers_own_hub_snapshot_loads_though_it_links_to_the_blobs(tmp_path):
+    """A hub cache's snapshot (snapshots/<hash>/model.safetensors -> ../../blobs/<sha>): its folder and its files
+    are the server's own model, by the folder they are in; a file outside that folder is not."""
+    from safetensors.torch import save_file
+
+    from rlrm.launch.server.weight_source import WeightSource
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(blobs / "sha256deadbeef"))
+    os.symlink("../../blobs/sha256deadbeef", snap / "model.safetensors")
+    (tmp_path / "weights").mkdir()
+    source = WeightSource(str(tmp_path / "weights"), str(snap))
+    assert "w" in source.read(str(snap), None) and "w" in source.read(str(snap / "model.safetensors"), None)
+    with pytest.raises(ValueError):
+        source.read(str(blobs / "sha256deadbeef"), None)

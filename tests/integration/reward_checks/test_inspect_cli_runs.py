@@ -156,6 +156,7 @@ def test_a_composite_gate_shows_its_rule_wrong_samples_as_not_asked(tmp_path):
     assert right["judge_prompt_text"] and right["parsed_score"] == 1.0
     assert wrong["judge_prompt_text"] is None and wrong["parse_error"] == "not asked: gated by the rule"
     assert "not asked: gated by the rule" in shown.output
+    assert not any(f["lint"] == "judge-request-failed" for f in report["lints"])  # not asked is no failed request
 
 
 @pytest.mark.slow

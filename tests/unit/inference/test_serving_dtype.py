@@ -21,7 +21,7 @@ def _state():
 
 
 def test_floats_wider_than_the_replicas_go_in_theirs_but_modules_kept_in_fp32():
-    cast = ServingCast("bfloat16", keep_fp32=("gate",))
+    cast = ServingCast("bfloat16", keep_fp32=("gate.e_score_correction_bias",))
     state = _state()
     sent = {name: cast(name, value) for name, value in untied(state).items()}
     assert {k: v.dtype for k, v in sent.items()} == {
@@ -31,6 +31,16 @@ def test_floats_wider_than_the_replicas_go_in_theirs_but_modules_kept_in_fp32():
         "position_ids": torch.int64,  # not a float: as it is
     }  # lm_head.weight: tied, sent once
     assert torch.equal(sent["model.norm.weight"], state["model.norm.weight"].to(torch.bfloat16))  # the replica's own
+
+
+def test_modules_kept_in_fp32_follow_transformers_rule_per_dtype():
+    """transformers keeps `_keep_in_fp32_modules_strict` in fp32 in bf16 and fp16, `_keep_in_fp32_modules` in fp16
+    only, each a pattern searched in the name (dotted, or a glob)."""
+    names = ["model.layers.0.mlp.gate.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.0.norm.weight"]
+    value = torch.zeros(2)
+    for dtype, kept in (("bfloat16", {"model.layers.0.mlp.gate.weight"}), ("float16", set(names[::2]))):
+        cast = ServingCast(dtype, keep_fp32=("mlp.gate.weight",), keep_fp32_in_fp16=("layers.*.norm",))
+        assert {n for n in names if cast.target(n, value) == torch.float32} == kept, dtype
 
 
 def test_replicas_as_wide_as_the_weights_or_of_unknown_dtype_get_them_as_they_are():

@@ -31,3 +31,13 @@ def test_keys_are_hidden_and_an_engines_token_counts_are_not(tmp_path):
         assert secret not in text
     for count in ("#new-token: 6", "#cached-token: 0", "#token: 52", "max_tokens=5"):
         assert count in text, text
+
+
+def test_keys_under_any_name_a_log_gives_them_are_hidden(tmp_path):
+    text = _tail_of(
+        tmp_path,
+        "OPENAI_API_KEY=sk-env-1111 token=tok-2222 admin_api_key='adm-3333' --hf-token=hf_4444\n"
+        '{"x-api-key": "xk-5555"} Authorization: Bearer sk-bearer-6666 password: pw-7777\n',
+    )
+    for secret in ("sk-env-1111", "tok-2222", "adm-3333", "hf_4444", "xk-5555", "sk-bearer-6666", "pw-7777"):
+        assert secret not in text, text
