@@ -36,17 +36,20 @@ def main() -> None:
 
     import torch
 
-    from rlrm.inference.weight_files import ServingCast, WeightFiles, untied
+    from rlrm.inference.weight_files import ServingCast, WeightFiles
 
     torch.set_num_threads(1)
     model = shaped_qwen2(args.shape, args.vocab)
     state = model.state_dict()
-    cast = ServingCast(args.dtype, tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ()))
+    keep = tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    cast = ServingCast(args.dtype, keep, tied_once=True)  # rlrm's own replicas; vLLM and SGLang get the tie twice
     before = sum(v.numel() * v.element_size() for v in state.values())
-    now = sum(v.numel() * torch.empty((), dtype=cast.target(k, v)).element_size() for k, v in untied(state).items())
+    now = sum(v.numel() * torch.empty((), dtype=cast.target(k, v)).element_size() for k, v in cast.names(state).items())
+    both = sum(v.numel() * torch.empty((), dtype=cast.target(k, v)).element_size() for k, v in state.items())
     params = sum(p.numel() for p in model.parameters())
     print(f"{args.shape} (vocab {args.vocab}): {params / 1e6:.0f} M parameters, replicas in {args.dtype}")
     print(f"bytes a sync moves: before {before / 2**30:.3f} GiB, now {now / 2**30:.3f} GiB: {now / before:.3f}x")
+    print(f"  (to vLLM or SGLang replicas, the tie sent twice: {both / 2**30:.3f} GiB: {both / before:.3f}x)")
     if not args.pairs:
         return
     # "before": every name its own fp32 tensor (the old writer cloned the tied one); "now": the writer as it is

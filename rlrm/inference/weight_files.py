@@ -54,8 +54,9 @@ def check_weights_dir(weights_dir: str | None) -> None:
 
 def untied(state_dict: dict) -> dict:
     """`state_dict` without the names that share one tensor with an earlier name (lm_head tied to the embeddings):
-    sent and written once, as `save_pretrained` does; rlrm's servers fill the tied name back in, and vLLM and SGLang
-    skip lm_head where the model ties it (for Qwen2.5-0.5B the tied matrix is about a quarter of the weights)."""
+    sent and written once, as `save_pretrained` does, to replicas that fill the tied name back in (rlrm's server;
+    for Qwen2.5-0.5B the tied matrix is about a quarter of the weights). vLLM's CPU build kept its lm_head stale
+    when a sync left it out: engines other than rlrm's get both names (`ServingCast.tied_once`)."""
     out, seen = {}, set()
     for name, value in state_dict.items():
         key = _storage_key(value)
@@ -86,6 +87,11 @@ class ServingCast:
     dtype: str | None = None  # None: as the trainer holds them (running servers that do not say theirs)
     keep_fp32: tuple[str, ...] = ()
     keep_fp32_in_fp16: tuple[str, ...] = ()
+    tied_once: bool = False  # a tied embedding sent once (`untied`): for replicas that fill the tie in themselves
+
+    def names(self, state_dict: dict) -> dict:
+        """The names (and tensors) to send: a tied one once where the replicas take it so, else every one."""
+        return untied(state_dict) if self.tied_once else state_dict
 
     def target(self, name: str, value):
         """The dtype `value` (named `name`) is sent as."""
@@ -145,7 +151,7 @@ class WeightFiles:
         from safetensors.torch import save_file
 
         tensors, storages = {}, set()
-        for name, value in untied(state_dict).items():
+        for name, value in cast.names(state_dict).items():
             t = cast(name, value.detach()).cpu().contiguous()  # cast where it lies: half the bytes to copy off a GPU
             if t.untyped_storage().data_ptr() in storages:  # other views of memory kept already: safetensors refuses
                 t = t.clone()

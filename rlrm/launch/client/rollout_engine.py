@@ -360,7 +360,9 @@ class ServerRolloutEngine:
         Raises:
             RolloutServerError: the weights cannot be written (full disk), or a replica refused them (named).
         """
-        cast = ServingCast(self._serving_dtype(), self.keep_fp32, self.keep_fp32_in_fp16)  # as the replicas hold it
+        cast = ServingCast(  # each tensor as the replicas hold it
+            self._serving_dtype(), self.keep_fp32, self.keep_fp32_in_fp16, self.fleet.backend.takes_tied_once
+        )
         if self.broadcast is not None and self._started:
             t0 = time.perf_counter()
             self.counters["rollout/sync_skipped"] += self.broadcast.send(state_dict, version, cast)

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from rlrm.call_errors import TransientError
 from rlrm.errors import RolloutServerError
-from rlrm.inference.weight_files import ServingCast, untied
+from rlrm.inference.weight_files import ServingCast
 from rlrm.launch.client.wire import post_sync_call
 from rlrm.launch.common.model_info import gpu_uuid
 from rlrm.launch.common.weight_group import (
@@ -160,7 +160,7 @@ class WeightBroadcast:
         if self.group is None:  # no member left (every replica down): nothing to send to
             return {}, None
         device = self.group.device
-        state_dict = untied(state_dict)
+        state_dict = cast.names(state_dict)
         names = list(state_dict)
         call = self.wire.update_distributed(
             names,

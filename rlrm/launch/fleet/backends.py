@@ -164,6 +164,9 @@ class Backend:
     needs_gpu: ClassVar[bool] = False
     key_in_env: ClassVar[bool] = True
     waits_for_weights: ClassVar[bool] = False
+    # a policy replica takes a tied embedding once and fills lm_head in itself (rlrm's server does; vLLM's CPU
+    # build kept the lm_head it had, stale, when a sync left it out: both names are sent to the others)
+    takes_tied_once: ClassVar[bool] = False
 
     def __str__(self) -> str:
         return self.name
@@ -251,6 +254,7 @@ class EmbeddedBackend(Backend):
     name = "embedded"
     external = False
     waits_for_weights = True
+    takes_tied_once = True
 
     def argv(self, launch: ReplicaLaunch, host: str, port: int, python: str | None = None) -> list[str]:
         extra = ["--threads", str(launch.threads), "--dtype", launch.dtype, "--max-batch", str(launch.max_batch)]

@@ -12,7 +12,7 @@ import torch
 from held_ports import reserved_port  # tests/fixtures/held_ports.py
 
 from rlrm.errors import RolloutServerError
-from rlrm.inference.weight_files import WeightFiles
+from rlrm.inference.weight_files import ServingCast, WeightFiles
 from rlrm.launch.common.ports import free_port
 from rlrm.launch.fleet.process import ServerProcess, embedded_server_argv
 
@@ -198,9 +198,9 @@ def test_a_client_gone_mid_load_leaves_one_whole_version(tiny_policy_path, shift
 def test_a_tied_embedding_is_written_once_and_the_replica_serves_as_with_both_names(
     policy_server, tiny_policy_path, tmp_path
 ):
-    """The policy ties lm_head to the embeddings: its state_dict lists one tensor under two names. A sync writes
-    (and broadcasts) it once, as save_pretrained does; the replica fills lm_head back in and serves exactly what
-    the same weights with both names written give."""
+    """The policy ties lm_head to the embeddings: its state_dict lists one tensor under two names. A sync to rlrm's
+    own replicas writes (and broadcasts) it once, as save_pretrained does; the replica fills lm_head back in and
+    serves exactly what the same weights with both names written give. Other engines get both names."""
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
@@ -212,7 +212,7 @@ def test_a_tied_embedding_is_written_once_and_the_replica_serves_as_with_both_na
     assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
     files = WeightFiles(str(tmp_path))
     both = files.write({k: v.clone() for k, v in state.items()}, version=11)  # every name a tensor of its own
-    once = files.write(state, version=12)
+    once = files.write(state, version=12, cast=ServingCast(tied_once=True))  # as to rlrm's own replicas
     with safe_open(str(once / "model.safetensors"), "pt") as f:
         assert "lm_head.weight" not in f.keys() and "model.embed_tokens.weight" in f.keys()
     unique = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() yields a tied one once

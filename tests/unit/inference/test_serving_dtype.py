@@ -70,3 +70,14 @@ def test_other_views_of_one_memory_are_written_each_in_full(tmp_path):
     finally:
         files.close()
     assert torch.equal(got["matrix"], base.view(2, 3)) and torch.equal(got["head"], base[:3])
+
+
+def test_only_rlrm_s_own_replicas_get_a_tied_embedding_once():
+    """vLLM's CPU build kept its lm_head stale when a sync left it out (the actor's and vLLM's log-probs then
+    differed by 0.01 after the first sync: tests/integration/launch/on_vllm/test_vllm_agent.py, slow tier)."""
+    from rlrm.launch.fleet.backends import BACKENDS
+
+    assert {name for name, backend in BACKENDS.items() if backend.takes_tied_once} == {"embedded"}
+    state = _state()
+    assert list(ServingCast(tied_once=False).names(state)) == list(state)
+    assert "lm_head.weight" not in ServingCast(tied_once=True).names(state)
