@@ -10,15 +10,16 @@ import pytest
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["genrm", "disrm"])
-def test_tiny_reward_profiles_score_rl_samples_like_the_rule(kind, tmp_path, request):
+def test_tiny_reward_profiles_score_rl_samples_like_the_rule(kind, tmp_path):
     """One GRPO step of tiny-genrm / tiny-disrm through the served model: its scores rank the rule's verdicts."""
     from typer.testing import CliRunner
 
     from rlrm.cli.main import app
+    from rlrm.engine.models.tiny import resolve_model_path
     from rlrm.engine.models.tiny_pairs import roc_auc
     from rlrm.engine.rewards.gsm8k import compute_score
 
-    request.getfixturevalue("tiny_judge_path" if kind == "genrm" else "tiny_disrm_path")
+    resolve_model_path("tiny:judge" if kind == "genrm" else "tiny:disrm")  # shipped: found, or built on first use
     run = tmp_path / "run"
     args = [
         "train",
