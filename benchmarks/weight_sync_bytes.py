@@ -44,8 +44,8 @@ def main() -> None:
     keep = tuple(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
     cast = ServingCast(args.dtype, keep, tied_once=True)  # rlrm's own replicas; vLLM and SGLang get the tie twice
     before = sum(v.numel() * v.element_size() for v in state.values())
-    now = sum(v.numel() * torch.empty((), dtype=cast.target(k, v)).element_size() for k, v in cast.names(state).items())
-    both = sum(v.numel() * torch.empty((), dtype=cast.target(k, v)).element_size() for k, v in state.items())
+    now = sum(v.numel() * cast.target(k, v).itemsize for k, v in cast.names(state).items())
+    both = sum(v.numel() * cast.target(k, v).itemsize for k, v in state.items())
     params = sum(p.numel() for p in model.parameters())
     print(f"{args.shape} (vocab {args.vocab}): {params / 1e6:.0f} M parameters, replicas in {args.dtype}")
     print(f"bytes a sync moves: before {before / 2**30:.3f} GiB, now {now / 2**30:.3f} GiB: {now / before:.3f}x")

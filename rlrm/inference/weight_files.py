@@ -100,7 +100,7 @@ class ServingCast:
         narrow = getattr(torch, self.dtype, None) if self.dtype else None
         if not isinstance(narrow, torch.dtype) or not narrow.is_floating_point or not value.is_floating_point():
             return value.dtype
-        if value.element_size() <= torch.empty((), dtype=narrow).element_size():
+        if value.element_size() <= narrow.itemsize:
             return value.dtype  # as narrow: the replica converts it, if it must
         kept = self.keep_fp32 + (self.keep_fp32_in_fp16 if narrow == torch.float16 else ())
         if any(re.search(re.escape(pattern).replace(r"\*", ".*"), name) for pattern in kept):  # a glob, searched
