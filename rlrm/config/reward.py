@@ -296,7 +296,7 @@ class RewardConfig(Section):
     )
     max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")
     backoff_s: float = Field(0.1, ge=0, description="First retry delay; doubles each retry, with jitter.")
-    backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay.")
+    backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (jitter included).")
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default",
         description="After the last retry: a set score (counted), drop the sample's group (counted), or stop.",

@@ -80,7 +80,8 @@ class ModelConfig(Section):
             "backward in model.dtype (torch.autocast in the trainer process, FSDP2 MixedPrecisionPolicy on ranks), "
             "the rollout engine's copy in model.dtype; pure: weights, gradients and AdamW state in model.dtype "
             "(half the memory, and updates smaller than a model.dtype ulp are lost). float16 trains mixed, in the "
-            "trainer process, with a dynamic loss scale (actor/loss_scale)."
+            "trainer process, with a dynamic loss scale (actor/loss_scale). Actor ranks on the CPU (gloo) train in "
+            "float32 whatever the two say (bf16 products are slower there than float32's)."
         ),
     )
     tf32: bool = Field(

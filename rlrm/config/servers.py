@@ -259,6 +259,11 @@ class RolloutServerConfig(ServerFleetConfig):
         gt=0,
         description="Most requests per batched forward on a replica (None: rollout.max_batch_size, as in process).",
     )
+    # None (model.dtype) is resolved in rlrm/engine/served.py too
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(  # type: ignore[assignment]
+        None,
+        description="Model dtype on the policy replicas (None: model.dtype, as the in-process engine's copy).",
+    )
 
     weights_dir: str | None = Field(
         None,
@@ -305,6 +310,7 @@ class RolloutServerConfig(ServerFleetConfig):
         """The base settings, with the policy replicas' weight sync and its timeout."""
         return replace(
             super().fleet_spec(),
+            dtype=self.dtype or "float32",  # without a profile; rlrm/engine/served.py gives model.dtype
             weight_sync=self.weight_sync,
             sync_timeout_s=self.sync_timeout_s,
         )

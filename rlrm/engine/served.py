@@ -21,7 +21,11 @@ from rlrm.launch.fleet.spec import FleetSpec
 def fleet_spec(profile: Profile) -> FleetSpec:
     """The policy fleet's settings: `rollout.server` with its defaults resolved from the rest of the profile."""
     cfg = profile.rollout.server
-    return replace(cfg.fleet_spec(), max_batch=cfg.max_batch or profile.rollout.max_batch_size)
+    return replace(
+        cfg.fleet_spec(),
+        max_batch=cfg.max_batch or profile.rollout.max_batch_size,
+        dtype=cfg.dtype or profile.model.dtype,
+    )
 
 
 def ray_address(profile: Profile) -> str | None:

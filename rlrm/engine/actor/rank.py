@@ -185,6 +185,7 @@ class RankWorker:
                 self.actor.temperature,
                 self.actor.cfg.micro_batch_size,
                 share_prompts=True,
+                chunk_tokens=self.actor.cfg.logits_chunk_tokens,  # as the in-process actor and the update do
             )
         return out[0].cpu()
 

@@ -31,7 +31,7 @@ from rlrm.launch.server import routes
 from rlrm.launch.server.backends import COMPILE, CausalLMBackend, ClassifierBackend, ServerConfig
 from rlrm.launch.server.group_routes import WeightGroups, add_distributed_routes
 from rlrm.launch.server.protocol import RequestError
-from rlrm.launch.server.sleep import SleepState, add_sleep_routes
+from rlrm.launch.server.sleep import SLEEP_GATED, SleepState, add_sleep_routes
 from rlrm.launch.server.weight_routes import WeightState, add_weight_routes
 
 
@@ -74,7 +74,7 @@ def create_app(cfg: ServerConfig):
             return _error(exc.status, str(exc), "overloaded", exc.headers)
         return None
 
-    app.add_middleware(_Gate, gate=gate)
+    app.add_middleware(_Gate, gate=gate, sleep_state=sleep_state)
 
     @app.exception_handler(RequestError)
     async def on_request_error(request, exc: RequestError):
@@ -128,24 +128,35 @@ class _Gate:
     wraps every request in a task group and a receive wrapper: a third of the event loop's time
     under 64 concurrent chat clients on the tiny judge)."""
 
-    def __init__(self, app, gate):
-        self.app, self.gate = app, gate
+    def __init__(self, app, gate, sleep_state: SleepState):
+        self.app, self.gate, self.sleep_state = app, gate, sleep_state
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            refused = self.gate(scope["path"], scope["headers"])
-            if refused is not None:
-                await refused(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = self.gate(scope["path"], scope["headers"])
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if scope["path"] not in SLEEP_GATED:
+            await self.app(scope, receive, send)
+            return
+        self.sleep_state.started()  # a sleep asked for now waits for this request's answer
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.sleep_state.finished()
 
 
 def _validation_message(exc) -> str:
     err = exc.errors()[0]
     if err.get("type") == "json_invalid":
         return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
-    parts = list(err["loc"])  # the last is a field or an index (an unknown field's name too): never a union tag
-    kept = [p for i, p in enumerate(parts) if p != "body" and (i == len(parts) - 1 or not _union_member(p))]
+    parts = list(err["loc"])
+    unknown = err.get("type") == "extra_forbidden"  # its last part is the unknown field's name, whatever it reads
+    last = len(parts) - 1
+    kept = [p for i, p in enumerate(parts) if p != "body" and ((unknown and i == last) or not _union_member(p))]
     loc = ".".join(str(p) for p in kept) or "body"
     return f"{loc}: {err['msg']}"
 

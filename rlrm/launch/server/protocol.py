@@ -48,11 +48,15 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")  # OpenAI messages may carry name, tool fields, ...
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[TextPart]
+    # None or absent: an assistant turn that only calls tools (`"content": null, "tool_calls": [...]`, as the
+    # OpenAI SDK builds it), rendered as empty text, as vLLM renders it
+    content: str | list[TextPart] | None = None
 
     @property
     def text(self) -> str:
         """The content as one string (a list of text parts joined, as OpenAI-compatible servers join them)."""
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
 
 

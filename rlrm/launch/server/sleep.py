@@ -5,7 +5,9 @@
     GET  /is_sleeping     {"is_sleeping": bool}
 
 The names and shapes are vLLM's (which serves them with `--enable-sleep-mode`). The model is
-moved under the backend's compute lock, so it never changes device in the middle of a batch. On
+moved under the backend's compute lock, so it never changes device in the middle of a batch, and
+only once the model requests admitted before the sleep have been answered (one waiting in the
+engine's batch window would run on weights moved off its device). On
 a CPU-only server there is no accelerator memory to free: sleep only gates requests, and says
 so in its answer (`"moved_bytes": 0`).
 """
@@ -26,6 +28,16 @@ class SleepState:
         self.model, self.lock, self.device = model, lock, str(device)
         self.release = release  # frees what is bound to the weights' memory (compiled decoding's caches and graphs)
         self.sleeping = False
+        self.in_flight = 0  # model requests admitted and not yet answered (counted by the server's gate)
+        self._drained: asyncio.Event | None = None  # set when in_flight reaches 0 while a sleep waits for it
+
+    def started(self) -> None:
+        self.in_flight += 1
+
+    def finished(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._drained is not None:
+            self._drained.set()
 
     def check(self, path: str) -> None:
         if self.sleeping and path in SLEEP_GATED:
@@ -49,7 +61,13 @@ class SleepState:
             return moved
 
     async def sleep(self) -> dict:
-        self.sleeping = True  # new requests are turned away at once; a batch running finishes first
+        self.sleeping = True  # new requests are turned away at once; those admitted before are answered first
+        if self.in_flight:
+            self._drained = asyncio.Event()
+            try:
+                await self._drained.wait()
+            finally:
+                self._drained = None
         moved = await asyncio.to_thread(self._move, "cpu")
         return {"is_sleeping": True, "moved_bytes": moved}
 

@@ -71,6 +71,28 @@ def test_openai_client_chat_and_completions(genrm):
     assert [c.index for c in many.choices] == [0, 1, 2]
 
 
+def test_an_assistant_turn_that_only_calls_a_tool_is_taken_as_the_sdk_sends_it(genrm):
+    """`"content": null` with `tool_calls` (a judged agent trajectory) was a 400 here; vLLM and OpenAI take it."""
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=genrm.url + "/v1", api_key="unused", max_retries=0)
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    turns = [
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"},
+    ]
+    chat = client.chat.completions.create(model="tiny", messages=turns, max_tokens=2, temperature=0)
+    assert isinstance(chat.choices[0].message.content, str) and chat.usage.prompt_tokens > 10
+    # a wrong type names the field, not the union member pydantic tried (it read "messages.0.content.str")
+    with pytest.raises(BadRequestError) as refused:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": 5}], max_tokens=2)
+    assert refused.value.body["message"].startswith("messages.0.content: ")
+    with pytest.raises(BadRequestError) as unknown:  # an unknown field's name is kept, whatever it reads
+        client.chat.completions.create(model="tiny", messages=turns, max_tokens=2, extra_body={"Str": 1})
+    assert unknown.value.body["message"].startswith("Str: ")
+
+
 def test_generate_native_with_logprobs(genrm):
     out = httpx.post(
         genrm.url + "/generate",
@@ -232,6 +254,36 @@ def test_sleep_mode_turns_model_requests_away_until_woken(genrm, disrm):
         assert httpx.post(server.url + "/sleep", params={"level": 3}, headers=headers).status_code == 400
         assert httpx.post(server.url + "/wake_up", headers=headers).json()["is_sleeping"] is False
         assert httpx.post(server.url + path, json=body, headers=headers).status_code == 200
+
+
+def test_a_sleep_answers_after_the_model_requests_admitted_before_it(genrm):
+    """A request waiting in the engine's batch window when /sleep came ran after the weights had left its device
+    (on a GPU: inputs on cuda, weights on the host, a 500); the sleep now waits for it."""
+
+    async def go():
+        async with httpx.AsyncClient(base_url=genrm.url, timeout=120) as client:
+            done = []
+
+            async def request():
+                # 64 samples of a 361-token prompt: ~0.6 s, well past the sleep's 50 ms head start
+                body = {"prompt": "Mia has 5 pens. " * 60, "max_tokens": 100, "temperature": 2.0, "n": 64, "seed": 3}
+                answer = await client.post("/v1/completions", json=body)
+                done.append("request")
+                return answer
+
+            async def sleep():
+                await asyncio.sleep(0.05)  # the request is admitted and decoding
+                answer = await client.post("/sleep")
+                done.append("sleep")
+                return answer
+
+            answers = await asyncio.gather(request(), sleep())
+            await client.post("/wake_up")
+            return done, answers
+
+    done, (generated, slept) = asyncio.run(go())
+    assert generated.status_code == 200 and slept.json()["is_sleeping"] is True
+    assert done == ["request", "sleep"]
 
 
 def test_a_causal_lm_is_refused_as_a_disrm(tiny_policy_path):

@@ -20,6 +20,20 @@ def test_served_tiny_rule_lists_both_replicas_and_the_router():
     assert any(line.startswith("# rollout.server router:") for line in lines) == ROUTER
 
 
+def test_policy_replicas_serve_in_model_dtype_unless_rollout_server_dtype_says_otherwise():
+    """They were launched at rollout.server.dtype's float32 whatever model.dtype said (twice a bf16 policy's memory)."""
+
+    def dtypes(*overrides: str) -> set[str]:
+        profile = load_profile("tiny-rule", ["rollout.backend=server", *overrides])
+        lines = [line for line in planned_processes(profile) if line.startswith("# rollout.server replica")]
+        return {line.split("--dtype ", 1)[1].split()[0] for line in lines}
+
+    for backend in ("embedded", "vllm", "sglang"):
+        assert dtypes("model.dtype=bfloat16", f"rollout.server.backend={backend}") == {"bfloat16"}, backend
+    assert dtypes() == {"float32"}
+    assert dtypes("model.dtype=bfloat16", "rollout.server.dtype=float32") == {"float32"}
+
+
 def test_vllm_rollout_and_reward_servers_show_their_environment_and_flags():
     profile = load_profile(
         "gsm8k-rule-served",

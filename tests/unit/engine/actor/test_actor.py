@@ -421,6 +421,29 @@ def test_the_actor_step_with_logits_in_chunks_gives_the_whole_heads_gradient(mod
         assert metrics[1][key] == pytest.approx(metrics[0][key], abs=1e-5), key
 
 
+def test_a_ranks_old_and_reference_log_probs_take_the_head_in_chunks_too(model, monkeypatch):
+    """The no-grad pass on FSDP2 ranks built the whole [b, R, V] logits (~40 GB at Qwen's vocabulary, 64 x 1,024)."""
+    import types
+
+    from rlrm.engine.actor import logprobs
+    from rlrm.engine.actor.rank import RankWorker
+
+    monkeypatch.setattr(logprobs, "WHOLE_BELOW_BYTES", 0)
+    calls = []
+    chunked = logprobs._chunked_head
+    monkeypatch.setattr(logprobs, "_chunked_head", lambda *a: calls.append(a[-1]) or chunked(*a))
+    cfg = ActorConfig(mini_batch_size=2, micro_batch_size=4, logits_chunk_tokens=3)
+    actor = Actor(model, None, cfg, temperature=0.8, total_steps=1, n=2)
+    worker = RankWorker.__new__(RankWorker)
+    worker._actor = types.SimpleNamespace(model=model, ref_model=model, temperature=0.8, cfg=cfg)
+    worker.device = torch.device("cpu")
+    batch = batch_with([1.0, -1.0, 0.5, -0.5], model)
+    for which in ("policy", "reference"):
+        calls.clear()
+        assert torch.allclose(worker.log_probs(which, batch), actor.compute_old_log_prob(batch), atol=1e-6)
+        assert set(calls) == {3}
+
+
 def _fp16_actor(model, **cfg):
     actor = Actor(
         model,

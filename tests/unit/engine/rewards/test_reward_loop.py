@@ -52,6 +52,31 @@ def test_transient_errors_are_retried_then_succeed():
     assert len(calls) == 3 and m["reward/retries"] == 2 and m["reward/failures"] == 0
 
 
+def test_retry_delays_double_with_jitter_and_never_pass_backoff_max_s(monkeypatch):
+    """The jitter (x0.5 to x1.5) used to multiply the capped delay: a retry slept up to 1.5 x backoff_max_s."""
+    from rlrm.engine.rewards import loop as loop_module
+
+    slept = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds, *args):
+        slept.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(loop_module.asyncio, "sleep", record)
+
+    async def always_503(s):
+        raise TransientError("503")
+
+    config = cfg(max_retries=6, backoff_s=1.0, backoff_max_s=2.0, on_failure="default", attempt_timeout_s=5)
+    for seed in range(8):
+        run(RewardLoop(always_503, config, seed=seed).score(sample()))
+    assert len(slept) == 8 * 6
+    assert max(slept) <= 2.0 and max(slept) == 2.0  # the cap is reached and held
+    firsts = slept[::6]
+    assert all(0.5 <= s <= 1.5 for s in firsts) and len(set(firsts)) > 1  # 1 s, jittered
+
+
 def test_bad_requests_are_not_retried_and_default_is_counted():
     calls = []
 
