@@ -40,7 +40,16 @@ MODEL_KEYS_FILE = "model_keys.json"  # older checkpoints: the `model` section al
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None, profile_data=None
 ) -> Path | None:
-    """Write checkpoint `step` atomically and prune older ones beyond `keep`.
+    """Write checkpoint `step` atomically and prune older ones beyond `keep` (`write_checkpoint`, then
+    `commit_checkpoint`)."""
+    written = write_checkpoint(run_dir, step, model, tokenizer, state, write_extra, profile_data)
+    return None if written is None else commit_checkpoint(written, keep)
+
+
+def write_checkpoint(
+    run_dir: Path, step: int, model, tokenizer, state: dict, write_extra=None, profile_data=None
+) -> Path | None:
+    """Write checkpoint `step` under its unfinished name (`step_N.tmp`, never listed nor resumed from), on disk.
 
     A policy whose weights hold NaN or inf is not saved (one warning line names the step): the
     newest checkpoint on disk stays the last good one, and the actor's non-finite guard stops
@@ -52,13 +61,12 @@ def save_checkpoint(
         model: the policy (saved with save_pretrained).
         tokenizer: saved next to the model so the folder loads on its own.
         state: trainer state (actor, loader, counters); RNG states are added here.
-        keep: how many checkpoints to keep.
         write_extra: called with the unfinished checkpoint folder to add to it (the actor ranks write
             their torch.distributed.checkpoint shards under `shards/`), before it is renamed into place.
         profile_data: the resolved profile (JSON data), written as profile.json for resume to compare.
 
     Returns:
-        The checkpoint folder, or None when the weights were not finite.
+        The unfinished folder for `commit_checkpoint`, or None when the weights were not finite.
     """
     import torch
 
@@ -82,10 +90,17 @@ def save_checkpoint(
     if write_extra is not None:
         write_extra(tmp)
     _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
+    return tmp
+
+
+def commit_checkpoint(written: Path, keep: int) -> Path:
+    """Name a checkpoint `write_checkpoint` wrote complete, and prune older ones beyond `keep`."""
+    root = written.parent
+    final = root / written.name.removesuffix(".tmp")
     shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    written.rename(final)
     _fsync(root)  # the rename itself
-    for old in list_checkpoints(run_dir)[:-keep]:
+    for old in list_checkpoints(root.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     for left in root.glob("step_*.tmp"):  # what a save killed midway left (never listed, never resumed from)
         shutil.rmtree(left, ignore_errors=True)

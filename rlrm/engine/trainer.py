@@ -15,6 +15,7 @@ import asyncio
 import gc
 import os
 import resource
+import shutil
 import signal
 import sys
 import threading
@@ -31,7 +32,8 @@ from rlrm.engine.checkpoint import (
     checkpoint_step,
     list_checkpoints,
     load_state,
-    save_checkpoint,
+    commit_checkpoint,
+    write_checkpoint,
 )
 from rlrm.engine.components import build_components
 from rlrm.engine.data.loader import PromptLoader
@@ -155,6 +157,9 @@ class _TrainLoop:
         self._trace: TraceStream | None = None  # trace.json as the run goes, so a killed run keeps its finished steps
         self._trace_sent = 0  # spans of self.spans already appended to it
         self._unsaved = False  # the actor's state is not to be checkpointed (an over-budget step trained)
+        # a periodic checkpoint written in its step, named complete once the step's row is in metrics.jsonl: a
+        # crash in between (its held-out evaluation, its canaries) must not leave a checkpoint past the rows
+        self._written: tuple[int, Path] | None = None
 
     async def run(self) -> None:
         self.sigterm = _SigtermStops(self.result)
@@ -252,6 +257,7 @@ class _TrainLoop:
                         await self._check_canaries(step, row, display)  # after this step, before the next update
                     writer.log(row)
                     self.pending_row, self._logged_step = None, step
+                    self._commit_written()
                     display.update(step, row)
                     if finding is not None and self.guard.flagged_at == step:
                         display.message(f"warning: step {step}: reward-hacking guard: {finding.detail}")
@@ -273,11 +279,22 @@ class _TrainLoop:
             unlogged = self.result.last_step > self._logged_step
             self._wind_up(
                 lambda: hung.write(step, self.parts.reward.loop.take_hung(every=True)),  # a stopped run's: all
+                self._commit_written,  # its row logged (a stop between the two), else dropped
                 None if self._unsaved or unlogged else lambda: self._save(force=True),
                 writer.close,
                 self.sample_log.close if self.sample_log is not None else None,
                 self._write_trace,
             )
+
+    def _commit_written(self) -> None:
+        """The checkpoint written in a step, named complete if that step's row is logged, else deleted."""
+        if self._written is None:
+            return
+        (step, folder), self._written = self._written, None
+        if step <= self._logged_step:
+            commit_checkpoint(folder, self.profile.trainer.keep_checkpoints)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _log_pending(self, writer) -> None:
         """The row of a step that completed but was not logged yet, logged (a stop between the two)."""
@@ -379,7 +396,7 @@ class _TrainLoop:
             raise
         if p.trainer.save_every and step % p.trainer.save_every == 0 and step < p.trainer.total_steps:
             with timer("save_checkpoint"):
-                self._save()
+                self._save(commit=False)  # named complete once this row is logged
         if p.trainer.val_every and (step % p.trainer.val_every == 0 or step == p.trainer.total_steps):
             try:
                 with timer("testing"):
@@ -430,7 +447,7 @@ class _TrainLoop:
         parts = self.parts
         return await evaluate_held_out(parts.engine, parts.tokenizer, self.profile, self.val_examples, self.val_ids)
 
-    def _save(self, force: bool = False) -> None:
+    def _save(self, force: bool = False, commit: bool = True) -> None:
         step = self.result.last_step
         if step == 0 or self.scheduler is None:
             return
@@ -449,16 +466,21 @@ class _TrainLoop:
             )
             return
         state = {"actor": self.parts.actor.state_dict(), "loader": self.scheduler.loader_state()}
-        save_checkpoint(
+        written = write_checkpoint(
             self.run_dir,
             step,
             self.parts.policy,
             self.parts.tokenizer,
             state,
-            self.profile.trainer.keep_checkpoints,
             write_extra=self.parts.actor.write_shards,
             profile_data=self.profile.model_dump(mode="json"),
         )
+        if written is None:
+            return
+        if commit:
+            commit_checkpoint(written, self.profile.trainer.keep_checkpoints)
+        else:
+            self._written = (step, written)
 
     def _stream_trace(self) -> None:
         """Append the spans that no later pruning changes (those before this step's window) to trace.json."""

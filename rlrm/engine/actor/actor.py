@@ -391,6 +391,21 @@ class Actor(UpdateLoop):
             **({"loss_scale": self.loss_scale, "clean_steps": self.clean_steps} if self.loss_scale else {}),
         }
 
+    def take_settings(self) -> None:
+        """After a checkpoint's optimizer and scheduler are loaded: the lr, betas and weight decay of this run's
+        profile, not the ones they saved (a resume takes what config.yaml says now, and names an edit in a note),
+        at the point of the schedule they saved."""
+        cfg, step = self.cfg, self.scheduler.last_epoch
+        self.scheduler.base_lrs = [cfg.lr for _ in self.optimizer.param_groups]
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
+            group.update(
+                initial_lr=cfg.lr,
+                lr=cfg.lr * factor(step),
+                betas=(cfg.betas[0], cfg.betas[1]),
+                weight_decay=cfg.weight_decay,
+            )
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
     def load_state_dict(self, state: dict, ckpt_dir: Path | None = None) -> None:
         """Restore what `state_dict` saved (the model's weights must already be loaded).
 
@@ -404,6 +419,7 @@ class Actor(UpdateLoop):
             )
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.take_settings()
         self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
         if self.loss_scale is not None and "loss_scale" in state:  # a float16 run resumed as float16
             self.loss_scale, self.clean_steps = float(state["loss_scale"]), int(state.get("clean_steps", 0))

@@ -240,6 +240,7 @@ class RankWorker:
         if (Path(folder) / EMPTY_OPTIMIZER).is_file():  # saved before the first step: no state, as then
             self.actor.optimizer.state.clear()
         self.actor.scheduler.load_state_dict(state["scheduler"])
+        self.actor.take_settings()
         self.actor.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
 
     def peak_memory_gb(self) -> float:

@@ -193,13 +193,22 @@ def test_a_model_edited_in_config_yaml_before_resume_is_refused_naming_the_key(t
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1"]  # nothing ran, nothing removed
     restored = yaml.safe_load(original)
     restored["actor"]["lr"] = restored["actor"]["lr"] / 2  # the model restored, the learning rate edited: taken, said
+    restored["actor"]["weight_decay"] = 0.25
     config.write_text(yaml.safe_dump(restored))
     result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "plain"])
     assert result.exit_code == 0, result.output
     notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
     lr = yaml.safe_load(original)["actor"]["lr"]
-    assert notes == [f"note: resuming step_1 with settings edited since it was saved: actor.lr ({lr!r} -> {lr / 2!r})"]
+    assert notes == [
+        "note: resuming step_1 with settings edited since it was saved: "
+        f"actor.lr ({lr!r} -> {lr / 2!r}), actor.weight_decay (0.0 -> 0.25)"
+    ]
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_1", "step_2"]
+    # taken, not only said: the optimizer's saved lr and weight decay used to win (step 2 trained at the old rate)
+    assert [row["actor/lr"] for row in read_metrics(run_dir / "metrics.jsonl") if row["step"]] == [lr, lr / 2]
+    saved = torch.load(list_checkpoints(run_dir)[-1] / "state.pt", map_location="cpu", weights_only=True)
+    groups = saved["actor"]["optimizer"]["param_groups"]
+    assert {(g["lr"], g["initial_lr"], g["weight_decay"]) for g in groups} == {(lr / 2, lr / 2, 0.25)}
 
 
 @pytest.mark.parametrize("damage", ["state.pt cut short", "state.pt missing", "model/ missing"])

@@ -30,3 +30,34 @@ def test_an_interrupt_in_the_canary_check_after_a_step_keeps_its_row(tmp_path, t
     assert result.interrupted and result.last_step == 2
     logged = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["step"] > 0]
     assert logged == [1, 2] and [c.name for c in list_checkpoints(run_dir)] == ["step_2"]
+
+
+def test_a_crash_in_the_validation_after_a_periodic_checkpoint_keeps_no_checkpoint_past_the_rows(tmp_path, monkeypatch):
+    """save_every and val_every meet: the checkpoint was written, and named complete, inside the step, before its
+    held-out evaluation and its row. A crash there (a rollout server that died; a kill -9 alike) kept step_2 with
+    rows [1]: a resume went on from step 3 and row 2 was missing for good. It is named complete after its row now."""
+    import rlrm.engine.trainer as trainer
+
+    real = trainer.evaluate_held_out
+    calls = []
+
+    async def dies_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # step 2's held-out evaluation
+            raise RuntimeError("rollout server died")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "evaluate_held_out", dies_once)
+    sets = ["trainer.total_steps=4", "trainer.save_every=2", "trainer.val_every=2", "trainer.val_before_train=false"]
+    run_dir = start_run(load_profile("tiny-rule", [*SMALL_RUN, *sets]), tmp_path / "run")
+    try:
+        train(run_dir)
+    except RuntimeError as exc:
+        assert "rollout server died" in str(exc)
+    else:
+        raise AssertionError("the run did not stop")
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
+    assert list_checkpoints(run_dir) == [] and not list((run_dir / "checkpoints").glob("*"))  # nor its unfinished copy
+    train(run_dir)  # the resume: from the start, as nothing past the rows is kept
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [c.name for c in list_checkpoints(run_dir)][-1] == "step_4"
