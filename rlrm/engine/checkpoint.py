@@ -77,7 +77,6 @@ def write_checkpoint(
         )
         return None
     root = Path(run_dir) / "checkpoints"
-    final = root / f"step_{step}"
     tmp = root / f"step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

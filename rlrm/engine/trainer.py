@@ -30,9 +30,9 @@ from rlrm.engine.checkpoint import (
     changed_settings,
     check_checkpoint,
     checkpoint_step,
+    commit_checkpoint,
     list_checkpoints,
     load_state,
-    commit_checkpoint,
     write_checkpoint,
 )
 from rlrm.engine.components import build_components
