@@ -513,12 +513,15 @@ def _wall_so_far(history: list[dict], step: int) -> float:
 
 
 def _peak_memory_gb(device: str) -> float:
-    """The trainer's peak memory: CUDA allocations on the policy's GPU (not device 0's, not a GPU it leaves alone
-    when it trains on the CPU), the process's peak resident set otherwise."""
+    """The trainer's peak memory: the step's peak CUDA allocations on the policy's GPU (not device 0's, not a GPU
+    it leaves alone when it trains on the CPU; the count starts again for the next step), the process's peak
+    resident set so far otherwise (a process's RSS peak cannot be reset)."""
     import torch
 
     if torch.device(device).type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return rss_kb / 2**20 if sys.platform != "darwin" else rss_kb / 2**30
 

@@ -246,7 +246,9 @@ class RankWorker:
     def peak_memory_gb(self) -> float:
         """This rank's peak memory: CUDA allocations on GPU, the process's peak resident set on CPU."""
         if self.spec.device == "cuda":
-            return torch.cuda.max_memory_allocated() / 2**30
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.reset_peak_memory_stats()  # the next step's peak from here
+            return peak
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

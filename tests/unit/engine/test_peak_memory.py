@@ -13,8 +13,10 @@ def test_a_policy_on_the_cpu_reports_the_resident_set_on_a_machine_with_a_gpu(mo
     assert trainer._peak_memory_gb("cpu") > 0.01  # this process's peak RSS, not the idle GPU's 0
 
 
-def test_a_policy_on_a_second_gpu_reports_that_gpu(monkeypatch):
-    asked = []
+def test_a_policy_on_a_second_gpu_reports_that_gpu_each_steps_peak(monkeypatch):
+    asked, reset = [], []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: asked.append(device) or 3 * 2**30)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: reset.append(device))
     assert trainer._peak_memory_gb("cuda:1") == 3.0
     assert asked == ["cuda:1"]  # not the current device (0 unless the process set another)
+    assert reset == ["cuda:1"]  # the next step's peak is its own (issue 32: peak memory per step)
