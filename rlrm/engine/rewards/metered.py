@@ -128,10 +128,10 @@ class MeteredBalancer:
             except CallError as exc:
                 ledger.record(method, path, 0, start, str(exc))
                 if isinstance(exc, RequestTimeout):
-                    raise _named(exc) from None
+                    raise _named(exc, streamed=_asks_stream(data)) from None
                 raise
             ledger.record(method, path, status, start, body[:200].decode("utf-8", "replace"))
-            used = ledger.add_usage(_usage(_json(body))) if status == 200 else None
+            used = ledger.add_usage(_usage(_answer(body))) if status == 200 else None
             return (status, body, ctype), used
 
         return await self._limited(path, estimate_tokens(data), send, ledger)
@@ -186,6 +186,24 @@ def _json(body: bytes):
         return None
 
 
+def _answer(body: bytes):
+    """A forwarded answer's JSON: the body, or a server-sent event stream's last chunk that carries `usage`
+    (`stream_options: {"include_usage": true}`; a stream without it says no token counts)."""
+    if not body.lstrip().startswith(b"data:"):
+        return _json(body)
+    for line in reversed(body.splitlines()):
+        if line.startswith(b"data:"):
+            chunk = _json(line[5:])
+            if isinstance(chunk, dict) and chunk.get("usage"):
+                return chunk
+    return None
+
+
+def _asks_stream(data: bytes) -> bool:
+    out = _json(data)
+    return isinstance(out, dict) and out.get("stream") is True
+
+
 def _usage(out) -> dict | None:
     """Token usage of an answer: OpenAI's `usage`, or SGLang's `meta_info` (/generate; a batch's summed)."""
     if isinstance(out, list):
@@ -201,8 +219,15 @@ def _usage(out) -> dict | None:
     return usage
 
 
-def _named(exc: RequestTimeout) -> RequestTimeout:
+def _named(exc: RequestTimeout, streamed: bool = False) -> RequestTimeout:
     """A request's own timeout, naming the key that sets it (the attempt's deadline names its own, in the loop)."""
-    named = RequestTimeout(f"{exc} (reward.server.request_timeout_s)")
+    said = f"{exc} (reward.server.request_timeout_s)"
+    if streamed:  # it may have been answering all along: the forwarder passes a stream on once it is whole
+        said = (
+            f"{str(exc).replace('did not answer within', 'did not finish its stream within')} "
+            "(reward.server.request_timeout_s): the forwarder passes a stream on once it is complete; raise it, or "
+            "call without stream"
+        )
+    named = RequestTimeout(said)
     named.extra, named.status = exc.extra, exc.status
     return named

@@ -25,7 +25,9 @@ servers do not serve answers their 404, counted and named once.
 A JSON answer always says `Content-Type: application/json`, and an error that came with no body or plain text
 gets an OpenAI-style JSON one: the SGLang router answers its own `/v1/models` as `text/plain` and its 404s with no
 body, and clients that check the type (aiohttp's `json()`, the openai SDK) refuse those. Other answers (an SSE
-stream, `/health`'s plain "OK", an HTML page) pass with the type they came with.
+stream, `/health`'s plain "OK", an HTML page) pass with the type they came with. A stream (`"stream": true`) is
+passed on once it is complete, under `reward.server.request_timeout_s` as a whole; its `usage` (in its last chunk,
+with `stream_options.include_usage`) is counted.
 """
 
 from __future__ import annotations

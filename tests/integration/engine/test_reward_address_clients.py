@@ -311,3 +311,46 @@ def test_a_verl_style_async_function_scores_every_sample_in_a_run(tmp_path):
     samples = 4 * 2  # data.train_batch_size x rollout.n (SMALL_RUN)
     assert row["reward/failures"] == 0 and row["reward/defaulted"] == 0
     assert row["reward/model_calls"] == 2 * samples and row["reward/model_not_found"] == 0
+
+
+def test_a_streamed_call_through_the_address_is_counted_and_its_timeout_says_it_was_a_stream():
+    """`stream=true` through the forwarder: the SDK reads the chunks, and the call's `usage` (sent in the last
+    chunk when `stream_options.include_usage` asks) is counted; it was dropped (the body is no JSON object), so
+    the judge's tokens read 0 and the tpm limiter never learnt them. A stream is passed on once complete: one cut
+    at reward.server.request_timeout_s says so, where it read as a server that never answered."""
+    import openai
+
+    from rlrm.engine.rewards.ledger import ledger_scope
+
+    async def scenario(api, timeout_s):
+        balancer = ReplicaBalancer([api.base_url.removesuffix("/v1")], api_key=KEY)
+        proxy = ModelProxy(MeteredBalancer(balancer, RewardConfig()), timeout_s=timeout_s)
+        try:
+            with ledger_scope() as ledger:
+                async with proxy.lease() as host_port:
+                    client = openai.AsyncOpenAI(base_url=f"http://{host_port}/v1", api_key="unused", max_retries=0)
+                    try:
+                        stream = await client.chat.completions.create(
+                            model=api.model, stream=True, stream_options={"include_usage": True}, **CHAT
+                        )
+                        chunks = [chunk async for chunk in stream]
+                    except openai.APIError as exc:
+                        chunks = exc
+                    finally:
+                        await client.close()
+        finally:
+            await proxy.close()
+            await balancer.close()
+        return chunks, ledger
+
+    with StandinOpenAIAPI(KEY, rpm=60000) as api:
+        chunks, ledger = asyncio.run(scenario(api, timeout_s=60))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Checked against the reference. Score: 0"
+    assert chunks[-1].usage.completion_tokens == 6 and ledger.model_calls == 1
+    assert (ledger.prompt_tokens, ledger.completion_tokens) == (chunks[-1].usage.prompt_tokens, 6)
+
+    with StandinOpenAIAPI(KEY, rpm=60000, stream_gap_s=0.3) as api:  # 6 chunks, 1.8 s, against 1 s
+        error, _ = asyncio.run(scenario(api, timeout_s=1.0))
+    assert isinstance(error, openai.InternalServerError) and error.status_code == 502
+    assert "did not finish its stream within 1 s (reward.server.request_timeout_s): the forwarder passes" in str(error)
