@@ -68,3 +68,41 @@ def out_of_memory_named(phase: str, lower: str):
         raise OutOfDeviceMemory(
             f"out of GPU memory {phase} ({said}): lower {lower}; the step was not committed"
         ) from None
+
+
+# what a failed write's torch or safetensors error says where the OSError it wraps is not kept: a full disk
+_WRITE_FAILED = ("unexpected pos", "file write failed", "No space left on device", "os error 28", "failed writing")
+
+
+@contextmanager
+def writing_to(path):
+    """A write inside the block cut by the file system (a full disk, a quota, an I/O error) raises an OSError
+    naming `path`, which the CLI prints as one line: `f.write` and `flush` raise theirs without a file name, and
+    torch.save and safetensors raise RuntimeErrors that name nothing (`unexpected pos 1188928 vs 1188880`)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    except Exception as exc:
+        if type(exc).__name__ not in ("RuntimeError", "SafetensorError") or not any(
+            said in str(exc) for said in _WRITE_FAILED
+        ):
+            raise
+        import errno
+        import shutil
+
+        full = _free_bytes(path, shutil) < 2**20
+        code = errno.ENOSPC if full else errno.EIO
+        reason = "No space left on device" if full else f"write failed ({str(exc).strip().splitlines()[0][:120]})"
+        raise OSError(code, reason, str(path)) from exc
+
+
+def _free_bytes(path, shutil) -> int:
+    from pathlib import Path
+
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            return shutil.disk_usage(folder).free
+    return 2**62

@@ -42,15 +42,19 @@ _PATH_FIXES = {
     errno.EDQUOT: "the disk quota is used up: free some space, or choose another folder",
     errno.ENOENT: "check the path",
     errno.ENAMETOOLONG: "choose a shorter path",
+    errno.EIO: "the disk failed the write (an I/O error): check it, or choose a folder on another disk",
 }
+# a failed write that names no file (rlrm's writers name theirs: rlrm.errors.writing_to): still one line
+_UNNAMED = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 def path_error(exc: OSError) -> str | None:
     """One line for a file-system error on a named path, or None for another OSError (a socket's, a
     process's: a bug to show whole)."""
-    if exc.filename is None or exc.errno not in _PATH_FIXES:
+    if exc.errno not in _PATH_FIXES or (exc.filename is None and exc.errno not in _UNNAMED):
         return None
-    return f"{exc.filename}: {exc.strerror}; {_PATH_FIXES[exc.errno]}"
+    where = exc.filename if exc.filename is not None else "a write"
+    return f"{where}: {exc.strerror}; {_PATH_FIXES[exc.errno]}"
 
 
 def console():

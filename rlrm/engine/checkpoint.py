@@ -20,6 +20,7 @@ never written, nor resumed from.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -28,7 +29,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rlrm.errors import ConfigError, ModelError, clipped
+from rlrm.errors import ConfigError, ModelError, TrainingError, clipped, writing_to
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Weight files that are pickles: loading one can run arbitrary code, so a checkpoint never holds one.
@@ -79,17 +80,42 @@ def write_checkpoint(
     root = Path(run_dir) / "checkpoints"
     tmp = root / f"step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    payload = dict(state, step=step, rng=_rng_state())
-    torch.save(payload, tmp / "state.pt")
-    if profile_data is not None:
-        (tmp / PROFILE_FILE).write_text(json.dumps(profile_data, indent=1, sort_keys=True))
-    if write_extra is not None:
-        write_extra(tmp)
-    _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
+    try:
+        with writing_to(tmp):
+            tmp.mkdir(parents=True)
+            model.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            payload = dict(state, step=step, rng=_rng_state())
+            torch.save(payload, tmp / "state.pt")
+            if profile_data is not None:
+                (tmp / PROFILE_FILE).write_text(json.dumps(profile_data, indent=1, sort_keys=True))
+            if write_extra is not None:
+                write_extra(tmp)
+            _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)  # never half a checkpoint, even unlisted: it holds the space
+        if exc.errno not in _DISK_ERRORS:
+            raise
+        raise TrainingError(_unwritten(run_dir, step, exc)) from exc
     return tmp
+
+
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+
+
+def _unwritten(run_dir: Path, step: int, exc: OSError) -> str:
+    """The line for a checkpoint the disk refused: where, why, the room one takes, and how to go on."""
+    kept = list_checkpoints(run_dir)
+    size = f" (step {checkpoint_step(kept[-1])}'s takes {_size_mb(kept[-1]):.1f} MB)" if kept else ""
+    newest = kept[-1].name if kept else "none: the run starts again"
+    return (
+        f"checkpoint step_{step} could not be written in {Path(run_dir) / 'checkpoints'}: {exc.strerror}; free some "
+        f"space{size} and continue with rlrm train --resume {run_dir} (newest complete checkpoint: {newest})"
+    )
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
 def commit_checkpoint(written: Path, keep: int) -> Path:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from rlrm.engine.rewards.contract import RewardContract, changed_parts, describe_change
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, writing_to
 from rlrm.launch.common import progress
 
 CONTRACT_FILE = "reward_contract.json"
@@ -54,7 +54,8 @@ def check_run_contract(run_dir: Path, contract: RewardContract, allow_change: bo
     else:
         changed = []
     tmp = Path(run_dir) / (CONTRACT_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    with writing_to(tmp):
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(Path(run_dir) / CONTRACT_FILE)
     return changed
 

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, writing_to
 from rlrm.report import sections
 from rlrm.report.document import Document, Section
 from rlrm.report.figures import FORMATS, FigureSkipped, embeddable, save_figure
@@ -113,11 +113,13 @@ def _write(out: Path, folders, runs, benches, parities, audits, options: ReportO
         sections.reward_audit_section(doc, audit, _prefix("reward_audit", audit, audits), writer)
 
     summary = out / "summary.md"
-    summary.write_text(doc.to_markdown(), encoding="utf-8")
+    with writing_to(summary):
+        summary.write_text(doc.to_markdown(), encoding="utf-8")
     result = ReportResult(out=out, files=[*writer.files, summary], notes=notes, summary=summary)
     if options.html:
         result.html = out / "report.html"
-        result.html.write_text(to_html(doc), encoding="utf-8")
+        with writing_to(result.html):
+            result.html.write_text(to_html(doc), encoding="utf-8")
         result.files.append(result.html)
     return result
 

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlrm.errors import writing_to
+
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
@@ -58,7 +60,7 @@ def save_figure(fig, out_dir: Path, name: str, fmt: str) -> Path:
     import matplotlib
 
     path = Path(out_dir) / f"{name}.{fmt}"
-    with matplotlib.rc_context(_RC):
+    with matplotlib.rc_context(_RC), writing_to(path):
         fig.savefig(path, format=fmt, dpi=100)
     return path
 

@@ -25,7 +25,7 @@ from rlrm.bench.simulate.simulation import simulate
 from rlrm.bench.simulate.spec import SimSpec, dump_spec, load_spec
 from rlrm.config.latency import parse_latency
 from rlrm.engine.metrics.trace import write_chrome_trace
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, writing_to
 from rlrm.json_values import json_safe
 
 BASELINE = "sync-nolatency"
@@ -174,6 +174,11 @@ def _summary(spec: SimSpec, rows: list[dict], key: str | None, values: list[str]
 
 
 def _write(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict) -> None:
+    with writing_to(out):  # a full disk: one line naming the folder; results.csv is never left cut under its name
+        _write_files(out, spec, rows, runs, summary)
+
+
+def _write_files(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict) -> None:
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
@@ -188,6 +193,8 @@ def _write(out: Path, spec: SimSpec, rows: list[dict], runs: dict, summary: dict
                 fh.write(json.dumps(row) + "\n")
         write_chrome_trace(folder / "trace.json", run.spans)
     frame = pd.DataFrame(rows, columns=COLUMNS + EXTRA_COLUMNS)
-    frame.to_csv(out / "results.csv", index=False)
-    frame.to_parquet(out / "results.parquet", index=False)
+    for name, write in (("results.csv", frame.to_csv), ("results.parquet", frame.to_parquet)):
+        tmp = out / f"{name}.tmp"
+        write(tmp, index=False)
+        tmp.replace(out / name)
     (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlrm.errors import writing_to
+
 
 class HungRewardLog:
     def __init__(self, path: Path):
@@ -26,6 +28,13 @@ class HungRewardLog:
         """Append `records` (RewardLoop.take_hung), each with `step` first; the file is created on the first one."""
         if not records:
             return
-        with self.path.open("a", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps({"step": step, **record}, default=str) + "\n")
+        lines = "".join(json.dumps({"step": step, **record}, default=str) + "\n" for record in records)
+        with writing_to(self.path), self.path.open("a+b") as f:
+            if f.tell() and not _ends_a_line(f):  # a line a full disk or a kill cut: ours start on a line of their own
+                lines = "\n" + lines
+            f.write(lines.encode("utf-8"))
+
+
+def _ends_a_line(f) -> bool:
+    f.seek(-1, 2)
+    return f.read(1) == b"\n"

@@ -10,6 +10,8 @@ import json
 import math
 from pathlib import Path
 
+from rlrm.errors import writing_to
+
 
 class MetricsWriter:
     """Appends step rows to a JSONL file; non-finite floats are written as null."""
@@ -23,8 +25,9 @@ class MetricsWriter:
     def log(self, row: dict) -> None:
         """Write one row and flush it to disk."""
         clean = {k: _jsonable(v) for k, v in row.items()}
-        self._file.write(json.dumps(clean) + "\n")
-        self._file.flush()
+        with writing_to(self.path):
+            self._file.write(json.dumps(clean) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()
@@ -32,7 +35,8 @@ class MetricsWriter:
     def _truncate(self, step: int) -> None:
         kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        with writing_to(tmp):
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
         tmp.replace(self.path)
 
 

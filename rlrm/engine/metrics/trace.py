@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.engine.metrics.timing import Span
+from rlrm.errors import writing_to
 
 _LANES = ("trainer", "gen_wait", "reward_wait", "rollout", "generate", "reward")
 SESSION_GAP_S = 1.0  # between the end of one session's events and the start of the next's (the real gap is unknown)
@@ -104,7 +105,8 @@ def write_chrome_trace(path: Path, spans: list, origin_s: float = 0.0) -> None:
 
 def _write_events(path: Path, events: list[dict]) -> None:
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+    with writing_to(tmp):
+        tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     tmp.replace(path)
 
 
@@ -181,8 +183,9 @@ class TraceStream:
         self.origin_s = origin_s - self.session.shift_s
         self._packer = _RowPacker(self.session.pid)
         self._file = self.path.open("w", encoding="utf-8")
-        self._file.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
-        self._file.flush()
+        with writing_to(self.path):
+            self._file.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
+            self._file.flush()
 
     def append(self, spans: list) -> None:
         """Append the events of `spans` (one line each, each line ending in a comma) and flush."""
@@ -190,8 +193,9 @@ class TraceStream:
             return
         events, tids = self._packer.events(spans, self.origin_s)
         lines = "".join(json.dumps(ev) + ",\n" for ev in self._packer.thread_events(tids) + events)
-        self._file.write(lines)  # one write per step: a kill lands between steps, or cuts only the last line
-        self._file.flush()
+        with writing_to(self.path):
+            self._file.write(lines)  # one write per step: a kill lands between steps, or cuts only the last line
+            self._file.flush()
 
     def close(self) -> None:
         if not self._file.closed:

@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 from rlrm.engine.models.tiny_pairs import reward_problems, wrong_response
+from rlrm.errors import writing_to
 
 NUM_TRAIN, NUM_TEST = 6000, 256  # the reward models' recipe (tiny_judge / tiny_disrm), so held-out means held-out
 PAIRS = 192
@@ -59,6 +60,11 @@ def write_pairs_file(cache_dir: Path, seed: int = 0) -> Path:
     path = pairs_path(cache_dir, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in synthetic_pairs(seed)))
-    tmp.replace(path)
+    try:
+        with writing_to(path):
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in synthetic_pairs(seed)))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path

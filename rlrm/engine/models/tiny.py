@@ -23,6 +23,7 @@ that the recipe reproduces the shipped files (tests/unit/engine/models/test_ship
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -128,7 +129,12 @@ def _copy_files(src: Path, dest: Path) -> None:
     """Copy a flat model folder's files, not their modes: an installed package may be read-only."""
     dest.mkdir(parents=True)
     for path in src.iterdir():
-        shutil.copyfile(path, dest / path.name)
+        try:
+            shutil.copyfile(path, dest / path.name)
+        except OSError as exc:  # on a full disk shutil names the source: the folder to free is the destination's
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS):
+                raise
+            raise OSError(exc.errno, exc.strerror, str(dest / path.name)) from exc
 
 
 def resolve_model_path(path: str, cache_dir: Path | None = None) -> str:

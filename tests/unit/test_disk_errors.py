@@ -1,0 +1,127 @@
+"""A write the disk cuts (full, over quota, failing): one line naming the path and what to do, nothing half-written.
+
+`f.write` and `flush` raise their OSError without a file name, torch.save a RuntimeError naming nothing
+("unexpected pos 1188928 vs 1188880"): each reached the user as a 45-80 line traceback (found by filling real
+tmpfs disks of 12 KB to 40 MB). The disks here are stand-ins: the failing calls are patched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+import typer
+
+from rlrm.cli.common import friendly_errors, path_error
+from rlrm.errors import TrainingError, writing_to
+
+FULL = OSError(errno.ENOSPC, "No space left on device")  # as a write or flush raises it: no file name
+
+
+def test_a_write_cut_without_a_file_name_is_named_and_printed_as_one_line(tmp_path, capsys):
+    target = tmp_path / "metrics.jsonl"
+
+    @friendly_errors
+    def command():
+        with writing_to(target):
+            raise FULL
+
+    with pytest.raises(typer.Exit):
+        command()
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {target}: No space left on device; the disk is full: free some space, or choose a folder on "
+        "another disk"
+    ]
+    # one no rlrm writer named: still one line, not a traceback; a socket's or a process's OSError stays a bug
+    assert path_error(OSError(errno.EIO, "Input/output error")).startswith("a write: Input/output error; the disk")
+    assert path_error(OSError(errno.ECONNRESET, "Connection reset by peer")) is None
+
+
+def test_torch_saves_nameless_runtime_error_becomes_the_disks_error(tmp_path):
+    with pytest.raises(OSError) as cut, writing_to(tmp_path / "state.pt"):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1188928 vs 1188880")
+    # this disk has room: an I/O error, saying what torch said; a bug's RuntimeError passes as it is
+    assert cut.value.errno == errno.EIO and cut.value.filename == str(tmp_path / "state.pt")
+    assert "unexpected pos" in cut.value.strerror
+    with pytest.raises(RuntimeError, match="shape mismatch"), writing_to(tmp_path / "state.pt"):
+        raise RuntimeError("shape mismatch")
+
+
+def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing_behind(tmp_path, tiny_policy_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlrm.engine import checkpoint
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    checkpoint.save_checkpoint(tmp_path, 1, model, tok, {"actor": {}, "loader": {}}, keep=3)
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 12")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr("rlrm.errors._free_bytes", lambda path, shutil: 0)  # the disk is full
+    with pytest.raises(TrainingError) as refused:
+        checkpoint.save_checkpoint(tmp_path, 2, model, tok, {"actor": {}, "loader": {}}, keep=3)
+    line = str(refused.value)
+    assert line.startswith(f"checkpoint step_2 could not be written in {tmp_path / 'checkpoints'}: No space left")
+    assert f"continue with rlrm train --resume {tmp_path} (newest complete checkpoint: step_1)" in line
+    assert "step 1's takes" in line and "MB" in line
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1"]  # no step_2.tmp holding space
+
+
+def test_a_hung_reward_record_after_a_cut_line_starts_a_line_of_its_own(tmp_path):
+    from rlrm.engine.metrics.hung_rewards import HungRewardLog
+
+    path = tmp_path / "hung_rewards.jsonl"
+    log = HungRewardLog(path)
+    log.write(1, [{"uid": "u1"}])
+    with path.open("ab") as f:
+        f.write(b'{"step": 2, "uid": "u3", "promp')  # a full disk (or a kill) cut it; the resumed run goes on
+    log.write(3, [{"uid": "u4"}, {"uid": "u5"}])
+    lines = path.read_text().splitlines()
+    readable = []
+    for line in lines:
+        try:
+            readable.append(json.loads(line)["uid"])
+        except ValueError:
+            pass
+    assert readable == ["u1", "u4", "u5"] and len(lines) == 4  # u4 was glued onto the cut line and lost
+
+
+def test_a_prepared_model_copied_onto_a_full_disk_names_the_destination(tmp_path, monkeypatch):
+    import shutil
+
+    from rlrm.engine.models import tiny
+
+    src, dest = tmp_path / "shipped", tmp_path / "cache" / "judge"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"x")
+
+    def full(a, b):
+        raise OSError(errno.ENOSPC, "No space left on device", str(a))  # shutil names the source
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(OSError) as cut:
+        tiny._copy_files(src, dest)
+    assert cut.value.filename == str(dest / "model.safetensors")
+
+
+def test_the_pairs_file_on_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rlrm.engine.models import pairs_file
+
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        real(self, "half", encoding="utf-8")
+        raise FULL
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as cut:
+        pairs_file.write_pairs_file(tmp_path)
+    assert cut.value.filename == str(pairs_file.pairs_path(tmp_path, 0))
+    assert list(tmp_path.iterdir()) == []
