@@ -33,7 +33,7 @@ class SamplingParams:
     Attributes:
         temperature: logits are divided by it before sampling; 0 means greedy.
         top_p: nucleus mass; keep the fewest best tokens whose probability reaches it (1.0: off).
-        top_k: keep the k best tokens (-1 or 0: off); applied before top_p, as vLLM and HF do.
+        top_k: keep the k best tokens, and those tied with the k-th (-1 or 0: off); before top_p, as vLLM and HF.
         max_new_tokens: the most response tokens, EOS included.
         seed: per-request seed: the same request draws the same tokens in any batch (None: the
             engine picks one).

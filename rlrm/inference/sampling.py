@@ -70,8 +70,9 @@ class RowSampler:
         import torch
 
         sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)  # [B, V]
-        ranks = torch.arange(probs.shape[-1], device=probs.device)[None, :]
-        sorted_p = sorted_p.masked_fill(ranks >= self.top_k, 0.0)
+        # top-k keeps every token as likely as the k-th, ties included, as HF's and vLLM's do (bf16 logits tie often)
+        kth = sorted_p.gather(-1, self.top_k.clamp(max=probs.shape[-1]) - 1)  # [B, 1]
+        sorted_p = sorted_p.masked_fill(sorted_p < kth, 0.0)
         cum = sorted_p.cumsum(-1)
         mass_before = cum - sorted_p  # mass of strictly better tokens; the best token always stays
         sorted_p = sorted_p.masked_fill(mass_before >= self.top_p * cum[:, -1:], 0.0)

@@ -39,8 +39,10 @@ def add_generate_route(ep: Endpoints) -> None:
         listed = isinstance(body.sampling_params, list)
         for i, sp in enumerate(params):
             for key, value in (sp.model_extra or {}).items():
+                field = f"sampling_params[{i}].{key}" if listed else f"sampling_params.{key}"
+                if key == "seed":  # OpenAI's and vLLM's name: passing it by would answer unseeded (SGLang refuses it)
+                    raise RequestError(f"{field}: /generate's seed is sampling_seed, as in SGLang")
                 if key in NOT_IMPLEMENTED and value not in (NOT_IMPLEMENTED[key], None):
-                    field = f"sampling_params[{i}].{key}" if listed else f"sampling_params.{key}"
                     raise RequestError(
                         f"{field}={value!r} is not implemented by the embedded server, which would answer as if it "
                         "were unset: leave it out, or serve this model with SGLang or vLLM"

@@ -159,6 +159,8 @@ def test_a_lone_request_whose_forward_raises_on_bad_input_is_an_input_error():
     [
         ({"sampling_params": {"max_new_tokens": 4, "stop_token_ids": [2**70]}}, "sampling_params.stop_token_ids[0]"),
         ({"sampling_params": {"max_new_tokens": 4, "sampling_seed": 2**64}}, "sampling_params.sampling_seed"),
+        # OpenAI's name for it was taken and dropped: the request answered unseeded, every time another answer
+        ({"sampling_params": {"max_new_tokens": 4, "seed": 3}}, "sampling_params.seed: /generate's seed is sampling_"),
     ],
 )
 def test_a_poisoned_generate_request_fails_alone_among_concurrent_ones(genrm, body, says):
