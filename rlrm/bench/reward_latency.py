@@ -130,7 +130,7 @@ class RewardLatencyBench:
 
         plan = self.plan()
         check_inputs(self._profile_for("sync", 0, None))
-        created = not self.out.exists()
+        created = not self.out.exists() or not any(self.out.iterdir())  # (an empty one: `rlrm bench`'s default)
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             for i, item in enumerate(plan):

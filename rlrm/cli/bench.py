@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import friendly_errors, timestamped
+from rlrm.cli.common import fresh_folder, friendly_errors
 from rlrm.cli.options import ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
 from rlrm.errors import ConfigError
@@ -63,7 +63,7 @@ def reward_latency(
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.bench.reward_latency import RewardLatencyBench, short_run_warning
 
-    folder = out or Path("bench") / timestamped("reward-latency")
+    folder = out or fresh_folder(Path("bench"), "reward-latency")  # made now: two benches in one second
     bench = RewardLatencyBench(
         profile=given(profile, "--profile"),
         modes=[m.strip() for m in modes.split(",") if m.strip()],

@@ -6,6 +6,8 @@ import errno
 import functools
 import os
 import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
@@ -63,8 +65,40 @@ def console():
     return Console()
 
 
+def fresh_folder(parent: Path, name: str = "") -> Path:
+    """A default output folder, `parent/name-YYYYmmdd-HHMMSS` (`-2`, `-3`, ... after it when taken), made empty
+    here: two commands started in the same second (two seeds, a report per run in a shell loop) each get their own,
+    where both took one name and the second was refused, or crashed."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = timestamped(name)
+    for suffix in ["", *(f"-{i}" for i in range(2, 1000))]:
+        folder = parent / f"{stamp}{suffix}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(errno.EEXIST, "every default name of this second is taken", str(parent / stamp))
+
+
+@contextmanager
+def out_or_fresh(out: Path | None, parent: Path, name: str = ""):
+    """`out`, or a `fresh_folder` of `parent` when it is None, removed again if the command leaves it empty."""
+    if out is not None:
+        yield out
+        return
+    folder = fresh_folder(parent, name)
+    try:
+        yield folder
+    finally:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def timestamped(name: str) -> str:
-    """`name-YYYYmmdd-HHMMSS`: a default output folder name that a later run does not reuse."""
+    """`name-YYYYmmdd-HHMMSS` (`YYYYmmdd-HHMMSS` for no name): the default output folder's name, as `--dry-run`
+    shows it (`fresh_folder` makes it, with a suffix when a command started in the same second took it)."""
     import time
 
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{name}-{stamp}" if name else stamp

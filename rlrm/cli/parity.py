@@ -21,7 +21,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import console, timestamped
+from rlrm.cli.common import console, out_or_fresh
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption
 from rlrm.errors import ConfigError, RlrmError, RunFolderError
 
@@ -188,11 +188,11 @@ def disrm(
         raise ConfigError(
             "--train-steps trains with one pair of dtypes and rlrm's own servers; drop --matrix/--address"
         )
-    out = out or Path("runs") / timestamped("parity-disrm")
-    _check_out(out)
-    code = _run(cfg, build_samples(opts, resolved), out)
-    if train_steps is not None:
-        _train(resolved, cfg, train_steps, out)
+    with out_or_fresh(out, Path("runs"), "parity-disrm") as out:
+        _check_out(out)
+        code = _run(cfg, build_samples(opts, resolved), out)
+        if train_steps is not None:
+            _train(resolved, cfg, train_steps, out)
     raise typer.Exit(code)
 
 
@@ -342,9 +342,10 @@ def reward(
         differs = setting_changes(a.reward, b.reward)
         typer.echo(json.dumps({"samples": source, "settings_that_differ": differs, "sides": sides}, indent=2))
         return
-    out = out or Path("runs") / timestamped("parity-reward")
-    _check_out(out)
-    raise typer.Exit(_run_reward(opts, resolved, a, b, build_reward_samples(opts, resolved), out))
+    with out_or_fresh(out, Path("runs"), "parity-reward") as out:
+        _check_out(out)
+        code = _run_reward(opts, resolved, a, b, build_reward_samples(opts, resolved), out)
+    raise typer.Exit(code)
 
 
 def _run_reward(opts, profile, a, b, samples, out: Path) -> int:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import friendly_errors
+from rlrm.cli.common import friendly_errors, out_or_fresh
 
 
 @friendly_errors
@@ -47,18 +47,11 @@ def report(
     from rlrm.report.build import ReportOptions, build_report
 
     require_extra("matplotlib", "report", "rlrm report")
-    options = ReportOptions(
-        out=out or _default_out(), x=x, smooth=smooth, metrics=list(metrics), fmt=fmt, html=html, steps=steps
-    )
-    result = build_report(list(paths), options)
+    with out_or_fresh(out, Path("reports")) as folder:  # default: reports/<time>
+        options = ReportOptions(out=folder, x=x, smooth=smooth, metrics=list(metrics), fmt=fmt, html=html, steps=steps)
+        result = build_report(list(paths), options)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     figures = len(result.files) - 1 - (result.html is not None)
     extra = f" and {result.html.name}" if result.html else ""
     typer.echo(f"wrote {figures} figures, {result.summary.name}{extra} to {result.out}")
-
-
-def _default_out() -> Path:
-    import time
-
-    return Path("reports") / time.strftime("%Y%m%d-%H%M%S")

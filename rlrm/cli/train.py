@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import friendly_errors, timestamped
+from rlrm.cli.common import fresh_folder, friendly_errors, timestamped
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
-from rlrm.errors import ConfigError
+from rlrm.errors import ConfigError, RunFolderError
 
 CONSOLES = ("rich", "plain", "none")  # logging.console's values
 
@@ -97,6 +97,7 @@ def train(
             overrides.append(f"trainer.mode={mode}")
         resolved = load_profile(profile, overrides)
         name = Path(profile).stem
+        default = out is None and not resolved.trainer.run_name  # made below, unless --dry-run
         run_dir = out or Path(resolved.trainer.out_dir) / (resolved.trainer.run_name or timestamped(name))
         if dry_run:
             from rlrm.engine.processes import planned_processes
@@ -108,7 +109,20 @@ def train(
             check_inputs(resolved)  # and, after the plan, the one line that would stop the run on this machine
             return
         check_inputs(resolved)
-        start_run(resolved, run_dir, overwrite=overwrite)
+        if default:
+            try:
+                run_dir = fresh_folder(Path(resolved.trainer.out_dir), name)
+            except OSError as exc:
+                raise RunFolderError(
+                    f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or "
+                    "trainer.out_dir"
+                ) from None
+        try:
+            start_run(resolved, run_dir, overwrite=overwrite)
+        except BaseException:
+            if default and not any(Path(run_dir).iterdir()):
+                Path(run_dir).rmdir()
+            raise
     from rlrm.launch.common import progress
 
     progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start

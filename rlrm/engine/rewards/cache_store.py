@@ -284,10 +284,42 @@ def _refused_as_read_only(exc: sqlite3.Error) -> bool:
     return (code & 0xFF) == 8 if code is not None else "readonly database" in str(exc)
 
 
+# How long opening waits out another process creating the file or switching it to WAL: SQLite answers that race
+# SQLITE_BUSY at once (a deadlock it will not wait in), so the connection's busy timeout never applies
+CREATE_BUSY_S = 5.0
+
+
+class _Busy(Exception):
+    pass
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    return (code & 0xFF) in (5, 6) if code is not None else "database is locked" in str(exc)  # BUSY, LOCKED
+
+
 def _check_or_create(conn: sqlite3.Connection, path: Path, read_only: bool = False) -> None:
+    """Check the file is an rlrm reward cache, creating its tables in a new one (two runs doing it at once: the one
+    SQLite turns away waits and tries again, where it lost the cache for its whole run)."""
+    deadline = time.monotonic() + CREATE_BUSY_S
+    while True:
+        try:
+            _check_or_create_once(conn, path, read_only)
+            return
+        except _Busy as exc:
+            if conn.in_transaction:
+                conn.rollback()
+            if time.monotonic() > deadline:
+                raise CacheUnavailable(f"cannot write {path}: {exc.__cause__}") from None
+            time.sleep(0.005 + 0.02 * (os.getpid() % 7) / 7)  # processes started together come apart
+
+
+def _check_or_create_once(conn: sqlite3.Connection, path: Path, read_only: bool) -> None:
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.OperationalError as exc:  # locked, cannot open, a read-only -shm: the path, not the file
+        if _is_busy(exc) and not read_only:
+            raise _Busy() from exc
         raise CacheUnavailable(f"cannot read {path}: {exc}") from None
     except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
         raise CacheFileError(_refusal(path, f"SQLite cannot read it ({exc})")) from None
@@ -314,6 +346,8 @@ def _check_or_create(conn: sqlite3.Connection, path: Path, read_only: bool = Fal
             conn.execute("INSERT OR IGNORE INTO rlrm_meta VALUES ('format', ?), ('version', ?)", (FORMAT, VERSION))
             conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            raise _Busy() from exc
         if isinstance(exc, sqlite3.OperationalError) or "readonly" in str(exc):
             raise CacheUnavailable(f"cannot write {path}: {exc}") from None
         raise CacheFileError(_refusal(path, f"SQLite cannot read it ({exc})")) from None
