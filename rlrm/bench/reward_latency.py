@@ -70,6 +70,7 @@ class RewardLatencyBench:
     overrides: list[str] = field(default_factory=list)
     tool_latency: str | None = None  # rollout.agent.inject.latency of the latent runs; None: no tool rollouts
     console: str = "none"
+    out_made_for_it: bool = False  # `out` is the empty default folder the CLI made: removed like one made here
     rows: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     scales: dict[int, float] = field(default_factory=dict)  # repeat -> the latency scale its latent runs used
@@ -130,7 +131,7 @@ class RewardLatencyBench:
 
         plan = self.plan()
         check_inputs(self._profile_for("sync", 0, None))
-        created = not self.out.exists() or not any(self.out.iterdir())  # (an empty one: `rlrm bench`'s default)
+        created = not self.out.exists() or self.out_made_for_it
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             for i, item in enumerate(plan):

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import fresh_folder, friendly_errors
+from rlrm.cli.common import friendly_errors, out_or_fresh
 from rlrm.cli.options import ProfileOption, SeedOption, SetOption, StepsOption, given
 from rlrm.config.schema import MODES
 from rlrm.errors import ConfigError
@@ -63,49 +63,50 @@ def reward_latency(
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.bench.reward_latency import RewardLatencyBench, short_run_warning
 
-    folder = out or fresh_folder(Path("bench"), "reward-latency")  # made now: two benches in one second
-    bench = RewardLatencyBench(
-        profile=given(profile, "--profile"),
-        modes=[m.strip() for m in modes.split(",") if m.strip()],
-        latency=latency,
-        steps=given(steps, "--steps"),
-        repeats=repeats,
-        seed=given(seed, "--seed"),
-        out=folder,
-        latency_scale=latency_scale,
-        tool_latency=tool_latency,
-        overrides=list(set_),
-        console="rich" if sys.stdout.isatty() else "none",
-    )
-    printed_scale = set()  # the repeats whose latency scale was printed
+    with out_or_fresh(out, Path("bench"), "reward-latency") as folder:  # made now: two benches in one second
+        bench = RewardLatencyBench(
+            profile=given(profile, "--profile"),
+            modes=[m.strip() for m in modes.split(",") if m.strip()],
+            latency=latency,
+            steps=given(steps, "--steps"),
+            repeats=repeats,
+            seed=given(seed, "--seed"),
+            out=folder,
+            latency_scale=latency_scale,
+            tool_latency=tool_latency,
+            overrides=list(set_),
+            console="rich" if sys.stdout.isatty() else "none",
+            out_made_for_it=out is None,
+        )
+        printed_scale = set()  # the repeats whose latency scale was printed
 
-    def on_run(i, total, item, row):
-        scale = row.get("latency_scale")
-        latent = bench.repeat_latency(item.repeat)
-        if scale is not None and scale == scale and latent is not None and item.repeat not in printed_scale:
-            mean, ratio = latent
+        def on_run(i, total, item, row):
+            scale = row.get("latency_scale")
+            latent = bench.repeat_latency(item.repeat)
+            if scale is not None and scale == scale and latent is not None and item.repeat not in printed_scale:
+                mean, ratio = latent
+                typer.echo(
+                    f"repeat {item.repeat}: latency {latency} x {scale:.4g}: mean {mean:.3f} s per sample = "
+                    f"{'?' if ratio is None else f'{ratio:.2f}'} of its zero-latency sync step; "
+                    f"reward.max_concurrency {bench.reward_max_concurrency} per worker"
+                )
+                printed_scale.add(item.repeat)
             typer.echo(
-                f"repeat {item.repeat}: latency {latency} x {scale:.4g}: mean {mean:.3f} s per sample = "
-                f"{'?' if ratio is None else f'{ratio:.2f}'} of its zero-latency sync step; "
-                f"reward.max_concurrency {bench.reward_max_concurrency} per worker"
+                f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s"
             )
-            printed_scale.add(item.repeat)
-        typer.echo(
-            f"[{i}/{total}] {item.name}: {row['tokens_per_s']:,.0f} tok/s, step p50 {row['step_time_p50']:.2f} s"
-        )
 
-    try:
-        summary = bench.run(on_run=on_run)
-    except KeyboardInterrupt:
-        typer.echo(
-            f"interrupted: {len(bench.rows)} runs kept in {folder}; missing: {', '.join(bench.missing)}", err=True
-        )
-        raise typer.Exit(130) from None
-    _print_table(summary)
-    warning = short_run_warning(summary)
-    if warning:
-        typer.echo(f"warning: {warning}")
-    typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
+        try:
+            summary = bench.run(on_run=on_run)
+        except KeyboardInterrupt:
+            typer.echo(
+                f"interrupted: {len(bench.rows)} runs kept in {folder}; missing: {', '.join(bench.missing)}", err=True
+            )
+            raise typer.Exit(130) from None
+        _print_table(summary)
+        warning = short_run_warning(summary)
+        if warning:
+            typer.echo(f"warning: {warning}")
+        typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
 
 
 def _print_table(summary: dict) -> None:

@@ -295,7 +295,9 @@ class RewardConfig(Section):
         "worker process (reward.custom.isolation) is killed with its worker.",
     )
     max_retries: int = Field(3, ge=0, description="Retries for 5xx, timeouts and connection errors (never 4xx).")
-    backoff_s: float = Field(0.1, ge=0, description="First retry delay; doubles each retry, with jitter.")
+    backoff_s: float = Field(
+        0.1, ge=0, description="First retry delay; doubles each retry (each delay jittered: half to all of it)."
+    )
     backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (jitter included).")
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default",

@@ -92,25 +92,44 @@ def write_checkpoint(
             if write_extra is not None:
                 write_extra(tmp)
             _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # never half a checkpoint, even unlisted: it holds the space
-        if exc.errno not in _DISK_ERRORS:
+        code = exc.errno if isinstance(exc, OSError) else _said_errno(exc)  # an actor rank's arrives as its text
+        if code not in _DISK_FIXES:
             raise
-        raise TrainingError(_unwritten(run_dir, step, exc)) from exc
+        raise TrainingError(_unwritten(run_dir, step, code)) from exc
     return tmp
 
 
-_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+_DISK_FIXES = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (the disk quota is used up)",
+    errno.EIO: "check the disk (an I/O error)",
+    errno.EROFS: "make the file system writable (it is read-only)",
+}
 
 
-def _unwritten(run_dir: Path, step: int, exc: OSError) -> str:
-    """The line for a checkpoint the disk refused: where, why, the room one takes, and how to go on."""
+def _said_errno(exc: BaseException) -> int | None:
+    """The disk error an actor rank's failure names in its message (its OSError does not cross processes)."""
+    if not isinstance(exc, Exception):
+        return None
+    text = str(exc)
+    for code in _DISK_FIXES:
+        if os.strerror(code) in text:
+            return code
+    return None
+
+
+def _unwritten(run_dir: Path, step: int, code: int) -> str:
+    """The line for a checkpoint the disk refused: where, why, what to do, the room one takes, how to go on."""
     kept = list_checkpoints(run_dir)
-    size = f" (step {checkpoint_step(kept[-1])}'s takes {_size_mb(kept[-1]):.1f} MB)" if kept else ""
-    newest = kept[-1].name if kept else "none: the run starts again"
+    where = f"checkpoint step_{step} could not be written in {Path(run_dir) / 'checkpoints'}: {os.strerror(code)}"
+    if not kept:  # nothing to resume from: the run is started again
+        return f"{where}; {_DISK_FIXES[code]} and start the run again (no complete checkpoint to resume from)"
+    size = f" (step {checkpoint_step(kept[-1])}'s takes {_size_mb(kept[-1]):.1f} MB)"
     return (
-        f"checkpoint step_{step} could not be written in {Path(run_dir) / 'checkpoints'}: {exc.strerror}; free some "
-        f"space{size} and continue with rlrm train --resume {run_dir} (newest complete checkpoint: {newest})"
+        f"{where}; {_DISK_FIXES[code]}{size if code in (errno.ENOSPC, errno.EDQUOT) else ''} and continue with "
+        f"rlrm train --resume {run_dir} (newest complete checkpoint: {kept[-1].name})"
     )
 
 

@@ -365,6 +365,7 @@ class _TrainLoop:
         p = self.profile
         timer = StepTimer()
         start = time.perf_counter()
+        _reset_peak_memory(self.parts.device)  # perf/max_memory_gb: this step's, its checkpoint and validation too
         if self.scheduler is None:  # made by the run before its first step
             raise RuntimeError("a training step is run before the run made its scheduler")
         outcome = self.grpo.finish(await self.scheduler.step(step, timer))  # the row's part the step's maths gives
@@ -405,6 +406,7 @@ class _TrainLoop:
                 self.pending_row = row  # the step itself is complete: keep its row
                 raise
         self.spans.extend(timer.spans[timed:])  # checkpoint and validation
+        row.update(self._peak_memory())
         row.update(timer.metrics())
         row["timing_s/step"] = time.perf_counter() - start
         self.result.metrics = row
@@ -417,14 +419,17 @@ class _TrainLoop:
             "perf/throughput": tokens / step_s,
             "perf/samples_per_s": n_samples / step_s,
             "perf/time_per_step": step_s,
-            "perf/max_memory_gb": _peak_memory_gb(self.parts.device),
             "perf/wall_s": time.perf_counter() - self.t0 + self.wall_offset_s,
             "perf/cpu_cores": _cpu_cores(),
         }
+        return perf
+
+    def _peak_memory(self) -> dict:
+        memory = {"perf/max_memory_gb": _peak_memory_gb(self.parts.device)}
         rank_memory = self.parts.actor.peak_memory_gb()  # actor.world_size > 1: the ranks' own
         if rank_memory is not None:
-            perf["perf/actor_max_memory_gb"] = rank_memory
-        return perf
+            memory["perf/actor_max_memory_gb"] = rank_memory
+        return memory
 
     def _held_out_set(self) -> tuple[list, list]:
         p = self.profile
@@ -512,16 +517,21 @@ def _wall_so_far(history: list[dict], step: int) -> float:
     return walls[-1] if walls else 0.0
 
 
-def _peak_memory_gb(device: str) -> float:
-    """The trainer's peak memory: the step's peak CUDA allocations on the policy's GPU (not device 0's, not a GPU
-    it leaves alone when it trains on the CPU; the count starts again for the next step), the process's peak
-    resident set so far otherwise (a process's RSS peak cannot be reset)."""
+def _reset_peak_memory(device: str) -> None:
     import torch
 
     if torch.device(device).type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) / 2**30
         torch.cuda.reset_peak_memory_stats(device)
-        return peak
+
+
+def _peak_memory_gb(device: str) -> float:
+    """The trainer's peak memory: the step's peak CUDA allocations on the policy's GPU since `_reset_peak_memory`
+    (not device 0's, not a GPU it leaves alone when it trains on the CPU), the process's peak resident set so far
+    otherwise (a process's RSS peak cannot be reset)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return rss_kb / 2**20 if sys.platform != "darwin" else rss_kb / 2**30
 

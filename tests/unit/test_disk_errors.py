@@ -125,3 +125,25 @@ def test_the_pairs_file_on_a_full_disk_leaves_no_temporary_file(tmp_path, monkey
         pairs_file.write_pairs_file(tmp_path)
     assert cut.value.filename == str(pairs_file.pairs_path(tmp_path, 0))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_actor_ranks_full_disk_and_a_run_with_no_checkpoint_yet_say_what_to_do(tmp_path, tiny_policy_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlrm.engine import checkpoint
+    from rlrm.engine.executor.rank_procs import RankError
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+
+    def shards(folder):  # a rank's OSError reaches the trainer as its text
+        (folder / "shards").mkdir()
+        raise RankError("actor rank 1 failed: OSError: [Errno 28] No space left on device: '.../shards/__1_0.distcp'")
+
+    with pytest.raises(TrainingError) as refused:
+        checkpoint.save_checkpoint(tmp_path, 1, model, tok, {"actor": {}, "loader": {}}, keep=3, write_extra=shards)
+    assert str(refused.value) == (
+        f"checkpoint step_1 could not be written in {tmp_path / 'checkpoints'}: No space left on device; free some "
+        "space and start the run again (no complete checkpoint to resume from)"
+    )
+    assert list((tmp_path / "checkpoints").iterdir()) == []  # the shards written before it went with it

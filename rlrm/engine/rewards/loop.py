@@ -298,8 +298,8 @@ class RewardLoop:
             if not error.retryable or attempt == cfg.max_retries:
                 return error
             self.stats.retries += 1
-            delay = cfg.backoff_s * 2**attempt * (0.5 + self._jitter.random())  # jitter spreads retries out
-            await asyncio.sleep(min(cfg.backoff_max_s, delay))  # the cap after the jitter: never longer
+            delay = min(cfg.backoff_max_s, cfg.backoff_s * 2**attempt)
+            await asyncio.sleep(delay * (0.5 + 0.5 * self._jitter.random()))  # half to all of it: spread, never longer
         raise AssertionError("unreachable")
 
     def _hung_record(self, sample: RewardSample, attempt: int, elapsed_s: float, queued_s: float) -> dict:

@@ -189,9 +189,10 @@ def _json(body: bytes):
 def _answer(body: bytes):
     """A forwarded answer's JSON: the body, or a server-sent event stream's last chunk that carries `usage`
     (`stream_options: {"include_usage": true}`; a stream without it says no token counts)."""
-    if not body.lstrip().startswith(b"data:"):
-        return _json(body)
-    for line in reversed(body.splitlines()):
+    out = _json(body)
+    if out is not None:
+        return out
+    for line in reversed(body.splitlines()):  # a stream may open with a comment (": PROCESSING") or an event line
         if line.startswith(b"data:"):
             chunk = _json(line[5:])
             if isinstance(chunk, dict) and chunk.get("usage"):

@@ -1,6 +1,6 @@
 """One server fleet for every role: the policy's rollout servers and the reward models' servers.
 
-    fleet = ServerFleet(profile.rollout.server.fleet_spec(), role="policy", model_path=path, api_key=None)
+    fleet = ServerFleet(served.fleet_spec(profile), role="policy", model_path=path, api_key=None)  # engine/served.py
     await fleet.start()              # launched replicas healthy (or running addresses checked), router up
     fleet.urls                       # where requests go: the router, or the replicas for rlrm's balancer
     fleet.replica_urls               # every replica itself (weight sync, sleep/wake)

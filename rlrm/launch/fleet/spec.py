@@ -1,6 +1,7 @@
 """What a server fleet is launched from: the settings `ServerFleet` and `RayReplicas` read, and nothing else.
 
-    spec = profile.rollout.server.fleet_spec()   # or reward.server.fleet_spec() (rlrm/config/servers.py builds it)
+    spec = reward.server.fleet_spec()    # rlrm/config/servers.py builds it; the policy's: rlrm.engine.served.fleet_spec
+                                         # (rollout.server's unset max_batch and dtype resolved from the profile)
     fleet = ServerFleet(spec, role="policy", model_path=path)
 
 Launch owns this type; the profile's `rollout.server` and `reward.server` sections turn themselves into it,

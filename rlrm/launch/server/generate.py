@@ -40,7 +40,7 @@ def add_generate_route(ep: Endpoints) -> None:
         for i, sp in enumerate(params):
             for key, value in (sp.model_extra or {}).items():
                 field = f"sampling_params[{i}].{key}" if listed else f"sampling_params.{key}"
-                if key == "seed":  # OpenAI's and vLLM's name: passing it by would answer unseeded (SGLang refuses it)
+                if key == "seed" and value is not None:  # OpenAI's name: passed by, it answered unseeded
                     raise RequestError(f"{field}: /generate's seed is sampling_seed, as in SGLang")
                 if key in NOT_IMPLEMENTED and value not in (NOT_IMPLEMENTED[key], None):
                     raise RequestError(

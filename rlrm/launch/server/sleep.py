@@ -15,10 +15,12 @@ so in its answer (`"moved_bytes": 0`).
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from rlrm.launch.server.protocol import RequestError
 
 SLEEP_GATED = ("/v1/completions", "/v1/chat/completions", "/generate", "/classify")
+DRAIN_S = 300.0  # longest a sleep waits for the requests admitted before it
 
 
 class SleepState:
@@ -63,11 +65,18 @@ class SleepState:
     async def sleep(self) -> dict:
         self.sleeping = True  # new requests are turned away at once; those admitted before are answered first
         if self.in_flight:
-            self._drained = asyncio.Event()
+            if self._drained is None or self._drained.is_set():  # one for every sleep asked meanwhile
+                self._drained = asyncio.Event()
             try:
-                await self._drained.wait()
-            finally:
-                self._drained = None
+                await asyncio.wait_for(self._drained.wait(), DRAIN_S)
+            except asyncio.TimeoutError:  # (3.10's is not the builtin) a request that never ends: say, go on
+                print(
+                    f"rlrm server: {self.in_flight} requests still running after {DRAIN_S:g} s: sleeping anyway",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if not self.sleeping:  # woken while it waited: the weights stay where they are
+            return {"is_sleeping": False, "moved_bytes": 0}
         moved = await asyncio.to_thread(self._move, "cpu")
         return {"is_sleeping": True, "moved_bytes": moved}
 

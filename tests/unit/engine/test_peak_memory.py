@@ -17,6 +17,8 @@ def test_a_policy_on_a_second_gpu_reports_that_gpu_each_steps_peak(monkeypatch):
     asked, reset = [], []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: asked.append(device) or 3 * 2**30)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: reset.append(device))
+    trainer._reset_peak_memory("cuda:1")  # a step starts: its peak is its own (issue 32: peak memory per step)
     assert trainer._peak_memory_gb("cuda:1") == 3.0
-    assert asked == ["cuda:1"]  # not the current device (0 unless the process set another)
-    assert reset == ["cuda:1"]  # the next step's peak is its own (issue 32: peak memory per step)
+    assert asked == ["cuda:1"] and reset == ["cuda:1"]  # not the current device (0 unless the process set another)
+    trainer._reset_peak_memory("cpu")  # the CPU's RSS peak has nothing to reset
+    assert reset == ["cuda:1"]

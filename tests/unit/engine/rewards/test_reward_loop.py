@@ -71,10 +71,10 @@ def test_retry_delays_double_with_jitter_and_never_pass_backoff_max_s(monkeypatc
     config = cfg(max_retries=6, backoff_s=1.0, backoff_max_s=2.0, on_failure="default", attempt_timeout_s=5)
     for seed in range(8):
         run(RewardLoop(always_503, config, seed=seed).score(sample()))
-    assert len(slept) == 8 * 6
-    assert max(slept) <= 2.0 and max(slept) == 2.0  # the cap is reached and held
-    firsts = slept[::6]
-    assert all(0.5 <= s <= 1.5 for s in firsts) and len(set(firsts)) > 1  # 1 s, jittered
+    assert len(slept) == 8 * 6 and max(slept) <= 2.0
+    firsts, lasts = slept[::6], slept[5::6]
+    assert all(0.5 <= s <= 1.0 for s in firsts) and len(set(firsts)) > 1  # 1 s, jittered
+    assert all(1.0 <= s <= 2.0 for s in lasts) and len(set(lasts)) > 1  # at the cap, still spread (not all at once)
 
 
 def test_bad_requests_are_not_retried_and_default_is_counted():
