@@ -260,7 +260,7 @@ class ServerFleet:
                 await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
                 if self.backend.external:
-                    await self._first_request()
+                    await self._first_request(spec.start_timeout_s)  # part of being ready, as the description says
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(
@@ -276,7 +276,7 @@ class ServerFleet:
             await self.close()
             raise
 
-    async def _first_request(self, timeout_s: float = 60.0) -> None:
+    async def _first_request(self, timeout_s: float) -> None:
         """One request of the role's shape to every launched engine replica: an engine that is healthy but cannot
         run the model (vLLM's CPU attention refuses some head sizes at the first forward) fails here, with the
         error line of its log, before any training starts."""
