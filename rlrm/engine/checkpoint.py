@@ -7,6 +7,9 @@
     step_<k>/profile.json    the resolved profile it was trained with: a resume whose config.yaml names another
                              model (or dtype) is refused, naming the key (check_resume_model); other settings
                              edited since are named in one note (changed_settings)
+    step_<k>/reference.json  with a KL loss: the reference model's folder and weights digest, so a resume keeps
+                             the run's reference when `tiny:policy` (or a hub id) has come to name another build
+                             (rlrm/engine/components.py: reference_for_resume)
 
 A checkpoint is written to `step_<k>.tmp`, flushed to disk (fsync of every file and folder) and renamed when
 complete, so a crash mid-save never leaves a half-written checkpoint that resume would pick up, and a power loss
@@ -36,19 +39,28 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 PROFILE_FILE = "profile.json"
 MODEL_KEYS_FILE = "model_keys.json"  # older checkpoints: the `model` section alone
+REFERENCE_FILE = "reference.json"
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, state: dict, keep: int, write_extra=None, profile_data=None
+    run_dir: Path,
+    step: int,
+    model,
+    tokenizer,
+    state: dict,
+    keep: int,
+    write_extra=None,
+    profile_data=None,
+    reference: dict | None = None,
 ) -> Path | None:
     """Write checkpoint `step` atomically and prune older ones beyond `keep` (`write_checkpoint`, then
     `commit_checkpoint`)."""
-    written = write_checkpoint(run_dir, step, model, tokenizer, state, write_extra, profile_data)
+    written = write_checkpoint(run_dir, step, model, tokenizer, state, write_extra, profile_data, reference)
     return None if written is None else commit_checkpoint(written, keep)
 
 
 def write_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, state: dict, write_extra=None, profile_data=None
+    run_dir: Path, step: int, model, tokenizer, state: dict, write_extra=None, profile_data=None, reference=None
 ) -> Path | None:
     """Write checkpoint `step` under its unfinished name (`step_N.tmp`, never listed nor resumed from), on disk.
 
@@ -65,6 +77,7 @@ def write_checkpoint(
         write_extra: called with the unfinished checkpoint folder to add to it (the actor ranks write
             their torch.distributed.checkpoint shards under `shards/`), before it is renamed into place.
         profile_data: the resolved profile (JSON data), written as profile.json for resume to compare.
+        reference: the reference model's identity (`model_reference`), written as reference.json.
 
     Returns:
         The unfinished folder for `commit_checkpoint`, or None when the weights were not finite.
@@ -89,6 +102,8 @@ def write_checkpoint(
             torch.save(payload, tmp / "state.pt")
             if profile_data is not None:
                 (tmp / PROFILE_FILE).write_text(json.dumps(profile_data, indent=1, sort_keys=True))
+            if reference is not None:
+                (tmp / REFERENCE_FILE).write_text(json.dumps(reference, indent=1, sort_keys=True))
             if write_extra is not None:
                 write_extra(tmp)
             _fsync_tree(tmp)  # on disk before it is named complete, and before any older one is pruned
@@ -244,6 +259,12 @@ def check_resume_model(ckpt_dir: Path, model_keys: dict) -> None:
             f"{what}; restore {', '.join(f'model.{k}' for k in changed)} in config.yaml to resume, or start a new run "
             "with --profile"
         )
+
+
+def read_reference(ckpt_dir: Path) -> dict | None:
+    """What checkpoint `ckpt_dir` recorded of the run's reference model (reference.json), or None."""
+    recorded = _read_json(Path(ckpt_dir) / REFERENCE_FILE)
+    return recorded if isinstance(recorded, dict) and recorded.get("weights") else None
 
 
 def changed_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:

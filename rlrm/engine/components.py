@@ -8,22 +8,26 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlrm.config.reward import RewardConfig
 from rlrm.config.schema import Profile
 from rlrm.engine.actor.base import PolicyActor
 from rlrm.engine.agent.engine import AgentEngine, agent_settings
+from rlrm.engine.checkpoint import read_reference
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.reward_service import RewardService
+from rlrm.engine.rewards.model_identity import folder_digest
 from rlrm.engine.served import ray_address, served_engine
 from rlrm.errors import ConfigError
 from rlrm.inference.base import RolloutEngine
 from rlrm.inference.hf import HFRolloutEngine
 from rlrm.inference.loading import eos_token_ids, load_causal_lm, load_tokenizer, pick_device
 from rlrm.inference.static_decode import captures_graphs
+from rlrm.launch.common import progress
 
 
 @dataclass
@@ -40,14 +44,16 @@ class Components:
     reward: RewardService  # started by the trainer
     device: str
     data_info: dict  # skipped_train / skipped_test: bad dataset rows left out
+    reference: dict | None = None  # with a KL loss: the reference model's folder and digest (reference.json)
 
 
-def build_components(profile: Profile, policy_path: str | None = None) -> Components:
+def build_components(profile: Profile, policy_path: str | None = None, checkpoint: Path | None = None) -> Components:
     """Build every part of a training run.
 
     Args:
         profile: the resolved profile.
         policy_path: load the policy from here instead of `model.path` (resume).
+        checkpoint: the checkpoint a resume starts from (its reference.json names the run's reference model).
     """
     import torch
 
@@ -68,9 +74,16 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
     dtype = profile.model.dtype
     # mixed precision keeps float32 master weights (the optimizer's); the actor computes in `dtype` under autocast
     policy = load_causal_lm(path, "float32" if profile.model.precision == "mixed" else dtype, device)
-    ref, ref_path = None, None
+    ref, ref_path, reference = None, None, None
     if profile.actor.use_kl_loss:
-        ref_path = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
+        named = profile.model.ref_path or profile.model.path
+        resolved = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
+        ref_path, note = reference_for_resume(
+            checkpoint, resolved, f"model.{'ref_path' if profile.model.ref_path else 'path'} {named}"
+        )
+        if note is not None:
+            progress.say(f"note: {note}")
+        reference = model_reference(ref_path)
     if ref_path and not profile.actor.on_ranks:  # with ranks, each rank loads its shard of the reference
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
@@ -119,6 +132,7 @@ def build_components(profile: Profile, policy_path: str | None = None) -> Compon
         ),
         device,
         info,
+        reference,
     )
 
 
@@ -126,3 +140,30 @@ def reward_service_config(profile: Profile) -> RewardConfig:
     """The run's reward section with the run's one Ray address, whichever section names it: the reward workers may
     start Ray before the ranks, and a Ray they started at none would have dropped actor.ray_address."""
     return profile.reward.model_copy(update={"ray_address": ray_address(profile)})
+
+
+def model_reference(folder: str) -> dict:
+    """What reference.json records of the reference model the run loads from `folder`."""
+    return {"path": str(folder), "weights": folder_digest(Path(folder))}
+
+
+def reference_for_resume(ckpt_dir: Path | None, resolved: str, name: str) -> tuple[str, str | None]:
+    """The folder a resumed run loads its reference model from, and a note when it is not `resolved`.
+
+    `model.ref_path` (or `model.path`) is a name (`tiny:policy`, a hub id) that an upgrade, another models folder or
+    a new snapshot can point at another build: the KL loss would then pull the policy towards another model, without
+    a word (actor/kl_loss 0 -> 2.2 at the first resumed step). The run keeps the reference it was started with,
+    from the folder its checkpoint recorded, or is refused in one line when that folder is gone or changed.
+    """
+    recorded = read_reference(ckpt_dir) if ckpt_dir is not None else None
+    if recorded is None:  # a fresh run, or an older checkpoint
+        return resolved, None
+    if folder_digest(Path(resolved)) == recorded["weights"]:
+        return resolved, None
+    kept = Path(str(recorded.get("path", "")))
+    if kept.is_dir() and folder_digest(kept) == recorded["weights"]:
+        return str(kept), f"{name} now names {resolved}; the run keeps the reference model it started with, {kept}"
+    raise ConfigError(
+        f"{name} now names {resolved}, another model than the run's KL reference ({kept}, which is gone or "
+        f"changed): put that model back at {kept} to resume, or start a new run"
+    )

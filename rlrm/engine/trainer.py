@@ -177,7 +177,11 @@ class _TrainLoop:
             progress.say(f"no checkpoint in {self.run_dir} yet: training from step 0 (its metrics rows are replaced)")
         progress.say(f"loading {self.profile.model.path} ({self.profile.model.dtype}) ...")
         with progress.waiting(f"loading {self.profile.model.path}"):
-            parts = build_components(self.profile, policy_path=str(ckpts[-1] / "model") if ckpts else None)
+            parts = build_components(
+                self.profile,
+                policy_path=str(ckpts[-1] / "model") if ckpts else None,
+                checkpoint=ckpts[-1] if ckpts else None,
+            )
         progress.say(f"policy on {parts.device}; starting the reward and rollout ({self.profile.reward.kind} reward)")
         # torch, transformers and the models leave ~350k objects that live as long as the run; a full
         # collection walked them all (0.2 s of CPU, every ~18 tiny-rule steps). Frozen, it walks new ones only.
@@ -479,6 +483,7 @@ class _TrainLoop:
             state,
             write_extra=self.parts.actor.write_shards,
             profile_data=self.profile.model_dump(mode="json"),
+            reference=self.parts.reference,
         )
         if written is None:
             return

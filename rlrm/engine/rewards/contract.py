@@ -96,12 +96,15 @@ def describe_change(name: str, old, new) -> str:
     (`parser.method ('strict' -> 'flexible')`), and of two texts the stretch around their first difference
     (`template ('...Problem: {question}...' -> '...Question: {question}...')`)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        keys = sorted(k for k in old.keys() | new.keys() if (k in old, old.get(k)) != (k in new, new.get(k)))
         if keys:
-            return "; ".join(describe_change(f"{name}.{k}", old.get(k), new.get(k)) for k in keys)
+            return "; ".join(describe_change(f"{name}.{k}", old.get(k, _ABSENT), new.get(k, _ABSENT)) for k in keys)
     if isinstance(old, str) and isinstance(new, str):
         return f"{name} ({_around_difference(old, new)})"
     return f"{name} ({_short_value(old)} -> {_short_value(new)})"
+
+
+_ABSENT = object()  # a key one contract has and the other has not (a part added to the contract since: None)
 
 
 def _around_difference(old: str, new: str, before: int = 12, chars: int = 40) -> str:
@@ -118,6 +121,8 @@ def _around_difference(old: str, new: str, before: int = 12, chars: int = 40) ->
 
 
 def _short_value(value, chars: int = 40) -> str:
+    if value is _ABSENT:
+        return "absent"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return repr(text if len(text) <= chars else text[: chars - 3] + "...")
 

@@ -15,7 +15,7 @@ from rlrm.config.loader import load_profile
 from rlrm.engine.checkpoint import list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.trainer import start_run, train
-from rlrm.errors import TrainingError
+from rlrm.errors import ConfigError, TrainingError
 from rlrm.report.folders import load_folder
 from rlrm.report.timeline import read_trace, timeline_panel
 
@@ -245,3 +245,42 @@ def test_a_run_resumed_without_a_checkpoint_starts_over_with_one_step_0_row(tmp_
     shutil.rmtree(run_dir / "checkpoints")  # as if killed before its first checkpoint was written
     train(run_dir)
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [0, 1]
+
+
+def test_a_resume_keeps_its_kl_reference_when_the_models_name_has_come_to_mean_another_build(
+    tmp_path, tiny_policy_path, monkeypatch
+):
+    """`tiny:policy` (or a hub id) re-resolved at the resume: after an upgrade (the recipe's v2 -> v3) or with
+    another RLRM_MODELS_DIR it named another model, and the KL loss pulled the policy towards it without a word
+    (actor/kl_loss 0, 0 -> 2.17 at the first resumed step). The run keeps the reference it was started with."""
+    import safetensors.torch
+
+    from rlrm.engine import components
+
+    builds = {}
+    for name, shift in (("v2", 0.0), ("v3", 0.5)):
+        folder = shutil.copytree(tiny_policy_path, tmp_path / name)
+        weights = safetensors.torch.load_file(folder / "model.safetensors")
+        safetensors.torch.save_file({k: v + shift for k, v in weights.items()}, folder / "model.safetensors")
+        builds[name] = folder
+    resolves = {"tiny:policy": builds["v2"]}
+    monkeypatch.setattr(components, "resolve_model_path", lambda path, *a: str(resolves.get(path, path)))
+    sets = [*SMALL, "actor.use_kl_loss=true", "actor.kl_loss_coef=0.5", "actor.lr=1e-6"]
+    run_dir = start_run(load_profile("tiny-rule", [*sets, "trainer.total_steps=2"]), tmp_path / "run")
+    train(run_dir)
+
+    resolves["tiny:policy"] = builds["v3"]  # an upgrade later
+    (run_dir / "config.yaml").write_text(
+        (run_dir / "config.yaml").read_text().replace("total_steps: 2", "total_steps: 3")
+    )
+    train(run_dir)
+    kl = [row["actor/kl_loss"] for row in read_metrics(run_dir / "metrics.jsonl") if row["step"]]
+    assert len(kl) == 3 and max(kl) < 1e-3, kl  # against v3 it read 0, 0, > 1
+
+    shutil.rmtree(builds["v2"])  # the run's reference is gone: one line, nothing trained
+    (run_dir / "config.yaml").write_text(
+        (run_dir / "config.yaml").read_text().replace("total_steps: 3", "total_steps: 4")
+    )
+    with pytest.raises(ConfigError, match=r"model.path tiny:policy now names .*v3, another model than the run's KL"):
+        train(run_dir)
+    assert len(read_metrics(run_dir / "metrics.jsonl")) == 3

@@ -141,6 +141,10 @@ def test_a_change_is_shown_where_it_is():
         "Answer:...')"
     )
     assert describe_change("model", None, "judge-v2") == "model ('null' -> 'judge-v2')"
+    # a key one side lacks and the other holds as null (a contract written before the part was added): it showed
+    # the two same cut texts, "parser ('{"disrm": null, "genrm": ...' -> '{"disrm": null, "genrm": ...')"
+    earlier = {k: v for k, v in old.items() if k != "rubric"}
+    assert describe_change("parser", earlier, old) == "parser.rubric (absent -> 'null')"
 
 
 def test_the_overlong_penalty_length_is_part_of_the_contract():
