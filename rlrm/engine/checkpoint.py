@@ -287,6 +287,18 @@ def changed_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
 _NOT_EDITS = {"trainer.total_steps", "reward.allow_contract_change"}
 
 
+def added_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
+    """The settings of `profile_data` that checkpoint `ckpt_dir`'s profile did not have (an rlrm since upgraded
+    added them), each as `key=value`, the value its default unless config.yaml sets it: they may change how the
+    resumed run trains (a guard's confirm_steps, a loss normaliser), so a resume names them. Empty for a checkpoint
+    that recorded no profile."""
+    saved = _saved_profile(ckpt_dir)
+    if saved is None:
+        return []
+    before, now = _flat(saved), _flat(profile_data)
+    return [f"{k}={clipped(repr(now[k]), 24)}" for k in sorted(now.keys() - before.keys() - _NOT_EDITS)]
+
+
 def _saved_profile(ckpt_dir: Path) -> dict | None:
     path = Path(ckpt_dir) / PROFILE_FILE
     if not path.is_file():

@@ -27,6 +27,7 @@ from typing import Any
 from rlrm.config.schema import Profile
 from rlrm.engine.canaries import Canaries
 from rlrm.engine.checkpoint import (
+    added_settings,
     changed_settings,
     check_checkpoint,
     checkpoint_step,
@@ -201,6 +202,10 @@ class _TrainLoop:
                 progress.say(
                     f"note: resuming {ckpts[-1].name} with settings edited since it was saved: {', '.join(edited)}"
                 )
+            added = added_settings(ckpts[-1], self.profile.model_dump(mode="json")) if ckpts else []
+            if added:  # an upgrade since: new settings at their defaults may train differently, said once
+                shown = ", ".join(added[:8]) + (f", and {len(added) - 8} more" if len(added) > 8 else "")
+                progress.say(f"note: {ckpts[-1].name} was saved by an earlier rlrm; settings added since: {shown}")
             await parts.engine.start()
             self.sigterm.take()  # again: a part may have set its own handler while it started (Ray does)
             await self._loop(ckpts)

@@ -284,3 +284,23 @@ def test_a_resume_keeps_its_kl_reference_when_the_models_name_has_come_to_mean_a
     with pytest.raises(ConfigError, match=r"model.path tiny:policy now names .*v3, another model than the run's KL"):
         train(run_dir)
     assert len(read_metrics(run_dir / "metrics.jsonl")) == 3
+
+
+def test_a_resume_of_a_checkpoint_an_earlier_rlrm_saved_names_the_settings_added_since(tmp_path):
+    """Keys an upgrade added take their defaults in a resumed run (the guard's confirm_steps went 1 -> 3, the
+    seq-mean-token-sum-norm divisor changed): said in one note, where it was silent."""
+    import json
+
+    run_dir = start_run(load_profile("tiny-rule", SMALL + ["trainer.total_steps=1"]), tmp_path / "run")
+    train(run_dir)
+    (ckpt,) = list_checkpoints(run_dir)
+    saved = json.loads((ckpt / "profile.json").read_text())
+    del saved["reward"]["guard"]["confirm_steps"], saved["actor"]["loss_scale_factor"]  # as an earlier rlrm wrote it
+    (ckpt / "profile.json").write_text(json.dumps(saved))
+    result = CliRunner().invoke(app, ["train", "--resume", str(run_dir), "--steps", "2", "--console", "plain"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: step_1 was saved by an earlier rlrm; settings added since: actor.loss_scale_factor=None, "
+        "reward.guard.confirm_steps=3"
+    ]
