@@ -182,10 +182,13 @@ class TraceStream:
             self.session = resume_trace(_read_kept(self.path), resumed_after_step, wall_offset_s=wall_offset_s)
         self.origin_s = origin_s - self.session.shift_s
         self._packer = _RowPacker(self.session.pid)
-        self._file = self.path.open("w", encoding="utf-8")
-        with writing_to(self.path):
-            self._file.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
-            self._file.flush()
+        # the earlier sessions' events written aside, then put in place: a kill or a full disk meanwhile leaves the
+        # old trace.json whole, where truncating it first lost them
+        fresh = self.path.with_name(self.path.name + ".tmp")
+        with writing_to(fresh), fresh.open("w", encoding="utf-8") as f:
+            f.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
+        fresh.replace(self.path)
+        self._file = self.path.open("a", encoding="utf-8")
 
     def append(self, spans: list) -> None:
         """Append the events of `spans` (one line each, each line ending in a comma) and flush."""

@@ -242,3 +242,29 @@ def test_a_span_in_flight_at_a_windows_end_is_busy_in_that_window():
     spans.append(Span("reward", "reward", 2.0, 12.0))
     second = meter.measure((10.0, 20.0))
     assert first["idle/reward"] == pytest.approx(0.2) and second["idle/reward"] == pytest.approx(0.8)
+
+
+def test_a_resumed_trace_that_fails_to_write_its_earlier_sessions_keeps_them(tmp_path, monkeypatch):
+    """A resume writes the earlier sessions' events again; trace.json was truncated first, so a kill or a full disk
+    in between lost them all. They are written aside and put in place now."""
+    from rlrm.engine.metrics import trace
+
+    path = tmp_path / "trace.json"
+    first = TraceStream(path, origin_s=100.0)
+    first.append([Span("trainer", "update_actor", 100.0, 101.0), Span("generate", "r0", 100.0, 102.5)])
+    first.close()
+    old = read_chrome_trace(path.read_bytes())
+    calls = []
+    real = json.dumps
+
+    def full_disk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trace.json, "dumps", full_disk)
+    with pytest.raises(OSError) as cut:
+        TraceStream(path, origin_s=500.0, resumed_after_step=2)
+    assert cut.value.filename == str(path) + ".tmp"
+    assert read_chrome_trace(path.read_bytes()) == old and len(old) == 6
