@@ -51,7 +51,8 @@ def reward_latency(
     ] = 5,
     seed: SeedOption = 0,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="Output folder (default: bench/reward-latency-<time>).")
+        Optional[Path],
+        typer.Option("--out", help="Output folder (default: bench/reward-latency-<time>, -2 after it if taken)."),
     ] = None,
     set_: SetOption = [],
 ) -> None:
@@ -200,7 +201,9 @@ def simulate(
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes (default: the spec's).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws; at most 100).", min=1)] = 1,
-    out: Annotated[Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>).")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="Output folder (default: sim/simulate-<time>, -2 after it if taken).")
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -209,45 +212,44 @@ def simulate(
     ] = False,
 ) -> None:
     """Predict what each scheduling mode buys, from a run's measured phase costs or a cluster spec."""
-    import time
 
     from rlrm.bench.simulate.check_vs_bench import check_against_bench
     from rlrm.bench.simulate.plan import make_plan
     from rlrm.bench.simulate.run import run_simulation
     from rlrm.cli import simulate_view as view
 
-    folder = out or Path("sim") / f"simulate-{time.strftime('%Y%m%d-%H%M%S')}"
-    from rlrm.bench.simulate.spec import named_twice
-    from rlrm.config.schema import MODES
+    with out_or_fresh(out, Path("sim"), "simulate") as folder:  # made now (-2 if taken); removed if left empty
+        from rlrm.bench.simulate.spec import named_twice
+        from rlrm.config.schema import MODES
 
-    named = [m.strip() for m in (modes or "").split(",") if m.strip()]
-    twice = named_twice(named)
-    if twice:  # named as --modes, not as the --set the option becomes
-        raise ConfigError(f"--modes {twice}")
-    unknown = [m for m in named if m not in MODES]
-    if unknown or (modes is not None and not named):
-        raise ConfigError(f"--modes {modes!r}: name scheduling modes, comma-separated, from {', '.join(MODES)}")
-    extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
-    plan = make_plan(from_, spec, extra, sweep)
-    if plan.bench is not None:
-        check = check_against_bench(plan.bench, folder, extra)
-        view.print_params(check.calibration)
-        view.print_validation(check)
+        named = [m.strip() for m in (modes or "").split(",") if m.strip()]
+        twice = named_twice(named)
+        if twice:  # named as --modes, not as the --set the option becomes
+            raise ConfigError(f"--modes {twice}")
+        unknown = [m for m in named if m not in MODES]
+        if unknown or (modes is not None and not named):
+            raise ConfigError(f"--modes {modes!r}: name scheduling modes, comma-separated, from {', '.join(MODES)}")
+        extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
+        plan = make_plan(from_, spec, extra, sweep)
+        if plan.bench is not None:
+            check = check_against_bench(plan.bench, folder, extra)
+            view.print_params(check.calibration)
+            view.print_validation(check)
+            typer.echo(
+                f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
+            )
+            return
+        if plan.spec is None:  # make_plan resolves a spec whenever it is not validating a benchmark folder
+            raise RuntimeError("the simulation plan holds no spec outside benchmark validation")
+        if dry_run:
+            from rlrm.bench.simulate.spec import dump_spec
+
+            typer.echo(dump_spec(plan.spec), nl=False)
+            return
+        if plan.calibration is not None:
+            view.print_params(plan.calibration)
+        result = run_simulation(plan.spec, folder, plan.sweep, repeats)
+        view.print_results(result)
         typer.echo(
-            f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
+            f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})"
         )
-        return
-    if plan.spec is None:  # make_plan resolves a spec whenever it is not validating a benchmark folder
-        raise RuntimeError("the simulation plan holds no spec outside benchmark validation")
-    if dry_run:
-        from rlrm.bench.simulate.spec import dump_spec
-
-        typer.echo(dump_spec(plan.spec), nl=False)
-        return
-    if plan.calibration is not None:
-        view.print_params(plan.calibration)
-    result = run_simulation(plan.spec, folder, plan.sweep, repeats)
-    view.print_results(result)
-    typer.echo(
-        f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})"
-    )

@@ -142,7 +142,8 @@ def disrm(
     max_rank_flips: MaxRankFlipsOption = None,
     min_group_pearson: MinGroupPearsonOption = None,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-disrm-<time>).")
+        Optional[Path],
+        typer.Option("--out", help="Output folder (default: runs/parity-disrm-<time>, -2 after it if taken)."),
     ] = None,
     dry_run: DryRunOption = False,
     score_offset: Annotated[
@@ -315,7 +316,8 @@ def reward(
         ),
     ] = 0.0,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="Output folder (default: runs/parity-reward-<time>).")
+        Optional[Path],
+        typer.Option("--out", help="Output folder (default: runs/parity-reward-<time>, -2 after it if taken)."),
     ] = None,
     dry_run: DryRunOption = False,
 ) -> None:

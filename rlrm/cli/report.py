@@ -25,7 +25,7 @@ def report(
         Optional[Path],
         typer.Option(
             "--out",
-            help="Output folder (default: reports/<time>); an earlier report there is replaced whole, a folder of "
+            help="Output folder (default: reports/<time>, -2 after it if taken); an earlier report there is replaced whole, a folder of "
             "other files is refused.",
         ),
     ] = None,

@@ -20,7 +20,8 @@ def train(
     set_: SetOption = [],
     steps: StepsOption = None,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="Output folder (default: runs/<profile>-<time>).")
+        Optional[Path],
+        typer.Option("--out", help="Output folder (default: runs/<profile>-<time>, -2 after it if taken)."),
     ] = None,
     seed: SeedOption = None,
     mode: Annotated[

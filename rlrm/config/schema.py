@@ -116,7 +116,12 @@ class RolloutConfig(Section):
         description="Nucleus sampling mass (on vLLM rollout servers, 1 where their log-probs are trained on as they "
         "come: off-policy modes, recompute_old_log_prob never; vLLM takes them after filtering).",
     )
-    top_k: int = Field(-1, ge=-1, description="Top-k sampling (-1: off; on vLLM rollout servers, as top_p says).")
+    top_k: int = Field(
+        -1,
+        ge=-1,
+        description="Top-k sampling, tokens tied with the k-th kept as HF and vLLM keep them (-1 or 0: off; on vLLM "
+        "rollout servers, as top_p says).",
+    )
     max_new_tokens: int = Field(20, gt=0, description="Longest response in tokens.")
     val_temperature: float = Field(0.0, ge=0.0, description="Temperature at validation (0: greedy).")
     max_batch_size: int = Field(64, gt=0, description="Most requests the hf engine runs in one batch.")

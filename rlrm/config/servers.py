@@ -81,9 +81,10 @@ class ServerFleetConfig(Section):
     start_timeout_s: float = Field(
         180.0,
         gt=0,
-        description="Total time allowed for servers to become ready at start: launched ones to load and answer, "
-        "running addresses (a hosted API included) to pass their first check (each probe of that check is one "
-        "request, bounded by the section's request_timeout_s too).",
+        description="Time allowed for servers to become ready at start: launched ones to load, answer their health "
+        "check and (vLLM, SGLang) a first request (30 s at least for that), running addresses (a hosted API "
+        "included) to pass their first check (each probe of that check is one request, bounded by the section's "
+        "request_timeout_s too); a router in front of launched replicas has as long again to register them.",
     )
     launch_on: Literal["local", "ray"] = Field(
         "local",

@@ -8,7 +8,7 @@
                              model (or dtype) is refused, naming the key (check_resume_model); other settings
                              edited since are named in one note (changed_settings)
     step_<k>/reference.json  with a KL loss: the reference model's folder and weights digest, so a resume keeps
-                             the run's reference when `tiny:policy` (or a hub id) has come to name another build
+                             the run's reference when `tiny:policy` (or a folder) has come to hold another build
                              (rlrm/engine/components.py: reference_for_resume)
 
 A checkpoint is written to `step_<k>.tmp`, flushed to disk (fsync of every file and folder) and renamed when

@@ -142,16 +142,19 @@ def reward_service_config(profile: Profile) -> RewardConfig:
     return profile.reward.model_copy(update={"ray_address": ray_address(profile)})
 
 
-def model_reference(folder: str) -> dict:
-    """What reference.json records of the reference model the run loads from `folder`."""
+def model_reference(folder: str) -> dict | None:
+    """What reference.json records of the reference model the run loads from `folder`; None for a hub id (not a
+    local folder: transformers resolves it, and rlrm does not pin its snapshot)."""
+    if not Path(folder).is_dir():
+        return None
     return {"path": str(folder), "weights": folder_digest(Path(folder))}
 
 
 def reference_for_resume(ckpt_dir: Path | None, resolved: str, name: str) -> tuple[str, str | None]:
     """The folder a resumed run loads its reference model from, and a note when it is not `resolved`.
 
-    `model.ref_path` (or `model.path`) is a name (`tiny:policy`, a hub id) that an upgrade, another models folder or
-    a new snapshot can point at another build: the KL loss would then pull the policy towards another model, without
+    `model.ref_path` (or `model.path`) is a name (`tiny:policy`, a folder) that an upgrade, another models folder or
+    a copy can point at another build (a hub id is not pinned): the KL loss would then pull the policy towards another model, without
     a word (actor/kl_loss 0 -> 2.2 at the first resumed step). The run keeps the reference it was started with,
     from the folder its checkpoint recorded, or is refused in one line when that folder is gone or changed.
     """

@@ -186,7 +186,7 @@ def test_commands_reference_shows_flags_without_a_type_and_bounds_with_it():
     text = cli_reference.render()
     train = text.split("### rlrm train\n")[1].split("\n### ")[0]
     assert "| `--dry-run` | flag |" in train and "| `--steps` | int >= 1 |" in train
-    assert "Output folder (default: runs/<profile>-<time>)." in train
+    assert "Output folder (default: runs/<profile>-<time>, -2 after it if taken)." in train
 
 
 def test_every_schema_key_is_in_the_reference():

@@ -113,7 +113,7 @@ def _reward_times(
 
     An attempt sleeps its latency, then fails with `fail_rate` or runs the function (`base_s`);
     longer than `timeout_s` it is cut there and fails as a timeout. A failed attempt is retried
-    after min(backoff_max_s, backoff_s * 2^attempt) * U[0.5, 1.5) until `max_retries`. A sample the
+    after min(backoff_max_s, backoff_s * 2^attempt) * U[0.5, 1.0) until `max_retries`. A sample the
     cache answers (`cached`) makes no attempt: 0 s, never failed, not counted in the latency mean.
     """
     steps, width = shape
@@ -143,7 +143,7 @@ def _reward_times(
         spent = latency + np.where(injected_fail, 0.0, r.base_s)
         timed_out = spent > r.timeout_s
         ok = ~(injected_fail | timed_out)
-        total[idx] += delay * rng.uniform(0.5, 1.5, idx.size) + np.minimum(spent, r.timeout_s)
+        total[idx] += delay * rng.uniform(0.5, 1.0, idx.size) + np.minimum(spent, r.timeout_s)
         attempts[idx] += 1
         timeouts += count(idx[timed_out])
         injected += count(idx[injected_fail & ~timed_out])

@@ -161,9 +161,9 @@ class RewardSpec(_Section):
     )
     max_retries: int = Field(3, ge=0, le=1000, description="Retries of a failed attempt (reward.max_retries).")
     backoff_s: float = Field(
-        0.1, ge=0, description="First retry delay, doubling, with jitter x[0.5, 1.5) (reward.backoff_s)."
+        0.1, ge=0, description="First retry delay, doubling, each jittered x[0.5, 1.0) (reward.backoff_s)."
     )
-    backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay (reward.backoff_max_s).")
+    backoff_max_s: float = Field(5.0, ge=0, description="Longest retry delay, jitter included (reward.backoff_max_s).")
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     on_failure: Literal["default", "drop-group", "fail"] = Field(
         "default",

@@ -28,6 +28,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from typing import Awaitable, Callable, cast
 
 from rlrm.errors import ConfigError
@@ -257,10 +258,11 @@ class ServerFleet:
                     restart_args=WAIT_FOR_WEIGHTS if gated else None,
                     placer=self.placer,
                 )
+                started = time.monotonic()
                 await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
-                if self.backend.external:
-                    await self._first_request(spec.start_timeout_s)  # part of being ready, as the description says
+                if self.backend.external:  # part of being ready: what start_timeout_s left, 30 s at least
+                    await self._first_request(max(30.0, spec.start_timeout_s - (time.monotonic() - started)))
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(
