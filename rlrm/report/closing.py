@@ -25,11 +25,12 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
     steps, values = series.get(REWARD, ([], []))
     if steps and _reward_kind(run_dir) == "disrm":  # a raw logit may fall while answers improve: say what it is
         lines.append(
-            f"  reward (the DisRM's raw logit, not a rate) {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step 1 -> "
-            f"{steps[-1]:g}); agreement with the rule below says whether answers improved"
+            f"  reward (the DisRM's raw logit, not a rate) {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step "
+            f"{steps[0]:g} -> {steps[-1]:g}); agreement with the rule below says whether answers improved"
         )
     elif steps:
-        lines.append(f"  reward {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step 1 -> {steps[-1]:g})")
+        # the first step with a score (a step whose groups were all dropped trained nothing and has none)
+        lines.append(f"  reward {values[0]:.3f} -> {values[-1]:.3f} ({REWARD}, step {steps[0]:g} -> {steps[-1]:g})")
     steps, values = series.get(AGREEMENT, ([], []))
     if len(steps) >= 2:
         lines.append(f"  reward agrees with the rule {values[0]:.2f} -> {values[-1]:.2f} ({AGREEMENT})")

@@ -153,3 +153,14 @@ def test_a_step_the_live_guard_flagged_is_repeated_in_the_closing_lines(tmp_path
         "  warning: the reward-hacking guard flagged 3 step(s), first step 22 (guard/divergence; reward.guard.window "
         "and min_drop)"
     ]
+
+
+def test_the_reward_line_names_the_first_step_that_has_a_score():
+    """A step that trained nothing (every group dropped: a judge down at the start) has no critic/score/mean; the
+    line said "step 1" for step 2's score."""
+    rows = [
+        {"step": 1, "batch/num_samples": 0},
+        {"step": 2, "critic/score/mean": 0.4},
+        {"step": 3, "critic/score/mean": 0.6},
+    ]
+    assert "  reward 0.400 -> 0.600 (critic/score/mean, step 2 -> 3)" in closing_lines(rows, Path("runs/x"))
