@@ -137,7 +137,7 @@ def _template(cfg: RewardConfig, kind: str | None) -> str | None:
 def _dtype(cfg: RewardConfig) -> dict:
     if cfg.model_kind == "disrm" and cfg.disrm.scorer == "legacy":
         return {"scorer": "legacy", "dtype": cfg.disrm.legacy_dtype}
-    if cfg.server.addresses:  # running servers: their dtype is theirs, and part of what /v1/models names
+    if cfg.server.addresses:  # running servers: theirs (rlrm's own say it in /v1/models; vLLM and SGLang do not)
         return {"scorer": "served", "dtype": None, "backend": None}
     served: dict[str, object] = {"scorer": "served", "dtype": cfg.server.dtype, "backend": cfg.server.backend}
     if cfg.server.extra_args:  # a key only when set, so the contracts of runs without them stay as they were

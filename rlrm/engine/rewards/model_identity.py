@@ -4,10 +4,7 @@
     await served_identity(balancer, "Qwen/Qwen3-8B")     # name and what the servers' /v1/models reports
     source_digest("/path/reward.py")                      # a custom function's file
 
-A folder's digest reads every file in full up to SAMPLED_FROM bytes; larger files (multi-GB weight shards) are
-digested by their size and their first and last SAMPLE_BYTES, so a 16 GB model is fingerprinted in well under
-a second. Two checkpoints of one architecture differ there: the first bytes hold the safetensors header and the
-embedding rows, the last the final tensors.
+A folder's digest: rlrm/launch/common/model_digest.py (rlrm's embedded server reports it too).
 """
 
 from __future__ import annotations
@@ -16,40 +13,12 @@ import hashlib
 import json
 from pathlib import Path
 
-SAMPLED_FROM = 64 * 2**20
-SAMPLE_BYTES = 4 * 2**20
+from rlrm.launch.common.model_digest import SAMPLE_BYTES, SAMPLED_FROM, folder_digest  # noqa: F401 (re-exported)
 
 
 def local_identity(name: str, folder: str) -> dict:
     """A model rlrm loads from `folder` (reward.server.model `name`): its path and the digest of its files."""
     return {"name": name, "path": str(folder), "weights": folder_digest(Path(folder))}
-
-
-def folder_digest(folder: Path) -> str:
-    """sha256 over each file's relative path, size and content (sampled past SAMPLED_FROM bytes)."""
-    total = hashlib.sha256()
-    files = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
-    for path in files:
-        rel = path.name if path == folder else path.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in Path(rel).parts):
-            continue  # locks and caches beside the weights
-        size = path.stat().st_size
-        total.update(f"{rel}\0{size}\0".encode())
-        total.update(_file_digest(path, size))
-    return "sha256:" + total.hexdigest()
-
-
-def _file_digest(path: Path, size: int) -> bytes:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        if size <= SAMPLED_FROM:
-            for block in iter(lambda: f.read(2**20), b""):
-                h.update(block)
-        else:
-            h.update(f.read(SAMPLE_BYTES))
-            f.seek(size - SAMPLE_BYTES)
-            h.update(f.read(SAMPLE_BYTES))
-    return h.digest()
 
 
 def source_digest(path: str | None) -> str | None:

@@ -18,13 +18,16 @@ the server listens on loopback only, unless `--allow-unauthenticated` says other
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from rlrm.errors import RlrmError
 from rlrm.inference.loading import check_model_path
 from rlrm.inference.tf32 import cuda_tf32_on
 from rlrm.launch.common.auth import ENV_VAR, authorized, check_bind, key_from_env
+from rlrm.launch.common.model_digest import folder_digest
 from rlrm.launch.common.ports import bind_port
 from rlrm.launch.common.roles import Role
 from rlrm.launch.server import routes
@@ -95,21 +98,23 @@ def create_app(cfg: ServerConfig):
     async def health():
         return PlainTextResponse("ok")
 
+    identity: dict[str, str] = {}  # a reward model's: which weights answer, in which dtype (its contract reads it)
+
     @app.get("/v1/models")
     async def models():
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": cfg.model_name,
-                    "object": "model",
-                    "created": app.state.started,
-                    "owned_by": "rlrm",
-                    "max_model_len": backend.max_len,
-                    "role": cfg.role.value,
-                }
-            ],
+        if cfg.role != Role.POLICY and not identity:  # a policy's weights change with every sync: not said
+            digest = await asyncio.to_thread(folder_digest, Path(cfg.model_path))
+            identity.update(weights=digest, dtype=cfg.dtype)
+        entry = {
+            "id": cfg.model_name,
+            "object": "model",
+            "created": app.state.started,
+            "owned_by": "rlrm",
+            "max_model_len": backend.max_len,
+            "role": cfg.role.value,
+            **identity,
         }
+        return {"object": "list", "data": [entry]}
 
     routes.add_routes(app, cfg, backend)
     add_sleep_routes(app, sleep_state)

@@ -37,10 +37,16 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 QUESTION = "Tom has 3 coins. He finds 4 more coins. How many coins does Tom have now?"
 
 
-def test_health_and_models(genrm):
+def test_health_and_models(genrm, tiny_policy_path):
     assert httpx.get(genrm.url + "/health").text == "ok"
     models = httpx.get(genrm.url + "/v1/models").json()
     assert models["data"][0]["role"] == "genrm" and models["data"][0]["max_model_len"] == 512
+    # which weights answer, in which dtype: a run's reward contract reads them from running addresses (two judges
+    # served under one name had one contract, and one's cached verdicts served the other)
+    from rlrm.launch.common.model_digest import folder_digest
+
+    assert models["data"][0]["weights"] == folder_digest(tiny_policy_path)
+    assert models["data"][0]["dtype"] == "float32"
 
 
 def test_a_weight_version_is_reported_by_generative_roles_only(genrm, disrm):
