@@ -63,10 +63,10 @@ def read_samples(path: str | Path) -> list[ParitySample]:
     if not path.is_file():
         raise DataError(f"input file {path} does not exist")
     if path.suffix == ".parquet":
-        import pandas as pd
+        import pyarrow.parquet as pq
 
         try:
-            rows = pd.read_parquet(path).to_dict("records")
+            rows = pq.read_table(path).to_pylist()  # plain Python values (pandas: numpy arrays in list columns)
         except Exception as exc:
             raise DataError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
     elif path.suffix == ".jsonl":

@@ -82,10 +82,10 @@ def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
     if path.suffix not in _EXTS:
         raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl, .json or .parquet")
     try:
-        if path.suffix == ".parquet":
-            import pandas as pd
+        if path.suffix == ".parquet":  # plain Python values, as verl's datasets gives them (pandas: numpy arrays)
+            import pyarrow.parquet as pq
 
-            return pd.read_parquet(path).to_dict("records"), None
+            return pq.read_table(path).to_pylist(), None
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is no part of the data
         if path.suffix == ".json":
             data = json.loads(text)
@@ -148,10 +148,10 @@ def _verl_row(row: dict, index: int, split: str) -> Example:
         raise ValueError(f"'extra_info' must be an object, not {type(extra).__name__}")
     extra = dict(extra)
     return Example(
-        uid=f"{row.get('data_source', 'gsm8k')}/{split}/{extra.get('index', index)}",
+        uid=f"{row.get('data_source') or 'gsm8k'}/{split}/{extra.get('index', index)}",
         prompt=messages,
         ground_truth=str(truth),
-        data_source=str(row.get("data_source", "openai/gsm8k")),
+        data_source=str(row.get("data_source") or "openai/gsm8k"),  # a null one (files of several sources joined)
         extra_info=extra,
     )
 

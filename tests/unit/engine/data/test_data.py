@@ -86,6 +86,24 @@ def test_verl_parquet_shape_in_a_folder(tmp_path):
     assert info == {"skipped_train": 0, "skipped_test": 0}
 
 
+def test_verl_parquet_values_reach_a_reward_as_plain_python_as_verls_datasets_gives_them(tmp_path):
+    """A list inside extra_info arrived as a numpy array (pandas' to_dict): `tags == ["a", "b"]` raised, json.dumps
+    raised, `+ ["c"]` added element-wise, in a reward written for verl. A null data_source read "None"."""
+    rows = _verl_rows() * 2
+    rows[0] = dict(
+        rows[0], extra_info={"split": "train", "index": 0, "tags": ["algebra", "easy"], "meta": {"steps": [1, 2]}}
+    )
+    rows[1] = dict(
+        rows[1], data_source=None, extra_info={"split": "train", "index": 1, "tags": [], "meta": {"steps": []}}
+    )
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    first, second = load_gsm8k(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)[0]
+    assert first.extra_info["tags"] == ["algebra", "easy"] and type(first.extra_info["tags"]) is list
+    assert first.extra_info["meta"] == {"steps": [1, 2]} and json.dumps(first.extra_info)
+    assert type(first.prompt) is list and first.prompt[0]["role"] == "user"
+    assert second.data_source == "openai/gsm8k" and not second.uid.startswith("None")
+
+
 def test_a_whole_number_stored_as_float_is_the_integer_answer(tmp_path):
     # pandas stores an int column with a gap as float: "72.0" never matched the rule's "72", every sample scored 0
     rows = [dict(_verl_rows()[0], reward_model={"style": "rule", "ground_truth": 72.0})]
