@@ -82,7 +82,7 @@ class ServerFleetConfig(Section):
         180.0,
         gt=0,
         description="Time allowed for servers to become ready at start: launched ones to load, answer their health "
-        "check and (vLLM, SGLang) a first request (30 s at least for that), running addresses (a hosted API "
+        "check and (vLLM, SGLang) a first request (60 s at least for that), running addresses (a hosted API "
         "included) to pass their first check (each probe of that check is one request, bounded by the section's "
         "request_timeout_s too); a router in front of launched replicas has as long again to register them.",
     )

@@ -295,8 +295,27 @@ def added_settings(ckpt_dir: Path, profile_data: dict) -> list[str]:
     saved = _saved_profile(ckpt_dir)
     if saved is None:
         return []
-    before, now = _flat(saved), _flat(profile_data)
+    before, now = _flat(saved), _flat(_defaults_only(profile_data, _schema_defaults()))
     return [f"{k}={clipped(repr(now[k]), 24)}" for k in sorted(now.keys() - before.keys() - _NOT_EDITS)]
+
+
+def _schema_defaults() -> dict:
+    from rlrm.config.schema import Profile
+
+    return Profile().model_dump(mode="json")
+
+
+def _defaults_only(data: dict, schema: dict) -> dict:
+    """`data` without the entries a user adds to an open mapping (reward.component_weights, headers): a setting
+    an upgrade added is one the schema itself has."""
+    kept = {}
+    for key, value in data.items():
+        if key not in schema:
+            continue
+        if isinstance(value, dict) and isinstance(schema[key], dict):
+            value = _defaults_only(value, schema[key]) if schema[key] else {}  # an open mapping: the user's entries
+        kept[key] = value
+    return kept
 
 
 def _saved_profile(ckpt_dir: Path) -> dict | None:

@@ -147,7 +147,8 @@ def model_reference(folder: str) -> dict | None:
     local folder: transformers resolves it, and rlrm does not pin its snapshot)."""
     if not Path(folder).is_dir():
         return None
-    return {"path": str(folder), "weights": folder_digest(Path(folder))}
+    real = Path(folder).resolve()  # a link moved later, or a relative path resumed elsewhere, still names it
+    return {"path": str(real), "weights": folder_digest(real)}
 
 
 def reference_for_resume(ckpt_dir: Path | None, resolved: str, name: str) -> tuple[str, str | None]:

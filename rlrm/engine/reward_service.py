@@ -30,6 +30,7 @@ from rlrm.launch.fleet.pool import ServerPool
 from rlrm.launch.fleet.process import ServerProcess
 from rlrm.launch.fleet.router import RouterCounters
 from rlrm.launch.fleet.server_fleet import ServerFleet, fleet_key
+from rlrm.launch.server.sleep import DRAIN_S
 
 
 class RewardService:
@@ -146,16 +147,16 @@ class RewardService:
 
     async def sleep(self) -> None:
         """Colocated placement: every replica's weights off the accelerator until the next scoring."""
-        await self._post_all("/sleep?level=1")
+        await self._post_all("/sleep?level=1", wait_s=DRAIN_S)  # a sleep first waits for requests in flight
 
-    async def _post_all(self, path: str) -> None:
+    async def _post_all(self, path: str, wait_s: float = 0.0) -> None:
         """`path` to every replica. A dead one (the supervisor restarts it) is said and left to the balancer, which
         routes around it, as standalone placement does; a live one that refused, or none answering, raises."""
         if self.cfg.placement != "colocated" or self.pool is None or self.balancer is None:
             return
         urls = list(self.pool.urls)
         answers = await asyncio.gather(
-            *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s, url=url) for url in urls),
+            *(self.balancer.post(path, {}, self.cfg.server.start_timeout_s + wait_s, url=url) for url in urls),
             return_exceptions=True,
         )
         failed = {url: a for url, a in zip(urls, answers) if isinstance(a, BaseException)}

@@ -185,10 +185,11 @@ class TraceStream:
         # the earlier sessions' events written aside, then put in place: a kill or a full disk meanwhile leaves the
         # old trace.json whole, where truncating it first lost them
         fresh = self.path.with_name(self.path.name + ".tmp")
-        with writing_to(fresh), fresh.open("w", encoding="utf-8") as f:
-            f.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
-        fresh.replace(self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        with writing_to(fresh):
+            with fresh.open("w", encoding="utf-8") as f:
+                f.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
+            fresh.replace(self.path)
+            self._file = self.path.open("a", encoding="utf-8")
 
     def append(self, spans: list) -> None:
         """Append the events of `spans` (one line each, each line ending in a comma) and flush."""

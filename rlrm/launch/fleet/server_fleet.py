@@ -261,8 +261,8 @@ class ServerFleet:
                 started = time.monotonic()
                 await asyncio.to_thread(self.pool.start, spec.start_timeout_s)
                 self.replica_urls = self.pool.urls
-                if self.backend.external:  # part of being ready: what start_timeout_s left, 30 s at least
-                    await self._first_request(max(30.0, spec.start_timeout_s - (time.monotonic() - started)))
+                if self.backend.external:  # part of being ready: what start_timeout_s left, 60 s at least
+                    await self._first_request(max(60.0, spec.start_timeout_s - (time.monotonic() - started)))
                 if self.on_ray:
                     print(self._placed_line(), file=sys.stderr, flush=True)
                 self._supervisor = asyncio.get_running_loop().create_task(

@@ -18,7 +18,6 @@ the server listens on loopback only, unless `--allow-unauthenticated` says other
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,13 +97,10 @@ def create_app(cfg: ServerConfig):
     async def health():
         return PlainTextResponse("ok")
 
-    identity: dict[str, str] = {}  # a reward model's: which weights answer, in which dtype (its contract reads it)
+    identity = _reward_identity(cfg)
 
     @app.get("/v1/models")
     async def models():
-        if cfg.role != Role.POLICY and not identity:  # a policy's weights change with every sync: not said
-            digest = await asyncio.to_thread(folder_digest, Path(cfg.model_path))
-            identity.update(weights=digest, dtype=cfg.dtype)
         entry = {
             "id": cfg.model_name,
             "object": "model",
@@ -152,6 +148,19 @@ class _Gate:
             await self.app(scope, receive, send)
         finally:
             self.sleep_state.finished()
+
+
+def _reward_identity(cfg: ServerConfig) -> dict[str, str]:
+    """What a reward model's /v1/models entry says of the weights answering (a run's reward contract reads it at
+    running addresses: two judges served under one name were one): their folder's digest, taken as they load, and
+    the dtype. Nothing for a policy (its weights change with every sync) or a hub id (no folder to read here)."""
+    folder = Path(cfg.model_path)
+    if cfg.role == Role.POLICY or not folder.is_dir():
+        return {}
+    try:
+        return {"weights": folder_digest(folder), "dtype": cfg.dtype}
+    except OSError:  # a file it cannot read: its identity stays the name
+        return {}
 
 
 def _validation_message(exc) -> str:

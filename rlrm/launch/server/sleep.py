@@ -20,7 +20,7 @@ import sys
 from rlrm.launch.server.protocol import RequestError
 
 SLEEP_GATED = ("/v1/completions", "/v1/chat/completions", "/generate", "/classify")
-DRAIN_S = 60.0  # longest a sleep waits for the requests admitted before it (under the trainer's start_timeout_s)
+DRAIN_S = 60.0  # longest a sleep waits for the requests admitted before it (the trainer's /sleep waits this more)
 
 
 class SleepState:

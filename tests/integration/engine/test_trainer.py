@@ -194,8 +194,8 @@ def test_colocated_reward_model_sleeps_between_scorings(tmp_path, random_disrm_p
     calls = []
     real_post_all = RewardService._post_all
 
-    async def post_all(self, path):
-        await real_post_all(self, path)
+    async def post_all(self, path, wait_s=0.0):
+        await real_post_all(self, path, wait_s)
         calls.append(path)
 
     monkeypatch.setattr(RewardService, "_post_all", post_all)
@@ -226,8 +226,8 @@ def test_a_colocated_judge_behind_the_router_sleeps_between_scorings(tmp_path, m
     calls = []
     real_post_all = RewardService._post_all
 
-    async def post_all(self, path):
-        await real_post_all(self, path)
+    async def post_all(self, path, wait_s=0.0):
+        await real_post_all(self, path, wait_s)
         calls.append((path, self.router is not None))
 
     monkeypatch.setattr(RewardService, "_post_all", post_all)

@@ -175,3 +175,31 @@ def test_a_checkpoint_is_on_disk_before_it_is_named_complete_and_older_ones_go(t
     before = synced[: renamed_after[0]]
     assert {f"{tmp}/state.pt", f"{tmp}/model/model.safetensors", f"{tmp}/model", tmp} <= set(before)
     assert synced[-1] == str(tmp_path / "checkpoints")  # the rename, flushed
+
+
+def test_settings_added_since_are_the_schemas_own_not_a_users_new_mapping_entry(tmp_path):
+    """An entry a user adds to an open mapping (reward.component_weights) was listed as a setting an earlier rlrm
+    did not have."""
+    import json
+
+    from rlrm.config.schema import Profile
+    from rlrm.engine.checkpoint import PROFILE_FILE, added_settings
+
+    now = Profile().model_dump(mode="json")
+    saved = json.loads(json.dumps(now))
+    del saved["reward"]["guard"]["confirm_steps"]  # as an earlier rlrm wrote it
+    (tmp_path / PROFILE_FILE).write_text(json.dumps(saved))
+    now["reward"]["component_weights"] = {"rule": 0.5}
+    assert added_settings(tmp_path, now) == ["reward.guard.confirm_steps=3"]
+
+
+def test_the_kl_reference_is_recorded_by_its_real_folder(tmp_path, monkeypatch):
+    """A link moved to another build later, or a relative path resumed from another folder, named another model."""
+    from rlrm.engine.components import model_reference
+
+    (tmp_path / "v3").mkdir()
+    (tmp_path / "v3" / "model.safetensors").write_bytes(b"w")
+    (tmp_path / "current").symlink_to(tmp_path / "v3")
+    monkeypatch.chdir(tmp_path)
+    assert model_reference("current")["path"] == str((tmp_path / "v3").resolve())
+    assert model_reference("Qwen/Qwen3-8B") is None  # a hub id: not pinned

@@ -1,27 +1,37 @@
-"""A model folder's digest (rlrm/launch/common/model_digest.py): weights re-saved in place are another model."""
+"""A model folder's digest (rlrm/launch/common/model_digest.py): a copy is the same model, another file is not."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 from rlrm.launch.common import model_digest
 
 
-def test_a_large_file_rewritten_in_its_middle_is_another_digest(tmp_path, monkeypatch):
-    """A file past SAMPLED_FROM is read at its two ends only: an MLP-only fine-tune re-saved in place kept the
-    size, the header and both ends, and with them the reward contract (one judge's cached verdicts served the
-    other's run). Its modification time is part of the digest now."""
+def test_a_copy_is_the_same_model_and_a_changed_end_is_another(tmp_path, monkeypatch):
+    """Copies without their times (`cp -r`, a second download, a restore) must keep a run's reward contract and its
+    KL reference: a time in the digest refused their resumes and emptied their caches."""
     monkeypatch.setattr(model_digest, "SAMPLED_FROM", 64)
     monkeypatch.setattr(model_digest, "SAMPLE_BYTES", 8)
-    weights = tmp_path / "model.safetensors"
-    weights.write_bytes(b"H" * 8 + b"a" * 100 + b"T" * 8)
-    os.utime(weights, ns=(1_000_000_000, 1_000_000_000))
-    before = model_digest.folder_digest(tmp_path)
-    weights.write_bytes(b"H" * 8 + b"b" * 100 + b"T" * 8)  # the middle changed: the sampled bytes did not
-    assert model_digest.folder_digest(tmp_path) != before
-    os.utime(weights, ns=(1_000_000_000, 1_000_000_000))  # the same time again: only the ends are read
-    assert model_digest.folder_digest(tmp_path) == before
-    (tmp_path / "config.json").write_text("{}")  # a small file is read whole, whatever its time
-    with_config = model_digest.folder_digest(tmp_path)
-    os.utime(tmp_path / "config.json", ns=(5, 5))
-    assert model_digest.folder_digest(tmp_path) == with_config
+    source = tmp_path / "a"
+    source.mkdir()
+    (source / "model.safetensors").write_bytes(b"H" * 8 + b"a" * 100 + b"T" * 8)  # past SAMPLED_FROM: sampled
+    (source / "config.json").write_text("{}")
+    copy = shutil.copytree(source, tmp_path / "b")
+    os.utime(copy / "model.safetensors", ns=(5, 5))
+    assert model_digest.folder_digest(copy) == model_digest.folder_digest(source)
+    (copy / "model.safetensors").write_bytes(b"H" * 8 + b"a" * 100 + b"U" * 8)  # its last bytes differ
+    assert model_digest.folder_digest(copy) != model_digest.folder_digest(source)
+
+
+def test_a_reward_server_reports_its_weights_a_hub_id_or_a_policy_nothing(tmp_path):
+    """A hub id has no folder here: it reported the digest of nothing, one for every hub model (two hub judges
+    served under one name were one contract again). A policy's weights change with each sync."""
+    from rlrm.launch.server.app import _reward_identity
+    from rlrm.launch.server.backends import ServerConfig
+
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    judge = _reward_identity(ServerConfig(model_path=str(tmp_path), role="genrm"))
+    assert judge == {"weights": model_digest.folder_digest(tmp_path), "dtype": "float32"}
+    assert _reward_identity(ServerConfig(model_path="Qwen/Qwen3-8B", role="genrm")) == {}
+    assert _reward_identity(ServerConfig(model_path=str(tmp_path), role="policy")) == {}
