@@ -112,7 +112,7 @@ def test_a_real_ray_head_passes_the_probe():
     import ray
 
     temp = tempfile.mkdtemp(prefix="rlrm-ray-")  # short: Ray's socket paths must fit in 107 bytes
-    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=temp)  # its own, never another test's
     try:
         port = ray.get_runtime_context().gcs_address.rpartition(":")[2]
         check_ray_head(f"127.0.0.1:{port}", "actor.ray_address", timeout_s=PROBE_S)

@@ -40,7 +40,9 @@ def local_ray():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # a Ray of its own: without address="local", ray.init joins the cluster a test on the other xdist worker has up
+    # (ray.cluster_utils.Cluster writes /tmp/ray/ray_current_cluster), and refuses num_cpus there (a CI error)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
