@@ -1,6 +1,9 @@
 """Errors a user can act on. The CLI prints them as one line (RLRM_DEBUG=1 shows the traceback)."""
 
+import errno
+import shutil
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class RlrmError(Exception):
@@ -90,18 +93,13 @@ def writing_to(path):
             said in str(exc) for said in _WRITE_FAILED
         ):
             raise
-        import errno
-        import shutil
-
-        full = _free_bytes(path, shutil) < 2**20
+        full = _free_bytes(path) < 2**20
         code = errno.ENOSPC if full else errno.EIO
         reason = "No space left on device" if full else f"write failed ({str(exc).strip().splitlines()[0][:120]})"
         raise OSError(code, reason, str(path)) from exc
 
 
-def _free_bytes(path, shutil) -> int:
-    from pathlib import Path
-
+def _free_bytes(path) -> int:
     for folder in (Path(path), *Path(path).parents):
         if folder.exists():
             return shutil.disk_usage(folder).free

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from rlrm.cli.common import fresh_folder, friendly_errors, timestamped
+from rlrm.cli.common import friendly_errors, out_or_fresh, timestamped
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption, StepsOption
 from rlrm.errors import ConfigError, RunFolderError
 
@@ -110,20 +110,15 @@ def train(
             check_inputs(resolved)  # and, after the plan, the one line that would stop the run on this machine
             return
         check_inputs(resolved)
-        if default:
-            try:
-                run_dir = fresh_folder(Path(resolved.trainer.out_dir), name)
-            except OSError as exc:
-                raise RunFolderError(
-                    f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or "
-                    "trainer.out_dir"
-                ) from None
-        try:
-            start_run(resolved, run_dir, overwrite=overwrite)
-        except BaseException:
-            if default and not any(Path(run_dir).iterdir()):
-                Path(run_dir).rmdir()
-            raise
+        try:  # the default folder is made here (-2 after a name of this second), and removed if left empty
+            with out_or_fresh(None if default else Path(run_dir), Path(resolved.trainer.out_dir), name) as made:
+                run_dir = made
+                start_run(resolved, run_dir, overwrite=overwrite)
+        except OSError as exc:  # start_run names its own: this is the default folder's
+            raise RunFolderError(
+                f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or "
+                "trainer.out_dir"
+            ) from None
     from rlrm.launch.common import progress
 
     progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start

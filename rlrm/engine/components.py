@@ -78,12 +78,11 @@ def build_components(profile: Profile, policy_path: str | None = None, checkpoin
     if profile.actor.use_kl_loss:
         named = profile.model.ref_path or profile.model.path
         resolved = resolve_model_path(profile.model.ref_path) if profile.model.ref_path else base_path
-        ref_path, note = reference_for_resume(
+        ref_path, reference, note = reference_for_resume(
             checkpoint, resolved, f"model.{'ref_path' if profile.model.ref_path else 'path'} {named}"
         )
         if note is not None:
             progress.say(f"note: {note}")
-        reference = model_reference(ref_path)
     if ref_path and not profile.actor.on_ranks:  # with ranks, each rank loads its shard of the reference
         ref = load_causal_lm(ref_path, profile.model.dtype, device)
         ref.requires_grad_(False)
@@ -151,22 +150,23 @@ def model_reference(folder: str) -> dict | None:
     return {"path": str(real), "weights": folder_digest(real)}
 
 
-def reference_for_resume(ckpt_dir: Path | None, resolved: str, name: str) -> tuple[str, str | None]:
-    """The folder a resumed run loads its reference model from, and a note when it is not `resolved`.
+def reference_for_resume(ckpt_dir: Path | None, resolved: str, name: str) -> tuple[str, dict | None, str | None]:
+    """The folder a run loads its reference model from, what reference.json records of it (`model_reference`),
+    and a note when the folder is not `resolved`.
 
     `model.ref_path` (or `model.path`) is a name (`tiny:policy`, a folder) that an upgrade, another models folder or
     a copy can point at another build (a hub id is not pinned): the KL loss would then pull the policy towards another model, without
     a word (actor/kl_loss 0 -> 2.2 at the first resumed step). The run keeps the reference it was started with,
     from the folder its checkpoint recorded, or is refused in one line when that folder is gone or changed.
     """
+    current = model_reference(resolved)
     recorded = read_reference(ckpt_dir) if ckpt_dir is not None else None
-    if recorded is None:  # a fresh run, or an older checkpoint
-        return resolved, None
-    if folder_digest(Path(resolved)) == recorded["weights"]:
-        return resolved, None
+    if recorded is None or (current is not None and current["weights"] == recorded["weights"]):
+        return resolved, current, None  # a fresh run, an older checkpoint, or the same model
     kept = Path(str(recorded.get("path", "")))
     if kept.is_dir() and folder_digest(kept) == recorded["weights"]:
-        return str(kept), f"{name} now names {resolved}; the run keeps the reference model it started with, {kept}"
+        note = f"{name} now names {resolved}; the run keeps the reference model it started with, {kept}"
+        return str(kept), recorded, note
     raise ConfigError(
         f"{name} now names {resolved}, another model than the run's KL reference ({kept}, which is gone or "
         f"changed): put that model back at {kept} to resume, or start a new run"

@@ -62,7 +62,7 @@ def test_a_checkpoint_the_disk_refuses_is_one_line_and_leaves_nothing_behind(tmp
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 12")
 
     monkeypatch.setattr(torch, "save", full)
-    monkeypatch.setattr("rlrm.errors._free_bytes", lambda path, shutil: 0)  # the disk is full
+    monkeypatch.setattr("rlrm.errors._free_bytes", lambda path: 0)  # the disk is full
     with pytest.raises(TrainingError) as refused:
         checkpoint.save_checkpoint(tmp_path, 2, model, tok, {"actor": {}, "loader": {}}, keep=3)
     line = str(refused.value)
