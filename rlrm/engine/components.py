@@ -72,8 +72,11 @@ def build_components(profile: Profile, policy_path: str | None = None, checkpoin
     path = policy_path or base_path
     tokenizer = load_tokenizer(path)
     dtype = profile.model.dtype
-    # mixed precision keeps float32 master weights (the optimizer's); the actor computes in `dtype` under autocast
-    policy = load_causal_lm(path, "float32" if profile.model.precision == "mixed" else dtype, device)
+    # mixed precision keeps float32 master weights (the optimizer's); the actor computes in `dtype` under autocast.
+    # With actor ranks the trainer's copy only receives their weights (handed on to the rollout engine, exported in
+    # checkpoints): it stays on the host, not one more policy-sized allocation on the ranks' first GPU.
+    home = "cpu" if profile.actor.on_ranks else device
+    policy = load_causal_lm(path, "float32" if profile.model.precision == "mixed" else dtype, home)
     ref, ref_path, reference = None, None, None
     if profile.actor.use_kl_loss:
         named = profile.model.ref_path or profile.model.path
@@ -93,7 +96,7 @@ def build_components(profile: Profile, policy_path: str | None = None, checkpoin
         engine = served_engine(profile, path, tokenizer, policy)
     else:
         engine = HFRolloutEngine(
-            copy.deepcopy(policy).to(getattr(torch, dtype)).eval(),
+            copy.deepcopy(policy).to(device=device, dtype=getattr(torch, dtype)).eval(),
             eos_token_ids=eos_token_ids(tokenizer, policy),
             pad_token_id=tokenizer.pad_token_id,
             max_batch_size=profile.rollout.max_batch_size,

@@ -163,6 +163,25 @@ def test_the_actor_on_an_fsdp2_rank_trains_and_reports_its_memory(tmp_path, tiny
     assert all(r["perf/actor_max_memory_gb"] > 0 for r in rows)
 
 
+def test_with_actor_ranks_the_trainers_copy_of_the_policy_stays_on_the_host(tiny_policy_path):
+    # the copy only receives the ranks' weights: on the GPU it was one more policy-sized allocation on GPU 0
+    import asyncio
+
+    from rlrm.engine.components import build_components
+
+    p = load_profile("tiny-rule", [*SMALL, "actor.strategy=fsdp2", "actor.world_size=1", "trainer.total_steps=1"])
+    parts = build_components(p)
+    try:
+        assert next(parts.policy.parameters()).device.type == "cpu"
+        assert next(parts.engine.model.parameters()).device.type == DEVICE
+        state = parts.actor.policy_state_dict()  # what the engine is handed after an update
+        parts.engine.update_weights(state, version=1)
+        assert next(parts.engine.model.parameters()).device.type == DEVICE
+    finally:
+        asyncio.run(parts.engine.close())
+        parts.actor.close()
+
+
 def test_more_actor_ranks_than_gpus_is_one_clear_error(tmp_path, tiny_policy_path):
     gpus = torch.cuda.device_count() if DEVICE == "cuda" else os.cpu_count()
     p = load_profile("tiny-rule", [*SMALL, f"actor.world_size={gpus + 1}", "trainer.total_steps=1"])
