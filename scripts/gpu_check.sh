@@ -13,7 +13,7 @@
 #   GPU_CHECK_BUDGET_S  seconds for the whole check (a lease): the tier and the row running are stopped there,
 #                    the rows not started marked NOT REACHED, and the table still written (default: no limit)
 # On a short lease, only the rows not yet measured:
-#   GPU_CHECK_BUDGET_S=520 GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu or doctor" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
+#   GPU_CHECK_BUDGET_S=520 GPU_TIER_K="graph or compile or sleep or moving or random_state or chunks or tf32 or trainers_gpu or host or fsdp2 or doctor" bash scripts/gpu_check.sh --only decode,step-fp32,step-bf16,logits,step-tf32
 # On an offline machine lent for minutes, the wheels it lacks and the one command: docs/development.md
 # ("The device check on a lent, offline GPU machine"; scripts/gpu_wheels.py fetches the wheels).
 set -uo pipefail

@@ -53,7 +53,12 @@ class SleepState:
         import torch
 
         with self.lock:
-            moved = 0 if self.device == "cpu" else sum(p.numel() * p.element_size() for p in self.model.parameters())
+            # from where the weights are now: a wake while awake (or one that ended a drained sleep's wait) and a
+            # second sleep move nothing, and keep compiled decoding's graphs
+            here = next(self.model.parameters()).device
+            moved = 0
+            if self.device != "cpu" and here != torch.device(device):
+                moved = sum(p.numel() * p.element_size() for p in self.model.parameters())
             if moved:
                 if self.release is not None:
                     self.release()

@@ -61,3 +61,16 @@ def test_a_request_that_never_ends_holds_the_sleep_for_drain_s_only(monkeypatch,
     state.started()
     assert asyncio.run(state.sleep())["is_sleeping"] is True and moved == ["cpu"]
     assert "1 requests still running after 0.05 s: sleeping anyway" in capsys.readouterr().err
+
+
+def test_moves_start_from_where_the_weights_are_a_wake_while_awake_keeps_the_compiled_graphs():
+    # "meta" stands in for the accelerator: a wake on weights already there, or a second sleep, moves nothing and
+    # keeps what compiled decoding captured (it dropped every CUDA graph and reported bytes it never moved)
+    released: list[int] = []
+    awake = SleepState(torch.nn.Linear(4, 4).to("meta"), threading.Lock(), "meta", lambda: released.append(1))
+    assert asyncio.run(awake.wake_up()) == {"is_sleeping": False, "moved_bytes": 0} and released == []
+
+    asleep = SleepState(torch.nn.Linear(4, 4), threading.Lock(), "meta", lambda: released.append(1))  # on the host
+    assert asyncio.run(asleep.sleep()) == {"is_sleeping": True, "moved_bytes": 0} and released == []
+    assert asyncio.run(asleep.wake_up()) == {"is_sleeping": False, "moved_bytes": 80} and released == [1]
+    assert next(asleep.model.parameters()).device.type == "meta"
