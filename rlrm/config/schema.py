@@ -181,6 +181,14 @@ class ActorConfig(Section):
             "step gone. 0: whole. For Llama, Qwen2/3 and Mistral models, in the trainer process and on FSDP2 ranks."
         ),
     )
+    disable_dropout: bool = Field(
+        True,
+        description=(
+            "Dropout off in the policy during the update (TRL's disable_dropout), as in the old log-probs and "
+            "generation: with a model whose config has dropout, an on-policy step's ratio would otherwise not be 1. "
+            "false: the update keeps the model's dropout."
+        ),
+    )
     clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip range below 1.")
     clip_ratio_high: float = Field(0.2, ge=0.0, description="PPO clip range above 1.")
     clip_ratio_c: float = Field(3.0, gt=1.0, description="Dual-clip bound for negative advantages.")

@@ -27,6 +27,7 @@ import torch
 
 from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.batch import RolloutBatch, filled
+from rlrm.engine.actor.dropout import disable_dropout
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
 from rlrm.errors import ConfigError, TrainingError
@@ -164,6 +165,8 @@ class Actor(UpdateLoop):
         response_budget: int | None = None,
     ):
         self.model, self.ref_model, self.cfg = model, ref_model, cfg
+        if cfg.disable_dropout:
+            disable_dropout(model)
         # seq-mean-token-sum-norm's divisor: constant (the run's response budget), not the batch's longest response
         self.loss_norm = cfg.loss_scale_factor or response_budget
         self.compute_dtype = compute_dtype
