@@ -56,6 +56,7 @@ class RewardService:
         self._close_fn: Callable[[], None] | None = None
         self.contract: RewardContract | None = None  # what decides a score (rlrm/engine/rewards/contract.py)
         self.cache: RewardCache | None = None  # reward.cache, in front of the loop's scoring
+        self.disrm_tokenizer = None  # a DisRM tokenizer other than its folder's (parity's --template), set before start
 
     @property
     def loop(self) -> RewardLoop:
@@ -179,7 +180,9 @@ class RewardService:
             self.workers = RayRewardWorkers(self.cfg, urls, model_path, api_key=self.api_key, headers=self.headers)
             self.workers.start()
             return self.workers.score
-        fn = build_reward_fn(self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits))
+        fn = build_reward_fn(
+            self.cfg, self.balancer, model_path, RateLimiter.from_config(self.cfg.limits), self.disrm_tokenizer
+        )
         self._close_fn = fn.close  # a custom function's worker processes
         return fn
 

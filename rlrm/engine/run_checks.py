@@ -20,7 +20,7 @@ from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.cache_store import check_cache_file
 from rlrm.engine.rewards.custom import check_custom_reward
 from rlrm.errors import ConfigError, clipped
-from rlrm.inference.loading import check_model_folder, pick_device
+from rlrm.inference.loading import check_chat_template, check_model_folder, pick_device
 from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common.ray_head import check_ray_head
 
@@ -53,6 +53,8 @@ def check_inputs(profile: Profile) -> None:
     ):
         if path and not path.startswith("tiny:"):
             check_model_folder(resolve_model_path(path), setting)
+    if reward_model and not reward_model.startswith("tiny:") and profile.reward.model_kind == "disrm":
+        check_chat_template(resolve_model_path(reward_model), "reward.server.model (the DisRM)")
     data = profile.data
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
     if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):

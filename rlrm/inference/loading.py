@@ -9,6 +9,7 @@ Shared by the engine's in-process rollout and the embedded server; errors are on
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rlrm.errors import ModelError, clipped
@@ -41,6 +42,27 @@ def check_model_folder(path: str, setting: str) -> None:
         raise ModelError(
             f"{setting} {clipped(repr(path))} is a folder but not a model (no config.json in it); give the folder "
             "save_pretrained wrote, a hub id (org/name) or tiny:NAME"
+        )
+
+
+def check_chat_template(path: str, setting: str) -> None:
+    """A ModelError naming `setting` where a local model folder's tokenizer has no chat template (none in
+    tokenizer_config.json, no chat_template.jinja or .json beside it): before servers start and a step's rollout
+    runs. A hub id is checked where its tokenizer loads."""
+    local = Path(path).expanduser()
+    if not (local / "tokenizer_config.json").is_file():
+        return
+    if (local / "chat_template.jinja").is_file() or (local / "chat_template.json").is_file():
+        return
+    try:
+        config = json.loads((local / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # unreadable: the tokenizer's own error says so where it loads
+    if not (isinstance(config, dict) and config.get("chat_template")):
+        raise ModelError(
+            f"{setting} {clipped(repr(path))} has no chat template in its tokenizer, so a prompt and response cannot "
+            "be rendered in the format it was trained on: set tokenizer.chat_template and save_pretrained the "
+            "tokenizer into that folder"
         )
 
 

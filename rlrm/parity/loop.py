@@ -22,9 +22,8 @@ import numpy as np
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.base import RewardSample
-from rlrm.engine.rewards.disrm import make_disrm_reward, render_conversation
+from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.invariance import InvarianceSettings, check_invariance
-from rlrm.engine.rewards.loop import RewardLoop
 from rlrm.parity.inputs import ParitySample
 
 LOOP_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -88,10 +87,9 @@ async def _score(
         for i, s in enumerate(samples)
     ]
     service = RewardService(cfg)
+    service.disrm_tokenizer = tokenizer
     try:
         await service.start()
-        if tokenizer is not None:
-            service.loop = RewardLoop(make_disrm_reward(cfg, service.balancer, tokenizer), cfg)
         if warmup:
             await service.loop.score_all(batch[:WARMUP_SAMPLES])
         seconds = math.inf

@@ -13,12 +13,15 @@ score is the last label's raw logit on every backend (a reward model's only one)
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from rlrm.call_errors import BadRequest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.errors import NonFiniteScore
+from rlrm.errors import ModelError
 from rlrm.launch.fleet.backends import backend_for
 
 
@@ -29,9 +32,42 @@ def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[in
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
-    """A reward function that scores with a served sequence classifier."""
-    limit = cfg.disrm.max_length
+def load_disrm_tokenizer(cfg: RewardConfig, model_path: str) -> tuple[object, int]:
+    """The reward model's tokenizer and the longest conversation it scores, in tokens.
+
+    A tokenizer without a chat template cannot render a conversation as the model was trained on it: one
+    ModelError now, not every sample failed after a step's rollout. The limit is reward.disrm.max_length, or the
+    model's positions when it has fewer (the servers refuse a longer input, so `too_long: truncate` cuts there
+    and says so once)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError(
+            f"the DisRM {model_path} has no chat template in its tokenizer, so a prompt and response cannot be "
+            "rendered in the format it was trained on: set tokenizer.chat_template and save_pretrained the tokenizer "
+            "into the model's folder (its tokenizer_config.json or chat_template.jinja)"
+        )
+    asked = cfg.disrm.max_length
+    positions = int(getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", 0) or 0)
+    if positions and positions < asked:
+        print(
+            f"note: reward.disrm.max_length={asked} is more than the DisRM's {positions} positions: conversations "
+            f"are {'cut to their last' if cfg.disrm.too_long == 'truncate' else 'refused over'} {positions} tokens",
+            file=sys.stderr,
+            flush=True,
+        )
+        return tokenizer, positions
+    return tokenizer, asked
+
+
+def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer, limit: int | None = None) -> RewardFn:
+    """A reward function that scores with a served sequence classifier.
+
+    Args:
+        limit: the longest conversation sent, in tokens (`load_disrm_tokenizer`'s); None: reward.disrm.max_length.
+    """
+    limit = cfg.disrm.max_length if limit is None else limit
     backend = backend_for(cfg.server.backend)  # whose /classify shape the servers speak
 
     async def disrm_reward(sample: RewardSample) -> RewardResult:
@@ -39,7 +75,7 @@ def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer) -> RewardFn:
         truncated = len(ids) > limit
         if truncated:
             if cfg.disrm.too_long == "error":
-                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
+                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than the DisRM takes ({limit})")
             ids = ids[-limit:]  # keep the end: the response is what is being judged
         answer = await balancer.post(
             "/classify", backend.classify_body(cfg.server.request_model, ids), cfg.server.request_timeout_s

@@ -8,7 +8,7 @@ from rlrm.call_errors import CallError
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import ClosableRewardFn, RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.custom import make_custom_reward
-from rlrm.engine.rewards.disrm import make_disrm_reward
+from rlrm.engine.rewards.disrm import load_disrm_tokenizer, make_disrm_reward
 from rlrm.engine.rewards.genrm import make_genrm_reward
 from rlrm.engine.rewards.inject import inject
 from rlrm.engine.rewards.ledger import ledger_scope
@@ -17,15 +17,18 @@ from rlrm.engine.rewards.rubric import make_rubric_reward
 from rlrm.engine.rewards.rule import make_rule_reward
 
 
-def build_reward_fn(cfg: RewardConfig, balancer=None, model_path: str | None = None, limiter=None) -> ClosableRewardFn:
+def build_reward_fn(
+    cfg: RewardConfig, balancer=None, model_path: str | None = None, limiter=None, disrm_tokenizer=None
+) -> ClosableRewardFn:
     """The section's reward function, wrapped with `reward.inject` when that injects anything.
 
     Model calls go through `balancer` under `limiter` (a RateLimiter, its Ray actor's client, or None) and are
     counted per sample (rlrm/engine/rewards/metered.py, ledger.py). Its `close()` stops what the function
-    started (a custom function's worker processes); it does nothing for the others.
+    started (a custom function's worker processes); it does nothing for the others. `disrm_tokenizer`: a DisRM's
+    tokenizer other than its folder's (parity's --template), conversations then cut at reward.disrm.max_length.
     """
     metered = MeteredBalancer(balancer, cfg, limiter) if balancer is not None else None
-    base = _base_reward_fn(cfg, metered, model_path)
+    base = _base_reward_fn(cfg, metered, model_path, disrm_tokenizer)
     fn = cast(ClosableRewardFn, with_injection(with_ledger(base), cfg))
     fn.close = getattr(base, "close", _nothing)
     return fn
@@ -69,7 +72,7 @@ def with_injection(fn: RewardFn, cfg: RewardConfig) -> RewardFn:
     return inject(fn, cfg.inject)
 
 
-def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> RewardFn:
+def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None, disrm_tokenizer=None) -> RewardFn:
     """Rule, custom, DisRM, GenRM, rubric or composite; model kinds call the servers behind `balancer`."""
     kind = cfg.model_kind
     if cfg.kind == "custom":
@@ -79,9 +82,8 @@ def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None) -> Rewa
     if cfg.kind == "rubric":
         return make_rubric_reward(cfg, balancer)
     if kind == "disrm":
-        from transformers import AutoTokenizer
-
-        model_fn = make_disrm_reward(cfg, balancer, AutoTokenizer.from_pretrained(model_path))
+        given = (disrm_tokenizer, None) if disrm_tokenizer is not None else None
+        model_fn = make_disrm_reward(cfg, balancer, *(given or load_disrm_tokenizer(cfg, model_path)))
     else:
         model_fn = make_genrm_reward(cfg, balancer)
     if cfg.kind != "composite":

@@ -18,7 +18,7 @@ import asyncio
 from rlrm.call_errors import BadRequest
 from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardResult, RewardSample
-from rlrm.engine.rewards.disrm import render_conversation
+from rlrm.engine.rewards.disrm import load_disrm_tokenizer, render_conversation
 from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.engine.rewards.fsdp_disrm.config import LegacyConfig, resolve_device
 from rlrm.engine.rewards.fsdp_disrm.workers import LegacyScorerError, LegacyWorkerGroup
@@ -27,10 +27,8 @@ from rlrm.launch.server.batcher import DynamicBatcher
 
 class LegacyDisRM:
     def __init__(self, cfg: RewardConfig, model_path: str):
-        from transformers import AutoTokenizer
-
         self.cfg, self.model_path = cfg, model_path
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer, self.limit = load_disrm_tokenizer(cfg, model_path)
         self.group: LegacyWorkerGroup | None = None
         self.batcher: DynamicBatcher | None = None
         self.__name__ = "legacy_disrm"
@@ -61,12 +59,12 @@ class LegacyDisRM:
         return scores.float().cpu().tolist()
 
     async def __call__(self, sample: RewardSample) -> RewardResult:
-        limit = self.cfg.disrm.max_length
+        limit = self.limit
         ids = render_conversation(self.tokenizer, sample.prompt, sample.solution_str)
         truncated = len(ids) > limit
         if truncated:
             if self.cfg.disrm.too_long == "error":
-                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than reward.disrm.max_length={limit}")
+                raise BadRequest(f"sample {sample.uid}: {len(ids)} tokens, more than the DisRM takes ({limit})")
             ids = ids[-limit:]  # keep the end, exactly as the served client does
         if self.batcher is None:
             raise LegacyScorerError("the legacy DisRM scores only after start()")
