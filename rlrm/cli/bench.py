@@ -197,7 +197,10 @@ def simulate(
     set_: Annotated[
         list[str], typer.Option("--set", help="Spec override, e.g. rollout.replicas=64 (repeatable).")
     ] = [],
-    sweep: Annotated[Optional[str], typer.Option(help="KEY=V1,V2,...: one result row per value and mode.")] = None,
+    sweep: Annotated[
+        Optional[list[str]],
+        typer.Option(help="KEY=V1,V2,...: one result row per value and mode (one key; fix others with --set)."),
+    ] = None,
     modes: Annotated[Optional[str], typer.Option(help="Comma-separated modes (default: the spec's).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Steps per simulated run.", min=1)] = None,
     repeats: Annotated[int, typer.Option(help="Simulated runs per mode (different draws; at most 100).", min=1)] = 1,
@@ -230,7 +233,13 @@ def simulate(
         if unknown or (modes is not None and not named):
             raise ConfigError(f"--modes {modes!r}: name scheduling modes, comma-separated, from {', '.join(MODES)}")
         extra = [*set_, *([f"modes=[{modes}]"] if modes else []), *([f"workload.steps={steps}"] if steps else [])]
-        plan = make_plan(from_, spec, extra, sweep)
+        if sweep and len(sweep) > 1:  # typer keeps the last of a repeated option: the first sweep was dropped
+            keys = ", ".join(s.partition("=")[0] for s in sweep)
+            raise ConfigError(
+                f"--sweep is given {len(sweep)} times ({keys}): one key is swept a run; fix the others with "
+                "--set KEY=VALUE"
+            )
+        plan = make_plan(from_, spec, extra, sweep[0] if sweep else None)
         if plan.bench is not None:
             check = check_against_bench(plan.bench, folder, extra)
             view.print_params(check.calibration)

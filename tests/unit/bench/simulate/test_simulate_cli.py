@@ -149,6 +149,10 @@ def test_a_benchmark_of_an_older_rlrm_is_read_and_what_it_lacks_is_named(simulat
         (["--spec", "{spec}", "--sweep", "reward.latncy=fixed:1,fixed:2"], "did you mean 'reward.latency'"),
         (["--spec", "{spec}", "--sweep", "reward.latency_scale"], "KEY=V1,V2"),
         (["--spec", "{spec}", "--sweep", "rollout.replicas=8,0"], "--sweep point rollout.replicas=0: rollout.replicas"),
+        (  # typer kept the last: the rate limit was dropped without a word
+            ["--spec", "{spec}", "--sweep", "reward.limits.rpm=600,3000", "--sweep", "reward.cache_hit_rate=0,0.5"],
+            "--sweep is given 2 times (reward.limits.rpm, reward.cache_hit_rate): one key is swept a run",
+        ),
         (["--spec", "{bad_spec}"], "unknown spec key 'trainer.rank'; did you mean 'trainer.ranks'"),
         (["--spec", "{spec}", "--set", "reward.latency=uniform:5"], "uniform takes 2 numbers"),
         (["--from", "{nowhere}"], "does not exist"),
