@@ -14,6 +14,7 @@ score is the last label's raw logit on every backend (a reward model's only one)
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[in
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def load_disrm_tokenizer(cfg: RewardConfig, model_path: str) -> tuple[object, int]:
+def load_disrm_tokenizer(cfg: RewardConfig, model_path: str | None) -> tuple[Any, int]:
     """The reward model's tokenizer and the longest conversation it scores, in tokens.
 
     A tokenizer without a chat template cannot render a conversation as the model was trained on it: one
