@@ -172,11 +172,13 @@ class Rollouter:
 
     def take(self, groups: list[Group]) -> None:
         """The trainer trained `groups` (call it once their update is published, so that a failed step's
-        groups are never counted as trained); a batch whose groups are all taken is forgotten."""
+        groups are never counted as trained); a batch whose groups are all taken is forgotten. A batch launched
+        with no groups (every prompt dropped for length) is kept until the trainer's version reaches it: its step
+        still asks for it (one-step-off waited for ever on one forgotten a step early)."""
         for g in groups:
             self._untaken[g.batch].discard(g.position)
             self._taken.setdefault(g.batch, set()).add(g.position)
-        for k in [k for k, left in self._untaken.items() if not left]:
+        for k in [k for k, left in self._untaken.items() if not left and (k <= self.version or k in self._taken)]:
             del self._untaken[k], self._batches[k]
         for k in [k for k in self._taken if k <= self.version]:  # every group of batch <= version is trained
             del self._taken[k]
