@@ -351,6 +351,11 @@ class _TrainLoop:
         """Restore the newest checkpoint (if any), build the mode's scheduler; returns the last step done."""
         p, parts = self.profile, self.parts
         loader = PromptLoader(parts.train_examples, p.data.train_batch_size, p.data.shuffle, p.trainer.seed)
+        if len(parts.train_examples) < p.data.train_batch_size:
+            progress.say(
+                f"note: the train split has {len(parts.train_examples)} prompts, fewer than data.train_batch_size="
+                f"{p.data.train_batch_size}: every step trains some prompt as more than one group"
+            )
         step, resume = 0, None
         weights = PolicyWeights(parts.actor, parts.engine)
         if ckpts:

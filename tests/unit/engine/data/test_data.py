@@ -183,6 +183,27 @@ def test_loader_resume_gives_identical_batches():
     assert expected[:3] != [[e.uid for e in PromptLoader(_examples(10), 4, seed=2).next_batch()] for _ in range(3)]
 
 
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize(("n", "batch"), [(10, 4), (6, 4), (7, 3), (9, 8), (8, 4), (13, 5)])
+def test_a_batch_crossing_into_the_next_epoch_never_holds_one_prompt_twice(n, batch, shuffle):
+    # the next epoch's shuffle is its own: its first prompts were topped up unchecked (split 10, batch 4, seed 0:
+    # step 3 was [9, 6, 6, 8], two groups of prompt 6)
+    for seed in range(5):
+        loader = PromptLoader(_examples(n), batch_size=batch, shuffle=shuffle, seed=seed)
+        steps = [[e.uid for e in loader.next_batch()] for _ in range(40)]
+        assert all(len(set(step)) == batch for step in steps), (seed, steps)
+        flat = sum(steps, [])
+        for epoch in range(len(flat) // n):  # every epoch still holds each prompt once
+            assert sorted(flat[epoch * n : (epoch + 1) * n]) == sorted(str(i) for i in range(n)), (seed, epoch)
+        for k in range(1, 40):  # and a resume after any step sees the same batches
+            first = PromptLoader(_examples(n), batch_size=batch, shuffle=shuffle, seed=seed)
+            for _ in range(k):
+                first.next_batch()
+            resumed = PromptLoader(_examples(n), batch_size=batch, shuffle=shuffle, seed=seed)
+            resumed.load_state_dict(first.state_dict())
+            assert [e.uid for e in resumed.next_batch()] == steps[k], (seed, k)
+
+
 class _CharTokenizer:
     """A stand-in with the one method encode_prompts uses: one token per character."""
 
