@@ -82,7 +82,7 @@ def reward(
     from rlrm.config.loader import load_profile
     from rlrm.errors import require_extra
     from rlrm.reward_checks.attacks import read_attack_file
-    from rlrm.reward_checks.audit import AuditSettings, check_out, plan_audit, run_audit, write_results
+    from rlrm.reward_checks.audit import AuditSettings, check_out, plan_audit, run_audit
     from rlrm.reward_checks.audit_show import print_audit
 
     settings = AuditSettings(max_attack_rate, min_reference_rate, threshold)
@@ -106,9 +106,25 @@ def reward(
     else:
         print_audit(result, console())
     if out is not None:
-        files = write_results(result, out) + [_figure(result, out)]
+        files = _write_out(result, out)
         typer.echo(f"wrote {', '.join(f.name for f in files)} to {out}", err=True)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _write_out(result, out: Path) -> list[Path]:
+    """The figure, audit.json and audit.csv in `out` (empty or absent: check_out), or nothing when one fails."""
+    from rlrm.reward_checks.audit import write_results
+
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return [*write_results(result, out), _figure(result, out)]
+    except BaseException:
+        for path in out.iterdir() if out.is_dir() else ():
+            path.unlink()
+        if made and out.is_dir():
+            out.rmdir()
+        raise
 
 
 def _figure(result, out: Path) -> Path:

@@ -69,19 +69,27 @@ def read_samples(path: str | Path) -> list[ParitySample]:
             rows = pq.read_table(path).to_pylist()  # plain Python values (pandas: numpy arrays in list columns)
         except Exception as exc:
             raise DataError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+        places = [f"row {i + 1}" for i in range(len(rows))]
     elif path.suffix == ".jsonl":
-        rows = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        rows, places = [], []
+        data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is no data
+        # split at line ends only: str.splitlines also splits at U+2028, U+0085 ..., which JSON strings hold raw
+        for lineno, raw in enumerate(data.splitlines(), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path} line {lineno}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
+                places.append(f"line {lineno}")
     else:
         raise DataError(f"{path}: unsupported input type {path.suffix!r}; use .jsonl or .parquet")
     if not rows:
         raise DataError(f"{path} holds no samples")
-    samples = [_to_sample(row, i, path) for i, row in enumerate(rows)]
+    samples = [_to_sample(row, i, f"{path} {place}") for i, (row, place) in enumerate(zip(rows, places))]
     seen: set[str] = set()
     for s in samples:
         if s.sample_id in seen:
@@ -90,8 +98,7 @@ def read_samples(path: str | Path) -> list[ParitySample]:
     return samples
 
 
-def _to_sample(row, index: int, path: Path) -> ParitySample:
-    where = f"{path} row {index + 1}"
+def _to_sample(row, index: int, where: str) -> ParitySample:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected an object with {', '.join(REQUIRED_FIELDS)}, got {type(row).__name__}")
     missing = [f for f in REQUIRED_FIELDS if row.get(f) is None]

@@ -32,14 +32,18 @@ def audit_figure(data: dict):
     rates = [r["rate"] for r in rows]
     errors = [[r["rate"] - r["ci95_low"] for r in rows], [r["ci95_high"] - r["rate"] for r in rows]]
     ax.barh(ys, rates, color=colors, xerr=errors, capsize=2, error_kw={"elinewidth": 0.8})
-    ax.set_yticks(ys, [r["name"] for r in rows], fontsize=8)
+    # names are the user's text: "latex $\boxed{N}$" is no mathtext to parse (matplotlib raised as it saved)
+    ax.set_yticks(ys, [r["name"] for r in rows], fontsize=8, parse_math=False)
     ax.axvline(limit, color=FAIL_COLOR, linestyle="--", linewidth=1, label=f"max attack rate {limit:g}")
     ax.axvline(floor, color=REFERENCE_COLOR, linestyle=":", linewidth=1, label=f"min reference rate {floor:g}")
     ax.set_xlim(0, 1.02)
     ax.set_xlabel(f"rewarded (score >= {data['threshold']:g}), 95% Wilson interval")
     verdict = audit_verdict(data).split(" (")[0]
     model = f" {data['model']}" if data.get("model") else ""
-    ax.set_title(f"{verdict}: {data.get('profile', '')} ({data.get('reward')}{model}), {data.get('prompts')} prompts")
+    ax.set_title(
+        f"{verdict}: {data.get('profile', '')} ({data.get('reward')}{model}), {data.get('prompts')} prompts",
+        parse_math=False,
+    )
     ax.legend(loc="lower right", fontsize=8)
     return fig
 

@@ -62,6 +62,10 @@ def _check_template(template: str, where: str) -> None:
             known = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
             shown = "{" + field + "}"
             raise DataError(f"{where}: template names {shown}, which is not a field; use {known}")
+    try:  # a format spec or conversion text cannot take ({answer:d}, {answer!x}) fails here, not mid-audit
+        template.format(**dict.fromkeys(TEMPLATE_FIELDS, "1"))
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise DataError(f"{where}: template cannot be filled with text ({type(exc).__name__}: {exc})") from None
 
 
 def _from_template(template: str) -> Callable[[Problem], str]:

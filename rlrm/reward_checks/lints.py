@@ -198,8 +198,9 @@ def judge_template_missing_response(records: list[dict], ctx: LintContext) -> li
         for r in records
         if r.get("judge_messages") is not None
         and r["response"].strip()
-        # the judge's fields have special-token strings broken by a zero-width space (genrm.py `neutralise`)
-        and not any(r["response"] in m["content"].replace(BREAK, "") for m in r["judge_messages"])
+        # the judge's fields have special-token strings broken by a zero-width space (genrm.py `neutralise`); one
+        # the response holds itself (web text) is taken out of both sides
+        and not any(r["response"].replace(BREAK, "") in m["content"].replace(BREAK, "") for m in r["judge_messages"])
     ]
     return _finding(
         "judge-template-missing-response",

@@ -163,3 +163,21 @@ def test_an_out_that_is_a_file_is_refused_before_any_reward_call(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.output == f"error: --out {taken} is a file; name a folder for audit.json, audit.csv and audit.png\n"
     assert not (tmp_path / "called").exists()  # the reward was never called
+
+
+def test_attack_names_are_text_in_the_figure_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    # a boxed-answer attack named as LaTeX: matplotlib read "$...$" as mathtext and raised as it saved the figure,
+    # after audit.json and audit.csv were written (a rerun with that --out was then refused as not empty)
+    attacks = tmp_path / "mine.jsonl"
+    attacks.write_text(json.dumps({"name": "latex $\\boxed{N}$", "template": "$\\boxed{{{answer}}}$"}) + "\n")
+    result = audit("--profile", "tiny-rule", "--samples", 2, "--attacks", attacks, "--out", tmp_path / "a")
+    assert result.exit_code in (0, 1), result.output
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["audit.csv", "audit.json", "audit.png"]
+
+    def broken(data):
+        raise RuntimeError("the figure failed")
+
+    monkeypatch.setattr("rlrm.report.attack_audit.audit_figure", broken)
+    result = audit("--profile", "tiny-rule", "--samples", 2, "--out", tmp_path / "b")
+    assert result.exit_code == 2 and "the figure failed" in result.output
+    assert not (tmp_path / "b").exists()

@@ -27,10 +27,10 @@ def test_jsonl_and_parquet_give_the_same_samples(tmp_path):
 @pytest.mark.parametrize(
     ("rows", "needle"),
     [
-        ([{"prompt": "q", "group_id": 1}], "row 1: missing field(s) response"),
+        ([{"prompt": "q", "group_id": 1}], "line 1: missing field(s) response"),
         (
             [{"prompt": "q", "response": "r", "group_id": 1}, {"response": "r"}],
-            "row 2: missing field(s) prompt, group_id",
+            "line 2: missing field(s) prompt, group_id",
         ),
         ([{"prompt": [{"role": "user"}], "response": "r", "group_id": 1}], "list of {role, content} messages"),
         ([{"prompt": "q", "response": "r", "group_id": 1, "sample_id": "x"}] * 2, "'x' appears more than once"),
@@ -42,6 +42,18 @@ def test_bad_rows_are_named(tmp_path, rows, needle):
     with pytest.raises(DataError) as err:
         read_samples(path)
     assert needle in str(err.value)
+
+
+def test_a_bom_a_line_separator_in_a_string_and_blank_lines_are_read_as_the_other_commands_read_them(tmp_path):
+    # a Windows editor's byte-order mark failed on line 1; U+2028 inside a response (text pasted from the web) broke
+    # its row in two (str.splitlines); an error named the row among non-blank rows, not the file's line
+    good = {"prompt": "q", "response": "one\u2028two\x85three", "group_id": 1}
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(good, ensure_ascii=False) + "\n\n").encode("utf-8"))
+    assert [s.response for s in read_samples(path)] == ["one\u2028two\x85three"]
+    path.write_bytes(path.read_bytes() + json.dumps({"prompt": "q"}).encode("utf-8") + b"\r\n")
+    with pytest.raises(DataError, match=r"s.jsonl line 3: missing field\(s\) response, group_id"):
+        read_samples(path)
 
 
 def test_truncation_keeps_the_end_like_the_loop_or_the_start_like_verl(tiny_policy_path):

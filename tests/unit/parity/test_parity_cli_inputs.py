@@ -48,7 +48,7 @@ def test_bad_inputs_and_models_are_one_line_and_exit_2(random_disrm_path, tiny_p
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "q", "group_id": 1}))
     result = invoke("--input", bad, "--model", random_disrm_path)
-    assert result.exit_code == 2 and "row 1: missing field(s) response" in one_error_line(result)
+    assert result.exit_code == 2 and "line 1: missing field(s) response" in one_error_line(result)
     result = invoke("--input", input_file, "--model", tiny_policy_path)
     assert result.exit_code == 2 and "not a sequence classifier" in one_error_line(result)
     result = invoke("--input", input_file, "--profile", "nope")
