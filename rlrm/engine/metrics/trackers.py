@@ -32,7 +32,7 @@ from typing import Literal
 
 from rlrm.config.loader import dump_profile
 from rlrm.config.schema import LoggingConfig, Profile
-from rlrm.engine.metrics.metrics_file import MetricsWriter
+from rlrm.engine.metrics.metrics_file import MetricsWriter, read_metrics
 from rlrm.errors import ConfigError
 
 # tracker -> (module that must import, the extra that installs it)
@@ -54,8 +54,21 @@ def check_trackers(cfg: LoggingConfig) -> None:
                 f"logging.trackers has {name}, but `import {module}` fails ({type(exc).__name__}: {first}); "
                 f"reinstall it: pip install --force-reinstall 'rlrm[{extra}]', or drop it from logging.trackers"
             ) from None
+    if "wandb" in cfg.trackers:
+        _check_wandb_project(cfg.project)
     if cfg.trackers and cfg.tracker_dir:
         _check_writable(Path(cfg.tracker_dir))
+
+
+WANDB_PROJECT_REFUSED = set("/\\#?%:")  # wandb.init refuses a project name holding any of these, or over 128 long
+
+
+def _check_wandb_project(project: str) -> None:
+    bad = sorted(set(project) & WANDB_PROJECT_REFUSED)
+    if bad or len(project) > 128:
+        why = f"holds {' '.join(repr(c) for c in bad)}" if bad else f"is {len(project)} characters long (at most 128)"
+        hint = " (an entity goes in WANDB_ENTITY, not the project)" if "/" in bad else ""
+        raise ConfigError(f"logging.project {project!r} {why}, which wandb refuses as a project name{hint}")
 
 
 def _check_writable(folder: Path) -> None:
@@ -148,7 +161,16 @@ class WandbTracker:
 class MlflowTracker:
     """MLflow through its client (no global `mlflow.set_tracking_uri`), on a local file store."""
 
-    def __init__(self, root: Path, run_dir: Path, tag: str, profile: Profile, profile_yaml: str):
+    def __init__(
+        self,
+        root: Path,
+        run_dir: Path,
+        tag: str,
+        profile: Profile,
+        profile_yaml: str,
+        history: list[dict] | None = None,
+    ):
+        """`history`: on a resume, the rows metrics.jsonl keeps (through the checkpoint's step)."""
         # MLflow 3 keeps the file store behind an opt-in, and would send usage telemetry: a local run wants neither.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -160,18 +182,25 @@ class MlflowTracker:
         self.client = MlflowClient(tracking_uri=store.as_uri())
         name = profile.logging.project
         experiment = self.client.get_experiment_by_name(name)
+        if experiment is not None and experiment.lifecycle_stage == "deleted":  # deleted in the UI: runs need it live
+            self.client.restore_experiment(experiment.experiment_id)
         experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(name)
-        found = self.client.search_runs([experiment_id], filter_string=f"tags.`rlrm.run_id` = '{tag}'", max_results=1)
-        if found:  # a resumed run continues its MLflow run
-            self.run_id = found[0].info.run_id
-            self.client.update_run(self.run_id, status="RUNNING")
-            return
+        # MLflow keeps every value logged at a step, and has no call that forgets one: a resumed run (which logs
+        # the steps after its checkpoint again) goes on in a new MLflow run holding the kept rows, and the old one,
+        # with the steps trained twice, is deleted
+        old = self.client.search_runs([experiment_id], filter_string=f"tags.`rlrm.run_id` = '{tag}'")
         run = self.client.create_run(experiment_id, run_name=Path(run_dir).name, tags={"rlrm.run_id": tag})
         self.run_id = run.info.run_id
-        params = [Param(k, v[:6000]) for k, v in _flatten(profile.model_dump(mode="json")).items()]
+        # names as MLflow takes them (a reward component `pass@1` in reward.component_weights was refused)
+        params = [Param(_mlflow_name(k), v[:6000]) for k, v in _flatten(profile.model_dump(mode="json")).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i : i + 100])
         self.client.log_text(self.run_id, profile_yaml, "config.yaml")
+        if old:
+            for row in history or ():
+                self.log(int(row.get("step", 0)), scalars(row))
+            for found in old:
+                self.client.delete_run(found.info.run_id)
 
     def log(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
@@ -186,7 +215,7 @@ class MlflowTracker:
         `reward/reported/pass@1/mean` becomes `reward/reported/pass_1/mean`, kept apart from any other name."""
         name = self._names.get(key)
         if name is None:
-            name = base = re.sub(r"[^\w\-. :/]", "_", key)
+            name = base = _mlflow_name(key)
             taken, n = set(self._names.values()), 0
             while name in taken:
                 n += 1
@@ -198,8 +227,17 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id)
 
 
-def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -> list:
-    """The trackers `logging.trackers` names, opened for this run folder (ConfigError for a missing extra)."""
+def _mlflow_name(key: str) -> str:
+    """`key` with what MLflow refuses in a metric or param name (all but alphanumerics and `_-. :/`) as `_`."""
+    return re.sub(r"[^\w\-. :/]", "_", key)
+
+
+def open_trackers(
+    profile: Profile, run_dir: Path, keep_through_step: int = 0, history: list[dict] | None = None
+) -> list:
+    """The trackers `logging.trackers` names, opened for this run folder: ConfigError for a missing extra, and
+    for one that cannot open (wandb online without a key, a store that refuses), naming it. `history`: on a
+    resume, the rows kept (MLflow's new run gets them)."""
     cfg = profile.logging
     check_trackers(cfg)
     root = tracker_root(cfg, run_dir)
@@ -211,6 +249,7 @@ def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -
     tag = run_id(run_dir, fresh=keep_through_step <= 0)  # a run from step 0 (or started over): a tracker run anew
     # under a shared tracker_dir each run has its own TensorBoard folder (one folder would mix every run's events)
     logdir = root / "tensorboard" if root == Path(run_dir) else root / "tensorboard" / tag
+    name = ""
     try:
         for name in cfg.trackers:
             if name == "tensorboard":
@@ -218,10 +257,16 @@ def open_trackers(profile: Profile, run_dir: Path, keep_through_step: int = 0) -
             elif name == "wandb":
                 opened.append(WandbTracker(root, run_dir, tag, profile, cfg.wandb_mode))
             else:
-                opened.append(MlflowTracker(root, run_dir, tag, profile, profile_yaml))
-    except BaseException:
+                opened.append(MlflowTracker(root, run_dir, tag, profile, profile_yaml, history))
+    except BaseException as exc:
         for tracker in opened:
             tracker.close()
+        if isinstance(exc, Exception) and not isinstance(exc, ConfigError):
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise ConfigError(
+                f"logging.trackers: {name} cannot open ({type(exc).__name__}: {first}); fix that, or drop {name} "
+                "from logging.trackers"
+            ) from None
         raise
     return opened
 
@@ -232,7 +277,9 @@ class RunLog:
     def __init__(self, run_dir: Path, profile: Profile, keep_through_step: int | None = None):
         self.writer = MetricsWriter(Path(run_dir) / "metrics.jsonl", keep_through_step=keep_through_step)
         try:
-            self.trackers = open_trackers(profile, run_dir, keep_through_step or 0)
+            kept = Path(run_dir) / "metrics.jsonl"
+            history = read_metrics(kept) if keep_through_step and kept.exists() else []
+            self.trackers = open_trackers(profile, run_dir, keep_through_step or 0, history)
         except BaseException:
             self.writer.close()
             raise

@@ -162,8 +162,12 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
-    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
-    assert len(runs) == 1  # the same MLflow run, not a second one
+    (run,) = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])  # one MLflow run, not two
+    history = client.get_metric_history(run.info.run_id, "critic/score/mean")
+    # step 2 once, as metrics.jsonl has it: MLflow kept the dead session's 0.75 beside the resumed 0.9
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.5), (2, pytest.approx(0.9))]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val/accuracy")] == [(0, 0.25)]
+    assert run.data.params["actor.lr"] == "0.0001" and run.data.tags["rlrm.run_id"] == run_id(run_dir)
 
 
 def test_a_tracker_that_fails_to_close_costs_neither_the_checkpoint_nor_the_trace(tmp_path, monkeypatch):
@@ -228,3 +232,47 @@ def test_an_overwritten_run_is_a_new_tracker_run_under_a_shared_tracker_dir(tmp_
     assert [r.data.params["actor.lr"] for r in runs] == ["0.0003", "1e-05"]
     assert [m.value for m in client.get_metric_history(runs[0].info.run_id, "critic/score/mean")] == [0.9]
     assert len(list((store / "tensorboard").iterdir())) == 2  # each run its own folder, not one mixed
+
+
+def test_names_and_stores_wandb_or_mlflow_refuse_are_one_line(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    # wandb refuses "team/proj" (the entity/project habit) after the model loaded, in an 80-line traceback
+    with pytest.raises(
+        ConfigError, match=r"^logging.project 'team/proj' holds '/', which wandb refuses .*WANDB_ENTITY"
+    ):
+        check_trackers(load_profile("tiny-rule", ["logging.trackers=[wandb]", "logging.project=team/proj"]).logging)
+    check_trackers(load_profile("tiny-rule", ["logging.trackers=[mlflow]", "logging.project=team/proj"]).logging)
+
+    # a reward component named pass@1 was a param name MLflow refused as the tracker opened; an experiment
+    # deleted in MLflow's UI took every later run down ("non-active experiment")
+    store, reward = tmp_path / "shared", tmp_path / "my_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    sets = ["logging.trackers=[mlflow]", f"logging.tracker_dir={store}", "reward.kind=custom"]
+    sets += [f"reward.custom.path={reward}", "reward.component_weights={pass@1: 1.0}"]
+    profile = load_profile("tiny-rule", sets)
+    first = tmp_path / "first"
+    start_run(profile, first)
+    RunLog(first, profile, keep_through_step=-1).close()
+    client = MlflowClient(tracking_uri=(store / "mlruns").resolve().as_uri())
+    client.delete_experiment(client.get_experiment_by_name("rlrm").experiment_id)
+    second = tmp_path / "second"
+    start_run(profile, second)
+    RunLog(second, profile, keep_through_step=-1).close()
+    runs = client.search_runs([client.get_experiment_by_name("rlrm").experiment_id])
+    assert len(runs) == 2 and all(r.data.params["reward.component_weights.pass_1"] == "1.0" for r in runs)
+
+    # a tracker that cannot open (wandb online without a key, a store that refuses) is one line naming it
+    def refusing(*args, **kwargs):
+        raise RuntimeError("No API key configured. Use `wandb login` to log in.\nmore lines")
+
+    monkeypatch.setattr(trackers, "WandbTracker", refusing)
+    wandb_profile = load_profile("tiny-rule", ["logging.trackers=[tensorboard, wandb]"])
+    third = tmp_path / "third"
+    start_run(wandb_profile, third)
+    with pytest.raises(ConfigError) as caught:
+        RunLog(third, wandb_profile, keep_through_step=-1)
+    assert str(caught.value) == (
+        "logging.trackers: wandb cannot open (RuntimeError: No API key configured. Use `wandb login` to log in.); "
+        "fix that, or drop wandb from logging.trackers"
+    )
