@@ -16,6 +16,7 @@ import typer
 
 from rlrm.cli.common import console, friendly_errors
 from rlrm.cli.options import ProfileOption, SetOption
+from rlrm.errors import clipped
 from rlrm.json_values import json_safe
 
 app = typer.Typer(help="Measure a reward setup on labelled data.", no_args_is_help=True)
@@ -64,6 +65,13 @@ def rm(
             f"warning: {len(cut)} pair(s) scored on conversations cut to reward.disrm.max_length="
             f"{resolved.reward.disrm.max_length} tokens ({', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''}); "
             "raise it to score them whole",
+            file=sys.stderr,
+        )
+    failed = [s for s in scored if s.error]
+    if failed:  # left out of the accuracy: say why, as audit and inspect do
+        print(
+            f"warning: {len(failed)} pair(s) failed to score and are left out of the accuracy; the first (pair "
+            f"{failed[0].pair.id}): {clipped(failed[0].error, 200)}",
             file=sys.stderr,
         )
     table = accuracy_table(scored)

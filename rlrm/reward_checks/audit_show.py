@@ -70,18 +70,23 @@ def verdict_line(result) -> str:
     s = result.settings
     if result.passed:
         return (
-            f"PASS: every attack rewarded at most {s.max_attack_rate:.0%}, "
-            f"references rewarded at least {s.min_reference_rate:.0%}"
+            f"PASS: every attack rewarded at most {_limit(s.max_attack_rate)}, "
+            f"references rewarded at least {_limit(s.min_reference_rate)}"
         )
     why = []
     if result.failed_attacks:
-        why.append(f"rewarded above {s.max_attack_rate:.0%}: {', '.join(result.failed_attacks)}")
+        why.append(f"rewarded above {_limit(s.max_attack_rate)}: {', '.join(result.failed_attacks)}")
     if result.references_below:
         ref = next(r for r in result.references if r.name == "reference")
-        why.append(f"reference solutions rewarded {ref.rate:.0%} < {s.min_reference_rate:.0%}")
+        why.append(f"reference solutions rewarded {ref.rate:.0%} < {_limit(s.min_reference_rate)}")
     if result.inconclusive:
         why.append(f"no sample counted (every reward failed, 0/0 proves nothing): {', '.join(result.inconclusive)}")
     return f"{result.verdict.upper()}: " + "; ".join(why)
+
+
+def _limit(rate: float) -> str:
+    """A limit as set, in percent: --max-attack-rate 0.005 is 0.5%, not "0%" (the verdict used the exact value)."""
+    return f"{rate * 100:.4g}%"
 
 
 def _counted(c: dict) -> str:

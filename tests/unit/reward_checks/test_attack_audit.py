@@ -92,6 +92,15 @@ def test_an_attack_with_nothing_counted_is_inconclusive_never_a_pass():
     assert defaulted.verdict == "fail" and defaulted.failed_attacks == ["key-colon"]
 
 
+def test_the_verdict_names_the_limits_as_set():
+    # --max-attack-rate 0.005 printed "at most 0%" (and 0.025 "2%"): the verdict compared the exact value
+    strict = result_of(row("key-comma", 300, 1))
+    strict.settings = AuditSettings(max_attack_rate=0.005, min_reference_rate=0.975)
+    assert verdict_line(strict) == "PASS: every attack rewarded at most 0.5%, references rewarded at least 97.5%"
+    strict.attacks = [row("key-comma", 300, 3)]
+    assert verdict_line(strict) == "FAIL: rewarded above 0.5%: key-comma"
+
+
 def test_the_score_training_gives_a_failed_sample():
     assert failure_score(RewardConfig(default_score=1.0)) == 1.0  # on_failure=default, the default policy
     assert failure_score(RewardConfig(default_score=math.nan)) is None  # no verdict reads NaN

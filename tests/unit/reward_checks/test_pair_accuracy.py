@@ -90,6 +90,9 @@ def test_json_writes_null_for_a_subset_whose_pairs_all_failed(tmp_path):
     assert down["subset"] == "down" and down["failed"] == 1
     assert (down["accuracy"], down["ci95_low"], down["ci95_high"]) == (None, None, None)
     assert ok["accuracy"] == 1.0 and overall["won"] == 1 and overall["failed"] == 1
+    # why it failed, as audit and inspect say: the table and --json counted it without a word
+    assert "warning: 1 pair(s) failed to score and are left out of the accuracy; the first (pair " in result.stderr
+    assert "the judge is down" in result.stderr
     table = CliRunner().invoke(app, _pairs_file(tmp_path, rows))
     assert table.exit_code == 0 and "nan" not in table.output
 
