@@ -346,25 +346,25 @@ CASES = [
         "parity prompt is a number",
         lambda t, m: _parity(t, [PAIR, {**PAIR, "prompt": 5}], m),
         2,
-        "pairs.jsonl row 2: prompt must be a string or a list of {role, content} messages, got int 5",
+        "pairs.jsonl line 2: prompt must be a string or a list of {role, content} messages, got int 5",
     ),
     (
         "parity prompt is a list of strings",
         lambda t, m: _parity(t, [{**PAIR, "prompt": ["hi"]}], m),
         2,
-        "row 1: prompt must be a string or a list of {role, content} messages, got list ['hi']",
+        "line 1: prompt must be a string or a list of {role, content} messages, got list ['hi']",
     ),
     (
         "parity group_id is an object",
         lambda t, m: _parity(t, [PAIR, PAIR, {**PAIR, "group_id": {"a": 1}}], m),
         2,
-        "row 3: group_id must be a string or an integer, got dict",
+        "line 3: group_id must be a string or an integer, got dict",
     ),
     (
         "parity response is a number",
         lambda t, m: _parity(t, [{**PAIR, "response": 5}], m),
         2,
-        "row 1: response must be text, got int",
+        "line 1: response must be text, got int",
     ),
 ]
 
