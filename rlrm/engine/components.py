@@ -95,8 +95,11 @@ def build_components(profile: Profile, policy_path: str | None = None, checkpoin
     if profile.rollout.backend == "server":  # policy replicas over HTTP (started by the trainer)
         engine = served_engine(profile, path, tokenizer, policy)
     else:
+        rollout_copy = copy.deepcopy(policy).to(getattr(torch, dtype))  # cast where the policy is, then moved
+        if home != device:
+            rollout_copy = rollout_copy.to(device)
         engine = HFRolloutEngine(
-            copy.deepcopy(policy).to(device=device, dtype=getattr(torch, dtype)).eval(),
+            rollout_copy.eval(),
             eos_token_ids=eos_token_ids(tokenizer, policy),
             pad_token_id=tokenizer.pad_token_id,
             max_batch_size=profile.rollout.max_batch_size,
