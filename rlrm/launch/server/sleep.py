@@ -55,9 +55,8 @@ class SleepState:
         with self.lock:
             # from where the weights are now: a wake while awake (or one that ended a drained sleep's wait) and a
             # second sleep move nothing, and keep compiled decoding's graphs
-            here = next(self.model.parameters()).device
             moved = 0
-            if self.device != "cpu" and here != torch.device(device):
+            if self.device != "cpu" and not on(next(self.model.parameters()).device, torch.device(device)):
                 moved = sum(p.numel() * p.element_size() for p in self.model.parameters())
             if moved:
                 if self.release is not None:
@@ -89,6 +88,12 @@ class SleepState:
         moved = await asyncio.to_thread(self._move, self.device)
         self.sleeping = False
         return {"is_sleeping": False, "moved_bytes": moved}
+
+
+def on(here, target) -> bool:
+    """Whether weights on device `here` are on `target`: "cuda" (the server's --device auto) is the weights'
+    cuda:0, so a device without an index matches any of its type (one server, one device)."""
+    return here.type == target.type and (target.index is None or here.index == target.index)
 
 
 def add_sleep_routes(app, state: SleepState) -> None:

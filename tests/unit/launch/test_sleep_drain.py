@@ -74,3 +74,15 @@ def test_moves_start_from_where_the_weights_are_a_wake_while_awake_keeps_the_com
     assert asyncio.run(asleep.sleep()) == {"is_sleeping": True, "moved_bytes": 0} and released == []
     assert asyncio.run(asleep.wake_up()) == {"is_sleeping": False, "moved_bytes": 80} and released == [1]
     assert next(asleep.model.parameters()).device.type == "meta"
+
+
+def test_a_device_without_an_index_is_the_weights_device_of_its_type():
+    # the server's home "cuda" (--device auto) against weights on cuda:0: torch.device("cuda") != cuda:0, so a wake
+    # while awake still dropped the graphs on a GPU
+    from rlrm.launch.server.sleep import on
+
+    assert on(torch.device("cuda", 0), torch.device("cuda")) and on(torch.device("cuda", 1), torch.device("cuda", 1))
+    assert not on(torch.device("cuda", 0), torch.device("cuda", 1)) and not on(
+        torch.device("cpu"), torch.device("cuda")
+    )
+    assert on(torch.device("cpu"), torch.device("cpu"))
