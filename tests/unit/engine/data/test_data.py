@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pandas as pd
 import pytest
@@ -202,6 +203,23 @@ def test_a_batch_crossing_into_the_next_epoch_never_holds_one_prompt_twice(n, ba
             resumed = PromptLoader(_examples(n), batch_size=batch, shuffle=shuffle, seed=seed)
             resumed.load_state_dict(first.state_dict())
             assert [e.uid for e in resumed.next_batch()] == steps[k], (seed, k)
+
+
+def test_a_resume_with_another_batch_size_keeps_each_epoch_whole_and_an_old_checkpoint_its_plain_order():
+    for seed in range(10):
+        first = PromptLoader(_examples(10), batch_size=4, seed=seed)
+        flat = [e.uid for _ in range(3) for e in first.next_batch()]  # 12 prompts: epoch 1 at cursor 2
+        resumed = PromptLoader(_examples(10), batch_size=3, seed=seed)
+        resumed.load_state_dict(first.state_dict())
+        while len(flat) < 20:
+            flat += [e.uid for e in resumed.next_batch()]
+        assert sorted(flat[10:20]) == sorted(str(i) for i in range(10)), (seed, flat[10:20])
+    # a state without `carried` (an rlrm before it) goes on in the epoch's plain shuffle, as that run trained it
+    old = PromptLoader(_examples(10), batch_size=4, seed=0)
+    old.load_state_dict({"epoch": 1, "cursor": 2})
+    plain = list(range(10))
+    random.Random(1).shuffle(plain)
+    assert [e.uid for e in old.next_batch()] == [str(i) for i in plain[2:6]]
 
 
 class _CharTokenizer:
