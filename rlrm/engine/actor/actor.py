@@ -27,7 +27,7 @@ import torch
 
 from rlrm.config.schema import ActorConfig
 from rlrm.engine.actor.batch import RolloutBatch, filled
-from rlrm.engine.actor.dropout import disable_dropout
+from rlrm.engine.actor.dropout import config_dropout_off, disable_dropout
 from rlrm.engine.actor.logprobs import response_log_probs
 from rlrm.engine.algorithms import aggregate_loss, kl_penalty, policy_loss
 from rlrm.errors import ConfigError, TrainingError
@@ -253,7 +253,8 @@ class Actor(UpdateLoop):
         """
         self.model.train()
         try:
-            return self._mini_batch_step(mb)
+            with config_dropout_off(self.model) if self.cfg.disable_dropout else contextlib.nullcontext():
+                return self._mini_batch_step(mb)
         finally:
             self.model.eval()
 

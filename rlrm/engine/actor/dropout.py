@@ -3,13 +3,17 @@
 Old log-probs are taken in eval mode (no dropout) and the update runs in train mode: a policy whose
 config has dropout (GPT-2's default 0.1, a Qwen2 with `attention_dropout`) would compare a noisy
 forward with a clean one, so an on-policy step's ratio is not 1 (`actor/ppo_kl` 2.5e-3 for a GPT-2
-where it is 1e-9 without dropout) and clipping acts on noise. Both kinds are zeroed: `nn.Dropout`
-modules and the float probabilities attention modules keep as attributes (`attention_dropout`,
-passed to the attention function in train mode). The config is left alone, so a checkpoint's
-config.json keeps the model's own values.
+where it is 1e-9 without dropout) and clipping acts on noise. Three kinds are zeroed: `nn.Dropout`
+modules and the float probabilities modules keep as attributes (`attention_dropout`, DBRX's
+`resid_pdrop`: any float whose name holds "drop"), once (`disable_dropout`); and, during each update
+only, the same floats of the model's config, which some models read in their forward (Falcon's
+`hidden_dropout`), so that a checkpoint's config.json keeps the model's own values (`config_dropout_off`).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -23,15 +27,37 @@ _DROPOUT_MODULES = (
 )
 
 
+def _rates(obj) -> dict[str, float]:
+    """The float attributes of `obj` whose name holds "drop" and that are above 0."""
+    return {k: v for k, v in vars(obj).items() if "drop" in k and isinstance(v, float) and v > 0}
+
+
 def disable_dropout(model: torch.nn.Module) -> int:
-    """Set every dropout probability in `model` to 0; returns how many were above 0."""
+    """Set every dropout probability kept in `model`'s modules to 0; returns how many were above 0."""
     changed = 0
     for module in model.modules():
         if isinstance(module, _DROPOUT_MODULES):
             changed += module.p > 0
             module.p = 0.0
-        for name, value in list(vars(module).items()):
-            if "dropout" in name and isinstance(value, float):
-                changed += value > 0
-                setattr(module, name, 0.0)
+        for name in _rates(module):
+            setattr(module, name, 0.0)
+            changed += 1
     return changed
+
+
+@contextlib.contextmanager
+def config_dropout_off(model: torch.nn.Module) -> Iterator[None]:
+    """The dropout rates of `model.config` (and of its sub-configs, such as a `text_config`) at 0 inside the block,
+    as they were after it."""
+    configs = [c for c in (getattr(model, "config", None),) if c is not None]
+    configs += [v for c in list(configs) for v in vars(c).values() if hasattr(v, "to_dict") and hasattr(v, "__dict__")]
+    saved = [(c, _rates(c)) for c in configs]
+    for config, rates in saved:
+        for name in rates:
+            setattr(config, name, 0.0)
+    try:
+        yield
+    finally:
+        for config, rates in saved:
+            for name, value in rates.items():
+                setattr(config, name, value)

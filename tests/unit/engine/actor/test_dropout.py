@@ -41,7 +41,20 @@ def _on_policy_step(model, disable: bool) -> dict[str, float]:
     return actor.update(batch)
 
 
-@pytest.mark.parametrize("make", [_gpt2, _qwen2_attention_dropout], ids=["gpt2", "qwen2-attention"])
+def _falcon_config_dropout():
+    from transformers import FalconConfig, FalconForCausalLM
+
+    torch.manual_seed(0)  # Falcon reads config.hidden_dropout in its forward: no module keeps it
+    config = FalconConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, hidden_dropout=0.5,
+        attention_dropout=0.5,
+    )  # fmt: skip
+    return FalconForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize(
+    "make", [_gpt2, _qwen2_attention_dropout, _falcon_config_dropout], ids=["gpt2", "qwen2-attention", "falcon-config"]
+)
 def test_an_on_policy_step_of_a_policy_with_dropout_has_ratio_one(make):
     torch.manual_seed(1)
     kept = _on_policy_step(make(), disable=False)
@@ -61,3 +74,16 @@ def test_disable_dropout_counts_what_it_zeroed_and_leaves_the_config():
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.equal(gpt2(ids).logits, gpt2(ids).logits)  # train mode, and nothing random left
+
+
+def test_a_rate_named_pdrop_is_zeroed_and_the_configs_rates_are_back_after_the_update():
+    class Block(torch.nn.Module):  # DBRX keeps self.resid_pdrop and calls F.dropout with it
+        def __init__(self):
+            super().__init__()
+            self.resid_pdrop = 0.5
+
+    block = Block()
+    assert disable_dropout(block) == 1 and block.resid_pdrop == 0.0
+    falcon = _falcon_config_dropout()
+    _on_policy_step(falcon, disable=True)
+    assert (falcon.config.hidden_dropout, falcon.config.attention_dropout) == (0.5, 0.5)  # config.json keeps them
