@@ -63,8 +63,8 @@ def rm(
     if cut:  # scored on what was kept: say so rather than let a cut prompt pass silently
         print(
             f"warning: {len(cut)} pair(s) scored on conversations cut to reward.disrm.max_length="
-            f"{resolved.reward.disrm.max_length} tokens ({', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''}); "
-            "raise it to score them whole",
+            f"{resolved.reward.disrm.max_length} tokens, or to the DisRM's positions where it has fewer (said above) "
+            f"({', '.join(cut[:5])}{', ...' if len(cut) > 5 else ''}); raise the one that cut them to score them whole",
             file=sys.stderr,
         )
     failed = [s for s in scored if s.error]

@@ -87,7 +87,12 @@ class RewardServerConfig(ServerFleetConfig):
 
 
 class DisRMConfig(Section):
-    max_length: int = Field(512, gt=0, description="Longest conversation the DisRM scores, in tokens.")
+    max_length: int = Field(
+        512,
+        gt=0,
+        description="Longest conversation the DisRM scores, in tokens (a DisRM with fewer positions: its positions, "
+        "said once as the run starts).",
+    )
     too_long: Literal["truncate", "error"] = Field(
         "truncate", description="Keep the last max_length tokens, or fail the sample."
     )

@@ -23,7 +23,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.errors import ModelError
-from rlrm.launch.fleet.backends import backend_for
+from rlrm.launch.fleet.backends import MAX_MODEL_LEN, backend_for, max_model_len
 
 
 def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:
@@ -40,7 +40,7 @@ def load_disrm_tokenizer(cfg: RewardConfig, model_path: str | None) -> tuple[Any
     ModelError now, not every sample failed after a step's rollout. The limit is reward.disrm.max_length, or the
     model's positions when it has fewer (the servers refuse a longer input, so `too_long: truncate` cuts there
     and says so once)."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if not getattr(tokenizer, "chat_template", None):
@@ -50,11 +50,14 @@ def load_disrm_tokenizer(cfg: RewardConfig, model_path: str | None) -> tuple[Any
             "into the model's folder (its tokenizer_config.json or chat_template.jinja)"
         )
     asked = cfg.disrm.max_length
-    positions = int(getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", 0) or 0)
+    # read from a local folder's config.json (one holding only the tokenizer, for servers of your own: no limit),
+    # capped as launched vLLM and SGLang servers are (--max-model-len)
+    positions = max_model_len(model_path) if model_path else None
     if positions and positions < asked:
         print(
-            f"note: reward.disrm.max_length={asked} is more than the DisRM's {positions} positions: conversations "
-            f"are {'cut to their last' if cfg.disrm.too_long == 'truncate' else 'refused over'} {positions} tokens",
+            f"note: reward.disrm.max_length={asked} is more than the {positions} tokens the DisRM takes (its "
+            f"positions, at most {MAX_MODEL_LEN} on launched servers): conversations are "
+            f"{'cut to their last' if cfg.disrm.too_long == 'truncate' else 'refused over'} {positions} tokens",
             file=sys.stderr,
             flush=True,
         )

@@ -300,7 +300,7 @@ class VllmBackend(Backend):
         argv = [python or self.python(), "-m", ENGINES[self.name].server_module]
         argv += ["--model", model, "--host", host, "--port", str(port), "--dtype", launch.dtype]
         argv += ["--served-model-name", launch.served_model_name or model, "--max-num-seqs", str(launch.max_batch)]
-        max_len = _max_model_len(model)
+        max_len = max_model_len(model)
         if max_len:
             argv += ["--max-model-len", str(max_len)]
         if role is Role.DISRM:
@@ -417,11 +417,16 @@ def _memory_share(launch: ReplicaLaunch) -> float | None:
     return launch.gpu_memory_utilization
 
 
-def _max_model_len(model: str) -> int | None:
-    """min(the model's max_position_embeddings, MAX_MODEL_LEN) for a local folder; None for a hub id (vLLM decides)."""
+def max_model_len(model: str) -> int | None:
+    """min(the model's positions, MAX_MODEL_LEN) for a local folder (the --max-model-len a launched vLLM or SGLang
+    gets); None for a hub id or a folder without config.json (the engine decides)."""
     try:
         config = json.loads((Path(model) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    limit = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    text = config.get("text_config") or {}
+    # GPT-2 and kin name their positions n_positions
+    limit = next(
+        (c.get(k) for c in (config, text) for k in ("max_position_embeddings", "n_positions") if c.get(k)), None
+    )
     return min(int(limit), MAX_MODEL_LEN) if limit else None

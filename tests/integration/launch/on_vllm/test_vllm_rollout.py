@@ -131,10 +131,10 @@ def test_a_prompt_too_long_for_the_replica_is_refused_naming_the_settings(vllm_r
     # vLLM serves no /get_model_info: its context length comes from /v1/models (max_model_len), as rlrm launched it
     # (--max-model-len); without it the request reached vLLM and came back as its own 400
     from rlrm.launch.client.rollout_engine import RolloutServerError
-    from rlrm.launch.fleet.backends import _max_model_len
+    from rlrm.launch.fleet.backends import max_model_len
 
     engine, loop = vllm_rollout
-    assert engine.max_context == _max_model_len(str(tiny_policy_path))
+    assert engine.max_context == max_model_len(str(tiny_policy_path))
     too_long = [5] * engine.max_context
     with pytest.raises(RolloutServerError, match="lower data.max_prompt_length or rollout.max_new_tokens"):
         loop.run(engine.generate(too_long, SamplingParams(temperature=0, max_new_tokens=4)))

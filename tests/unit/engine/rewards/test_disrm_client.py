@@ -39,7 +39,7 @@ def _sample(words: int) -> RewardSample:
 def test_conversations_are_cut_to_the_models_positions_when_it_has_fewer_than_max_length(random_disrm_path, capsys):
     cfg = _cfg(random_disrm_path)  # max_length 512; the DisRM has 64 positions
     tokenizer, limit = load_disrm_tokenizer(cfg, str(random_disrm_path))
-    assert limit == 64 and "512 is more than the DisRM's 64 positions" in capsys.readouterr().err
+    assert limit == 64 and "512 is more than the 64 tokens the DisRM takes" in capsys.readouterr().err
     balancer = Recorder()
     fn = make_disrm_reward(cfg, balancer, tokenizer, limit)
     long, short = asyncio.run(fn(_sample(80))), asyncio.run(fn(_sample(2)))
@@ -78,3 +78,14 @@ def test_a_run_with_such_a_disrm_is_refused_before_its_folder_exists(random_disr
     profile = load_profile("tiny-disrm", overrides=[f"reward.server.model={plain}", "reward.guard.on_canary=off"])
     with pytest.raises(ModelError, match=r"^reward.server.model \(the DisRM\) .* has no chat template"):
         check_inputs(profile)
+
+
+def test_a_folder_holding_only_the_tokenizer_sets_no_limit(random_disrm_path, tmp_path, capsys):
+    # servers of your own (reward.server.addresses) with reward.server.model naming the tokenizer's folder: it has no
+    # config.json, and reading one failed the reward as it was built
+    only = tmp_path / "tokenizer-only"
+    shutil.copytree(random_disrm_path, only)
+    (only / "config.json").unlink()
+    for weights in only.glob("*.safetensors"):
+        weights.unlink()
+    assert load_disrm_tokenizer(_cfg(only), str(only))[1] == 512 and not capsys.readouterr().err
