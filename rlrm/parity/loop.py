@@ -45,11 +45,15 @@ def loop_reward_config(
     """The profile's reward section turned into a plain DisRM scorer of `model` in `dtype`.
 
     Latency/failure injection is switched off (it is for scheduling benchmarks, not for numbers),
-    and a failed sample becomes NaN (`on_failure=default` with a NaN default) so it is reported.
+    and a failed sample becomes NaN (`on_failure=default` with a NaN default) so it is reported. No reward
+    cache (every score measured now, and timed; a cache's contract knows nothing of --template) and the
+    scoring in this process (Ray workers would load the folder's tokenizer, not --template's).
     """
     raw = base.model_dump()
     # standalone: parity scores while nothing else runs (a colocated server would sleep, and answer 503, throughout)
     raw.update(kind="disrm", on_failure="default", default_score=math.nan, inject={}, placement="standalone")
+    raw.update(executor="local")
+    raw["cache"]["enabled"] = False
     raw["server"].update(model=model, dtype=LOOP_DTYPES[dtype], addresses=list(addresses))
     raw["disrm"].update(max_length=max_length, too_long="truncate")
     return RewardConfig.model_validate(raw)

@@ -43,6 +43,11 @@ def test_parity_scores_a_colocated_profiles_reward_model_standalone():
 
     base = RewardConfig(kind="disrm", placement="colocated", server={"model": "/m"})
     assert loop_reward_config(base, "/m", dtype="fp32", max_length=64).placement == "standalone"
+    # every score measured now (and timed), through this process's client (--template's tokenizer): a profile's
+    # reward cache, keyed on the folder's contract, and its Ray workers would have used the folder's template
+    shared = RewardConfig(kind="disrm", server={"model": "/m"}, cache={"path": "/tmp/c.sqlite"}, executor="ray")
+    loop = loop_reward_config(shared, "/m", dtype="fp32", max_length=64)
+    assert not loop.cache.active(loop.kind, loop.samples_verdicts) and loop.executor == "local"
 
 
 def test_a_folder_is_discarded_only_when_nothing_was_trained(tmp_path):
