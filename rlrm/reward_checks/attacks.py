@@ -54,9 +54,13 @@ def read_attack_file(path: Path) -> list[Attack]:
 
 def _check_template(template: str, where: str) -> None:
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
         raise DataError(f"{where}: template is not a str.format template ({exc}; write {{{{ for a brace)") from None
+    fields = [f for f, _ in parsed]
+    nested = next((f"{{{f}:{spec}}}" for f, spec in parsed if "{" in spec), None)
+    if nested:  # {answer:{question}}: the spec is another field's text, which no trial fill can stand for
+        raise DataError(f"{where}: template's {nested} takes its format spec from a field; write the spec itself")
     for field in fields:
         if field not in TEMPLATE_FIELDS:
             known = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
