@@ -115,15 +115,16 @@ def _write_out(result, out: Path) -> list[Path]:
     """The figure, audit.json and audit.csv in `out` (empty or absent: check_out), or nothing when one fails."""
     from rlrm.reward_checks.audit import write_results
 
-    made = not out.exists()
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders mkdir makes, innermost first
     try:
         out.mkdir(parents=True, exist_ok=True)
         return [*write_results(result, out), _figure(result, out)]
     except BaseException:
         for path in out.iterdir() if out.is_dir() else ():
             path.unlink()
-        if made and out.is_dir():
-            out.rmdir()
+        for folder in made:
+            if folder.is_dir():
+                folder.rmdir()
         raise
 
 

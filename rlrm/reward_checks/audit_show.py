@@ -78,14 +78,15 @@ def verdict_line(result) -> str:
         why.append(f"rewarded above {_limit(s.max_attack_rate)}: {', '.join(result.failed_attacks)}")
     if result.references_below:
         ref = next(r for r in result.references if r.name == "reference")
-        why.append(f"reference solutions rewarded {ref.rate:.0%} < {_limit(s.min_reference_rate)}")
+        why.append(f"reference solutions rewarded {_limit(ref.rate)} < {_limit(s.min_reference_rate)}")
     if result.inconclusive:
         why.append(f"no sample counted (every reward failed, 0/0 proves nothing): {', '.join(result.inconclusive)}")
     return f"{result.verdict.upper()}: " + "; ".join(why)
 
 
 def _limit(rate: float) -> str:
-    """A limit as set, in percent: --max-attack-rate 0.005 is 0.5%, not "0%" (the verdict used the exact value)."""
+    """A rate in percent to 4 digits: --max-attack-rate 0.005 is 0.5%, not "0%" (the verdict used the exact value),
+    and a reference rate just under its limit does not read as equal to it."""
     return f"{rate * 100:.4g}%"
 
 

@@ -189,6 +189,10 @@ class MlflowTracker:
         # the steps after its checkpoint again) goes on in a new MLflow run holding the kept rows, and the old one,
         # with the steps trained twice, is deleted
         old = self.client.search_runs([experiment_id], filter_string=f"tags.`rlrm.run_id` = '{tag}'")
+        if old and not history:  # nothing kept to replay (no rows through the checkpoint): the old run goes on
+            self.run_id = old[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
         run = self.client.create_run(experiment_id, run_name=Path(run_dir).name, tags={"rlrm.run_id": tag})
         self.run_id = run.info.run_id
         # names as MLflow takes them (a reward component `pass@1` in reward.component_weights was refused)

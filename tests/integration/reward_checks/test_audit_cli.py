@@ -178,6 +178,6 @@ def test_attack_names_are_text_in_the_figure_and_a_failed_write_leaves_nothing(t
         raise RuntimeError("the figure failed")
 
     monkeypatch.setattr("rlrm.report.attack_audit.audit_figure", broken)
-    result = audit("--profile", "tiny-rule", "--samples", 2, "--out", tmp_path / "b")
+    result = audit("--profile", "tiny-rule", "--samples", 2, "--out", tmp_path / "b" / "c")
     assert result.exit_code == 2 and "the figure failed" in result.output
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "b").exists()  # nor the folder made to hold it
