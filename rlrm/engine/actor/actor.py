@@ -10,7 +10,8 @@ order); it is split into micro-batches of `cfg.micro_batch_size` samples whose l
 so the accumulated gradient equals the gradient of the whole mini-batch's loss, whatever the split.
 A non-finite loss or gradient norm skips the optimizer step (counted); `cfg.max_nonfinite_steps`
 skipped steps in a row stop training with a TrainingError. With float16 compute the loss is scaled
-(`LOSS_SCALE_START`), and a step whose scaled gradient overflowed halves the scale instead.
+(`LOSS_SCALE_START`), and a step whose scaled gradient overflowed halves the scale instead, below 1 too
+(as torch.amp.GradScaler does: advantages of 1e6 need 2^-4), down to `LOSS_SCALE_MIN`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ _TOKEN_MEANS = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl")
 # it so that small gradients stay inside float16's range, the gradients divided by it before clipping; a step whose
 # scaled gradient overflowed is skipped and the scale halved, and it doubles after this many clean steps.
 LOSS_SCALE_START = 2.0**16
+# GradScaler halves without a floor; this one stops at float16's smallest step: below it an overflow is a failure
+LOSS_SCALE_MIN = 2.0**-24
 LOSS_SCALE_GROWTH_STEPS = 2000
 
 
@@ -323,16 +326,17 @@ class Actor(UpdateLoop):
             self._grow_loss_scale()
             return {**totals, "skipped": 0.0}
         self.optimizer.zero_grad(set_to_none=True)  # nothing of this step may reach the weights
-        if scale is not None and scale > 1.0 and math.isfinite(loss_sum):
+        if scale is not None and scale > LOSS_SCALE_MIN and math.isfinite(loss_sum):
             # the scaled gradient overflowed float16: skip the step with a smaller scale next time, not a failure
             self.loss_scale, self.clean_steps = scale / 2, 0
             return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "loss_scale": scale, "skipped": 1.0}
         self.nonfinite_in_row += 1
         if self.nonfinite_in_row >= cfg.max_nonfinite_steps:
+            fp16 = " (float16's backward overflows at every loss scale: use model.dtype=bfloat16)" if scale else ""
             raise TrainingError(
                 f"{self.nonfinite_in_row} non-finite losses in a row (last: loss {loss_sum}, grad norm {grad_norm}), "
                 f"actor.max_nonfinite_steps is {cfg.max_nonfinite_steps}; lower actor.lr, or check the rewards "
-                "and advantages for NaN/inf (critic/score, critic/advantages in metrics.jsonl)"
+                f"and advantages for NaN/inf (critic/score, critic/advantages in metrics.jsonl){fp16}"
             )
         return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "skipped": 1.0}
 

@@ -493,6 +493,22 @@ def test_an_overflowing_loss_scale_halves_and_skips_without_counting_a_failure(m
     assert stats["skipped"] == 0.0 and math.isfinite(stats["grad_norm"])
 
 
+def test_the_loss_scale_halves_below_one_for_advantages_float16_cannot_hold_at_one(model):
+    # Dr.GRPO advantages of rewards of 1e6: the backward overflows float16 at scale 1 and trains at 2^-4 (as
+    # GradScaler finds); the halving stopped at 1, and 3 overflows later the run ended with a TrainingError
+    m = copy.deepcopy(model)
+    actor = _no_step(_fp16_actor(m, max_nonfinite_steps=3))
+    actor.loss_scale = 1.0
+    scales = []
+    for _ in range(12):
+        stats = actor._mini_batch_step(batch_with([1e6, -1e6, 5e5, -5e5], m))
+        scales.append(stats["loss_scale"])
+        if stats["skipped"] == 0.0:
+            break
+    assert stats["skipped"] == 0.0 and math.isfinite(stats["grad_norm"]) and scales[-1] < 1.0, scales
+    assert actor.nonfinite_in_row == 0
+
+
 def test_the_loss_scale_grows_after_clean_steps_and_is_checkpointed(model, monkeypatch):
     from rlrm.engine.actor import actor as actor_module
 
