@@ -203,3 +203,21 @@ def test_the_kl_reference_is_recorded_by_its_real_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert model_reference("current")["path"] == str((tmp_path / "v3").resolve())
     assert model_reference("Qwen/Qwen3-8B") is None  # a hub id: not pinned
+
+
+def test_the_export_stops_where_the_run_stopped(tmp_path, tiny_policy_path):
+    # a base model given an instruct chat template: its generation config names <|endoftext|> only, the run ended
+    # responses at the tokenizer's <|im_end|> too, and HF generate on the export ran past it (accuracy 0.031
+    # against the run's 0.375)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy_path)
+    tok = AutoTokenizer.from_pretrained(tiny_policy_path)
+    base_eos = next(i for i in range(10) if i != tok.eos_token_id)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = base_eos, None
+    ckpt = save_checkpoint(tmp_path, 1, model, tok, {"loader": {"epoch": 0, "cursor": 0}}, keep=1)
+    saved = GenerationConfig.from_pretrained(ckpt / "model")
+    assert sorted(saved.eos_token_id) == sorted({base_eos, tok.eos_token_id})
+    assert saved.pad_token_id == tok.pad_token_id
+    assert (model.generation_config.eos_token_id, model.generation_config.pad_token_id) == (base_eos, None)
