@@ -119,7 +119,10 @@ class GenRMConfig(Section):
         description="Judge prompt with {question}, {response} and optionally {reference} and {turns} (an agent "
         "trajectory's turns, tool calls and observations, one per line; docs/agentic.md).",
     )
-    verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
+    verdict: Literal["score", "boxed"] = Field(
+        "score",
+        description="Parse 'Score: N' or '\\boxed{N}' (the last one, after a reasoning judge's last </think>).",
+    )
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully correct (scores are divided by it).")
     max_tokens: int = Field(48, gt=0, description="Judge response budget.")
     temperature: float = Field(

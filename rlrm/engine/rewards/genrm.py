@@ -20,14 +20,27 @@ from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.errors import UnparsedVerdict
 
 _PATTERNS = {
-    "score": re.compile(r"Score:\s*(-?\d+(?:\.\d+)?)"),
+    # `Score: 8`, and as chat models write it: `**Score:** 8`, `Score: **8**`, `Score：8` (a full-width colon)
+    "score": re.compile(r"Score[*_]*\s*[:\uff1a]\s*[*_]*\s*(-?\d+(?:\.\d+)?)"),
     "boxed": re.compile(r"\\boxed\{\s*(-?\d+(?:\.\d+)?)\s*\}"),
 }
+THINK_END = "</think>"
+
+
+def final_answer(text: str) -> str | None:
+    """The judge's answer after its reasoning: the text after the last `</think>` (Qwen3, QwQ and DeepSeek-R1 served
+    without a reasoning parser put their reasoning in the answer, scores they weighed and dropped included); None
+    while a `<think>` is still open (no answer of its own)."""
+    if THINK_END in text:
+        return text.rsplit(THINK_END, 1)[1]
+    return None if "<think>" in text else text
 
 
 def parse_verdict(text: str, style: str = "score", max_score: float = 10.0) -> float | None:
-    """The last verdict in `text` divided by `max_score` and clipped to [0, 1]; None when there is none."""
-    matches = _PATTERNS[style].findall(text)
+    """The last verdict in the judge's final answer (`final_answer`) divided by `max_score` and clipped to [0, 1];
+    None when there is none."""
+    answer = final_answer(text)
+    matches = _PATTERNS[style].findall(answer) if answer is not None else []
     if not matches:
         return None
     return min(1.0, max(0.0, float(matches[-1]) / max_score))
@@ -179,7 +192,7 @@ def make_genrm_reward(cfg: RewardConfig, balancer) -> RewardFn:
             "temperature": g.temperature,
         }
         out = await balancer.post("/v1/chat/completions", body, cfg.server.request_timeout_s)
-        text = out["choices"][0]["message"]["content"] or ""
+        text = (out["choices"][0].get("message") or {}).get("content") or ""  # an answer without content: no verdict
         usage = out.get("usage") or {}
         score = None if cut_off(out) else parse_verdict(text, g.verdict, g.max_score)
         tokens = {

@@ -51,7 +51,7 @@ def make_rubric_reward(cfg: RewardConfig, balancer) -> RewardFn:
             "temperature": g.temperature,
         }
         out = await balancer.post("/v1/chat/completions", body, cfg.server.request_timeout_s)
-        text = out["choices"][0]["message"]["content"] or ""
+        text = (out["choices"][0].get("message") or {}).get("content") or ""
         usage = out.get("usage") or {}
         tokens = {"prompt": usage.get("prompt_tokens", 0), "completion": usage.get("completion_tokens", 0)}
         if cut_off(out):  # a verdict in cut-off text may be the response's own

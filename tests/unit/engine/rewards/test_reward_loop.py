@@ -280,7 +280,32 @@ def test_parse_verdict():
     assert parse_verdict("Score: 42") == 1.0  # clipped to [0, 1]
     assert parse_verdict("no verdict here") is None
     assert parse_verdict(r"so \boxed{8}", style="boxed") == pytest.approx(0.8)
+    # as chat models write it: in Markdown bold (counted unparsed), with a full-width colon
+    for bold in ("**Score:** 8", "Score: **8**", "**Score**: 8", "__Score:__ 8", "Score\uff1a8"):
+        assert parse_verdict(bold) == pytest.approx(0.8), bold
+    # a reasoning judge served without a reasoning parser: the verdict is its final answer's, never one its
+    # reasoning weighed (read 0.3 where the answer says 10, and 1.0 where the answer gives none)
+    weighed = "<think>Score: 3 would be far too low; it deserves full marks.</think>\n\n**Score:** 10"
+    assert parse_verdict(weighed) == 1.0
+    assert parse_verdict("at first glance Score: 10. But wait, it ends with 41.\n</think>\n\nIncorrect.") is None
+    assert parse_verdict("<think>Score: 10, so far ... (cut)") is None  # reasoning still open: no answer yet
+    assert parse_verdict(r"<think>maybe \boxed{2}</think> \boxed{9}", style="boxed") == pytest.approx(0.9)
     assert judge_prompt("Q: {question} A: {response} R: {reference}", sample()) == "Q: What is 1+2? A: #### 3 R: 3"
+
+
+def test_a_judge_answer_without_content_is_no_verdict():
+    # a reasoning parser's answer may carry reasoning_content and no content key: a KeyError counted as a failure,
+    # not in reward/unparsed
+    from rlrm.engine.rewards.genrm import make_genrm_reward
+
+    class Judge:
+        async def post(self, path, body, timeout_s):
+            message = {"role": "assistant", "reasoning_content": "Score: 10"}
+            return {"choices": [{"message": message, "finish_reason": "stop"}], "usage": {"completion_tokens": 5}}
+
+    judge = make_genrm_reward(RewardConfig(kind="genrm", server={"model": "judge"}), Judge())
+    with pytest.raises(UnparsedVerdict, match="judge gave no verdict"):
+        asyncio.run(judge(sample()))
 
 
 def test_counters_are_taken_per_tag_the_sample_was_scored_for():
