@@ -11,11 +11,12 @@ import math
 
 
 def json_safe(value):
-    """`value` with every non-finite float replaced by None, numpy scalars by Python ones, tuples by lists."""
+    """`value` with every non-finite float replaced by None, numpy scalars by Python ones, numpy arrays and tuples
+    by lists."""
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # np.float32, np.int64, np.bool_ (no import)
-        value = value.item()
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # np.float32, np.bool_, arrays (no import)
+        return json_safe(value.tolist())
     return None if isinstance(value, float) and not math.isfinite(value) else value

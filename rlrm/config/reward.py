@@ -156,7 +156,7 @@ class CustomRewardConfig(Section):
     parameters bear these names (in any order), and by position otherwise. Set reward.kind: custom (a path alone
     is refused). With reward.server.model set, the reward servers are started (or reached at addresses) and a
     function that takes `reward_router_address` (or `**kwargs`) gets `host:port` of a forwarder to them, and
-    `reward_model_tokenizer` the served model's tokenizer; without it both are None. A sync function runs
+    `reward_model_tokenizer` the served model's tokenizer; without it both are None (and `**kwargs` gets neither). A sync function runs
     in worker processes that are killed past the timeout (`isolation`). The file is imported as Python code: only
     name files you trust."""
 

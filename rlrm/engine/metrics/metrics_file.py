@@ -52,8 +52,14 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def _jsonable(value):
-    if hasattr(value, "item"):  # 0-d tensors and numpy scalars
-        value = value.item()
+    """`value` as JSON holds it: tensors and numpy values (scalars, arrays: lists) as Python ones, inside lists and
+    dicts too; a non-finite float as None."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "item"):  # tensors and numpy values: one number or a list
+        return _jsonable(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

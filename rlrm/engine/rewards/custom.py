@@ -16,7 +16,7 @@ float or a dict with `score`; the reward loop checks it (a non-numeric or non-fi
 counted failure, never a silent 0). As in verl, the four arguments are passed by name to a function whose
 parameters bear verl's names (in any order), and by position to one that names them otherwise. verl's newer
 keyword arguments `reward_router_address` and `reward_model_tokenizer` are passed to a function that names them
-(the address also to one that takes `**kwargs`): with `reward.server.model` set, the
+(the address also to one that takes `**kwargs`, when a server is up): with `reward.server.model` set, the
 address (`host:port`, no scheme) of a forwarder to the reward servers that answers every path they serve, and
 the served model's tokenizer; otherwise None. The function's calls through that address are counted per sample
 (reward/model_calls, judge tokens), rate limited (reward.limits), and kept in `model_requests` of its extra
@@ -69,7 +69,7 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     takes `reward_model_tokenizer` the served model's tokenizer from `model_path`, loaded once here.
     """
     fn = load_function(_custom_path(cfg), cfg.custom.name)
-    kwargs = dict.fromkeys(optional_kwargs(fn))
+    kwargs = dict.fromkeys(optional_kwargs(fn, metered is not None))
     by_name = check_signature(fn, cfg, kwargs)
     if metered is None and "reward_router_address" in inspect.signature(fn).parameters:
         print(
@@ -148,15 +148,18 @@ def _custom_path(cfg: RewardConfig) -> str:
 def check_custom_reward(cfg: RewardConfig) -> None:
     """The function imports and takes verl's arguments (ConfigError, one line, otherwise); nothing is called."""
     fn = load_function(_custom_path(cfg), cfg.custom.name)
-    check_signature(fn, cfg, dict.fromkeys(optional_kwargs(fn)))
+    check_signature(fn, cfg, dict.fromkeys(optional_kwargs(fn, bool(cfg.server.model))))
 
 
-def optional_kwargs(fn) -> list[str]:
+def optional_kwargs(fn, has_server: bool) -> list[str]:
     """verl's optional keywords the function takes: those it names; `reward_router_address` too where it takes
-    `**kwargs` (the tokenizer only when named: a hosted judge has none to load, and loading one is not free)."""
+    `**kwargs` and a reward server is up (`has_server`), as verl passes it only then: a function forwarding its
+    **kwargs to a helper that takes none (verl's gsm8k.compute_score) would fail on None (the tokenizer only when
+    named: a hosted judge has none to load, and loading one is not free)."""
     params = inspect.signature(fn).parameters
     named = [k for k in _OPTIONAL_KWARGS if k in params]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) and "reward_router_address" not in named:
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if takes_any and has_server and "reward_router_address" not in named:
         named.insert(0, "reward_router_address")
     return named
 
@@ -174,6 +177,17 @@ def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> bool:
         return True
     except TypeError:
         pass
+    positional = [
+        p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    for i, name in enumerate(positional[: len(VERL_ARGS)]):
+        if name in VERL_ARGS and name != VERL_ARGS[i]:  # by position it would get another argument than it names
+            raise ConfigError(
+                f"reward function {cfg.custom.name} in {cfg.custom.path} takes {name} as its parameter {i + 1}, where "
+                f"verl's arguments put {VERL_ARGS[i]} (a scorer such as verl's gsm8k.compute_score(solution_str, "
+                f"ground_truth) is a helper): call it from {cfg.custom.name}(data_source, solution_str, ground_truth, "
+                "extra_info=None)"
+            )
     try:
         signature.bind("data_source", "solution_str", "ground_truth", {}, **extra_kwargs)
         return False

@@ -133,7 +133,7 @@ def test_a_side_that_fails_some_samples_fails_the_verdict_counted_not_scored_0(r
     summary = json.loads((out / "summary.json").read_text())
     assert summary["b"]["failures"] == 3 and summary["a"]["failures"] == 0
     assert summary["reasons"] == [
-        "side B could not score 3 of 12 samples (allowed 0; first error: reward function compute_score raised ValueError: no answer line)"
+        "side B could not score 3 of 12 samples (allowed 0; first error: reward function compute_score raised ValueError: no answer line (sample g0))"
     ]
     scores = pd.read_parquet(out / "scores.parquet")
     failed = scores[scores["b_error"].notna()]

@@ -268,3 +268,23 @@ def test_a_resumed_trace_that_fails_to_write_its_earlier_sessions_keeps_them(tmp
         TraceStream(path, origin_s=500.0, resumed_after_step=2)
     assert cut.value.filename == str(path) + ".tmp"
     assert read_chrome_trace(path.read_bytes()) == old and len(old) == 6
+
+
+def test_numpy_arrays_in_a_rewards_extra_info_are_written_as_lists(tmp_path):
+    # a verl-style reward returning {"score": ..., "per_test": np.array([...])}: `.item()` on the array killed the
+    # run at step 1 with save_samples on, and `rlrm inspect reward --json` with "unexpected ValueError"
+    import json
+
+    import numpy as np
+    import torch
+
+    from rlrm.engine.metrics.metrics_file import MetricsWriter
+    from rlrm.json_values import json_safe
+
+    extra = {"per_test": np.array([1.0, 0.0, 1.0]), "nested": [np.float32(1.5), {"t": torch.tensor([2, 3])}]}
+    expected = {"per_test": [1.0, 0.0, 1.0], "nested": [1.5, {"t": [2, 3]}]}
+    writer = MetricsWriter(tmp_path / "rows.jsonl")
+    writer.log({"step": 1, "extra": extra, "nan": np.float64("nan")})
+    writer.close()
+    assert json.loads((tmp_path / "rows.jsonl").read_text()) == {"step": 1, "extra": expected, "nan": None}
+    assert json_safe({"per_test": np.array([1.0, np.nan])}) == {"per_test": [1.0, None]}

@@ -85,14 +85,41 @@ def test_other_names_are_passed_by_position_in_verls_order(tmp_path):
     assert result.score == 1.0
 
 
-def test_a_function_taking_kwargs_gets_the_router_address(tmp_path):
+def test_a_function_taking_kwargs_gets_no_router_address_without_a_server(tmp_path):
+    # verl passes it only when a router is up: a function forwarding its **kwargs to a helper that takes none
+    # (verl's gsm8k.compute_score(solution_str, ground_truth, **kwargs)) failed on every sample
+    (tmp_path / "gsm8k_helper_of_this_test.py").write_text(
+        "def check(solution_str, ground_truth, method='strict'):\n    return float(solution_str.endswith(ground_truth))\n"
+    )
     path = write(
         tmp_path,
+        "from gsm8k_helper_of_this_test import check\n\n"  # a helper module beside the file, as verl users import theirs
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
-        "    return {'score': 1.0, 'got': sorted(kwargs)}\n",
+        "    return {'score': check(solution_str, ground_truth, **kwargs), 'got': sorted(kwargs)}\n",
     )
     result, _ = score(_thread(path))
-    assert result.extra["got"] == ["reward_router_address"]  # None without servers; the tokenizer only when named
+    assert result.score == 1.0 and result.extra["got"] == []  # with a reward server up: the address
+
+
+def test_verls_own_scorer_named_as_the_function_is_refused_not_called_with_shifted_arguments(tmp_path):
+    # verl's gsm8k.compute_score(solution_str, ground_truth, method, ...): by position it got the data source as the
+    # response and the response as the ground truth, and failed (or scored 0) on every sample
+    path = write(
+        tmp_path, "def compute_score(solution_str, ground_truth, method='strict', format_score=0.0):\n    return 0.0\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"takes solution_str as its parameter 1, where verl's arguments put data_source"
+    ):
+        build_reward_fn(_thread(path))
+
+
+def test_a_raised_error_names_its_sample(tmp_path):
+    path = write(
+        tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return {}['answer']\n"
+    )
+    cfg = RewardConfig(kind="custom", custom={"path": str(path), "isolation": "thread"}, on_failure="default")
+    result, _ = score(cfg)
+    assert result.extra["reward_error"] == "reward function compute_score raised KeyError: 'answer' (sample p0)"
 
 
 @pytest.mark.parametrize(
@@ -172,3 +199,16 @@ def test_a_reward_file_that_fails_to_import_leaves_no_module_behind(tmp_path):
     with pytest.raises(ConfigError, match="failed to import: RuntimeError: not today"):
         load_function(str(path), "compute_score")
     assert set(sys.modules) == before
+
+
+def test_a_function_that_cannot_start_its_processes_in_a_worker_is_told_what_to_set(tmp_path):
+    # verl's timeout_limit (prime_math) runs its check in a multiprocessing.Process: a worker process is a daemon,
+    # and every sample failed with "daemonic processes are not allowed to have children" (the message it raises)
+    path = write(
+        tmp_path,
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    raise AssertionError('daemonic processes are not allowed to have children')\n",
+    )
+    cfg = RewardConfig(kind="custom", custom={"path": str(path), "isolation": "thread"}, on_failure="default")
+    result, _ = score(cfg)
+    assert result.extra["reward_error"].endswith("cannot in a worker process: set reward.custom.isolation=thread")
