@@ -1,5 +1,5 @@
 """Import a Python file a user names in a profile (a custom reward, a tool): one ConfigError line when it cannot be.
-Its folder is put on sys.path (last), so a helper module beside it imports.
+A helper module beside it imports while it runs (`_beside`).
 
     module = import_file("rewards/mine.py", "rlrm_custom_reward_mine", "reward.custom.path rewards/mine.py")
 
@@ -8,8 +8,11 @@ The file runs as it is imported: name only files you trust (docs/security.md).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -18,9 +21,6 @@ from rlrm.errors import ConfigError
 
 def import_file(path: str | Path, module_name: str, label: str) -> ModuleType:
     """The module the file at `path` defines; `label` starts each error line (the setting and the file)."""
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:  # a helper module beside the file imports, as `python file.py` finds it; after
-        sys.path.append(folder)  # Python's own modules, so a helper named `math.py` shadows nothing
     spec = importlib.util.spec_from_file_location(module_name, Path(path))
     if spec is None or spec.loader is None:
         raise ConfigError(f"{label} cannot be imported as a Python module")
@@ -29,8 +29,30 @@ def import_file(path: str | Path, module_name: str, label: str) -> ModuleType:
     # module up there, and pickle (worker processes) finds the file's functions by it
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        with _beside(Path(path)):
+            spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise ConfigError(f"{label} failed to import: {type(exc).__name__}: {exc}") from None
     return module
+
+
+@contextlib.contextmanager
+def _beside(path: Path) -> Iterator[None]:
+    """While the file runs: its folder on sys.path (after installed packages, which it cannot shadow), so a helper
+    module beside it imports as `python file.py` finds it. Afterwards the folder is off the path and the helpers it
+    loaded are out of sys.modules (the file keeps them), so another file's helper of the same name is its own."""
+    folder = str(path.resolve().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.append(folder)
+    before = set(sys.modules)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(folder)
+            for name in set(sys.modules) - before:
+                origin = getattr(sys.modules[name], "__file__", None) or ""
+                if origin and str(Path(origin).resolve()).startswith(folder + os.sep):
+                    del sys.modules[name]

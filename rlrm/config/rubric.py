@@ -27,7 +27,9 @@ class RubricCriterion(Section):
         "to end (e.g. \"... end with 'Score: 10' if it does or 'Score: 0' if it does not.\").",
     )
     weight: float = Field(..., description="Weight of this criterion's score in the reward (finite; 0 logs it only).")
-    verdict: Literal["score", "boxed"] = Field("score", description="Parse 'Score: N' or '\\boxed{N}' (the last one).")
+    verdict: Literal["score", "boxed"] = Field(
+        "score", description="Parse 'Score: N' or '\\boxed{N}' (the last one, after a reasoning judge's last </think>)."
+    )
     max_score: float = Field(10.0, gt=0, description="The verdict that means fully met (scores are divided by it).")
 
 

@@ -190,7 +190,8 @@ def _stops_as_trained(model, tokenizer):
         return
     before = (config.eos_token_id, config.pad_token_id)
     stops = eos_token_ids(tokenizer, model)
-    config.eos_token_id = stops[0] if len(stops) == 1 else stops
+    if stops:  # none known: left as the model has it
+        config.eos_token_id = stops[0] if len(stops) == 1 else stops
     if config.pad_token_id is None:
         config.pad_token_id = tokenizer.pad_token_id
     try:

@@ -19,7 +19,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards import gsm8k
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
-from rlrm.engine.rewards.genrm import cut_off_line, parse_verdict, render_turns
+from rlrm.engine.rewards.genrm import THINK_END, cut_off_line, final_answer, parse_verdict, render_turns
 from rlrm.engine.rewards.reported import REPORTED_KEY
 from rlrm.launch.fleet.backends import backend_for
 
@@ -118,14 +118,18 @@ def genrm_detail(exchange: dict | None, tokenizer, cfg: RewardConfig, gated: boo
         parsed, why = None, f"the judge request failed: {exchange.get('error')}"
     else:
         choice = answer["choices"][0]
-        verdict, finish, usage = choice["message"]["content"] or "", choice.get("finish_reason"), answer.get("usage")
+        content = (choice.get("message") or {}).get("content")  # an answer without content: no verdict, as in training
+        verdict, finish, usage = content or "", choice.get("finish_reason"), answer.get("usage")
         # cut at max_tokens: no verdict, as training scores it (its last one may quote the response)
         parsed = None if finish == "length" else parse_verdict(verdict, g.verdict, g.max_score)
         why = None
         if finish == "length":
             why = cut_off_line(g.max_tokens)
+        elif parsed is None and final_answer(verdict) is None:
+            why = "the judge's <think> never closed: no answer after its reasoning (raise reward.genrm.max_tokens?)"
         elif parsed is None:
-            why = f"no {VERDICT_FORMS[g.verdict]} in the verdict (reward.genrm.verdict={g.verdict})"
+            after = " after its last </think>" if THINK_END in verdict else ""
+            why = f"no {VERDICT_FORMS[g.verdict]} in the verdict{after} (reward.genrm.verdict={g.verdict})"
     return {
         "judge_messages": messages,
         "judge_prompt_text": text,

@@ -332,7 +332,8 @@ class Actor(UpdateLoop):
             return {**{k: float("nan") for k in totals}, "grad_norm": grad_norm, "loss_scale": scale, "skipped": 1.0}
         self.nonfinite_in_row += 1
         if self.nonfinite_in_row >= cfg.max_nonfinite_steps:
-            fp16 = " (float16's backward overflows at every loss scale: use model.dtype=bfloat16)" if scale else ""
+            at_floor = scale is not None and scale <= LOSS_SCALE_MIN and math.isfinite(loss_sum)
+            fp16 = " (float16's backward overflows at every loss scale: use model.dtype=bfloat16)" if at_floor else ""
             raise TrainingError(
                 f"{self.nonfinite_in_row} non-finite losses in a row (last: loss {loss_sum}, grad norm {grad_norm}), "
                 f"actor.max_nonfinite_steps is {cfg.max_nonfinite_steps}; lower actor.lr, or check the rewards "

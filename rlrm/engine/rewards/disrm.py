@@ -14,6 +14,7 @@ score is the last label's raw logit on every backend (a reward model's only one)
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from rlrm.config.reward import RewardConfig
 from rlrm.engine.rewards.base import RewardFn, RewardResult, RewardSample
 from rlrm.engine.rewards.errors import NonFiniteScore
 from rlrm.errors import ModelError
-from rlrm.launch.fleet.backends import MAX_MODEL_LEN, backend_for, max_model_len
+from rlrm.launch.fleet.backends import MAX_MODEL_LEN, backend_for, model_positions
 
 
 def render_conversation(tokenizer, prompt: list[dict], response: str) -> list[int]:
@@ -50,19 +51,35 @@ def load_disrm_tokenizer(cfg: RewardConfig, model_path: str | None) -> tuple[Any
             "into the model's folder (its tokenizer_config.json or chat_template.jinja)"
         )
     asked = cfg.disrm.max_length
-    # read from a local folder's config.json (one holding only the tokenizer, for servers of your own: no limit),
-    # capped as launched vLLM and SGLang servers are (--max-model-len)
-    positions = max_model_len(model_path) if model_path else None
+    positions = _positions(model_path) if model_path else None
+    launched_vllm = cfg.server.backend == "vllm" and not cfg.server.addresses and cfg.disrm.scorer == "served"
+    if positions and launched_vllm:
+        positions = min(positions, MAX_MODEL_LEN)  # the --max-model-len rlrm launches vLLM with
     if positions and positions < asked:
         print(
             f"note: reward.disrm.max_length={asked} is more than the {positions} tokens the DisRM takes (its "
-            f"positions, at most {MAX_MODEL_LEN} on launched servers): conversations are "
-            f"{'cut to their last' if cfg.disrm.too_long == 'truncate' else 'refused over'} {positions} tokens",
+            f"positions{f', at most {MAX_MODEL_LEN} on the vLLM servers rlrm launches' if launched_vllm else ''}): "
+            f"conversations are {'cut to their last' if cfg.disrm.too_long == 'truncate' else 'refused over'} "
+            f"{positions} tokens",
             file=sys.stderr,
             flush=True,
         )
         return tokenizer, positions
     return tokenizer, asked
+
+
+def _positions(model_path: str) -> int | None:
+    """The DisRM's positions: a local folder's config.json (one holding only the tokenizer, for servers of your own:
+    none), or a hub id's config as transformers has it cached (none when it is not)."""
+    if Path(model_path).expanduser().is_dir():
+        return model_positions(model_path)
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_path, local_files_only=True)
+    except Exception:  # not cached, or not a model's config: the servers' own limit holds
+        return None
+    return int(getattr(config, "max_position_embeddings", 0) or 0) or None
 
 
 def make_disrm_reward(cfg: RewardConfig, balancer, tokenizer, limit: int | None = None) -> RewardFn:

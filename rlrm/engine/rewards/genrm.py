@@ -21,7 +21,8 @@ from rlrm.engine.rewards.errors import UnparsedVerdict
 
 _PATTERNS = {
     # `Score: 8`, and as chat models write it: `**Score:** 8`, `Score: **8**`, `Score：8` (a full-width colon)
-    "score": re.compile(r"Score[*_]*\s*[:\uff1a]\s*[*_]*\s*(-?\d+(?:\.\d+)?)"),
+    # on the same line, or the next: a bold `**Score:**` heading over a blank line and a list is no verdict
+    "score": re.compile(r"Score[*_]*[ \t]*[:\uff1a][ \t]*[*_]*[ \t]*\n?[ \t]*[*_]*[ \t]*(-?\d+(?:\.\d+)?)"),
     "boxed": re.compile(r"\\boxed\{\s*(-?\d+(?:\.\d+)?)\s*\}"),
 }
 THINK_END = "</think>"
@@ -30,10 +31,11 @@ THINK_END = "</think>"
 def final_answer(text: str) -> str | None:
     """The judge's answer after its reasoning: the text after the last `</think>` (Qwen3, QwQ and DeepSeek-R1 served
     without a reasoning parser put their reasoning in the answer, scores they weighed and dropped included); None
-    while a `<think>` is still open (no answer of its own)."""
+    while the `<think>` it opened with is still open (no answer of its own). A judge that only mentions `<think>`
+    (in a reasoning policy's response it judges) is read whole."""
     if THINK_END in text:
         return text.rsplit(THINK_END, 1)[1]
-    return None if "<think>" in text else text
+    return None if text.lstrip().startswith("<think>") else text
 
 
 def parse_verdict(text: str, style: str = "score", max_score: float = 10.0) -> float | None:

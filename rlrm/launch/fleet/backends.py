@@ -417,16 +417,22 @@ def _memory_share(launch: ReplicaLaunch) -> float | None:
     return launch.gpu_memory_utilization
 
 
-def max_model_len(model: str) -> int | None:
-    """min(the model's positions, MAX_MODEL_LEN) for a local folder (the --max-model-len a launched vLLM or SGLang
-    gets); None for a hub id or a folder without config.json (the engine decides)."""
+def model_positions(model: str) -> int | None:
+    """The positions a local folder's config.json gives its model (GPT-2 and kin: n_positions); None for a hub id or
+    a folder without one."""
     try:
         config = json.loads((Path(model) / "config.json").read_text())
     except (OSError, ValueError):
         return None
     text = config.get("text_config") or {}
-    # GPT-2 and kin name their positions n_positions
     limit = next(
         (c.get(k) for c in (config, text) for k in ("max_position_embeddings", "n_positions") if c.get(k)), None
     )
-    return min(int(limit), MAX_MODEL_LEN) if limit else None
+    return int(limit) if limit else None
+
+
+def max_model_len(model: str) -> int | None:
+    """min(the model's positions, MAX_MODEL_LEN) for a local folder: the --max-model-len a launched vLLM gets; None
+    for a hub id or a folder without config.json (vLLM decides)."""
+    positions = model_positions(model)
+    return min(positions, MAX_MODEL_LEN) if positions else None

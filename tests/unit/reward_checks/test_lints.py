@@ -254,3 +254,20 @@ def test_a_response_holding_a_zero_width_space_of_its_own_is_found_whole_in_its_
     record = genrm_record(tokenizer, response="2\u200b + 3 = 5\n#### 5")
     lints = {f["lint"] for f in run_lints([record], LintContext("genrm", tokenizer, tokenizer))}
     assert "judge-template-missing-response" not in lints
+
+
+def test_inspect_reads_a_judge_answer_without_content_as_training_does(tokenizer):
+    # a reasoning parser's answer with reasoning_content and no content: a KeyError in `rlrm inspect reward`
+    from rlrm.reward_checks.details import genrm_detail
+
+    record = genrm_record(tokenizer)
+    cfg = RewardConfig(kind="genrm", server={"model": "x"})
+    answer = {
+        "choices": [{"message": {"role": "assistant", "reasoning_content": "Score: 10"}, "finish_reason": "stop"}]
+    }
+    exchange = {"path": "/v1/chat/completions", "request": {"messages": record["judge_messages"]}, "response": answer}
+    detail = genrm_detail(exchange, None, cfg)
+    assert detail["parsed_score"] is None and detail["parse_error"].startswith("no 'Score: N' in the verdict")
+    answer["choices"][0]["message"]["content"] = "<think>Score: 10 is tempting"
+    detail = genrm_detail(exchange, None, cfg)
+    assert detail["parsed_score"] is None and detail["parse_error"].startswith("the judge's <think> never closed")

@@ -509,6 +509,15 @@ def test_the_loss_scale_halves_below_one_for_advantages_float16_cannot_hold_at_o
     assert actor.nonfinite_in_row == 0
 
 
+def test_nan_advantages_under_float16_are_not_blamed_on_float16(model):
+    # a NaN loss at scale 65,536 is the rewards' (critic/score), not float16's range: the bfloat16 advice is for an
+    # overflow at the scale's floor only
+    actor = _no_step(_fp16_actor(copy.deepcopy(model), max_nonfinite_steps=1))
+    with pytest.raises(TrainingError) as caught:
+        actor._mini_batch_step(batch_with([math.nan, 1.0, -1.0, 0.5], model))
+    assert "check the rewards" in str(caught.value) and "bfloat16" not in str(caught.value)
+
+
 def test_the_loss_scale_grows_after_clean_steps_and_is_checkpointed(model, monkeypatch):
     from rlrm.engine.actor import actor as actor_module
 

@@ -214,7 +214,7 @@ def test_a_resume_with_another_batch_size_keeps_each_epoch_whole_and_an_old_chec
         while len(flat) < 20:
             flat += [e.uid for e in resumed.next_batch()]
         assert sorted(flat[10:20]) == sorted(str(i) for i in range(10)), (seed, flat[10:20])
-    # a state without `carried` (an rlrm before it) goes on in the epoch's plain shuffle, as that run trained it
+    # a state without `head` (an rlrm before it) goes on in the epoch's plain shuffle, as that run trained it
     old = PromptLoader(_examples(10), batch_size=4, seed=0)
     old.load_state_dict({"epoch": 1, "cursor": 2})
     plain = list(range(10))

@@ -212,3 +212,21 @@ def test_a_function_that_cannot_start_its_processes_in_a_worker_is_told_what_to_
     cfg = RewardConfig(kind="custom", custom={"path": str(path), "isolation": "thread"}, on_failure="default")
     result, _ = score(cfg)
     assert result.extra["reward_error"].endswith("cannot in a worker process: set reward.custom.isolation=thread")
+
+
+def test_two_user_files_with_a_same_named_helper_beside_each_import_their_own(tmp_path):
+    # a reward in rewards/ and a tool in tools/, each with its own helpers.py: the second got the first's cached
+    # module; and the folders stay off sys.path once imported
+    import sys
+
+    from rlrm.user_code import import_file
+
+    modules = []
+    for name, value in (("rewards", 1), ("tools", 2)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "helpers_of_two_files.py").write_text(f"VALUE = {value}\n")
+        (folder / "user.py").write_text("from helpers_of_two_files import VALUE\n")
+        modules.append(import_file(folder / "user.py", f"rlrm_test_user_{name}", f"file {name}"))
+        assert str(folder) not in sys.path
+    assert [m.VALUE for m in modules] == [1, 2]

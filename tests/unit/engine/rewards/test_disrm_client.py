@@ -89,3 +89,18 @@ def test_a_folder_holding_only_the_tokenizer_sets_no_limit(random_disrm_path, tm
     for weights in only.glob("*.safetensors"):
         weights.unlink()
     assert load_disrm_tokenizer(_cfg(only), str(only))[1] == 512 and not capsys.readouterr().err
+
+
+def test_only_the_vllm_servers_rlrm_launches_cap_a_long_disrm_at_4096(random_disrm_path, tmp_path, capsys):
+    # the embedded server, SGLang, servers of your own and the legacy scorer take the model's positions: a
+    # 131k-position DisRM with max_length 8192 was cut to 4096 whatever served it
+    import json
+
+    long = tmp_path / "long-rm"
+    shutil.copytree(random_disrm_path, long)
+    config = json.loads((long / "config.json").read_text())
+    (long / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 131072}))
+    assert load_disrm_tokenizer(_cfg(long, max_length=8192), str(long))[1] == 8192
+    vllm = RewardConfig(kind="disrm", server={"model": str(long), "backend": "vllm"}, disrm={"max_length": 8192})
+    assert load_disrm_tokenizer(vllm, str(long))[1] == 4096
+    assert "at most 4096 on the vLLM servers rlrm launches" in capsys.readouterr().err

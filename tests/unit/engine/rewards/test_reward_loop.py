@@ -289,6 +289,11 @@ def test_parse_verdict():
     assert parse_verdict(weighed) == 1.0
     assert parse_verdict("at first glance Score: 10. But wait, it ends with 41.\n</think>\n\nIncorrect.") is None
     assert parse_verdict("<think>Score: 10, so far ... (cut)") is None  # reasoning still open: no answer yet
+    # a plain judge that mentions a reasoning policy's <think> block is read whole; a bold heading over a list is
+    # no verdict (read 0.1 from its first item)
+    assert parse_verdict("The response's <think> block reaches 42, the answer. Score: 10") == 1.0
+    assert parse_verdict("**Score:**\n\n1. Correctness: right\n2. Working: shown") is None
+    assert parse_verdict("Score:\n8") == pytest.approx(0.8)
     assert parse_verdict(r"<think>maybe \boxed{2}</think> \boxed{9}", style="boxed") == pytest.approx(0.9)
     assert judge_prompt("Q: {question} A: {response} R: {reference}", sample()) == "Q: What is 1+2? A: #### 3 R: 3"
 
