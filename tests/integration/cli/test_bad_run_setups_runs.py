@@ -89,7 +89,8 @@ CASES = [
             f"reward.custom.path={_write(t / 'fn.py', WRONG_SIGNATURE)}",
         ],
         1,
-        "cannot be called as compute_score(data_source, solution_str, ground_truth, extra_info)",
+        # verl's own scorer shape, named as the function: refused before it is called with shifted arguments
+        "takes solution_str as its parameter 1, where verl's arguments put data_source",
     ),
     (
         "resume at another world size",

@@ -113,6 +113,14 @@ def test_verls_own_scorer_named_as_the_function_is_refused_not_called_with_shift
         build_reward_fn(_thread(path))
 
 
+def test_a_function_that_cannot_take_verls_four_arguments_is_refused(tmp_path):
+    path = write(tmp_path, "def compute_score(text, truth):\n    return 0.0\n")
+    with pytest.raises(
+        ConfigError, match=r"cannot be called as compute_score\(data_source, solution_str, ground_truth"
+    ):
+        build_reward_fn(_thread(path))
+
+
 def test_a_raised_error_names_its_sample(tmp_path):
     path = write(
         tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return {}['answer']\n"
