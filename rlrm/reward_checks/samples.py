@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from rlrm.engine.agent.engine import in_process_engine
@@ -89,7 +90,8 @@ def messages_of(prompt, where: str) -> list[dict]:
 
 
 def read_inspect_file(path: Path) -> list[RewardSample]:
-    """Samples from a .jsonl file of prompt, response (and optional ground_truth, data_source, group_id)."""
+    """Samples from a .jsonl file of prompt, response (and optional ground_truth, data_source, group_id, turns and
+    extra_info: an object a custom function reads, as verl's datasets give it)."""
     samples = []
     for i, (lineno, row) in enumerate(read_jsonl(path, "--input")):
         where = f"{path} row {lineno}"
@@ -98,17 +100,23 @@ def read_inspect_file(path: Path) -> list[RewardSample]:
             raise DataError(f"{where}: missing field(s) {', '.join(missing)} (each row needs {', '.join(REQUIRED)})")
         if not isinstance(row["response"], str):
             raise DataError(f"{where}: response must be text, got {type(row['response']).__name__}")
-        samples.append(
-            _sample(
-                i,
-                messages_of(row["prompt"], where),
-                row["response"],
-                row.get("ground_truth"),
-                row.get("data_source"),
-                row.get("group_id"),
-                _turns(row.get("turns"), where),
-            )
+        extra = row.get("extra_info")
+        if extra is not None and not isinstance(extra, dict):
+            raise DataError(f"{where}: extra_info must be an object, got {type(extra).__name__}")
+        sample = _sample(
+            i,
+            messages_of(row["prompt"], where),
+            row["response"],
+            row.get("ground_truth"),
+            row.get("data_source"),
+            row.get("group_id"),
+            _turns(row.get("turns"), where),
         )
+        # the row's own keys as training gives them (a function reading extra_info["index"] is checked as it runs;
+        # its "question" is the judge's, as in training), a trajectory's keys as its turns make them
+        made = dict(sample.extra_info)
+        merged = {"question": made.pop("question"), **(extra or {}), **made}
+        samples.append(replace(sample, extra_info=merged))
     return samples
 
 

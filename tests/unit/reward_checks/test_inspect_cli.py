@@ -83,3 +83,29 @@ def test_strict_fails_a_score_beyond_float32(tmp_path):
     assert lint["lint"] == "reward-failed" and "beyond float32's range" in lint["message"]
     result = invoke(*custom_reward(tmp_path, "return {'score': 1.0, 'reward_components': {'a': 1e39}}"), "--strict")
     assert result.exit_code == 1 and "reward-failed" in result.output  # a component too: the loop fails the sample
+
+
+def test_an_input_rows_extra_info_reaches_the_function_as_in_training(tmp_path):
+    # a verl function reading extra_info keys (its dataset's index, split) could not be checked with --input: only
+    # {"question"} was built
+    path = tmp_path / "fn.py"
+    path.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return {'score': float(extra_info['index']), 'question': extra_info['question']}\n"
+    )
+    rows = [{"prompt": QUESTION, "response": "#### 8", "extra_info": {"index": 7, "split": "test"}}]
+    sets = [
+        "--set",
+        "reward.kind=custom",
+        "--set",
+        f"reward.custom.path={path}",
+        "--set",
+        "reward.custom.isolation=thread",
+    ]
+    result = invoke("--profile", "tiny-rule", *sets, "--input", write_rows(tmp_path / "in.jsonl", rows), "--json")
+    assert result.exit_code == 0, result.output
+    (sample,) = json.loads(result.stdout)["samples"]
+    assert sample["score"] == 7.0 and sample["extra"]["question"] == QUESTION
+    bad = write_rows(tmp_path / "bad.jsonl", [{"prompt": QUESTION, "response": "r", "extra_info": [1]}])
+    result = invoke("--profile", "tiny-rule", "--input", bad)
+    assert result.exit_code == 2 and f"{bad} row 1: extra_info must be an object, got list" in result.output
