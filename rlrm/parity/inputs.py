@@ -30,6 +30,7 @@ from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.scheduling.requests import generate_groups, reward_samples, sampling_params
 from rlrm.errors import DataError
 from rlrm.inference.loading import load_causal_lm, load_tokenizer, pick_device
+from rlrm.jsonl_lines import jsonl_lines
 from rlrm.parity.config import TRUNCATIONS
 
 REQUIRED_FIELDS = ("prompt", "response", "group_id")
@@ -72,19 +73,12 @@ def read_samples(path: str | Path) -> list[ParitySample]:
         places = [f"row {i + 1}" for i in range(len(rows))]
     elif path.suffix == ".jsonl":
         rows, places = [], []
-        data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is no data
-        # split at line ends only: str.splitlines also splits at U+2028, U+0085 ..., which JSON strings hold raw
-        for lineno, raw in enumerate(data.splitlines(), 1):
+        for lineno, line in jsonl_lines(path):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(f"{path} line {lineno}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
-                places.append(f"line {lineno}")
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
+            places.append(f"line {lineno}")
     else:
         raise DataError(f"{path}: unsupported input type {path.suffix!r}; use .jsonl or .parquet")
     if not rows:

@@ -39,6 +39,7 @@ from rlrm.inference.loading import (
     load_tokenizer,
     pick_device,
 )
+from rlrm.jsonl_lines import jsonl_lines
 
 REQUIRED = ("prompt", "response")
 
@@ -51,17 +52,7 @@ def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
     if path.suffix != ".jsonl":
         raise DataError(f"{what} {path}: expected a .jsonl file (one JSON object per line)")
     rows = []
-    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (Windows editors) is no data
-    for lineno, raw in enumerate(data.splitlines(), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DataError(
-                f"{path} row {lineno}: not UTF-8 text (byte {exc.start} of the line is {raw[exc.start]:#04x}); "
-                "save the file as UTF-8"
-            ) from None
-        if not line.strip():
-            continue
+    for lineno, line in jsonl_lines(path, "row"):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:

@@ -82,8 +82,11 @@ def _base_reward_fn(cfg: RewardConfig, balancer, model_path: str | None, disrm_t
     if cfg.kind == "rubric":
         return make_rubric_reward(cfg, balancer)
     if kind == "disrm":
-        given = (disrm_tokenizer, None) if disrm_tokenizer is not None else None
-        model_fn = make_disrm_reward(cfg, balancer, *(given or load_disrm_tokenizer(cfg, model_path)))
+        if disrm_tokenizer is None:
+            disrm_tokenizer, limit = load_disrm_tokenizer(cfg, model_path)
+        else:  # parity's --template: cut at reward.disrm.max_length, which parity set from the model already
+            limit = None
+        model_fn = make_disrm_reward(cfg, balancer, disrm_tokenizer, limit)
     else:
         model_fn = make_genrm_reward(cfg, balancer)
     if cfg.kind != "composite":
