@@ -277,7 +277,18 @@ class RewardConfig(Section):
         description="Reward kind (custom: a function of your own, see reward.custom; rubric: judge criteria, see "
         "reward.rubric).",
     )
-    method: Literal["strict", "flexible"] = Field("strict", description="GSM8K answer extraction (rule).")
+    rule: Literal["gsm8k", "math"] = Field(
+        "gsm8k",
+        description=(
+            "How an answer is checked against the ground truth, by the rule reward, held-out accuracy (val/*), a "
+            "model reward's reward/rule_agreement and `rlrm inspect reward`: gsm8k, the last `#### N` of a response "
+            "(reward.method) equal to a numeric ground truth; math, the last `\\boxed{...}` equal to a text "
+            "ground truth after normalising its LaTeX, as verl's math_reward.py does (data.source: math)."
+        ),
+    )
+    method: Literal["strict", "flexible"] = Field(
+        "strict", description="GSM8K answer extraction (reward.rule gsm8k): the last `#### N`, or the last number."
+    )
     format_score: float = Field(0.0, description="Rule score of a well-formed but wrong answer.")
     score: float = Field(1.0, description="Rule score of a correct answer.")
     num_workers: int = Field(4, ge=1, description="Reward-loop workers.")

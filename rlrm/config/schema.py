@@ -20,6 +20,9 @@ from rlrm.config.servers import RolloutServerConfig
 from rlrm.float32 import fits_float32
 
 PROMPT_SUFFIX = 'Let\'s think step by step and output the final answer after "####".'
+MATH_PROMPT_SUFFIX = (
+    "Let's think step by step and output the final answer within \\boxed{}."  # verl's MATH preprocessing
+)
 # Every step generates, scores and holds train_batch_size x n completions in memory: a typo such as
 # `rollout.n=1e9` must fail at validation, not as an out-of-memory kill minutes later.
 MAX_GROUP_SIZE = 1024
@@ -50,12 +53,28 @@ class SyntheticConfig(Section):
 class DataConfig(Section):
     """Where prompts come from and how they become token ids."""
 
-    source: Literal["synthetic", "gsm8k"] = Field("synthetic", description="Dataset kind.")
-    path: str = Field("openai/gsm8k", description="gsm8k: hub id or local .jsonl/.json/.parquet file or folder.")
+    source: Literal["synthetic", "gsm8k", "math"] = Field(
+        "synthetic",
+        description=(
+            "Dataset kind: synthetic arithmetic, GSM8K (numeric ground truths), or MATH-style problems with text "
+            "ground truths such as \\frac{1}{2} (needs reward.rule=math and a data.path)."
+        ),
+    )
+    path: str = Field(
+        "openai/gsm8k",
+        description=(
+            "gsm8k and math: hub id or local .jsonl/.json/.parquet file or folder (rows of the dataset's own shape "
+            "or verl's parquet; math: `problem` with `answer` or a `solution` holding \\boxed{...})."
+        ),
+    )
     train_split: str = Field("train", description="Split (hub) or file used for training.")
     test_split: str = Field("test", description="Split (hub) or file used for validation.")
     synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
-    prompt_suffix: str = Field(PROMPT_SUFFIX, description="Instruction appended to each question.")
+    prompt_suffix: str = Field(
+        PROMPT_SUFFIX,
+        description="Instruction appended to each question (not to verl parquet's messages). Unset with "
+        'reward.rule=math: "Let\'s think step by step and output the final answer within \\boxed{}."',
+    )
     train_batch_size: int = Field(32, gt=0, description="Prompts per step (each sampled rollout.n times).")
     val_size: int = Field(128, ge=0, description="Test prompts scored at each validation (0: all).")
     max_prompt_length: int = Field(256, gt=0, description="Longest prompt in tokens.")
@@ -407,6 +426,28 @@ class Profile(Section):
     @model_validator(mode="after")
     def _check_one_ray(self) -> "Profile":
         check_one_ray(self.actor.ray_address, self.reward.ray_address)
+        return self
+
+    @model_validator(mode="after")
+    def _check_answers(self) -> "Profile":
+        data, reward = self.data, self.reward
+        if data.source == "math" and reward.rule != "math":
+            raise ValueError(
+                "data.source=math holds text ground truths (such as \\frac{1}{2}) that reward.rule=gsm8k (a number "
+                "after ####) can never match; set reward.rule=math"
+            )
+        if data.source == "math" and "path" not in data.model_fields_set:
+            raise ValueError(
+                "data.source=math needs data.path: a local file or folder of MATH rows (problem with answer or "
+                "solution) or verl parquet, or a hub id such as DigitalLearningGmbH/MATH-lighteval"
+            )
+        if reward.rule == "math" and "prompt_suffix" not in data.model_fields_set:
+            data.prompt_suffix = MATH_PROMPT_SUFFIX  # the instruction the rule reads: the answer in \boxed{}
+        if reward.rule == "math" and reward.guard.on_canary != "off":
+            raise ValueError(
+                "reward.guard.on_canary writes GSM8K-shaped answers (#### N), which reward.rule=math does not read; "
+                "set reward.guard.on_canary=off"
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,8 +1,8 @@
 """Held-out accuracy (the `val/*` metrics, `trainer.val_every`): one greedy (by default) answer per test
 prompt, checked against the ground truth.
 
-Accuracy is the GSM8K rule's exact match (the answer found as `reward.method` finds it: strict `#### N`
-unless set) whatever reward the run trains with, so runs with a judge, a DisRM or a rule are compared on the same
+Accuracy is the rule's exact match (`reward.rule`: GSM8K's `#### N` as `reward.method` finds it, or MATH's last
+`\\boxed{}`) whatever reward the run trains with, so runs with a judge, a DisRM or a rule are compared on the same
 footing (and no judge time is spent here).
 """
 

@@ -57,7 +57,7 @@ def check_inputs(profile: Profile) -> None:
         check_chat_template(resolve_model_path(reward_model), "reward.server.model (the DisRM)")
     data = profile.data
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
-    if local and (data.source == "gsm8k" or profile.reward.guard.on_canary != "off"):
+    if local and (data.source != "synthetic" or profile.reward.guard.on_canary != "off"):
         check_canary_data(profile, load_splits(data)[1])  # hub data: checked when the run starts
 
 

@@ -202,6 +202,11 @@ class AuditResult:
 
 def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
     """The first `samples` problems of the test split, answered by every reference and attack."""
+    if profile.reward.rule != "gsm8k":
+        raise ConfigError(
+            f"the audit's references and attacks answer as GSM8K does (#### N), which reward.rule={profile.reward.rule} "
+            "does not read; audit a profile with reward.rule=gsm8k, or check single answers with `rlrm inspect reward`"
+        )
     _, test, _ = load_splits(profile.data)
     if not test:
         raise DataError("the profile's test split is empty: the audit needs held-out problems")

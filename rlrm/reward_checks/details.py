@@ -8,7 +8,7 @@ Each takes the sample, the reward loop's result and the recorded exchange with t
   score, and the raw float32 score the server returned.
 - GenRM: the judge conversation as sent and as the judge's template renders it, the raw verdict, the
   parsed score or why it did not parse, the finish reason and token usage.
-- Rule: the answer the GSM8K rule extracts and the score it gives.
+- Rule: the answer the rule (`reward.rule`) extracts and the score it gives.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards import gsm8k
+from rlrm.engine.rewards.answers import check_answer, rule_score
 from rlrm.engine.rewards.base import RewardResult, RewardSample
 from rlrm.engine.rewards.disrm import render_conversation
 from rlrm.engine.rewards.genrm import THINK_END, cut_off_line, final_answer, parse_verdict, render_turns
@@ -47,13 +47,12 @@ def common(sample: RewardSample, result: RewardResult | None) -> dict:
 
 
 def rule_detail(sample: RewardSample, cfg: RewardConfig) -> dict:
-    answer = gsm8k.extract_solution(sample.solution_str, method=cfg.method)
+    answer, correct = check_answer(cfg, sample.solution_str, sample.ground_truth)
     return {
-        "method": cfg.method,
+        "rule": cfg.rule,
+        **({"method": cfg.method} if cfg.rule == "gsm8k" else {}),
         "extracted_answer": answer,
-        "rule_score": gsm8k.compute_score(
-            sample.solution_str, sample.ground_truth, cfg.method, cfg.format_score, cfg.score
-        ),
+        "rule_score": rule_score(cfg, answer, correct),
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlrm.config.schema import DataConfig
 from rlrm.engine.data.example import Example
-from rlrm.engine.data.gsm8k import load_gsm8k, split_source
+from rlrm.engine.data.rows import load_rows, split_source
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.errors import DataError
 
@@ -28,6 +28,6 @@ def load_splits(cfg: DataConfig) -> tuple[list[Example], list[Example], dict]:
             "learns from; point data.path at a folder holding train and test files, or set data.train_split and "
             "data.test_split to two different files"
         )
-    train, skipped_train = load_gsm8k(cfg.path, cfg.train_split, cfg.prompt_suffix, cfg.skip_bad_rows)
-    test, skipped_test = load_gsm8k(cfg.path, cfg.test_split, cfg.prompt_suffix, cfg.skip_bad_rows)
+    train, skipped_train = load_rows(cfg.path, cfg.train_split, cfg.prompt_suffix, cfg.skip_bad_rows, cfg.source)
+    test, skipped_test = load_rows(cfg.path, cfg.test_split, cfg.prompt_suffix, cfg.skip_bad_rows, cfg.source)
     return train, test, {"skipped_train": skipped_train, "skipped_test": skipped_test}

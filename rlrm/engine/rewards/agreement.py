@@ -4,8 +4,8 @@
     # {"reward/rule_agreement": 0.875, "reward/rule_agreement_samples": 256, "reward/top1pct_share": 0.04}
 
 - `reward/rule_agreement`: the share of samples on which the model reward's verdict (its score
-  thresholded: score >= threshold means "correct") equals the GSM8K rule's verdict (exact answer
-  match) on the same sample. Validation always uses the rule, so a reward that drifts away from the
+  thresholded: score >= threshold means "correct") equals the rule's verdict (`reward.rule`: the
+  answer matches the ground truth) on the same sample. Validation always uses the rule, so a reward that drifts away from the
   truth shows up here every step, long before `val/accuracy` is measured again. Samples without a
   ground truth, whose reward failed (`on_failure: default`) or that a composite `gate` kept from the
   model are left out; `reward/rule_agreement_samples` counts the samples it is over. With
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 from rlrm.config.reward import RewardConfig
-from rlrm.engine.rewards import gsm8k
+from rlrm.engine.rewards.answers import check_answer
 from rlrm.engine.rewards.components import COMPONENTS_KEY
 
 DEFAULT_THRESHOLDS = {"disrm": 0.0, "genrm": 0.5, "custom": 0.5}
@@ -79,7 +79,7 @@ def rule_agreement(cfg: RewardConfig, pairs) -> tuple[float, int] | None:
         score = model_score(cfg, result)
         if score is None or not sample.ground_truth:
             continue
-        truth = gsm8k.extract_solution(sample.solution_str, method=cfg.method) == sample.ground_truth
+        truth = check_answer(cfg, sample.solution_str, sample.ground_truth)[1]
         agree += (score >= threshold) == truth
         compared += 1
     return (agree / compared, compared) if compared else None
@@ -115,7 +115,7 @@ def component_agreement(cfg: RewardConfig, pairs) -> dict[str, float]:
         components = result.extra.get(COMPONENTS_KEY)
         if not components:
             continue
-        truth = gsm8k.extract_solution(sample.solution_str, method=cfg.method) == sample.ground_truth
+        truth = check_answer(cfg, sample.solution_str, sample.ground_truth)[1]
         for name, value in components.items():
             seen = counts.setdefault(name, [0, 0])
             seen[0] += (value >= threshold) == truth

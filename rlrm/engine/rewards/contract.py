@@ -67,7 +67,7 @@ def reward_contract(
         "dtype": _dtype(cfg) if cfg.model_kind else None,
         "template": _template(cfg, kind),  # a DisRM's chat template is in the model's files
         "parser": {
-            "rule": {"method": cfg.method, "score": cfg.score, "format_score": cfg.format_score} if uses_rule else None,
+            "rule": _rule(cfg) if uses_rule else None,
             "genrm": {"verdict": g.verdict, "max_score": g.max_score, "max_tokens": g.max_tokens,
                       "temperature": g.temperature} if kind == "genrm" else None,
             "rubric": [c.model_dump() for c in cfg.rubric.criteria] if cfg.kind == "rubric" else None,
@@ -132,6 +132,12 @@ def _template(cfg: RewardConfig, kind: str | None) -> str | None:
     if kind != "genrm":
         return None  # a DisRM's chat template is in the model's files
     return cfg.rubric.prefix if cfg.kind == "rubric" else cfg.genrm.template
+
+
+def _rule(cfg: RewardConfig) -> dict:
+    """The rule's part: GSM8K's as it always was (so older fingerprints stay), the MATH rule's named."""
+    scores = {"score": cfg.score, "format_score": cfg.format_score}
+    return {"method": cfg.method, **scores} if cfg.rule == "gsm8k" else {"rule": cfg.rule, **scores}
 
 
 def _dtype(cfg: RewardConfig) -> dict:

@@ -11,9 +11,9 @@ import pytest
 from rlrm.config.schema import PROMPT_SUFFIX, DataConfig, SyntheticConfig
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
-from rlrm.engine.data.gsm8k import load_gsm8k
 from rlrm.engine.data.loader import PromptLoader
 from rlrm.engine.data.prompts import encode_prompts
+from rlrm.engine.data.rows import load_rows
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.rewards.gsm8k import compute_score
 from rlrm.errors import DataError
@@ -70,7 +70,7 @@ def _verl_rows():
 def test_raw_jsonl_shape(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in RAW))
-    examples, skipped = load_gsm8k(str(path), "train", PROMPT_SUFFIX, skip_bad_rows=False)
+    examples, skipped = load_rows(str(path), "train", PROMPT_SUFFIX, skip_bad_rows=False)
     assert skipped == 0
     assert examples[0].prompt == [{"role": "user", "content": f"{RAW[0]['question']} {PROMPT_SUFFIX}"}]
     assert [e.ground_truth for e in examples] == ["5", "1200"]
@@ -98,7 +98,7 @@ def test_verl_parquet_values_reach_a_reward_as_plain_python_as_verls_datasets_gi
         rows[1], data_source=None, extra_info={"split": "train", "index": 1, "tags": [], "meta": {"steps": []}}
     )
     pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
-    first, second = load_gsm8k(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)[0]
+    first, second = load_rows(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)[0]
     assert first.extra_info["tags"] == ["algebra", "easy"] and type(first.extra_info["tags"]) is list
     assert first.extra_info["meta"] == {"steps": [1, 2]} and json.dumps(first.extra_info)
     assert type(first.prompt) is list and first.prompt[0]["role"] == "user"
@@ -109,7 +109,7 @@ def test_a_whole_number_stored_as_float_is_the_integer_answer(tmp_path):
     # pandas stores an int column with a gap as float: "72.0" never matched the rule's "72", every sample scored 0
     rows = [dict(_verl_rows()[0], reward_model={"style": "rule", "ground_truth": 72.0})]
     pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
-    (example,), _ = load_gsm8k(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)
+    (example,), _ = load_rows(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)
     assert example.ground_truth == "72"
     assert compute_score("so #### 72", example.ground_truth) == 1.0
 
@@ -119,8 +119,8 @@ def test_bad_rows_error_or_skip(tmp_path):
     rows = RAW + [{"question": "no answer"}, {"answer": "#### 3"}]
     path.write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.raises(DataError, match=r"d\.jsonl line 3: .*skip_bad_rows"):  # the line an editor shows
-        load_gsm8k(str(path), "train", "", skip_bad_rows=False)
-    examples, skipped = load_gsm8k(str(path), "train", "", skip_bad_rows=True)
+        load_rows(str(path), "train", "", skip_bad_rows=False)
+    examples, skipped = load_rows(str(path), "train", "", skip_bad_rows=True)
     assert len(examples) == 2 and skipped == 2
 
 
@@ -130,13 +130,13 @@ def test_ground_truths_that_are_not_numbers_are_bad_rows(tmp_path):
     lines = [json.dumps(r) for r in RAW] + ["", json.dumps({"question": "q", "answer": "so\n#### banana"})]
     raw.write_text("\n".join(lines))  # a blank line before the bad row: it is line 4, the third row
     with pytest.raises(DataError, match=r"raw\.jsonl line 4: ground truth 'banana' is not a number .*skip_bad_rows"):
-        load_gsm8k(str(raw), "train", "", skip_bad_rows=False)
-    assert [e.ground_truth for e in load_gsm8k(str(raw), "train", "", skip_bad_rows=True)[0]] == ["5", "1200"]
+        load_rows(str(raw), "train", "", skip_bad_rows=False)
+    assert [e.ground_truth for e in load_rows(str(raw), "train", "", skip_bad_rows=True)[0]] == ["5", "1200"]
     verl = _verl_rows() + [dict(_verl_rows()[0], reward_model={"ground_truth": "1,200"})]
     pd.DataFrame(verl).to_parquet(tmp_path / "train.parquet")
     with pytest.raises(DataError, match=r"train\.parquet row 2: ground truth '1,200' is not a number"):
-        load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=False)
-    examples, skipped = load_gsm8k(str(tmp_path), "train", "", skip_bad_rows=True)
+        load_rows(str(tmp_path), "train", "", skip_bad_rows=False)
+    examples, skipped = load_rows(str(tmp_path), "train", "", skip_bad_rows=True)
     assert skipped == 1 and [e.ground_truth for e in examples] == ["72"]
 
 
@@ -157,11 +157,11 @@ def test_train_and_test_from_one_source_are_refused(tmp_path):
 
 def test_missing_file_and_bad_json(tmp_path):
     with pytest.raises(DataError, match="no 'train' data"):
-        load_gsm8k(str(tmp_path / "absent"), "train", "", False)
+        load_rows(str(tmp_path / "absent"), "train", "", False)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "#### 1"}\n{oops\n')
     with pytest.raises(DataError, match="line 2: not valid JSON"):
-        load_gsm8k(str(bad), "train", "", False)
+        load_rows(str(bad), "train", "", False)
 
 
 def _examples(n):
@@ -259,7 +259,7 @@ def test_jsonl_with_unicode_line_separator_inside_a_string_loads(tmp_path, sep):
             {"question": "What is 2+1?", "answer": "#### 3"},
         ],
     )
-    examples, skipped = load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+    examples, skipped = load_rows(str(f), "train", "", skip_bad_rows=False)
     assert [e.ground_truth for e in examples] == ["2", "3"]
     assert skipped == 0
 
@@ -268,7 +268,7 @@ def test_jsonl_with_utf8_bom_loads(tmp_path):
     # Files saved by Windows editors / PowerShell start with a UTF-8 BOM.
     f = tmp_path / "train.jsonl"
     f.write_text("\ufeff" + json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n", encoding="utf-8")
-    examples, _ = load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+    examples, _ = load_rows(str(f), "train", "", skip_bad_rows=False)
     assert examples[0].ground_truth == "2"
 
 
@@ -284,12 +284,55 @@ def test_malformed_verl_row_is_a_data_error_naming_file_and_line(tmp_path, bad):
     f = tmp_path / "train.jsonl"
     _write_jsonl(f, [{"question": "1+1?", "answer": "#### 2"}, bad])
     with pytest.raises(DataError, match=r"train\.jsonl line 2"):
-        load_gsm8k(str(f), "train", "", skip_bad_rows=False)
+        load_rows(str(f), "train", "", skip_bad_rows=False)
 
 
 @pytest.mark.parametrize("bad", BAD_VERL_ROWS)
 def test_malformed_verl_row_is_skipped_with_skip_bad_rows(tmp_path, bad):
     f = tmp_path / "train.jsonl"
     _write_jsonl(f, [{"question": "1+1?", "answer": "#### 2"}, bad])
-    examples, skipped = load_gsm8k(str(f), "train", "", skip_bad_rows=True)
+    examples, skipped = load_rows(str(f), "train", "", skip_bad_rows=True)
     assert (len(examples), skipped) == (1, 1)
+
+
+MATH_ROWS = [
+    {"problem": "What is $\\frac{1}{2}+\\frac{1}{4}$?", "answer": "\\frac{3}{4}"},  # MATH-500: a short answer
+    {"problem": "Solve $x+1=3$.", "solution": "Subtract: $x = \\boxed{2}$."},  # MATH-lighteval: a worked solution
+    {"question": "Simplify $\\sqrt{8}$.", "solution": "$\\sqrt{8} = \\boxed{2\\sqrt{2}}$", "answer": None},
+]
+
+
+def test_math_rows_hold_text_ground_truths(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in MATH_ROWS))
+    examples, skipped = load_rows(str(path), "train", "Box it.", skip_bad_rows=False, kind="math")
+    assert skipped == 0
+    assert [e.ground_truth for e in examples] == ["\\frac{3}{4}", "2", "2\\sqrt{2}"]
+    assert examples[0].prompt == [{"role": "user", "content": MATH_ROWS[0]["problem"] + " Box it."}]
+    assert examples[1].extra_info["solution"] == MATH_ROWS[1]["solution"] and examples[1].uid == "math/train/1"
+    # GSM8K's loader refuses the same answers, naming the source that takes them
+    with pytest.raises(DataError, match=r"no 'question'"):
+        load_rows(str(path), "train", "", skip_bad_rows=False)
+
+
+def test_math_rows_without_a_ground_truth_are_named(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"problem": "p", "solution": "no box"}))
+    with pytest.raises(DataError, match=r"line 1: no ground truth: no 'answer', and no '\\boxed\{...\}' in 'solution'"):
+        load_rows(str(path), "train", "", skip_bad_rows=False, kind="math")
+
+
+def test_verl_parquet_with_text_ground_truths_needs_the_math_source(tmp_path):
+    rows = [dict(_verl_rows()[0], data_source="lighteval/MATH", reward_model={"ground_truth": "\\frac{1}{2}"})]
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    (example,), _ = load_rows(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False, kind="math")
+    assert example.ground_truth == "\\frac{1}{2}" and example.data_source == "lighteval/MATH"
+    with pytest.raises(DataError, match=r"is not a number .*data\.source=math"):
+        load_rows(str(tmp_path / "train.parquet"), "train", "", skip_bad_rows=False)
+
+
+def test_load_splits_reads_math_by_the_source(tmp_path):
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in MATH_ROWS))
+    train, test, _ = load_splits(DataConfig(source="math", path=str(tmp_path), prompt_suffix=""))
+    assert test[0].ground_truth == "\\frac{3}{4}" and len(train) == 3

@@ -171,3 +171,11 @@ def test_the_overlong_penalty_length_is_part_of_the_contract():
 
     (short, short_print), (long, long_print) = score_and_fingerprint(100), score_and_fingerprint(200)
     assert (short, long) == (0.5, 1.0) and short_print != long_print
+
+
+def test_the_math_rule_is_part_of_the_contract_and_gsm8k_contracts_are_as_before():
+    gsm8k = reward_contract(RewardConfig())
+    assert gsm8k.parts["parser"]["rule"] == {"method": "strict", "score": 1.0, "format_score": 0.0}  # as every run's
+    math = reward_contract(RewardConfig(rule="math"))
+    assert math.parts["parser"]["rule"] == {"rule": "math", "score": 1.0, "format_score": 0.0}
+    assert changed_parts(gsm8k.parts, math.parts) == ["parser"]

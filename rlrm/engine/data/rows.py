@@ -1,9 +1,14 @@
-"""GSM8K rows -> Examples, from the hub (`openai/gsm8k`) or a local file in either of two shapes.
+"""GSM8K and MATH rows -> Examples, from the hub or a local file, in the datasets' own shapes or verl's.
 
-Raw GSM8K: `question`, `answer` ending in `#### N` (ground truth: N, commas removed); the prompt
-is the question plus the instruction suffix, as verl's gsm8k preprocessing writes it.
-verl parquet: `prompt` (chat messages), `reward_model.ground_truth`, `data_source`, `extra_info`;
+Raw GSM8K (`data.source: gsm8k`): `question`, `answer` ending in `#### N` (ground truth: N, commas removed); the
+prompt is the question plus the instruction suffix, as verl's gsm8k preprocessing writes it.
+Raw MATH (`data.source: math`): `problem` (or `question`) and the reference answer as `answer`, else the last
+`\\boxed{...}` of the worked `solution` (Hendrycks MATH, MATH-lighteval, MATH-500); the prompt is the problem plus
+the suffix.
+verl parquet (either source): `prompt` (chat messages), `reward_model.ground_truth`, `data_source`, `extra_info`;
 the messages are used as they are.
+
+GSM8K's ground truths must be numbers (its rule compares the number after `####` as text); MATH's are text.
 """
 
 from __future__ import annotations
@@ -13,26 +18,31 @@ import re
 from pathlib import Path
 
 from rlrm.engine.data.example import Example
+from rlrm.engine.math_answer import last_boxed
 from rlrm.errors import DataError
 
 _EXTS = (".jsonl", ".json", ".parquet")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
-def load_gsm8k(path: str, split: str, prompt_suffix: str, skip_bad_rows: bool) -> tuple[list[Example], int]:
+def load_rows(
+    path: str, split: str, prompt_suffix: str, skip_bad_rows: bool, kind: str = "gsm8k"
+) -> tuple[list[Example], int]:
     """Examples of one split and how many bad rows were skipped.
 
     Args:
         path: hub id, a local file, or a folder holding `<split>.jsonl|.json|.parquet`.
         split: split name (hub or folder), or a file path.
         prompt_suffix: appended to raw questions.
-        skip_bad_rows: skip (and count) rows without a question or a numeric ground truth instead of failing.
+        skip_bad_rows: skip (and count) rows without a question or a ground truth (for gsm8k, a numeric one)
+            instead of failing.
+        kind: "gsm8k" or "math" (data.source).
     """
-    source, rows, lines = _read_rows(path, split)
+    source, rows, lines = _read_rows(path, split, kind)
     examples, skipped = [], 0
     for i, row in enumerate(rows):
         try:
-            examples.append(_to_example(row, i, split, prompt_suffix))
+            examples.append(_to_example(row, i, split, prompt_suffix, kind))
         except ValueError as exc:
             if not skip_bad_rows:
                 where = f"line {lines[i]}" if lines else f"row {i + 1}"  # as an editor counts: from 1
@@ -49,7 +59,7 @@ def split_source(path: str, split: str) -> str:
     return str(local.resolve()) if local is not None else f"{path}[{split}]"
 
 
-def _read_rows(path: str, split: str) -> tuple[str, list[dict], list[int] | None]:
+def _read_rows(path: str, split: str, kind: str) -> tuple[str, list[dict], list[int] | None]:
     """Where the rows come from, the rows, and for a JSONL file each row's line number (blank lines are not rows)."""
     local = _local_file(path, split)
     if local is not None:
@@ -59,7 +69,12 @@ def _read_rows(path: str, split: str) -> tuple[str, list[dict], list[int] | None
     try:
         import datasets
 
-        ds = datasets.load_dataset(path, "main", split=split)
+        # GSM8K's hub repo has two configs ("main", "socratic"); MATH's have one
+        ds = (
+            datasets.load_dataset(path, "main", split=split)
+            if kind == "gsm8k"
+            else datasets.load_dataset(path, split=split)
+        )
     except Exception as exc:  # hub errors come in many types; all mean "cannot get it"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"cannot load dataset {path!r} split {split!r}: {first}") from None
@@ -106,11 +121,13 @@ def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
         raise DataError(f"cannot read {path}: {exc}") from None
 
 
-def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:
+def _to_example(row: dict, index: int, split: str, suffix: str, kind: str) -> Example:
     if not isinstance(row, dict):
         raise ValueError(f"expected an object, got {type(row).__name__}")
     if row.get("prompt") is not None and not isinstance(row.get("prompt"), str):
-        return _verl_row(row, index, split)
+        return _verl_row(row, index, split, kind)
+    if kind == "math":
+        return _math_row(row, index, split, suffix)
     question, answer = row.get("question"), row.get("answer")
     if not question or not isinstance(question, str):
         raise ValueError("no 'question' (nor verl's 'prompt' messages)")
@@ -129,7 +146,30 @@ def _to_example(row: dict, index: int, split: str, suffix: str) -> Example:
     )
 
 
-def _verl_row(row: dict, index: int, split: str) -> Example:
+def _math_row(row: dict, index: int, split: str, suffix: str) -> Example:
+    question = row.get("problem") if row.get("problem") is not None else row.get("question")
+    if not question or not isinstance(question, str):
+        raise ValueError("no 'problem' (nor 'question', nor verl's 'prompt' messages)")
+    answer, solution = row.get("answer"), row.get("solution")
+    if answer is not None and str(answer).strip():
+        truth = str(answer).strip()
+    elif isinstance(solution, str) and last_boxed(solution):
+        truth = str(last_boxed(solution)).strip()
+    else:
+        raise ValueError("no ground truth: no 'answer', and no '\\boxed{...}' in 'solution'")
+    extra = {"split": split, "index": index, "question": question}
+    if isinstance(solution, str):
+        extra["solution"] = solution
+    return Example(
+        uid=f"math/{split}/{index}",
+        prompt=[{"role": "user", "content": f"{question} {suffix}".strip()}],
+        ground_truth=truth,
+        data_source=str(row.get("data_source") or "math"),
+        extra_info=extra,
+    )
+
+
+def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
     prompt = row["prompt"]
     listed = isinstance(prompt, (list, tuple)) or type(prompt).__name__ == "ndarray"  # parquet: a numpy array
     messages = list(prompt) if listed else []
@@ -142,16 +182,19 @@ def _verl_row(row: dict, index: int, split: str) -> Example:
         raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
     if isinstance(truth, float) and truth.is_integer():  # pandas makes an int column with a gap float: 42.0
         truth = int(truth)
-    _check_number(str(truth))
+    if kind == "gsm8k":
+        _check_number(str(truth))
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise ValueError(f"'extra_info' must be an object, not {type(extra).__name__}")
     extra = dict(extra)
     return Example(
-        uid=f"{row.get('data_source') or 'gsm8k'}/{split}/{extra.get('index', index)}",
+        uid=f"{row.get('data_source') or kind}/{split}/{extra.get('index', index)}",
         prompt=messages,
         ground_truth=str(truth),
-        data_source=str(row.get("data_source") or "openai/gsm8k"),  # a null one (files of several sources joined)
+        data_source=str(
+            row.get("data_source") or ("openai/gsm8k" if kind == "gsm8k" else "math")
+        ),  # a null one (files of several sources joined)
         extra_info=extra,
     )
 
@@ -160,4 +203,7 @@ def _check_number(truth: str) -> None:
     # The GSM8K reward compares the number a response ends with to the ground truth as text, so a
     # truth such as "banana" or "1,200" can never be matched: every sample would silently score 0.
     if not _NUMBER.fullmatch(truth):
-        raise ValueError(f"ground truth {truth!r} is not a number (such as 42, -3 or 2.5), so no answer could match it")
+        raise ValueError(
+            f"ground truth {truth!r} is not a number (such as 42, -3 or 2.5), so no answer could match it "
+            "(text answers such as \\frac{1}{2}: data.source=math)"
+        )
