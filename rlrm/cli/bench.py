@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -107,7 +108,7 @@ def reward_latency(
         warning = short_run_warning(summary)
         if warning:
             typer.echo(f"warning: {warning}")
-        typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})")
+        typer.echo(f"results: {folder}/results.csv, {folder}/summary.json (rlrm report {shlex.quote(str(folder))})")
 
 
 def _print_table(summary: dict) -> None:
@@ -245,7 +246,7 @@ def simulate(
             view.print_params(check.calibration)
             view.print_validation(check)
             typer.echo(
-                f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {folder})"
+                f"simulated in {check.result.seconds:.2f} s: {folder}/validation.csv, {folder}/results.csv (rlrm report {shlex.quote(str(folder))})"
             )
             return
         if plan.spec is None:  # make_plan resolves a spec whenever it is not validating a benchmark folder
@@ -260,5 +261,5 @@ def simulate(
         result = run_simulation(plan.spec, folder, plan.sweep, repeats)
         view.print_results(result)
         typer.echo(
-            f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {folder})"
+            f"simulated in {result.seconds:.2f} s: {folder}/results.csv, {folder}/summary.json (rlrm report {shlex.quote(str(folder))})"
         )

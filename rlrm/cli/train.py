@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -139,7 +140,7 @@ def train(
         if saved:
             typer.echo(
                 f"interrupted ({result.signal}): checkpoint saved at step {checkpoint_step(saved[-1])}; "
-                f"continue with: rlrm train --resume {run_dir}"
+                f"continue with: rlrm train --resume {shlex.quote(str(run_dir))}"
             )
         elif resume is None and discard_unresumable(run_dir):
             typer.echo(
@@ -148,7 +149,7 @@ def train(
             )
         else:  # steps logged (a new run), or a resumed one that had no checkpoint either
             typer.echo(
-                f"interrupted ({result.signal}) before a checkpoint was written: rlrm train --resume {run_dir} "
+                f"interrupted ({result.signal}) before a checkpoint was written: rlrm train --resume {shlex.quote(str(run_dir))} "
                 "trains from step 0"
             )
         raise typer.Exit(code)

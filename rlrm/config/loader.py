@@ -229,6 +229,8 @@ def _parse_override(item: str) -> tuple[str, Any]:
     ):
         # Hydra's `{a:1,b:2}`: YAML wants a space after the colon and reads keys "a:1", "b:2" with no values
         value = {k.split(":", 1)[0].strip(): _scalar(_yaml_scalar(k.split(":", 1)[1].strip())) for k in value}
+    if text.strip().startswith(("'", '"')):
+        return key, value  # quoted: text, as written (`trainer.run_name='0612'`)
     return key, _scalar(value)
 
 
@@ -244,7 +246,7 @@ def _yaml_scalar(text: str) -> Any:
 def _scalar(value: Any) -> Any:
     """`value`, with a string that spells a number read as that number: YAML reads `1e-4` as a string (no dot), and
     a number is what anyone typing it means."""
-    if isinstance(value, str):
+    if isinstance(value, str) and value.isascii():  # int() also reads other scripts' digits: "١٢٣" is text here
         try:
             return float(value) if any(c in value.lower() for c in ".e") else int(value)
         except ValueError:

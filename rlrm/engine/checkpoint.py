@@ -29,6 +29,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -147,7 +148,7 @@ def _unwritten(run_dir: Path, step: int, code: int) -> str:
     size = f" (step {checkpoint_step(kept[-1])}'s takes {_size_mb(kept[-1]):.1f} MB)"
     return (
         f"{where}; {_DISK_FIXES[code]}{size if code in (errno.ENOSPC, errno.EDQUOT) else ''} and continue with "
-        f"rlrm train --resume {run_dir} (newest complete checkpoint: {kept[-1].name})"
+        f"rlrm train --resume {shlex.quote(str(run_dir))} (newest complete checkpoint: {kept[-1].name})"
     )
 
 

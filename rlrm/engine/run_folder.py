@@ -11,6 +11,7 @@ The loop itself is in trainer.py.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
             )
         if not overwrite:
             raise RunFolderError(
-                f"{run_dir} already holds files of another run; continue it with --resume {run_dir}, "
+                f"{run_dir} already holds files of another run; continue it with --resume {shlex.quote(str(run_dir))}, "
                 f"replace it with --overwrite, or choose another --out"
             )
     created = locked = False

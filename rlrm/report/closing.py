@@ -7,6 +7,7 @@ cost, what the reward-hacking audit and the canaries saw, and the next command.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from rlrm.engine.metrics.audit import AGREEMENT, REWARD, audit_run, row_series
@@ -70,7 +71,7 @@ def closing_lines(rows: list[dict], run_dir: Path) -> list[str]:
         if finding.flagged:
             lines.append(f"  warning: reward-hacking audit: {finding.check}: {finding.detail}")
     lines += _canary_lines(rows)
-    lines.append(f"  next: rlrm report {run_dir}")
+    lines.append(f"  next: rlrm report {shlex.quote(str(run_dir))}")
     return lines
 
 

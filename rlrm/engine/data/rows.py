@@ -42,7 +42,7 @@ def load_rows(
     examples, skipped = [], 0
     for i, row in enumerate(rows):
         try:
-            examples.append(_to_example(row, i, split, prompt_suffix, kind))
+            examples.append(_encodable(_to_example(row, i, split, prompt_suffix, kind)))
         except ValueError as exc:
             if not skip_bad_rows:
                 where = f"line {lines[i]}" if lines else f"row {i + 1}"  # as an editor counts: from 1
@@ -197,6 +197,24 @@ def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
         ),  # a null one (files of several sources joined)
         extra_info=extra,
     )
+
+
+def _encodable(example: Example) -> Example:
+    """The example, when its prompt and ground truth are text a tokenizer can take: a lone surrogate (half of an
+    emoji from a bad `\\ud83d` escape) loads from JSON but fails the tokenizer when its batch comes, steps later."""
+    texts = [("ground truth", example.ground_truth)]
+    texts += [(f"prompt message {k + 1}", m.get("content")) for k, m in enumerate(example.prompt)]
+    for what, text in texts:
+        if not isinstance(text, str):
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"the {what} holds {text[exc.start]!r} at character {exc.start}, half of a character (a bad \\u "
+                "escape), which no tokenizer takes"
+            ) from None
+    return example
 
 
 def _check_number(truth: str) -> None:

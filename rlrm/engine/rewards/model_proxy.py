@@ -109,7 +109,7 @@ class ModelProxy:
                 flush=True,
             )
         body, ctype = typed_answer(status, body, ctype, f"{request.method} {request.path}")
-        return web.Response(status=status, body=body, content_type=ctype)
+        return web.Response(status=status, body=body, headers={"Content-Type": ctype})  # its charset too
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -144,12 +144,12 @@ _UNTYPED = ("text/plain", "application/octet-stream", "")
 
 
 def typed_answer(status: int, body: bytes, ctype: str, call: str) -> tuple[bytes, str]:
-    """The body and content type to answer a custom function's `call` with.
+    """The body and Content-Type (parameters such as the charset kept) to answer a custom function's `call` with.
 
     An untyped JSON body is typed `application/json`; an error without a JSON body gets an OpenAI-style one
     carrying the upstream's text; everything else passes as it came.
     """
-    if ctype not in _UNTYPED:
+    if ctype.split(";")[0].strip().lower() not in _UNTYPED:
         return body, ctype
     if _is_json(body):
         return body, "application/json"

@@ -98,7 +98,7 @@ class ReplicaBalancer:
     async def forward(self, method: str, path: str, data: bytes, timeout_s: float) -> tuple[int, bytes, str, str]:
         """Send one request as it came (a custom reward function's own call) to the least busy replica.
 
-        Returns (status, body, content type, the replica's URL); raises RequestTimeout or TransientError when no
+        Returns (status, body, Content-Type as the replica sent it, the replica's URL); raises RequestTimeout or TransientError when no
         answer came, Throttled for a 429 (or a 503 with Retry-After). Any other answer is not judged here: the
         caller passes it on as it is.
         """
@@ -106,7 +106,8 @@ class ReplicaBalancer:
         self.outstanding[url] = self.outstanding.get(url, 0) + 1
         headers = {**self.headers, "Content-Type": "application/json"}
         reply = await self._send(url, method, path, timeout_s, data=data or None, headers=headers)
-        return reply.status, reply.body, reply.content_type, url
+        # the whole header: a charset parameter is what decodes a text body right in the caller's client
+        return reply.status, reply.body, reply.headers.get("Content-Type") or reply.content_type, url
 
     async def _send(self, url: str, method: str, path: str, timeout_s: float, **kwargs) -> Reply:
         """One request to `url`, whose in-flight count the caller has just raised (lowered here once it is

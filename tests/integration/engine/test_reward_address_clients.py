@@ -354,3 +354,43 @@ def test_a_streamed_call_through_the_address_is_counted_and_its_timeout_says_it_
         error, _ = asyncio.run(scenario(api, timeout_s=1.0))
     assert isinstance(error, openai.InternalServerError) and error.status_code == 502
     assert "did not finish its stream within 1 s (reward.server.request_timeout_s): the forwarder passes" in str(error)
+
+
+def test_a_streamed_non_ascii_answer_reads_the_same_through_the_address_as_from_the_server():
+    """vLLM and SGLang type a stream `text/event-stream; charset=utf-8`; the address passed `text/event-stream` on,
+    and `requests` decodes text/* without a charset as ISO-8859-1: a Chinese answer read with `r.text` was mojibake
+    through the address, right from the server."""
+    import requests
+    from aiohttp import web
+
+    stream = 'data: {"choices":[{"delta":{"content":"答案是 42。Score: 8"}}]}\n\ndata: [DONE]\n\n'
+
+    async def chat(request):
+        await request.read()
+        return web.Response(body=stream.encode(), headers={"Content-Type": "text/event-stream; charset=utf-8"})
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        balancer = ReplicaBalancer([url])
+        proxy = ModelProxy(MeteredBalancer(balancer, RewardConfig()), timeout_s=30)
+        body = {"messages": [{"role": "user", "content": "问题"}], "stream": True}
+        loop = asyncio.get_running_loop()
+        try:
+            async with proxy.lease() as host_port:
+                return await loop.run_in_executor(
+                    None, lambda: requests.post(f"http://{host_port}/v1/chat/completions", json=body, timeout=30)
+                )
+        finally:
+            await proxy.close()
+            await balancer.close()
+            await runner.cleanup()
+
+    answer = asyncio.run(scenario())
+    assert answer.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    assert answer.text == stream

@@ -47,6 +47,14 @@ def test_a_hydra_style_mapping_is_read_as_hydra_reads_it():
     assert _parse_override("k=[a, b]") == ("k", ["a", "b"])
 
 
+def test_quoted_and_other_scripts_digits_stay_text():
+    # `'0612'` was read as the number 612 and `١٢٣` (Arabic-Indic digits) as 123: a run name of digits was refused
+    # ("Input should be a valid string (got 612)"), whatever the quoting
+    for text in ("'0612'", '"0612"', "١٢٣", "２０２４"):
+        assert load_profile("tiny-rule", [f"trainer.run_name={text}"]).trainer.run_name == text.strip("'\"")
+    assert load_profile("tiny-rule", ["actor.lr=1e-4"]).actor.lr == pytest.approx(1e-4)  # a number, unquoted
+
+
 @pytest.mark.parametrize(
     ("override", "needle"),
     [

@@ -164,3 +164,11 @@ def test_the_reward_line_names_the_first_step_that_has_a_score():
         {"step": 3, "critic/score/mean": 0.6},
     ]
     assert "  reward 0.400 -> 0.600 (critic/score/mean, step 2 -> 3)" in closing_lines(rows, Path("runs/x"))
+
+
+def test_the_next_command_can_be_pasted_into_a_shell_whatever_the_folder_is_called():
+    import shlex
+
+    folder = Path("runs/运行 目录/it's")
+    line = closing_lines(_rows(3, lambda s: 0.1 * s, lambda s: 0.2, lambda s: 0.9), folder)[-1]
+    assert shlex.split(line.split("next:", 1)[1]) == ["rlrm", "report", str(folder)]

@@ -336,3 +336,15 @@ def test_load_splits_reads_math_by_the_source(tmp_path):
         (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in MATH_ROWS))
     train, test, _ = load_splits(DataConfig(source="math", path=str(tmp_path), prompt_suffix=""))
     assert test[0].ground_truth == "\\frac{3}{4}" and len(train) == 3
+
+
+def test_a_row_holding_half_a_character_is_named_when_the_data_loads(tmp_path):
+    # "\ud83d" (half of an emoji, a bad escape in scraped data) loaded, and the run died at the step whose batch held
+    # it with the tokenizer's TypeError naming no file; skip_bad_rows did not skip it
+    path = tmp_path / "train.jsonl"
+    bad = {"question": "Tom has 3 apples \ud83d. How many?", "answer": "#### 3"}
+    path.write_text("\n".join(json.dumps(r) for r in [RAW[0], bad]))
+    with pytest.raises(DataError, match=r"train\.jsonl line 2: the prompt message 1 holds '\\ud83d' at character 17"):
+        load_rows(str(path), "train", "", skip_bad_rows=False)
+    examples, skipped = load_rows(str(path), "train", "", skip_bad_rows=True)
+    assert len(examples) == 1 and skipped == 1
