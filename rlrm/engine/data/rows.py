@@ -202,7 +202,7 @@ def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
 def _encodable(example: Example) -> Example:
     """The example, when its prompt and ground truth are text a tokenizer can take: a lone surrogate (half of an
     emoji from a bad `\\ud83d` escape) loads from JSON but fails the tokenizer when its batch comes, steps later."""
-    texts = [("ground truth", example.ground_truth)]
+    texts: list[tuple[str, object]] = [("ground truth", example.ground_truth)]
     texts += [(f"prompt message {k + 1}", m.get("content")) for k, m in enumerate(example.prompt)]
     for what, text in texts:
         if not isinstance(text, str):
