@@ -74,7 +74,15 @@ def out_of_memory_named(phase: str, lower: str):
 
 
 # what a failed write's torch or safetensors error says where the OSError it wraps is not kept: a full disk
-_WRITE_FAILED = ("unexpected pos", "file write failed", "No space left on device", "os error 28", "failed writing")
+_WRITE_FAILED = (
+    "unexpected pos",
+    "file write failed",
+    "No space left on device",
+    "os error 28",
+    "failed writing",
+    "File too large",  # a file-size limit (ulimit -f): safetensors says "os error 27"
+    "os error 27",
+)
 
 
 @contextmanager
@@ -93,10 +101,35 @@ def writing_to(path):
             said in str(exc) for said in _WRITE_FAILED
         ):
             raise
-        full = _free_bytes(path) < 2**20
-        code = errno.ENOSPC if full else errno.EIO
-        reason = "No space left on device" if full else f"write failed ({str(exc).strip().splitlines()[0][:120]})"
-        raise OSError(code, reason, str(path)) from exc
+        said = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        if _free_bytes(path) < 2**20:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path)) from exc
+        if "os error 27" in said or "File too large" in said or _file_size_limited():
+            raise OSError(errno.EFBIG, f"File too large ({said})", str(path)) from exc
+        raise OSError(errno.EIO, f"write failed ({said})", str(path)) from exc
+
+
+def write_whole(path, write) -> None:
+    """Write `path` through `write(tmp)` to a file beside it, then rename it into place: a full disk or an error
+    meanwhile leaves the old file as it was and no temporary file taking space (`writing_to` names the path)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with writing_to(tmp):
+            write(tmp)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _file_size_limited() -> bool:
+    """Whether this process may write only files up to a size (`ulimit -f`): torch.save's error then names no errno."""
+    try:
+        import resource
+    except ImportError:  # not on Unix
+        return False
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 def _free_bytes(path) -> int:

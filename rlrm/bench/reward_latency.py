@@ -40,7 +40,7 @@ from rlrm.config.schema import MODES
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_inputs
 from rlrm.engine.trainer import start_run, train
-from rlrm.errors import ConfigError, RlrmError, RunFolderError, TrainingError
+from rlrm.errors import ConfigError, RlrmError, RunFolderError, TrainingError, write_whole
 from rlrm.json_values import json_safe
 
 BASELINE = "sync-nolatency"
@@ -353,10 +353,10 @@ class RewardLatencyBench:
         import pandas as pd
 
         frame = pd.DataFrame(self._rows_with_limits(), columns=COLUMNS)
-        _atomic(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
-        _atomic(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
+        write_whole(self.out / "results.csv", lambda p: frame.to_csv(p, index=False))
+        write_whole(self.out / "results.parquet", lambda p: frame.to_parquet(p, index=False))
         summary = self.summary()
-        _atomic(self.out / "summary.json", lambda p: p.write_text(json.dumps(json_safe(summary), indent=2)))
+        write_whole(self.out / "summary.json", lambda p: p.write_text(json.dumps(json_safe(summary), indent=2)))
         return summary
 
 
@@ -400,9 +400,3 @@ def short_run_warning(summary: dict) -> str | None:
 
 def _above_one(value) -> bool:
     return isinstance(value, (int, float)) and value > 1  # NaN and None (unknown) are not
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    tmp.replace(path)

@@ -45,9 +45,10 @@ _PATH_FIXES = {
     errno.ENOENT: "check the path",
     errno.ENAMETOOLONG: "choose a shorter path",
     errno.EIO: "the disk failed the write (an I/O error): check it, or choose a folder on another disk",
+    errno.EFBIG: "a file-size limit refused it (ulimit -f): raise the limit",
 }
 # a failed write that names no file (rlrm's writers name theirs: rlrm.errors.writing_to): still one line
-_UNNAMED = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+_UNNAMED = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG)
 
 
 def path_error(exc: OSError) -> str | None:

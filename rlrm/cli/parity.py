@@ -23,7 +23,7 @@ import typer
 
 from rlrm.cli.common import console, out_or_fresh
 from rlrm.cli.options import DryRunOption, ProfileOption, SeedOption, SetOption
-from rlrm.errors import ConfigError, RlrmError, RunFolderError
+from rlrm.errors import ConfigError, RlrmError, RunFolderError, write_whole
 
 # the verdict's ranking checks, the same for both parity commands
 MinSpearmanOption = Annotated[
@@ -221,9 +221,8 @@ def _train(profile, cfg, steps: int, out: Path) -> None:
     path = out / "summary.json"
     summary = json.loads(path.read_text())
     summary["train"] = curves
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(path)
+    text = json.dumps(summary, indent=2)
+    write_whole(path, lambda tmp: tmp.write_text(text))
     term.print(
         f"reward curves over {len(curves['steps'])} steps: mean |legacy - loop| {curves['mean_abs_diff']:.4g}, "
         f"max {curves['max_abs_diff']:.4g}, trend {curves['abs_diff_slope_per_step']:+.2e} per step; "

@@ -34,7 +34,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rlrm.errors import ConfigError, ModelError, TrainingError, clipped, writing_to
+from rlrm.errors import ConfigError, ModelError, RunFolderError, TrainingError, clipped, writing_to
 from rlrm.inference.loading import eos_token_ids
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -96,6 +96,7 @@ def write_checkpoint(
     root = Path(run_dir) / "checkpoints"
     tmp = root / f"step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    _check_still_there(Path(run_dir))  # deleted mid-run: made again here, it would hold a checkpoint and no run
     try:
         with writing_to(tmp):
             tmp.mkdir(parents=True)
@@ -125,6 +126,8 @@ _DISK_FIXES = {
     errno.EDQUOT: "free some space (the disk quota is used up)",
     errno.EIO: "check the disk (an I/O error)",
     errno.EROFS: "make the file system writable (it is read-only)",
+    errno.EFBIG: "raise the file-size limit (ulimit -f)",
+    errno.EACCES: "make the run folder writable (permission denied)",
 }
 
 
@@ -152,6 +155,11 @@ def _unwritten(run_dir: Path, step: int, code: int) -> str:
     )
 
 
+def _check_still_there(run_dir: Path) -> None:
+    if not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir} was removed while the run went on; nothing more is saved; start it again")
+
+
 def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
@@ -160,6 +168,7 @@ def commit_checkpoint(written: Path, keep: int) -> Path:
     """Name a checkpoint `write_checkpoint` wrote complete, and prune older ones beyond `keep`."""
     root = written.parent
     final = root / written.name.removesuffix(".tmp")
+    _check_still_there(root.parent)
     shutil.rmtree(final, ignore_errors=True)
     written.rename(final)
     _fsync(root)  # the rename itself

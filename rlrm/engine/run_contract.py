@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from rlrm.engine.rewards.contract import RewardContract, changed_parts, describe_change
-from rlrm.errors import ConfigError, RunFolderError, writing_to
+from rlrm.errors import ConfigError, RunFolderError, write_whole
 from rlrm.launch.common import progress
 
 CONTRACT_FILE = "reward_contract.json"
@@ -53,10 +53,8 @@ def check_run_contract(run_dir: Path, contract: RewardContract, allow_change: bo
         record["changes"] = [*saved.get("changes", []), change]
     else:
         changed = []
-    tmp = Path(run_dir) / (CONTRACT_FILE + ".tmp")
-    with writing_to(tmp):
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    tmp.replace(Path(run_dir) / CONTRACT_FILE)
+    text = json.dumps(record, indent=1, sort_keys=True)
+    write_whole(Path(run_dir) / CONTRACT_FILE, lambda tmp: tmp.write_text(text))
     return changed
 
 

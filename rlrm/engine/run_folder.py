@@ -23,7 +23,7 @@ from rlrm.engine.checkpoint import check_resume_model, list_checkpoints
 from rlrm.engine.metrics.metrics_file import read_metrics
 from rlrm.engine.run_checks import check_ray_heads
 from rlrm.engine.run_lock import LOCK_NAME, hold_run, release_run
-from rlrm.errors import ConfigError, RunFolderError
+from rlrm.errors import ConfigError, RunFolderError, write_whole
 
 
 def start_run(profile: Profile, run_dir: Path, overwrite: bool = False) -> Path:
@@ -118,13 +118,8 @@ def load_run_profile(run_dir: Path, total_steps: int | None = None, write: bool 
 
 def _write_config(path: Path, profile: Profile) -> None:
     """config.yaml whole or not at all (a cut one would make the folder no run at all): written beside, renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(dump_profile(profile))
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    text = dump_profile(profile)
+    write_whole(path, lambda tmp: tmp.write_text(text))
 
 
 def check_resume_world_size(ckpt_dir: Path, world_size: int) -> None:

@@ -96,9 +96,13 @@ def release_run(run_dir: Path) -> None:
     if fd is None:
         return
     path = Path(key) / LOCK_NAME
-    if _same_file(fd, path):  # removed while still locked: whoever opened it meanwhile sees it gone and retries
-        path.unlink(missing_ok=True)
-    os.close(fd)
+    try:
+        if _same_file(fd, path):  # removed while still locked: whoever opened it meanwhile sees it gone and retries
+            path.unlink(missing_ok=True)
+    except OSError:  # a folder made read-only: the file stays, unlocked (the lock is the flock, not the file);
+        pass  # the error that ended the run, if any, is the one to show
+    finally:
+        os.close(fd)
 
 
 @atexit.register

@@ -11,6 +11,7 @@ RlrmError.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,10 +91,10 @@ def build_report(paths: list[Path], options: ReportOptions) -> ReportResult:
     out.mkdir(parents=True)
     try:
         result = _write(out, folders, runs, benches, parities, audits, options, steps, notes)
+        return _put_in_place(result, out, final)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    return _put_in_place(result, out, final)
 
 
 def _write(out: Path, folders, runs, benches, parities, audits, options: ReportOptions, steps, notes) -> ReportResult:
@@ -147,9 +148,17 @@ def _put_in_place(result: ReportResult, written: Path, final: Path) -> ReportRes
     """The finished report replaces `final` (an earlier report's figures never mix with this one's)."""
     earlier = final.parent / f".{final.name}.earlier"
     shutil.rmtree(earlier, ignore_errors=True)
+    if earlier.exists():  # one a failed removal left (files in it we may not delete): another name for this one
+        earlier = Path(tempfile.mkdtemp(prefix=f".{final.name}.earlier-", dir=final.parent))
+        earlier.rmdir()
     if final.is_dir():
         final.rename(earlier)  # aside, not removed, until the new report is in place
-    written.rename(final)
+    try:
+        written.rename(final)
+    except BaseException:
+        if earlier.is_dir() and not final.exists():
+            earlier.rename(final)  # the earlier report back where it was
+        raise
     shutil.rmtree(earlier, ignore_errors=True)
     moved = [final / p.name for p in result.files]
     return ReportResult(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -147,3 +148,60 @@ def test_an_actor_ranks_full_disk_and_a_run_with_no_checkpoint_yet_say_what_to_d
         "space and start the run again (no complete checkpoint to resume from)"
     )
     assert list((tmp_path / "checkpoints").iterdir()) == []  # the shards written before it went with it
+
+
+class SafetensorError(Exception):
+    """As safetensors names its error (its Rust side says only the OS error's text)."""
+
+
+def test_a_file_size_limit_is_named_as_one(tmp_path, monkeypatch):
+    # safetensors' "File too large (os error 27)" was not read as a failed write (a 40-line traceback), and
+    # torch.save's "unexpected pos" under `ulimit -f` was called an I/O error of the disk ("check the disk")
+    import rlrm.errors
+
+    with pytest.raises(OSError) as cut:
+        with writing_to(tmp_path / "model.safetensors"):
+            raise SafetensorError("Error while serializing: I/O error: File too large (os error 27)")
+    assert cut.value.errno == errno.EFBIG and cut.value.filename == str(tmp_path / "model.safetensors")
+    monkeypatch.setattr(rlrm.errors, "_file_size_limited", lambda: True)
+    with pytest.raises(OSError) as cut:
+        with writing_to(tmp_path / "state.pt"):
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4096 vs 3990")
+    assert cut.value.errno == errno.EFBIG
+    assert path_error(cut.value).endswith("a file-size limit refused it (ulimit -f): raise the limit")
+    assert path_error(OSError(errno.EFBIG, "File too large")) is not None  # a write that names no file
+
+
+def test_files_written_beside_and_renamed_leave_no_half_copy_on_a_full_disk(tmp_path, monkeypatch):
+    # trace.json (every run's end), metrics.jsonl cut back (every resume) and reward_contract.json (every start) left
+    # their half-written `.tmp` in the run folder, holding the space the user was freeing
+    from rlrm.engine.metrics.metrics_file import MetricsWriter
+    from rlrm.engine.metrics.timing import Span
+    from rlrm.engine.metrics.trace import write_chrome_trace
+    from rlrm.engine.run_contract import check_run_contract
+
+    metrics = tmp_path / "metrics.jsonl"
+    rows = "".join(json.dumps({"step": s, "x": "y" * 100}) + "\n" for s in range(1, 6))
+    metrics.write_text(rows)
+
+    class Contract:
+        fingerprint, parts = "f" * 64, {"kind": "rule"}
+
+        def as_json(self):
+            return {"fingerprint": self.fingerprint, "parts": self.parts}
+
+    real = Path.write_text
+
+    def half(self, data, *args, **kwargs):
+        real(self, data[: len(data) // 2], *args, **kwargs)
+        raise FULL
+
+    monkeypatch.setattr(Path, "write_text", half)
+    with pytest.raises(OSError, match="trace.json.tmp"):
+        write_chrome_trace(tmp_path / "trace.json", [Span("trainer", "step", 0.0, 1.0)])
+    with pytest.raises(OSError, match="metrics.jsonl.tmp"):
+        MetricsWriter(metrics, keep_through_step=3)
+    with pytest.raises(OSError, match="reward_contract.json.tmp"):
+        check_run_contract(tmp_path, Contract(), False, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert metrics.read_text() == rows  # as it was

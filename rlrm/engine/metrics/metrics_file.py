@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
-from rlrm.errors import writing_to
+from rlrm.errors import RunFolderError, write_whole, writing_to
 
 
 class MetricsWriter:
@@ -28,16 +29,19 @@ class MetricsWriter:
         with writing_to(self.path):
             self._file.write(json.dumps(clean) + "\n")
             self._file.flush()
+        if os.fstat(self._file.fileno()).st_nlink == 0:  # the rows went to a file no folder holds any more
+            raise RunFolderError(
+                f"{self.path} was removed while the run went on (its run folder deleted?); the run stops here: "
+                "start it again"
+            )
 
     def close(self) -> None:
         self._file.close()
 
     def _truncate(self, step: int) -> None:
         kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with writing_to(tmp):
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        tmp.replace(self.path)
+        text = "".join(json.dumps(r) + "\n" for r in kept)
+        write_whole(self.path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrm.engine.metrics.timing import Span
-from rlrm.errors import writing_to
+from rlrm.errors import write_whole, writing_to
 
 _LANES = ("trainer", "gen_wait", "reward_wait", "rollout", "generate", "reward")
 SESSION_GAP_S = 1.0  # between the end of one session's events and the start of the next's (the real gap is unknown)
@@ -104,10 +104,8 @@ def write_chrome_trace(path: Path, spans: list, origin_s: float = 0.0) -> None:
 
 
 def _write_events(path: Path, events: list[dict]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    with writing_to(tmp):
-        tmp.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-    tmp.replace(path)
+    text = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+    write_whole(path, lambda tmp: tmp.write_text(text))
 
 
 @dataclass(frozen=True)
@@ -184,11 +182,11 @@ class TraceStream:
         self._packer = _RowPacker(self.session.pid)
         # the earlier sessions' events written aside, then put in place: a kill or a full disk meanwhile leaves the
         # old trace.json whole, where truncating it first lost them
-        fresh = self.path.with_name(self.path.name + ".tmp")
-        with writing_to(fresh):
-            with fresh.open("w", encoding="utf-8") as f:
-                f.write("[\n" + "".join(json.dumps(ev) + ",\n" for ev in self.session.kept))
-            fresh.replace(self.path)
+        kept = self.session.kept
+        write_whole(
+            self.path, lambda fresh: fresh.write_text("[\n" + "".join(json.dumps(ev) + ",\n" for ev in kept), "utf-8")
+        )
+        with writing_to(self.path):
             self._file = self.path.open("a", encoding="utf-8")
 
     def append(self, spans: list) -> None:

@@ -100,6 +100,10 @@ def prepare_tiny(
     out = {}
     for name in names:
         final = model_dir(name, root, seed)
+        if not force and (final / "meta.json").is_file():  # finished builds are renamed into place whole
+            log(f"tiny {name} is ready at {final}")  # no lock: a read-only cache (an image, a shared mount) serves
+            out[name] = final
+            continue
         # One builder at a time; later callers wait, then find the finished folder.
         with FileLock(str(root / f".{name}.lock")):
             for stale in root.glob(f".{final.name}.tmp-*"):  # left by a build that was killed (the lock is ours)

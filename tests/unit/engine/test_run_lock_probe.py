@@ -49,3 +49,23 @@ def test_unwritable_folder_without_lock_file_says_permission_denied(tmp_path: Pa
     _as_other_user(monkeypatch, nfs=False, folder_writable=False)
     with pytest.raises(RunFolderError, match="Permission denied"):
         run_lock.hold_run(tmp_path)
+
+
+def test_a_lock_file_that_cannot_be_removed_does_not_hide_the_runs_own_error(tmp_path: Path, monkeypatch):
+    # a run folder made read-only mid-run: the checkpoint's EACCES was replaced by the lock file's unlink error
+    # ("<run>/.run.lock: Permission denied"), and the descriptor stayed open
+    run_lock.hold_run(tmp_path)
+    fd = run_lock._held[str(tmp_path.resolve())]
+
+    def refused(self, missing_ok=False):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    with pytest.raises(ValueError, match="the run's own"):
+        try:
+            raise ValueError("the run's own error")
+        finally:
+            run_lock.release_run(tmp_path)
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    assert str(tmp_path.resolve()) not in run_lock._held

@@ -91,3 +91,25 @@ def test_a_folder_given_twice_is_reported_once(tmp_path):
     result = build_report([audit, tmp_path / "." / "audit"], ReportOptions(out=tmp_path / "report"))
     assert "a folder given more than once is reported once" in result.notes
     assert result.summary.read_text().count("| audit | reward audit |") == 1
+
+
+def test_an_earlier_report_that_could_not_be_removed_does_not_stop_the_next(tmp_path, monkeypatch):
+    # the earlier report set aside could not be removed (a file in it not ours to delete): the next report failed
+    # with "Directory not empty" (a traceback), its finished files left in a hidden `.report.partial`
+    import shutil
+
+    from rlrm.report import build
+
+    audit, out = write_audit(tmp_path / "audit"), tmp_path / "report"
+    build_report([audit], ReportOptions(out=out))
+    real = shutil.rmtree
+
+    def keeps_earlier(path, *args, **kwargs):
+        if ".earlier" not in str(path):
+            real(path, *args, **kwargs)
+
+    monkeypatch.setattr(build.shutil, "rmtree", keeps_earlier)
+    build_report([audit], ReportOptions(out=out))  # leaves .report.earlier behind
+    build_report([audit], ReportOptions(out=out))
+    assert sorted(p.name for p in out.iterdir()) == ["reward_audit.png", "summary.md"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]

@@ -65,6 +65,26 @@ def test_first_use_copies_the_shipped_files_without_building(tmp_path, monkeypat
     assert "building" not in " ".join(lines)
 
 
+def test_a_finished_model_in_a_read_only_cache_is_used_without_a_lock(tmp_path, monkeypatch):
+    # a baked container image or a read-only shared mount: the lock file could not be made, and every run refused
+    # the cache ("models/.policy.lock: Permission denied") although the model was there, nothing to write
+    import filelock
+
+    prepare_tiny(["policy"], cache_dir=tmp_path, log=lambda line: None)
+
+    def no_lock(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".policy.lock"))
+
+    monkeypatch.setattr(filelock, "FileLock", no_lock)
+    lines: list[str] = []
+    paths = prepare_tiny(["policy"], cache_dir=tmp_path, log=lines.append)
+    assert paths == {"policy": model_dir("policy", tmp_path, SHIPPED_SEED)} and lines == [
+        f"tiny policy is ready at {paths['policy']}"
+    ]
+    with pytest.raises(PermissionError):  # a build still takes the lock
+        prepare_tiny(["judge"], cache_dir=tmp_path, log=lambda line: None)
+
+
 def test_force_and_other_seeds_build_from_the_recipe(tmp_path, monkeypatch):
     import rlrm.engine.models.tiny as tiny
 
