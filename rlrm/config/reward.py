@@ -422,6 +422,15 @@ class RewardConfig(Section):
                 f"reward.attempt_timeout_s={deadline:g}: they would time out waiting for their turn; set rpm to at "
                 f"least {60.0 / deadline:.3g} (or raise reward.attempt_timeout_s)"
             )
+        tpm = self.limits.tpm
+        least = self.genrm.max_tokens  # one judge request costs its answer budget at least (its prompt besides)
+        if tpm is not None and self.model_kind == "genrm" and self.kind != "custom" and least * 60.0 / tpm > deadline:
+            raise ValueError(
+                f"reward.limits.tpm={tpm:g} spaces judge requests of reward.genrm.max_tokens={least} tokens at least "
+                f"{least * 60.0 / tpm:.3g} s apart, longer than reward.attempt_timeout_s={deadline:g}: they would time "
+                f"out waiting for their turn; set tpm to at least {least * 60.0 / deadline:.3g} (or raise "
+                "reward.attempt_timeout_s)"
+            )
         if self.placement == "colocated" and (not self.model_kind or self.server.addresses or self.executor == "ray"):
             raise ValueError(
                 "reward.placement=colocated needs a reward model served by rlrm itself (kind disrm, genrm, rubric or "

@@ -18,6 +18,7 @@ from rlrm.engine.agent.engine import AgentEngine, agent_settings
 from rlrm.engine.checkpoint import read_reference
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.data.example import Example
+from rlrm.engine.data.prompts import check_some_fit
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.reward_service import RewardService
 from rlrm.engine.rewards.model_identity import folder_digest
@@ -109,6 +110,8 @@ def build_components(profile: Profile, policy_path: str | None = None, checkpoin
     if agent is not None:  # every generate becomes a multi-turn trajectory with tools
         engine = AgentEngine(engine, tokenizer, agent)
     train, test, info = load_splits(profile.data)  # before the ranks start: a bad dataset fails with nothing to stop
+    if profile.data.prompt_too_long == "drop":
+        check_some_fit(train, tokenizer, profile.data.max_prompt_length)
     if profile.actor.on_ranks:  # the ranks load their own shards; the trainer keeps a full copy
         from rlrm.engine.actor.group import start_rank_group
 

@@ -35,3 +35,22 @@ def encode_prompts(
         ids_out.append(ids)
         kept.append(ex)
     return ids_out, kept, dropped
+
+
+def check_some_fit(examples: list[Example], tokenizer, max_prompt_length: int) -> None:
+    """DataError when not one of `examples` fits in `max_prompt_length` tokens (with data.prompt_too_long=drop every
+    step would train on nothing). Stops at the first that fits: one prompt's encoding in the usual case."""
+    shortest = None
+    for ex in examples:
+        length = len(
+            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
+        if length <= max_prompt_length:
+            return
+        shortest = length if shortest is None else min(shortest, length)
+    if shortest is not None:
+        raise DataError(
+            f"every one of the {len(examples)} train prompts is longer than data.max_prompt_length={max_prompt_length} "
+            f"(the shortest has {shortest} tokens), so data.prompt_too_long=drop would leave nothing to train on; "
+            f"raise it (--set data.max_prompt_length={shortest} or more)"
+        )

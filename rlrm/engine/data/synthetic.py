@@ -14,6 +14,7 @@ import random
 
 from rlrm.config.schema import SyntheticConfig
 from rlrm.engine.data.example import Example
+from rlrm.errors import ConfigError
 
 DATA_SOURCE = "synthetic/arith"
 _NAMES = ["Mia", "Tom", "Ava", "Leo", "Zoe", "Sam", "Ivy", "Max", "Eli", "Ana", "Ben", "Kim"]
@@ -67,9 +68,9 @@ def synthetic_splits(cfg: SyntheticConfig, prompt_suffix: str) -> tuple[list[Exa
         while len(splits[split]) < wanted[split]:
             attempts += 1
             if attempts > limit:
-                raise ValueError(
+                raise ConfigError(
                     f"cannot make {wanted[split]} distinct {split} problems from these data.synthetic settings; "
-                    "widen min_value..max_value or add ops"
+                    f"widen min_value..max_value, add ops, or lower data.synthetic.num_{split}"
                 )
             question, solution, answer = make_problem(rng, cfg)
             if question in seen:

@@ -116,6 +116,15 @@ CASES = [
         1,
         "p.jsonl row 2: not UTF-8 text (byte 15 of the line is 0xe9)",
     ),
+    (  # every step trained on nothing ("reward nan", checkpoints of an untouched policy) and the run said "done"
+        "every train prompt dropped",
+        lambda t: (
+            [*TRAIN, "--out", str(t / "run"), "--set", "data.max_prompt_length=40"]
+            + ["--set", "data.prompt_too_long=drop"]
+        ),
+        1,
+        "every one of the 4096 train prompts is longer than data.max_prompt_length=40 (the shortest has 41 tokens)",
+    ),
 ]
 
 

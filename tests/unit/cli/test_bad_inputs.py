@@ -242,6 +242,12 @@ CASES = [
         "trainer.seed: Input should be less than 9223372036854775808",
     ),
     ("--mode unknown", lambda t, m: [*TRAIN, "--mode", "bogus", "--dry-run"], 1, "--mode 'bogus' is not a scheduling"),
+    (  # 4,096 distinct sums of 1..2 cannot be made: a traceback after the run folder was made, and --dry-run passed
+        "synthetic range too narrow",
+        lambda t, m: [*TRAIN, "--set", "data.synthetic.max_value=2"],
+        1,
+        "cannot make 4096 distinct train problems",
+    ),
     (
         "a key in extra_args",
         lambda t, m: [
@@ -409,6 +415,13 @@ def test_a_10_mb_value_is_refused_in_one_short_line(tmp_path, monkeypatch, key, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines[0][:500]
     assert "... (10000003 characters)" in lines[0]  # the quoted value's length and len(lines[0]) < 600, lines[0][:600]
     assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_ends_with_the_line_that_would_stop_the_run():
+    # --dry-run "checks the inputs as a run would": synthetic settings that cannot make the splits passed it
+    result = CliRunner().invoke(app, [*TRAIN, "--set", "data.synthetic.max_value=2", "--dry-run"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("error: cannot make 4096 distinct train problems")
 
 
 def test_a_set_value_holding_a_hash_is_kept_whole():

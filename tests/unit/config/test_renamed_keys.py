@@ -121,3 +121,9 @@ def test_the_rate_limit_check_meets_the_attempt_deadline_not_the_request_timeout
         "tiny-genrm", ["reward.limits.rpm=2", "reward.attempt_timeout_s=30", "reward.server.request_timeout_s=1"]
     )
     assert timeouts(allowed) == (30.0, 1.0)
+    # its twin for tokens: tiny-genrm's judge answers in up to 32 tokens, so 32 a minute spaces requests 60 s apart
+    with pytest.raises(
+        ConfigError, match=r"reward.limits.tpm=32 .* 60 s apart, .*attempt_timeout_s=30: .* at least 64"
+    ):
+        load_profile("tiny-genrm", ["reward.limits.tpm=32"])
+    assert load_profile("tiny-genrm", ["reward.limits.tpm=64"]).reward.limits.tpm == 64

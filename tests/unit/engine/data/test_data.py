@@ -16,7 +16,7 @@ from rlrm.engine.data.prompts import encode_prompts
 from rlrm.engine.data.rows import load_rows
 from rlrm.engine.data.synthetic import synthetic_splits
 from rlrm.engine.rewards.gsm8k import compute_score
-from rlrm.errors import DataError
+from rlrm.errors import ConfigError, DataError
 
 
 def test_synthetic_splits_are_seeded_disjoint_and_correct():
@@ -45,7 +45,7 @@ def test_synthetic_difficulty_knobs():
 
 
 def test_synthetic_too_few_distinct_problems_is_an_error():
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(ConfigError, match="distinct .*num_train"):
         synthetic_splits(SyntheticConfig(num_train=5000, num_test=10, min_value=1, max_value=2, ops=["+"]), "")
 
 
