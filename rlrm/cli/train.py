@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+import signal
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -53,11 +55,9 @@ def train(
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
     from rlrm.config.loader import dump_profile, load_profile
     from rlrm.engine.checkpoint import checkpoint_step, list_checkpoints
-    from rlrm.engine.rewards.budget import RewardBudgetExceeded
     from rlrm.engine.run_checks import check_inputs
     from rlrm.engine.run_folder import discard_unresumable, load_run_profile, start_run
     from rlrm.engine.trainer import RunResult
-    from rlrm.engine.trainer import train as run_training
 
     if console is not None and console not in CONSOLES:
         raise ConfigError(f"--console {console!r} is not a live display; use one of {', '.join(CONSOLES)}")
@@ -111,29 +111,25 @@ def train(
             check_inputs(resolved)  # and, after the plan, the one line that would stop the run on this machine
             return
         check_inputs(resolved)
-        try:  # the default folder is made here (-2 after a name of this second), and removed if left empty
-            with out_or_fresh(None if default else Path(run_dir), Path(resolved.trainer.out_dir), name) as made:
-                run_dir = made
-                start_run(resolved, run_dir, overwrite=overwrite)
-        except OSError as exc:  # start_run names its own: this is the default folder's
-            raise RunFolderError(
-                f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or "
-                "trainer.out_dir"
-            ) from None
-    from rlrm.launch.common import progress
-
-    progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start
-    progress.say(f"run folder: {run_dir} (follow it: tail -f {Path(run_dir) / 'metrics.jsonl'})")
+    # from here until the run's loop takes it over, SIGTERM stops as Ctrl-C does: the default ended the process
+    # with the new folder left behind, which the same command then refused
+    before = _take_sigterm()
     try:
-        result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
-    except KeyboardInterrupt:  # before the run took Ctrl-C over (reading its folder): nothing trained
-        result = RunResult(Path(run_dir), last_step=0, interrupted=True)
-    except Exception as exc:  # RlrmError, OSError (a path the run cannot write), or a fault nobody foresaw
-        if resume is None and not isinstance(exc, RewardBudgetExceeded):  # that one says: fix, then --resume
-            discard_unresumable(run_dir)
-        raise
+        if resume is None:
+            try:  # the default folder is made here (-2 after a name of this second), and removed if left empty
+                with out_or_fresh(None if default else Path(run_dir), Path(resolved.trainer.out_dir), name) as made:
+                    run_dir = made
+                    start_run(resolved, run_dir, overwrite=overwrite)
+            except OSError as exc:  # start_run names its own: this is the default folder's
+                raise RunFolderError(
+                    f"cannot write the run folder {run_dir}: {exc.strerror or exc}; choose a writable --out or "
+                    "trainer.out_dir"
+                ) from None
+        result = _run(run_dir, resolved, resume, console, allow_contract_change, before)
+    except KeyboardInterrupt as exc:  # before the run took the signal over: nothing trained
+        result = RunResult(Path(run_dir), last_step=0, interrupted=True, signal=_name(exc))
     finally:
-        progress.enable(False)
+        _give_back_sigterm(before)
     if result.interrupted:
         code = 143 if result.signal == "SIGTERM" else 130  # 128 + the signal's number, as a shell reports it
         saved = list_checkpoints(Path(run_dir))
@@ -182,3 +178,48 @@ def _resume_overrides(set_: list[str]) -> tuple[bool, list[str]]:
         else:
             rest.append(item)
     return allow, rest
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM before the run's loop took it over."""
+
+
+def _terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _take_sigterm():
+    """SIGTERM raises `_Terminated` from here on (the main thread only: signals are taken there); what it did."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _terminated)
+
+
+def _give_back_sigterm(before) -> None:
+    if before is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, before)
+
+
+def _name(interrupt: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(interrupt, _Terminated) else "SIGINT"
+
+
+def _run(run_dir, resolved, resume, console, allow_contract_change: bool, sigterm_before):
+    """The run, with progress lines while it starts; a new run that failed leaves no folder it cannot resume."""
+    from rlrm.engine.rewards.budget import RewardBudgetExceeded
+    from rlrm.engine.run_folder import discard_unresumable
+    from rlrm.engine.trainer import train as run_training
+    from rlrm.launch.common import progress
+
+    progress.enable((console or resolved.logging.console) != "none")  # lines on stderr while servers start
+    progress.say(f"run folder: {run_dir} (follow it: tail -f {Path(run_dir) / 'metrics.jsonl'})")
+    try:
+        result = run_training(run_dir, console=console, allow_contract_change=allow_contract_change)
+        _give_back_sigterm(sigterm_before)  # the run is over: a SIGTERM now is no interrupt of it
+        return result
+    except Exception as exc:  # RlrmError, OSError (a path the run cannot write), or a fault nobody foresaw
+        if resume is None and not isinstance(exc, RewardBudgetExceeded):  # that one says: fix, then --resume
+            discard_unresumable(run_dir)
+        raise
+    finally:
+        progress.enable(False)

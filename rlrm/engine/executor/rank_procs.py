@@ -62,8 +62,8 @@ def dead_rank_line(what: str, method: str) -> str:
             "rank's own error, when it printed one, is in the lines above"
         )
     return (
-        f"actor {what} during {method}; the run stops here. Its last checkpoint is intact: "
-        "continue with `rlrm train --resume RUN_DIR`"
+        f"actor {what} during {method}; the run stops here. Its checkpoints are intact: continue from the last "
+        "with `rlrm train --resume RUN_DIR` (a run that wrote none starts again)"
     )
 
 
@@ -180,9 +180,11 @@ def _rank_main(spec, rank: int, port: int, inbox, outbox) -> None:
     """A spawned rank: set up, then run the calls that arrive until None."""
     import os
 
-    # a terminal's Ctrl-C reaches every process of its group: the trainer decides (it saves through the ranks, then
-    # stops them by their inbox); a rank that died of it took the run's interrupt checkpoint with it
+    # a terminal's Ctrl-C reaches every process of its group, and so does a scheduler's SIGTERM (scancel, `timeout`,
+    # `kill -TERM -PGID`): the trainer decides (it saves through the ranks, then stops them by their inbox, SIGKILL
+    # after a grace); a rank that died of it took the run's interrupt checkpoint with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = os.getppid()
     short_socket_folder()
     # a rank busy in a call (a collective, a load) when the trainer is killed would wait out its timeout: exit

@@ -77,9 +77,11 @@ def test_an_interrupt_before_the_first_step_leaves_nothing_to_resume_and_no_fold
     assert not out.exists()
 
 
-def test_ctrl_c_at_the_terminal_of_a_two_rank_run_checkpoints_the_last_step(tmp_path):
-    # the terminal sends SIGINT to the whole group, actor ranks included: they died of it, and the trainer's
-    # interrupt save, which asks the ranks for their state, failed ("trains from step 0")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "scancel"])
+def test_a_signal_to_the_whole_group_of_a_two_rank_run_checkpoints_the_last_step(tmp_path, stop):
+    # the terminal sends SIGINT to the whole group, actor ranks included, and SLURM's scancel, `timeout` and
+    # `kill -TERM -PGID` send SIGTERM so: the ranks died of it, and the trainer's interrupt save, which asks the ranks
+    # for their state, failed ("trains from step 0", or "its last checkpoint is intact" with none written)
     out = tmp_path / "run"
     ranks = ("actor.world_size=2", "actor.mini_batch_size=2", "reward.inject.latency=fixed:2")
     proc = _start(out, "trainer.total_steps=500", *ranks, own_group=True)
@@ -87,15 +89,15 @@ def test_ctrl_c_at_the_terminal_of_a_two_rank_run_checkpoints_the_last_step(tmp_
         metrics = out / "metrics.jsonl"
         _wait_for(lambda: metrics.is_file() and len(read_metrics(metrics)) >= 2, proc)
         time.sleep(0.8)  # the next step waits 2 s for its rewards: the ranks are idle
-        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        os.killpg(proc.pid, stop)  # to every process of the group
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     last = read_metrics(out / "metrics.jsonl")[-1]["step"]
-    assert proc.returncode == 130 and "RankError" not in stderr, stderr[-2000:]
-    assert stdout.strip().splitlines()[-1].startswith(f"interrupted (SIGINT): checkpoint saved at step {last};")
+    assert proc.returncode == 128 + stop and "RankError" not in stderr, stderr[-2000:]
+    assert stdout.strip().splitlines()[-1].startswith(f"interrupted ({stop.name}): checkpoint saved at step {last};")
     assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]
 
 
@@ -118,3 +120,38 @@ def test_one_signal_stops_an_overlapping_mode_at_a_step_boundary(tmp_path, mode,
     assert proc.returncode == 128 + stop, stderr[-2000:]
     last = read_metrics(metrics)[-1]["step"]
     assert [p.name for p in list_checkpoints(out)] == [f"step_{last}"]  # the last step logged, whole
+
+
+def test_sigterm_as_the_run_folder_is_made_stops_as_ctrl_c_does(tmp_path, monkeypatch):
+    # between start_run and the run's loop SIGTERM had Python's default: the process ended with no line and left
+    # config.yaml and .run.lock, so the same command then refused the folder ("already holds files of another run")
+    from typer.testing import CliRunner
+
+    import rlrm.engine.run_folder as run_folder
+    from rlrm.cli.main import app
+
+    real = run_folder.start_run
+
+    def then_sigterm(*args, **kwargs):
+        made = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's, as the folder appears
+        return made
+
+    monkeypatch.setattr(run_folder, "start_run", then_sigterm)
+
+    def default(*_):  # stands for Python's default, which would end this test process
+        raise AssertionError("SIGTERM met no handler of rlrm's: the process would have ended, the folder left")
+
+    out = tmp_path / "run"
+    before = signal.signal(signal.SIGTERM, default)
+    try:
+        result = CliRunner().invoke(app, ["train", "--profile", "tiny-rule", "--console", "none", "--out", str(out)])
+        handler = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert result.exit_code == 143, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"interrupted (SIGTERM) before the first step finished: nothing to resume, and the run folder {out} is "
+        "removed; start again with the same command"
+    )
+    assert not out.exists() and handler is default  # the handler given back

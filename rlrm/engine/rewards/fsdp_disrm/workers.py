@@ -209,9 +209,9 @@ def _rank_main(cfg: LegacyConfig, rank: int, port: int, inbox, outbox) -> None:
     import signal
     import threading
 
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # Ctrl-C is the parent's to handle (rlrm/engine/executor/rank_procs.py)
+    # Ctrl-C and a scheduler's SIGTERM to the group are the parent's to handle (rlrm/engine/executor/rank_procs.py)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # the parent killed with -9 sends no stop: the ranks, and the model they hold, would stay for good
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     short_socket_folder()

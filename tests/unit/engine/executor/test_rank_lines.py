@@ -16,5 +16,6 @@ def test_a_rank_dead_during_training_points_to_the_resume():
     line = dead_rank_line(f"rank 1 on node vm died ({exit_text(-9)})", "train")
     assert line == (
         "actor rank 1 on node vm died (killed by SIGKILL) during train; the run stops here. "
-        "Its last checkpoint is intact: continue with `rlrm train --resume RUN_DIR`"
+        "Its checkpoints are intact: continue from the last with `rlrm train --resume RUN_DIR` (a run that wrote none "
+        "starts again)"
     )
