@@ -36,12 +36,14 @@ def check_canary_data(profile: Profile, test_examples: list) -> None:
     if guard.on_canary == "off":
         return
     examples = test_examples[: guard.canaries]
-    missing = [e.uid for e in examples if worked_solution(e) is None]
+    rule = profile.reward.rule
+    missing = [e.uid for e in examples if worked_solution(e, rule) is None]
     if len(examples) < guard.canaries or missing:
         have = f"{len(examples)} held-out problems" if len(examples) < guard.canaries else f"{missing[0]} has none"
+        ending = "a \\boxed{...} answer" if rule == "math" else "'#### N'"
         raise ConfigError(
             f"reward.guard.on_canary={guard.on_canary} needs the reference solutions of {guard.canaries} held-out "
-            f"problems (a worked solution ending in '#### N' in extra_info.solution or answer), but {have}; "
+            f"problems (a worked solution holding {ending} in extra_info.solution or answer), but {have}; "
             "set reward.guard.on_canary=off, or use data whose test split holds worked solutions"
         )
 
@@ -61,7 +63,7 @@ class Canaries:
         self.items: list[CanaryItem] = []
         self.samples: list[RewardSample] = []
         for k, example in enumerate(examples):
-            problem = problem_of(example, profile.rollout.max_new_tokens)
+            problem = problem_of(example, profile.rollout.max_new_tokens, profile.reward.rule)
             for name in (REFERENCE, *ATTACKS):
                 text = attack_named(name).make(problem)
                 self.items.append(CanaryItem(f"{name}#{k}", must_reward=name == REFERENCE))

@@ -35,7 +35,7 @@ from pathlib import Path
 from rlrm.engine.data.dataset import load_splits
 from rlrm.engine.models.tiny import resolve_model_path
 from rlrm.engine.rewards.agreement import model_score, verdict_threshold
-from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, problem_of
+from rlrm.engine.rewards.attack_kinds import BUILTIN, REFERENCES, Attack, answered, final, problem_of
 from rlrm.engine.rewards.base import RewardSample
 from rlrm.errors import ConfigError, DataError, RlrmError
 from rlrm.float32 import FLOAT32_MAX, fits_float32
@@ -202,11 +202,6 @@ class AuditResult:
 
 def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
     """The first `samples` problems of the test split, answered by every reference and attack."""
-    if profile.reward.rule != "gsm8k":
-        raise ConfigError(
-            f"the audit's references and attacks answer as GSM8K does (#### N), which reward.rule={profile.reward.rule} "
-            "does not read; audit a profile with reward.rule=gsm8k, or check single answers with `rlrm inspect reward`"
-        )
     _, test, _ = load_splits(profile.data)
     if not test:
         raise DataError("the profile's test split is empty: the audit needs held-out problems")
@@ -214,9 +209,11 @@ def plan_audit(profile, extra_attacks: list[Attack], samples: int) -> AuditPlan:
     if len(examples) < samples:
         notes.append(f"--samples {samples} asked, the test split holds {len(examples)}: auditing on {len(examples)}")
     max_tokens = profile.rollout.max_new_tokens
-    problems = [problem_of(e, max_tokens) for e in examples]
-    if any(p.solution == f"#### {p.answer}" for p in problems):
-        notes.append("the data holds no worked solutions for some problems: their reference is '#### N' alone")
+    problems = [problem_of(e, max_tokens, profile.reward.rule) for e in examples]
+    if any(p.solution == final(p, p.answer) for p in problems):
+        notes.append(
+            f"the data holds no worked solutions for some problems: their reference is '{final(problems[0], 'N')}' alone"
+        )
     tokenizer = load_tokenizer(resolve_model_path(profile.model.path))
     attacks = list(REFERENCES + BUILTIN) + list(extra_attacks)
     names, cut = [], {}

@@ -24,7 +24,6 @@ def test_the_math_rule_asks_for_a_box_unless_the_suffix_is_set():
     [
         ({"data": {"source": "math", "path": "d"}}, "set reward.rule=math"),
         ({"data": {"source": "math"}, "reward": {"rule": "math"}}, "data.source=math needs data.path"),
-        ({"reward": {"rule": "math", "guard": {"on_canary": "warn"}}}, "set reward.guard.on_canary=off"),
     ],
 )
 def test_what_a_math_profile_refuses(raw, message):

@@ -64,6 +64,40 @@ def test_no_attack_carries_the_rules_right_answer():
             assert right == name.startswith("reference"), (name, text)
 
 
+MATH_SOLUTION = "Half of $\\frac{2}{3}$ is $\\frac{2}{3} \\cdot \\frac{1}{2} = \\boxed{\\frac{1}{3}}$."
+
+
+def test_math_problems_are_answered_in_boxes():
+    from rlrm.engine.data.example import Example
+    from rlrm.engine.rewards.attack_kinds import problem_of
+
+    example = Example(
+        "math/test/0", [{"role": "user", "content": "q"}], "\\frac{1}{3}", "math", {"solution": MATH_SOLUTION}
+    )
+    problem = problem_of(example, 64, "math")
+    assert problem.solution == MATH_SOLUTION and problem.rule == "math"
+    r = made(problem)
+    assert r["reference-bare"] == "\\boxed{\\frac{1}{3}}" and r["format-only"] == "\\boxed{}"
+    assert r["truncated-working"] == "Half of $\\frac{2}{3}$ is $\\frac{2}{3} \\cdot \\frac{1}{2} ="
+    assert r["wrong-answer"].endswith("\\boxed{\\frac{1}{3}+1}")
+    assert r["repeated-wrong"] == "\\boxed{\\frac{1}{3}+1}\n\\boxed{\\frac{1}{3}+1}"
+    # a test split without worked solutions: the boxed answer alone is the reference
+    bare = problem_of(Example("m/1", [{"role": "user", "content": "q"}], "7", "math", {}), 64, "math")
+    assert bare.solution == "\\boxed{7}"
+
+
+def test_the_math_rule_rewards_its_references_and_no_attack():
+    from rlrm.engine import math_answer
+
+    answers = ["\\frac{1}{3}", "7", "0", "-3", "2\\sqrt{2}", "(1,2)", "x^2+1"]
+    problems = [Problem("q", a, f"so $\\boxed{{{a}}}$.", 512, "math") for a in answers]
+    problems.append(Problem("q", "\\frac{1}{3}", MATH_SOLUTION, 512, "math"))
+    for problem in problems:
+        for name, text in made(problem).items():
+            right = math_answer.compute_score(text, problem.answer) == 1.0
+            assert right == name.startswith("reference"), (problem.answer, name, text)
+
+
 def write(tmp_path, rows, name="mine.jsonl"):
     path = tmp_path / name
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
