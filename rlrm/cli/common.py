@@ -57,7 +57,21 @@ def path_error(exc: OSError) -> str | None:
     if exc.errno not in _PATH_FIXES or (exc.filename is None and exc.errno not in _UNNAMED):
         return None
     where = exc.filename if exc.filename is not None else "a write"
-    return f"{where}: {exc.strerror}; {_PATH_FIXES[exc.errno]}"
+    fix = _PATH_FIXES[exc.errno]
+    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None and _unreadable(exc.filename):
+        fix = "this user cannot read it: check its permissions, or give a path you can read"  # not a write at all
+    return f"{where}: {exc.strerror}; {fix}"
+
+
+def _unreadable(path) -> bool:
+    """Whether `path` is there and this user may not read it (or may not look into its folder)."""
+    try:
+        Path(path).stat()
+    except PermissionError:
+        return True
+    except OSError:
+        return False  # not there: a file to be made
+    return not os.access(path, os.R_OK)
 
 
 def console():

@@ -10,6 +10,7 @@ Shared by the engine's in-process rollout and the embedded server; errors are on
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from rlrm.errors import ModelError, clipped
@@ -38,7 +39,19 @@ def check_model_folder(path: str, setting: str) -> None:
     a Mistral-format params.json): before anything loads, where the tokenizer's own error would be cut short. A
     folder only a tokenizer is read from (a served model's name) is not checked here."""
     local = Path(path).expanduser()
-    if local.is_dir() and not any((local / name).is_file() for name in ("config.json", "params.json")):
+    try:
+        found = local.is_dir() and any((local / name).is_file() for name in ("config.json", "params.json"))
+    except PermissionError:  # a folder this user cannot enter (another user's, mode 0700)
+        raise ModelError(
+            f"{setting} {clipped(repr(path))} cannot be read by this user: check its permissions"
+        ) from None
+    unreadable = [f.name for f in local.iterdir() if f.is_file() and not os.access(f, os.R_OK)] if found else []
+    if unreadable:  # safetensors says "No such file or directory" of a file it may not open
+        raise ModelError(
+            f"{setting} {clipped(repr(path))}: this user cannot read {unreadable[0]} in it"
+            f"{f' (and {len(unreadable) - 1} more)' if len(unreadable) > 1 else ''}: check its permissions"
+        )
+    if local.is_dir() and not found:
         raise ModelError(
             f"{setting} {clipped(repr(path))} is a folder but not a model (no config.json in it); give the folder "
             "save_pretrained wrote, a hub id (org/name) or tiny:NAME"

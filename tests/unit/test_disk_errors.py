@@ -205,3 +205,35 @@ def test_files_written_beside_and_renamed_leave_no_half_copy_on_a_full_disk(tmp_
         check_run_contract(tmp_path, Contract(), False, 0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
     assert metrics.read_text() == rows  # as it was
+
+
+def test_a_pairs_file_already_there_is_not_written_again(tmp_path, monkeypatch):
+    # `rlrm models prepare` on a read-only (or another user's) cache that holds everything failed on its temporary
+    # pairs file: "Permission denied; choose a folder you can write to"
+    from rlrm.engine.models import pairs_file
+
+    path = pairs_file.write_pairs_file(tmp_path)
+    written = path.read_bytes()
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "write_text", refused)
+    assert pairs_file.write_pairs_file(tmp_path) == path and path.read_bytes() == written
+    monkeypatch.undo()  # a file of another recipe's pairs is written again
+    path.write_text("an older recipe's pairs\n")
+    assert pairs_file.write_pairs_file(tmp_path).read_bytes() == written
+
+
+def test_a_file_this_user_cannot_read_is_not_blamed_on_writing(tmp_path, monkeypatch):
+    # another user's 0600 profile or 0700 model folder read "choose a folder you can write to": rlrm writes nothing
+    # there. Root reads anything, so the permission bits are stood in for.
+    import rlrm.cli.common as common
+
+    theirs = tmp_path / "theirs.yaml"
+    theirs.write_text("a: 1")
+    monkeypatch.setattr(common.os, "access", lambda p, mode: Path(p) != theirs)
+    refused = PermissionError(errno.EACCES, "Permission denied", str(theirs))
+    assert path_error(refused).endswith("this user cannot read it: check its permissions, or give a path you can read")
+    new = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "new" / "metrics.jsonl"))
+    assert path_error(new).endswith("choose a folder you can write to")  # a file to be made: a write it was

@@ -58,11 +58,14 @@ def synthetic_pairs(seed: int = 0, count: int = PAIRS) -> list[dict]:
 def write_pairs_file(cache_dir: Path, seed: int = 0) -> Path:
     """Write (atomically) and return the pairs file next to the tiny models."""
     path = pairs_path(cache_dir, seed)
+    text = "".join(json.dumps(r) + "\n" for r in synthetic_pairs(seed))
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return path  # written before: nothing to write (a read-only or another user's cache serves it)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with writing_to(path):
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in synthetic_pairs(seed)))
+            tmp.write_text(text)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

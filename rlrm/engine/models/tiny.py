@@ -105,7 +105,8 @@ def prepare_tiny(
             out[name] = final
             continue
         # One builder at a time; later callers wait, then find the finished folder.
-        with FileLock(str(root / f".{name}.lock")):
+        # a lock per build, which every user of a shared cache may take (filelock leaves it, with its maker's mode)
+        with FileLock(str(root / f".{final.name}.lock"), mode=0o666):
             for stale in root.glob(f".{final.name}.tmp-*"):  # left by a build that was killed (the lock is ours)
                 shutil.rmtree(stale, ignore_errors=True)
             if force or not (final / "meta.json").is_file():

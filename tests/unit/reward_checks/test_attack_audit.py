@@ -136,4 +136,3 @@ def test_audit_json_holds_null_for_an_inconclusive_attacks_rates(tmp_path):
     write_results(result, tmp_path)
     data = json.loads((tmp_path / "audit.json").read_text(), parse_constant=refuse)
     assert data["attacks"][0]["rate"] is None and data["references"][0]["rate"] == 1.0
-

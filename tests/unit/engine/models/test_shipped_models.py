@@ -103,6 +103,11 @@ def test_force_and_other_seeds_build_from_the_recipe(tmp_path, monkeypatch):
     assert built == [0, 1]
     assert [line.split(" tiny")[0] for line in lines] == ["copying shipped", "building", "building"]
     assert _meta(model_dir("policy", tmp_path, 0)) == {"seed": 0}
+    # a lock per build, that every user of a shared cache may take: one per model name, made 0644 by the first
+    # user, refused every other user's builds of that model (another seed, the next recipe version)
+    lock = tmp_path / f".{model_dir('policy', tmp_path, 1).name}.lock"
+    assert lock.is_file() and lock.stat().st_mode & 0o666 == 0o666
+    assert not (tmp_path / ".policy.lock").exists()
 
 
 def test_shipped_builds_meet_the_recipes_bars():

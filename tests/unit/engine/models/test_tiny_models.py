@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,6 +90,18 @@ def test_resolve_model_path(tmp_path):
         check_model_folder(str(tmp_path), "model.path")  # where a model is loaded from it
     (tmp_path / "config.json").write_text("{}")
     check_model_folder(str(tmp_path), "model.path")
+
+
+def test_a_model_file_this_user_cannot_read_is_named(tmp_path, monkeypatch):
+    # another user's model.safetensors (0600): the run loaded, then stopped with "No such file or directory" of a
+    # file that is there. Root reads anything: the permission bits are stood in for.
+    import rlrm.inference.loading as loading
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"\0")
+    monkeypatch.setattr(loading.os, "access", lambda p, mode: Path(p).name != "model.safetensors")
+    with pytest.raises(ModelError, match=r"model.path '.*': this user cannot read model.safetensors in it"):
+        loading.check_model_folder(str(tmp_path), "model.path")
 
 
 @pytest.mark.parametrize("name", ["judge", "disrm"])
