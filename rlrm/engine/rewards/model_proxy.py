@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from rlrm.call_errors import CallError
 from rlrm.engine.rewards.ledger import CallLedger, current_ledger
 from rlrm.engine.rewards.metered import MeteredBalancer
+from rlrm.launch.common.no_proxy import direct_loopback
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 class ModelProxy:
     def __init__(self, metered: MeteredBalancer, timeout_s: float, host: str = "127.0.0.1"):
         self.metered, self.timeout_s, self.host = metered, timeout_s, host
+        # the function's client (requests, httpx, the openai SDK) reads NO_PROXY: the address handed out is loopback,
+        # which a shell's HTTP_PROXY would catch; worker processes started after this inherit it
+        direct_loopback(os.environ)
         self._runner: web.AppRunner | None = None
         self._free: list[int] = []
         self._ledgers: dict[int, CallLedger] = {}  # port -> the ledger of the sample holding it

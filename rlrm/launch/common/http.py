@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlrm.call_errors import RequestTimeout, TransientError
+from rlrm.launch.common.no_proxy import proxy_for
 
 if TYPE_CHECKING:
     import aiohttp
@@ -68,7 +69,8 @@ class Sessions:
         import aiohttp
 
         if self._pooled is None:
-            self._pooled = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+            self._pooled = aiohttp.ClientSession(connector=connector)
         return self._pooled
 
     async def send(self, method: str, url: str, **kwargs: Any) -> Reply:
@@ -101,7 +103,8 @@ class Sessions:
 
 
 async def _read(client: aiohttp.ClientSession, method: str, url: str, kwargs: dict[str, Any]) -> Reply:
-    async with client.request(method, url, **kwargs) as resp:
+    # a hosted judge through the shell's HTTP proxy, as the user's other tools reach it; rlrm's own servers direct
+    async with client.request(method, url, proxy=proxy_for(url), **kwargs) as resp:
         return Reply(resp.status, await resp.read(), resp.headers, resp.content_type)
 
 

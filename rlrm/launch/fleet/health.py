@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from rlrm.launch.common import progress
+from rlrm.launch.common.no_proxy import proxy_for
 from rlrm.launch.common.roles import Role
 from rlrm.launch.fleet.backends import Backend, Probe, backend_for
 from rlrm.launch.fleet.process import ServerStartError
@@ -134,7 +135,7 @@ async def _probe(
         ready = await _ready(session, url, timeout, section, model)
         if ready is not None:
             return ready
-        async with session.post(url + path, json=body, timeout=timeout) as resp:
+        async with session.post(url + path, json=body, timeout=timeout, proxy=proxy_for(url)) as resp:
             status, text = resp.status, await resp.text()
     except asyncio.TimeoutError:
         return f"no answer in {timeout_s:g} s", False
@@ -163,7 +164,8 @@ async def _served_models(session, url: str, timeout_s: float) -> list[dict]:
     """The `data` list of GET /v1/models (each entry a served model: `id`, and `role` on rlrm's own server)."""
     import aiohttp
 
-    async with session.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with session.get(url + "/v1/models", timeout=timeout, proxy=proxy_for(url)) as resp:
         resp.raise_for_status()
         return list((await resp.json(content_type=None)).get("data", []))
 
@@ -204,12 +206,12 @@ async def _ready(session, url: str, timeout, section: str, model: str | None = N
     """None when the server says it is ready: `/health` answers 200, or, on an OpenAI-compatible API that has no
     `/health` (404), `GET /v1/models` answers 200 with the bearer key and lists `model` (when given). A 401/403/404
     there, or a list without the model, is final."""
-    async with session.get(url + "/health", timeout=timeout) as resp:
+    async with session.get(url + "/health", timeout=timeout, proxy=proxy_for(url)) as resp:
         if resp.status == 200:
             return None
         if resp.status != 404:
             return f"GET /health answered {_status(resp.status)}", False
-    async with session.get(url + "/v1/models", timeout=timeout) as resp:
+    async with session.get(url + "/v1/models", timeout=timeout, proxy=proxy_for(url)) as resp:
         status, text = resp.status, await resp.text()
     if status == 200:
         return _unlisted(text, model, section)

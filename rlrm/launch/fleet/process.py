@@ -21,6 +21,7 @@ from pathlib import Path
 from rlrm.call_errors import TransientError
 from rlrm.errors import RlrmError, require_extra
 from rlrm.launch.common import http
+from rlrm.launch.common.no_proxy import direct_loopback
 from rlrm.launch.common.ports import free_port, port_taken
 
 
@@ -43,6 +44,7 @@ _KEY_FLAGS = ("--api-key", "--api_key")
 _MASK = "<key hidden>"
 # lines that only point at another error (vLLM's front end after its engine core failed)
 _RELAYS = ("See root cause above", "Engine core initialization failed", "EngineDeadError", "EngineCore encountered")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour and style codes
 
 
 def cause_line(text: str) -> str | None:
@@ -205,6 +207,7 @@ class ServerProcess:
             prefix = f"{_LOG_PREFIX}{os.getpid()}-"  # the launcher's pid: sweep_dead_logs tells a dead run's logs
             self._log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)
         env = {**os.environ, **(self.env or {})}
+        direct_loopback(env)  # a router's health checks of its 127.0.0.1 replicas went to the shell's HTTP_PROXY
         guard = self.die_with_parent and sys.platform == "linux"
         self.proc = subprocess.Popen(
             [sys.executable, _GUARD, str(os.getpid()), *self.argv] if guard else self.argv,
@@ -313,7 +316,7 @@ class ServerProcess:
         """The server's output so far, with any key it printed hidden: a tail of it goes into error lines."""
         if self._log is None:
             return ""
-        text = Path(self._log.name).read_text(errors="replace")
+        text = _ANSI.sub("", Path(self._log.name).read_text(errors="replace"))  # a Rust router colours its log
         for secret in self._secrets:
             text = text.replace(secret, _MASK)
         return _KEY_FIELD.sub(lambda m: (m.group(1) or m.group(3)) + _MASK, text)

@@ -41,3 +41,11 @@ def test_keys_under_any_name_a_log_gives_them_are_hidden(tmp_path):
     )
     for secret in ("sk-env-1111", "tok-2222", "adm-3333", "hf_4444", "xk-5555", "sk-bearer-6666", "pw-7777"):
         assert secret not in text, text
+
+
+def test_a_routers_colours_are_not_pasted_into_error_lines(tmp_path):
+    # the SGLang router colours its log: "not healthy after 180 s; its log ends: \x1b[2m2026-... \x1b[31mERROR\x1b[0m"
+    text = _tail_of(
+        tmp_path, "\x1b[2m2026-11-30 06:38:24\x1b[0m \x1b[31mERROR\x1b[0m request failed with server error\n"
+    )
+    assert text == "2026-11-30 06:38:24 ERROR request failed with server error\n"

@@ -1,0 +1,50 @@
+"""Loopback traffic never goes through the shell's HTTP proxy; other hosts do, as the user's other tools send them.
+
+Corporate and cluster shells set HTTP_PROXY / HTTPS_PROXY / ALL_PROXY, often to a proxy that cannot reach back to this
+machine, and many leave 127.0.0.1 out of NO_PROXY. The clients that read them (requests, httpx, the openai SDK, the
+SGLang router) then send a call to a server on 127.0.0.1 to the proxy. rlrm hands out and serves loopback addresses
+(its servers, the router, the address a custom reward calls), so it adds loopback to NO_PROXY in its own process and
+in every process it launches; its own aiohttp requests take the proxy per request, never for loopback, whatever the
+environment says later.
+
+    direct_loopback(os.environ)          # in place; what was in NO_PROXY is kept
+    session.get(url, proxy=proxy_for(url))
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import MutableMapping
+from urllib.parse import urlsplit
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_KEYS = ("NO_PROXY", "no_proxy")
+
+
+def direct_loopback(env: MutableMapping[str, str]) -> None:
+    """Add loopback to `env`'s NO_PROXY and no_proxy (both: clients read one or the other), keeping their entries."""
+    have: list[str] = []
+    for key in _KEYS:
+        for host in (env.get(key) or "").split(","):
+            if host.strip() and host.strip() not in have:
+                have.append(host.strip())
+    if "*" in have:
+        return  # every host is direct already
+    merged = ",".join(have + [host for host in LOOPBACK if host not in have])
+    for key in _KEYS:
+        if env.get(key) != merged:
+            env[key] = merged
+
+
+def proxy_for(url: str) -> str | None:
+    """The HTTP proxy the shell's variables name for `url`, or None: always None for a loopback host, for a host
+    NO_PROXY lists, and for a proxy aiohttp cannot speak to (socks)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if host is None or host in LOOPBACK or host.startswith("127."):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    if urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]  # not in typeshed
+        return None
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    return proxy if proxy and urlsplit(proxy).scheme in ("http", "https") else None
