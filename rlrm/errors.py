@@ -64,14 +64,21 @@ def out_of_memory_named(phase: str, lower: str):
     try:
         yield
     except Exception as exc:
-        if type(exc).__name__ != "OutOfMemoryError":  # torch.OutOfMemoryError (torch.cuda.OutOfMemoryError)
-            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-        said = first.split(". ")[0]
-        raise OutOfDeviceMemory(
-            f"out of GPU memory {phase} ({said}): lower {lower}; the step was not committed"
-        ) from None
+        if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError (torch.cuda.OutOfMemoryError)
+            said = first.split(". ")[0]
+            raise OutOfDeviceMemory(
+                f"out of GPU memory {phase} ({said}): lower {lower}; the step was not committed"
+            ) from None
+        if isinstance(exc, MemoryError) or _CPU_ALLOCATOR_FAILED in str(exc):  # torch's CPU allocator: a RuntimeError
+            raise OutOfDeviceMemory(
+                f"out of memory (CPU) {phase}: lower {lower}, or raise the process's memory limit (ulimit -v, a "
+                "container's or a job's); the step was not committed"
+            ) from None
+        raise
 
+
+_CPU_ALLOCATOR_FAILED = "DefaultCPUAllocator: can't allocate memory"
 
 # what a failed write's torch or safetensors error says where the OSError it wraps is not kept: a full disk
 _WRITE_FAILED = (

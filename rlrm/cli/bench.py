@@ -61,8 +61,10 @@ def reward_latency(
     (in --out, default bench/reward-latency-<time>). --steps, --seed and --set apply to every run; the seed
     also seeds the latency draws."""
     from rlrm.allocator import use_one_malloc_arena
+    from rlrm.open_files import raise_open_files_limit
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
+    raise_open_files_limit()  # soft := hard, for this process and the servers it launches: see rlrm/open_files.py
     from rlrm.bench.reward_latency import RewardLatencyBench, short_run_warning
 
     with out_or_fresh(out, Path("bench"), "reward-latency") as folder:  # made now: two benches in one second

@@ -51,8 +51,10 @@ def train(
     checks the inputs as a run would (files, local actor ranks against the devices, Ray heads: exit 1 and one line
     if one fails; not trainer.device, so a GPU profile can be checked anywhere), and starts nothing."""
     from rlrm.allocator import use_one_malloc_arena
+    from rlrm.open_files import raise_open_files_limit
 
     use_one_malloc_arena()  # before any thread starts: see rlrm/allocator.py
+    raise_open_files_limit()  # soft := hard, for this process and the servers it launches: see rlrm/open_files.py
     from rlrm.config.loader import dump_profile, load_profile
     from rlrm.engine.checkpoint import checkpoint_step, list_checkpoints
     from rlrm.engine.run_checks import check_inputs

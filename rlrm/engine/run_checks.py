@@ -23,6 +23,7 @@ from rlrm.errors import ConfigError, clipped
 from rlrm.inference.loading import check_chat_template, check_model_folder, pick_device
 from rlrm.inference.weight_files import check_weights_dir
 from rlrm.launch.common.ray_head import check_ray_head
+from rlrm.open_files import open_files_limit, open_files_needed
 
 
 def check_inputs(profile: Profile) -> None:
@@ -32,6 +33,7 @@ def check_inputs(profile: Profile) -> None:
     custom reward function that does not import or cannot take verl's arguments, or a judge temperature the SGLang
     router in front of the judge refuses."""
     check_trackers(profile.logging)
+    check_open_files(profile)
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
     check_weights_dir(profile.rollout.server.weights_dir)
@@ -59,6 +61,25 @@ def check_inputs(profile: Profile) -> None:
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
     if local:  # synthetic settings that cannot make the splits, a bad row (hub data: checked when the run starts)
         check_canary_data(profile, load_splits(data)[1])
+
+
+def check_open_files(profile: Profile) -> None:
+    """ConfigError when the open-files limit (after `raise_open_files_limit`) is below what the reward requests in
+    flight may hold (rlrm/open_files.py): they failed as connection errors and were defaulted, the limit unnamed."""
+    reward = profile.reward
+    limit = open_files_limit()
+    if not reward.model_kind or limit is None:  # a rule or a function calling no model: no reward sockets
+        return
+    in_flight = min(reward.num_workers * reward.max_concurrency, profile.data.train_batch_size * profile.rollout.n)
+    if reward.limits.max_concurrent is not None:
+        in_flight = min(in_flight, reward.limits.max_concurrent)
+    need = open_files_needed(in_flight)
+    if limit < need:
+        raise ConfigError(
+            f"the open-files limit (ulimit -n) is {limit}, and up to {in_flight} reward requests in flight "
+            f"(reward.num_workers x reward.max_concurrency, at most a step's samples) may hold about {need} files: "
+            f"raise it (ulimit -n {need}, or the container's or job's nofile limit), or lower reward.max_concurrency"
+        )
 
 
 SGLANG_ROUTER_MAX_TEMPERATURE = 2.0  # sglang-router validates chat requests: temperature in [0, 2]

@@ -237,3 +237,21 @@ def test_a_file_this_user_cannot_read_is_not_blamed_on_writing(tmp_path, monkeyp
     assert path_error(refused).endswith("this user cannot read it: check its permissions, or give a path you can read")
     new = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "new" / "metrics.jsonl"))
     assert path_error(new).endswith("choose a folder you can write to")  # a file to be made: a write it was
+
+
+def test_the_cpu_out_of_memory_is_one_line_as_the_gpus_is():
+    # under `ulimit -v` (a job's memory limit) the update died in a 160-line traceback from inside transformers,
+    # where the same on a GPU names the setting to lower
+    from rlrm.errors import OutOfDeviceMemory, out_of_memory_named
+
+    cpu = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't allocate memory: you tried"
+    )
+    for failure in (cpu, MemoryError()):
+        with pytest.raises(
+            OutOfDeviceMemory, match=r"^out of memory \(CPU\) in the update: lower actor.micro_batch_size"
+        ):
+            with out_of_memory_named("in the update", "actor.micro_batch_size"):
+                raise failure
+    with pytest.raises(RuntimeError, match="shape mismatch"), out_of_memory_named("in the update", "x"):
+        raise RuntimeError("shape mismatch")  # a bug stays a bug

@@ -20,7 +20,9 @@ optimizer with torch.distributed.checkpoint (`write_shards`).
 
 from __future__ import annotations
 
+import math
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -131,6 +133,25 @@ def shards_dir(ckpt_dir: Path) -> Path:
     return Path(ckpt_dir) / "shards"
 
 
+SHM = Path("/dev/shm")
+
+
+def check_shm_room(model, shm: Path = SHM) -> None:
+    """ConfigError when /dev/shm cannot hold the policy's state: local ranks pass it through there (torch's shared
+    memory) at every weight sync, and a container's default 64 MB failed the first sync with torch's "unable to
+    allocate shared memory", naming neither the folder nor the fix."""
+    if not shm.is_dir():
+        return
+    need = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    free = shutil.disk_usage(shm).free
+    if free < need:
+        raise ConfigError(
+            f"{shm} has {free / 2**20:.0f} MiB free and the actor ranks pass the policy's {need / 2**20:.0f} MiB state "
+            f"through it at every weight sync: give it more (docker run --shm-size={math.ceil(2 * need / 2**30)}g) "
+            "or set actor.world_size=1"
+        )
+
+
 def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, device: str, model) -> RankGroupActor:
     """Start `actor.world_size` ranks (spawned here, or Ray actors) and return the actor that drives them.
 
@@ -150,6 +171,7 @@ def start_rank_group(profile: Profile, policy_path: str, ref_path: str | None, d
         ranks = RayRanks(spec, address=profile.actor.ray_address or profile.reward.ray_address)
     else:
         check_world_size(world, device, key="actor.world_size")
+        check_shm_room(model)
         ranks = RankProcesses(spec)
     ranks.start()
     where = ", ".join(f"rank {r} on {node}" for r, node in enumerate(ranks.nodes))

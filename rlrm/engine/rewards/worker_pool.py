@@ -127,7 +127,7 @@ class FunctionPool:
                 self._all.discard(worker)
                 dead.append(worker)
             if len(self._all) < self.processes:
-                worker = _Worker(self._ctx, self.path, self.name, self.tokenizer_path)
+                worker = self._spawn()
                 self._all.add(worker)
                 return worker, None, dead
             loop = asyncio.get_running_loop()
@@ -161,9 +161,24 @@ class FunctionPool:
                 if not waiter.done() and not loop.is_closed() and not self._closed:
                     woken = (loop, waiter)
             if woken is not None:
-                fresh = _Worker(self._ctx, self.path, self.name, self.tokenizer_path)
+                try:
+                    fresh = self._spawn()
+                except Exception as exc:  # noqa: BLE001 - the waiter gets the error: never left waiting for ever
+                    woken[0].call_soon_threadsafe(_refuse, woken[1], exc)
+                    return
                 self._all.add(fresh)
                 woken[0].call_soon_threadsafe(_hand_over, woken[1], fresh, self)
+
+    def _spawn(self) -> _Worker:
+        """A new worker process; a RuntimeError naming the limit when the system refuses one."""
+        try:
+            return _Worker(self._ctx, self.path, self.name, self.tokenizer_path)
+        except OSError as exc:
+            raise RuntimeError(
+                f"cannot start a worker process for {self.name}: {exc.strerror or exc} (a limit on processes or open "
+                "files, `ulimit -u` / `ulimit -n`, or a container's pids limit: raise it, or lower "
+                "reward.custom.processes)"
+            ) from exc
 
 
 def _hand_over(waiter: asyncio.Future, worker: _Worker, pool: FunctionPool) -> None:

@@ -18,11 +18,13 @@ callers): with 256 requests in flight, httpx's async pool took 2.1 s for 256 tri
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import time
 
 from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, TransientError, retry_after_s
 from rlrm.launch.common.http import Reply, Sessions
+from rlrm.launch.common.no_proxy import proxy_for
 from rlrm.launch.fleet.process import ServerStartError
 
 HUNG_AFTER = 2  # timeouts in a row, with no answer at all from the replica meanwhile, that take it out of rotation
@@ -123,6 +125,11 @@ class ReplicaBalancer:
             self._timed_out(url, sent_at, timeout_s)
             raise RequestTimeout(f"{url}{path} did not answer within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
+            if _out_of_files(exc):  # this process, not the replica: no retry helps, and the replica is not down
+                raise CallError(
+                    f"{url}{path}: this process has used up its open-files limit (ulimit -n {_open_files_limit()}): "
+                    "raise it, or lower reward.max_concurrency"
+                ) from None
             self._mark_down(url)
             raise TransientError(f"{url}{path}: {type(exc).__name__}: {exc}") from None
         finally:
@@ -141,10 +148,12 @@ class ReplicaBalancer:
         try:
             timeout = aiohttp.ClientTimeout(total=2.0)
             # with the key and headers every request carries: a gateway in front may refuse /health without them
-            async with self._sessions.pooled.get(url + "/health", headers=self.headers, timeout=timeout) as resp:
+            proxy = proxy_for(url)  # a hosted API: through the shell's proxy
+            session = self._sessions.pooled
+            async with session.get(url + "/health", headers=self.headers, timeout=timeout, proxy=proxy) as resp:
                 if resp.status != 404:
                     return resp.status == 200
-            async with self._sessions.pooled.get(url + "/v1/models", headers=self.headers, timeout=timeout) as resp:
+            async with session.get(url + "/v1/models", headers=self.headers, timeout=timeout, proxy=proxy) as resp:
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
@@ -221,3 +230,21 @@ def _message(text: str) -> str:
         return json.loads(text)["error"]["message"]
     except Exception:
         return text[:200]
+
+
+def _out_of_files(exc: BaseException) -> bool:
+    """Whether a client error is this process out of file descriptors (EMFILE, or the system's ENFILE)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _open_files_limit() -> str:
+    try:
+        import resource
+    except ImportError:
+        return "?"
+    return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])

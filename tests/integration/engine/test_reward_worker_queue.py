@@ -156,3 +156,32 @@ def test_a_worker_killed_while_idle_is_replaced_before_the_next_call(functions):
     finally:
         pool.close()
     assert pool.died == 0
+
+
+def test_a_waiter_whose_replacement_worker_cannot_start_gets_the_error(functions, monkeypatch):
+    # a call given up (its worker killed) hands its place to the next waiter by starting a fresh worker; when the
+    # system refused that process (a pids limit, `ulimit -n` reached) the waiter was already taken off the queue and
+    # waited for ever, its deadline held: the step hung
+    pool = FunctionPool(functions, "slow", processes=1)
+
+    async def main():
+        assert await pool.call((0.0,), {}) == 0.0  # the one worker, up
+        first = asyncio.ensure_future(pool.call((30.0,), {}))
+        await asyncio.sleep(0.3)
+        queued = asyncio.ensure_future(pool.call((0.0,), {}))
+        await asyncio.sleep(0.3)
+
+        def refused(*args):
+            raise OSError(11, "Resource temporarily unavailable")  # fork's EAGAIN under a pids limit
+
+        monkeypatch.setattr(worker_pool, "_Worker", refused)
+        first.cancel()  # the reward loop's timeout
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(RuntimeError, match=r"cannot start a worker process for slow: .*ulimit -u"):
+            await asyncio.wait_for(queued, 20)
+
+    try:
+        asyncio.run(main())
+    finally:
+        pool.close()

@@ -53,3 +53,23 @@ def test_more_local_ranks_than_cores_are_refused_before_anything_starts():
     with pytest.raises(ConfigError, match=rf"actor.world_size {too_many} on CPU needs a core per gloo rank"):
         check_inputs(profile)
     check_inputs(load_profile("tiny-rule", overrides=[f"actor.world_size={too_many}", "actor.ranks_on=ray"]))
+
+
+def test_a_dev_shm_too_small_for_the_policy_is_refused_before_the_ranks_start(tmp_path, monkeypatch):
+    # Docker's default 64 MB /dev/shm: the first weight sync failed with torch's "unable to allocate shared
+    # memory(shm) ... No space left on device", naming neither /dev/shm nor --shm-size
+    from collections import namedtuple
+
+    import torch
+
+    from rlrm.engine.actor import group
+    from rlrm.errors import ConfigError
+
+    model = torch.nn.Linear(1024, 1024)  # 4 MiB of float32 state
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(group.shutil, "disk_usage", lambda path: usage(2**30, 0, 2**20))
+    with pytest.raises(ConfigError, match=r"has 1 MiB free and the actor ranks pass the policy's 4 MiB state"):
+        group.check_shm_room(model, tmp_path)
+    monkeypatch.setattr(group.shutil, "disk_usage", lambda path: usage(2**30, 0, 2**23))
+    group.check_shm_room(model, tmp_path)  # 8 MiB: room
+    group.check_shm_room(model, tmp_path / "none")  # no /dev/shm (macOS): nothing to check
