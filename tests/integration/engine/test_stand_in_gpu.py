@@ -291,23 +291,29 @@ def test_the_agent_loop_runs_on_the_stand_in(tmp_path, tiny_tools_path):
     _assert_same_numbers(on_cpu, on_device)
 
 
-def test_the_gsm8k_profiles_settings_run_on_the_stand_in(tmp_path):
+def gsm8k_row(a: int) -> dict:
+    return {"question": f"Tom has {a} apples and buys {a + 2} more. How many?", "answer": f"...\n#### {2 * a + 2}"}
+
+
+def math_row(a: int) -> dict:
+    return {"problem": f"What is $\\frac{{{a}}}{{2}}$ doubled?", "solution": f"$\\boxed{{{a}}}$"}
+
+
+@pytest.mark.parametrize(("profile", "row"), [("gsm8k-rule", gsm8k_row), ("math-rule", math_row)])
+def test_the_gpu_profiles_settings_run_on_the_stand_in(tmp_path, profile, row):
     """gsm8k-rule ("for one GPU": bf16 mixed precision, KL to a reference, micro-batches of 16, 320 rows decoded
-    together) with the tiny policy and a few local GSM8K-format problems instead of the hub's, smaller."""
+    together), and math-rule (its MATH data and rule) with the tiny policy and a few local problems of the data's
+    shape instead of the hub's, smaller."""
     import json
 
-    data = tmp_path / "gsm8k"
+    data = tmp_path / "data"
     data.mkdir()
     for split in ("train", "test"):
-        rows = [
-            {"question": f"Tom has {a} apples and buys {a + 2} more. How many?", "answer": f"...\n#### {2 * a + 2}"}
-            for a in range(1, 9)
-        ]
-        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(row(a)) + "\n" for a in range(1, 9)))
     settings = [f"data.path={data}", "model.path=tiny:policy", "data.train_batch_size=4", "rollout.n=2"]
     settings += ["rollout.max_new_tokens=8", "actor.mini_batch_size=4", "actor.micro_batch_size=2"]
     settings += ["trainer.val_every=0", "trainer.save_every=0", "trainer.num_threads=1", "logging.console=none"]
-    run_dir = start_run(load_profile("gsm8k-rule", [*settings, "trainer.total_steps=2"]), tmp_path / "run")
+    run_dir = start_run(load_profile(profile, [*settings, "trainer.total_steps=2"]), tmp_path / "run")
     before = OPS[0]
     with stand_in_gpu():
         result = train(run_dir)
