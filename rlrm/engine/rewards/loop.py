@@ -292,7 +292,7 @@ class RewardLoop:
                     self._count_tokens(exc.extra)
             except Exception as exc:  # a user's function that raised: not retried, named in the message
                 error = CallError(
-                    f"reward function {self.name} raised {type(exc).__name__}: {exc} (sample {sample.uid}){_hint(exc)}"
+                    f"reward function {self.name} raised {type(exc).__name__}: {exc} (sample {sample.uid})"
                 )
             if not counted:
                 self._count_tokens(ledger.as_extra())
@@ -407,10 +407,3 @@ class RewardLoop:
             return RewardResult(self.cfg.default_score, {"reward_failed": True, "reward_error": str(error)})
         self.stats.dropped_samples += 1
         return None
-
-
-def _hint(exc: Exception) -> str:
-    """What to set for a failure a setting causes, where one does."""
-    if "daemonic processes are not allowed to have children" in str(exc):  # verl's timeout_limit, prime_math, ...
-        return "; a function that starts processes cannot in a worker process: set reward.custom.isolation=thread"
-    return ""

@@ -305,6 +305,8 @@ def _unpack(message: tuple) -> Any:
     if kind == "exit":
         raise FunctionExited(message[1])
     error_type, text = message[1], message[2]
+    if "daemonic processes are not allowed to have children" in text:  # verl's timeout_limit, prime_math, ...
+        text += "; a function that starts processes cannot in a worker process: set reward.custom.isolation=thread"
     cls = getattr(builtins, error_type, None)
     error = None
     if isinstance(cls, type) and issubclass(cls, Exception):

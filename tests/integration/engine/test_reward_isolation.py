@@ -48,6 +48,14 @@ def spins(data_source, solution_str, ground_truth, extra_info):
 
 async def async_echo(data_source, solution_str, ground_truth, extra_info):
     return 1.0
+
+def starts_a_process(data_source, solution_str, ground_truth, extra_info):
+    import multiprocessing  # as verl's timeout_limit (prime_math) runs its check
+
+    child = multiprocessing.get_context("spawn").Process(target=print)
+    child.start()
+    child.join()
+    return 1.0
 """
 
 
@@ -97,6 +105,7 @@ def test_a_call_runs_in_a_worker_and_the_worker_is_reused(functions):
 @pytest.mark.parametrize(
     "name, error, match",
     [
+        ("starts_a_process", AssertionError, "daemonic .* children; .* set reward.custom.isolation=thread$"),
         ("fails", ValueError, "no answer in 5"),
         ("quits", FunctionExited, "exit code 3"),
         ("dies", WorkerDied, "exit code 7"),

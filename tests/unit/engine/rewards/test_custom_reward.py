@@ -209,19 +209,6 @@ def test_a_reward_file_that_fails_to_import_leaves_no_module_behind(tmp_path):
     assert set(sys.modules) == before
 
 
-def test_a_function_that_cannot_start_its_processes_in_a_worker_is_told_what_to_set(tmp_path):
-    # verl's timeout_limit (prime_math) runs its check in a multiprocessing.Process: a worker process is a daemon,
-    # and every sample failed with "daemonic processes are not allowed to have children" (the message it raises)
-    path = write(
-        tmp_path,
-        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-        "    raise AssertionError('daemonic processes are not allowed to have children')\n",
-    )
-    cfg = RewardConfig(kind="custom", custom={"path": str(path), "isolation": "thread"}, on_failure="default")
-    result, _ = score(cfg)
-    assert result.extra["reward_error"].endswith("cannot in a worker process: set reward.custom.isolation=thread")
-
-
 def test_two_user_files_with_a_same_named_helper_beside_each_import_their_own(tmp_path):
     # a reward in rewards/ and a tool in tools/, each with its own helpers.py: the second got the first's cached
     # module; and the folders stay off sys.path once imported
