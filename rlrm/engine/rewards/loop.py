@@ -398,8 +398,9 @@ class RewardLoop:
         policy = self.cfg.on_failure
         if policy == "fail":
             tried = f"after {self.cfg.max_retries} retries" if error.retryable else "(not retried: a retry cannot help)"
+            named = f"sample {sample.uid}" in str(error)  # the function's own error names its sample already
             raise RewardError(
-                f"reward for sample {sample.uid} failed {tried}: {error}; "
+                f"reward{'' if named else f' for sample {sample.uid}'} failed {tried}: {error}; "
                 "set reward.on_failure=default or drop-group to go on"
             )
         if policy == "default":

@@ -195,8 +195,9 @@ def test_wrong_return_types_name_function_and_sample(value, needle):
     loop = RewardLoop(my_compute_score, cfg(on_failure="fail"))
     with pytest.raises(RewardError, match="my_compute_score"):
         run(loop.score(sample()))
-    with pytest.raises(RewardError, match=needle):
+    with pytest.raises(RewardError, match=needle) as failed:
         run(RewardLoop(my_compute_score, cfg(on_failure="fail")).score(sample()))
+    assert str(failed.value).count(sample().uid) == 1  # the sample named once, not by the loop and the error both
 
 
 def test_raising_function_and_nan_are_failures_not_zeros():
