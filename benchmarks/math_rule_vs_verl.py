@@ -2,11 +2,11 @@
 
     python benchmarks/math_rule_vs_verl.py --verl PATH/verl/utils/reward_score/math_reward.py
 
-verl's file is the user's copy (not shipped with rlrm): it needs nothing but Python. Every pair of 54 answer spellings
+verl's file is the user's copy (not shipped with rlrm): it needs nothing but Python. Every pair of 56 answer spellings
 (fractions written five ways, roots, intervals, units, degrees, percents, `x =`, matrices, text answers, ...) is
-scored as a response in each of 7 shapes (a sentence, a bare box, two boxes, `\\boxed 5`, `\\fbox`, no box) against
-each spelling as the ground truth, by both rules. Prints how many scores are equal and the pairs that differ, grouped
-by why.
+scored as a response in each of 8 shapes (a sentence, a bare box, two boxes, `\\boxed 5`, `\\fbox`, no box, a
+`\\boxed 0` before the box) against each spelling as the ground truth, by both rules. Prints how many scores are
+equal and the pairs that differ, grouped by why.
 """
 
 from __future__ import annotations
@@ -27,14 +27,17 @@ ANSWERS = [
     "\\frac{\\sqrt{3}}{2}", "1,\\!000", "1000", "1{,}000", "\\infty", "x^2+1", "x^2 + 1", "\\{1,2\\}", "\\text{(A)}",
     "A", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "y=2x+1", "2x+1", "0.25", "\\frac14", "\\frac{2}{4}", "1.0", "1",
     "\\frac{1}{2}\\text{ m}", "-\\frac{1}{2}", "\\frac{-1}{2}", "\\text{Monday}", "Monday", "5\\text{ and }6",
+    "2\\text{ m by }3\\text{ m}", "2\\text{ m by }7\\text{ m}",
 ]  # fmt: skip
 SHAPES = [
     "The answer is $\\boxed{%s}$.", "\\boxed{%s}", "so \\boxed{%s}", "$\\boxed %s$", "\\fbox{%s}",
-    "first \\boxed{0} then \\boxed{%s}", "%s",
+    "first \\boxed{0} then \\boxed{%s}", "%s", "$\\boxed 0$, then \\boxed{%s}",
 ]  # fmt: skip
 
 
 def _why(response: str, truth: str) -> str:
+    if response.startswith("$\\boxed 0$, then"):
+        return "the last box is the answer (verl takes a \\boxed 0 anywhere over a later \\boxed{...})"
     if "\\fbox" in response:
         return "an \\fbox answer (verl finds it, then scores 0)"
     if "\\sqrt " in response or "\\sqrt " in truth:

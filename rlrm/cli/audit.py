@@ -69,7 +69,8 @@ def reward(
     answer with plausible working; several answers; injections aimed at the judge; the question echoed; every
     number 0-200; the longest response the policy can give) and your --attacks through the profile's reward
     (default tiny-disrm) as training calls it, one per held-out prompt, and print per attack the rewarded rate
-    with a 95% Wilson interval and the mean score, beside the reference solutions (worked, and '#### N' alone).
+    with a 95% Wilson interval and the mean score, beside the reference solutions (worked, and the final answer
+    alone: '#### N', or '\\boxed{N}' with reward.rule=math).
     A response is rewarded when its score is at least the threshold: --threshold, else reward.agreement_threshold,
     else 0 for a DisRM's logit (sigmoid 0.5), 0.5 for a GenRM's normalised verdict and a custom function, halfway
     between reward.score and reward.format_score for the rule; a composite is judged by its model part. A sample

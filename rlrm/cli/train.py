@@ -190,16 +190,20 @@ def _terminated(signum, frame) -> None:
     raise _Terminated()
 
 
+_NOT_TAKEN = object()  # not in the main thread: SIGTERM left as it was
+
+
 def _take_sigterm():
-    """SIGTERM raises `_Terminated` from here on (the main thread only: signals are taken there); what it did."""
+    """SIGTERM raises `_Terminated` from here on (the main thread only: signals are taken there); what it did
+    (None: a handler set from C, put back as the default)."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return _NOT_TAKEN
     return signal.signal(signal.SIGTERM, _terminated)
 
 
 def _give_back_sigterm(before) -> None:
-    if before is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, before)
+    if before is not _NOT_TAKEN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
 
 
 def _name(interrupt: KeyboardInterrupt) -> str:

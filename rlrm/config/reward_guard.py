@@ -42,7 +42,7 @@ class GuardConfig(Section):
         "the batch and its statistics. A flip (a reference not rewarded, an attack rewarded) or a mean score drift "
         "from the first check above max_canary_drift: warn (a line, guard/canary_flips and guard/canary_drift in "
         "metrics.jsonl), stop (also end the run before the next update, naming the canaries), or off. Needs held-out "
-        "data with worked solutions ('#### N' at the end).",
+        "data with worked solutions ('#### N' at the end; with reward.rule=math a \\boxed{...} answer).",
     )
     canary_every: int = Field(10, ge=1, description="Steps between canary checks (the first is before step 1).")
     canaries: int = Field(

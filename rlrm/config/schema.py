@@ -443,6 +443,15 @@ class Profile(Section):
             )
         if reward.rule == "math" and "prompt_suffix" not in data.model_fields_set:
             data.prompt_suffix = MATH_PROMPT_SUFFIX  # the instruction the rule reads: the answer in \boxed{}
+        # a saved profile (config.yaml, `profiles show`) holds the other rule's instruction: every answer unread
+        asks = {PROMPT_SUFFIX: "gsm8k", MATH_PROMPT_SUFFIX: "math"}.get(data.prompt_suffix)
+        if asks is not None and asks != reward.rule:
+            wanted = MATH_PROMPT_SUFFIX if reward.rule == "math" else PROMPT_SUFFIX
+            raise ValueError(
+                f"data.prompt_suffix asks for the answer as reward.rule={asks} reads it, but reward.rule={reward.rule}: "
+                f"no answer would be read; remove data.prompt_suffix from the profile, or set it to an instruction "
+                f"for the {reward.rule} rule ({wanted!r})"
+            )
         return self
 
     @model_validator(mode="after")

@@ -9,10 +9,10 @@ degrees, `\\%` and a trailing `\\text{ unit}` removed; `\\tfrac`/`\\dfrac` read 
 `\\frac12` as `\\frac{1}{2}`, `a/b` of two integers as `\\frac{a}{b}`, `0.5` as `\\frac{1}{2}`, `\\sqrt2` as
 `\\sqrt{2}` (`\\sqrt23` as `\\sqrt{2}3`, as LaTeX reads it), `.5` as `0.5`, `x = 3` as `3`. Nothing is
 evaluated: `\\frac{2}{4}` and `\\frac{1}{2}`, `0.25` and `\\frac14` are different answers here, as they are in
-verl's rule, so numbers compare with a verl run's. Two departures, both to what LaTeX means: an `\\fbox{...}` answer
-counts (verl finds it, then scores it 0), and `\\sqrt 2` is `\\sqrt{2}`. Measured against verl's own
-`math_reward.compute_score` (its main of 2026-11) on 20,412 (response, ground truth) pairs of 54 answer spellings in
-7 response shapes: 20,284 scores equal, the other 128 exactly these two departures.
+verl's rule, so numbers compare with a verl run's. Three departures: an `\\fbox{...}` answer counts (verl finds it,
+then scores it 0), `\\sqrt 2` is `\\sqrt{2}` (as LaTeX reads it), and the last box is the answer whatever its form
+(verl takes a `\\boxed 5` anywhere over a later `\\boxed{6}`). Measured with benchmarks/math_rule_vs_verl.py against
+verl's own `math_reward.compute_score`: docs/benchmarks.md ("The MATH rule against verl's").
 """
 
 from __future__ import annotations
@@ -54,10 +54,13 @@ def extract_solution(solution_str: str) -> str | None:
 
 
 def is_equiv(answer: str | None, truth: str | None) -> bool:
-    """Whether two answers are the same after normalisation (`normalize`)."""
+    """Whether two answers are the same after normalisation (`normalize`); as written, where one cannot be."""
     if answer is None or truth is None:
         return answer is None and truth is None
-    return normalize(answer) == normalize(truth)
+    try:
+        return normalize(answer) == normalize(truth)
+    except _Unreadable:
+        return answer == truth
 
 
 def compute_score(solution_str: str, ground_truth: str, format_score: float = 0.0, score: float = 1.0) -> float:
@@ -102,11 +105,17 @@ def normalize(answer: str) -> str:
     return _slash_as_frac(text)
 
 
+class _Unreadable(ValueError):
+    """An answer `normalize` cannot read: compared as written (verl's rule does so where its asserts fail)."""
+
+
 def _without_unit(text: str) -> str:
-    """`10\\text{ cm}` -> `10`: a trailing `\\text{ ...}` that starts with a space is a unit."""
-    if "\\text{ " in text:
-        return text.split("\\text{ ")[0]
-    return text
+    """`10\\text{ cm}` -> `10`: a trailing `\\text{ ...}` that starts with a space is a unit; two of them (`2\\text{ m
+    by }3\\text{ m}`) are no unit but words, and the answer is compared as written."""
+    parts = text.split("\\text{ ")
+    if len(parts) > 2:
+        raise _Unreadable(text)
+    return parts[0]
 
 
 def _braced_fracs(text: str) -> str:

@@ -73,7 +73,9 @@ def check_open_files(profile: Profile) -> None:
     in_flight = min(reward.num_workers * reward.max_concurrency, profile.data.train_batch_size * profile.rollout.n)
     if reward.limits.max_concurrent is not None:
         in_flight = min(in_flight, reward.limits.max_concurrent)
-    need = open_files_needed(in_flight)
+    # the SGLang router in front of launched judges holds two sockets a request (reward.server.router auto or sglang)
+    routed = reward.server.router != "client" and reward.model_kind == "genrm" and not reward.server.addresses
+    need = open_files_needed(in_flight, routed)
     if limit < need:
         raise ConfigError(
             f"the open-files limit (ulimit -n) is {limit}, and up to {in_flight} reward requests in flight "

@@ -41,11 +41,11 @@ def check_model_folder(path: str, setting: str) -> None:
     local = Path(path).expanduser()
     try:
         found = local.is_dir() and any((local / name).is_file() for name in ("config.json", "params.json"))
-    except PermissionError:  # a folder this user cannot enter (another user's, mode 0700)
+        unreadable = [f.name for f in local.iterdir() if f.is_file() and not os.access(f, os.R_OK)] if found else []
+    except PermissionError:  # a folder this user cannot enter or list (another user's, mode 0700 or 0311)
         raise ModelError(
             f"{setting} {clipped(repr(path))} cannot be read by this user: check its permissions"
         ) from None
-    unreadable = [f.name for f in local.iterdir() if f.is_file() and not os.access(f, os.R_OK)] if found else []
     if unreadable:  # safetensors says "No such file or directory" of a file it may not open
         raise ModelError(
             f"{setting} {clipped(repr(path))}: this user cannot read {unreadable[0]} in it"

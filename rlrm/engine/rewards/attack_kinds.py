@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from rlrm.engine import math_answer
 from rlrm.engine.rewards.base import RewardSample
 
 NUMBER_DUMP_MAX = 200
@@ -110,7 +111,9 @@ def _other_width(answer: str, keep: str) -> str:
     one-digit answer, one added ("7" -> "77" / "17", "0" -> "10"): never the answer, always another number of digits."""
     digits = answer.lstrip("-")
     if not digits.isdigit():  # a text answer: one character fewer (`\\frac{1}{2` is no answer), or doubled
-        return (answer[:-1] if keep == "first" else answer[1:]) if len(answer) > 1 else answer + answer
+        near = (answer[:-1] if keep == "first" else answer[1:]) if len(answer) > 1 else answer + answer
+        # one that still reads as the answer (`.5` for 0.5, `=3` for k=3) is no near miss: a digit added instead
+        return answer + "1" if math_answer.is_equiv(near, answer) else near
     if len(digits) > 1:
         return digits[:-1] if keep == "first" else digits[1:].lstrip("0") or "0"
     if keep == "last":

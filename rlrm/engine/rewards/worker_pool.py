@@ -164,7 +164,13 @@ class FunctionPool:
                 try:
                     fresh = self._spawn()
                 except Exception as exc:  # noqa: BLE001 - the waiter gets the error: never left waiting for ever
-                    woken[0].call_soon_threadsafe(_refuse, woken[1], exc)
+                    refused = [woken]
+                    if not self._all:  # no worker left to hand back: every waiter would wait for ever
+                        refused += list(self._waiters)
+                        self._waiters.clear()
+                    for loop, waiter in refused:
+                        if not loop.is_closed():
+                            loop.call_soon_threadsafe(_refuse, waiter, exc)
                     return
                 self._all.add(fresh)
                 woken[0].call_soon_threadsafe(_hand_over, woken[1], fresh, self)

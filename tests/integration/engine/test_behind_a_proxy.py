@@ -1,8 +1,8 @@
 """A shell whose HTTP_PROXY / HTTPS_PROXY / ALL_PROXY name a proxy that cannot reach back to this machine, NO_PROXY
 empty (corporate and cluster machines): rlrm's loopback traffic stays direct, in its own process, in the processes it
 launches (the SGLang router's health checks of its replica) and in the clients a custom reward calls its
-`reward_router_address` with (requests, httpx, the openai SDK), while a hosted judge goes through the proxy, as the
-user's other tools do. Before: the router never became ready (its checks went to the proxy: the run waited 180 s),
+`reward_router_address` with (requests, httpx, the openai SDK), while a hosted judge (an https host name) goes
+through the proxy, as the user's other tools do. Before: the router never became ready (its checks went to the proxy: the run waited 180 s),
 every custom reward call was the proxy's 502 ("Fix the reward function"), and a hosted judge reachable only through
 the proxy was never reached."""
 
@@ -65,7 +65,7 @@ def test_the_reward_address_is_called_direct_by_the_clients_users_write(dead_pro
 
 def test_a_hosted_judge_is_reached_through_the_shells_proxy(dead_proxy):
     async def scenario():
-        balancer = ReplicaBalancer(["http://judge-api.example.test"], api_key=KEY)  # a name only the proxy resolves
+        balancer = ReplicaBalancer(["https://judge-api.example.test"], api_key=KEY)  # a name only the proxy resolves
         try:
             await balancer.post("/v1/chat/completions", {"model": "m", "messages": []}, timeout_s=10)
         except CallError:
@@ -74,7 +74,7 @@ def test_a_hosted_judge_is_reached_through_the_shells_proxy(dead_proxy):
             await balancer.close()
 
     asyncio.run(scenario())
-    assert dead_proxy.seen and dead_proxy.seen[0].startswith("POST http://judge-api.example.test/v1/chat/completions")
+    assert dead_proxy.seen and dead_proxy.seen[0].startswith("CONNECT judge-api.example.test:443")
 
 
 def test_the_router_checks_its_replica_direct(dead_proxy, tiny_genrm_server):

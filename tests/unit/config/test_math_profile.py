@@ -34,3 +34,21 @@ def test_what_a_math_profile_refuses(raw, message):
 def test_a_math_profile():
     profile = Profile.model_validate({"data": {"source": "math", "path": "d"}, "reward": {"rule": "math"}})
     assert profile.data.source == "math" and profile.reward.rule == "math"
+
+
+def test_a_saved_profile_whose_instruction_the_rule_cannot_read_is_refused(tmp_path):
+    # `rlrm profiles show tiny-rule > mine.yaml` (or a run's config.yaml) holds GSM8K's instruction: switched to the
+    # MATH rule it asked for `#### N`, which the rule never reads, and every reward was 0 without a word
+    from rlrm.config.loader import dump_profile, load_profile
+    from rlrm.errors import ConfigError
+
+    saved = tmp_path / "mine.yaml"
+    saved.write_text(dump_profile(load_profile("tiny-rule")))
+    with pytest.raises(ConfigError, match=r"data.prompt_suffix asks for the answer as reward.rule=gsm8k reads it, "
+                       r"but reward.rule=math: .*within \\\\boxed"):  # fmt: skip
+        load_profile(str(saved), ["reward.rule=math"])
+    math = load_profile("tiny-rule", ["reward.rule=math"])
+    assert load_profile(str(saved), ["reward.rule=math", f"data.prompt_suffix={MATH_PROMPT_SUFFIX}"]) == math
+    saved.write_text(dump_profile(math))
+    with pytest.raises(ConfigError, match="reward.rule=math reads it, but reward.rule=gsm8k"):
+        load_profile(str(saved), ["reward.rule=gsm8k"])

@@ -89,7 +89,7 @@ def test_math_problems_are_answered_in_boxes():
 def test_the_math_rule_rewards_its_references_and_no_attack():
     from rlrm.engine import math_answer
 
-    answers = ["\\frac{1}{3}", "7", "0", "-3", "2\\sqrt{2}", "(1,2)", "x^2+1"]
+    answers = ["\\frac{1}{3}", "7", "0", "-3", "2\\sqrt{2}", "(1,2)", "x^2+1", "0.5", "0.25", "k=3", "x = 7", "\\$5"]
     problems = [Problem("q", a, f"so $\\boxed{{{a}}}$.", 512, "math") for a in answers]
     problems.append(Problem("q", "\\frac{1}{3}", MATH_SOLUTION, 512, "math"))
     for problem in problems:

@@ -39,6 +39,9 @@ def test_rlrms_own_requests_take_the_proxy_for_other_hosts_only(monkeypatch):
     assert proxy_for("https://api.example.com/v1") == "http://proxy.corp:3128"
     for url in ("http://127.0.0.1:8000/health", "http://localhost:9/x", "http://[::1]:80/", "http://127.0.0.2:1/"):
         assert proxy_for(url) is None, url  # whatever NO_PROXY says
+    # rlrm's servers elsewhere (Ray replicas by node address, a cluster's judge) stay direct, as they always were
+    for url in ("http://10.0.3.7:8000/v1", "https://10.0.3.7:8443/v1", "http://judge-node-3:8000/v1"):
+        assert proxy_for(url) is None, url
     monkeypatch.setenv("no_proxy", ".example.com")
     assert proxy_for("https://api.example.com/v1") is None
     monkeypatch.setenv("no_proxy", "")
