@@ -9,7 +9,9 @@ The file runs as it is imported: name only files you trust (docs/security.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Iterator
@@ -56,3 +58,22 @@ def _beside(path: Path) -> Iterator[None]:
                 origin = getattr(sys.modules[name], "__file__", None) or ""
                 if origin and str(Path(origin).resolve()).startswith(folder + os.sep):
                     del sys.modules[name]
+
+
+def is_async(fn) -> bool:
+    """Whether calling `fn` gives a coroutine: an `async def`, also behind `functools.wraps` decorators and
+    `functools.partial`, or an object whose `__call__` is one (a function kept as `inspect.iscoroutinefunction`
+    judges it was called as a plain one, and its coroutine scored as a wrong return value)."""
+    seen = 0
+    while seen < 100:  # a chain of wrappers, partials and wrappers of partials
+        seen += 1
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        else:
+            break
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an instance's __call__, not whether it is callable
+    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)

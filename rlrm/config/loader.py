@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rlrm.config.foreign_keys import foreign_hint
 from rlrm.config.renamed_keys import migrate, migrate_overrides
 from rlrm.config.schema import Profile
 from rlrm.errors import ConfigError, clipped
@@ -229,7 +231,11 @@ def _parse_override(item: str) -> tuple[str, Any]:
     ):
         # Hydra's `{a:1,b:2}`: YAML wants a space after the colon and reads keys "a:1", "b:2" with no values
         value = {k.split(":", 1)[0].strip(): _scalar(_yaml_scalar(k.split(":", 1)[1].strip())) for k in value}
-    if text.strip().startswith(("'", '"')):
+    quoted = text.strip()
+    if len(quoted) >= 2 and quoted[0] == quoted[-1] == '"':
+        # as written, as Hydra keeps it: YAML's double quotes read `\b` in `\boxed{}` as a backspace
+        return key, re.sub(r'\\(["\\])', r"\1", quoted[1:-1])
+    if quoted.startswith(("'", '"')):
         return key, value  # quoted: text, as written (`trainer.run_name='0612'`)
     return key, _scalar(value)
 
@@ -262,7 +268,7 @@ def _check_key_path(key: str) -> None:
             raise ConfigError(f"override key {key!r}: {'.'.join(walked)} has no sub-keys")
         fields = model.model_fields
         if part not in fields:
-            raise ConfigError(_unknown_key_message(".".join(walked + [part]), part, list(fields)))
+            raise ConfigError(_unknown_key_message(".".join(walked + [part]), part, list(fields), full=key))
         walked.append(part)
         model = _submodel(fields[part].annotation)
 
@@ -290,7 +296,10 @@ def _check_unknown_keys(raw: Any, model: type[BaseModel], prefix: str) -> None:
             _check_unknown_keys(value, sub, prefix=f"{path}.")
 
 
-def _unknown_key_message(path: str, key: str, valid: list[str]) -> str:
+def _unknown_key_message(path: str, key: str, valid: list[str], full: str | None = None) -> str:
+    foreign = foreign_hint(full or path)  # another tool's name: its meaning, not a near spelling of another one
+    if foreign is not None:
+        return f"unknown key {path!r}: {foreign}"
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     parent = path.rpartition(".")[0]
     hint = f"; did you mean {(parent + '.' if parent else '') + near[0]!r}?" if near else ""

@@ -443,9 +443,12 @@ class Profile(Section):
             )
         if reward.rule == "math" and "prompt_suffix" not in data.model_fields_set:
             data.prompt_suffix = MATH_PROMPT_SUFFIX  # the instruction the rule reads: the answer in \boxed{}
-        # a saved profile (config.yaml, `profiles show`) holds the other rule's instruction: every answer unread
+        # a saved profile (config.yaml, `profiles show`) holds the other rule's instruction, and the rule is what
+        # trains: every reward 0. gsm8k's flexible method reads the last number, a boxed one too; a model reward or a
+        # function of the user's reads what it reads
         asks = {PROMPT_SUFFIX: "gsm8k", MATH_PROMPT_SUFFIX: "math"}.get(data.prompt_suffix)
-        if asks is not None and asks != reward.rule:
+        unread = asks is not None and asks != reward.rule and not (reward.rule == "gsm8k" and reward.method != "strict")
+        if unread and reward.kind in ("rule", "composite"):
             wanted = MATH_PROMPT_SUFFIX if reward.rule == "math" else PROMPT_SUFFIX
             raise ValueError(
                 f"data.prompt_suffix asks for the answer as reward.rule={asks} reads it, but reward.rule={reward.rule}: "

@@ -49,8 +49,10 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_solution(solution_str: str) -> str | None:
-    """The final answer in a response: its last box's content, or None when it has none."""
-    return last_boxed(solution_str)
+    """The final answer in a response: its last box's content, or None when it has none (an empty box is none: a
+    format without content, as GSM8K's bare `####` is)."""
+    answer = last_boxed(solution_str)
+    return answer if answer is not None and answer.strip() else None
 
 
 def is_equiv(answer: str | None, truth: str | None) -> bool:

@@ -30,7 +30,7 @@ from rlrm.reward_checks.lints import LintContext, run_lints
 from rlrm.reward_checks.recorder import Recorder
 
 RULE_NOTE = (
-    "reward.kind=rule has no reward model to inspect: shown instead is the answer the GSM8K rule extracts "
+    "reward.kind=rule has no reward model to inspect: shown instead is the answer the {rule} extracts "
     "from each response ({method}) and the score it gives"
 )
 
@@ -108,7 +108,8 @@ def inspect_reward(profile, samples: list[RewardSample], invariance=None) -> Ins
             gated = bool(result.extra.get("gated"))  # a composite gate's rule-wrong sample: the judge not asked
             record.update(details.genrm_detail(None if gated else recorder.last(sample.index), rm_tok, cfg, gated))
         records.append(record)
-    notes = {"rule": [RULE_NOTE.format(method=f"method {cfg.method}")], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
+    rule = ("MATH rule", "its last \\boxed{}") if cfg.rule == "math" else ("GSM8K rule", f"method {cfg.method}")
+    notes = {"rule": [RULE_NOTE.format(rule=rule[0], method=rule[1])], "custom": [CUSTOM_NOTE]}.get(cfg.kind, [])
     if kind == "genrm" and rm_tok is None and cfg.kind != "custom":
         notes = [*notes, HOSTED_NOTE.format(model=cfg.server.model)]
     findings = run_lints(records, LintContext(kind=kind or "rule", policy_tokenizer=policy_tok, rm_tokenizer=rm_tok))

@@ -74,7 +74,8 @@ def sample_rows(r: dict) -> list[tuple[str, str]]:
             ),
         ]
     if "extracted_answer" in r:
-        rows.append(("rule: extracted answer", f"{r['extracted_answer']!r} ({r['method']}) -> {r['rule_score']:g}"))
+        how = r.get("method", r.get("rule"))  # gsm8k's method, or the math rule (its last \boxed{})
+        rows.append(("rule: extracted answer", f"{r['extracted_answer']!r} ({how}) -> {r['rule_score']:g}"))
     if r.get("extra") and not any(k in r for k in ("rendered_text", "judge_prompt_text", "extracted_answer")):
         rows.append(("reward_extra_info", ", ".join(f"{k}={v}" for k, v in r["extra"].items())))
     if r.get("extra", {}).get("turn_scores"):

@@ -19,9 +19,7 @@ def encode_prompts(
     """
     ids_out, kept, dropped = [], [], 0
     for ex in examples:
-        ids = list(
-            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-        )
+        ids = _rendered(tokenizer, ex)
         if len(ids) > max_prompt_length:
             if policy == "error":
                 raise DataError(
@@ -42,9 +40,7 @@ def check_some_fit(examples: list[Example], tokenizer, max_prompt_length: int) -
     step would train on nothing). Stops at the first that fits: one prompt's encoding in the usual case."""
     shortest = None
     for ex in examples:
-        length = len(
-            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-        )
+        length = len(_rendered(tokenizer, ex))
         if length <= max_prompt_length:
             return
         shortest = length if shortest is None else min(shortest, length)
@@ -54,3 +50,20 @@ def check_some_fit(examples: list[Example], tokenizer, max_prompt_length: int) -
             f"(the shortest has {shortest} tokens), so data.prompt_too_long=drop would leave nothing to train on; "
             f"raise it (--set data.max_prompt_length={shortest} or more)"
         )
+
+
+def _rendered(tokenizer, ex: Example) -> list[int]:
+    """The prompt's ids under the model's chat template; a DataError naming the prompt where the template refuses
+    it (a system message to Gemma's or an older Mistral's, which raise a jinja TemplateError)."""
+    try:
+        return list(
+            tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
+    except Exception as exc:  # jinja2's TemplateError, and whatever else a template raises
+        if type(exc).__module__.split(".")[0] != "jinja2":
+            raise
+        roles = ", ".join(str(m.get("role", "?")) for m in ex.prompt)
+        raise DataError(
+            f"prompt {ex.uid} (roles: {roles}): the model's chat template refuses it ({exc}); merge a system message "
+            "into the first user message, or give the tokenizer a chat template that takes it"
+        ) from None

@@ -103,22 +103,31 @@ def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
             return pq.read_table(path).to_pylist(), None
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is no part of the data
         if path.suffix == ".json":
-            data = json.loads(text)
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                if exc.msg != "Extra data":
+                    raise
+                return _json_lines(path, text)  # JSON lines under .json: what datasets' `to_json` writes
             return (data if isinstance(data, list) else data.get("data", [])), None
-        rows, lines = [], []
-        # "\n" only: splitlines() also splits at U+2028, U+2029 and U+0085, which JSON strings may hold raw
-        for lineno, line in enumerate(text.split("\n"), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
-                lines.append(lineno)
-        return rows, lines
+        return _json_lines(path, text)
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
+
+
+def _json_lines(path: Path, text: str) -> tuple[list[dict], list[int]]:
+    rows, lines = [], []
+    # "\n" only: splitlines() also splits at U+2028, U+2029 and U+0085, which JSON strings may hold raw
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path} line {lineno}: not valid JSON ({exc.msg})") from None
+            lines.append(lineno)
+    return rows, lines
 
 
 def _to_example(row: dict, index: int, split: str, suffix: str, kind: str) -> Example:
@@ -152,7 +161,9 @@ def _math_row(row: dict, index: int, split: str, suffix: str) -> Example:
         raise ValueError("no 'problem' (nor 'question', nor verl's 'prompt' messages)")
     answer, solution = row.get("answer"), row.get("solution")
     if answer is not None and str(answer).strip():
-        truth = str(answer).strip()
+        truth = _answer_text(answer)
+        if "####" in truth:  # a GSM8K row: its answer is the number after the last ####
+            truth = truth.split("####")[-1].strip().replace(",", "")
     elif isinstance(solution, str) and last_boxed(solution):
         truth = str(last_boxed(solution)).strip()
     else:
@@ -180,10 +191,9 @@ def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
     truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
     if truth is None or str(truth).strip() == "":
         raise ValueError("no ground truth: 'reward_model.ground_truth' is missing")
-    if isinstance(truth, float) and truth.is_integer():  # pandas makes an int column with a gap float: 42.0
-        truth = int(truth)
+    truth = _answer_text(truth)
     if kind == "gsm8k":
-        _check_number(str(truth))
+        _check_number(truth)
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise ValueError(f"'extra_info' must be an object, not {type(extra).__name__}")
@@ -197,6 +207,20 @@ def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
         ),  # a null one (files of several sources joined)
         extra_info=extra,
     )
+
+
+def _answer_text(answer) -> str:
+    """An answer as the rule compares it: a whole number stored as a float (pandas makes an int column with a gap
+    float, some JSON writers all numbers) as the integer, `42.0` as `42`; a list or a dict refused (several answers,
+    where the rule reads one: its text would be a Python repr no answer matches)."""
+    if not isinstance(answer, (str, int, float)) or isinstance(answer, bool):
+        raise ValueError(
+            f"the ground truth is a {type(answer).__name__}, and the rule reads one answer: give one (a custom reward "
+            "that wants several can take them from extra_info)"
+        )
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)
+    return str(answer).strip()
 
 
 def _encodable(example: Example) -> Example:

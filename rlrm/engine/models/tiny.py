@@ -107,8 +107,9 @@ def prepare_tiny(
         # One builder at a time; later callers wait, then find the finished folder.
         # a lock per build, which every user of a shared cache may take (filelock leaves it, with its maker's mode)
         with FileLock(str(root / f".{final.name}.lock"), mode=0o666):
-            for stale in root.glob(f".{final.name}.tmp-*"):  # left by a build that was killed (the lock is ours)
-                shutil.rmtree(stale, ignore_errors=True)
+            for stale in root.glob(f".{final.name}.tmp-*"):  # left by a build that was killed
+                if not _builder_alive(stale):  # an older rlrm's build takes another lock: its folder is left alone
+                    shutil.rmtree(stale, ignore_errors=True)
             if force or not (final / "meta.json").is_file():
                 tmp = root / f".{final.name}.tmp-{os.getpid()}"
                 shipped = None if force else shipped_dir(name, seed)
@@ -128,6 +129,17 @@ def prepare_tiny(
                 log(f"tiny {name} is ready at {final}")
         out[name] = final
     return out
+
+
+def _builder_alive(tmp: Path) -> bool:
+    """Whether the process whose pid ends a build folder's name (`.policy-v3-seed0.tmp-1234`) still runs."""
+    try:
+        os.kill(int(tmp.name.rsplit("-", 1)[1]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _copy_files(src: Path, dest: Path) -> None:

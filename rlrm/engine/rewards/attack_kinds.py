@@ -79,8 +79,9 @@ def truncated_working(problem: Problem) -> str:
 
 
 def _wrong(answer: str, offset: int = 1) -> str:
-    """A number near `answer` that is not it (integers stay integers); a text answer (`\\frac{1}{2}`) plus or
-    minus the offset (`\\frac{1}{2}+1`)."""
+    """A number near `answer` that is not it (integers stay integers); a text answer (`\\frac{1}{2}`) with the offset
+    added (`\\frac{1}{2}+1`), or, where that still reads as the answer (`10\\text{ cm}+1`: a unit ends it), with
+    its digits put before it (`110\\text{ cm}`)."""
     try:
         value = int(answer)
         return str(value + offset)
@@ -89,7 +90,12 @@ def _wrong(answer: str, offset: int = 1) -> str:
     try:
         return f"{float(answer) + offset:g}"
     except ValueError:
-        return f"{answer}{offset:+d}"
+        return _unlike(answer, f"{answer}{offset:+d}", f"{abs(offset)}{answer}", f"{abs(offset)}{abs(offset)}{answer}")
+
+
+def _unlike(answer: str, *candidates: str) -> str:
+    """The first candidate the MATH rule does not read as `answer` (the last, if all did)."""
+    return next((c for c in candidates if not math_answer.is_equiv(c, answer)), candidates[-1])
 
 
 def wrong_answer(problem: Problem) -> str:
@@ -112,8 +118,8 @@ def _other_width(answer: str, keep: str) -> str:
     digits = answer.lstrip("-")
     if not digits.isdigit():  # a text answer: one character fewer (`\\frac{1}{2` is no answer), or doubled
         near = (answer[:-1] if keep == "first" else answer[1:]) if len(answer) > 1 else answer + answer
-        # one that still reads as the answer (`.5` for 0.5, `=3` for k=3) is no near miss: a digit added instead
-        return answer + "1" if math_answer.is_equiv(near, answer) else near
+        # one that still reads as the answer (`.5` for 0.5, `=3` for k=3, a unit cut) is no near miss
+        return _unlike(answer, near, answer + "1", "1" + answer, "11" + answer)
     if len(digits) > 1:
         return digits[:-1] if keep == "first" else digits[1:].lstrip("0") or "0"
     if keep == "last":

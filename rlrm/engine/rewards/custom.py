@@ -43,7 +43,7 @@ from rlrm.engine.rewards.side_loop import SideLoop
 from rlrm.engine.rewards.threads import run_abandonable
 from rlrm.engine.rewards.worker_pool import FunctionPool
 from rlrm.errors import ConfigError
-from rlrm.user_code import import_file
+from rlrm.user_code import import_file, is_async
 
 VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _OPTIONAL_KWARGS = ("reward_router_address", "reward_model_tokenizer")
@@ -87,7 +87,7 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
     )
     name = cfg.custom.name
     pool = _process_pool(cfg, fn, kwargs, model_path)
-    side = SideLoop(name, grace_s=cfg.attempt_timeout_s) if pool is None and inspect.iscoroutinefunction(fn) else None
+    side = SideLoop(name, grace_s=cfg.attempt_timeout_s) if pool is None and is_async(fn) else None
 
     async def call(sample: RewardSample, extra_kwargs: dict):
         values = (sample.data_source, sample.solution_str, sample.ground_truth, dict(sample.extra_info))
@@ -129,7 +129,7 @@ def make_custom_reward(cfg: RewardConfig, metered: MeteredBalancer | None = None
 def _process_pool(cfg: RewardConfig, fn, kwargs: dict, model_path: str | None) -> FunctionPool | None:
     """The worker processes the function runs in (reward.custom.isolation), or None for in-process calls."""
     isolation = cfg.custom.isolation
-    if isolation == "thread" or (isolation == "auto" and inspect.iscoroutinefunction(fn)):
+    if isolation == "thread" or (isolation == "auto" and is_async(fn)):
         return None
     processes = cfg.custom.processes or min(8, os.cpu_count() or 1)
     tokenizer_path = None

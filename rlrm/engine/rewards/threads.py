@@ -13,6 +13,7 @@ function comes back as FunctionExited instead of ending the trainer without a wo
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Any, Callable
 
@@ -43,6 +44,8 @@ async def run_abandonable(fn: Callable, *args, **kwargs):
         error: BaseException | None = None
         try:
             value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):  # an async function that looked like a plain one: run it here
+                value = asyncio.run(_awaited(value))
         except (SystemExit, KeyboardInterrupt) as exc:
             error = FunctionExited(exc.code if isinstance(exc, SystemExit) else "KeyboardInterrupt")
         except BaseException as exc:  # noqa: BLE001 - handed to the caller as it was
@@ -80,3 +83,7 @@ def cancelled_error(task: asyncio.Future) -> asyncio.CancelledError:
         raised = exc.__context__
         return raised if isinstance(raised, asyncio.CancelledError) else exc
     raise ValueError("the task was not cancelled")
+
+
+async def _awaited(value):
+    return await value

@@ -250,9 +250,7 @@ def _serve(conn, parent: int, path: str, name: str, tokenizer_path: str | None) 
         from transformers import AutoTokenizer
 
         extra["reward_model_tokenizer"] = AutoTokenizer.from_pretrained(tokenizer_path)
-    loop = None
-    if inspect.iscoroutinefunction(fn):  # one event loop per worker: sessions the function keeps stay usable
-        loop = asyncio.new_event_loop()
+    loop = None  # one event loop per worker for an async function: sessions the function keeps stay usable
     while True:
         try:
             args, kwargs = conn.recv()
@@ -260,7 +258,10 @@ def _serve(conn, parent: int, path: str, name: str, tokenizer_path: str | None) 
             return
         try:
             value = fn(*args, **{**kwargs, **extra})
-            message: tuple = ("ok", loop.run_until_complete(value) if loop is not None else value)
+            if inspect.isawaitable(value):  # an async def, behind a decorator or a __call__ too
+                loop = loop or asyncio.new_event_loop()
+                value = loop.run_until_complete(value)
+            message: tuple = ("ok", value)
         except SystemExit as exc:
             message = ("exit", exc.code)
         except KeyboardInterrupt:

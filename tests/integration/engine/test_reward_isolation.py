@@ -49,6 +49,12 @@ def spins(data_source, solution_str, ground_truth, extra_info):
 async def async_echo(data_source, solution_str, ground_truth, extra_info):
     return 1.0
 
+class _AsyncJudge:
+    async def __call__(self, data_source, solution_str, ground_truth, extra_info):
+        return {"score": 0.75, "pid": os.getpid()}
+
+async_judge = _AsyncJudge()
+
 def starts_a_process(data_source, solution_str, ground_truth, extra_info):
     import multiprocessing  # as verl's timeout_limit (prime_math) runs its check
 
@@ -265,3 +271,13 @@ def _children() -> set[int]:
             if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmdline:
                 found.add(int(entry.name))
     return found
+
+
+def test_an_async_call_method_runs_awaited_in_a_worker(functions):
+    # `async def __call__` is no coroutine function to inspect: its coroutine came back unawaited ("cannot pickle")
+    pool = FunctionPool(functions, "async_judge", processes=1)
+    try:
+        first, second = _call(pool), _call(pool)
+    finally:
+        pool.close()
+    assert first["score"] == second["score"] == 0.75 and first["pid"] == second["pid"] != os.getpid()

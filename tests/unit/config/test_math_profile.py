@@ -52,3 +52,14 @@ def test_a_saved_profile_whose_instruction_the_rule_cannot_read_is_refused(tmp_p
     saved.write_text(dump_profile(math))
     with pytest.raises(ConfigError, match="reward.rule=math reads it, but reward.rule=gsm8k"):
         load_profile(str(saved), ["reward.rule=gsm8k"])
+
+
+def test_an_instruction_the_training_reward_reads_is_kept():
+    # a run of yesterday's rlrm: tiny-rule with the boxed instruction and gsm8k's flexible method, which reads the
+    # last number, a boxed one too; it trained, and its resume was refused
+    from rlrm.config.loader import load_profile
+
+    flexible = load_profile("tiny-rule", ["reward.method=flexible", f"data.prompt_suffix={MATH_PROMPT_SUFFIX}"])
+    assert flexible.data.prompt_suffix == MATH_PROMPT_SUFFIX
+    judge = load_profile("tiny-genrm", [f"data.prompt_suffix={MATH_PROMPT_SUFFIX}"])  # the judge reads what it reads
+    assert judge.reward.rule == "gsm8k"

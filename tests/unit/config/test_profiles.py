@@ -55,6 +55,14 @@ def test_quoted_and_other_scripts_digits_stay_text():
     assert load_profile("tiny-rule", ["actor.lr=1e-4"]).actor.lr == pytest.approx(1e-4)  # a number, unquoted
 
 
+def test_a_double_quoted_value_is_kept_as_written():
+    # YAML's double quotes read the `\b` of `\boxed{}` as a backspace: every prompt asked for a box it could not show
+    suffix = "Please reason step by step, and put your final answer within \\boxed{}."
+    for written in (f'"{suffix}"', f"'{suffix}'", suffix):
+        assert load_profile("tiny-rule", [f"data.prompt_suffix={written}"]).data.prompt_suffix == suffix
+    assert load_profile("tiny-rule", ['trainer.run_name="say \\"hi\\""']).trainer.run_name == 'say "hi"'
+
+
 @pytest.mark.parametrize(
     ("override", "needle"),
     [

@@ -90,6 +90,7 @@ def test_the_math_rule_rewards_its_references_and_no_attack():
     from rlrm.engine import math_answer
 
     answers = ["\\frac{1}{3}", "7", "0", "-3", "2\\sqrt{2}", "(1,2)", "x^2+1", "0.5", "0.25", "k=3", "x = 7", "\\$5"]
+    answers += ["10\\text{ cm}", "90^\\circ", "\\text{(B)}", "1,\\!000", "\\frac{1}{2}\\text{ m}"]  # units end it
     problems = [Problem("q", a, f"so $\\boxed{{{a}}}$.", 512, "math") for a in answers]
     problems.append(Problem("q", "\\frac{1}{3}", MATH_SOLUTION, 512, "math"))
     for problem in problems:

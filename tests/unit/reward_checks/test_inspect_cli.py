@@ -55,6 +55,18 @@ def test_rule_profile_says_what_is_shown_instead():
     assert record["extracted_answer"] == "8" and record["score"] == 1.0 and report["lints"] == []
 
 
+def test_the_math_rule_is_inspected_as_such():
+    # it stopped with "unexpected KeyError: 'method'" (the MATH rule has none), its note naming the GSM8K rule
+    args = ["--profile", "tiny-rule", "--set", "reward.rule=math", "--prompt", QUESTION]
+    args += ["--response", "so $\\boxed{\\dfrac{1}{2}}$", "--ground-truth", "0.5"]
+    shown = invoke(*args)
+    assert shown.exit_code == 0, shown.output
+    assert "MATH rule" in shown.output and "GSM8K" not in shown.output and "(math) -> 1" in shown.output
+    report = json.loads(invoke(*args, "--json").stdout)
+    (record,) = report["samples"]
+    assert (record["extracted_answer"], record["score"], record["rule"]) == ("\\dfrac{1}{2}", 1.0, "math")
+
+
 def custom_reward(tmp_path, body: str):
     path = tmp_path / "reward.py"
     path.write_text(

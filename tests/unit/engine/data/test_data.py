@@ -348,3 +348,42 @@ def test_a_row_holding_half_a_character_is_named_when_the_data_loads(tmp_path):
         load_rows(str(path), "train", "", skip_bad_rows=False)
     examples, skipped = load_rows(str(path), "train", "", skip_bad_rows=True)
     assert len(examples) == 1 and skipped == 1
+
+
+def test_a_prompt_the_models_chat_template_refuses_is_named(tmp_path, tiny_policy_path):
+    # a verl/TRL dataset's system message on a model whose template has no system role (Gemma, older Mistral's):
+    # an 85-line jinja traceback after the model and reward started
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_policy_path, model)
+    (model / "chat_template.jinja").write_text(
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    ex = Example("mine/train/0", system, "4", "mine")
+    with pytest.raises(DataError, match=r"prompt mine/train/0 \(roles: system, user\): the model's chat template "
+                       r"refuses it \(System role not supported\); merge a system message"):  # fmt: skip
+        encode_prompts([ex], tokenizer, 128, "error")
+
+
+def test_what_other_tools_write_loads_as_meant(tmp_path):
+    # datasets' `to_json` writes JSON lines under .json ("Extra data: line 2"); a float answer (4.0, pandas' int
+    # column with a gap) never matched \boxed{4}; a GSM8K row under data.source=math held its whole worked answer as
+    # the truth; a list of answers became its Python repr, which no answer matches
+    rows = [{"question": "2 + 2?", "answer": "2 + 2 = 4\n#### 4"}, {"problem": "x?", "answer": 4.0}]
+    (tmp_path / "train.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples, _ = load_rows(str(tmp_path / "train.json"), "train", "", skip_bad_rows=False, kind="math")
+    assert [e.ground_truth for e in examples] == ["4", "4"]
+    listed = tmp_path / "list.jsonl"
+    listed.write_text(json.dumps({"problem": "x?", "answer": ["4", "four"]}) + "\n")
+    with pytest.raises(DataError, match=r"list.jsonl line 1: the ground truth is a list, and the rule reads one"):
+        load_rows(str(listed), "train", "", skip_bad_rows=False, kind="math")
+    verl = [dict(_verl_rows()[0], reward_model={"ground_truth": ["4", "four"]})]
+    pd.DataFrame(verl).to_parquet(tmp_path / "verl.parquet")
+    with pytest.raises(DataError, match="the ground truth is a ndarray|the ground truth is a list"):
+        load_rows(str(tmp_path / "verl.parquet"), "train", "", skip_bad_rows=False, kind="math")

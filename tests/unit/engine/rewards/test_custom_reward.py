@@ -225,3 +225,52 @@ def test_two_user_files_with_a_same_named_helper_beside_each_import_their_own(tm
         modules.append(import_file(folder / "user.py", f"rlrm_test_user_{name}", f"file {name}"))
         assert str(folder) not in sys.path
     assert [m.VALUE for m in modules] == [1, 2]
+
+
+ASYNC_FORMS = """
+import asyncio, functools
+
+class Judge:
+    async def __call__(self, data_source, solution_str, ground_truth, extra_info):
+        await asyncio.sleep(0)
+        return 0.75
+
+judge = Judge()
+
+def logged(f):
+    @functools.wraps(f)
+    def wrapper(*a, **k):
+        return f(*a, **k)
+    return wrapper
+
+@logged
+async def compute_score(data_source, solution_str, ground_truth, extra_info):
+    await asyncio.sleep(0)
+    return 0.75
+
+partly = functools.partial(compute_score, "openai/gsm8k")
+"""
+
+
+@pytest.mark.parametrize("name", ["judge", "compute_score"])
+@pytest.mark.parametrize("isolation", ["thread", "auto"])
+def test_async_functions_behind_a_call_or_a_decorator_are_awaited(tmp_path, name, isolation):
+    # an object with `async def __call__`, or an async def under a plain functools.wraps decorator: called as a plain
+    # function, its coroutine failed every sample as a wrong return value ("returned coroutine for sample p0")
+    path = write(tmp_path, ASYNC_FORMS)
+    cfg = RewardConfig(
+        kind="custom", custom={"path": str(path), "name": name, "isolation": isolation}, on_failure="default"
+    )
+    result, _ = score(cfg)
+    assert not result.extra.get("reward_failed"), result.extra.get("reward_error")
+    assert result.score == 0.75
+
+
+def test_what_is_async(tmp_path):
+    import functools
+
+    from rlrm.user_code import import_file, is_async
+
+    module = import_file(write(tmp_path, ASYNC_FORMS), "async_forms", "test")
+    assert is_async(module.judge) and is_async(module.compute_score) and is_async(module.partly)
+    assert not is_async(print) and not is_async(functools.partial(print, 1)) and not is_async(module.logged)
