@@ -9,7 +9,6 @@ The file runs as it is imported: name only files you trust (docs/security.md).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import inspect
 import os
@@ -61,19 +60,12 @@ def _beside(path: Path) -> Iterator[None]:
 
 
 def is_async(fn) -> bool:
-    """Whether calling `fn` gives a coroutine: an `async def`, also behind `functools.wraps` decorators and
-    `functools.partial`, or an object whose `__call__` is one (a function kept as `inspect.iscoroutinefunction`
-    judges it was called as a plain one, and its coroutine scored as a wrong return value)."""
-    seen = 0
-    while seen < 100:  # a chain of wrappers, partials and wrappers of partials
-        seen += 1
-        if isinstance(fn, functools.partial):
-            fn = fn.func
-        elif hasattr(fn, "__wrapped__"):
-            fn = fn.__wrapped__
-        else:
-            break
+    """Whether `fn` is an `async def` (`functools.partial` of one too) or an object whose `__call__` is one: what
+    `inspect.iscoroutinefunction` alone misses, and whose coroutine was scored as a wrong return value. A plain
+    function that returns a coroutine (a sync decorator over an async def) is not: its result is awaited where it
+    runs, and a sync bridge (`asyncio.run` inside) keeps working on a thread of its own."""
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - an instance's __call__, not whether it is callable
-    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+    if isinstance(fn, type) or inspect.isroutine(fn):
+        return False  # a class builds an instance; a function or method said above what it is
+    return inspect.iscoroutinefunction(type(fn).__call__)  # the type's: an instance's __getattr__ does not answer it

@@ -8,6 +8,8 @@ by is answered with rlrm's key, before a spelling match offers a near name that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # another tool's key (the end of a dotted key) -> (whose, what rlrm calls it)
 FOREIGN: dict[str, tuple[str, str]] = {
     "num_generations": ("TRL's", "rollout.n"),
@@ -53,11 +55,15 @@ FOREIGN: dict[str, tuple[str, str]] = {
 }
 
 
-def foreign_hint(key: str) -> str | None:
-    """What rlrm calls `key` (a dotted key, or its unknown part), when another tool's name ends it; else None."""
+def foreign_hint(key: str, known: Callable[[str], bool] = lambda key: False) -> str | None:
+    """What rlrm calls `key` (a dotted key, or its unknown part), when another tool's name ends it; else None.
+    `known` says whether a key is rlrm's: verl's `actor_rollout_ref.rollout.n` is rlrm's `rollout.n` only so."""
     verl, _, rest = key.partition(".")
-    if verl == "actor_rollout_ref" and rest:  # verl's tree over rlrm's sections: actor_rollout_ref.rollout.n
-        return foreign_hint(rest) or f"{key} is verl's key: in rlrm, {rest} (rlrm's sections are not nested)"
+    if verl == "actor_rollout_ref" and rest:  # verl's tree over rlrm's sections
+        if known(rest):
+            return f"{key} is verl's key: in rlrm, {rest} (rlrm's sections are not nested)"
+        whose, ours = FOREIGN[verl]
+        return foreign_hint(rest, known) or f"{verl} is {whose} name: in rlrm, {ours}"
     for name in sorted(FOREIGN, key=len, reverse=True):  # the longest match: kl_ctrl.kl_coef before a shorter one
         if key == name or key.endswith("." + name) or f".{name}." in f".{key}.":
             whose, ours = FOREIGN[name]

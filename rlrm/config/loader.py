@@ -51,7 +51,8 @@ def load_profile(name_or_path: str, overrides: list[str] | tuple[str, ...] = ())
 
     Args:
         name_or_path: a profile name from `profiles/` or a path to a YAML file.
-        overrides: `a.b=c` strings; values are parsed as YAML (so `1e-4`, `true`, `[1,2]` work).
+        overrides: `a.b=c` strings; values are parsed as YAML (so `1e-4`, `true`, `[1,2]` work); a double-quoted
+            value that is LaTeX YAML's escapes would break (`"... \\boxed{}"`) is taken as written.
 
     Returns:
         The validated Profile.
@@ -233,11 +234,28 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = {k.split(":", 1)[0].strip(): _scalar(_yaml_scalar(k.split(":", 1)[1].strip())) for k in value}
     quoted = text.strip()
     if len(quoted) >= 2 and quoted[0] == quoted[-1] == '"':
-        # as written, as Hydra keeps it: YAML's double quotes read `\b` in `\boxed{}` as a backspace
-        return key, re.sub(r'\\(["\\])', r"\1", quoted[1:-1])
+        return key, _double_quoted(quoted)
     if quoted.startswith(("'", '"')):
         return key, value  # quoted: text, as written (`trainer.run_name='0612'`)
     return key, _scalar(value)
+
+
+# what YAML's double-quoted escapes make of LaTeX besides control characters: \N of \Nu, \_ , \L of \Lambda, \P of \Pi
+_LATEX_MADE = {"\x85", "\xa0", "\u2028", "\u2029"}
+
+
+def _double_quoted(quoted: str) -> str:
+    r"""A double-quoted `--set` value: YAML's escapes read (`\n` a newline, `\u00e9` an e acute), unless the value is
+    LaTeX they would break (`\boxed{}` read as a backspace and `oxed{}`, `\frac` as a form feed, `\sqrt` refused):
+    then as written, as Hydra keeps it, `\"` and `\\` the only escapes."""
+    literal = re.sub(r'\\(["\\])', r"\1", quoted[1:-1])
+    try:
+        read = yaml.safe_load(quoted)
+    except yaml.YAMLError:  # an escape YAML does not know (\s of \sqrt)
+        return literal
+    if not isinstance(read, str) or any((ord(c) < 32 and c not in "\n\t") or c in _LATEX_MADE for c in read):
+        return literal
+    return read
 
 
 def _yaml_scalar(text: str) -> Any:
@@ -273,6 +291,15 @@ def _check_key_path(key: str) -> None:
         model = _submodel(fields[part].annotation)
 
 
+def _is_key(key: str) -> bool:
+    """Whether `key` (dotted) names one of the profile's settings."""
+    try:
+        _check_key_path(key)
+    except ConfigError:
+        return False
+    return True
+
+
 def _set_path(raw: dict[str, Any], key: str, value: Any) -> None:
     node = raw
     parts = key.split(".")
@@ -297,7 +324,7 @@ def _check_unknown_keys(raw: Any, model: type[BaseModel], prefix: str) -> None:
 
 
 def _unknown_key_message(path: str, key: str, valid: list[str], full: str | None = None) -> str:
-    foreign = foreign_hint(full or path)  # another tool's name: its meaning, not a near spelling of another one
+    foreign = foreign_hint(full or path, known=_is_key)  # another tool's name: its meaning, not a near spelling
     if foreign is not None:
         return f"unknown key {path!r}: {foreign}"
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)

@@ -444,11 +444,9 @@ class Profile(Section):
         if reward.rule == "math" and "prompt_suffix" not in data.model_fields_set:
             data.prompt_suffix = MATH_PROMPT_SUFFIX  # the instruction the rule reads: the answer in \boxed{}
         # a saved profile (config.yaml, `profiles show`) holds the other rule's instruction, and the rule is what
-        # trains: every reward 0. gsm8k's flexible method reads the last number, a boxed one too; a model reward or a
-        # function of the user's reads what it reads
-        asks = {PROMPT_SUFFIX: "gsm8k", MATH_PROMPT_SUFFIX: "math"}.get(data.prompt_suffix)
-        unread = asks is not None and asks != reward.rule and not (reward.rule == "gsm8k" and reward.method != "strict")
-        if unread and reward.kind in ("rule", "composite"):
+        # trains: every reward 0 (a model reward or a function of the user's reads what it reads: said at start)
+        asks = unread_instruction(self)
+        if asks is not None and reward.kind in ("rule", "composite"):
             wanted = MATH_PROMPT_SUFFIX if reward.rule == "math" else PROMPT_SUFFIX
             raise ValueError(
                 f"data.prompt_suffix asks for the answer as reward.rule={asks} reads it, but reward.rule={reward.rule}: "
@@ -493,6 +491,16 @@ class Profile(Section):
                 f"(got {self.trainer.mode}); use reward.placement=standalone to overlap rewards with generation"
             )
         return self
+
+
+def unread_instruction(profile: "Profile") -> str | None:
+    """The rule (gsm8k or math) whose answer format `data.prompt_suffix` asks for, where reward.rule cannot read
+    that format; else None. gsm8k's flexible method reads the last number, a boxed one too."""
+    asks = {PROMPT_SUFFIX: "gsm8k", MATH_PROMPT_SUFFIX: "math"}.get(profile.data.prompt_suffix)
+    rule = profile.reward.rule
+    if asks is None or asks == rule or (rule == "gsm8k" and profile.reward.method != "strict"):
+        return None
+    return asks
 
 
 def _check_vllm_behaviour_log_probs(p: "Profile") -> None:

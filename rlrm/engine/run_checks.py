@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 from rlrm.config.ray_address import check_ray_address
-from rlrm.config.schema import Profile
+from rlrm.config.schema import Profile, unread_instruction
 from rlrm.engine.agent.tools import build_tools
 from rlrm.engine.canaries import check_canary_data
 from rlrm.engine.data.dataset import load_splits
@@ -34,6 +35,7 @@ def check_inputs(profile: Profile) -> None:
     router in front of the judge refuses."""
     check_trackers(profile.logging)
     check_open_files(profile)
+    note_unread_answers(profile)
     if profile.rollout.agent.enabled:  # a user tool that fails at import: in a second, not after the model loads
         build_tools(profile.rollout.agent.tools, profile.rollout.agent.user_tools)
     check_weights_dir(profile.rollout.server.weights_dir)
@@ -61,6 +63,20 @@ def check_inputs(profile: Profile) -> None:
     local = data.source == "synthetic" or Path(data.path).expanduser().exists() or data.path.startswith((".", "/", "~"))
     if local:  # synthetic settings that cannot make the splits, a bad row (hub data: checked when the run starts)
         check_canary_data(profile, load_splits(data)[1])
+
+
+def note_unread_answers(profile: Profile) -> None:
+    """A line when the prompts ask for answers in a format reward.rule cannot read, and the reward is a model or a
+    function of the user's (with the rule as the reward, the profile is refused): held-out accuracy, the reward's
+    rule agreement and the guard, which read answers by the rule, would read none."""
+    asks = unread_instruction(profile)
+    if asks is not None and profile.reward.kind not in ("rule", "composite"):
+        print(
+            f"note: data.prompt_suffix asks for the answer as reward.rule={asks} reads it, but reward.rule="
+            f"{profile.reward.rule}: val/accuracy and reward/rule_agreement will read no answers; set reward.rule={asks}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def check_open_files(profile: Profile) -> None:

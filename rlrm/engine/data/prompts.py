@@ -55,13 +55,13 @@ def check_some_fit(examples: list[Example], tokenizer, max_prompt_length: int) -
 def _rendered(tokenizer, ex: Example) -> list[int]:
     """The prompt's ids under the model's chat template; a DataError naming the prompt where the template refuses
     it (a system message to Gemma's or an older Mistral's, which raise a jinja TemplateError)."""
+    from jinja2.exceptions import TemplateError  # transformers renders chat templates with jinja2
+
     try:
         return list(
             tokenizer.apply_chat_template(ex.prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
         )
-    except Exception as exc:  # jinja2's TemplateError, and whatever else a template raises
-        if type(exc).__module__.split(".")[0] != "jinja2":
-            raise
+    except TemplateError as exc:
         roles = ", ".join(str(m.get("role", "?")) for m in ex.prompt)
         raise DataError(
             f"prompt {ex.uid} (roles: {roles}): the model's chat template refuses it ({exc}); merge a system message "

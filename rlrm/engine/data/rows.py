@@ -106,15 +106,26 @@ def _read_file(path: Path) -> tuple[list[dict], list[int] | None]:
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
-                if exc.msg != "Extra data":
+                if exc.msg != "Extra data" or not _object_line(text):
                     raise
                 return _json_lines(path, text)  # JSON lines under .json: what datasets' `to_json` writes
-            return (data if isinstance(data, list) else data.get("data", [])), None
+            if isinstance(data, dict):  # {"data": [...]}, or a file of one row
+                return (data["data"] if "data" in data else [data]), None
+            return data, None
         return _json_lines(path, text)
     except DataError:
         raise
     except Exception as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
+
+
+def _object_line(text: str) -> bool:
+    """Whether the text's first line holds one JSON object whole: JSON lines, not a broken document."""
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _json_lines(path: Path, text: str) -> tuple[list[dict], list[int]]:
@@ -164,6 +175,8 @@ def _math_row(row: dict, index: int, split: str, suffix: str) -> Example:
         truth = _answer_text(answer)
         if "####" in truth:  # a GSM8K row: its answer is the number after the last ####
             truth = truth.split("####")[-1].strip().replace(",", "")
+            if not truth:
+                raise ValueError("empty ground truth after '####'")
     elif isinstance(solution, str) and last_boxed(solution):
         truth = str(last_boxed(solution)).strip()
     else:
@@ -213,7 +226,7 @@ def _answer_text(answer) -> str:
     """An answer as the rule compares it: a whole number stored as a float (pandas makes an int column with a gap
     float, some JSON writers all numbers) as the integer, `42.0` as `42`; a list or a dict refused (several answers,
     where the rule reads one: its text would be a Python repr no answer matches)."""
-    if not isinstance(answer, (str, int, float)) or isinstance(answer, bool):
+    if not isinstance(answer, (str, int, float)):  # a bool is one answer: its text
         raise ValueError(
             f"the ground truth is a {type(answer).__name__}, and the rule reads one answer: give one (a custom reward "
             "that wants several can take them from extra_info)"

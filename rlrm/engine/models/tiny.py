@@ -132,13 +132,17 @@ def prepare_tiny(
 
 
 def _builder_alive(tmp: Path) -> bool:
-    """Whether the process whose pid ends a build folder's name (`.policy-v3-seed0.tmp-1234`) still runs."""
+    """Whether another process whose pid ends a build folder's name (`.policy-v3-seed0.tmp-1234`) still runs; one
+    with this process's pid is a leftover of an earlier process that had it (containers reuse pids)."""
     try:
-        os.kill(int(tmp.name.rsplit("-", 1)[1]), 0)
+        pid = int(tmp.name.rsplit("-", 1)[1])
+        if pid == os.getpid():
+            return False
+        os.kill(pid, 0)
     except (ValueError, ProcessLookupError):
         return False
-    except PermissionError:  # another user's process
-        return True
+    except PermissionError:  # another user's process: it runs
+        pass
     return True
 
 

@@ -90,7 +90,8 @@ def _wrong(answer: str, offset: int = 1) -> str:
     try:
         return f"{float(answer) + offset:g}"
     except ValueError:
-        return _unlike(answer, f"{answer}{offset:+d}", f"{abs(offset)}{answer}", f"{abs(offset)}{abs(offset)}{answer}")
+        lead = str(offset + 3)  # a digit before it, one for each offset (-2..2 -> 1, 2, 4, 5): several answers differ
+        return _unlike(answer, f"{answer}{offset:+d}", f"{lead}{answer}", f"{lead}{lead}{answer}")
 
 
 def _unlike(answer: str, *candidates: str) -> str:

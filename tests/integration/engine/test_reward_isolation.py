@@ -55,6 +55,23 @@ class _AsyncJudge:
 
 async_judge = _AsyncJudge()
 
+def _logged(f):
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*a, **k):
+        return f(*a, **k)
+    return wrapper
+
+@_logged
+async def decorated(data_source, solution_str, ground_truth, extra_info):
+    return {"score": 0.75, "pid": os.getpid()}
+
+def bridge(data_source, solution_str, ground_truth, extra_info):  # a sync bridge over an async judge
+    import asyncio
+
+    return asyncio.run(decorated(data_source, solution_str, ground_truth, extra_info))
+
 def starts_a_process(data_source, solution_str, ground_truth, extra_info):
     import multiprocessing  # as verl's timeout_limit (prime_math) runs its check
 
@@ -273,9 +290,11 @@ def _children() -> set[int]:
     return found
 
 
-def test_an_async_call_method_runs_awaited_in_a_worker(functions):
-    # `async def __call__` is no coroutine function to inspect: its coroutine came back unawaited ("cannot pickle")
-    pool = FunctionPool(functions, "async_judge", processes=1)
+@pytest.mark.parametrize("name", ["async_judge", "decorated", "bridge"])
+def test_an_async_function_in_any_dress_runs_awaited_in_a_worker(functions, name):
+    # `async def __call__`, or an async def under a sync decorator, is no coroutine function to inspect: its
+    # coroutine came back unawaited ("cannot pickle 'coroutine'"); a sync bridge must still run as it is
+    pool = FunctionPool(functions, name, processes=1)
     try:
         first, second = _call(pool), _call(pool)
     finally:

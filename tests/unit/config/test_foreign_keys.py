@@ -32,6 +32,13 @@ def test_another_tools_key_is_answered_with_rlrms(key, meant):
     assert "did you mean" not in str(refused.value)
 
 
+def test_verls_tree_names_only_keys_rlrm_has():
+    # `actor_rollout_ref.rollout.name` was answered "in rlrm, rollout.name", which rlrm then refused
+    with pytest.raises(ConfigError) as refused:
+        load_profile("tiny-rule", ["actor_rollout_ref.rollout.name=vllm"])
+    assert "rollout.name" not in str(refused.value).split(":", 1)[1] and "not nested" in str(refused.value)
+
+
 def test_a_typo_of_rlrms_own_key_is_still_spelled_out(tmp_path):
     with pytest.raises(ConfigError, match=r"did you mean 'actor.lr'"):
         load_profile("tiny-rule", ["actor.lrr=1e-4"])

@@ -63,3 +63,16 @@ def test_an_instruction_the_training_reward_reads_is_kept():
     assert flexible.data.prompt_suffix == MATH_PROMPT_SUFFIX
     judge = load_profile("tiny-genrm", [f"data.prompt_suffix={MATH_PROMPT_SUFFIX}"])  # the judge reads what it reads
     assert judge.reward.rule == "gsm8k"
+
+
+def test_a_model_reward_whose_checks_cannot_read_the_answers_is_told(capsys):
+    # a judge trained on boxed answers under reward.rule=gsm8k (strict): val/accuracy and rule agreement read nothing
+    from rlrm.config.loader import load_profile
+    from rlrm.engine.run_checks import note_unread_answers
+
+    note_unread_answers(load_profile("tiny-genrm", [f"data.prompt_suffix={MATH_PROMPT_SUFFIX}"]))
+    said = capsys.readouterr().err
+    assert said.startswith("note: data.prompt_suffix asks for the answer as reward.rule=math reads it, but ")
+    assert "set reward.rule=math" in said
+    note_unread_answers(load_profile("tiny-genrm"))
+    assert capsys.readouterr().err == ""

@@ -61,6 +61,10 @@ def test_a_double_quoted_value_is_kept_as_written():
     for written in (f'"{suffix}"', f"'{suffix}'", suffix):
         assert load_profile("tiny-rule", [f"data.prompt_suffix={written}"]).data.prompt_suffix == suffix
     assert load_profile("tiny-rule", ['trainer.run_name="say \\"hi\\""']).trainer.run_name == 'say "hi"'
+    # YAML's escapes where nothing is LaTeX: a newline stays one
+    assert load_profile("tiny-rule", ['data.prompt_suffix="\\nAnswer after ####."']).data.prompt_suffix == (
+        "\nAnswer after ####."
+    )
 
 
 @pytest.mark.parametrize(

@@ -387,3 +387,21 @@ def test_what_other_tools_write_loads_as_meant(tmp_path):
     pd.DataFrame(verl).to_parquet(tmp_path / "verl.parquet")
     with pytest.raises(DataError, match="the ground truth is a ndarray|the ground truth is a list"):
         load_rows(str(tmp_path / "verl.parquet"), "train", "", skip_bad_rows=False, kind="math")
+
+
+def test_a_json_document_is_read_as_one_and_its_errors_keep_their_place(tmp_path):
+    one = tmp_path / "one.json"  # `to_json` of a one-row split: one object, no "data" wrapper
+    one.write_text(json.dumps({"problem": "x?", "answer": "7"}) + "\n")
+    assert [e.ground_truth for e in load_rows(str(one), "train", "", skip_bad_rows=False, kind="math")[0]] == ["7"]
+    broken = tmp_path / "broken.json"  # a pretty-printed array with a stray bracket: not JSON lines
+    broken.write_text(json.dumps([{"problem": "x?", "answer": "7"}], indent=1) + "\n]\n")
+    with pytest.raises(DataError, match=r"Extra data: line 7"):
+        load_rows(str(broken), "train", "", skip_bad_rows=False, kind="math")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"question": "q", "answer": "no number ####"}) + "\n" + json.dumps({"problem": "p", "answer": True})
+    )
+    with pytest.raises(DataError, match=r"line 1: empty ground truth after '####'"):
+        load_rows(str(rows), "train", "", skip_bad_rows=False, kind="math")
+    kept, skipped = load_rows(str(rows), "train", "", skip_bad_rows=True, kind="math")
+    assert [e.ground_truth for e in kept] == ["True"] and skipped == 1  # a bool is one answer

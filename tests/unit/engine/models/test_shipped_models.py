@@ -145,15 +145,3 @@ def test_the_recipe_reproduces_the_shipped_files(tmp_path):
             for key in METRICS[name]:
                 tolerance = POLICY_TOLERANCE if key == "warm_start_accuracy" else METRIC_TOLERANCE
                 assert built[key] == pytest.approx(ships[key], abs=tolerance), (name, key)
-
-
-def test_a_build_folder_of_a_live_builder_is_left_alone(tmp_path):
-    # an older rlrm takes another lock (one per model name): a build it has under way is not "stale" while it runs
-    import os
-
-    from rlrm.engine.models.tiny import _builder_alive
-
-    mine = tmp_path / f".policy-v3-seed0.tmp-{os.getpid()}"
-    assert _builder_alive(mine)
-    assert not _builder_alive(tmp_path / ".policy-v3-seed0.tmp-999999999")  # no such process
-    assert not _builder_alive(tmp_path / ".policy-v3-seed0.tmp-x")

@@ -361,3 +361,16 @@ def test_an_interrupted_force_rebuild_keeps_the_previous_build_and_leaves_no_tem
     if left:
         problems.append(f"half-built temp folders left behind: {left}")
     assert not problems, "; ".join(problems)
+
+
+def test_a_build_folder_of_another_live_builder_is_left_alone(tmp_path):
+    # an older rlrm takes another lock (one per model name): a build it has under way is not "stale" while it runs;
+    # one named with this process's own pid is a leftover (a container reuses pids): swept, not built over
+    import os
+
+    from rlrm.engine.models.tiny import _builder_alive
+
+    assert _builder_alive(tmp_path / f".policy-v3-seed0.tmp-{os.getppid()}")  # the test runner's parent: alive
+    assert not _builder_alive(tmp_path / f".policy-v3-seed0.tmp-{os.getpid()}")
+    assert not _builder_alive(tmp_path / ".policy-v3-seed0.tmp-999999999")  # no such process
+    assert not _builder_alive(tmp_path / ".policy-v3-seed0.tmp-x")
