@@ -171,6 +171,11 @@ def check_signature(fn, cfg: RewardConfig, extra_kwargs: dict) -> bool:
         True where they are passed by name (its parameters bear verl's names, in any order, as verl passes them),
         False where by position (it names them otherwise).
     """
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):  # it yields: no score comes back
+        raise ConfigError(
+            f"reward function {cfg.custom.name} in {cfg.custom.path} is a generator (it yields): return its score "
+            "(a float, or a dict with 'score') instead"
+        )
     signature = inspect.signature(fn)
     try:
         signature.bind(**dict.fromkeys(VERL_ARGS, ""), **extra_kwargs)

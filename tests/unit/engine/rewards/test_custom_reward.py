@@ -121,6 +121,16 @@ def test_a_function_that_cannot_take_verls_four_arguments_is_refused(tmp_path):
         build_reward_fn(_thread(path))
 
 
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_a_generator_is_refused_at_start(tmp_path, kind):
+    # it failed every sample with "returned generator ... return a float", after the model and servers started
+    path = write(
+        tmp_path, f"{kind} compute_score(data_source, solution_str, ground_truth, extra_info):\n    yield 1.0\n"
+    )
+    with pytest.raises(ConfigError, match=r"compute_score in .* is a generator \(it yields\): return its score"):
+        build_reward_fn(_thread(path))
+
+
 def test_a_raised_error_names_its_sample(tmp_path):
     path = write(
         tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return {}['answer']\n"
