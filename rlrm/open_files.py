@@ -6,11 +6,11 @@ reward loop keeps open.
 
 The limit is per process. Every reward request in flight is a socket in the trainer, and behind the SGLang router two
 in the router (its side of the trainer's connection and its own to the replica), the process that holds the most;
-libraries, logs and pipes add a few dozen. Clusters and containers often set a soft limit of 1,024 or 256 under a much higher hard limit; Ray, vLLM and
-SGLang raise the soft limit to the hard one (at most 65,536) when they start, and so does rlrm, for itself and, by
-inheritance, every process it launches. Measured: under a limit of 256 a tiny-genrm step (256 requests in flight at most) had 60 of 64
-samples defaulted, with only the router's "503: No available workers" to say why; the router held 289 descriptors,
-the trainer 156 and the judge 153.
+libraries, logs and pipes add a few dozen. Clusters and containers often set a soft limit of 1,024 or 256 under a much
+higher hard limit; Ray, vLLM and SGLang raise the soft limit to the hard one (at most 65,536) when they start, and so
+does rlrm, for itself and, by inheritance, every process it launches. Measured: under a limit of 256 a tiny-genrm step
+(256 requests in flight at most) had 60 of 64 samples defaulted, with only the router's "503: No available workers" to
+say why; the router held 289 descriptors, the trainer 156 and the judge 153.
 """
 
 from __future__ import annotations

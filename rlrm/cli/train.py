@@ -147,8 +147,8 @@ def train(
             )
         else:  # steps logged (a new run), or a resumed one that had no checkpoint either
             typer.echo(
-                f"interrupted ({result.signal}) before a checkpoint was written: rlrm train --resume {shlex.quote(str(run_dir))} "
-                "trains from step 0"
+                f"interrupted ({result.signal}) before a checkpoint was written: rlrm train --resume "
+                f"{shlex.quote(str(run_dir))} trains from step 0"
             )
         raise typer.Exit(code)
     from rlrm.engine.metrics.metrics_file import read_metrics

@@ -153,9 +153,7 @@ def _to_example(row: dict, index: int, split: str, suffix: str, kind: str) -> Ex
         raise ValueError("no 'question' (nor verl's 'prompt' messages)")
     if not answer or "####" not in str(answer):
         raise ValueError("no ground truth: 'answer' must end with '#### N'")
-    truth = str(answer).split("####")[-1].strip().replace(",", "")
-    if not truth:
-        raise ValueError("empty ground truth after '####'")
+    truth = _after_hashes(str(answer))
     _check_number(truth)
     return Example(
         uid=f"gsm8k/{split}/{index}",
@@ -171,14 +169,13 @@ def _math_row(row: dict, index: int, split: str, suffix: str) -> Example:
     if not question or not isinstance(question, str):
         raise ValueError("no 'problem' (nor 'question', nor verl's 'prompt' messages)")
     answer, solution = row.get("answer"), row.get("solution")
+    boxed = last_boxed(solution) if isinstance(solution, str) else None
     if answer is not None and str(answer).strip():
         truth = _answer_text(answer)
         if "####" in truth:  # a GSM8K row: its answer is the number after the last ####
-            truth = truth.split("####")[-1].strip().replace(",", "")
-            if not truth:
-                raise ValueError("empty ground truth after '####'")
-    elif isinstance(solution, str) and last_boxed(solution):
-        truth = str(last_boxed(solution)).strip()
+            truth = _after_hashes(truth)
+    elif boxed:
+        truth = boxed.strip()
     else:
         raise ValueError("no ground truth: no 'answer', and no '\\boxed{...}' in 'solution'")
     extra = {"split": split, "index": index, "question": question}
@@ -214,12 +211,20 @@ def _verl_row(row: dict, index: int, split: str, kind: str) -> Example:
     return Example(
         uid=f"{row.get('data_source') or kind}/{split}/{extra.get('index', index)}",
         prompt=messages,
-        ground_truth=str(truth),
+        ground_truth=truth,
         data_source=str(
             row.get("data_source") or ("openai/gsm8k" if kind == "gsm8k" else "math")
         ),  # a null one (files of several sources joined)
         extra_info=extra,
     )
+
+
+def _after_hashes(answer: str) -> str:
+    """GSM8K's ground truth: the text after an answer's last `####`, commas removed."""
+    truth = answer.split("####")[-1].strip().replace(",", "")
+    if not truth:
+        raise ValueError("empty ground truth after '####'")
+    return truth
 
 
 def _answer_text(answer) -> str:

@@ -22,7 +22,7 @@ and a text answer's near misses are the answer with a term added (`\\frac{1}{3}+
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from rlrm.engine import math_answer
@@ -208,13 +208,8 @@ def worked_solution(example, rule: str = "gsm8k") -> str | None:
 def problem_of(example, max_tokens: int, rule: str = "gsm8k") -> Problem:
     """A held-out Example as a Problem; its solution is the final answer alone where the data holds no worked one."""
     question = example.extra_info.get("question") or example.prompt[-1]["content"]
-    solution = worked_solution(example, rule)
-    problem = Problem(str(question), example.ground_truth, solution or "", max_tokens, rule)
-    return (
-        problem
-        if solution
-        else Problem(problem.question, problem.answer, final(problem, problem.answer), max_tokens, rule)
-    )
+    problem = Problem(str(question), example.ground_truth, worked_solution(example, rule) or "", max_tokens, rule)
+    return problem if problem.solution else replace(problem, solution=final(problem, problem.answer))
 
 
 def answered(example, text: str, index: int, length: int, uid: str | None = None) -> RewardSample:

@@ -26,6 +26,7 @@ from rlrm.call_errors import BadRequest, CallError, RequestTimeout, Throttled, T
 from rlrm.launch.common.http import Reply, Sessions
 from rlrm.launch.common.no_proxy import proxy_for
 from rlrm.launch.fleet.process import ServerStartError
+from rlrm.open_files import open_files_limit
 
 HUNG_AFTER = 2  # timeouts in a row, with no answer at all from the replica meanwhile, that take it out of rotation
 QUARANTINE_MAX_S = 600.0
@@ -127,7 +128,7 @@ class ReplicaBalancer:
         except aiohttp.ClientError as exc:
             if _out_of_files(exc):  # this process, not the replica: no retry helps, and the replica is not down
                 raise CallError(
-                    f"{url}{path}: this process has used up its open-files limit (ulimit -n {_open_files_limit()}): "
+                    f"{url}{path}: this process has used up its open-files limit (ulimit -n {open_files_limit() or 'unlimited'}): "
                     "raise it, or lower reward.max_concurrency"
                 ) from None
             self._mark_down(url)
@@ -240,11 +241,3 @@ def _out_of_files(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def _open_files_limit() -> str:
-    try:
-        import resource
-    except ImportError:
-        return "?"
-    return str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
